@@ -1,0 +1,63 @@
+"""The one error tree of ndist.
+
+Every failure that crosses a process boundary is one of these. Argument
+problems are plain ``ValueError`` / ``TypeError`` raised before any
+communication; these classes are for what happens during it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DistError",
+    "DistBackendError",
+    "DistNetworkError",
+    "DistStoreError",
+    "DistTimeoutError",
+    "DistMismatchError",
+]
+
+
+class DistError(RuntimeError):
+    """Base class of every ndist runtime error."""
+
+
+class DistBackendError(DistError):
+    """A backend failed to carry out an operation (MPI error, NCCL error, ...)."""
+
+
+class DistNetworkError(DistError):
+    """A connection to a peer was lost or could not be made.
+
+    ``rank`` is the peer's rank in the group the operation ran on (``None``
+    when it is not known, e.g. the store server), ``host`` its host name or
+    address.
+    """
+
+    def __init__(self, message: str, *, rank: int | None = None, host: str | None = None):
+        super().__init__(message)
+        self.rank = rank
+        self.host = host
+
+    def __reduce__(self):
+        return (_rebuild_network_error, (str(self), self.rank, self.host))
+
+
+def _rebuild_network_error(message, rank, host):
+    return DistNetworkError(message, rank=rank, host=host)
+
+
+class DistStoreError(DistError):
+    """The key-value store refused or failed a request."""
+
+
+class DistTimeoutError(DistError, TimeoutError):
+    """An operation did not complete within its timeout.
+
+    The message names what was waited on (keys, op and sequence number, the
+    ranks not heard from).
+    """
+
+
+class DistMismatchError(DistBackendError):
+    """Ranks called different collectives, or the same one with incompatible
+    arguments (dtype, count, root). The message names both ranks and both calls."""

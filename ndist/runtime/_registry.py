@@ -1,0 +1,129 @@
+"""The backend registry: backends are found by name, never imported by runtime.
+
+A backend registers a factory under a name (``"socket"``, ``"mpi"``,
+``"nccl"``), the device types it serves and a cheap availability probe. The
+factory may be given as ``"package.module:attr"`` so that registering costs no
+import; it is resolved on first use. Third-party backends can also register
+through the ``ndist.backends`` entry-point group (value ``module:attr`` of a
+callable that performs the registration).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable
+
+__all__ = ["BackendContext", "BackendSpec", "register_backend", "get_backend_spec", "registered_backends"]
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """What a backend factory receives to build one backend for one group.
+
+    ``store`` is already prefixed for this group and backend; ``rank`` and
+    ``size`` are the rank in the group and its size; ``global_ranks[i]`` is
+    the global rank of group rank ``i``; ``device`` is the device type
+    (``"cpu"`` or ``"cuda"``) this instance serves.
+    """
+
+    store: Any
+    rank: int
+    size: int
+    timeout: timedelta
+    group_name: str
+    global_ranks: tuple[int, ...]
+    device: str
+    options: Any = None
+
+
+Factory = Callable[[BackendContext], Any]
+
+
+@dataclass
+class BackendSpec:
+    name: str
+    factory: Factory | str
+    devices: tuple[str, ...]
+    is_available: Callable[[], bool] | str | None = None
+    needs_store: bool = True
+    _resolved: dict = field(default_factory=dict, repr=False)
+
+    def _resolve(self, attr: str) -> Any:
+        value = getattr(self, attr)
+        if isinstance(value, str):
+            if attr not in self._resolved:
+                module, _, name = value.partition(":")
+                self._resolved[attr] = getattr(importlib.import_module(module), name)
+            return self._resolved[attr]
+        return value
+
+    def create(self, ctx: BackendContext) -> Any:
+        return self._resolve("factory")(ctx)
+
+    def available(self) -> bool:
+        probe = self._resolve("is_available")
+        if probe is None:
+            return True
+        try:
+            return bool(probe())
+        except Exception:  # noqa: BLE001 - an availability probe must not raise
+            return False
+
+
+_lock = threading.Lock()
+_specs: dict[str, BackendSpec] = {}
+_entry_points_loaded = False
+
+
+def register_backend(
+    name: str,
+    factory: Factory | str,
+    devices: tuple[str, ...] | list[str] = ("cpu",),
+    is_available: Callable[[], bool] | str | None = None,
+    needs_store: bool = True,
+) -> None:
+    """Register backend ``name`` (lower-cased) serving ``devices``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name: expected a non-empty string, got {name!r}")
+    devices = tuple(devices)
+    for dev in devices:
+        if dev not in ("cpu", "cuda"):
+            raise ValueError(f"devices: expected 'cpu' and/or 'cuda', got {dev!r}")
+    with _lock:
+        _specs[name.lower()] = BackendSpec(name.lower(), factory, devices, is_available, needs_store)
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    try:
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group="ndist.backends"):
+            ep.load()()
+    except Exception:  # noqa: BLE001 - a broken plugin must not break ndist
+        import logging
+
+        logging.getLogger("ndist.runtime").warning("failed to load ndist.backends entry points", exc_info=True)
+
+
+def get_backend_spec(name: str) -> BackendSpec:
+    key = name.lower()
+    if key not in _specs:
+        _load_entry_points()
+    try:
+        return _specs[key]
+    except KeyError:
+        raise ValueError(
+            f"backend: unknown backend {name!r}; registered: {sorted(_specs)}"
+        ) from None
+
+
+def registered_backends() -> list[str]:
+    _load_entry_points()
+    return sorted(_specs)
