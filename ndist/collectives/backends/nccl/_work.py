@@ -1,0 +1,199 @@
+"""CUDA-event Work and the watchdog that completes it.
+
+An NCCL operation is *enqueued* on a CUDA stream; the host call returns at
+once. Its ``CudaWork`` holds a CUDA event recorded on that stream right after
+the operation, with torch's semantics:
+
+* ``wait()`` (no timeout) makes the *current* stream wait on the event and
+  returns without blocking the host; ``wait(timeout)`` blocks the host until
+  the operation finished (or raises ``DistTimeoutError``);
+* ``synchronize()`` blocks the host until the event fired;
+* ``is_completed()`` / ``get_future()`` reflect the GPU finishing the work.
+
+One watchdog thread per backend polls the pending events in order, checks the
+communicator for asynchronous NCCL errors, and enforces the group timeout: on
+an error or a timeout it asks the backend to abort the communicator (so that
+the kernels stuck waiting for a peer exit) and fails every pending Work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+from ....runtime import DistTimeoutError, Work
+
+__all__ = ["CudaWork", "Watchdog"]
+
+log = logging.getLogger("ndist.collectives.nccl")
+
+
+class CudaWork(Work):
+    """A Work completed by a CUDA event (see the module docstring)."""
+
+    __slots__ = ("_event", "_check")
+
+    def __init__(self, op: str, seq: int, event: Any, check: Callable[[], BaseException | None],
+                 outputs: Any = None, pending: Callable[[], str] | None = None) -> None:
+        super().__init__(op, seq, outputs, pending)
+        self._event = event
+        self._check = check
+
+    def _poll(self) -> bool:
+        """Complete (or fail) the work if its event fired; True once done."""
+        if self._future.done():
+            return True
+        if not self._event.done:
+            return False
+        err = self._check()
+        if err is None:
+            self._complete()
+        else:
+            self._fail(err)
+        return True
+
+    def wait(self, timeout=None) -> bool:
+        if timeout is not None:
+            # torch: an explicit timeout blocks the host until completion.
+            return super().wait(timeout)
+        if self._future.done():
+            exc = self._future.exception()
+            if exc is not None:
+                raise exc
+            return True
+        import cupy
+
+        cupy.cuda.get_current_stream().wait_event(self._event)
+        return True
+
+    def synchronize(self) -> None:
+        """Block the host until the operation finished on the GPU; raise its error."""
+        if not self._future.done():
+            self._event.synchronize()
+            self._poll()
+        exc = self._future.exception()
+        if exc is not None:
+            raise exc
+
+    def is_completed(self) -> bool:
+        return self._poll()
+
+    def is_success(self) -> bool:
+        return self._poll() and self._future.exception() is None
+
+    def exception(self) -> BaseException | None:
+        if not self._poll():
+            return None
+        return self._future.exception()
+
+
+class _Entry:
+    __slots__ = ("work", "deadline", "keepalive")
+
+    def __init__(self, work: CudaWork, deadline: float, keepalive: Any) -> None:
+        self.work = work
+        self.deadline = deadline
+        self.keepalive = keepalive  # temporaries the GPU still reads or writes
+
+
+class Watchdog:
+    """Polls pending CudaWorks of one backend on a daemon thread.
+
+    ``check()`` returns the communicator's asynchronous error (or None);
+    ``on_fatal(exc)`` aborts the communicator; afterwards every pending work
+    fails with ``exc``.
+    """
+
+    def __init__(self, name: str, device_id: int, check: Callable[[], BaseException | None],
+                 on_fatal: Callable[[BaseException], None], poll_s: float = 0.0005) -> None:
+        self._name = name
+        self._device_id = device_id
+        self._check = check
+        self._on_fatal = on_fatal
+        self._poll_s = poll_s
+        self._entries: deque[_Entry] = deque()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, work: CudaWork, timeout_s: float, keepalive: Any = None) -> None:
+        entry = _Entry(work, time.monotonic() + timeout_s, keepalive)
+        with self._cond:
+            if self._stopped:
+                raise RuntimeError("watchdog stopped")
+            self._entries.append(entry)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"ndist-nccl-watchdog-{self._name}",
+                                                daemon=True)
+                self._thread.start()
+            elif len(self._entries) == 1:
+                self._cond.notify()
+
+    def pending(self) -> list[CudaWork]:
+        with self._cond:
+            return [e.work for e in self._entries if not e.work._future.done()]
+
+    def fail_all(self, exc: BaseException) -> None:
+        with self._cond:
+            entries = list(self._entries)
+            self._entries.clear()
+        for e in entries:
+            e.work._fail(exc)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+
+    # ------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        try:
+            import cupy
+
+            with cupy.cuda.Device(self._device_id):
+                self._loop()
+        except BaseException:  # noqa: BLE001 - a dead watchdog must be visible
+            log.exception("nccl watchdog for %s died", self._name)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._entries and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                entries = list(self._entries)
+            finished = 0
+            for e in entries:
+                if e.work._poll():
+                    finished += 1
+                else:
+                    break  # one stream completes in order; poll the rest next round
+            if finished:
+                with self._cond:
+                    for _ in range(finished):
+                        self._entries.popleft()
+                if finished == len(entries):
+                    continue
+            head = entries[finished]
+            err = self._check()
+            if err is None and time.monotonic() > head.deadline:
+                detail = head.work._pending() if head.work._pending is not None else ""
+                err = DistTimeoutError(
+                    f"nccl {head.work.op} (#{head.work.seq}) on {self._name} did not complete within "
+                    f"the group timeout; the NCCL communicator was aborted{'; ' + detail if detail else ''}"
+                )
+            if err is not None:
+                log.error("nccl %s: %s", self._name, err)
+                try:
+                    self._on_fatal(err)
+                finally:
+                    self.fail_all(err)
+                continue
+            time.sleep(self._poll_s)
