@@ -36,6 +36,10 @@ class CudaWork(Work):
 
     __slots__ = ("_event", "_check")
 
+    #: ``wait()`` without a timeout does not block the host (torch semantics):
+    #: callers with ``async_op=False`` should call ``wait()`` without one.
+    stream_ordered = True
+
     def __init__(self, op: str, seq: int, event: Any, check: Callable[[], BaseException | None],
                  outputs: Any = None, pending: Callable[[], str] | None = None) -> None:
         super().__init__(op, seq, outputs, pending)
@@ -68,6 +72,35 @@ class CudaWork(Work):
 
         cupy.cuda.get_current_stream().wait_event(self._event)
         return True
+
+    def then(self, fn: Callable[[], None], op: str | None = None) -> Work:
+        """Run ``fn`` now, stream-ordered, and return a Work that also covers it.
+
+        On CUDA a write-back (e.g. copying a staged output into a
+        non-contiguous tensor) is a device copy: enqueued on the current stream
+        right after the operation it is ordered after it, as torch does; it
+        must not wait on the host for the operation to finish.
+        """
+        import cupy
+
+        try:
+            fn()
+        except BaseException as err:  # noqa: BLE001 - delivered to the waiter
+            return Work.failed(op or self.op, err, self.seq)
+        event = cupy.cuda.Event(block=False, disable_timing=True)
+        event.record()
+        chained = CudaWork(op or self.op, self.seq, event, self._check, self._outputs, self._pending)
+
+        def _done(fut) -> None:
+            exc = fut.exception()
+            if exc is not None:
+                chained._fail(exc)
+            else:
+                event.synchronize()  # only the write-back copies remain
+                chained._poll()
+
+        self._future.add_done_callback(_done)
+        return chained
 
     def synchronize(self) -> None:
         """Block the host until the operation finished on the GPU; raise its error."""
