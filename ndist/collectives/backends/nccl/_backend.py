@@ -60,8 +60,8 @@ class NcclBackend(Backend):
             except nccl.NcclError as err:
                 raise DistBackendError(f"nccl: communicator init failed on rank {self.rank} of group "
                                        f"{ctx.group_name!r} (device {self._dev_id}): {err}") from err
-        self._watchdog = Watchdog(f"group {ctx.group_name!r} rank {self.rank}", self._dev_id,
-                                  self._async_error, self._abort_comm)
+        self._watchdog = Watchdog(f"group {ctx.group_name!r} rank {self.rank}",
+                                  lambda: cupy.cuda.Device(self._dev_id), self._async_error, self._abort_comm)
         log.info("nccl %s: rank %d/%d on device %d (NCCL %d)", ctx.group_name, self.rank, self.size,
                  self._dev_id, self._version)
 

@@ -135,15 +135,18 @@ class _Entry:
 class Watchdog:
     """Polls pending CudaWorks of one backend on a daemon thread.
 
+    Works only need an event with ``done`` (and ``synchronize()``), so the
+    loop is exercised on CPU-only machines with host-side events.
+
     ``check()`` returns the communicator's asynchronous error (or None);
     ``on_fatal(exc)`` aborts the communicator; afterwards every pending work
     fails with ``exc``.
     """
 
-    def __init__(self, name: str, device_id: int, check: Callable[[], BaseException | None],
+    def __init__(self, name: str, device: Callable[[], Any], check: Callable[[], BaseException | None],
                  on_fatal: Callable[[BaseException], None], poll_s: float = 0.0005) -> None:
         self._name = name
-        self._device_id = device_id
+        self._device = device  # () -> context manager making the backend's device current
         self._check = check
         self._on_fatal = on_fatal
         self._poll_s = poll_s
@@ -187,9 +190,7 @@ class Watchdog:
     # ------------------------------------------------------------ the loop
     def _run(self) -> None:
         try:
-            import cupy
-
-            with cupy.cuda.Device(self._device_id):
+            with self._device():
                 self._loop()
         except BaseException:  # noqa: BLE001 - a dead watchdog must be visible
             log.exception("nccl watchdog for %s died", self._name)
