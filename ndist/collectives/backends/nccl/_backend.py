@@ -76,27 +76,30 @@ class NcclBackend(Backend):
 
     # ------------------------------------------------------------ plumbing
     def _async_error(self) -> BaseException | None:
-        comm = self._comm
-        if self._fatal is not None or comm is None:
-            return self._fatal  # None after a clean close: the work had finished
+        if self._fatal is not None:
+            return self._fatal
+        if self._closed:
+            return None  # closed cleanly: the work had finished
         try:
-            comm.check_async_error()
+            self._comm.check_async_error()
         except self._nccl.NcclError as err:
             return DistBackendError(f"nccl: asynchronous error on rank {self.rank} of group "
                                     f"{self.ctx.group_name!r}: {err} (a peer may have failed)")
         return None
 
     def _abort_comm(self, exc: BaseException) -> None:
+        """Record the fatal error and abort the communicator (any thread; idempotent).
+
+        The communicator object stays: CuPy's ``abort()`` nulls its handle, so
+        a racing call on another thread gets an NcclError, not a crash.
+        """
         if self._fatal is None:
             self._fatal = exc
-        comm = self._comm
-        if comm is not None:
-            self._comm = None
-            try:
-                with self._device:
-                    comm.abort()
-            except Exception:  # noqa: BLE001 - already failing
-                log.debug("ncclCommAbort failed", exc_info=True)
+        try:
+            with self._device:
+                self._comm.abort()
+        except Exception:  # noqa: BLE001 - already failing
+            log.debug("ncclCommAbort failed", exc_info=True)
 
     def _check_usable(self, op: str) -> None:
         if self._closed:
@@ -445,19 +448,16 @@ class NcclBackend(Backend):
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
         pending = self._watchdog.pending()
         busy = any(not w._event.done for w in pending)
         self._watchdog.stop()
-        comm, self._comm = self._comm, None
-        if comm is None:
-            return
+        self._closed = True
         try:
             with self._device:
                 if busy or self._fatal is not None:
-                    comm.abort()  # destroy would wait for kernels that may never finish
+                    self._comm.abort()  # destroy would wait for kernels that may never finish
                 else:
-                    comm.destroy()
+                    self._comm.destroy()
         except Exception:  # noqa: BLE001 - closing must not raise
             log.debug("closing the NCCL communicator failed", exc_info=True)
         exc = DistBackendError(f"nccl: the backend of group {self.ctx.group_name!r} was closed")
