@@ -228,6 +228,9 @@ class HostStagingBackend(Backend):
         self.arrays = arrays if arrays is not None else CupyArrays()
         self.pool = pool if pool is not None else PinnedPool(self.arrays.alloc_host)
         self.name = getattr(inner, "name", "cpu")
+        # The public API passes ``blocking=True`` to backends that declare
+        # ``blocking_calls``; it is forwarded to the wrapped backend.
+        self.blocking_calls = bool(getattr(inner, "blocking_calls", False))
 
     # -------------------------------------------------------------- machinery
     def _check(self, a: Any, name: str) -> None:
@@ -254,76 +257,78 @@ class HostStagingBackend(Backend):
         return scale
 
     # ------------------------------------------------------------ reductions
-    def all_reduce(self, buf, op: ReduceOp, scale: Any = None) -> Work:
+    def all_reduce(self, buf, op: ReduceOp, scale: Any = None, **kw) -> Work:
         self._check(buf, "tensor")
         scale = self._scale(scale)
-        return self._run("all_reduce", [buf], [buf], lambda s: self.inner.all_reduce(s.twin(buf), op, scale))
+        return self._run("all_reduce", [buf], [buf], lambda s: self.inner.all_reduce(s.twin(buf), op, scale, **kw))
 
-    def reduce(self, buf, dst: int, op: ReduceOp, scale: Any = None) -> Work:
+    def reduce(self, buf, dst: int, op: ReduceOp, scale: Any = None, **kw) -> Work:
         self._check(buf, "tensor")
         scale = self._scale(scale)
         writes = [buf] if self.rank == dst else []
-        return self._run("reduce", [buf], writes, lambda s: self.inner.reduce(s.twin(buf), dst, op, scale))
+        return self._run("reduce", [buf], writes, lambda s: self.inner.reduce(s.twin(buf), dst, op, scale, **kw))
 
-    def reduce_scatter(self, out, inputs: Sequence[Any], op: ReduceOp, scale: Any = None) -> Work:
+    def reduce_scatter(self, out, inputs: Sequence[Any], op: ReduceOp, scale: Any = None, **kw) -> Work:
         self._check(out, "output")
         for i, a in enumerate(inputs):
             self._check(a, f"input_list[{i}]")
         scale = self._scale(scale)
         return self._run("reduce_scatter", list(inputs), [out],
-                         lambda s: self.inner.reduce_scatter(s.twin(out), [s.twin(a) for a in inputs], op, scale))
+                         lambda s: self.inner.reduce_scatter(s.twin(out), [s.twin(a) for a in inputs], op, scale,
+                                                             **kw))
 
     # ---------------------------------------------------------- data movement
-    def broadcast(self, buf, src: int) -> Work:
+    def broadcast(self, buf, src: int, **kw) -> Work:
         self._check(buf, "tensor")
         root = self.rank == src
         return self._run("broadcast", [buf] if root else [], [] if root else [buf],
-                         lambda s: self.inner.broadcast(s.twin(buf), src))
+                         lambda s: self.inner.broadcast(s.twin(buf), src, **kw))
 
-    def all_gather(self, outputs: Sequence[Any], inp) -> Work:
+    def all_gather(self, outputs: Sequence[Any], inp, **kw) -> Work:
         self._check(inp, "tensor")
         for i, a in enumerate(outputs):
             self._check(a, f"tensor_list[{i}]")
         return self._run("all_gather", [inp], list(outputs),
-                         lambda s: self.inner.all_gather([s.twin(a) for a in outputs], s.twin(inp)))
+                         lambda s: self.inner.all_gather([s.twin(a) for a in outputs], s.twin(inp), **kw))
 
-    def gather(self, outputs: Sequence[Any] | None, inp, dst: int) -> Work:
+    def gather(self, outputs: Sequence[Any] | None, inp, dst: int, **kw) -> Work:
         self._check(inp, "tensor")
         outs = list(outputs) if outputs is not None else []
         for i, a in enumerate(outs):
             self._check(a, f"gather_list[{i}]")
         return self._run("gather", [inp], outs,
                          lambda s: self.inner.gather(None if outputs is None else [s.twin(a) for a in outs],
-                                                     s.twin(inp), dst))
+                                                     s.twin(inp), dst, **kw))
 
-    def scatter(self, out, inputs: Sequence[Any] | None, src: int) -> Work:
+    def scatter(self, out, inputs: Sequence[Any] | None, src: int, **kw) -> Work:
         self._check(out, "tensor")
         ins = list(inputs) if inputs is not None else []
         for i, a in enumerate(ins):
             self._check(a, f"scatter_list[{i}]")
         return self._run("scatter", ins, [out],
                          lambda s: self.inner.scatter(s.twin(out), None if inputs is None else
-                                                      [s.twin(a) for a in ins], src))
+                                                      [s.twin(a) for a in ins], src, **kw))
 
-    def all_to_all(self, outputs: Sequence[Any], inputs: Sequence[Any]) -> Work:
+    def all_to_all(self, outputs: Sequence[Any], inputs: Sequence[Any], **kw) -> Work:
         for i, a in enumerate(outputs):
             self._check(a, f"output_tensor_list[{i}]")
         for i, a in enumerate(inputs):
             self._check(a, f"input_tensor_list[{i}]")
         return self._run("all_to_all", list(inputs), list(outputs),
-                         lambda s: self.inner.all_to_all([s.twin(a) for a in outputs], [s.twin(a) for a in inputs]))
+                         lambda s: self.inner.all_to_all([s.twin(a) for a in outputs],
+                                                         [s.twin(a) for a in inputs], **kw))
 
-    def barrier(self) -> Work:
-        return self.inner.barrier()
+    def barrier(self, **kw) -> Work:
+        return self.inner.barrier(**kw)
 
     # ---------------------------------------------------------- point to point
-    def send(self, buf, dst: int, tag: int = 0) -> Work:
+    def send(self, buf, dst: int, tag: int = 0, **kw) -> Work:
         self._check(buf, "tensor")
-        return self._run("send", [buf], [], lambda s: self.inner.send(s.twin(buf), dst, tag))
+        return self._run("send", [buf], [], lambda s: self.inner.send(s.twin(buf), dst, tag, **kw))
 
-    def recv(self, buf, src: int | None, tag: int = 0) -> Work:
+    def recv(self, buf, src: int | None, tag: int = 0, **kw) -> Work:
         self._check(buf, "tensor")
-        return self._run("recv", [], [buf], lambda s: self.inner.recv(s.twin(buf), src, tag))
+        return self._run("recv", [], [buf], lambda s: self.inner.recv(s.twin(buf), src, tag, **kw))
 
     # -------------------------------------------------------------- lifetime
     def close(self) -> None:
