@@ -246,8 +246,24 @@ class HostStagingBackend(Backend):
         except BaseException:
             staging.release()
             raise
-        done = inner.then(staging.copy_out, op)
-        done.get_future().add_done_callback(lambda _fut: staging.release())
+        done = Work(op, inner.seq, None, inner._pending)
+
+        def finish(fut) -> None:
+            # Runs on whichever thread completed the inner work (at once if it already had).
+            exc = fut.exception()
+            if exc is None:
+                try:
+                    staging.copy_out()
+                except BaseException as err:  # noqa: BLE001 - delivered to the waiter
+                    exc = err
+            staging.release()  # before completing: a waiter may reuse the buffer at once
+            if exc is None:
+                done._outputs = fut.result()  # e.g. recv's [source], known only at completion
+                done._complete()
+            else:
+                done._fail(exc)
+
+        inner.get_future().add_done_callback(finish)
         return done
 
     def _scale(self, scale: Any) -> Any:
