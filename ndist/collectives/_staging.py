@@ -105,7 +105,7 @@ class CupyArrays(ArrayModule):
 
     def alloc_host(self, nbytes: int) -> np.ndarray:
         mem = self._cp.cuda.alloc_pinned_memory(nbytes)
-        return np.frombuffer(mem, dtype=np.uint8, count=nbytes)
+        return np.ndarray((nbytes,), dtype=np.uint8, buffer=mem)  # keeps ``mem`` alive as its base
 
     def capture(self) -> Any:
         cp = self._cp

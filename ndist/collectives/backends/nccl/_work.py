@@ -203,26 +203,31 @@ class Watchdog:
                 if self._stopped:
                     return
                 entries = list(self._entries)
+            # One communicator check per round, then every fired event completes its work.
+            err = self._check()
             finished = 0
-            for e in entries:
-                if e.work._poll():
+            if err is None:
+                for e in entries:
+                    work = e.work
+                    if not work._future.done():
+                        if not work._event.done:
+                            break  # one stream completes in order; look again next round
+                        work._complete()
                     finished += 1
-                else:
-                    break  # one stream completes in order; poll the rest next round
             if finished:
                 with self._cond:
                     for _ in range(finished):
                         self._entries.popleft()
                 if finished == len(entries):
                     continue
-            head = entries[finished]
-            err = self._check()
-            if err is None and time.monotonic() > head.deadline:
-                detail = head.work._pending() if head.work._pending is not None else ""
-                err = DistTimeoutError(
-                    f"nccl {head.work.op} (#{head.work.seq}) on {self._name} did not complete within "
-                    f"the group timeout; the NCCL communicator was aborted{'; ' + detail if detail else ''}"
-                )
+            if err is None:
+                head = entries[finished]
+                if time.monotonic() > head.deadline:
+                    detail = head.work._pending() if head.work._pending is not None else ""
+                    err = DistTimeoutError(
+                        f"nccl {head.work.op} (#{head.work.seq}) on {self._name} did not complete within "
+                        f"the group timeout; the NCCL communicator was aborted{'; ' + detail if detail else ''}"
+                    )
             if err is not None:
                 log.error("nccl %s: %s", self._name, err)
                 try:
