@@ -145,3 +145,33 @@ def test_stopped_watchdog_refuses_work(comm, dog):
     w, _ = _work(comm)
     with pytest.raises(RuntimeError, match="stopped"):
         dog.add(w, 30)
+
+
+def test_future_made_before_or_after_completion_resolves(comm):
+    early, ev1 = _work(comm, outputs=["a"])
+    fut = early.get_future()
+    assert not fut.done()
+    ev1.fire()
+    assert early.is_completed()
+    assert fut.result(timeout=5) == ["a"]
+
+    late, ev2 = _work(comm, outputs=["b"])
+    ev2.fire()
+    assert late.is_completed()
+    assert late.get_future().result(timeout=5) == ["b"]
+
+    failed, _ = _work(comm)
+    failed._fail(DistBackendError("x"))
+    assert isinstance(failed.get_future().exception(timeout=5), DistBackendError)
+    failed._complete()  # completes once: the failure stays
+    assert not failed.is_success()
+
+
+def test_wait_with_timeout_blocks_until_done(comm, dog):
+    w, ev = _work(comm, outputs=["t"])
+    dog.add(w, 30)
+    threading.Timer(0.05, ev.fire).start()
+    assert w.wait(timeout=30) is True
+    assert w.is_success()
+    with pytest.raises(DistTimeoutError, match=r"all_reduce \(#3\)"):
+        _work(comm, seq=3)[0].wait(timeout=0.01)

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from typing import Any, Callable
 
 from ....runtime import DistTimeoutError, Work
@@ -32,23 +33,58 @@ log = logging.getLogger("ndist.collectives.nccl")
 
 
 class CudaWork(Work):
-    """A Work completed by a CUDA event (see the module docstring)."""
+    """A Work completed by a CUDA event (see the module docstring).
 
-    __slots__ = ("_event", "_check")
+    Its ``concurrent.futures.Future`` is created only when someone asks for it
+    (``get_future()``, ``wait(timeout)``, ``then``): enqueueing an operation
+    and completing it from the watchdog then cost a flag, not a Future.
+    """
+
+    __slots__ = ("_event", "_check", "_state", "_error")
 
     #: ``wait()`` without a timeout does not block the host (torch semantics):
     #: callers with ``async_op=False`` should call ``wait()`` without one.
     stream_ordered = True
 
+    _PENDING, _OK, _FAILED = 0, 1, 2
+
     def __init__(self, op: str, seq: int, event: Any, check: Callable[[], BaseException | None],
                  outputs: Any = None, pending: Callable[[], str] | None = None) -> None:
-        super().__init__(op, seq, outputs, pending)
+        # Not Work.__init__: the Future is made lazily (see get_future).
+        self.op = op
+        self.seq = seq
+        self._outputs = outputs
+        self._pending = pending
+        self._future = None
+        self._lock = threading.Lock()
         self._event = event
         self._check = check
+        self._state = self._PENDING
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------ completion
+    def _complete(self) -> None:
+        with self._lock:
+            if self._state:
+                return
+            self._state = self._OK
+            fut = self._future
+        if fut is not None:
+            fut.set_result(self._outputs)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._state:
+                return
+            self._state = self._FAILED
+            self._error = exc
+            fut = self._future
+        if fut is not None:
+            fut.set_exception(exc)
 
     def _poll(self) -> bool:
         """Complete (or fail) the work if its event fired; True once done."""
-        if self._future.done():
+        if self._state:
             return True
         if not self._event.done:
             return False
@@ -59,19 +95,17 @@ class CudaWork(Work):
             self._fail(err)
         return True
 
-    def wait(self, timeout=None) -> bool:
-        if timeout is not None:
-            # torch: an explicit timeout blocks the host until completion.
-            return super().wait(timeout)
-        if self._future.done():
-            exc = self._future.exception()
-            if exc is not None:
-                raise exc
-            return True
-        import cupy
-
-        cupy.cuda.get_current_stream().wait_event(self._event)
-        return True
+    def get_future(self) -> Future:
+        with self._lock:
+            if self._future is None:
+                fut: Future = Future()
+                fut.set_running_or_notify_cancel()
+                if self._state == self._OK:
+                    fut.set_result(self._outputs)
+                elif self._state == self._FAILED:
+                    fut.set_exception(self._error)
+                self._future = fut
+            return self._future
 
     def then(self, fn: Callable[[], None], op: str | None = None) -> Work:
         """Run ``fn`` now, stream-ordered, and return a Work that also covers it.
@@ -99,28 +133,44 @@ class CudaWork(Work):
                 event.synchronize()  # only the write-back copies remain
                 chained._poll()
 
-        self._future.add_done_callback(_done)
+        self.get_future().add_done_callback(_done)
         return chained
+
+    # ------------------------------------------------------------- user API
+    def wait(self, timeout=None) -> bool:
+        if timeout is not None:
+            # torch: an explicit timeout blocks the host until completion.
+            self.get_future()
+            return super().wait(timeout)
+        if self._state == self._FAILED:
+            raise self._error
+        if self._state == self._PENDING:
+            import cupy
+
+            cupy.cuda.get_current_stream().wait_event(self._event)
+        return True
 
     def synchronize(self) -> None:
         """Block the host until the operation finished on the GPU; raise its error."""
-        if not self._future.done():
+        if not self._state:
             self._event.synchronize()
             self._poll()
-        exc = self._future.exception()
-        if exc is not None:
-            raise exc
+        if self._state == self._FAILED:
+            raise self._error
 
     def is_completed(self) -> bool:
         return self._poll()
 
     def is_success(self) -> bool:
-        return self._poll() and self._future.exception() is None
+        return self._poll() and self._state == self._OK
 
     def exception(self) -> BaseException | None:
-        if not self._poll():
-            return None
-        return self._future.exception()
+        self._poll()
+        return self._error
+
+    def __repr__(self) -> str:
+        state = ("pending", "ok", "failed")[self._state]
+        return f"<CudaWork {self.op} #{self.seq} {state}>"
 
 
 class _Entry:
@@ -170,7 +220,7 @@ class Watchdog:
 
     def pending(self) -> list[CudaWork]:
         with self._cond:
-            return [e.work for e in self._entries if not e.work._future.done()]
+            return [e.work for e in self._entries if not e.work._state]
 
     def fail_all(self, exc: BaseException) -> None:
         with self._cond:
@@ -209,7 +259,7 @@ class Watchdog:
             if err is None:
                 for e in entries:
                     work = e.work
-                    if not work._future.done():
+                    if not work._state:
                         if not work._event.done:
                             break  # one stream completes in order; look again next round
                         work._complete()
