@@ -12,7 +12,7 @@ from ._errors import (
 )
 from ._registry import BackendContext, get_backend_spec, register_backend, registered_backends
 from ._work import Work
-from .store import HashStore, Store
+from .store import FileStore, HashStore, PrefixStore, Store, TCPStore, TCPStoreServer
 
 __all__ = [
     "DistError",
@@ -28,4 +28,8 @@ __all__ = [
     "registered_backends",
     "Store",
     "HashStore",
+    "TCPStore",
+    "TCPStoreServer",
+    "FileStore",
+    "PrefixStore",
 ]
