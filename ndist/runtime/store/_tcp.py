@@ -239,6 +239,20 @@ class TCPStore(Store):
         """Round trip to the server (raises if it is gone)."""
         self._call(Op.PING, [])
 
+    def shutdown(self, grace: float = 0.0) -> None:
+        """Close this client; on the master first wait up to ``grace`` seconds for
+        the other clients to disconnect (they are done with the store), then stop
+        the server. A dead client's connections are closed by its OS, so a peer
+        that died does not hold this up."""
+        server = self._server if os.getpid() == self._pid else None
+        self._server = None
+        self.close()
+        if server is not None:
+            if grace > 0 and not server.wait_idle(grace):
+                log.info("store server %s:%d: %d clients still connected after %g s; closing it anyway",
+                         self.host, self.port, server.num_connections, grace)
+            server.close()
+
     def close(self) -> None:
         """Close this client's connections; on the master also stop the server."""
         if self._closed:

@@ -38,6 +38,7 @@ class _KeySpace:
         self.data: dict[str, bytes] = {}
         self.cond = threading.Condition()
         self.workers = 0
+        self.active = 0  # authenticated connections open now
         self.closed = False
 
     def _wait_until(self, ready, deadline: float) -> bool:
@@ -118,6 +119,21 @@ class TCPStoreServer:
         with self._ks.cond:
             return self._ks.workers
 
+    @property
+    def num_connections(self) -> int:
+        """Authenticated client connections open right now."""
+        with self._ks.cond:
+            return self._ks.active
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until every client has disconnected (or ``timeout`` seconds); True if idle."""
+        deadline = time.monotonic() + timeout
+        with self._ks.cond:
+            try:
+                return self._ks._wait_until(lambda: self._ks.active == 0, deadline)
+            except _Closed:
+                return True
+
     def close(self) -> None:
         """Stop accepting, wake every waiter and close every connection. Idempotent."""
         if self._closed:
@@ -179,24 +195,14 @@ class TCPStoreServer:
             except AuthenticationError as err:
                 log.warning("store server %s:%d refused a client from %s: %s", self.host, self.port, peer, err)
                 return
-            while True:
-                try:
-                    code, args = recv_frame(conn)
-                except FrameError as err:
-                    log.warning("store server: dropping client %s: %s", peer, err)
-                    return
-                except OSError:
-                    return
-                try:
-                    status, reply = self._handle(code, args)
-                except _Closed:
-                    return
-                except (ValueError, UnicodeDecodeError, IndexError) as err:
-                    status, reply = Status.ERROR, [f"bad request {code}: {err}".encode()]
-                try:
-                    send_frame(conn, status, reply)
-                except OSError:
-                    return
+            with self._ks.cond:
+                self._ks.active += 1
+            try:
+                self._serve_requests(conn, peer)
+            finally:
+                with self._ks.cond:
+                    self._ks.active -= 1
+                    self._ks.changed()
         finally:
             with self._conns_lock:
                 self._conns.discard(conn)
@@ -204,6 +210,26 @@ class TCPStoreServer:
                 conn.close()
             except OSError:
                 pass
+
+    def _serve_requests(self, conn: socket.socket, peer) -> None:
+        while True:
+            try:
+                code, args = recv_frame(conn)
+            except FrameError as err:
+                log.warning("store server: dropping client %s: %s", peer, err)
+                return
+            except OSError:
+                return
+            try:
+                status, reply = self._handle(code, args)
+            except _Closed:
+                return
+            except (ValueError, UnicodeDecodeError, IndexError) as err:
+                status, reply = Status.ERROR, [f"bad request {code}: {err}".encode()]
+            try:
+                send_frame(conn, status, reply)
+            except OSError:
+                return
 
     def _handle(self, code: int, a: list[bytes]) -> tuple[int, list[bytes]]:
         ks = self._ks
