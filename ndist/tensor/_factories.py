@@ -134,10 +134,10 @@ def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: b
     default complex dtype; arrays and tensors keep their dtype."""
     dt = None if dtype is None else D.to_dtype(dtype)
     if isinstance(data, Tensor):
-        return data.to(device if device is not None else data.device, dt, copy=True)
+        return data._convert(device, dt, True)
     if hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray):
         t = Tensor._wrap(require_cupy().asarray(data))
-        return t.to(device if device is not None else t.device, dt, copy=True)
+        return t._convert(device, dt, True)
     if isinstance(data, (np.ndarray, np.generic)):
         arr = np.array(data, dtype=None if dt is None else dt.numpy_dtype)
         if dt is None:
@@ -174,17 +174,17 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     """Like ``tensor`` but shares memory with ``data`` when no conversion is needed."""
     dt = None if dtype is None else D.to_dtype(dtype)
     if isinstance(data, Tensor):
-        return data.to(device if device is not None else data.device, dt)
+        return data._convert(device, dt, False)
     if isinstance(data, np.ndarray) or hasattr(data, "__cuda_array_interface__"):
         arr = data if isinstance(data, np.ndarray) else require_cupy().asarray(data)
         D.from_numpy_dtype(arr.dtype, what="data")
         t = Tensor._wrap(arr)
-        return t.to(device if device is not None else t.device, dt)
+        return t._convert(device, dt, False)
     if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
         from ._dlpack import from_dlpack  # noqa: PLC0415
 
         t = from_dlpack(data)
-        return t.to(device if device is not None else t.device, dt)
+        return t._convert(device, dt, False)
     return tensor(data, dtype=dt, device=device)
 
 
@@ -260,7 +260,7 @@ def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: Any = None,
     if step == 0:
         raise ValueError("arange: step must be nonzero")
     if (end - start) * step < 0:
-        raise ValueError(f"arange: upper bound and larger bound inconsistent with step sign "
+        raise ValueError(f"arange: upper bound and lower bound inconsistent with step sign "
                          f"(start={start}, end={end}, step={step})")
     ints = all(isinstance(v, (numbers.Integral, np.integer)) for v in (start, end, step))
     dt = _dt(dtype, D.int64 if ints else None)
@@ -358,7 +358,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         a, b = ref._data.shape, t._data.shape
         if len(a) != len(b) or any(x != y for j, (x, y) in enumerate(zip(a, b)) if j != d):
             raise ValueError(f"cat: sizes of tensors must match except in dimension {d}; "
-                             f"got {list(a)} and {list(b)} (tensor {ts.index(t)})")
+                             f"got {list(a)} for the first tensor and {list(b)} for tensor {i}")
     rt = D.result_type(*full_ts) if len(full_ts) > 1 else ref.dtype
     arrs = [t._data if t.dtype is rt else t._data.astype(rt.numpy_dtype) for t in full_ts]
     with ref._guard():

@@ -17,7 +17,7 @@ _UNARY = ("neg", "negative", "abs", "absolute", "sqrt", "exp", "log", "log2", "l
           "sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "any", "all",
           "std", "var", "cumsum", "norm", "reshape", "flatten", "unflatten", "permute",
           "transpose", "swapaxes", "squeeze", "unsqueeze", "chunk", "split", "tensor_split",
-          "unbind", "narrow", "t", "clone", "numel", "is_floating_point", "is_complex")
+          "unbind", "narrow", "flip", "t", "clone", "numel", "is_floating_point", "is_complex")
 
 __all__ = list(_BINARY + _UNARY)
 

@@ -21,9 +21,21 @@ _SCALARS = (numbers.Number, np.generic)
 _NULL = contextlib.nullcontext()
 _IGNORE = {"all": "ignore"}
 
-max_result = collections.namedtuple("max", ["values", "indices"])
-min_result = collections.namedtuple("min", ["values", "indices"])
-max_result.__module__ = min_result.__module__ = "ndist.return_types"
+
+
+def _result_type(name: str):
+    base = collections.namedtuple(name, ["values", "indices"])
+
+    def __repr__(self) -> str:  # torch's layout: one field per line
+        return f"ndist.return_types.{name}(\nvalues={self.values!r},\nindices={self.indices!r})"
+
+    cls = type(name, (base,), {"__slots__": (), "__repr__": __repr__})
+    cls.__module__ = "ndist.return_types"
+    return cls
+
+
+max_result = _result_type("max")
+min_result = _result_type("min")
 
 
 def norm_dim(d: Any, ndim: int, name: str = "dim", *, extra: int = 0) -> int:
@@ -157,8 +169,9 @@ class TensorOps:
             with np.errstate(**_IGNORE), self._guard():
                 out = ufunc(a, b)
         except ValueError as exc:
+            what = "are not compatible" if fname == "matmul" else "are not broadcastable"
             raise ValueError(f"{fname}: shapes {list(np.shape(a))} and {list(np.shape(b))} "
-                             f"are not broadcastable ({exc})") from None
+                             f"{what} ({exc})") from None
         return self._wrap(np.asarray(out) if isinstance(out, np.generic) else out)
 
     def _inplace(self, other: Any, fname: str, kind: str = "arith"):
@@ -385,6 +398,13 @@ class TensorOps:
 
     def clamp_(self, min=None, max=None):  # noqa: A002
         return self.copy_(self.clamp(min, max))
+
+    def flip(self, *dims):
+        """A copy with the order of elements along ``dims`` reversed."""
+        axes = tuple(norm_dim(d, self._data.ndim) for d in (
+            dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims))
+        with self._guard():
+            return self._wrap(self._xp.flip(self._data, axes).copy())
 
     # whole-tensor state -------------------------------------------------
     def clone(self):
