@@ -138,6 +138,11 @@ def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: b
     if hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray):
         t = Tensor._wrap(require_cupy().asarray(data))
         return t._convert(device, dt, True)
+    if hasattr(data, "__dlpack__") and not isinstance(data, (np.ndarray, np.generic)):
+        from ._dlpack import from_dlpack  # noqa: PLC0415 - torch / JAX tensors
+
+        t = from_dlpack(data)
+        return t._convert(device, dt, True)
     if isinstance(data, (np.ndarray, np.generic)):
         arr = np.array(data, dtype=None if dt is None else dt.numpy_dtype)
         if dt is None:
@@ -192,10 +197,10 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
     """A CPU tensor sharing memory with ``ndarray``."""
     if not isinstance(ndarray, np.ndarray):
         raise TypeError(f"from_numpy: expected np.ndarray, got {type(ndarray).__name__}")
-    D.from_numpy_dtype(ndarray.dtype, what="from_numpy")
     if not ndarray.dtype.isnative:
         raise ValueError(f"from_numpy: the array has non-native byte order ({ndarray.dtype.str}); "
                          f"convert it with ndarray.astype(ndarray.dtype.newbyteorder('='))")
+    D.from_numpy_dtype(ndarray.dtype, what="from_numpy")
     return Tensor._wrap(ndarray)
 
 
