@@ -207,3 +207,25 @@ def test_blocking_hint_is_forwarded():
 
     for x in run_staged(2, fn):
         np.testing.assert_array_equal(x, [2, 2, 2])
+
+
+def _staged_ops_in_a_rank(rank, world_size):
+    from ndist.runtime import resolve_group
+
+    be = HostStagingBackend(resolve_group(None).backend_for("cpu"), HostArrays())
+    x = np.arange(5.0) + rank
+    be.all_reduce(x, ReduceOp.SUM).wait(30)
+    outs = [np.zeros(i + 1, np.int16) for i in range(world_size)]
+    be.all_gather(outs, np.full(rank + 1, rank, np.int16)).wait(30)
+    return x, outs
+
+
+@pytest.mark.timeout(180)
+def test_staging_over_socket_in_separate_processes():
+    from ndist.testing import run_ranks
+
+    n = 3
+    for x, outs in run_ranks(_staged_ops_in_a_rank, n, backend="socket", timeout=120):
+        np.testing.assert_array_equal(x, np.arange(5.0) * n + n * (n - 1) / 2)
+        for i, o in enumerate(outs):
+            np.testing.assert_array_equal(o, np.full(i + 1, i))

@@ -260,3 +260,15 @@ def test_closed_backend_refuses_ops():
     backend.close()  # idempotent
     with pytest.raises(DistBackendError, match="closed"):
         backend.all_reduce(cp.ones(2), ReduceOp.SUM)
+
+
+def test_ndist_cuda_stream_is_where_the_op_runs(be):
+    import ndist
+
+    s = ndist.cuda.Stream()
+    with ndist.cuda.stream(s):
+        x = cp.full(1 << 20, 2.0, dtype=cp.float32)
+        work = be.all_reduce(x, ReduceOp.PREMUL_SUM, scale=2.0)
+    s.synchronize()  # the Work's event was recorded on s, so it has fired
+    assert work.is_completed() and work.is_success()
+    assert float(x[0]) == 4.0

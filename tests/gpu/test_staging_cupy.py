@@ -113,3 +113,30 @@ def test_pinned_buffers_are_reused():
         return be.pool.allocations
 
     assert run_staged(2, fn) == [1, 1]
+
+
+def _cupy_ranks(rank, world_size):
+    import cupy
+
+    from ndist.collectives._staging import wrap_for_cuda as wrap
+    from ndist.runtime import resolve_group
+
+    be = wrap(resolve_group(None).backend_for("cpu"))
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        x = cupy.full(1 << 18, rank + 1, dtype=cupy.float64)
+        be.all_reduce(x, ReduceOp.SUM).wait(60)
+        outs = [cupy.zeros(i + 1, dtype=cupy.int32) for i in range(world_size)]
+        be.all_gather(outs, cupy.full(rank + 1, rank, dtype=cupy.int32)).wait(60)
+    s.synchronize()
+    return float(x.min()), float(x.max()), [cupy.asnumpy(o).tolist() for o in outs]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_cupy_through_socket_in_separate_processes_sharing_one_gpu(n):
+    from ndist.testing import run_ranks
+
+    total = n * (n + 1) / 2
+    for lo, hi, outs in run_ranks(_cupy_ranks, n, backend="socket", timeout=240):
+        assert (lo, hi) == (total, total)
+        assert outs == [[i] * (i + 1) for i in range(n)]
