@@ -51,7 +51,7 @@ class NcclBackend(Backend):
         self._fatal: BaseException | None = None
         self._closed = False
         self._seq = 0
-        self._plans: dict[tuple[str, ReduceOp], _plan.ReductionPlan] = {}
+        self._plans: dict[tuple[Any, ReduceOp], _plan.ReductionPlan] = {}
         self._self_queue: dict[int, list] = {}  # tag -> device copies sent to self
         raw = exchange_unique_id(ctx, nccl.get_unique_id)
         with self._device:
@@ -118,7 +118,7 @@ class NcclBackend(Backend):
         return a
 
     def _plan(self, dtype: Any, op: ReduceOp) -> _plan.ReductionPlan:
-        key = (dtype.name, op)
+        key = (dtype, op)  # not dtype.name: NumPy computes that in Python on every access
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = _plan.reduction_plan(dtype.name, op, self._version)

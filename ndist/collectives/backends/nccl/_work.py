@@ -203,19 +203,20 @@ class Watchdog:
         self._entries: deque[_Entry] = deque()
         self._cond = threading.Condition()
         self._stopped = False
+        self._idle = False
         self._thread: threading.Thread | None = None
 
     def add(self, work: CudaWork, timeout_s: float, keepalive: Any = None) -> None:
         entry = _Entry(work, time.monotonic() + timeout_s, keepalive)
-        with self._cond:
-            if self._stopped:
-                raise RuntimeError("watchdog stopped")
-            self._entries.append(entry)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=f"ndist-nccl-watchdog-{self._name}",
-                                                daemon=True)
-                self._thread.start()
-            elif len(self._entries) == 1:
+        if self._stopped:
+            raise RuntimeError("watchdog stopped")
+        self._entries.append(entry)  # deque.append is atomic; the loop only pops from the left
+        if self._idle or self._thread is None:
+            with self._cond:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name=f"ndist-nccl-watchdog-{self._name}",
+                                                    daemon=True)
+                    self._thread.start()
                 self._cond.notify()
 
     def pending(self) -> list[CudaWork]:
@@ -223,9 +224,13 @@ class Watchdog:
             return [e.work for e in self._entries if not e.work._state]
 
     def fail_all(self, exc: BaseException) -> None:
+        entries = []
         with self._cond:
-            entries = list(self._entries)
-            self._entries.clear()
+            while True:  # popleft one by one: a concurrent add() appends on the right
+                try:
+                    entries.append(self._entries.popleft())
+                except IndexError:
+                    break
         for e in entries:
             e.work._fail(exc)
 
@@ -245,39 +250,42 @@ class Watchdog:
         except BaseException:  # noqa: BLE001 - a dead watchdog must be visible
             log.exception("nccl watchdog for %s died", self._name)
 
+    def _head(self) -> _Entry | None:
+        try:
+            return self._entries[0]
+        except IndexError:
+            return None
+
     def _loop(self) -> None:
         while True:
             with self._cond:
                 while not self._entries and not self._stopped:
-                    self._cond.wait()
+                    self._idle = True
+                    # The timeout covers an add() that saw _idle still False just before it was set.
+                    self._cond.wait(0.05)
+                self._idle = False
                 if self._stopped:
                     return
-                entries = list(self._entries)
-            # One communicator check per round, then every fired event completes its work.
+            # One communicator check per round, then complete works from the left while
+            # their events fired (one stream completes in order; the rest waits a round).
             err = self._check()
-            finished = 0
-            if err is None:
-                for e in entries:
-                    work = e.work
-                    if not work._state:
-                        if not work._event.done:
-                            break  # one stream completes in order; look again next round
-                        work._complete()
-                    finished += 1
-            if finished:
+            head = self._head()
+            while err is None and head is not None:
+                work = head.work
+                if not work._state:
+                    if not work._event.done:
+                        break
+                    work._complete()
                 with self._cond:
-                    for _ in range(finished):
+                    if self._entries and self._entries[0] is head:  # fail_all() may have emptied it
                         self._entries.popleft()
-                if finished == len(entries):
-                    continue
-            if err is None:
-                head = entries[finished]
-                if time.monotonic() > head.deadline:
-                    detail = head.work._pending() if head.work._pending is not None else ""
-                    err = DistTimeoutError(
-                        f"nccl {head.work.op} (#{head.work.seq}) on {self._name} did not complete within "
-                        f"the group timeout; the NCCL communicator was aborted{'; ' + detail if detail else ''}"
-                    )
+                head = self._head()
+            if err is None and head is not None and time.monotonic() > head.deadline:
+                detail = head.work._pending() if head.work._pending is not None else ""
+                err = DistTimeoutError(
+                    f"nccl {head.work.op} (#{head.work.seq}) on {self._name} did not complete within "
+                    f"the group timeout; the NCCL communicator was aborted{'; ' + detail if detail else ''}"
+                )
             if err is not None:
                 log.error("nccl %s: %s", self._name, err)
                 try:
@@ -285,4 +293,5 @@ class Watchdog:
                 finally:
                     self.fail_all(err)
                 continue
-            time.sleep(self._poll_s)
+            if head is not None:
+                time.sleep(self._poll_s)
