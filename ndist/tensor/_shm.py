@@ -60,6 +60,7 @@ __all__ = [
     "unpin",
     "reclaim",
     "list_segments",
+    "install_exit_hook",
 ]
 
 log = logging.getLogger("ndist.tensor")
@@ -133,7 +134,7 @@ def _new_segment(fd: int, strategy: str, name: str | None, nbytes: int, key: tup
     _live[id(fin)] = fin
     state["fin_id"] = id(fin)
     _by_key[key] = seg
-    _ensure_exit_hook()
+    install_exit_hook()
     return seg
 
 
@@ -422,7 +423,8 @@ def _exit_hook() -> None:
             _try_reclaim(name, ignore_inflight=True)
 
 
-def _ensure_exit_hook() -> None:
+def install_exit_hook() -> None:
+    """Arrange for `_exit_hook` to run at exit of this process (idempotent, fork-aware)."""
     global _hook_pid
     if _hook_pid == os.getpid():
         return
@@ -461,7 +463,7 @@ def _after_fork_child() -> None:
             state["fd"] = fd
         state["pid"] = os.getpid()
     if _live:
-        _ensure_exit_hook()
+        install_exit_hook()
 
 
 def _after_mp_fork(_module) -> None:
@@ -470,7 +472,7 @@ def _after_mp_fork(_module) -> None:
     global _hook_pid
     _hook_pid = None
     if _live:
-        _ensure_exit_hook()
+        install_exit_hook()
 
 
 if hasattr(os, "register_at_fork"):

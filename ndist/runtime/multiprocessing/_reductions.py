@@ -113,8 +113,15 @@ def _tensor_classes() -> list[type]:
 
 
 def init_reductions() -> None:
-    """Register the tensor reducers with ForkingPickler (idempotent)."""
+    """Register the tensor reducers with ForkingPickler (idempotent).
+
+    Also arms the shared-memory exit hook, so that this process reclaims at
+    exit the file_system segments of children that died without releasing
+    them (e.g. killed with SIGKILL), even if it never mapped one itself.
+    """
     from multiprocessing.reduction import ForkingPickler
+
+    _shm.install_exit_hook()
 
     for cls in _tensor_classes():
         if cls not in _registered:

@@ -122,3 +122,28 @@ def create_segment_then_die(i, directory):
 def add_one_in_place(arr, done):
     arr += 1
     done.put(("ok", float(arr.sum())))
+
+
+def tensor_in_place(t, done):
+    """Receive a Tensor as a Process argument and change it in place."""
+    t._data += 1
+    done.put(("ok", type(t).__name__, bool(t.is_shared())))
+
+
+def tensor_from_queue(q, done):
+    t = q.get(timeout=30)
+    t._data += 1
+    done.put(("ok", type(t).__name__, bool(t.is_shared())))
+
+
+def tensor_to_parent(conn, strategy):
+    import ndist
+    import ndist.multiprocessing as mp
+
+    mp.set_sharing_strategy(strategy)
+    t = ndist.tensor.Tensor._wrap(np.arange(6.0))
+    conn.send(t)  # moves t to shared memory
+    assert conn.recv() == "got it"
+    t._data *= 10
+    conn.send("changed")
+    assert conn.recv() == "bye"

@@ -152,3 +152,36 @@ def test_creator_killed_with_sigkill_is_reclaimed_by_spawn(tmp_path):
     pid = int((tmp_path / "pid").read_text())
     assert info.value.pid == pid
     assert w.shm_names(pid) == []
+
+
+_PARENT = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+import ndist.multiprocessing as mp
+import _mp_workers as w
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    ready = ctx.Queue()
+    p = ctx.Process(target=w.create_then_wait, args=("file_system", ready))
+    p.start()
+    pid = ready.get(timeout=60)
+    print(pid, flush=True)
+    assert len(w.shm_names(pid)) == 1
+    os.kill(pid, signal.SIGKILL)
+    p.join(60)
+    assert len(w.shm_names(pid)) == 1  # left for the parent's exit
+"""
+
+
+@pytest.mark.timeout(120)
+def test_parent_reclaims_segments_of_a_killed_child_at_exit(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(_PARENT.format(tests=os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100)
+    assert out.returncode == 0, out.stderr
+    child = int(out.stdout.split()[0])
+    assert w.shm_names(child) == []
