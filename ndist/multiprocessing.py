@@ -26,6 +26,7 @@ from .runtime.multiprocessing import (
     ProcessException,
     ProcessExitedException,
     ProcessRaisedException,
+    SpawnContext,
     get_all_sharing_strategies,
     get_sharing_strategy,
     init_reductions,
@@ -44,6 +45,7 @@ __all__ = [
     "ProcessException",
     "ProcessRaisedException",
     "ProcessExitedException",
+    "SpawnContext",
 ] + list(multiprocessing.__all__)
 
 init_reductions()

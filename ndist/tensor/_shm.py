@@ -76,7 +76,6 @@ _seq = itertools.count()
 _strategy: str | None = None
 _by_key: "weakref.WeakValueDictionary[tuple, _Segment]" = weakref.WeakValueDictionary()
 _live: dict[int, "weakref.finalize"] = {}
-_created: set[str] = set()  # file_system names this process created and has not unlinked
 _hook_pid: int | None = None
 _afterfork_registered = False
 
@@ -138,12 +137,30 @@ def _new_segment(fd: int, strategy: str, name: str | None, nbytes: int, key: tup
     return seg
 
 
+def _reserve(fd: int, size: int, strategy: str) -> None:
+    """Size the segment and allocate its pages now: a full tmpfs then raises
+    here instead of killing the process with SIGBUS on first write."""
+    os.ftruncate(fd, size)
+    if size and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.ENOMEM):
+                where = SHM_DIR if strategy == "file_system" else "shared memory (memfd)"
+                raise MemoryError(
+                    f"cannot allocate {size} bytes of {where} for a shared tensor: {e.strerror}; "
+                    "free some, enlarge /dev/shm (e.g. docker --shm-size) or share smaller tensors"
+                ) from None
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+
+
 def _create_segment(nbytes: int, strategy: str) -> _Segment:
     seq = next(_seq)
     if strategy == "file_descriptor":
         fd = os.memfd_create(f"ndist_mp_{os.getpid()}_{seq}", os.MFD_CLOEXEC)
         try:
-            os.ftruncate(fd, max(nbytes, 1))
+            _reserve(fd, max(nbytes, 1), strategy)
             st = os.fstat(fd)
             return _new_segment(fd, strategy, None, nbytes, ("fd", st.st_dev, st.st_ino))
         except BaseException:
@@ -154,8 +171,7 @@ def _create_segment(nbytes: int, strategy: str) -> _Segment:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
-        os.ftruncate(fd, nbytes + _HEADER)
-        _created.add(name)
+        _reserve(fd, nbytes + _HEADER, strategy)
         return _new_segment(fd, strategy, name, nbytes, ("name", name))
     except BaseException:
         os.close(fd)
@@ -164,7 +180,6 @@ def _create_segment(nbytes: int, strategy: str) -> _Segment:
 
 
 def _unlink(name: str) -> None:
-    _created.discard(name)
     try:
         os.unlink(os.path.join(SHM_DIR, name))
         log.debug("unlinked shared segment %s", name)
@@ -232,6 +247,8 @@ def segment_of(arr) -> tuple[_Segment, int] | None:
     base = arr
     while isinstance(base, np.ndarray):
         base = base.base
+    if isinstance(base, memoryview):  # np.frombuffer(memoryview(segment))
+        base = base.obj
     if not isinstance(base, _Segment) or base.closed:
         return None
     return base, arr.__array_interface__["data"][0] - base.address - base.data_offset
@@ -446,7 +463,6 @@ def _after_fork_child() -> None:
     global _lock, _hook_pid
     _lock = threading.RLock()
     _hook_pid = None
-    _created.clear()
     for fin in list(_live.values()):
         info = fin.peek()
         if info is None:

@@ -215,3 +215,18 @@ def test_fork_child_holds_its_own_reference(file_system):
     assert p.exitcode == 0
     assert name not in shm_names(os.getpid())
     assert view_keep[0] == 0.0
+
+
+def test_full_tmpfs_raises_memory_error_instead_of_sigbus():
+    size = 1 << 50  # 1 PiB: more than any /dev/shm, refused before a page is touched
+    before = shm_names(os.getpid())
+    with pytest.raises(MemoryError, match=r"cannot allocate 1125899906842688 bytes of /dev/shm"):
+        _shm._create_segment(size, "file_system")
+    assert shm_names(os.getpid()) == before
+
+
+def test_array_over_a_memoryview_of_a_segment_is_shared(strategy):
+    out = _shm.share_array(np.arange(4, dtype=np.uint8))
+    seg = _shm.segment_of(out)[0]
+    again = np.frombuffer(memoryview(seg), dtype=np.uint8, count=4, offset=seg.data_offset)
+    assert _shm.is_shared(again) and _shm.segment_of(again) == (seg, 0)

@@ -10,6 +10,7 @@ from ._spawn import (
     ProcessException,
     ProcessExitedException,
     ProcessRaisedException,
+    SpawnContext,
     spawn,
     start_processes,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "ProcessException",
     "ProcessRaisedException",
     "ProcessExitedException",
+    "SpawnContext",
 ]
 
 init_reductions()

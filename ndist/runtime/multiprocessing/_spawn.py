@@ -24,11 +24,13 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import shutil
 import signal
 import sys
 import tempfile
 import time
 import warnings
+import weakref
 
 from ...tensor import _shm
 
@@ -37,11 +39,14 @@ __all__ = [
     "ProcessException",
     "ProcessRaisedException",
     "ProcessExitedException",
+    "SpawnContext",
     "spawn",
     "start_processes",
 ]
 
 log = logging.getLogger("ndist.runtime")
+
+_ERROR_DIR_PREFIX = "ndist-spawn-"
 
 
 class ProcessException(Exception):
@@ -95,8 +100,10 @@ def _set_pdeathsig(sig: int) -> None:
         pass
 
 
-def _wrap(fn, i, args, error_file):
+def _wrap(fn, i, args, error_file, parent_pid=None):
     _set_pdeathsig(signal.SIGINT)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        return  # the parent died before the death signal was armed
     try:
         fn(i, *args)
     except KeyboardInterrupt:
@@ -118,6 +125,9 @@ class ProcessContext:
         self.error_files = error_files
         self.processes = processes
         self.sentinels = {process.sentinel: index for index, process in enumerate(processes)}
+        dirs = {os.path.dirname(path) for path in error_files}
+        if len(dirs) == 1 and os.path.basename(dirs.pop()).startswith(_ERROR_DIR_PREFIX):
+            weakref.finalize(self, shutil.rmtree, os.path.dirname(error_files[0]), True)
 
     def pids(self) -> list[int]:
         return [int(process.pid) for process in self.processes]
@@ -189,12 +199,13 @@ class ProcessContext:
         msg = f"\n\n-- Process {error_index} terminated with the following error:\n{original_trace}"
         raise ProcessRaisedException(msg, error_index, failed.pid)
 
-    def __del__(self):
-        for path in getattr(self, "error_files", ()):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+
+class SpawnContext(ProcessContext):
+    """Deprecated name of :class:`ProcessContext` (as in torch)."""
+
+    def __init__(self, processes, error_files):
+        warnings.warn("SpawnContext is renamed to ProcessContext", DeprecationWarning, stacklevel=2)
+        super().__init__(processes, error_files)
 
 
 def start_processes(fn, args=(), nprocs: int = 1, join: bool = True, daemon: bool = False, start_method: str = "spawn"):
@@ -213,13 +224,15 @@ def start_processes(fn, args=(), nprocs: int = 1, join: bool = True, daemon: boo
     if start_method not in methods:
         raise ValueError(f"start_method must be one of {methods}, got {start_method!r}")
     ctx = multiprocessing.get_context(start_method)
+    # A private (0700) directory: a child's traceback file cannot be pre-empted by another user.
+    error_dir = tempfile.mkdtemp(prefix=_ERROR_DIR_PREFIX)
+    # forkserver children are the fork server's: their parent (and death signal) is not us.
+    parent_pid = None if start_method == "forkserver" else os.getpid()
     error_files, processes = [], []
     for i in range(nprocs):
-        # The file only exists if the child raised: an empty slot means a clean exit or a signal.
-        fd, path = tempfile.mkstemp(prefix="ndist-errorfile-", suffix=".pickle")
-        os.close(fd)
-        os.unlink(path)
-        process = ctx.Process(target=_wrap, args=(fn, i, args, path), daemon=daemon)
+        # The file only appears if the child raised: none means a clean exit or a signal.
+        path = os.path.join(error_dir, f"{i}.pickle")
+        process = ctx.Process(target=_wrap, args=(fn, i, args, path, parent_pid), daemon=daemon)
         process.start()
         error_files.append(path)
         processes.append(process)

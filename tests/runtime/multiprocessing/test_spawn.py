@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import sys
 import signal
 import time
 
@@ -99,3 +100,61 @@ def test_exceptions_pickle_round_trip():
     assert (type(raised), str(raised), raised.error_index, raised.pid) == (mp.ProcessRaisedException, "msg", 2, 1234)
     exited = pickle.loads(pickle.dumps(mp.ProcessExitedException("m", 1, 99, -9, "SIGKILL")))
     assert (exited.error_index, exited.pid, exited.exit_code, exited.signal_name) == (1, 99, -9, "SIGKILL")
+
+
+@pytest.mark.timeout(120)
+def test_error_files_live_in_a_private_directory_removed_with_the_context():
+    import gc
+
+    ctx = mp.start_processes(w.sleep_for, args=(0,), nprocs=2, join=False)
+    directory = os.path.dirname(ctx.error_files[0])
+    assert {os.path.dirname(f) for f in ctx.error_files} == {directory}
+    assert os.stat(directory).st_mode & 0o777 == 0o700
+    while not ctx.join():
+        pass
+    del ctx
+    gc.collect()
+    assert not os.path.exists(directory)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return "\nState:\tZ" not in fh.read()
+    except FileNotFoundError:
+        return False
+
+
+_ORPHANING_PARENT = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+import ndist.multiprocessing as mp
+import _mp_workers as w
+
+if __name__ == "__main__":
+    ctx = mp.spawn(w.sleep_for, args=(300,), nprocs=1, join=False)
+    print(ctx.pids()[0], flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_children_die_with_their_parent(tmp_path):
+    import subprocess
+
+    script = tmp_path / "parent.py"
+    script.write_text(_ORPHANING_PARENT.format(tests=os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100)
+    assert proc.returncode == -signal.SIGKILL
+    child = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + 60
+    while _alive(child):
+        assert time.monotonic() < deadline, "the orphaned child kept running"
+        time.sleep(0.05)
+
+
+def test_spawn_context_is_the_deprecated_name_of_process_context():
+    with pytest.warns(DeprecationWarning, match="renamed to ProcessContext"):
+        ctx = mp.SpawnContext([], [])
+    assert isinstance(ctx, mp.ProcessContext) and ctx.join() is True
