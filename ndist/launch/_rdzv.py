@@ -11,9 +11,10 @@ Several nodes: the agent of node 0 hosts one ``TCPStoreServer`` on
 (``compare_set``, so two agents claiming one node rank is an error), waits
 for all nodes, and derives the world size and its first global rank from
 the node ranks in order. A failing node publishes its root cause under
-``ndistrun/k/failed`` and sets ``ndistrun/k/stop``; a watcher thread in every
-agent waits on that key and wakes the monitor loop, which stops the local
-ranks. Node 0 keeps the store up until every node reported its end of the
+``ndistrun/k/failed`` and sets every node's ``ndistrun/k/wake/<node>`` to
+``stop``; a watcher thread in each agent waits on its own wake key and wakes
+the monitor loop, which stops the local ranks (an agent ending the attempt
+sets its key to ``done`` to release its watcher). Node 0 keeps the store up until every node reported its end of the
 attempt. Ranks use the same store under their own keys; the runtime keys
 them by ``NDIST_RESTART_COUNT``.
 """
@@ -138,7 +139,8 @@ class _StoreRendezvous:
         from ndist.runtime import DistTimeoutError
 
         c = self.config
-        me = json.dumps({"host": self.host, "nproc": c.nproc_per_node}).encode()
+        # The nonce tells two agents on one host with the same --node-rank apart.
+        me = json.dumps({"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex()}).encode()
         got = self.store.compare_set(self._key(attempt, "node", c.node_rank), b"", me)
         if got != me:
             other = json.loads(got)
@@ -165,41 +167,51 @@ class _StoreRendezvous:
     # -------------------------------------------------------- watching peers
     def _start_watcher(self, attempt: int) -> None:
         self._stop_watcher()
+        self._watch_key = self._key(attempt, "wake", self.config.node_rank)
         self._watch_store = self._client(self.config.rdzv_timeout)
         self._watcher = threading.Thread(
-            target=self._watch, args=(self._watch_store, self._key(attempt, "stop"), self.wake_fd), name="ndistrun-watch", daemon=True
+            target=self._watch, args=(self._watch_store, self._watch_key, self.wake_fd), name="ndistrun-watch", daemon=True
         )
         self._watcher.start()
 
     @staticmethod
-    def _watch(store, key: str, wake_w: int | None) -> None:
-        from ndist.runtime import DistError
+    def _watch(store, key: str, wake_fd: int | None) -> None:
+        """Wait for this node's wake key: "stop" (another node failed) wakes the monitor loop."""
+        from ndist.runtime import DistError, DistTimeoutError
 
         from ._workers import WAKE_STOP
 
         while True:
             try:
                 store.wait([key], timeout=3600)
-            except DistError as err:
-                if "timed out" in str(err) or isinstance(err, TimeoutError):
-                    continue
-                return  # the store closed (job over, or we closed our client)
+                value = store.get(key)
+                break
+            except DistTimeoutError:
+                continue
+            except (DistError, OSError):
+                return  # the store went away: the job is over
+        if value == b"stop" and wake_fd is not None:
+            try:
+                os.write(wake_fd, bytes([WAKE_STOP]))
             except OSError:
-                return
-            if wake_w is not None:
-                try:
-                    os.write(wake_w, bytes([WAKE_STOP]))
-                except OSError:
-                    pass
-            return
+                pass
+        store.close()
 
     def _stop_watcher(self) -> None:
+        if self._watcher is not None:
+            try:
+                self.store.compare_set(self._watch_key, b"", b"done")
+            except Exception:  # noqa: BLE001 - the store is gone: the watcher ends by itself
+                pass
+            self._watcher.join(5)
+            self._watcher = None
         if self._watch_store is not None:
             self._watch_store.close()
             self._watch_store = None
-        if self._watcher is not None:
-            self._watcher.join(5)
-            self._watcher = None
+
+    def _wake_all(self, attempt: int) -> None:
+        for n in range(self.config.nnodes):
+            self.store.compare_set(self._key(attempt, "wake", n), b"", b"stop")
 
     # -------------------------------------------------------- outcomes
     def _end(self, attempt: int, outcome: str) -> None:
@@ -218,14 +230,14 @@ class _StoreRendezvous:
         self._stop_watcher()  # before "stop" is set: it must not wake our next attempt
         if failure is not None:
             self.store.compare_set(self._key(attempt, "failed"), b"", json.dumps(failure.to_json()).encode())
-        self.store.set(self._key(attempt, "stop"), b"1")
+        self._wake_all(attempt)
         self._end(attempt, "failed")
         self._wait_all_ended(attempt)
 
     def report_stop(self, attempt: int) -> None:
         self._stop_watcher()
         try:
-            self.store.set(self._key(attempt, "stop"), b"1")
+            self._wake_all(attempt)
             self._end(attempt, "stopped")
         except Exception:  # noqa: BLE001 - interrupted teardown: the store may be gone
             pass
