@@ -206,6 +206,21 @@ def test_send_recv_between_ranks_in_issue_order():
     np.testing.assert_array_equal(b, np.arange(4) * 2)
 
 
+def test_coalesced_exchange_in_both_directions():
+    # Both ranks send first, then receive: without one NCCL group this order deadlocks.
+    def fn(be):
+        peer = 1 - be.rank
+        out = cp.full(1 << 16, be.rank + 1, dtype=cp.float32)
+        got = cp.zeros(1 << 16, dtype=cp.float32)
+        with be.coalescing():
+            be.send(out, peer)
+            w = be.recv(got, peer)
+        w.wait()
+        return float(got.min()), float(got.max())
+
+    assert run_nccl(fn) == [(2.0, 2.0), (1.0, 1.0)]
+
+
 def test_missing_peer_times_out_and_aborts():
     def fn(be):
         if be.rank == 1:

@@ -86,7 +86,7 @@ class CudaWork(Work):
         """Complete (or fail) the work if its event fired; True once done."""
         if self._state:
             return True
-        if not self._event.done:
+        if self._event is None or not self._event.done:  # None: its coalescing block is open
             return False
         err = self._check()
         if err is None:
@@ -145,6 +145,8 @@ class CudaWork(Work):
         if self._state == self._FAILED:
             raise self._error
         if self._state == self._PENDING:
+            if self._event is None:
+                raise RuntimeError(f"{self.op} (#{self.seq}): cannot wait inside the coalescing block that issued it")
             import cupy
 
             cupy.cuda.get_current_stream().wait_event(self._event)
@@ -153,6 +155,8 @@ class CudaWork(Work):
     def synchronize(self) -> None:
         """Block the host until the operation finished on the GPU; raise its error."""
         if not self._state:
+            if self._event is None:
+                raise RuntimeError(f"{self.op} (#{self.seq}): cannot wait inside the coalescing block that issued it")
             self._event.synchronize()
             self._poll()
         if self._state == self._FAILED:
