@@ -1,0 +1,204 @@
+"""Collective algorithms of the socket backend, written against the engine.
+
+Each is one or two steps of direct exchanges: every peer gets its part in the
+same step, so with non-blocking streams nothing waits on a pairwise order and
+``n`` ranks progress at once. Payloads to a peer on the same host go through
+this rank's shared-memory segment (written once, read — or reduced from —
+in place by every peer); to other peers inline over TCP. Choices depend only
+on (op, byte size, group size, transport), so all ranks choose alike.
+
+* all_reduce: direct (everyone sends everything, everyone reduces in rank
+  order) up to ``DIRECT_MAX`` bytes; above, reduce-scatter + all-gather, each
+  rank reducing its slice straight from the peers' buffers.
+* reduce / gather: direct to the root; broadcast / scatter: direct from it.
+* all_to_all, reduce_scatter, all_gather: one pairwise exchange step.
+
+Floating-point results are identical on every rank (same order of reduction).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _frame as F
+from ._engine import Expect
+from ._reduce import finalize, reduce_ordered
+
+__all__ = ["Algorithms", "DIRECT_MAX"]
+
+DIRECT_MAX = 256 << 10
+_ALIGN = 64
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+class Algorithms:
+    """Mixin: needs ``self._eng``, ``self._seg``, ``self.rank``, ``self.size``, ``self._shm_for``."""
+
+    # ---------------------------------------------------------- staging
+    def _stage(self, arrays: list) -> list:
+        """Copy ``arrays`` (uint8) into our segment; return their offsets."""
+        offs, total = [], 0
+        for a in arrays:
+            offs.append(total)
+            total += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        self._seg.reserve(total)
+        seg = self._seg.buf
+        for a, o in zip(arrays, offs):
+            if a.nbytes:
+                np.copyto(seg[o : o + a.nbytes], a)
+        return offs
+
+    def _send_same(self, peers, data: np.ndarray, step: int = 0) -> None:
+        """Send the same bytes to every peer in ``peers`` (staged once if any uses shm)."""
+        eng = self._eng
+        off = None
+        if any(self._shm_for(p, data.nbytes) for p in peers):
+            off = self._stage([data])[0]
+        for p in peers:
+            if off is not None and self._shm_for(p, data.nbytes):
+                eng.send(p, step, shm_offset=off, nbytes=data.nbytes)
+            else:
+                eng.send(p, step, data)
+
+    def _send_each(self, parts: dict, step: int = 0) -> None:
+        """Send ``parts[p]`` (uint8) to each peer ``p``."""
+        eng = self._eng
+        shm = [p for p, a in parts.items() if self._shm_for(p, a.nbytes)]
+        offs = dict(zip(shm, self._stage([parts[p] for p in shm]))) if shm else {}
+        for p, a in parts.items():
+            if p in offs:
+                eng.send(p, step, shm_offset=offs[p], nbytes=a.nbytes)
+            else:
+                eng.send(p, step, a)
+
+    def _peers(self):
+        return [p for p in range(self.size) if p != self.rank]
+
+    # ---------------------------------------------------------- reductions
+    def _do_all_reduce(self, buf, op, scale):
+        if buf.nbytes <= DIRECT_MAX or buf.size < self.size:
+            return self._direct_reduce(buf, op, scale, root=None)
+        return self._rs_ag(buf, op, scale)
+
+    def _direct_reduce(self, buf, op, scale, root):
+        eng, r, dt = self._eng, self.rank, buf.dtype
+        data = _bytes(buf)
+        if root is not None and r != root:
+            self._send_same([root], data)
+            eng.step(None, [])
+            return
+        peers = self._peers()
+        if root is None:
+            self._send_same(peers, data)
+        exps = [Expect(p, F.DATA, 0, data.nbytes) for p in peers]
+        eng.step(None, exps)
+        res = iter(exps)
+        own = buf if r < 2 else buf.copy()
+        contribs = [own if p == r else next(res).result.view(dt).reshape(buf.shape) for p in range(self.size)]
+        reduce_ordered(buf, contribs, op)
+        finalize(buf, op, scale, self.size)
+
+    def _rs_ag(self, buf, op, scale):
+        eng, r, n, dt = self._eng, self.rank, self.size, buf.dtype
+        flat = buf.reshape(-1)
+        item = dt.itemsize
+        bounds = [flat.size * i // n for i in range(n + 1)]
+        lo, hi = bounds[r], bounds[r + 1]
+        data = _bytes(buf)
+        chunk = lambda i: data[bounds[i] * item : bounds[i + 1] * item]  # noqa: E731
+        peers = self._peers()
+        shm = [p for p in peers if self._shm_for(p, chunk(p).nbytes)]
+        out = None
+        if shm:
+            # the segment mirrors buf: peers read their chunk; ours holds the result
+            self._seg.reserve(data.nbytes)
+            seg = self._seg.buf
+            for p in shm:
+                np.copyto(seg[bounds[p] * item : bounds[p + 1] * item], chunk(p))
+            out = seg[lo * item : hi * item].view(dt)
+        for p in peers:
+            if p in shm:
+                eng.send(p, 0, shm_offset=bounds[p] * item, nbytes=chunk(p).nbytes)
+            else:
+                eng.send(p, 0, chunk(p))
+        exps = [Expect(p, F.DATA, 0, (hi - lo) * item) for p in peers]
+        eng.step(None, exps)
+        if out is None:
+            out = eng.scratch(r, (hi - lo) * item).view(dt)
+        res = iter(exps)
+        contribs = [flat[lo:hi] if p == r else next(res).result.view(dt) for p in range(n)]
+        reduce_ordered(out, contribs, op)
+        finalize(out, op, scale, n)
+        for p in peers:
+            if p in shm:
+                eng.send(p, 1, shm_offset=lo * item, nbytes=(hi - lo) * item)
+            else:
+                eng.send(p, 1, out.view(np.uint8))
+        exps = [Expect(p, F.DATA, 1, chunk(p).nbytes, into=chunk(p)) for p in peers]
+        flat[lo:hi] = out
+        eng.step(None, exps)
+
+    def _do_reduce_scatter(self, out, inputs, op, scale):
+        eng, r, dt = self._eng, self.rank, out.dtype
+        peers = self._peers()
+        self._send_each({p: _bytes(inputs[p]) for p in peers})
+        exps = [Expect(p, F.DATA, 0, out.nbytes) for p in peers]
+        eng.step(None, exps)
+        own = inputs[r]
+        if np.may_share_memory(own, out):
+            own = own.copy()
+        res = iter(exps)
+        contribs = [own.reshape(out.shape) if p == r else next(res).result.view(dt).reshape(out.shape)
+                    for p in range(self.size)]
+        reduce_ordered(out, contribs, op)
+        finalize(out, op, scale, self.size)
+
+    # ---------------------------------------------------------- movement
+    def _do_broadcast(self, buf, src):
+        data = _bytes(buf)
+        if self.rank == src:
+            self._send_same(self._peers(), data)
+            self._eng.step(None, [])
+        else:
+            self._eng.step(None, [Expect(src, F.DATA, 0, data.nbytes, into=data)])
+
+    def _do_all_gather(self, outputs, inp):
+        data = _bytes(inp)
+        peers = self._peers()
+        self._send_same(peers, data)
+        self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p])) for p in peers])
+        np.copyto(_bytes(outputs[self.rank]), data)
+
+    def _do_gather(self, outputs, inp, dst):
+        data = _bytes(inp)
+        if self.rank != dst:
+            self._send_same([dst], data)
+            self._eng.step(None, [])
+            return
+        self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p]))
+                              for p in self._peers()])
+        np.copyto(_bytes(outputs[dst]), data)
+
+    def _do_scatter(self, out, inputs, src):
+        data = _bytes(out)
+        if self.rank != src:
+            self._eng.step(None, [Expect(src, F.DATA, 0, data.nbytes, into=data)])
+            return
+        self._send_each({p: _bytes(inputs[p]) for p in self._peers()})
+        self._eng.step(None, [])
+        np.copyto(data, _bytes(inputs[src]))
+
+    def _do_all_to_all(self, outputs, inputs):
+        peers = self._peers()
+        self._send_each({p: _bytes(inputs[p]) for p in peers})
+        self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p])) for p in peers])
+        np.copyto(_bytes(outputs[self.rank]), _bytes(inputs[self.rank]))
+
+    def _do_barrier(self):
+        peers = self._peers()
+        for p in peers:
+            self._eng.send(p, 0)
+        self._eng.step(None, [Expect(p, F.DATA, 0, 0) for p in peers])
