@@ -10,7 +10,8 @@ on (op, byte size, group size, transport), so all ranks choose alike.
 * all_reduce: direct (everyone sends everything, everyone reduces in rank
   order) up to ``DIRECT_MAX`` bytes; above, reduce-scatter + all-gather, each
   rank reducing its slice straight from the peers' buffers.
-* reduce / gather: direct to the root; broadcast / scatter: direct from it.
+* reduce / gather: direct to the root; broadcast / scatter: direct from it;
+  a header-only ticket flows the other way so both sides check the call.
 * all_to_all, reduce_scatter, all_gather: one pairwise exchange step.
 
 Floating-point results are identical on every rank (same order of reduction).
@@ -27,6 +28,7 @@ from ._reduce import finalize, reduce_ordered
 __all__ = ["Algorithms", "DIRECT_MAX"]
 
 DIRECT_MAX = 256 << 10
+TICKET = 2
 _ALIGN = 64
 
 
@@ -74,6 +76,13 @@ class Algorithms:
             else:
                 eng.send(p, step, a)
 
+    def _tickets(self, peers) -> None:
+        """Rooted ops: the ranks that only receive (or only send) send a header-only
+        ticket the other way, so that a mismatched call (other op, dtype, count or
+        root) is seen by both sides instead of completing silently or hanging."""
+        for p in peers:
+            self._eng.send(p, TICKET)
+
     def _peers(self):
         return [p for p in range(self.size) if p != self.rank]
 
@@ -88,11 +97,13 @@ class Algorithms:
         data = _bytes(buf)
         if root is not None and r != root:
             self._send_same([root], data)
-            eng.step(None, [])
+            eng.step(None, [Expect(root, F.DATA, TICKET, 0)])
             return
         peers = self._peers()
         if root is None:
             self._send_same(peers, data)
+        else:
+            self._tickets(peers)
         exps = [Expect(p, F.DATA, 0, data.nbytes) for p in peers]
         eng.step(None, exps)
         res = iter(exps)
@@ -161,8 +172,9 @@ class Algorithms:
         data = _bytes(buf)
         if self.rank == src:
             self._send_same(self._peers(), data)
-            self._eng.step(None, [])
+            self._eng.step(None, [Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
         else:
+            self._tickets([src])
             self._eng.step(None, [Expect(src, F.DATA, 0, data.nbytes, into=data)])
 
     def _do_all_gather(self, outputs, inp):
@@ -176,8 +188,9 @@ class Algorithms:
         data = _bytes(inp)
         if self.rank != dst:
             self._send_same([dst], data)
-            self._eng.step(None, [])
+            self._eng.step(None, [Expect(dst, F.DATA, TICKET, 0)])
             return
+        self._tickets(self._peers())
         self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p]))
                               for p in self._peers()])
         np.copyto(_bytes(outputs[dst]), data)
@@ -185,10 +198,11 @@ class Algorithms:
     def _do_scatter(self, out, inputs, src):
         data = _bytes(out)
         if self.rank != src:
+            self._tickets([src])
             self._eng.step(None, [Expect(src, F.DATA, 0, data.nbytes, into=data)])
             return
         self._send_each({p: _bytes(inputs[p]) for p in self._peers()})
-        self._eng.step(None, [])
+        self._eng.step(None, [Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
         np.copyto(data, _bytes(inputs[src]))
 
     def _do_all_to_all(self, outputs, inputs):

@@ -199,11 +199,18 @@ class P2P:
         data = np.empty(h.nbytes, dtype=np.uint8)
         if h.nbytes:
             _net.recv_into_exact(sock, memoryview(data))
-        if r is not None:
-            self._fill(r, peer, data)  # size mismatch: fails the receive
-        else:
+        if r is None:
+            # a receive may have been posted while the payload was arriving
             with self._lock:
-                self._unexpected.append((peer, h.root, data))
+                for i, r in enumerate(self._posted):
+                    if r.matches(peer, h.root):
+                        del self._posted[i]
+                        break
+                else:
+                    r = None
+                    self._unexpected.append((peer, h.root, data))
+        if r is not None:
+            self._fill(r, peer, data)  # copies, or fails the receive on a size mismatch
 
     def _peer_lost(self, peer: int, err) -> None:
         mesh = self._mesh()
