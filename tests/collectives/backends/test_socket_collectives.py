@@ -257,3 +257,11 @@ def test_bad_arguments_raise_before_sending():
         b.all_reduce(x, ReduceOp.SUM, blocking=True).wait()
         assert (x == 2).all()
     run_group(2, fn)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("n", SIZES)
+def test_every_op_in_one_body(transport, n):
+    from _socket_bodies import all_ops
+
+    run_group(n, lambda b: all_ops(b, 5), transport)
