@@ -46,8 +46,7 @@ class Algorithms:
         for a in arrays:
             offs.append(total)
             total += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-        self._seg.reserve(total)
-        seg = self._seg.buf
+        seg = self._eng.segment(total)
         for a, o in zip(arrays, offs):
             if a.nbytes:
                 np.copyto(seg[o : o + a.nbytes], a)
@@ -125,8 +124,7 @@ class Algorithms:
         out = None
         if shm:
             # the segment mirrors buf: peers read their chunk; ours holds the result
-            self._seg.reserve(data.nbytes)
-            seg = self._seg.buf
+            seg = self._eng.segment(data.nbytes)
             for p in shm:
                 np.copyto(seg[bounds[p] * item : bounds[p + 1] * item], chunk(p))
             out = seg[lo * item : hi * item].view(dt)

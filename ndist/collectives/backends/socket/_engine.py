@@ -149,17 +149,27 @@ class Engine:
         self.refs_out = set()
         self.refs_in = set()
         self.acked = set()
+
+    def segment(self, nbytes: int) -> np.ndarray:
+        """Our segment, at least ``nbytes``, once no peer still reads an older op from it.
+
+        Readers acknowledge after their op ends; we only wait for those ACKs here,
+        before overwriting, so an op never waits a round trip for them.
+        """
         if self.unacked:
-            # Peers may still read our segment for an op that failed here: wait
-            # for their ACK/ABORT of it before anything can overwrite it.
             self.step([], [Expect(p, kind=-1) for p in sorted(self.unacked)])
+        self.own_seg.reserve(nbytes)
+        return self.own_seg.buf
 
     def finish(self) -> None:
-        """End of a successful op: release peers' segments, wait for readers of ours."""
-        if self.refs_in or self.refs_out:
+        """End of a successful op: release the peers' segments we read."""
+        if self.refs_in:
             for p in self.refs_in:
                 self.conns[p].out.append(memoryview(self.frame(F.ACK, 255, 0)))
-            self.step([], [Expect(p, kind=F.ACK, step=255) for p in sorted(self.refs_out)])
+            self.step([], [])
+        if self.refs_out:
+            self.unacked = self.refs_out - self.acked
+            self.unacked_seq = self.op.seq
         self.op = None
 
     def fail(self, exc: BaseException) -> None:
@@ -172,7 +182,7 @@ class Engine:
                 # stop writing into the caller's buffer; drain the rest
                 conn.drain = len(conn.pay) - conn.pgot
                 conn.pay, conn.on_pay = None, None
-        if self.refs_out - self.acked:
+        if self.refs_out:
             self.unacked = self.refs_out - self.acked
             self.unacked_seq = op.seq
         kind = "network" if isinstance(exc, DistNetworkError) else (
@@ -289,9 +299,11 @@ class Engine:
                 conn.on_pay = None
                 cb(conn, memoryview(b""))
             return
-        if h.kind == F.ACK and h.seq != cur:
+        if h.kind == F.ACK:
             if h.seq == self.unacked_seq:
                 self.unacked.discard(conn.peer)
+            elif h.seq == cur:
+                self.acked.add(conn.peer)
             if exp.kind == -1 and conn.peer not in self.unacked:
                 exp.done = True
             return
@@ -324,10 +336,6 @@ class Engine:
             if not h.flags and h.kind == F.DATA:
                 conn.drain = h.nbytes
             raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; {theirs}")
-        if h.kind == F.ACK:
-            self.acked.add(conn.peer)
-            exp.done = True
-            return
         if h.flags & F.F_SHM:
             try:
                 view = self.peer_segs.view(conn.peer, self.prefixes[conn.peer], h.shm_gen, h.offset, h.nbytes)
