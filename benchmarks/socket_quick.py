@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20]
+SIZES = [int(s) for s in os.environ.get("BENCH_SIZES", "").split(",") if s] or [4 << 10, 64 << 10, 1 << 20, 16 << 20]
 
 
 class _MgrStore:
@@ -50,6 +50,12 @@ def _rank(rank, n, d, transport, q):
                          SimpleNamespace(transport=transport))
     b = SocketBackend(ctx)
     rows = []
+    prof = None
+    if rank == 0 and os.environ.get("BENCH_PROFILE"):
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
     for nbytes in SIZES:
         x = np.ones(nbytes // 4, np.float32)
         ins = [np.ones(nbytes // 4 // n, np.float32) for _ in range(n)]
@@ -60,11 +66,14 @@ def _rank(rank, n, d, transport, q):
             for _ in range(max(3, it // 10)):
                 call().wait()
             b.barrier(blocking=True).wait()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(it):
                 call().wait()
             dt = (time.perf_counter() - t0) / it
-            rows.append((name, nbytes, dt))
+            rows.append((name, nbytes, dt, (time.process_time() - c0) / it))
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(os.environ["BENCH_PROFILE"])
     b.close()
     if rank == 0:
         q.put(rows)
@@ -85,16 +94,18 @@ def _mpi(n):
                 call()
             comm.Barrier()
             t0 = time.perf_counter()
+            c0 = time.process_time()
             for _ in range(it):
                 call()
-            rows.append((name, nbytes, (time.perf_counter() - t0) / it))
+            rows.append((name, nbytes, (time.perf_counter() - t0) / it, (time.process_time() - c0) / it))
     return rows
 
 
 def _print(rows, n, label):
-    for name, nbytes, dt in rows:
+    for name, nbytes, dt, cpu in rows:
         factor = 2 * (n - 1) / n if name == "all_reduce" else (n - 1) / n
-        print(f"{label:8s} {name:11s} n={n} {nbytes:>10d} B  {dt * 1e6:10.1f} us  busbw {nbytes / dt * factor / 1e9:6.2f} GB/s")
+        print(f"{label:8s} {name:11s} n={n} {nbytes:>10d} B  {dt * 1e6:10.1f} us  cpu {cpu * 1e6:10.1f} us  "
+              f"busbw {nbytes / dt * factor / 1e9:6.2f} GB/s")
 
 
 def main():

@@ -36,7 +36,7 @@ _POLLERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
 
 class OpInfo:
-    __slots__ = ("name", "code", "dtype", "count", "root", "seq", "desc")
+    __slots__ = ("name", "code", "dtype", "count", "root", "seq", "rank")
 
     def __init__(self, name, dtype_code, count, root, seq, rank):
         self.name = name
@@ -45,7 +45,11 @@ class OpInfo:
         self.count = count
         self.root = root
         self.seq = seq
-        self.desc = F.describe(rank, self.code, dtype_code, count, seq, root)
+        self.rank = rank
+
+    @property
+    def desc(self) -> str:
+        return F.describe(self.rank, self.code, self.dtype, self.count, self.seq, self.root)
 
 
 class Expect:
@@ -105,6 +109,7 @@ class Engine:
         self.unacked_seq = -1
         self.acked: set = set()
         self._scratch: dict = {}
+        self._spin_budget = 32 if spin else 0
         self._waiting: list = []
 
     # ----------------------------------------------------------- helpers
@@ -363,7 +368,7 @@ class Engine:
         del sends  # frames are queued with send(); kept for readability of callers
         self._waiting = expects
         conns = self.conns
-        spins = 0
+        spins, polled = 0, False
         while True:
             progressed = False
             for c in conns.values():
@@ -379,11 +384,17 @@ class Engine:
             if not pending and not any(c.out for c in conns.values()):
                 return
             if progressed:
-                spins = 0
+                if spins and not polled and self.spin and self._spin_budget < 256:
+                    self._spin_budget += 8  # the spin paid off
+                spins, polled = 0, False
                 continue
             spins += 1
-            if self.spin and spins < 64:
+            if spins <= self._spin_budget:
                 continue
+            if self.spin:
+                # nothing came while spinning: spin less next time (a loaded
+                # machine must not lose its cores to spinning ranks)
+                self._spin_budget = max(4, self._spin_budget // 2)
             left = self.deadline - time.monotonic()
             if left <= 0:
                 waiting = sorted({e.peer for e in expects if not e.done})
@@ -400,6 +411,7 @@ class Engine:
                     poller.register(c.fd, _POLLOUT | (_POLLIN if any(
                         e.peer == c.peer and not e.done for e in expects) else 0))
             poller.poll(min(left, 1.0) * 1000.0)
+            polled = True
 
 
 def _data_done(exp):

@@ -75,8 +75,14 @@ def op_code(name: str) -> int:
     return _OP_CODES[name]
 
 
+_dtype_cache: dict = {}
+
+
 def dtype_code(dtype: np.dtype) -> int:
-    return _DTYPE_CODES.get(np.dtype(dtype).name, 0)
+    code = _dtype_cache.get(dtype)
+    if code is None:
+        code = _dtype_cache[dtype] = _DTYPE_CODES.get(np.dtype(dtype).name, 0)
+    return code
 
 
 def dtype_name(code: int) -> str:

@@ -52,9 +52,10 @@ def reduce_ordered(out: np.ndarray, contribs: list, op: ReduceOp) -> None:
         if contribs[0] is not out:
             np.copyto(out, contribs[0])
         return
-    f(contribs[0], contribs[1], out=out)
-    for c in contribs[2:]:
-        f(out, c, out=out)
+    with np.errstate(all="ignore"):  # overflow to inf is a result, as in torch
+        f(contribs[0], contribs[1], out=out)
+        for c in contribs[2:]:
+            f(out, c, out=out)
 
 
 def finalize(out: np.ndarray, op: ReduceOp, scale, size: int) -> None:
@@ -66,7 +67,8 @@ def finalize(out: np.ndarray, op: ReduceOp, scale, size: int) -> None:
                 np.add(q, (out < 0) & (q * size != out), out=q, casting="unsafe")
             out[...] = q
         else:
-            np.divide(out, out.dtype.type(size), out=out)
+            with np.errstate(all="ignore"):
+                np.divide(out, out.dtype.type(size), out=out)
     elif op == ReduceOp.PREMUL_SUM:
         s = np.asarray(scale)
         if s.size != 1:
