@@ -28,6 +28,8 @@ from ._reduce import finalize, reduce_ordered
 __all__ = ["Algorithms", "DIRECT_MAX"]
 
 DIRECT_MAX = 256 << 10
+#: bytes of the buffer per pipelined reduce-scatter + all-gather round
+CHUNK = 4 << 20
 TICKET = 2
 _ALIGN = 64
 
@@ -112,41 +114,50 @@ class Algorithms:
         finalize(buf, op, scale, self.size)
 
     def _rs_ag(self, buf, op, scale):
-        eng, r, n, dt = self._eng, self.rank, self.size, buf.dtype
+        """Reduce-scatter + all-gather, pipelined in chunks of ``CHUNK`` bytes so that
+        what one rank writes is still in the shared cache when a peer reads it."""
+        eng, n, dt = self._eng, self.size, buf.dtype
         flat = buf.reshape(-1)
         item = dt.itemsize
-        bounds = [flat.size * i // n for i in range(n + 1)]
+        per = max(n, CHUNK // item)
+        k = -(-flat.size // per)
+        shm_all = any(self._shm_for(p, per * item // n) for p in self._peers())
+        seg = eng.segment(flat.size * item) if shm_all else None
+        for c in range(k):
+            lo = c * flat.size // k
+            hi = (c + 1) * flat.size // k
+            self._rs_ag_chunk(flat, lo, hi, op, scale, seg, 2 * (c % 100))
+
+    def _rs_ag_chunk(self, flat, a, b, op, scale, seg, step):
+        eng, r, n, dt = self._eng, self.rank, self.size, flat.dtype
+        item = dt.itemsize
+        bounds = [a + (b - a) * i // n for i in range(n + 1)]
         lo, hi = bounds[r], bounds[r + 1]
-        data = _bytes(buf)
+        data = flat.view(np.uint8)
         chunk = lambda i: data[bounds[i] * item : bounds[i + 1] * item]  # noqa: E731
         peers = self._peers()
-        shm = [p for p in peers if self._shm_for(p, chunk(p).nbytes)]
-        out = None
-        if shm:
-            # the segment mirrors buf: peers read their chunk; ours holds the result
-            seg = self._eng.segment(data.nbytes)
-            for p in shm:
-                np.copyto(seg[bounds[p] * item : bounds[p + 1] * item], chunk(p))
-            out = seg[lo * item : hi * item].view(dt)
+        shm = [p for p in peers if seg is not None and self._shm_for(p, chunk(p).nbytes)]
+        for p in shm:
+            # the segment mirrors buf: peers read their slice; ours will hold the result
+            np.copyto(seg[bounds[p] * item : bounds[p + 1] * item], chunk(p))
         for p in peers:
             if p in shm:
-                eng.send(p, 0, shm_offset=bounds[p] * item, nbytes=chunk(p).nbytes)
+                eng.send(p, step, shm_offset=bounds[p] * item, nbytes=chunk(p).nbytes)
             else:
-                eng.send(p, 0, chunk(p))
-        exps = [Expect(p, F.DATA, 0, (hi - lo) * item) for p in peers]
+                eng.send(p, step, chunk(p))
+        exps = [Expect(p, F.DATA, step, (hi - lo) * item) for p in peers]
         eng.step(None, exps)
-        if out is None:
-            out = eng.scratch(r, (hi - lo) * item).view(dt)
+        out = seg[lo * item : hi * item].view(dt) if shm else eng.scratch(r, (hi - lo) * item).view(dt)
         res = iter(exps)
         contribs = [flat[lo:hi] if p == r else next(res).result.view(dt) for p in range(n)]
         reduce_ordered(out, contribs, op)
         finalize(out, op, scale, n)
         for p in peers:
             if p in shm:
-                eng.send(p, 1, shm_offset=lo * item, nbytes=(hi - lo) * item)
+                eng.send(p, step + 1, shm_offset=lo * item, nbytes=(hi - lo) * item)
             else:
-                eng.send(p, 1, out.view(np.uint8))
-        exps = [Expect(p, F.DATA, 1, chunk(p).nbytes, into=chunk(p)) for p in peers]
+                eng.send(p, step + 1, out.view(np.uint8))
+        exps = [Expect(p, F.DATA, step + 1, chunk(p).nbytes, into=chunk(p)) for p in peers]
         flat[lo:hi] = out
         eng.step(None, exps)
 

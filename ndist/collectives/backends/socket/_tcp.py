@@ -58,9 +58,20 @@ def _tune(sock: socket.socket) -> None:
 
 
 def _advertised_host() -> str:
+    """The address peers on other hosts dial: ``NDIST_SOCKET_HOST`` if set, else the
+    local address of the route to ``MASTER_ADDR`` (the interface the job uses),
+    else the host name's address."""
     host = os.environ.get("NDIST_SOCKET_HOST")
     if host:
         return host
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((master, int(os.environ.get("MASTER_PORT", "29500") or 29500)))
+                return probe.getsockname()[0]
+        except (OSError, ValueError):
+            pass
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
