@@ -265,3 +265,24 @@ def test_every_op_in_one_body(transport, n):
     from _socket_bodies import all_ops
 
     run_group(n, lambda b: all_ops(b, 5), transport)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_all_to_all_large_messages_in_pieces(transport):
+    from ndist.collectives.backends.socket._algorithms import A2A_CHUNK
+
+    n = 3
+    big = 2 * A2A_CHUNK + 3  # three pieces, uneven
+
+    def size(i, j):  # bytes rank i sends to rank j
+        return (big, 1, 0, A2A_CHUNK)[(i + 2 * j) % 4]
+
+    def fn(b):
+        r = b.rank
+        ins = [(np.arange(size(r, j), dtype=np.int64) % 251 + r * 7 + j).astype(np.uint8) for j in range(n)]
+        outs = [np.empty(size(i, r), np.uint8) for i in range(n)]
+        b.all_to_all(outs, ins, blocking=True).wait()
+        for i in range(n):
+            exp = (np.arange(size(i, r), dtype=np.int64) % 251 + i * 7 + r).astype(np.uint8)
+            assert np.array_equal(outs[i], exp), i
+    run_group(n, fn, transport)

@@ -30,6 +30,8 @@ __all__ = ["Algorithms", "DIRECT_MAX"]
 DIRECT_MAX = 256 << 10
 #: bytes of the buffer per pipelined reduce-scatter + all-gather round
 CHUNK = 4 << 20
+#: bytes per piece of one all_to_all message
+A2A_CHUNK = 2 << 20
 TICKET = 2
 _ALIGN = 64
 
@@ -52,6 +54,15 @@ class Algorithms:
         for a, o in zip(arrays, offs):
             if a.nbytes:
                 np.copyto(seg[o : o + a.nbytes], a)
+        return offs
+
+    def _reserve_layout(self, arrays: list) -> list:
+        """Offsets for ``arrays`` in our segment, reserved but not written."""
+        offs, total = [], 0
+        for a in arrays:
+            offs.append(total)
+            total += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        self._eng.segment(total)
         return offs
 
     def _send_same(self, peers, data: np.ndarray, step: int = 0) -> None:
@@ -215,9 +226,41 @@ class Algorithms:
         np.copyto(data, _bytes(inputs[src]))
 
     def _do_all_to_all(self, outputs, inputs):
+        """Pairwise exchange, every pair at once; messages above ``CHUNK`` go in
+        pieces (count from the message size, so both sides agree) so that a
+        peer copies each piece out while it is still in the shared cache."""
+        eng = self._eng
         peers = self._peers()
-        self._send_each({p: _bytes(inputs[p]) for p in peers})
-        self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p])) for p in peers])
+        ins = {p: _bytes(inputs[p]) for p in peers}
+        outs = {p: _bytes(outputs[p]) for p in peers}
+        pieces = lambda nb: max(1, -(-nb // A2A_CHUNK))  # noqa: E731
+        shm = [p for p in peers if self._shm_for(p, ins[p].nbytes)]
+        offs = dict(zip(shm, self._reserve_layout([ins[p] for p in shm]))) \
+            if shm else {}
+        seg = self._seg.buf
+        k_in = {p: pieces(ins[p].nbytes) for p in peers}
+        k_out = {p: pieces(outs[p].nbytes) for p in peers}
+        for s in range(max([*k_in.values(), *k_out.values(), 1])):
+            step = s % 250
+            for p in peers:
+                k = k_in[p]
+                if s < k:
+                    nb = ins[p].nbytes
+                    a, b = nb * s // k, nb * (s + 1) // k
+                    if p in offs:
+                        o = offs[p]
+                        np.copyto(seg[o + a : o + b], ins[p][a:b])
+                        eng.send(p, step, shm_offset=o + a, nbytes=b - a)
+                    else:
+                        eng.send(p, step, ins[p][a:b])
+            exps = []
+            for p in peers:
+                k = k_out[p]
+                if s < k:
+                    nb = outs[p].nbytes
+                    exps.append(Expect(p, F.DATA, step, nb * (s + 1) // k - nb * s // k,
+                                       into=outs[p][nb * s // k : nb * (s + 1) // k]))
+            eng.step(None, exps)
         np.copyto(_bytes(outputs[self.rank]), _bytes(inputs[self.rank]))
 
     def _do_barrier(self):
