@@ -243,3 +243,28 @@ def test_close_is_prompt_with_pending_ops_and_unlinks_shm():
         with pytest.raises(Exception):
             work.wait(timeout=10)
     assert not any(glob.glob(f"/dev/shm/{p}*") for p in prefixes)
+
+
+def test_close_from_another_thread_fails_a_blocked_op_promptly():
+    backends = make_backends(2, timeout=60)
+    try:
+        run_threads(backends, lambda b: b.barrier(blocking=True).wait())
+        box = {}
+
+        def blocked():
+            try:
+                backends[0].all_reduce(np.ones(4), ReduceOp.SUM, blocking=True).wait()
+            except Exception as err:  # noqa: BLE001
+                box["err"] = err
+
+        t = threading.Thread(target=blocked, daemon=True)
+        t.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        backends[0].close()
+        t.join(10)
+        assert not t.is_alive() and time.monotonic() - t0 < 5
+        assert isinstance(box["err"], DistNetworkError) and "closed" in str(box["err"])
+    finally:
+        for b in backends:
+            b.close()

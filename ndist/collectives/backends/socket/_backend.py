@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
 
@@ -264,16 +265,21 @@ class SocketBackend(Algorithms, Backend):
         if self._closed:
             return
         self._closed = True
-        self._mesh.close()  # wakes a worker blocked in poll: its op fails
+        conns = []
+        if self._eng is not None:
+            self._eng.closing = True
+            conns = list(self._eng.conns.values())
+        for c in conns:  # wakes an op blocked in poll: it fails instead of waiting
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._mesh.close()
         self._exec.close("backend closed")
         self._p2p_exec.close("backend closed")
         self._p2p.close()
-        if self._eng is not None:
-            for c in self._eng.conns.values():
-                try:
-                    c.sock.close()
-                except OSError:
-                    pass
+        for c in conns:
+            c.sock.close()
         self._seg.close()
         self._peer_segs.clear()
 

@@ -109,6 +109,8 @@ class Engine:
         self.unacked_seq = -1
         self.acked: set = set()
         self._scratch: dict = {}
+        self._dirty: set = set()  # peers with frames of this op still to flush
+        self.closing = False
         self._spin_budget = 32 if spin else 0
         self._waiting: list = []
 
@@ -123,6 +125,7 @@ class Engine:
              nbytes: int = 0) -> None:
         """Queue a DATA frame: ``data`` inline, or ``nbytes`` at ``shm_offset`` of our segment."""
         conn = self.conns[peer]
+        self._dirty.add(peer)
         if shm_offset is not None:
             conn.out.append(memoryview(self.frame(F.DATA, step, nbytes, F.F_SHM, shm_offset)))
             self.refs_out.add(peer)
@@ -154,6 +157,7 @@ class Engine:
         self.refs_out = set()
         self.refs_in = set()
         self.acked = set()
+        self._dirty.clear()
 
     def segment(self, nbytes: int) -> np.ndarray:
         """Our segment, at least ``nbytes``, once no peer still reads an older op from it.
@@ -171,6 +175,7 @@ class Engine:
         if self.refs_in:
             for p in self.refs_in:
                 self.conns[p].out.append(memoryview(self.frame(F.ACK, 255, 0)))
+                self._dirty.add(p)
             self.step([], [])
         if self.refs_out:
             self.unacked = self.refs_out - self.acked
@@ -207,6 +212,11 @@ class Engine:
     # ----------------------------------------------------------- transport
     def _lost(self, conn, err) -> DistNetworkError:
         what = self.op.desc if self.op is not None else "idle"
+        if self.closing:
+            exc = DistNetworkError(f"group {self.group_name!r}: backend closed during {what}", rank=conn.peer,
+                                   host=conn.host)
+            self.broken = exc
+            return exc
         exc = DistNetworkError(
             f"group {self.group_name!r}: lost connection to rank {conn.peer} ({conn.host}) during {what}: "
             f"{err or 'connection closed'}", rank=conn.peer, host=conn.host)
@@ -381,7 +391,10 @@ class Engine:
                         progressed = True
                     if not e.done:
                         pending = True
-            if not pending and not any(c.out for c in conns.values()):
+            if not pending and not any(conns[p].out for p in self._dirty):
+                # (frames left over from a failed op may still be queued to other
+                # peers: they go out whenever those streams are next driven)
+                self._dirty.clear()
                 return
             if progressed:
                 if spins and not polled and self.spin and self._spin_budget < 256:

@@ -183,7 +183,11 @@ class Mesh:
         with self._cond:
             while True:
                 missing = [p for p in range(self.rank + 1, self.size) if (COLL, p) not in self._conns]
-                if not missing or self._closed:
+                if self._closed:
+                    for s in out.values():
+                        s.close()
+                    raise DistNetworkError(f"group {self.group_name!r}: backend closed while connecting")
+                if not missing:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
