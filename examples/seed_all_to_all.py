@@ -9,11 +9,20 @@ import ndist
 import ndist.distributed as dist
 
 
+def page_repr(value):
+    """``repr``, except that complex numbers are written as Python writes them (``1+1j``), as on the page."""
+    if isinstance(value, list):
+        return "[" + ", ".join(page_repr(v) for v in value) + "]"
+    if isinstance(value, ndist.Tensor) and value.is_complex():
+        return "tensor([" + ", ".join(str(z)[1:-1] for z in value.tolist()) + "])"
+    return repr(value)
+
+
 def show(value, rank, world_size):
     """Print ``value  # Rank r`` on every rank, in rank order."""
     for r in range(world_size):
         if r == rank:
-            print(f"{value} # Rank {rank}", flush=True)
+            print(f"{page_repr(value)} # Rank {rank}", flush=True)
         dist.barrier()
 
 
