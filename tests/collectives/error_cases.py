@@ -299,7 +299,7 @@ def run_cases(dist) -> dict:
     return results
 
 
-def entry() -> dict:
+def entry(rank=None, world_size=None) -> dict:
     import ndist.distributed as dist
 
     return run_cases(dist)

@@ -70,13 +70,4 @@ def launch(name: str, module, world_size: int, timeout: float) -> list:
             return json.loads(out.read_text())
     from ndist.testing import run_ranks
 
-    saved = {k: os.environ.get(k) for k in entry.env}
-    os.environ.update(entry.env)
-    try:
-        return list(run_ranks(module.entry, world_size, backend=entry.backend, timeout=timeout))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return list(run_ranks(module.entry, world_size, backend=entry.backend, timeout=timeout, env=entry.env))
