@@ -41,6 +41,7 @@ def mpiexec() -> str | None:
 def unavailable(name: str) -> str | None:
     """Why backend entry ``name`` cannot run here, or None."""
     entry = BACKENDS[name]
+    import ndist.distributed  # noqa: F401  (registers the built-in backends)
     from ndist.runtime import get_backend_spec
 
     try:
