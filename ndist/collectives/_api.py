@@ -19,7 +19,7 @@ from typing import Any
 
 from . import _check
 from ._common import member_group, submit
-from ._convert import contiguous_input, contiguous_output
+from ._convert import contiguous_input, contiguous_output, unaliased
 from ._reduce_op import ReduceOp
 
 __all__ = [
@@ -90,7 +90,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
-    inputs = [contiguous_input(a).reshape(-1) for a in ins]
+    inputs = unaliased([contiguous_input(a).reshape(-1) for a in ins], [buf])
     return submit(pg, dev, "reduce_scatter", (buf, inputs, rop, scale), async_op, post, [output])
 
 
@@ -109,7 +109,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
-    return submit(pg, dev, "reduce_scatter", (buf, _chunks(contiguous_input(inp), pg.size()), rop, scale),
+    (src,) = unaliased([contiguous_input(inp)], [buf])
+    return submit(pg, dev, "reduce_scatter", (buf, _chunks(src, pg.size()), rop, scale),
                   async_op, post, [output])
 
 
@@ -139,8 +140,8 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     _check.check_bool("async_op", async_op)
     post: list = []
     bufs = [contiguous_output(a, post).reshape(-1) for a in outs]
-    return submit(pg, dev, "all_gather", (bufs, contiguous_input(inp).reshape(-1)), async_op, post,
-                  list(tensor_list))
+    (src,) = unaliased([contiguous_input(inp).reshape(-1)], bufs)
+    return submit(pg, dev, "all_gather", (bufs, src), async_op, post, list(tensor_list))
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
@@ -157,8 +158,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
-    return submit(pg, dev, "all_gather", (_chunks(buf, pg.size()), contiguous_input(inp).reshape(-1)),
-                  async_op, post, [output_tensor])
+    (src,) = unaliased([contiguous_input(inp).reshape(-1)], [buf])
+    return submit(pg, dev, "all_gather", (_chunks(buf, pg.size()), src), async_op, post, [output_tensor])
 
 
 def _root_list(pg, root: int, objs, name: str, out: bool):
@@ -189,7 +190,8 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     _check.check_bool("async_op", async_op)
     post: list = []
     bufs = None if outs is None else [contiguous_output(a, post).reshape(-1) for a in outs]
-    return submit(pg, dev, "gather", (bufs, contiguous_input(inp).reshape(-1), root), async_op, post,
+    (src,) = unaliased([contiguous_input(inp).reshape(-1)], bufs or [])
+    return submit(pg, dev, "gather", (bufs, src, root), async_op, post,
                   list(gather_list) if outs is not None else [])
 
 
@@ -208,7 +210,7 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post).reshape(-1)
-    inputs = None if ins is None else [contiguous_input(a).reshape(-1) for a in ins]
+    inputs = None if ins is None else unaliased([contiguous_input(a).reshape(-1) for a in ins], [buf])
     return submit(pg, dev, "scatter", (buf, inputs, root), async_op, post, [tensor])
 
 
@@ -228,7 +230,7 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
     _check.check_bool("async_op", async_op)
     post: list = []
     bufs = [contiguous_output(a, post).reshape(-1) for a in outs]
-    inputs = [contiguous_input(a).reshape(-1) for a in ins]
+    inputs = unaliased([contiguous_input(a).reshape(-1) for a in ins], bufs)
     return submit(pg, dev, "all_to_all", (bufs, inputs), async_op, post, list(output_tensor_list))
 
 
@@ -256,8 +258,12 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
-    return submit(pg, dev, "all_to_all", (_flat_rows(buf, osz), _flat_rows(contiguous_input(inp), isz)),
-                  async_op, post, [output])
+    (src,) = unaliased([contiguous_input(inp)], [buf])
+    if output_split_sizes is None and input_split_sizes is None and hasattr(pg.backend_for(dev), "all_to_all_even"):
+        # Every rank splits evenly (torch's contract for no split sizes): the backend's
+        # even fast path (MPI_Alltoall rather than Alltoallv).
+        return submit(pg, dev, "all_to_all_even", (buf.reshape(-1), src.reshape(-1)), async_op, post, [output])
+    return submit(pg, dev, "all_to_all", (_flat_rows(buf, osz), _flat_rows(src, isz)), async_op, post, [output])
 
 
 # ----------------------------------------------------------------- barriers

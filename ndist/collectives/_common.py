@@ -44,9 +44,9 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
                 step()
 
         work = work.then(_write_back)
-    if outputs is not None:
-        work._outputs = outputs
     if async_op:
+        if outputs is not None:
+            work._outputs = outputs
         return work
     work.wait(pg.timeout)
     return None

@@ -109,3 +109,29 @@ def contiguous_output(arr, post: list[Callable[[], None]]):
 
     post.append(write_back)
     return staged
+
+
+def _bounds(arr) -> tuple[int, int]:
+    """Memory extent of a C-contiguous array (all that ``unaliased`` sees)."""
+    ptr = arr.__array_interface__["data"][0] if isinstance(arr, np.ndarray) else arr.data.ptr
+    return ptr, ptr + arr.nbytes
+
+
+def unaliased(inputs: list, outputs: list) -> list:
+    """``inputs``, with a copy of each one whose memory overlaps an output.
+
+    Backends may not read and write the same memory in one call (MPI forbids
+    aliased buffers); torch users write ``all_to_all_single(t, t)`` or
+    ``all_gather(outs, outs[rank])``, so such inputs are copied first.
+    """
+    spans = [_bounds(o) for o in outputs if o.size]
+    if not spans:
+        return inputs
+    result = []
+    for arr in inputs:
+        if arr.size:
+            lo, hi = _bounds(arr)
+            if any(lo < ohi and olo < hi for olo, ohi in spans):
+                arr = arr.copy()
+        result.append(arr)
+    return result

@@ -297,6 +297,19 @@ def all_to_all_single_splits(c: Ctx):
             "all_to_all_single even")
 
 
+@case
+def aliased_input_and_output(c: Ctx):
+    t = c.vals((c.size * 2,))
+    c.dist.all_to_all_single(c.wrap(t), c.wrap(t))  # in place, as torch users write it
+    c.check(t, np.concatenate([c.vals((c.size * 2,), i)[2 * c.rank:2 * c.rank + 2] for i in range(c.size)]),
+            "in-place all_to_all_single")
+    outs = [c.empty((3,)) for _ in range(c.size)]
+    outs[c.rank][...] = c.vals((3,))
+    c.dist.all_gather([c.wrap(o) for o in outs], c.wrap(outs[c.rank]))  # input is this rank's output slot
+    for r in range(c.size):
+        c.check(outs[r], c.vals((3,), r), f"all_gather into own slot from {r}")
+
+
 # ---------------------------------------------------------------- point to point
 @case
 def p2p_ring_and_batch(c: Ctx):

@@ -47,6 +47,10 @@ def _xp(arr):
     return cupy
 
 
+# What a blocking call returns: completed, succeeded, no outputs (shared, never mutated).
+_DONE = Work.completed("mpi")
+
+
 def _span(arrays: Sequence[Any]):
     """A 1-D view covering ``arrays`` if they lie back to back, in order, in one buffer."""
     anchor = None
@@ -64,6 +68,12 @@ def _span(arrays: Sequence[Any]):
         offset += arr.nbytes
     if anchor is None:
         return None
+    base = anchor.base
+    if (
+        _is_numpy(anchor) and isinstance(base, np.ndarray) and base.nbytes == offset and base.dtype == anchor.dtype
+        and base.flags.c_contiguous and _ptr(base) == p0
+    ):
+        return base.reshape(-1)  # the chunks of one whole array (all_gather_into_tensor ...): no as_strided
     itemsize = anchor.itemsize
     flat = anchor.reshape(-1)
     xp = _xp(anchor)
@@ -133,6 +143,8 @@ class MPIBackend(Backend):
             if blocking:
                 getattr(self.comm, name)(*args)
                 result = finish() if finish is not None else None
+                if result is None and outputs is None:
+                    return _DONE  # the caller only checks it succeeded: no Future per call
                 return Work.completed(op, outputs=result if result is not None else outputs)
             req = getattr(self.comm, "I" + name[0].lower() + name[1:])(*args)
             return MPIWork.for_request(op, req, finish, outputs, status)
@@ -212,6 +224,9 @@ class MPIBackend(Backend):
         rwork, _, _ = self._prepare_reduce(out, ReduceOp.SUM if op is ReduceOp.PREMUL_SUM else op,
                                            None, True, post)
         counts = [a.size for a in inputs]
+        if len(set(counts)) == 1:  # every rank knows every count: the same choice everywhere
+            return self._run("reduce_scatter", "Reduce_scatter_block", ([swork, mtype], [rwork, mtype], mop),
+                             blocking, self._finisher(post))
         args = ([swork, mtype], [rwork, mtype], counts, mop)
         return self._run("reduce_scatter", "Reduce_scatter", args, blocking, self._finisher(post))
 
@@ -232,6 +247,9 @@ class MPIBackend(Backend):
         if unpack is not None:
             post.insert(0, unpack)
         counts, displs = _counts(outputs, unit)
+        if len(set(counts)) == 1:  # MPI_Allgather beats Allgatherv; every rank sees the same counts
+            args = ([inp, inp.size * unit, mtype], [rbuf, counts[0], mtype])
+            return self._run("all_gather", "Allgather", args, blocking, self._finisher(post))
         args = ([inp, inp.size * unit, mtype], [rbuf, counts, displs, mtype])
         return self._run("all_gather", "Allgatherv", args, blocking, self._finisher(post))
 
@@ -276,6 +294,21 @@ class MPIBackend(Backend):
         rcounts, rdispls = _counts(outputs, unit)
         args = ([sbuf, scounts, sdispls, mtype], [rbuf, rcounts, rdispls, mtype])
         return self._run("all_to_all", "Alltoallv", args, blocking, self._finisher(post))
+
+    def all_to_all_even(self, out, inp, *, blocking: bool = False) -> Work:
+        """``all_to_all`` of equal chunks of the flat ``inp`` / ``out`` (``MPI_Alltoall``).
+
+        Called by ``all_to_all_single`` when no split sizes were given, i.e. when
+        every rank sends equal chunks (a choice MPI needs every rank to make alike,
+        which per-rank counts alone cannot tell).
+        """
+        post: list = []
+        (inp,) = self._host([inp], post, out=False)
+        (out,) = self._host([out], post, out=True)
+        mtype, unit = move_type(self.MPI, inp.dtype)
+        count = inp.size // self.size * unit
+        args = ([inp, count, mtype], [out, count, mtype])
+        return self._run("all_to_all", "Alltoall", args, blocking, self._finisher(post))
 
     def barrier(self, *, blocking: bool = False) -> Work:
         return self._run("barrier", "Barrier", (), blocking)

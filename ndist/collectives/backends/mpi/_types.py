@@ -22,7 +22,7 @@ _reduce_cache: dict = {}
 def move_type(MPI, dtype: np.dtype):
     """``(mpi_datatype, unit)``: an array of ``n`` items is ``n * unit`` of the datatype."""
     try:
-        return _move_cache[dtype]
+        return _move_cache[(dtype.char, dtype.itemsize)]
     except KeyError:
         pass
     entry = (MPI.BYTE, dtype.itemsize)
@@ -33,7 +33,7 @@ def move_type(MPI, dtype: np.dtype):
         mtype = MPI._typedict.get(key)
         if mtype is not None and mtype != MPI.DATATYPE_NULL and mtype.Get_size() == dtype.itemsize:
             entry = (mtype, 1)
-    _move_cache[dtype] = entry
+    _move_cache[(dtype.char, dtype.itemsize)] = entry
     return entry
 
 
@@ -47,7 +47,7 @@ def reduce_plan(MPI, dtype: np.dtype, op: ReduceOp):
     (float32 for half precision, uint8 view for bool). AVG and PREMUL_SUM
     map to SUM; the caller divides / scales.
     """
-    key = (dtype, op)
+    key = (dtype.char, dtype.itemsize, op.value)  # cheaper to hash than (dtype, ReduceOp)
     try:
         return _reduce_cache[key]
     except KeyError:
