@@ -421,6 +421,24 @@ def subgroup_of_even_ranks(dist):
 
 
 @misc
+def monitored_barrier_names_missing_ranks(dist):
+    from ndist.runtime import DistTimeoutError
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if size == 1:
+        return
+    if rank == 0:  # the other ranks never enter it
+        try:
+            dist.monitored_barrier(timeout=0.5, wait_all_ranks=True)
+        except DistTimeoutError as err:
+            missing = ", ".join(str(r) for r in range(1, size))
+            assert f"{'Ranks' if size > 2 else 'Rank'} {missing} failed to pass monitoredBarrier" in str(err), err
+        else:
+            raise AssertionError("monitored_barrier did not time out")
+    dist.barrier()
+
+
+@misc
 def bad_call_leaves_group_usable(dist):
     size = dist.get_world_size()
     try:

@@ -83,6 +83,14 @@ def _(d, r, n):
     d.all_to_all(list(np.empty([2], np.int64).reshape(2, 1)), inp)
 
 
+@bad("seed-page-complex-into-int64", TypeError, r"output_tensor_list\[0\]: expected dtype complex64 \(the dtype of input_tensor_list\[0\]\), got int64")
+def _(d, r, n):
+    import ndist  # the seed page's complex example, verbatim: its output is built from an int64 tensor
+
+    inp = ndist.tensor([1 + 1j, 2 + 2j], dtype=ndist.cfloat) + 2 * r * (1 + 1j)
+    d.all_to_all(list(ndist.empty([2], dtype=ndist.int64).chunk(2)), list(inp.chunk(2)))
+
+
 @bad("all_to_all-not-a-list", TypeError, r"output_tensor_list: expected a list of tensors, got ndarray")
 def _(d, r, n):
     d.all_to_all(Z(2), [Z(1), Z(1)])
