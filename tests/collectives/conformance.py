@@ -11,12 +11,14 @@ so the pytest side can parametrize over them.
 
 from __future__ import annotations
 
+import importlib.util
 import traceback
 
 import numpy as np
 
-DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
-          "complex64", "complex128"]
+# The tensor core's dtypes; bfloat16 exists only where ml_dtypes is installed (as in ndist.tensor).
+DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+          "complex64", "complex128"] + (["bfloat16"] if importlib.util.find_spec("ml_dtypes") else [])
 LIBS = ["tensor", "numpy"]
 
 _CASES: list = []
