@@ -191,8 +191,10 @@ class Buffers:
         return self.send if self.recv is None else self.recv
 
 
-def make_buffers(op: str, lay: Layout, dtype: np.dtype, rank: int, nranks: int, root: int, redop: str) -> Buffers:
-    """Initialised buffers and the expected result for ``rank``."""
+def make_buffers(op: str, lay: Layout, dtype: np.dtype, rank: int, nranks: int, root: int, redop: str,
+                 with_expected: bool = True) -> Buffers:
+    """Initialised buffers and the expected result for ``rank`` (``expected`` is
+    ``None`` when ``with_expected`` is false: buffers for timing only)."""
     spec = OPS[op]
     c, n = lay.count, nranks
     red = spec.reduces
@@ -200,36 +202,38 @@ def make_buffers(op: str, lay: Layout, dtype: np.dtype, rank: int, nranks: int, 
     def fill(count, r, offset):
         return _fill(count, r, offset, dtype, red)
 
+    def exp(make, here=True):
+        return make() if with_expected and here else None
+
     if op == "barrier":
         return Buffers(np.zeros(0, dtype), None, None)
     if op == "all_reduce":
-        return Buffers(fill(c, rank, 0), None, _reduce([fill(c, r, 0) for r in range(n)], redop))
+        return Buffers(fill(c, rank, 0), None, exp(lambda: _reduce([fill(c, r, 0) for r in range(n)], redop)))
     if op == "reduce":
-        exp = _reduce([fill(c, r, 0) for r in range(n)], redop) if rank == root else None
-        return Buffers(fill(c, rank, 0), None, exp)
+        return Buffers(fill(c, rank, 0), None,
+                       exp(lambda: _reduce([fill(c, r, 0) for r in range(n)], redop), rank == root))
     if op == "reduce_scatter":
-        exp = _reduce([fill(c, r, rank * c) for r in range(n)], redop)
-        return Buffers(fill(c * n, rank, 0), np.zeros(c, dtype), exp)
+        return Buffers(fill(c * n, rank, 0), np.zeros(c, dtype),
+                       exp(lambda: _reduce([fill(c, r, rank * c) for r in range(n)], redop)))
     if op == "broadcast":
         buf = fill(c, root, 0) if rank == root else np.zeros(c, dtype)
-        return Buffers(buf, None, fill(c, root, 0))
+        return Buffers(buf, None, exp(lambda: fill(c, root, 0)))
     if op == "all_gather":
-        exp = np.concatenate([fill(c, r, r * c) for r in range(n)])
-        return Buffers(fill(c, rank, rank * c), np.zeros(c * n, dtype), exp)
+        return Buffers(fill(c, rank, rank * c), np.zeros(c * n, dtype),
+                       exp(lambda: np.concatenate([fill(c, r, r * c) for r in range(n)])))
     if op == "gather":
-        exp = np.concatenate([fill(c, r, r * c) for r in range(n)]) if rank == root else None
         recv = np.zeros(c * n, dtype) if rank == root else None
-        return Buffers(fill(c, rank, rank * c), recv, exp)
+        return Buffers(fill(c, rank, rank * c), recv,
+                       exp(lambda: np.concatenate([fill(c, r, r * c) for r in range(n)]), rank == root))
     if op == "scatter":
         send = np.concatenate([fill(c, r, r * c) for r in range(n)]) if rank == root else np.zeros(0, dtype)
-        return Buffers(send, np.zeros(c, dtype), fill(c, rank, rank * c))
+        return Buffers(send, np.zeros(c, dtype), exp(lambda: fill(c, rank, rank * c)))
     if op == "all_to_all":
         # chunk j of rank r goes to rank j: it holds r's data for the elements j*c..
         send = np.concatenate([fill(c, rank, j * c) for j in range(n)])
-        exp = np.concatenate([fill(c, j, rank * c) for j in range(n)])
-        return Buffers(send, np.zeros(c * n, dtype), exp)
+        return Buffers(send, np.zeros(c * n, dtype), exp(lambda: np.concatenate([fill(c, j, rank * c) for j in range(n)])))
     if op == "sendrecv":
-        return Buffers(fill(c, rank, 0), np.zeros(c, dtype), fill(c, (rank - 1) % n, 0))
+        return Buffers(fill(c, rank, 0), np.zeros(c, dtype), exp(lambda: fill(c, (rank - 1) % n, 0)))
     raise ValueError(f"op: expected one of {', '.join(OPS)}; got {op!r}")
 
 

@@ -34,11 +34,11 @@ def run_case(adapter, rank: int, nranks: int, req: dict) -> dict:
     redop, root = req["redop"], req["root"]
     lay = layout(op, req["nbytes"], dtype.itemsize, nranks)
 
-    def fresh():
-        b = make_buffers(op, lay, dtype, rank, nranks, root, redop)
+    def fresh(with_expected):
+        b = make_buffers(op, lay, dtype, rank, nranks, root, redop, with_expected)
         return b, adapter.wrap(b.send), adapter.wrap(b.recv)
 
-    bufs, send, recv = fresh()
+    bufs, send, recv = fresh(False)
     for _ in range(req["warmup"]):
         adapter.run(op, send, recv, redop, root, nranks, rank)
     adapter.barrier()
@@ -50,7 +50,7 @@ def run_case(adapter, rank: int, nranks: int, req: dict) -> dict:
 
     wrong = 0
     for _ in range(req["check"]):
-        bufs, send, recv = fresh()
+        bufs, send, recv = fresh(True)
         adapter.barrier()
         adapter.run(op, send, recv, redop, root, nranks, rank)
         wrong += count_wrong(bufs.result, bufs.expected, nranks)
