@@ -318,7 +318,7 @@ def library_versions(lib: str) -> dict:
         from mpi4py import MPI
 
         out["mpi4py"] = mpi4py.__version__
-        out["mpi"] = MPI.Get_library_version().strip().splitlines()[0].strip()
+        out["mpi"] = " ".join(MPI.Get_library_version().split("\n")[0].replace("Version:", "").split())
     if lib == "torch":
         import torch
 

@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.json_path:
         with open(cfg.json_path, "w") as f:
             f.write(to_json(res, full) + "\n")
+    if cfg.markdown_path:
+        from ._markdown import format_markdown
+
+        with open(cfg.markdown_path, "w") as f:
+            f.write(format_markdown(res))
     if cfg.plot_path:
         from ._plot import plot
 

@@ -71,6 +71,7 @@ class BenchConfig:
     timeout: float = 300.0
     json_path: str | None = None
     plot_path: str | None = None
+    markdown_path: str | None = None
     quiet: bool = False
 
     @property
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one size may take before the run is aborted")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write machine-readable results")
     p.add_argument("--plot", dest="plot_path", metavar="PATH", help="plot busbw against size (needs matplotlib)")
+    p.add_argument("--markdown", dest="markdown_path", metavar="PATH", help="write the libraries side by side as Markdown")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
@@ -177,5 +179,6 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
     return BenchConfig(
         ops=ops, sizes=tuple(sizes), iters=a.iters, warmup=a.warmup_iters, check=a.check, dtype=dt.name,
         redop=a.op, root=a.root, nproc=a.nproc, backends=backends, compare=a.compare, rounds=a.rounds,
-        timeout=a.timeout, json_path=a.json_path, plot_path=a.plot_path, quiet=a.quiet,
+        timeout=a.timeout, json_path=a.json_path, plot_path=a.plot_path, markdown_path=a.markdown_path,
+        quiet=a.quiet,
     )

@@ -52,6 +52,7 @@ def _child_env(authkey: bytes, timeout: float) -> dict:
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[AUTHKEY_ENV] = authkey.hex()
     env["NDIST_BENCH_TIMEOUT"] = str(timeout)
+    env.setdefault("NDIST_SECRET", secrets.token_hex(16))  # ndist's job secret, as ndistrun sets it
     # N ranks share the cores: one compute thread each, the same for every library.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")

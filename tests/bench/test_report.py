@@ -76,3 +76,19 @@ def test_report_and_json():
     assert doc["avg_busbw"] == {"all_reduce": {"mpi4py": 2.0}}
     assert [r["size"] for r in doc["results"]] == [8, 16]
     assert doc["config"]["compare"] == ["mpi4py"]
+
+
+def test_markdown_side_by_side():
+    from ndist.bench._markdown import format_markdown
+
+    rows = [_row("ndist[socket]", 4096, 10.0, 2.0), _row("mpi4py", 4096, 5.0, 4.0),
+            _row("ndist[socket]", 16 << 20, 1000.0, 8.0), _row("mpi4py", 16 << 20, 2000.0, 4.0)]
+    res = _result(["--compare", "mpi4py"], rows)
+    lines = format_markdown(res).splitlines()
+    assert lines[0] == "**all_reduce**, 2 ranks, float32, sum"
+    head = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert head == ["size", "ndist[socket] time (us)", "mpi4py time (us)", "ndist[socket] busbw (GB/s)",
+                    "mpi4py busbw (GB/s)", "ndist[socket]/mpi4py busbw", "ndist[socket]/mpi4py time"]
+    assert [c.strip() for c in lines[4].strip("|").split("|")] == ["4 KiB", "10.0", "5.0", "2.000", "4.000", "0.50", "2.00"]
+    assert lines[5].startswith("| 16 MiB |") and lines[5].endswith("| 2.00 | 0.50 |")
+    assert "Wrong elements: 0" in lines
