@@ -23,17 +23,41 @@ class Adapter:
 
     name = "?"
 
-    def all_reduce(self, send, redop): raise NotImplementedError
-    def reduce(self, send, redop, root): raise NotImplementedError
-    def broadcast(self, send, root): raise NotImplementedError
-    def all_gather(self, send, recv): raise NotImplementedError
-    def reduce_scatter(self, send, recv, redop): raise NotImplementedError
-    def all_to_all(self, send, recv): raise NotImplementedError
-    def gather(self, send, recv, root): raise NotImplementedError
-    def scatter(self, send, recv, root): raise NotImplementedError
-    def sendrecv(self, send, recv, dst, src): raise NotImplementedError
-    def barrier(self): raise NotImplementedError
-    def close(self): pass
+    size = 1
+
+    # One method per op; each blocks until the op is complete on this rank.
+    def all_reduce(self, send, redop):
+        raise NotImplementedError
+
+    def reduce(self, send, redop, root):
+        raise NotImplementedError
+
+    def broadcast(self, send, root):
+        raise NotImplementedError
+
+    def all_gather(self, send, recv):
+        raise NotImplementedError
+
+    def reduce_scatter(self, send, recv, redop):
+        raise NotImplementedError
+
+    def all_to_all(self, send, recv):
+        raise NotImplementedError
+
+    def gather(self, send, recv, root):
+        raise NotImplementedError
+
+    def scatter(self, send, recv, root):
+        raise NotImplementedError
+
+    def sendrecv(self, send, recv, dst, src):
+        raise NotImplementedError
+
+    def barrier(self):
+        raise NotImplementedError
+
+    def close(self):
+        """Tear the library's communicator down."""
 
     def wrap(self, arr):
         """The library's view of a NumPy buffer (no copy); called once per buffer per size."""

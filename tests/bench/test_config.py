@@ -87,3 +87,13 @@ def test_parse_args_rejects(argv, needle, capsys):
         parse_args(argv)
     assert e.value.code == 2
     assert needle in capsys.readouterr().err
+
+
+def test_import_is_lazy():
+    import subprocess
+    import sys
+
+    code = ("import sys, ndist.bench; "
+            "print(sorted(m for m in ('torch', 'mpi4py', 'matplotlib', 'ml_dtypes', 'cupy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
