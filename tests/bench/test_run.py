@@ -204,3 +204,44 @@ def test_stranger_cannot_join(tmp_path):
     finally:
         g.stop()
     assert refused
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not HAVE_MPI, reason="mpi4py / mpiexec not installed")
+def test_a_hung_collective_times_out_and_is_killed():
+    """Only rank 0 is asked to all_reduce: it waits forever for rank 1; the launcher
+    gives up at its deadline, names the library and what it waited for, and kills the job."""
+    import time as _time
+
+    g = RankGroup("mpi4py", 2, timeout=30).start()
+    try:
+        g.conns[0].send({"kind": "run", "op": "all_reduce", "nbytes": 64, "dtype": "float32", "redop": "sum",
+                         "root": 0, "iters": 1, "warmup": 0, "check": 0})
+        with pytest.raises(BenchError, match=r"mpi4py: no all_reduce 64 B from every rank within"):
+            deadline = _time.monotonic() + 1.0
+            while True:
+                g._recv_any(deadline, "all_reduce 64 B", [0])
+    finally:
+        g.kill()
+    assert all(p.poll() is not None for p in g.procs)
+    _assert_gone([info["pid"] for info in g.ranks.values()])
+
+
+def _assert_gone(pids, wait=10.0):
+    """The rank processes themselves (children of mpiexec's proxy) are gone too."""
+    import time as _time
+
+    deadline = _time.monotonic() + wait
+    alive = list(pids)
+    while alive and _time.monotonic() < deadline:
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}") and "Z" not in _proc_state(p)]
+        _time.sleep(0.05)
+    assert not alive, f"rank processes still running: {alive}"
+
+
+def _proc_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
