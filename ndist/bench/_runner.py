@@ -93,7 +93,7 @@ def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
         step = 0
         for op in cfg.ops:
             spec = OPS[op]
-            for nbytes in cfg.sizes:
+            for nbytes in (cfg.sizes[:1] if op == "barrier" else cfg.sizes):  # barrier: no size to sweep
                 lay = layout(op, nbytes, itemsize, cfg.nproc)
                 if op != "barrier" and lay.count == 0:
                     log.info("ndist-bench: %s %d B skipped: less than one element per rank", op, nbytes)
