@@ -30,21 +30,29 @@ def format_markdown(res: RunResult) -> str:
         pairs = list(dict.fromkeys(pairs))
         by = {(r.lib, r.size): r for r in res.rows if r.op == op}
         sizes = sorted({r.size for r in res.rows if r.op == op})
+        title = f"**{op}**, {cfg.nproc} ranks, {cfg.dtype}"
+        if op in ("all_reduce", "reduce", "reduce_scatter"):
+            title += f", {cfg.redop}"
+        out += [title, ""]
         head = ["size"] + [f"{lib} time (us)" for lib in libs] + [f"{lib} busbw (GB/s)" for lib in libs]
-        head += [f"{p} busbw" for p in pairs] + [f"{p} time" for p in pairs]
-        out.append(f"**{op}**, {cfg.nproc} ranks, {cfg.dtype}" + (f", {cfg.redop}" if op in ("all_reduce", "reduce",
-                                                                                           "reduce_scatter") else ""))
-        out.append("")
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join("---:" for _ in head) + "|")
         for s in sizes:
             cells = [_size(s)]
             cells += [f"{by[(lib, s)].time_us:.1f}" if (lib, s) in by else "" for lib in libs]
             cells += [f"{by[(lib, s)].busbw:.3f}" if (lib, s) in by else "" for lib in libs]
-            r = ratios.get(s, {})
-            cells += [_x(r[p]["busbw"]) if p in r else "" for p in pairs]
-            cells += [_x(r[p]["time"]) if p in r else "" for p in pairs]
             out.append("| " + " | ".join(cells) + " |")
+        if pairs:
+            out.append("")
+            head = ["size"] + [f"{p} {what}" for p in pairs for what in ("busbw", "time")]
+            out.append("| " + " | ".join(head) + " |")
+            out.append("|" + "|".join("---:" for _ in head) + "|")
+            for s in sizes:
+                r = ratios.get(s, {})
+                cells = [_size(s)]
+                for p in pairs:
+                    cells += [_x(r[p]["busbw"]), _x(r[p]["time"])] if p in r else ["", ""]
+                out.append("| " + " | ".join(cells) + " |")
         wrong = sum(max(r.wrong, 0) for r in res.rows if r.op == op)
         checked = any(r.wrong >= 0 for r in res.rows if r.op == op)
         out.append("")

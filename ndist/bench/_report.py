@@ -100,8 +100,8 @@ def _subjects(libs: tuple[str, ...]) -> list[str]:
 
 
 def ratio_rows(res: RunResult, op: str) -> list[dict]:
-    """Per size: busbw and time of each ndist run (or the first library when
-    ndist is not run) divided by each other library's. busbw ratio > 1 and time
+    """Per size: busbw and time of each ndist run divided by each comparator's
+    (without ndist: the first comparator's divided by the others'). busbw ratio > 1 and time
     ratio < 1 mean the subject is faster."""
     libs = res.config.libraries
     subjects = _subjects(libs)
@@ -112,7 +112,7 @@ def ratio_rows(res: RunResult, op: str) -> list[dict]:
         entry = {"size": size}
         for s in subjects:
             for other in libs:
-                if other == s or other in subjects and libs.index(other) < libs.index(s):
+                if other in subjects:  # ndist against the anchors, not against itself
                     continue
                 a, b = by.get((s, size)), by.get((other, size))
                 if a is None or b is None:
