@@ -48,6 +48,10 @@ def _fmt_time(us: float) -> str:
     return f"{us:.2f}"
 
 
+def _load(t) -> str:
+    return "/".join(f"{x:.2f}" for x in t) if t else "n/a"
+
+
 def format_header(res: RunResult, argv: list[str] | None = None) -> str:
     cfg, m = res.config, machine_info()
     argv = sys.argv if argv is None else argv
@@ -59,6 +63,8 @@ def format_header(res: RunResult, argv: list[str] | None = None) -> str:
         f"# host: {m['host']}  cpu: {m['cpu']}  cores: {m['cores']} (usable {m['usable_cores']})  "
         f"os: {m['os']}  python: {m['python']}",
         f"# nproc: {cfg.nproc} per library  datatype: {cfg.dtype}  redop: {cfg.redop}",
+        f"# load average (1/5/15 min): {_load(res.load[0])} at start, {_load(res.load[1])} at end "
+        f"(other work on the machine skews absolute numbers; read the ratios)",
         "#",
         "# Libraries",
     ]
@@ -158,7 +164,7 @@ def to_json(res: RunResult, argv: list[str] | None = None) -> str:
     argv = sys.argv if argv is None else argv
     doc = {
         "command": ["ndist-bench", *argv[1:]],
-        "machine": machine_info(),
+        "machine": {**machine_info(), "load_start": list(res.load[0]), "load_end": list(res.load[1])},
         "config": dataclasses.asdict(cfg),
         "libraries": {lib: {"versions": res.versions.get(lib, {}), "launch": res.commands.get(lib, []),
                             "ranks": {str(k): v for k, v in res.ranks.get(lib, {}).items()}}

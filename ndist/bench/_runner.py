@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import logging
+import os
 import statistics
 import sys
 
@@ -50,6 +51,7 @@ class RunResult:
     versions: dict[str, dict]  # lib -> versions reported by its rank 0
     commands: dict[str, list[str]]  # lib -> the command that started its ranks
     schedule: list[tuple[str, int, int, str]] = dataclasses.field(default_factory=list)  # (op, size, round, lib)
+    load: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # 1/5/15-min load average at start and end
 
     def rows_for(self, lib: str, op: str) -> list[Row]:
         return [r for r in self.rows if r.lib == lib and r.op == op]
@@ -84,6 +86,7 @@ def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
         if why:
             raise ValueError(f"datatype: {lib} cannot run {cfg.dtype}: {why}")
     itemsize = resolve_dtype(cfg.dtype).itemsize
+    load_start = _loadavg()
     groups: dict[str, RankGroup] = {}
     rows: list[Row] = []
     schedule: list[tuple[str, int, int, str]] = []
@@ -135,5 +138,13 @@ def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
         versions={lib: g.versions for lib, g in groups.items()},
         commands={lib: g.command for lib, g in groups.items()},
         schedule=schedule,
+        load=(load_start, _loadavg()),
     )
+
+
+def _loadavg() -> tuple[float, ...]:
+    try:
+        return tuple(round(x, 2) for x in os.getloadavg())
+    except (AttributeError, OSError):
+        return ()
 

@@ -94,3 +94,12 @@ def test_markdown_side_by_side():
     assert ratio_head == ["size", "ndist[socket]/mpi4py busbw", "ndist[socket]/mpi4py time"]
     assert lines[9] == "| 4 KiB | 0.50 | 2.00 |" and lines[10] == "| 16 MiB | 2.00 | 0.50 |"
     assert "Wrong elements: 0" in lines
+
+
+def test_header_reports_load():
+    res = _result(["--backend", "none", "--compare", "mpi4py"], [_row("mpi4py", 8, 1.0, 1.0)])
+    res.load = ((1.5, 1.0, 0.5), (2.0, 1.25, 0.75))
+    text = format_report(res, ["ndist-bench"])
+    assert "# load average (1/5/15 min): 1.50/1.00/0.50 at start, 2.00/1.25/0.75 at end" in text
+    doc = json.loads(to_json(res, ["ndist-bench"]))
+    assert doc["machine"]["load_start"] == [1.5, 1.0, 0.5]

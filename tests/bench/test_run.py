@@ -77,6 +77,7 @@ def test_tiny_run_every_library(flags, lib, capsys):
     assert "# Wrong values         : 0 OK" in out
     assert "# Avg bus bandwidth    :" in out
     assert f"#  {lib}" in out  # the header names the library and its versions
+    assert "# load average (1/5/15 min): " in out
 
 
 @pytest.mark.timeout(240)
