@@ -199,9 +199,14 @@ class NcclBackend(Backend):
                     self._watchdog.fail_all(exc)
                     raise exc from err
                 # Also when the block raised: what it issued was launched by groupEnd.
+                # Deferred write-backs (then) go on the stream after it, before the event.
+                tracked = []
+                for work, keep in works:
+                    tracked.append((work, keep))
+                    tracked.extend((chained, None) for chained in work.run_deferred())
                 event = cp.cuda.Event(block=False, disable_timing=True)
                 event.record(cp.cuda.get_current_stream())
-                for work, keep in works:
+                for work, keep in tracked:
                     work._event = event
                     self._watchdog.add(work, self._timeout_s, keep)
 
