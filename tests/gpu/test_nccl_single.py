@@ -292,3 +292,17 @@ def test_coalescing_groups_self_send_recv_and_refuses_collectives(be):
         with be.coalescing():
             with be.coalescing():
                 pass
+
+
+def test_then_inside_coalescing_runs_after_the_group(be):
+    a = cp.arange(6, dtype=cp.float32)
+    got = cp.zeros(6, dtype=cp.float32)
+    target = cp.zeros(12, dtype=cp.float32)[::2]
+    with be.coalescing():
+        be.send(a, 0, tag=8)
+        w = be.recv(got, 0, tag=8)
+        chained = w.then(lambda: target.__setitem__(Ellipsis, got))
+        assert not chained.is_completed()
+    chained.synchronize()
+    w.synchronize()
+    cp.testing.assert_array_equal(target, a)
