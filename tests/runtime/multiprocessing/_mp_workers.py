@@ -147,3 +147,14 @@ def tensor_to_parent(conn, strategy):
     t._data *= 10
     conn.send("changed")
     assert conn.recv() == "bye"
+
+
+def check_sum_from_queue(q, done, expected):
+    """Open a handle whose sender may already have dropped its own reference."""
+    fn, args = q.get(timeout=60)
+    try:
+        arr = fn(*args)
+    except Exception as e:  # report instead of letting the parent wait
+        done.put(repr(e))
+        return
+    done.put(float(arr.sum()) == expected)

@@ -185,3 +185,22 @@ def test_parent_reclaims_segments_of_a_killed_child_at_exit(tmp_path):
     assert out.returncode == 0, out.stderr
     child = int(out.stdout.split()[0])
     assert w.shm_names(child) == []
+
+
+@pytest.mark.timeout(180)
+def test_sender_may_drop_its_reference_before_receivers_open(strategy):
+    # file_system: the in-flight count keeps the name; file_descriptor: resource_sharer's dup.
+    ctx = mp.get_context("spawn")
+    q, done = ctx.Queue(), ctx.Queue()
+    arr = _shm.share_array(np.arange(100.0))
+    for _ in range(4):
+        q.put(reduce_array(arr))
+    del arr
+    gc.collect()
+    procs = [ctx.Process(target=w.check_sum_from_queue, args=(q, done, 4950.0)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    assert [done.get(timeout=120) for _ in procs] == [True] * 4
+    for p in procs:
+        _join(p)
+    assert w.shm_names(os.getpid()) == []
