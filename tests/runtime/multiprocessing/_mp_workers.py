@@ -141,7 +141,7 @@ def tensor_to_parent(conn, strategy):
     import ndist.multiprocessing as mp
 
     mp.set_sharing_strategy(strategy)
-    t = ndist.tensor.Tensor._wrap(np.arange(6.0))
+    t = ndist.Tensor._wrap(np.arange(6.0))
     conn.send(t)  # moves t to shared memory
     assert conn.recv() == "got it"
     t._data *= 10
@@ -158,3 +158,9 @@ def check_sum_from_queue(q, done, expected):
         done.put(repr(e))
         return
     done.put(float(arr.sum()) == expected)
+
+
+def tensor_mark(t, i):
+    """Pool task: write a distinct element of a shared tensor in place."""
+    t._data[i] = -(i + 1)
+    return bool(t.is_shared())

@@ -70,6 +70,7 @@ def test_pipe_from_child_to_parent(strategy):
     parent_conn, child_conn = ctx.Pipe()
     p = ctx.Process(target=w.make_and_send, args=(child_conn, strategy, 10))
     p.start()
+    child_conn.close()  # a dead child then shows as EOFError, not a hang
     fn, args = parent_conn.recv()
     arr = fn(*args)
     np.testing.assert_array_equal(arr, np.arange(10))
