@@ -164,3 +164,12 @@ def tensor_mark(t, i):
     """Pool task: write a distinct element of a shared tensor in place."""
     t._data[i] = -(i + 1)
     return bool(t.is_shared())
+
+
+def put_tensor_and_exit(q, strategy):
+    """Send a tensor and exit at once: the receiver opens it after this process is gone."""
+    import ndist
+    import ndist.multiprocessing as mp
+
+    mp.set_sharing_strategy(strategy)
+    q.put(ndist.Tensor._wrap(np.arange(5, dtype=np.int16)))

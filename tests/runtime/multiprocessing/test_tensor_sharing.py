@@ -111,3 +111,19 @@ def test_tensor_through_pool_tasks_is_shared(strategy):
     assert t.is_shared()
     # every task's in-place change landed in the parent's tensor
     np.testing.assert_array_equal(t._data, [-1, -2, -3, -4, 1, 1, 1, 1, 1, 1])
+
+
+@pytest.mark.timeout(120)
+def test_file_system_tensor_outlives_a_sender_that_exited():
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=w.put_tensor_and_exit, args=(q, "file_system"))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    assert len(w.shm_names(p.pid)) == 1  # in flight: kept for the receiver
+    t = q.get(timeout=60)
+    np.testing.assert_array_equal(t._data, np.arange(5))
+    del t
+    gc.collect()
+    assert w.shm_names(p.pid) == []
