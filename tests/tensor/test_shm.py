@@ -257,3 +257,24 @@ def test_any_view_round_trips_through_a_segment(shape, dtype, data):
     again = _shm.array_from_segment(seg, offset, view.shape, view.strides, view.dtype)
     np.testing.assert_array_equal(again, view)
     assert np.shares_memory(again, view) or view.size == 0
+
+
+def test_open_checks_names_and_sizes(file_system):
+    for bad in ("../../etc/passwd", "ndist_mp_x", "other_segment"):
+        with pytest.raises(ValueError, match="name must be an ndist segment name"):
+            _shm.open_name(bad, 8)
+    arr = _shm.share_array(np.zeros(4))
+    seg = _shm.segment_of(arr)[0]
+    _shm._by_key.pop(seg.key, None)  # as in another process: not in the cache, opened by name
+    with pytest.raises(ValueError, match="nbytes must be at most the segment's size 32, got 33"):
+        _shm.open_name(seg.name, 33)
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs memfd")
+def test_open_fd_checks_size():
+    fd = os.memfd_create("t")
+    os.ftruncate(fd, 16)
+    with pytest.raises(ValueError, match="nbytes must be at most the segment's size 16, got 17"):
+        _shm.open_fd(fd, 17)
+    with pytest.raises(OSError):
+        os.fstat(fd)  # taken and closed
