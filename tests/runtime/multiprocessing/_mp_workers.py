@@ -173,3 +173,21 @@ def put_tensor_and_exit(q, strategy):
 
     mp.set_sharing_strategy(strategy)
     q.put(ndist.Tensor._wrap(np.arange(5, dtype=np.int16)))
+
+
+def open_drop_repeatedly(q, done, n, expected):
+    """Open and drop many in-flight handles of one segment, racing the other holders."""
+    import gc
+
+    ok = 0
+    for _ in range(n):
+        fn, args = q.get(timeout=60)
+        try:
+            arr = fn(*args)
+            ok += float(arr.sum()) == expected
+            del arr
+            gc.collect()
+        except Exception as e:
+            done.put(repr(e))
+            return
+    done.put(ok)

@@ -205,3 +205,27 @@ def test_sender_may_drop_its_reference_before_receivers_open(strategy):
     for p in procs:
         _join(p)
     assert w.shm_names(os.getpid()) == []
+
+
+@pytest.mark.timeout(180)
+def test_concurrent_holders_open_and_drop_without_losing_or_leaking_the_segment():
+    old = _shm.get_strategy()
+    _shm.set_strategy("file_system")
+    try:
+        ctx = mp.get_context("spawn")
+        q, done = ctx.Queue(), ctx.Queue()
+        arr = _shm.share_array(np.arange(50.0))
+        nprocs, rounds = 3, 15
+        for _ in range(nprocs * rounds):
+            q.put(reduce_array(arr))
+        procs = [ctx.Process(target=w.open_drop_repeatedly, args=(q, done, rounds, 1225.0)) for _ in range(nprocs)]
+        for p in procs:
+            p.start()
+        del arr  # the creator lets go while the others race
+        gc.collect()
+        assert [done.get(timeout=120) for _ in procs] == [rounds] * nprocs
+        for p in procs:
+            _join(p)
+        assert w.shm_names(os.getpid()) == []
+    finally:
+        _shm.set_strategy(old)
