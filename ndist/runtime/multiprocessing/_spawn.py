@@ -166,6 +166,7 @@ class ProcessContext:
             self._join_procs_with_timeout(grace_period)
         for process in self.processes:
             if process.is_alive():
+                log.warning("terminating process %d (pid %d) via signal SIGTERM", self.processes.index(process), process.pid)
                 process.terminate()
         # A process stuck in native code may ignore SIGTERM: SIGKILL after a grace period.
         self._join_procs_with_timeout(30 if grace_period is None else grace_period)
