@@ -157,7 +157,39 @@ class TensorOps:
             raise ZeroDivisionError(f"{op}: integer division by zero")
         return a, b, rt
 
+    def _fast(self, other: Any, kind: str) -> Any:
+        """The operand for one direct NumPy call when no promotion or check is needed
+        (same-dtype CPU tensors, or a float tensor with a Python int/float), else None."""
+        a = self._data
+        if type(a) is not np.ndarray:
+            return None
+        k = a.dtype.kind
+        if isinstance(other, TensorOps):
+            b = other._data
+            if type(b) is not np.ndarray or b.dtype != a.dtype:
+                return None
+            if kind in ("arith", "cmp") or (kind == "div" and k in "fc") or (kind == "bit" and k in "biu"):
+                return b
+            return None
+        if type(other) in (float, int) and k in "fc" and kind in ("arith", "div", "cmp"):
+            return other
+        return None
+
     def _binary(self, other: Any, fname: str, kind: str = "arith", reverse: bool = False):
+        b = self._fast(other, kind)
+        if b is not None:
+            a = self._data
+            ufunc = getattr(np, fname)
+            try:
+                if a.dtype.kind in "fc":
+                    with np.errstate(**_IGNORE):
+                        out = ufunc(b, a) if reverse else ufunc(a, b)
+                else:
+                    out = ufunc(b, a) if reverse else ufunc(a, b)
+            except ValueError:
+                pass  # fall through to the general path for its error message
+            else:
+                return self._wrap(np.asarray(out) if isinstance(out, np.generic) else out)
         prep = self._prep(other, fname, kind)
         if prep is None:
             return NotImplemented
@@ -175,6 +207,16 @@ class TensorOps:
         return self._wrap(np.asarray(out) if isinstance(out, np.generic) else out)
 
     def _inplace(self, other: Any, fname: str, kind: str = "arith"):
+        b = self._fast(other, kind)
+        if b is not None and kind != "cmp":
+            a = self._data
+            try:
+                with np.errstate(**_IGNORE):
+                    getattr(np, fname)(a, b, out=a)
+            except ValueError:
+                pass  # general path below reports it
+            else:
+                return self
         prep = self._prep(other, fname + "_", kind)
         if prep is None:
             return NotImplemented
