@@ -30,6 +30,7 @@ __all__ = [
     "server_handshake",
     "client_handshake",
     "job_secret",
+    "set_job_secret",
     "AuthenticationError",
     "SECRET_ENV",
 ]
@@ -47,16 +48,31 @@ class AuthenticationError(ConnectionError):
     """The peer did not prove knowledge of the job secret (or we could not)."""
 
 
-def job_secret(secret: bytes | str | None = None) -> bytes:
-    """The job secret: ``secret`` if given, else ``$NDIST_SECRET``.
+_process_secret: bytes | None = None
 
-    Without either, the handshake still runs with an empty key: framing is
+
+def set_job_secret(secret: bytes | str | None) -> None:
+    """Make ``secret`` this process's job secret (``None``: back to ``$NDIST_SECRET``).
+
+    Used by a rendezvous that agreed on a secret without a launcher (the MPI
+    rendezvous broadcasts one): library code never writes ``os.environ``, so
+    the socket backend and later stores find it here.
+    """
+    global _process_secret
+    _process_secret = secret.encode() if isinstance(secret, str) else secret
+
+
+def job_secret(secret: bytes | str | None = None) -> bytes:
+    """The job secret: ``secret`` if given, else the one a rendezvous set with
+    ``set_job_secret``, else ``$NDIST_SECRET``.
+
+    Without any, the handshake still runs with an empty key: framing is
     checked but nothing is authenticated, and a warning is logged once.
     ``ndistrun``, ``ndist.testing`` and MPI rendezvous always set one.
     """
     global _warned_no_secret
     if secret is None:
-        secret = os.environ.get(SECRET_ENV, "")
+        secret = _process_secret if _process_secret is not None else os.environ.get(SECRET_ENV, "")
     if isinstance(secret, str):
         secret = secret.encode()
     if not secret and not _warned_no_secret:

@@ -1,0 +1,232 @@
+"""ProcessGroup: a set of global ranks, its store, and its backends per device type.
+
+A ProcessGroup is small on purpose: membership and rank translation, the
+group's store (already prefixed with the group's name) and the backends,
+created lazily on first use from the backend registry. Non-members get a
+group object too (``rank() == -1``), so every rank can call ``new_group``
+in the same order as torch requires; using it raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+from typing import Any, Mapping
+
+from ._errors import DistBackendError
+from ._registry import BackendContext, get_backend_spec, registered_backends
+from .store import PrefixStore, Store
+
+__all__ = ["ProcessGroup", "Backend", "parse_backend", "format_backend", "DEVICE_TYPES"]
+
+log = logging.getLogger("ndist.runtime.group")
+
+DEVICE_TYPES = ("cpu", "cuda")
+_ALIASES = {"gloo": "socket"}  # ported torch code says gloo; our CPU backend is socket
+
+
+class Backend(str):
+    """Backend names, as ``torch.distributed.Backend`` (a validated, lower-case str)."""
+
+    UNDEFINED = "undefined"
+    SOCKET = "socket"
+    GLOO = "gloo"
+    MPI = "mpi"
+    NCCL = "nccl"
+
+    def __new__(cls, name: str):
+        if not isinstance(name, str):
+            raise TypeError(f"backend: expected str, got {type(name).__name__}")
+        value = name.lower()
+        if value != cls.UNDEFINED and ":" not in value and _ALIASES.get(value, value) not in registered_backends():
+            raise ValueError(f"backend: unknown backend {name!r}; registered: {registered_backends()} (and 'gloo')")
+        return super().__new__(cls, value)
+
+    @staticmethod
+    def register_backend(name: str, func, devices=("cpu",), is_available=None, needs_store: bool = True) -> None:
+        """Register a third-party backend (see ``ndist.runtime.register_backend``)."""
+        from ._registry import register_backend
+
+        register_backend(name, func, devices=devices, is_available=is_available, needs_store=needs_store)
+
+
+def parse_backend(backend: str, default_devices: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``"socket"`` / ``"cpu:socket,cuda:nccl"`` -> ``{"cpu": "socket", "cuda": "nccl"}``.
+
+    A plain name serves every device type its registration lists. Unknown
+    names and device types are ``ValueError`` naming what is registered.
+    """
+    if not isinstance(backend, str):
+        raise TypeError(f"backend: expected str or None, got {type(backend).__name__}")
+    text = backend.strip().lower()
+    if not text:
+        raise ValueError("backend: expected a backend name such as 'socket', got ''")
+    result: dict[str, str] = {}
+    if ":" not in text:
+        name = _ALIASES.get(text, text)
+        spec = get_backend_spec(name)  # ValueError listing registered backends
+        for dev in spec.devices:
+            result[dev] = name
+        return result
+    for part in text.split(","):
+        dev, sep, name = (p.strip() for p in part.partition(":"))
+        if not sep or dev not in DEVICE_TYPES or not name:
+            raise ValueError(
+                f"backend: expected 'device:name' pairs like 'cpu:socket,cuda:nccl', got {backend!r}"
+            )
+        name = _ALIASES.get(name, name)
+        spec = get_backend_spec(name)
+        if dev not in spec.devices:
+            raise ValueError(f"backend: {name!r} does not serve {dev!r} devices (it serves {list(spec.devices)})")
+        if dev in result:
+            raise ValueError(f"backend: device {dev!r} named twice in {backend!r}")
+        result[dev] = name
+    return result
+
+
+def format_backend(mapping: Mapping[str, str]) -> str:
+    names = set(mapping.values())
+    if len(names) == 1:
+        return next(iter(names))
+    return ",".join(f"{d}:{mapping[d]}" for d in DEVICE_TYPES if d in mapping)
+
+
+class ProcessGroup:
+    """A group of global ranks (see docs/architecture.md for the contract)."""
+
+    def __init__(
+        self,
+        ranks: tuple[int, ...],
+        my_global_rank: int,
+        group_name: str,
+        store: Store,
+        backends: Mapping[str, str],
+        timeout: timedelta,
+        options: Any = None,
+    ) -> None:
+        self.ranks: tuple[int, ...] = tuple(ranks)
+        self.group_name = group_name
+        self.timeout = timeout
+        self.options = options
+        self.device_id: Any = None  # init_process_group(device_id=...), as torch's bound device
+        self.group_desc = ""
+        self._global_rank = my_global_rank
+        self._index = {r: i for i, r in enumerate(self.ranks)}
+        self._rank = self._index.get(my_global_rank, -1)
+        self._store = store
+        self._backend_names = dict(backends)
+        self._backends: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._destroyed = False
+
+    # ------------------------------------------------------------ membership
+    def rank(self) -> int:
+        """This process's rank in the group, -1 if it is not a member."""
+        return self._rank
+
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def is_member(self) -> bool:
+        return self._rank >= 0
+
+    @property
+    def destroyed(self) -> bool:
+        return self._destroyed
+
+    def require_member(self, what: str = "this operation") -> None:
+        self.require_alive()
+        if not self.is_member:
+            raise ValueError(
+                f"group: global rank {self._global_rank} is not a member of group {self.group_name!r} "
+                f"with ranks {list(self.ranks)}; {what} must be called by its members only"
+            )
+
+    def require_alive(self) -> None:
+        if self._destroyed:
+            raise ValueError(f"group: process group {self.group_name!r} has been destroyed")
+
+    def group_rank(self, global_rank: int) -> int:
+        """The rank in this group of ``global_rank``; ValueError if it is not a member."""
+        try:
+            return self._index[global_rank]
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"global_rank: rank {global_rank!r} is not part of group {self.group_name!r} with ranks {list(self.ranks)}"
+            ) from None
+
+    def global_rank(self, group_rank: int) -> int:
+        if not isinstance(group_rank, int) or isinstance(group_rank, bool) or not 0 <= group_rank < len(self.ranks):
+            raise ValueError(
+                f"group_rank: expected an int in [0, {len(self.ranks)}) for group {self.group_name!r}, got {group_rank!r}"
+            )
+        return self.ranks[group_rank]
+
+    # ------------------------------------------------------------ resources
+    @property
+    def store(self) -> Store:
+        """The group's store (keys are private to this group)."""
+        return self._store
+
+    @property
+    def backend_names(self) -> dict[str, str]:
+        return dict(self._backend_names)
+
+    def backend_name(self) -> str:
+        return format_backend(self._backend_names)
+
+    def backend_for(self, device_type: str) -> Any:
+        """The backend serving ``device_type`` in this group, created on first use."""
+        self.require_member("a collective on it")
+        dev = getattr(device_type, "type", device_type)
+        if dev not in self._backend_names:
+            raise ValueError(
+                f"device: group {self.group_name!r} has no backend for {dev!r} tensors "
+                f"(backend {self.backend_name()!r} serves {sorted(self._backend_names)})"
+            )
+        with self._lock:
+            self.require_alive()
+            backend = self._backends.get(dev)
+            if backend is None:
+                backend = self._backends[dev] = self._create(dev)
+            return backend
+
+    def _create(self, dev: str) -> Any:
+        name = self._backend_names[dev]
+        spec = get_backend_spec(name)
+        if not spec.available():
+            raise DistBackendError(
+                f"backend {name!r} (for {dev!r} tensors in group {self.group_name!r}) is not available on this "
+                f"machine; registered backends: {registered_backends()}"
+            )
+        ctx = BackendContext(
+            store=PrefixStore(f"{name}/{dev}", self._store),
+            rank=self._rank,
+            size=len(self.ranks),
+            timeout=self.timeout,
+            group_name=self.group_name,
+            global_ranks=self.ranks,
+            device=dev,
+            options=self.options,
+        )
+        log.info("creating %s backend for %s in group %r (rank %d of %d)", name, dev, self.group_name, self._rank, len(self.ranks))
+        return spec.create(ctx)
+
+    def _shutdown(self, abort: bool = False) -> None:
+        """Close every backend (never raises, never waits on peers)."""
+        with self._lock:
+            self._destroyed = True
+            backends, self._backends = list(self._backends.items()), {}
+        for dev, backend in backends:
+            try:
+                backend.abort() if abort else backend.close()
+            except Exception:  # noqa: BLE001 - destroy must finish even if a backend is broken
+                log.warning("closing the %s backend of group %r failed", dev, self.group_name, exc_info=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"<ProcessGroup {self.group_name!r} ranks={list(self.ranks)} rank={self._rank} "
+            f"backend={self.backend_name()!r}{' destroyed' if self._destroyed else ''}>"
+        )

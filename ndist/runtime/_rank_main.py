@@ -1,0 +1,70 @@
+"""Entry point of one rank started by ``ndist.testing.run_ranks``.
+
+Reads the function from the store the parent hosts (``NDIST_STORE``), runs
+it between ``init_process_group`` and ``destroy_process_group``, and writes
+the outcome (value, or error text + traceback + the pickled exception) back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+
+def main() -> int:
+    from . import _testing
+    from ._world import destroy_process_group, init_process_group, is_initialized
+    from .store import TCPStore
+
+    import cloudpickle
+
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    host, _, port = os.environ["NDIST_STORE"].rpartition(":")
+    store = TCPStore(host, int(port), timeout=60)
+    prefix = _testing.PREFIX
+    for p in reversed(json.loads(store.get(prefix + "sys_path"))):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+    def report(outcome) -> None:
+        try:
+            data = cloudpickle.dumps(outcome)
+        except Exception as err:  # noqa: BLE001 - e.g. an unpicklable return value
+            data = cloudpickle.dumps(("error", f"rank {rank}'s outcome could not be pickled: {err!r}", "", None))
+        store.set(f"{prefix}result/{rank}", data)
+        n = store.add(prefix + "count", 1)
+        store.set(f"{prefix}event/{n}", str(rank))
+
+    def failure(err: BaseException):
+        try:
+            exc = cloudpickle.dumps(err)
+            cloudpickle.loads(exc)
+        except Exception:  # noqa: BLE001 - send the text only
+            exc = None
+        return ("error", f"{type(err).__name__}: {err}", traceback.format_exc(), exc)
+
+    try:
+        fn, args, init, backend, timeout = cloudpickle.loads(store.get(prefix + "payload"))
+        if init:
+            init_process_group(backend=backend, timeout=timeout)
+        value = fn(rank, world_size, *args)
+        if init and is_initialized():
+            destroy_process_group()
+        outcome = ("ok", value)
+    except BaseException as err:  # noqa: BLE001 - every failure goes back to the parent
+        report(failure(err))
+        try:
+            if is_initialized():
+                destroy_process_group()
+        finally:
+            store.close()
+        return 1
+    report(outcome)
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

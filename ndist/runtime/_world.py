@@ -1,0 +1,350 @@
+"""The process-group API of ``torch.distributed``: init, groups, queries, destroy.
+
+All state lives in one small ``_World`` object (the default group, the
+registry of groups, the rendezvous), not in module globals spread over a
+large file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from datetime import timedelta
+from typing import Any, Sequence
+
+from . import _env
+from ._group import ProcessGroup, parse_backend
+from ._registry import get_backend_spec, registered_backends
+from ._rendezvous import Rendezvous, join, rendezvous
+from .store import PrefixStore, Store
+
+__all__ = [
+    "init_process_group",
+    "destroy_process_group",
+    "is_initialized",
+    "is_available",
+    "get_rank",
+    "get_world_size",
+    "get_backend",
+    "new_group",
+    "new_subgroups",
+    "new_subgroups_by_enumeration",
+    "get_group_rank",
+    "get_global_rank",
+    "get_process_group_ranks",
+    "resolve_group",
+    "group",
+    "GroupMember",
+    "default_pg_timeout",
+]
+
+log = logging.getLogger("ndist.runtime.group")
+
+default_pg_timeout = timedelta(minutes=30)
+_NOT_INIT = "Default process group has not been initialized, please make sure to call init_process_group."
+_DESTROY_GRACE = 30.0  # seconds rank 0 keeps its store up for peers still using it
+
+
+class _World:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.default: ProcessGroup | None = None
+        self.groups: dict[str, ProcessGroup] = {}
+        self.group_count = 0
+        self.init_count = 0
+        self.rdzv: Rendezvous | None = None
+        self.job_store: Store | None = None  # this init's namespace of the shared store
+
+
+_world = _World()
+
+
+class _WorldGroup:
+    """``group.WORLD``: stands for the default group, whichever it is now."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(resolve_group(None), name)
+
+    def __repr__(self) -> str:
+        return "group.WORLD"
+
+
+class group:  # noqa: N801 - torch's name
+    WORLD = _WorldGroup()
+
+
+class GroupMember:
+    WORLD = group.WORLD
+    NON_GROUP_MEMBER = object()  # torch's sentinel; ndist returns a group with rank() == -1 instead
+
+
+def resolve_group(grp: Any = None) -> ProcessGroup:
+    """``None`` / ``group.WORLD`` / a ProcessGroup -> the ProcessGroup.
+
+    ValueError when ndist is not initialised or the group was destroyed.
+    """
+    if grp is None or grp is group.WORLD:
+        pg = _world.default
+        if pg is None:
+            raise ValueError(_NOT_INIT)
+        return pg
+    if isinstance(grp, ProcessGroup):
+        grp.require_alive()
+        return grp
+    raise TypeError(f"group: expected a ProcessGroup, group.WORLD or None, got {type(grp).__name__}")
+
+
+# ------------------------------------------------------------------ helpers
+def _check_timeout(timeout: Any, default: timedelta) -> timedelta:
+    if timeout is None:
+        return default
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+        timeout = timedelta(seconds=seconds)
+    else:
+        raise TypeError(f"timeout: expected datetime.timedelta (or seconds), got {type(timeout).__name__}")
+    if seconds <= 0:
+        raise ValueError(f"timeout: expected a positive duration, got {timeout!r}")
+    return timeout
+
+
+def _check_int(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name}: expected int, got {type(value).__name__}")
+    return value
+
+
+def _available(name: str) -> bool:
+    try:
+        return name in registered_backends() and get_backend_spec(name).available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _default_backends(use_mpi: bool) -> dict[str, str]:
+    """backend=None: mpi under an MPI launcher without MASTER_ADDR, else cpu:socket
+    (+ cuda:nccl where NCCL is available)."""
+    cpu = "mpi" if use_mpi and _available("mpi") else "socket"
+    mapping = parse_backend(cpu)  # ValueError listing the registered backends
+    if "nccl" in registered_backends() and _available("nccl"):
+        mapping["cuda"] = "nccl"
+    return mapping
+
+
+def _world_size() -> int:
+    return resolve_group(None).size()
+
+
+# --------------------------------------------------------------------- init
+def init_process_group(
+    backend: str | None = None,
+    init_method: str | None = None,
+    timeout: timedelta | None = None,
+    world_size: int = -1,
+    rank: int = -1,
+    store: Store | None = None,
+    group_name: str = "",
+    pg_options: Any = None,
+    device_id: Any = None,
+) -> None:
+    """Join the job and create the default process group (``torch.distributed.init_process_group``)."""
+    with _world.lock:
+        if _world.default is not None:
+            raise RuntimeError("trying to initialize the default process group twice!")
+        timeout = _check_timeout(timeout, default_pg_timeout)
+        world_size, rank = _check_int("world_size", world_size), _check_int("rank", rank)
+        if not isinstance(group_name, str):
+            raise TypeError(f"group_name: expected str, got {type(group_name).__name__}")
+        if store is not None and init_method is not None:
+            raise ValueError("init_method: cannot specify both init_method and store")
+        env = _env.detect()
+        if store is not None:
+            if not isinstance(store, Store):
+                raise TypeError(f"store: expected an ndist Store, got {type(store).__name__}")
+            if world_size <= 0:
+                raise ValueError(f"world_size: expected a positive int when a store is given, got {world_size}")
+            if not 0 <= rank < world_size:
+                raise ValueError(f"rank: expected 0 <= rank < world_size ({world_size}) when a store is given, got {rank}")
+        use_mpi = (
+            store is None
+            and init_method in (None, "env://")
+            and env.source in ("mpi", "slurm")
+            and "MASTER_ADDR" not in os.environ
+            and env.agent_store is None
+        )
+        backends = _default_backends(use_mpi) if backend is None else parse_backend(backend)
+
+        if store is not None:
+            rdzv = Rendezvous(store, rank, world_size, owned=[], via="store")
+        else:
+            rdzv = rendezvous(init_method or "env://", rank, world_size, timeout, env)
+        try:
+            job_store = PrefixStore(f"ndist/{env.restart_count}/{_world.init_count}", rdzv.store)
+            join(PrefixStore("init", job_store), rdzv.rank, rdzv.world_size, timeout)
+        except BaseException:
+            rdzv.close()
+            raise
+        _world.init_count += 1
+        _world.rdzv, _world.job_store = rdzv, job_store
+        name = group_name or "0"
+        pg = ProcessGroup(
+            tuple(range(rdzv.world_size)), rdzv.rank, name, PrefixStore(name, job_store), backends, timeout, pg_options
+        )
+        pg.device_id = device_id
+        _world.default = pg
+        _world.groups = {name: pg}
+        _world.group_count = 1
+        log.info("rank %d of %d initialised (%s rendezvous, backend %r)", rdzv.rank, rdzv.world_size, rdzv.via, pg.backend_name())
+
+
+def destroy_process_group(group: Any = None) -> None:
+    """Close ``group``'s backends (all groups and the store when ``group`` is None /
+    WORLD). Never waits on a dead peer."""
+    with _world.lock:
+        pg = resolve_group(group)
+        if pg is not _world.default:
+            pg._shutdown()
+            _world.groups.pop(pg.group_name, None)
+            return
+        for other in list(_world.groups.values()):
+            if other is not pg:
+                other._shutdown()
+        pg._shutdown()
+        rdzv = _world.rdzv
+        _world.default, _world.groups, _world.rdzv, _world.job_store = None, {}, None, None
+    if rdzv is not None:
+        rdzv.close(grace=min(_DESTROY_GRACE, pg.timeout.total_seconds()))
+
+
+# ------------------------------------------------------------------- queries
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return _world.default is not None
+
+
+def get_rank(group: Any = None) -> int:
+    """This process's rank in ``group`` (-1 if it is not a member, as torch)."""
+    return resolve_group(group).rank()
+
+
+def get_world_size(group: Any = None) -> int:
+    """The size of ``group`` (-1 on a process that is not a member, as torch)."""
+    pg = resolve_group(group)
+    return pg.size() if pg.is_member else -1
+
+
+def get_backend(group: Any = None) -> str:
+    return resolve_group(group).backend_name()
+
+
+def get_group_rank(group: Any, global_rank: int) -> int:
+    return resolve_group(group).group_rank(_check_int("global_rank", global_rank))
+
+
+def get_global_rank(group: Any, group_rank: int) -> int:
+    return resolve_group(group).global_rank(_check_int("group_rank", group_rank))
+
+
+def get_process_group_ranks(group: Any) -> list[int]:
+    return list(resolve_group(group).ranks)
+
+
+# -------------------------------------------------------------------- groups
+def new_group(
+    ranks: Sequence[int] | None = None,
+    timeout: timedelta | None = None,
+    backend: str | None = None,
+    pg_options: Any = None,
+    use_local_synchronization: bool = False,
+    group_desc: str | None = None,
+) -> ProcessGroup:
+    """A group of ``ranks`` (all by default). Every rank must call it, in the same
+    order, as in torch; a non-member gets a group whose ``rank()`` is -1."""
+    with _world.lock:
+        world = resolve_group(None)
+        n = world.size()
+        if ranks is None:
+            members = list(range(n))
+        else:
+            if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+                raise TypeError(f"ranks: expected a list of int, got {type(ranks).__name__}")
+            members = []
+            for r in ranks:
+                if not isinstance(r, int) or isinstance(r, bool):
+                    raise TypeError(f"ranks: expected a list of int, got an element of type {type(r).__name__}")
+                if not 0 <= r < n:
+                    raise ValueError(f"ranks: expected global ranks in [0, {n}), got {r}")
+                members.append(r)
+            if len(set(members)) != len(members):
+                raise ValueError(f"ranks: expected distinct ranks, got {list(ranks)}")
+            if not members:
+                raise ValueError("ranks: expected at least one rank, got []")
+            members.sort()
+        timeout = _check_timeout(timeout, world.timeout)
+        mapping = world.backend_names if backend is None else parse_backend(backend)
+        name = str(_world.group_count)
+        _world.group_count += 1
+        pg = ProcessGroup(
+            tuple(members), world._global_rank, name, PrefixStore(name, _world.job_store), mapping, timeout,
+            pg_options if pg_options is not None else world.options,
+        )
+        pg.group_desc = group_desc or ""
+        _world.groups[name] = pg
+        return pg
+
+
+def new_subgroups_by_enumeration(
+    ranks_per_subgroup_list: Sequence[Sequence[int]],
+    timeout: timedelta | None = None,
+    backend: str | None = None,
+    pg_options: Any = None,
+) -> tuple[ProcessGroup | None, list[ProcessGroup]]:
+    """One group per list of ranks; returns (the group this rank is in, all groups)."""
+    if not ranks_per_subgroup_list:
+        raise ValueError("ranks_per_subgroup_list: expected a non-empty list of rank lists, got an empty one")
+    seen: set[int] = set()
+    for sub in ranks_per_subgroup_list:
+        for r in sub:
+            if r in seen:
+                raise ValueError(f"ranks_per_subgroup_list: rank {r} appears in more than one subgroup")
+            seen.add(r)
+    mine, groups = None, []
+    for sub in ranks_per_subgroup_list:
+        pg = new_group(sub, timeout=timeout, backend=backend, pg_options=pg_options)
+        groups.append(pg)
+        if pg.is_member:
+            mine = pg
+    return mine, groups
+
+
+def new_subgroups(
+    group_size: int | None = None,
+    group: Any = None,
+    timeout: timedelta | None = None,
+    backend: str | None = None,
+    pg_options: Any = None,
+    group_desc: str | None = None,
+) -> tuple[ProcessGroup, list[ProcessGroup]]:
+    """Split the world into consecutive groups of ``group_size`` ranks (default: ranks
+    per node). Returns (this rank's subgroup, all subgroups)."""
+    n = _world_size()
+    if group is not None and resolve_group(group) is not resolve_group(None):
+        raise ValueError("group: new_subgroups splits the default group only")
+    if group_size is None:
+        group_size = _env.detect().local_world_size
+        if group_size is None:
+            raise ValueError("group_size: not given and the ranks per node are unknown (no LOCAL_WORLD_SIZE)")
+    group_size = _check_int("group_size", group_size)
+    if group_size <= 0 or group_size > n or n % group_size:
+        raise ValueError(f"group_size: expected a positive divisor of the world size {n}, got {group_size}")
+    mine, groups = new_subgroups_by_enumeration(
+        [list(range(s, s + group_size)) for s in range(0, n, group_size)], timeout, backend, pg_options
+    )
+    assert mine is not None  # every rank is in exactly one block
+    return mine, groups
