@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import importlib
 
-from . import tensor as _tensor_pkg
-from .tensor import *  # noqa: F403 - the torch-like top level: ndist.tensor(...), ndist.float32, ...
+from .tensor import *  # noqa: F403 - the torch-like top level: ndist.float32, ndist.zeros, ...
+
+# The star import bound ``tensor`` to the factory function; bind the package instead.
+# It is callable, so ``ndist.tensor([1, 2])`` still makes a tensor, and
+# ``import ndist.tensor._shm as shm`` keeps working.
+tensor = _tensor_pkg = importlib.import_module("ndist.tensor")
 
 __version__ = "0.1.0"
 

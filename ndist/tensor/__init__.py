@@ -25,3 +25,25 @@ __all__ = sorted(set(
         "get_printoptions", "max_result", "min_result",
     ]
 ))
+
+
+class _TensorPackage(type(_functional)):
+    """``ndist.tensor`` is this package *and* torch's ``tensor(data, ...)`` factory.
+
+    Making the package callable keeps both meanings without shadowing: after
+    ``import ndist``, ``ndist.tensor([1, 2])`` builds a tensor, while
+    ``import ndist.tensor._shm as shm`` and ``from ndist.tensor import Tensor``
+    still resolve to this package."""
+
+    def __call__(self, data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+        return tensor(data, dtype=dtype, device=device, requires_grad=requires_grad,
+                      pin_memory=pin_memory)
+
+
+def _make_callable() -> None:
+    import sys
+
+    sys.modules[__name__].__class__ = _TensorPackage
+
+
+_make_callable()

@@ -124,7 +124,10 @@ class Tensor(TensorOps):
 
     @property
     def dtype(self) -> D.dtype:
-        return D._FROM_NP[self._data.dtype]
+        try:
+            return D._FROM_NP[self._data.dtype]
+        except KeyError:
+            return D.from_numpy_dtype(self._data.dtype, what="Tensor.dtype")  # TypeError
 
     @property
     def device(self) -> device:
