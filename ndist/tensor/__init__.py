@@ -13,7 +13,7 @@ from ._dtype import __all__ as _dtype_all
 from ._factories import *  # noqa: F403
 from ._factories import __all__ as _factories_all
 from ._functional import *  # noqa: F403
-from ._ops import max_result, min_result
+from ._reductions import max_result, min_result
 from ._random import Generator, default_generator, initial_seed, manual_seed, seed
 from ._repr import get_printoptions, set_printoptions
 from ._tensor import Size, Tensor, is_tensor

@@ -12,8 +12,9 @@ import numpy as np
 from . import _dtype as D
 from . import _random as R
 from ._cuda import note_allocation, require_cupy, resolve
-from ._ops import TensorOps, check_same_device, norm_dim
-from ._tensor import Tensor, _ints
+from ._ops import TensorOps, check_same_device
+from ._tensor import Tensor
+from ._views import ints as _ints, norm_dim
 from ._transfer import move
 
 __all__ = [
