@@ -68,18 +68,28 @@ class ReductionOps:
             return D.to_dtype(dtype).numpy_dtype
         return np.int64 if self._data.dtype.kind in "biu" else None
 
+    def _half_reduce(self, fname, dim, keepdim, dtype):
+        # float16 / bfloat16 accumulate in float32 and return their own type, like torch.
+        if dtype is None and self._data.dtype.itemsize == 2 and self._data.dtype.kind in "fV":
+            out = self._reduce(fname, dim, keepdim, np.float32)
+            return self._wrap(out._data.astype(self._data.dtype))
+        return None
+
     def sum(self, dim=None, keepdim=False, *, dtype=None):  # noqa: A003
-        return self._reduce("sum", dim, keepdim, self._acc(dtype))
+        half = self._half_reduce("sum", dim, keepdim, dtype)
+        return half if half is not None else self._reduce("sum", dim, keepdim, self._acc(dtype))
 
     def prod(self, dim=None, keepdim=False, *, dtype=None):
-        return self._reduce("prod", dim, keepdim, self._acc(dtype))
+        half = self._half_reduce("prod", dim, keepdim, dtype)
+        return half if half is not None else self._reduce("prod", dim, keepdim, self._acc(dtype))
 
     def mean(self, dim=None, keepdim=False, *, dtype=None):
         dt = self.dtype if dtype is None else D.to_dtype(dtype)
         if dt._category < 2:
             raise TypeError(f"mean(): could not infer output dtype. Input dtype must be either a "
                             f"floating point or complex dtype. Got: {dt}")
-        return self._reduce("mean", dim, keepdim, dt.numpy_dtype)
+        half = self._half_reduce("mean", dim, keepdim, dtype)
+        return half if half is not None else self._reduce("mean", dim, keepdim, dt.numpy_dtype)
 
     def _minmax(self, fname, arg, dim, keepdim, result):
         if hasattr(dim, "_data"):  # t.max(other): elementwise

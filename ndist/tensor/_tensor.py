@@ -67,6 +67,8 @@ class Tensor(ViewOps, TensorOps, ReductionOps):
         # Legacy torch.Tensor(...) constructor: Tensor([1, 2]) or Tensor(2, 3) (float).
         from ._factories import empty, tensor  # noqa: PLC0415
 
+        if not args:
+            return empty(0, **kwargs)
         if len(args) == 1 and not isinstance(args[0], (numbers.Integral, tuple)):
             return tensor(args[0], dtype=D.get_default_dtype(), **kwargs)
         return empty(*args, **kwargs)
@@ -214,6 +216,41 @@ class Tensor(ViewOps, TensorOps, ReductionOps):
     def __hash__(self) -> int:
         return id(self)
 
+    def __contains__(self, element: Any) -> bool:
+        """``x in t``: whether any element equals ``x`` (one vectorised compare)."""
+        if not isinstance(element, (Tensor, numbers.Number, np.generic)):
+            raise TypeError(f"Tensor.__contains__ only supports Tensor or scalar, but you "
+                            f"passed in a {type(element).__name__}")
+        return bool((self == element).any().item())
+
+    # ------------------------------------------------------------ new_* factories
+    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None) -> "Tensor":
+        """An uninitialised tensor with this tensor's dtype and device by default."""
+        from ._factories import empty  # noqa: PLC0415
+
+        return empty(*size, dtype=dtype or self.dtype, device=device or self.device)
+
+    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None) -> "Tensor":
+        from ._factories import zeros  # noqa: PLC0415
+
+        return zeros(*size, dtype=dtype or self.dtype, device=device or self.device)
+
+    def new_ones(self, *size: Any, dtype: Any = None, device: Any = None) -> "Tensor":
+        from ._factories import ones  # noqa: PLC0415
+
+        return ones(*size, dtype=dtype or self.dtype, device=device or self.device)
+
+    def new_full(self, size: Any, fill_value: Any, *, dtype: Any = None,
+                 device: Any = None) -> "Tensor":
+        from ._factories import full  # noqa: PLC0415
+
+        return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device)
+
+    def new_tensor(self, data: Any, *, dtype: Any = None, device: Any = None) -> "Tensor":
+        from ._factories import tensor  # noqa: PLC0415
+
+        return tensor(data, dtype=dtype or self.dtype, device=device or self.device)
+
     # ------------------------------------------------------------ conversion
     def to(self, *args: Any, **kwargs: Any) -> "Tensor":
         """``to(dtype)``, ``to(device, dtype=None)``, ``to(other)``; ``copy=True`` forces a copy."""
@@ -352,6 +389,9 @@ class Tensor(ViewOps, TensorOps, ReductionOps):
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         arr = self.numpy()
         if dtype is not None and np.dtype(dtype) != arr.dtype:
+            if copy is False:
+                raise ValueError(f"__array__: converting {self.dtype} to {np.dtype(dtype)} "
+                                 f"needs a copy, but copy=False was given")
             return arr.astype(dtype)
         return arr.copy() if copy else arr
 

@@ -76,3 +76,13 @@ def test_torch_bfloat16_shares_memory():
     assert src[0].item() == 4.0
     grad = torch.ones(2, requires_grad=True)
     assert ndist.from_dlpack(grad).tolist() == [1.0, 1.0]
+
+
+def test_array_protocol_copy_false_refuses_a_conversion():
+    t = ndist.tensor([1, 2], dtype=ndist.int32)
+    assert np.asarray(t, dtype=np.int32, copy=False) is t.numpy()
+    with pytest.raises(ValueError, match="needs a copy"):
+        np.asarray(t, dtype=np.float64, copy=False)
+    c = np.array(t, copy=True)
+    c[0] = 5
+    assert t[0].item() == 1

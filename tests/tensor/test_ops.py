@@ -215,3 +215,11 @@ def test_casts():
     assert t.to("cpu") is t and t.cpu() is t
     with pytest.raises(TypeError, match="unexpected keyword"):
         t.to(dtype=ndist.int32, colour="red")
+
+
+def test_half_precision_sums_accumulate_in_float32():
+    t = ndist.full((4096,), 1.0, dtype=ndist.float16)
+    s = t.sum()
+    assert s.dtype is ndist.float16 and s.item() == 4096.0  # a float16 accumulator stops at 2048
+    assert t.mean().item() == 1.0 and t.mean().dtype is ndist.float16
+    assert t.sum(dtype=ndist.float64).dtype is ndist.float64
