@@ -204,17 +204,12 @@ def index_guard(index: int):
 class Stream:
     """A CUDA stream on a device (wraps ``cupy.cuda.Stream``)."""
 
-    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:  # noqa: A002
+    def __init__(self, device: Any = None, priority: int = 0) -> None:  # noqa: A002
         cp = require_cupy()
-        raw = kwargs.pop("_cupy_stream", None)
-        if kwargs:
-            raise TypeError(f"Stream: unexpected keyword arguments {sorted(kwargs)}")
-        if raw is not None:
-            self._cp, self._index = raw, int(raw.device_id) if hasattr(raw, "device_id") else current_device()
-            return
         self._index = _index_of(device)
         with cp.cuda.Device(self._index):
-            self._cp = cp.cuda.Stream(non_blocking=False, priority=priority or 0) \
+            # ``priority`` needs CuPy >= 13; the default priority works everywhere.
+            self._cp = cp.cuda.Stream(non_blocking=False, priority=priority) \
                 if priority else cp.cuda.Stream(non_blocking=False)
 
     @property
