@@ -150,7 +150,8 @@ class TensorOps:
                 pass  # fall through to the general path for its error message
             else:
                 return self._wrap(np.asarray(out) if isinstance(out, np.generic) else out)
-        prep = self._prep(other, fname, kind)
+        with self._guard():  # casts in _prep allocate too: on the tensor's own GPU
+            prep = self._prep(other, fname, kind)
         if prep is None:
             return NotImplemented
         a, b, _ = prep
@@ -177,7 +178,8 @@ class TensorOps:
                 pass  # general path below reports it
             else:
                 return self
-        prep = self._prep(other, fname + "_", kind)
+        with self._guard():
+            prep = self._prep(other, fname + "_", kind)
         if prep is None:
             return NotImplemented
         a, b, rt = prep
@@ -273,9 +275,10 @@ class TensorOps:
             return self // other
         if rounding_mode == "trunc":
             q = self._binary(other, "true_divide", "div")
-            out = q._xp.trunc(q._data)
             rt = D.result_type(self, other)
-            return self._wrap(out.astype(rt.numpy_dtype) if rt._category < 2 else out)
+            with q._guard():
+                out = q._xp.trunc(q._data)
+                return self._wrap(out.astype(rt.numpy_dtype) if rt._category < 2 else out)
         raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
     def div_(self, other):

@@ -101,7 +101,8 @@ class ReductionOps:
             return self._reduce(fname, None, False)
         d = norm_dim(dim, self._data.ndim)
         if self._data.ndim == 0:
-            return result(self.clone(), self._wrap(self._xp.zeros((), np.int64)))
+            with self._guard():
+                return result(self.clone(), self._wrap(self._xp.zeros((), np.int64)))
         if self._data.shape[d] == 0:
             raise ValueError(f"{fname}(): cannot reduce over dim {dim} of size 0 "
                              f"(shape {list(self._data.shape)})")
@@ -128,7 +129,7 @@ class ReductionOps:
         if dim is None:
             with self._guard():
                 idx = getattr(arr.reshape(-1), fname)()
-            out = self._wrap(self._xp.asarray(idx, dtype=np.int64))
+                out = self._wrap(self._xp.asarray(idx, dtype=np.int64))
             return out.reshape([1] * arr.ndim) if keepdim else out
         return self._minmax(fname[3:], fname, dim, keepdim, lambda v, i: i)
 

@@ -190,10 +190,11 @@ class Tensor(ViewOps, TensorOps, ReductionOps):
     def __getitem__(self, idx: Any) -> "Tensor":
         arr = self._data
         idx = _index_arg(idx, arr)
-        out = arr[idx]
-        if not hasattr(out, "shape") or type(out) is not type(arr):
-            # A full integer index gives a NumPy scalar: index again for a 0-d view.
-            out = arr[(idx if isinstance(idx, tuple) else (idx,)) + (Ellipsis,)]
+        with self._guard():  # advanced indexing allocates (on the array's GPU)
+            out = arr[idx]
+            if not hasattr(out, "shape") or type(out) is not type(arr):
+                # A full integer index gives a NumPy scalar: index again for a 0-d view.
+                out = arr[(idx if isinstance(idx, tuple) else (idx,)) + (Ellipsis,)]
         return self._wrap(out)
 
     def __setitem__(self, idx: Any, value: Any) -> None:

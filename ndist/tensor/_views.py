@@ -54,12 +54,14 @@ class ViewOps:
     def contiguous(self) -> "Tensor":
         if self._data.flags.c_contiguous:
             return self
-        return self._wrap(self._xp.ascontiguousarray(self._data))
+        with self._guard():  # CuPy allocates on the *current* GPU: make it the array's
+            return self._wrap(self._xp.ascontiguousarray(self._data))
 
     def reshape(self, *shape: Any) -> "Tensor":
         shape = ints(shape, "reshape")
         try:
-            return self._wrap(self._data.reshape(shape))
+            with self._guard():  # may copy
+                return self._wrap(self._data.reshape(shape))
         except ValueError:
             raise ValueError(f"reshape: shape {list(shape)} is invalid for input of size "
                              f"{self.numel()} (shape {list(self.shape)})") from None

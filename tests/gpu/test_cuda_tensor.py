@@ -159,3 +159,16 @@ def test_memory_statistics():
     assert ndist.cuda.max_memory_allocated() == ndist.cuda.memory_allocated()
     free, total = ndist.cuda.mem_get_info()
     assert 0 < free <= total
+
+
+@pytest.mark.skipif(ndist.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_allocating_ops_on_a_non_current_gpu_stay_there():
+    ndist.cuda.set_device(0)
+    t = ndist.arange(6, dtype=ndist.float32, device="cuda:1").reshape(2, 3)
+    outs = [t.T.reshape(-1), t.T.contiguous(), t[ndist.tensor([1, 0])], t + t.double(),
+            t.sum(0), t.max(1).indices, t.argmax(), t.clone(), t.int() // 2,
+            t.div(4, rounding_mode="trunc"), ndist.cat([t, t]), t.flip(0)]
+    for out in outs:
+        assert out.device == ndist.device("cuda:1")
+    assert ndist.cuda.current_device() == 0
+    assert outs[0].tolist() == [0., 3., 1., 4., 2., 5.]
