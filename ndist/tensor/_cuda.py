@@ -46,15 +46,22 @@ _log = logging.getLogger("ndist.tensor")
 _count_cache: list[int] = []  # device count, cached once a GPU was seen (like torch)
 
 
+_import_failed: list[str] = []  # why ``import cupy`` failed, remembered (it is not retried)
+
+
 def cupy_or_none():
     """The cupy module if it is importable, else None (no exception)."""
     mod = sys.modules.get("cupy")
     if mod is not None:
         return mod
+    if _import_failed:
+        return None
     try:
         import cupy  # noqa: PLC0415 - lazy on purpose
     except Exception as exc:  # ImportError, or a broken CUDA install
         _log.debug("cupy not importable: %s", exc)
+        missing = isinstance(exc, ModuleNotFoundError) and exc.name == "cupy"
+        _import_failed.append("missing" if missing else f"{type(exc).__name__}: {exc}")
         return None
     return cupy
 
@@ -87,8 +94,11 @@ def require_cupy():
     """cupy with at least one GPU, or RuntimeError saying what is missing."""
     cp = cupy_or_none()
     if cp is None:
-        raise RuntimeError("CUDA is not available: CuPy is not installed "
-                           "(install the 'cuda' extra, e.g. pip install cupy-cuda12x)")
+        why = _import_failed[0] if _import_failed else "unknown"
+        if why == "missing":
+            raise RuntimeError("CUDA is not available: CuPy is not installed "
+                               "(install the 'cuda' extra, e.g. pip install cupy-cuda12x)")
+        raise RuntimeError(f"CUDA is not available: CuPy is installed but failed to import ({why})")
     if device_count() == 0:
         raise RuntimeError("CUDA is not available: CuPy is installed but no CUDA GPU was found")
     return cp
