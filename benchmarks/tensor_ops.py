@@ -16,6 +16,21 @@ import numpy as np
 import ndist
 
 
+def _steady_malloc() -> bool:
+    """Ask glibc to keep freed multi-MB blocks instead of unmapping them, so each fresh
+    1M-element result is not a new mmap + page faults; otherwise timings of ops that
+    allocate are bimodal (150 us vs 1 ms) and the comparison measures the kernel."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, 1 << 28) and
+                    libc.mallopt(m_trim_threshold, 1 << 28))
+    except (OSError, AttributeError):
+        return False
+
+
 def _paired(nd, npf, number: int, repeat: int) -> tuple[float, float, float, float]:
     """Median seconds per call of ``nd`` and ``npf``, timed in alternating pairs so that
     load from other processes hits both alike; the median of the per-pair ratios; and
@@ -38,6 +53,7 @@ def main() -> None:
     ap.add_argument("--number", type=int, default=10, help="calls per timeit repeat")
     args = ap.parse_args()
 
+    steady = _steady_malloc()
     rng = np.random.default_rng(0)
     # values near 1 keep prod() finite and free of denormals
     a = (1 + rng.random(args.n, dtype=np.float32) * 1e-6).astype(np.float32)
@@ -59,7 +75,7 @@ def main() -> None:
         ("a.prod()", lambda: ta.prod(), lambda: a.prod()),
     ]
     print(f"{args.n} float32 elements, median of {args.repeat} alternating pairs of "
-          f"{args.number} calls")
+          f"{args.number} calls{'' if steady else ' (glibc mallopt unavailable: allocations vary)'}")
     print(f"{'op':10} {'ndist us':>10} {'numpy us':>10} {'ratio':>7} {'min-ratio':>9}")
     worst = 0.0
     for name, nd, npf in ops:

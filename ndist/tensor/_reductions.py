@@ -56,6 +56,10 @@ class ReductionOps:
     # reductions ------------------------------------------------------
     def _reduce(self, fname, dim, keepdim, dtype=None):
         arr = self._data
+        if dim is None and not keepdim and type(arr) is np.ndarray:  # the common case, lean
+            with np.errstate(**_IGNORE):
+                out = getattr(arr, fname)() if dtype is None else getattr(arr, fname)(dtype=dtype)
+            return self._wrap(np.asarray(out))
         kw = {"axis": _axes(dim, arr.ndim), "keepdims": bool(keepdim)}
         if dtype is not None:
             kw["dtype"] = dtype
