@@ -83,3 +83,33 @@ def _arrays():
 def test_repr_matches_torch(i):
     arr = list(_arrays())[i]
     assert repr(ndist.from_numpy(arr)) == repr(torch.from_numpy(arr)).replace("torch.", "ndist.")
+
+
+REPR_EXPRS = [
+    "T.tensor([[1.5] * 30] * 3)",
+    "T.arange(40.).reshape(2, 20) * 1e5",
+    "T.arange(2000, dtype=T.float64).reshape(40, 50) / 3",
+    "T.tensor([[True, False] * 20] * 2)",
+    "(T.arange(1200, dtype=T.float32) * (1 + 2j)).to(T.cfloat)",
+    "T.tensor(1 + 1j)",
+    "T.tensor(-0.5 - 2j, dtype=T.cdouble)",
+    "T.tensor([1e-10, 1e10])",
+    "T.tensor([[1, -1], [100000, 2]], dtype=T.int32)",
+    "T.zeros(3, 0, 2)",
+    "T.ones(2, 2, 2, 2, dtype=T.int8)",
+    "T.tensor([0.1, 0.2, 0.3]) * 3",
+    "T.tensor([65504.], dtype=T.float16)",
+    "T.tensor([1., float('nan')], dtype=T.cfloat)",
+    "T.tensor([[1.5, float('nan')], [1e-20, 3.]])",
+    "T.arange(100).reshape(1, 100)",
+    "T.arange(6).reshape(2, 3).max(1)",
+    "T.tensor([1, 2]).dtype",
+    "T.tensor([[1, 2]]).shape",
+    "T.device('cuda', 1)",
+]
+
+
+@pytest.mark.parametrize("expr", REPR_EXPRS)
+def test_repr_of_expressions_matches_torch(expr):
+    want = repr(eval(expr, {"T": torch})).replace("torch.", "ndist.")
+    assert repr(eval(expr, {"T": ndist})) == want
