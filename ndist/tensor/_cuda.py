@@ -178,19 +178,39 @@ class device_of(device):
         super().__init__(d.index if d.type == "cuda" else None)
 
 
-def get_device_properties(dev: Any = None) -> dict:
+class _CudaDeviceProperties:
+    """torch-style view of ``cudaGetDeviceProperties``: ``.name``, ``.major``, ``.minor``,
+    ``.total_memory``, ``.multi_processor_count``; ``props["key"]`` for the raw fields."""
+
+    def __init__(self, raw: dict) -> None:
+        self._raw = raw
+        name = raw.get("name", b"")
+        self.name = name.decode() if isinstance(name, bytes) else str(name)
+        self.major, self.minor = int(raw.get("major", 0)), int(raw.get("minor", 0))
+        self.total_memory = int(raw.get("totalGlobalMem", 0))
+        self.multi_processor_count = int(raw.get("multiProcessorCount", 0))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._raw[key]
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, "
+                f"minor={self.minor}, total_memory={self.total_memory >> 20}MB, "
+                f"multi_processor_count={self.multi_processor_count})")
+
+
+def get_device_properties(dev: Any = None) -> _CudaDeviceProperties:
     cp = require_cupy()
-    return cp.cuda.runtime.getDeviceProperties(_index_of(dev))
+    return _CudaDeviceProperties(cp.cuda.runtime.getDeviceProperties(_index_of(dev)))
 
 
 def get_device_name(dev: Any = None) -> str:
-    name = get_device_properties(dev)["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)
+    return get_device_properties(dev).name
 
 
 def get_device_capability(dev: Any = None) -> tuple[int, int]:
     p = get_device_properties(dev)
-    return int(p["major"]), int(p["minor"])
+    return p.major, p.minor
 
 
 def synchronize(dev: Any = None) -> None:

@@ -24,6 +24,9 @@ def test_storage_is_cupy_on_the_right_device():
     assert t.is_cuda and not t.is_cpu and t.device == ndist.device("cuda:0")
     assert ndist.cuda.current_device() == 0 and ndist.cuda.device_count() >= 1
     assert isinstance(ndist.cuda.get_device_name(0), str)
+    props = ndist.cuda.get_device_properties(0)
+    assert props.name == ndist.cuda.get_device_name() and props.total_memory > 0
+    assert ndist.cuda.get_device_capability(0) == (props.major, props.minor) and props.major >= 3
 
 
 def test_ops_stay_on_device_and_match_cpu():
