@@ -223,3 +223,15 @@ def test_half_precision_sums_accumulate_in_float32():
     assert s.dtype is ndist.float16 and s.item() == 4096.0  # a float16 accumulator stops at 2048
     assert t.mean().item() == 1.0 and t.mean().dtype is ndist.float16
     assert t.sum(dtype=ndist.float64).dtype is ndist.float64
+
+
+def test_every_function_form_has_its_method():
+    from ndist.tensor import _functional
+
+    for name in _functional.__all__:
+        assert callable(getattr(ndist, name)), name
+        assert callable(getattr(ndist.Tensor, name)), name
+    x = ndist.tensor([[1.0, -2.0], [3.0, 4.0]])
+    assert ndist.abs(x).equal(x.abs()) and ndist.transpose(x, 0, 1).equal(x.T)
+    assert ndist.allclose(ndist.exp(ndist.log(ndist.abs(x))), ndist.abs(x))
+    assert ndist.flip(x, 0).tolist() == [[3.0, 4.0], [1.0, -2.0]]
