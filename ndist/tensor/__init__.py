@@ -5,6 +5,8 @@ a CUDA tensor or ``ndist.cuda`` call needs it. This layer imports nothing else o
 ndist.
 """
 
+import builtins as _builtins
+
 from . import _functional
 from ._device import device
 from ._dlpack import from_dlpack
@@ -18,13 +20,16 @@ from ._random import Generator, default_generator, initial_seed, manual_seed, se
 from ._repr import get_printoptions, set_printoptions
 from ._tensor import Size, Tensor, is_tensor
 
-__all__ = sorted(set(
+#: every public name, including torch's builtin-shadowing ones (ndist.int, ndist.max, ...)
+PUBLIC = sorted(set(
     _dtype_all + _factories_all + _functional.__all__ + [
         "Tensor", "Size", "device", "is_tensor", "from_dlpack", "Generator",
         "default_generator", "manual_seed", "initial_seed", "seed", "set_printoptions",
         "get_printoptions", "max_result", "min_result",
     ]
 ))
+# ``from ndist import *`` must not replace int / float / bool / max / sum / abs ...
+__all__ = [n for n in PUBLIC if not hasattr(_builtins, n)]
 
 
 class _TensorPackage(type(_functional)):

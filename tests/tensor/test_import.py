@@ -55,3 +55,16 @@ def test_tensor_is_both_the_package_and_the_factory():
             "print(repr(tensor([1.5])))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "tensor([1.5000])"
+
+
+@pytest.mark.timeout(60)
+def test_star_import_keeps_builtins_and_stays_lazy():
+    code = ("import sys\n"
+            "from ndist import *\n"
+            "assert int('3') == 3 and max(1, 2) == 2 and float is __builtins__.float\n"
+            "assert zeros(2).dtype is float32 and tensor([1]).tolist() == [1]\n"
+            "import ndist\n"
+            "assert ndist.int is ndist.int32 and ndist.max(ndist.tensor([1, 5])).item() == 5\n"
+            "print(sorted(m for m in ('ndist.distributed', 'ndist.launch', 'mpi4py') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
