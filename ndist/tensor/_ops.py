@@ -57,6 +57,11 @@ def to_operand_array(value: Any, ref: Any) -> Any:
     return value
 
 
+def _is_shape_error(exc: ValueError) -> bool:
+    msg = str(exc)
+    return "broadcast" in msg or "mismatch in its core dimension" in msg or "shape" in msg
+
+
 def _scalar(value: Any, rt: D.dtype) -> Any:
     # Python floats/complexes are "weak" in NumPy 2 and CuPy: they take the array's type.
     # Integers are wrapped into the result type like torch does (int8 + 1000 wraps).
@@ -162,6 +167,8 @@ class TensorOps:
             with np.errstate(**_IGNORE), self._guard():
                 out = ufunc(a, b)
         except ValueError as exc:
+            if not _is_shape_error(exc):
+                raise ValueError(f"{fname}: {exc}") from None
             what = "are not compatible" if fname == "matmul" else "are not broadcastable"
             raise ValueError(f"{fname}: shapes {list(np.shape(a))} and {list(np.shape(b))} "
                              f"{what} ({exc})") from None
@@ -190,6 +197,8 @@ class TensorOps:
             with np.errstate(**_IGNORE), self._guard():
                 getattr(self._xp, fname)(a, b, out=self._data, casting="unsafe")
         except ValueError as exc:
+            if not _is_shape_error(exc):
+                raise ValueError(f"{fname}_: {exc}") from None
             raise ValueError(f"{fname}_: the result of broadcasting shapes {list(np.shape(a))} and "
                              f"{list(np.shape(b))} does not fit the output shape "
                              f"{list(self._data.shape)} ({exc})") from None

@@ -235,3 +235,11 @@ def test_every_function_form_has_its_method():
     assert ndist.abs(x).equal(x.abs()) and ndist.transpose(x, 0, 1).equal(x.T)
     assert ndist.allclose(ndist.exp(ndist.log(ndist.abs(x))), ndist.abs(x))
     assert ndist.flip(x, 0).tolist() == [[3.0, 4.0], [1.0, -2.0]]
+
+
+def test_value_errors_keep_their_own_message():
+    with pytest.raises(ValueError, match="power: Integers to negative integer powers are not allowed"):
+        ndist.tensor([2]) ** -1
+    t = ndist.tensor([2])
+    with pytest.raises(ValueError, match="power_: Integers to negative integer powers"):
+        t **= -1
