@@ -1,4 +1,4 @@
-"""Arithmetic, comparison, in-place and reduction methods of ``ndist.Tensor``.
+"""Arithmetic, comparison, in-place and unary methods of ``ndist.Tensor``.
 
 Every operation is one NumPy / CuPy call on the whole array (no per-element
 Python); what is added on top is torch's type promotion, the same-device
@@ -20,7 +20,6 @@ from ._views import norm_dim
 _SCALARS = (numbers.Number, np.generic)
 _NULL = contextlib.nullcontext()
 _IGNORE = {"all": "ignore"}
-
 
 
 def check_same_device(op: str, a: Any, b: Any, *, allow_cpu_scalar: bool = True) -> None:
@@ -86,7 +85,8 @@ class TensorOps:
 
     # ------------------------------------------------------------ binary core
     def _prep(self, other: Any, op: str, kind: str):
-        """(a, b, result dtype, ok) with ``a`` and ``b`` ready for one ufunc call."""
+        """(a, b, result dtype) with ``a`` and ``b`` ready for one ufunc call, or None
+        when ``other`` is not an operand this op understands (-> NotImplemented)."""
         a = self._data
         if isinstance(other, TensorOps):
             check_same_device(op, self, other)
@@ -155,6 +155,10 @@ class TensorOps:
                 pass  # fall through to the general path for its error message
             else:
                 return self._wrap(np.asarray(out) if isinstance(out, np.generic) else out)
+        if isinstance(other, TensorOps) and type(self._data) is np.ndarray \
+                and self._data.ndim == 0 and type(other._data) is not np.ndarray:
+            # a 0-d CPU tensor meets a CUDA tensor: compute on the GPU, as torch does
+            return other._binary(self, fname, kind, reverse=not reverse)
         with self._guard():  # casts in _prep allocate too: on the tensor's own GPU
             prep = self._prep(other, fname, kind)
         if prep is None:

@@ -60,6 +60,8 @@ def test_cpu_gpu_mixing_raises_naming_both():
     with pytest.raises(RuntimeError, match="cpu and cuda:0"):
         ndist.cat([ndist.zeros(2), ndist.zeros(2, device="cuda")])
     assert (ndist.zeros(2, device="cuda") + ndist.tensor(1.0)).is_cuda  # 0-d CPU: a scalar
+    r = ndist.tensor(10.0) - ndist.ones(2, device="cuda")  # ... on either side
+    assert r.is_cuda and r.tolist() == [9.0, 9.0]
 
 
 def test_transfers_and_copy():
