@@ -17,6 +17,29 @@ __all__ = ["LaunchConfig", "build_parser", "parse_args", "parse_std_spec", "DEFA
 DEFAULT_MULTINODE_PORT = 29500
 DEFAULT_PREFIX = "[rank${rank}]:"
 
+_EPILOG = """\
+examples:
+  ndistrun --nproc-per-node 4 train.py --epochs 3     4 ranks on this machine
+  ndistrun --nproc-per-node 2 -m mypkg.train          run a module, like python -m
+  ndistrun --nproc-per-node 2 --tee 3 --log-dir logs train.py
+                                                      console and per-rank log files
+  # two nodes, 8 ranks each (same NDIST_SECRET on both; port 29500 open on node 0):
+  export NDIST_SECRET=$(python -c 'import secrets; print(secrets.token_hex(32))')
+  node0$ ndistrun --nnodes 2 --node-rank 0 --master-addr node0 --nproc-per-node 8 train.py
+  node1$ ndistrun --nnodes 2 --node-rank 1 --master-addr node0 --nproc-per-node 8 train.py
+
+environment:
+  NDIST_SECRET   job secret; required on every node of a multi-node job
+  NDIST_DEBUG    INFO or DETAIL: more launcher logs on stderr
+
+Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT and NDIST_STORE, so init_process_group() needs no arguments.
+Exit status: 0 when every rank succeeded, else the first failing rank's
+(128 + signal when killed); 2 for bad arguments. When a rank fails, the
+summary names it with its host, exit code and traceback.
+See docs/launch.md and docs/troubleshooting.md.
+"""
+
 # bit 1: stdout, bit 2: stderr (torchrun's Std: 0 none, 1 out, 2 err, 3 all)
 STDOUT, STDERR = 1, 2
 
@@ -70,12 +93,15 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
         prog=prog,
         allow_abbrev=False,
         description="Start NPROC_PER_NODE ranks of a Python program on this node (torchrun's options).",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    a = p.add_argument
+    a = p.add_argument_group("ranks and nodes").add_argument
     a("--nproc-per-node", "--nproc_per_node", default="1", metavar="N",
       help="ranks on this node: an int, 'auto' or 'cpu' (the CPUs this process may use). Default 1.")
     a("--nnodes", default="1", metavar="N", help="number of nodes (an int; MIN:MAX only with MIN == MAX). Default 1.")
     a("--node-rank", "--node_rank", default="0", metavar="R", help="rank of this node, 0..NNODES-1. Default 0.")
+    a = p.add_argument_group("rendezvous (multi-node: where node 0's store is)").add_argument
     a("--master-addr", "--master_addr", default=None, metavar="HOST",
       help="host of node 0, where the launcher's store runs (default 127.0.0.1 on one node).")
     a("--master-port", "--master_port", default=None, metavar="PORT",
@@ -85,14 +111,17 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
     a("--rdzv-id", "--rdzv_id", "--run-id", "--run_id", dest="run_id", default=None, metavar="ID",
       help="job id: names the log directory and is passed to ranks as NDIST_RUN_ID (default: random).")
     a("--rdzv-timeout", "--rdzv_timeout", default="600", metavar="SECONDS",
-      help="how long agents of a multi-node job wait for each other. Default 600.")
+      help="how long the agents of a multi-node job wait for each other to start. Default 600.")
     a("--standalone", action="store_true", help="single-node job with a private store on a free port (the default for --nnodes 1).")
+    a = p.add_argument_group("failures").add_argument
     a("--max-restarts", "--max_restarts", default="0", metavar="N",
       help="restart the whole local worker group up to N times when a rank fails. Default 0.")
     a("--term-timeout", "--term_timeout", default="5", metavar="SECONDS",
       help="grace period between SIGTERM and SIGKILL when ranks are torn down. Default 5.")
+    a = p.add_argument_group("output and logs").add_argument
     a("--log-dir", "--log_dir", default=None, metavar="DIR",
-      help="base directory for per-rank logs and error files (a unique subdirectory per job).")
+      help="base directory for per-rank logs and error files (a subdirectory per job; "
+           "default: a temporary directory, kept only with --redirects or --tee).")
     a("-r", "--redirects", default="0", metavar="SPEC",
       help="send rank streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank: 0:1,1:2.")
     a("-t", "--tee", default="0", metavar="SPEC",
@@ -102,7 +131,9 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
     a("--log-line-prefix-template", "--log_line_prefix_template", default=DEFAULT_PREFIX, metavar="TEMPLATE",
       help="prefix of every forwarded line: ${rank}, ${local_rank}, ${role_name}. '' turns prefixing off. "
            f"Default {DEFAULT_PREFIX!r}.")
-    g = p.add_mutually_exclusive_group()
+    run = p.add_argument_group("what to run (default: a Python script file)")
+    a = run.add_argument
+    g = run.add_mutually_exclusive_group()
     g.add_argument("-m", "--module", action="store_true",
                    help="run the entry point as a module, like python -m.")
     g.add_argument("--no-python", "--no_python", action="store_true",
