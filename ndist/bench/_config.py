@@ -114,35 +114,61 @@ def _list_arg(name, choices):
     return conv
 
 
+_EPILOG = """\
+examples:
+  ndist-bench all_reduce                             32 MiB float32 all_reduce, 2 ranks, socket
+  ndist-bench all_reduce all_to_all -b 4K -e 64M -f 4 --nproc 4
+  ndist-bench all_reduce -b 1K -e 16M --backend socket,mpi --compare mpi4py,torch \\
+      --rounds 5 --markdown table.md --plot busbw.png
+  ndist-bench all --backend none --compare mpi4py    the comparators only
+
+Columns as nccl-tests: time per iteration, algbw = size / time, busbw = algbw
+scaled by the op's traffic factor (all_reduce: 2(n-1)/n), #wrong = elements
+that failed the check. The ranks run on this machine only. The mpi backend and
+mpi4py need mpi4py and an mpiexec (the mpich wheel's, next to python, or on
+PATH); torch needs torch installed.
+Exit status: 0; 1 when a result was wrong; 2 for bad arguments; 3 when a
+library failed or timed out. See docs/performance.md.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ndist-bench",
-        description="Collective benchmarks in the style of nccl-tests, for ndist and, "
-        "side by side, raw mpi4py and torch.distributed (Gloo).",
+        description="Collective benchmarks in the style of nccl-tests, for ndist and, side by side,\n"
+        "raw mpi4py and torch.distributed (Gloo).",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser = p
     p.add_argument("ops", nargs="+", metavar="op", help=f"one or more of: {', '.join(OPS)}, or 'all'")
-    p.add_argument("-b", "--minbytes", type=_size_arg("minbytes"), default=parse_size("32M"), help="smallest size (8, 1K, 64M, 1G)")
-    p.add_argument("-e", "--maxbytes", type=_size_arg("maxbytes"), default=parse_size("32M"), help="largest size")
-    p.add_argument("-f", "--stepfactor", type=_positive("stepfactor"), default=2, help="multiply the size by this")
-    p.add_argument("-i", "--stepbytes", type=_size_arg("stepbytes"), default=parse_size("1M"), help="size increment when -f is 1")
-    p.add_argument("-n", "--iters", type=_positive("iters"), default=20, help="timed iterations per size")
-    p.add_argument("-w", "--warmup_iters", type=_positive("warmup_iters"), default=5, help="untimed iterations per size")
-    p.add_argument("-c", "--check", type=_positive("check"), default=1, help="check results N times per size (0: off)")
-    p.add_argument("-d", "--datatype", default="float32", help=f"one of {', '.join(DTYPES)} (or float, half, double)")
-    p.add_argument("-o", "--op", default="sum", choices=REDOPS, help="reduction op")
-    p.add_argument("-r", "--root", type=_positive("root"), default=0, help="root rank of rooted ops")
-    p.add_argument("--nproc", type=_positive("nproc"), default=2, help="local ranks per library")
+    p = parser.add_argument_group("sizes and iterations (nccl-tests' options)")
+    p.add_argument("-b", "--minbytes", type=_size_arg("minbytes"), default=parse_size("32M"), help="smallest message size in bytes per rank: 8, 1K, 64M, 1G. Default 32M")
+    p.add_argument("-e", "--maxbytes", type=_size_arg("maxbytes"), default=parse_size("32M"), help="largest size. Default 32M")
+    p.add_argument("-f", "--stepfactor", type=_positive("stepfactor"), default=2, help="multiply the size by this between steps. Default 2")
+    p.add_argument("-i", "--stepbytes", type=_size_arg("stepbytes"), default=parse_size("1M"), help="add this to the size between steps when -f is 1. Default 1M")
+    p.add_argument("-n", "--iters", type=_positive("iters"), default=20, help="timed iterations per size. Default 20")
+    p.add_argument("-w", "--warmup_iters", type=_positive("warmup_iters"), default=5, help="untimed warm-up iterations per size. Default 5")
+    p.add_argument("-c", "--check", type=_positive("check"), default=1, help="check results N times per size (0: off). Default 1")
+    p = parser.add_argument_group("data")
+    p.add_argument("-d", "--datatype", default="float32", help=f"one of {', '.join(DTYPES)} (or float, half, double). Default float32")
+    p.add_argument("-o", "--op", default="sum", choices=REDOPS, help="reduction op. Default sum")
+    p.add_argument("-r", "--root", type=_positive("root"), default=0, help="root rank of broadcast, reduce, gather, scatter. Default 0")
+    p = parser.add_argument_group("libraries and ranks")
+    p.add_argument("--nproc", type=_positive("nproc"), default=2, help="ranks per library, on this machine. Default 2")
     p.add_argument("--backend", type=_list_arg("backend", NDIST_BACKENDS + ("none",)), default=("socket",),
-                   help="ndist backend(s), comma separated; 'none' runs only --compare")
-    p.add_argument("--compare", type=_list_arg("compare", LIBRARIES), default=(), help="also run mpi4py and/or torch (Gloo)")
+                   help="ndist backend(s): socket, mpi, comma separated (default socket); 'none' runs only --compare")
+    p.add_argument("--compare", type=_list_arg("compare", LIBRARIES), default=(),
+                   help="also run raw mpi4py (MPICH) and/or torch.distributed (Gloo), comma separated")
     p.add_argument("--rounds", type=_positive("rounds"), default=1,
                    help="measure each size this many times per library, interleaved; report the median")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one size may take before the run is aborted")
+    p = parser.add_argument_group("output")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write machine-readable results")
     p.add_argument("--plot", dest="plot_path", metavar="PATH", help="plot busbw against size (needs matplotlib)")
     p.add_argument("--markdown", dest="markdown_path", metavar="PATH", help="write the libraries side by side as Markdown")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    return p
+    return parser
 
 
 def parse_args(argv: list[str] | None = None) -> BenchConfig:
