@@ -127,8 +127,9 @@ scaled by the op's traffic factor (all_reduce: 2(n-1)/n), #wrong = elements
 that failed the check. The ranks run on this machine only. The mpi backend and
 mpi4py need mpi4py and an mpiexec (the mpich wheel's, next to python, or on
 PATH); torch needs torch installed.
-Exit status: 0; 1 when a result was wrong; 2 for bad arguments; 3 when a
-library failed or timed out. See docs/performance.md.
+Exit status: 0; 1 when a result was wrong; 2 for bad arguments or a library
+that is not installed; 3 when a library failed or timed out. See
+docs/performance.md.
 """
 
 
