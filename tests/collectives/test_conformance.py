@@ -39,7 +39,7 @@ def _results(name: str, world_size: int) -> dict:
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_conformance(backend, world_size, combo):
-    reason = unavailable(backend)
+    reason = unavailable(backend, world_size)
     if reason:
         pytest.skip(reason)
     failure = _results(backend, world_size)[combo]
