@@ -78,7 +78,7 @@ class RankGroup:
         if self.lib in MPI_LIBRARIES:
             mpiexec = find_mpiexec()
             if mpiexec is None:
-                raise BenchError(f"{self.lib}: mpiexec not found next to {sys.executable} or on PATH")
+                raise BenchError(f"{self.lib}: mpiexec not found next to {sys.executable} or on PATH (pip install mpich)")
             return [[mpiexec, "-n", str(self.nproc), *mod, "mpi", str(self.nproc), address]]
         return [[*mod, str(r), str(self.nproc), address] for r in range(self.nproc)]
 
@@ -177,7 +177,8 @@ class RankGroup:
         while not conn.poll(0.5):
             self._check_alive(f"while waiting for {what}")
             if time.monotonic() > deadline:
-                raise BenchError(f"{self.lib}: no {what} within {self.timeout:.0f} s{self._log_tail()}")
+                raise BenchError(f"{self.lib}: no {what} within {self.timeout:.0f} s (a hang, or a size too large "
+                                 f"for --timeout){self._log_tail()}")
         msg = self._recv_msg(conn, what)
         if msg["kind"] == "error":
             self._raise_error(msg)

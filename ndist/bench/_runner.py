@@ -62,12 +62,14 @@ def check_available(libs) -> None:
     for lib in libs:
         if lib in MPI_LIBRARIES:
             if importlib.util.find_spec("mpi4py") is None:
-                raise ValueError(f"{lib}: needs mpi4py, which is not installed for {sys.executable}")
+                raise ValueError(f"{lib}: needs mpi4py, which is not installed for {sys.executable} "
+                                 "(pip install mpi4py mpich, or leave it out of --backend / --compare)")
             if find_mpiexec() is None:
                 raise ValueError(f"{lib}: needs mpiexec (the mpich wheel), found neither next to "
-                                 f"{sys.executable} nor on PATH")
+                                 f"{sys.executable} nor on PATH (pip install mpich)")
         if lib == "torch" and importlib.util.find_spec("torch") is None:
-            raise ValueError(f"compare: torch is not installed for {sys.executable}")
+            raise ValueError(f"compare: torch is not installed for {sys.executable} "
+                             "(pip install torch, or leave it out of --compare)")
 
 
 def _supported(lib: str, dtype: str) -> str | None:
