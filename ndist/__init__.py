@@ -3,16 +3,21 @@
 ``ndist`` mirrors ``torch`` (Tensor, dtypes, devices, factories);
 ``ndist.distributed``, ``ndist.multiprocessing`` and ``ndist.cuda`` mirror
 their torch namesakes, and ``ndistrun`` mirrors ``torchrun``. Importing ndist
-imports neither CuPy nor mpi4py.
+imports neither CuPy nor mpi4py: only NumPy and the tensor layer.
 """
 
 from __future__ import annotations
 
 import importlib
 
+from . import tensor as _tensor_pkg
+from .tensor import *  # noqa: F403 - the torch-like top level: ndist.tensor(...), ndist.float32, ...
+
 __version__ = "0.1.0"
 
-_SUBMODULES = ("distributed", "multiprocessing", "cuda", "testing", "runtime", "collectives", "tensor", "launch")
+_SUBMODULES = ("distributed", "multiprocessing", "cuda", "testing", "runtime", "collectives", "launch")
+
+__all__ = list(_tensor_pkg.__all__) + list(_SUBMODULES)
 
 
 def __getattr__(name: str):

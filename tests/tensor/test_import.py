@@ -1,0 +1,44 @@
+import subprocess
+import sys
+
+import pytest
+
+CODE = r"""
+import sys, time
+t0 = time.perf_counter()
+import ndist
+dt = time.perf_counter() - t0
+heavy = sorted(m for m in ("cupy", "mpi4py", "torch", "ndist.distributed", "ndist.multiprocessing",
+                           "ndist.cuda", "ndist.runtime", "ndist.collectives") if m in sys.modules)
+x = ndist.tensor([1.0]) + ndist.zeros(1)
+assert ndist.float32 is x.dtype and isinstance(ndist.device("cpu"), ndist.device)
+print(dt, ",".join(heavy))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_import_is_light():
+    # The 0.3 s import-time target is measured by benchmarks/import_time.py, not asserted
+    # here: wall-clock assertions are flaky on a shared machine.
+    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True)
+    heavy = out.stdout.split()[1:]
+    assert heavy == [], f"import ndist imported {heavy}"
+
+
+@pytest.mark.timeout(60)
+def test_lazy_submodules_load_on_access():
+    code = "import ndist, sys; ndist.cuda.is_available(); print('ndist.cuda' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
+def test_top_level_names():
+    import ndist
+
+    for name in ("tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "arange",
+                 "linspace", "rand", "randn", "randint", "manual_seed", "cat", "stack", "Tensor",
+                 "device", "float32", "cfloat", "get_default_dtype", "set_default_dtype", "finfo",
+                 "iinfo", "from_dlpack", "zeros_like", "Size"):
+        assert name in ndist.__all__ and hasattr(ndist, name), name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        ndist.nope
