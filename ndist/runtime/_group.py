@@ -14,7 +14,7 @@ import threading
 from datetime import timedelta
 from typing import Any, Mapping
 
-from ._errors import DistBackendError
+from ._errors import DistBackendError, DistMismatchError
 from ._registry import BackendContext, get_backend_spec, registered_backends
 from .store import PrefixStore, Store
 
@@ -119,6 +119,7 @@ class ProcessGroup:
         self._backends: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._destroyed = False
+        self._claimed = False
 
     # ------------------------------------------------------------ membership
     def rank(self) -> int:
@@ -193,7 +194,27 @@ class ProcessGroup:
                 backend = self._backends[dev] = self._create(dev)
             return backend
 
+    def _claim(self) -> None:
+        """Detect ``new_group`` called in different orders on different ranks.
+
+        Group names are counters, so two different groups can get one name (and
+        one store namespace); their members would then talk to the wrong peers.
+        Each member claims its group rank once; a second claimant is named.
+        """
+        if self._claimed:
+            return
+        me = str(self._global_rank).encode()
+        holder = self._store.compare_set(f"member/{self._rank}", "", me)
+        if holder != me:
+            raise DistMismatchError(
+                f"group {self.group_name!r}: group rank {self._rank} is claimed by global ranks "
+                f"{holder.decode(errors='replace')} and {self._global_rank}; new_group must be called by every "
+                f"rank, in the same order (this rank's group has ranks {list(self.ranks)})"
+            )
+        self._claimed = True
+
     def _create(self, dev: str) -> Any:
+        self._claim()
         name = self._backend_names[dev]
         spec = get_backend_spec(name)
         if not spec.available():
