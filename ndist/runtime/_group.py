@@ -51,6 +51,14 @@ class Backend(str):
         register_backend(name, func, devices=devices, is_available=is_available, needs_store=needs_store)
 
 
+def _canonical(name: str) -> str:
+    """``gloo`` is looked up as itself when registered (so ``get_backend()`` says
+    "gloo" to ported torch code), else as its alias ``socket``."""
+    if name in _ALIASES and name not in registered_backends():
+        return _ALIASES[name]
+    return name
+
+
 def parse_backend(backend: str, default_devices: Mapping[str, str] | None = None) -> dict[str, str]:
     """``"socket"`` / ``"cpu:socket,cuda:nccl"`` -> ``{"cpu": "socket", "cuda": "nccl"}``.
 
@@ -64,7 +72,7 @@ def parse_backend(backend: str, default_devices: Mapping[str, str] | None = None
         raise ValueError("backend: expected a backend name such as 'socket', got ''")
     result: dict[str, str] = {}
     if ":" not in text:
-        name = _ALIASES.get(text, text)
+        name = _canonical(text)
         spec = get_backend_spec(name)  # ValueError listing registered backends
         for dev in spec.devices:
             result[dev] = name
@@ -75,7 +83,7 @@ def parse_backend(backend: str, default_devices: Mapping[str, str] | None = None
             raise ValueError(
                 f"backend: expected 'device:name' pairs like 'cpu:socket,cuda:nccl', got {backend!r}"
             )
-        name = _ALIASES.get(name, name)
+        name = _canonical(name)
         spec = get_backend_spec(name)
         if dev not in spec.devices:
             raise ValueError(f"backend: {name!r} does not serve {dev!r} devices (it serves {list(spec.devices)})")

@@ -78,7 +78,9 @@ def scratch_registry(monkeypatch):
     """Register throw-away backends without leaking them into other tests."""
     from ndist.runtime import _registry
 
+    _registry.registered_backends()  # load the built-ins first, then work on a copy
     monkeypatch.setattr(_registry, "_specs", dict(_registry._specs))
+    return _registry._specs
 
 
 def test_parse_backend_strings(scratch_registry):
@@ -101,10 +103,13 @@ def test_parse_backend_strings(scratch_registry):
         parse_backend(3)
 
 
-def test_gloo_is_an_alias_of_socket(scratch_registry):
+def test_gloo_is_an_alias_of_socket_unless_registered_itself(scratch_registry):
+    scratch_registry.pop("gloo", None)
     register_backend("socket", lambda ctx: None, devices=("cpu", "cuda"))
     assert parse_backend("gloo") == {"cpu": "socket", "cuda": "socket"}
     assert parse_backend("cpu:gloo") == {"cpu": "socket"}
+    register_backend("gloo", lambda ctx: None, devices=("cpu",))
+    assert parse_backend("gloo") == {"cpu": "gloo"}  # get_backend() then says "gloo", as torch
 
 
 def test_backend_names_class():
