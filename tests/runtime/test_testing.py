@@ -8,6 +8,8 @@ import pytest
 from ndist.runtime import DistTimeoutError
 from ndist.testing import RankFailedError, run_ranks
 
+import _runtime_store_backend  # noqa: F401,E402  registers the test-only "storetest" backend
+
 
 @pytest.mark.timeout(60)
 def test_returns_values_by_rank_and_runs_closures():
@@ -113,3 +115,15 @@ def test_argument_checks():
         run_ranks(print, 1, env={"A": 1})
     with pytest.raises(ValueError, match="transport"):
         run_ranks(print, 1, transport="udp")
+
+
+def _nothing(rank, ws):
+    # a module-level function: unpickling it imports this module, which registers "storetest"
+    return None
+
+
+@pytest.mark.timeout(60)
+def test_ndist_debug_turns_on_rank_logging(capfd):
+    run_ranks(_nothing, 2, backend="storetest", env={"NDIST_DEBUG": "INFO"})
+    err = capfd.readouterr().err
+    assert "[rank 1] ndist.runtime" in err and "initialised" in err
