@@ -1,0 +1,240 @@
+"""The per-node agent: rendezvous, start the ranks, watch them, restart or report.
+
+One ``Agent.run()`` is one job on this node. Each attempt (the first run and
+every restart allowed by ``--max-restarts``) rendezvouses (``_rdzv``),
+starts the local worker group with its environment (``_workers``), and
+waits for it. The outcome is an ``AgentResult``: the exit status and, for a
+failure, the rank that failed first, which the CLI turns into the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+
+from ._config import STDERR, STDOUT, LaunchConfig
+from ._output import format_prefix
+from ._rdzv import LaunchError, Round, make_rendezvous
+from ._workers import GroupResult, WorkerGroup, WorkerSpec
+
+__all__ = ["Agent", "AgentResult", "LaunchError", "rank_env"]
+
+log = logging.getLogger("ndist.launch")
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class AgentResult:
+    exit_status: int
+    result: GroupResult
+    attempts: int  # how many attempts ran
+    log_dir: str | None  # the job's log directory, if it was kept
+
+
+class _Interrupted(BaseException):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def rank_env(config: LaunchConfig, rnd: Round, local_rank: int, secret: str, error_file: str, attempt: int) -> dict:
+    """The environment of one rank: the launcher's plus the job's variables."""
+    env = dict(os.environ)
+    rank = rnd.rank_offset + local_rank
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(rnd.world_size),
+        LOCAL_WORLD_SIZE=str(config.nproc_per_node),
+        GROUP_RANK=str(config.node_rank),
+        NODE_RANK=str(config.node_rank),
+        GROUP_WORLD_SIZE=str(config.nnodes),
+        MASTER_ADDR=rnd.master_addr,
+        MASTER_PORT=str(rnd.master_port),
+        NDIST_STORE=f"{rnd.master_addr}:{rnd.master_port}",
+        NDIST_SECRET=secret,
+        NDIST_ERROR_FILE=error_file,
+        NDIST_RUN_ID=config.run_id,
+        NDIST_RESTART_COUNT=str(attempt),
+        NDIST_MAX_RESTARTS=str(config.max_restarts),
+        PYTHONUNBUFFERED="1",
+    )
+    if config.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks x all cores threads thrash
+    return env
+
+
+def _ndist_root() -> str:
+    import ndist
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(ndist.__file__)))
+
+
+def child_argv(config: LaunchConfig) -> tuple[str, ...]:
+    """``python -c <bootstrap> entrypoint args``: see ``_bootstrap``."""
+    mode = "exec" if config.no_python else "module" if config.module else "script"
+    root = _ndist_root()
+    code = (
+        f"import sys;sys.path.insert(0,{root!r});"
+        f"import ndist.launch._bootstrap as b;b.main({os.getpid()},{mode!r},{root!r})"
+    )
+    return (sys.executable, "-c", code, config.entrypoint, *config.args)
+
+
+class Agent:
+    def __init__(self, config: LaunchConfig) -> None:
+        self.config = config
+        self._keep_dir = config.log_dir is not None or bool(config.redirects) or bool(config.tee)
+        self._wake_r = self._wake_w = None
+        self._raise_on_signal = True
+        self._old_handlers: dict = {}
+        self._old_wakeup = None
+        self.job_dir: str | None = None
+
+    # ------------------------------------------------------------ signals
+    def _on_signal(self, signum, frame) -> None:
+        # The wake-up fd already got the signal number; outside the monitor
+        # loop (rendezvous, between attempts) it is raised instead.
+        if self._raise_on_signal:
+            raise _Interrupted(signum)
+
+    def _install_signals(self) -> None:
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals stay with the main thread's owner; WAKE_STOP still works
+        self._old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for sig in _FORWARDED:
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_signals(self) -> None:
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        if self._old_wakeup is not None:
+            signal.set_wakeup_fd(self._old_wakeup)
+        for fd in (self._wake_r, self._wake_w):
+            if fd is not None:
+                os.close(fd)
+
+    # ------------------------------------------------------------ files
+    def _make_job_dir(self) -> str:
+        c = self.config
+        if c.log_dir is not None:
+            os.makedirs(c.log_dir, exist_ok=True)
+            return tempfile.mkdtemp(prefix=f"{c.run_id}_", dir=c.log_dir)
+        return tempfile.mkdtemp(prefix=f"ndistrun_{c.run_id}_")
+
+    def _specs(self, rnd: Round, attempt: int, secret: str) -> list[WorkerSpec]:
+        c = self.config
+        argv = child_argv(c)
+        specs = []
+        for lr in range(c.nproc_per_node):
+            d = os.path.join(self.job_dir, f"attempt_{attempt}", str(lr))
+            os.makedirs(d)
+            files = c.redirect_of(lr) | c.tee_of(lr)
+            rank = rnd.rank_offset + lr
+            specs.append(
+                WorkerSpec(
+                    rank=rank,
+                    local_rank=lr,
+                    argv=argv,
+                    env=rank_env(c, rnd, lr, secret, os.path.join(d, "error.json"), attempt),
+                    stdout=os.path.join(d, "stdout.log") if files & STDOUT else None,
+                    stderr=os.path.join(d, "stderr.log") if files & STDERR else None,
+                    tee_stdout=bool(c.tee_of(lr) & STDOUT),
+                    tee_stderr=bool(c.tee_of(lr) & STDERR),
+                    console=c.on_console(lr),
+                    prefix=format_prefix(c.prefix_template, rank, lr),
+                    error_file=os.path.join(d, "error.json"),
+                )
+            )
+        return specs
+
+    # ------------------------------------------------------------ run
+    def run(self) -> AgentResult:
+        c = self.config
+        self._install_signals()
+        rdzv = None
+        result = GroupResult("failed")
+        attempt = 0
+        try:
+            secret = _job_secret(c)
+            self.job_dir = self._make_job_dir()
+            if self._keep_dir:
+                log.info("rank logs and error files of this job are in %s", self.job_dir)
+            rdzv = make_rendezvous(c, secret, self._wake_w)
+            while True:
+                self._raise_on_signal = True
+                self._check_pending_signal()
+                rnd = rdzv.next_round(attempt)
+                group = WorkerGroup(self._specs(rnd, attempt, secret), c.term_timeout, self._wake_r)
+                self._raise_on_signal = False
+                group.start()
+                result = group.monitor()
+                self._raise_on_signal = True
+                if result.state == "succeeded":
+                    rdzv.report_success(attempt)
+                    return AgentResult(0, result, attempt + 1, self._kept_dir())
+                if result.state == "interrupted":
+                    rdzv.report_stop(attempt)
+                    return AgentResult(128 + result.signal, result, attempt + 1, self._kept_dir())
+                if result.state == "failed":
+                    rdzv.report_failure(attempt, result.root_cause)
+                else:  # stopped because another node failed
+                    remote = rdzv.remote_failure(attempt)
+                    if remote is not None:
+                        result.failures.insert(0, remote)
+                if attempt >= c.max_restarts:
+                    root = result.root_cause
+                    return AgentResult(root.exit_status if root else 1, result, attempt + 1, self._kept_dir())
+                attempt += 1
+                root = result.root_cause
+                log.warning(
+                    "rank %s failed (%s); restarting the worker group (restart %d of %d)",
+                    root.rank if root else "?", root.describe_exit() if root else "unknown", attempt, c.max_restarts,
+                )
+        except _Interrupted as intr:
+            if rdzv is not None:
+                rdzv.report_stop(attempt)
+            return AgentResult(128 + intr.signum, GroupResult("interrupted", signal=intr.signum), attempt + 1, self._kept_dir())
+        finally:
+            self._raise_on_signal = False
+            if rdzv is not None:
+                rdzv.close()
+            self._restore_signals()
+            if self.job_dir is not None and not self._keep_dir:
+                shutil.rmtree(self.job_dir, ignore_errors=True)
+
+    def _check_pending_signal(self) -> None:
+        try:
+            data = os.read(self._wake_r, 64)
+        except BlockingIOError:
+            return
+        for b in data:
+            if b:
+                raise _Interrupted(b)
+
+    def _kept_dir(self) -> str | None:
+        return self.job_dir if self._keep_dir else None
+
+
+def _job_secret(config: LaunchConfig) -> str:
+    if config.single_node:
+        import secrets
+
+        return secrets.token_hex(32)
+    secret = os.environ.get("NDIST_SECRET", "")
+    if not secret:
+        raise LaunchError(
+            f"a {config.nnodes}-node job needs a job secret shared by every node: set NDIST_SECRET to the same "
+            "value on all of them, e.g. export NDIST_SECRET=$(python -c 'import secrets; print(secrets.token_hex(32))')"
+        )
+    return secret

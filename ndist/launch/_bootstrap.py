@@ -1,0 +1,182 @@
+"""The first code a rank runs: ``python -c "...; _bootstrap.main(...)" script args``.
+
+It makes the rank die with the launcher (``PR_SET_PDEATHSIG``), then runs the
+user's program with the semantics of plain ``python script.py args`` /
+``python -m module args``: the same ``sys.argv``, ``sys.path[0]``,
+``__name__ == "__main__"`` in the real ``__main__`` module, ``__file__``.
+An unhandled exception is written to ``$NDIST_ERROR_FILE`` (JSON) before it
+propagates, so the launcher can show its traceback in the failure summary;
+tracebacks printed to stderr do not show the bootstrap's frames.
+
+Only the standard library is imported here, and only what is needed: this
+runs in every rank before the user's first line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["main", "write_error_file", "ERROR_FILE_ENV"]
+
+ERROR_FILE_ENV = "NDIST_ERROR_FILE"
+_PR_SET_PDEATHSIG = 1
+_THIS = __file__
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when the launcher (our parent) dies, even by SIGKILL."""
+    if not sys.platform.startswith("linux") or parent_pid <= 0:
+        return
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no libc / no prctl: best effort only
+        return
+    # The launcher may have died between fork and prctl: then we were re-parented already.
+    if os.getppid() != parent_pid:
+        os._exit(128 + 9)
+
+
+def write_error_file(exc: BaseException, path: str | None = None) -> None:
+    """Record ``exc`` (type, message, traceback, rank, host, time) as JSON at ``path``.
+
+    ``path`` defaults to ``$NDIST_ERROR_FILE``; nothing happens without one.
+    The first error recorded wins: an existing file is left alone.
+    """
+    path = path or os.environ.get(ERROR_FILE_ENV)
+    if not path:
+        return
+    import json
+    import socket
+    import time
+    import traceback
+
+    record = {
+        "exc_type": type(exc).__qualname__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, _user_tb(exc.__traceback__))),
+        "rank": _int_env("RANK"),
+        "local_rank": _int_env("LOCAL_RANK"),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "timestamp": time.time(),
+    }
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError:
+        return  # the directory is gone (launcher cleaned up): nothing to report to
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f)
+
+
+def _int_env(name: str) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _user_tb(tb):
+    # Drop the leading frames that belong to the launcher's ``-c`` line, this
+    # bootstrap and runpy (for -m): the user sees what plain python shows.
+    ours = (_THIS, "<string>", _runpy_file())
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    return tb
+
+
+def _runpy_file() -> str | None:
+    runpy = sys.modules.get("runpy")
+    return getattr(runpy, "__file__", None)
+
+
+def _excepthook(exc_type, exc, tb, _prev=sys.excepthook):
+    tb = _user_tb(tb)
+    if exc is not None:
+        exc.__traceback__ = tb  # the default hook prints the exception's own traceback
+    _prev(exc_type, exc, tb)
+
+
+def _run_script(path: str, args: list[str]) -> None:
+    import builtins
+    import io
+    from importlib.machinery import SourceFileLoader
+
+    abspath = os.path.abspath(path)
+    try:
+        with io.open_code(abspath) as f:
+            source = f.read()
+    except OSError as err:
+        # The exact message and status of ``python missing.py``.
+        sys.stderr.write(f"{sys.executable}: can't open file {abspath!r}: [Errno {err.errno}] {err.strerror}\n")
+        sys.exit(2)
+    sys.argv[:] = [path, *args]
+    sys.path[0] = os.path.dirname(os.path.realpath(abspath))
+    main_globals = sys.modules["__main__"].__dict__
+    main_globals.clear()
+    main_globals.update(
+        __name__="__main__",
+        __doc__=None,
+        __package__=None,
+        __loader__=SourceFileLoader("__main__", abspath),
+        __spec__=None,
+        __file__=abspath,
+        __cached__=None,
+        __builtins__=builtins,
+    )
+    code = compile(source, abspath, "exec", dont_inherit=True)
+    exec(code, main_globals)
+
+
+def _run_module(module: str, args: list[str]) -> None:
+    import runpy
+
+    sys.argv[:] = [module, *args]  # runpy sets argv[0] to the module's file, as ``python -m``
+    sys.path[0] = os.getcwd()
+    main_globals = sys.modules["__main__"].__dict__
+    builtins = main_globals["__builtins__"]
+    main_globals.clear()  # drop the names of the launcher's -c line
+    main_globals["__builtins__"] = builtins
+    run_as_main = getattr(runpy, "_run_module_as_main", None)
+    if run_as_main is not None:
+        run_as_main(module, alter_argv=True)
+    else:  # pragma: no cover - every CPython since 2.7 has it
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def main(parent_pid: int, mode: str, inserted_path: str | None = None) -> None:
+    """Entry point, called from the launcher's ``-c`` command line.
+
+    ``mode`` is ``"script"`` (``sys.argv[1]`` is a file), ``"module"``
+    (``-m``: ``sys.argv[1]`` is a module name) or ``"exec"`` (``--no-python``:
+    replace this process with ``sys.argv[1:]``). ``inserted_path`` is the
+    entry the command line put in front of ``sys.path`` to find ndist; it is
+    removed again so the program sees the ``sys.path`` of plain ``python``.
+    """
+    _die_with_parent(parent_pid)
+    argv = sys.argv[1:]  # sys.argv[0] is "-c"
+    if mode == "exec":
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as err:
+            sys.stderr.write(f"ndistrun: cannot run {argv[0]!r}: {err.strerror}\n")
+            sys.exit(127 if isinstance(err, FileNotFoundError) else 126)
+    if inserted_path is not None and sys.path and sys.path[0] == inserted_path:
+        del sys.path[0]
+    sys.excepthook = _excepthook
+    try:
+        if mode == "module":
+            _run_module(argv[0], argv[1:])
+        else:
+            _run_script(argv[0], argv[1:])
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        write_error_file(exc)
+        raise

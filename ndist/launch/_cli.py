@@ -1,0 +1,52 @@
+"""``ndistrun`` / ``python -m ndist.launch``: parse, run the agent, report, exit status."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+__all__ = ["main"]
+
+
+def _configure_logging() -> None:
+    level = os.environ.get("NDIST_DEBUG", "").upper()
+    root = logging.getLogger("ndist")
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[ndistrun] %(levelname)s: %(message)s"))
+        root.addHandler(handler)
+    if level in ("DETAIL", "DEBUG"):
+        root.setLevel(logging.DEBUG)
+    elif level == "INFO":
+        root.setLevel(logging.INFO)
+    else:
+        root.setLevel(logging.WARNING)
+        logging.getLogger("ndist.launch").setLevel(logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``ndistrun`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    0 when every rank succeeded; the first failing rank's exit code (128 +
+    signal number when it was killed by a signal); 128 + signal when the
+    launcher itself was interrupted; 2 for bad arguments or a job that cannot
+    start.
+    """
+    from ._config import parse_args
+
+    config = parse_args(argv)
+    _configure_logging()
+    from ._agent import Agent, LaunchError
+    from ._summary import format_summary
+
+    try:
+        out = Agent(config).run()
+    except LaunchError as err:
+        sys.stderr.write(f"ndistrun: error: {err}\n")
+        return 2
+    if out.exit_status != 0:
+        what = ("-m " if config.module else "") + config.entrypoint
+        sys.stderr.write(format_summary(what, out.result, out.attempts, config.max_restarts, out.log_dir) + "\n")
+        sys.stderr.flush()
+    return out.exit_status

@@ -1,0 +1,255 @@
+"""Command line of ``ndistrun``: the parser and the validated ``LaunchConfig``.
+
+Option names follow torchrun; both ``--nproc-per-node`` and
+``--nproc_per_node`` spellings are accepted. Every problem is reported by
+``argparse`` (exit status 2) naming the option, what it expects and what it
+got, before anything is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+__all__ = ["LaunchConfig", "build_parser", "parse_args", "parse_std_spec", "DEFAULT_MULTINODE_PORT"]
+
+DEFAULT_MULTINODE_PORT = 29500
+DEFAULT_PREFIX = "[rank${rank}]:"
+
+# bit 1: stdout, bit 2: stderr (torchrun's Std: 0 none, 1 out, 2 err, 3 all)
+STDOUT, STDERR = 1, 2
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Everything one ``ndistrun`` agent needs, validated."""
+
+    entrypoint: str
+    args: tuple[str, ...] = ()
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    max_restarts: int = 0
+    log_dir: str | None = None
+    redirects: tuple[int, ...] = ()  # per local rank, STDOUT|STDERR bits
+    tee: tuple[int, ...] = ()
+    local_ranks_filter: frozenset[int] | None = None
+    module: bool = False
+    no_python: bool = False
+    run_path: bool = False
+    rdzv_timeout: float = 600.0
+    run_id: str = ""
+    term_timeout: float = 5.0
+    prefix_template: str = DEFAULT_PREFIX
+
+    @property
+    def single_node(self) -> bool:
+        return self.nnodes == 1
+
+    def redirect_of(self, local_rank: int) -> int:
+        return self.redirects[local_rank] if self.redirects else 0
+
+    def tee_of(self, local_rank: int) -> int:
+        return self.tee[local_rank] if self.tee else 0
+
+    def on_console(self, local_rank: int) -> bool:
+        return self.local_ranks_filter is None or local_rank in self.local_ranks_filter
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # same as argparse, with the program name people type
+        self.print_usage(__import__("sys").stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=prog,
+        allow_abbrev=False,
+        description="Start NPROC_PER_NODE ranks of a Python program on this node (torchrun's options).",
+    )
+    a = p.add_argument
+    a("--nproc-per-node", "--nproc_per_node", default="1", metavar="N",
+      help="ranks on this node: an int, 'auto' or 'cpu' (the CPUs this process may use). Default 1.")
+    a("--nnodes", default="1", metavar="N", help="number of nodes (an int; MIN:MAX only with MIN == MAX). Default 1.")
+    a("--node-rank", "--node_rank", default="0", metavar="R", help="rank of this node, 0..NNODES-1. Default 0.")
+    a("--master-addr", "--master_addr", default=None, metavar="HOST",
+      help="host of node 0, where the launcher's store runs (default 127.0.0.1 on one node).")
+    a("--master-port", "--master_port", default=None, metavar="PORT",
+      help=f"store port on node 0 (default: a free port on one node, {DEFAULT_MULTINODE_PORT} on several).")
+    a("--rdzv-endpoint", "--rdzv_endpoint", default=None, metavar="HOST[:PORT]",
+      help="same as --master-addr HOST --master-port PORT.")
+    a("--rdzv-id", "--rdzv_id", "--run-id", "--run_id", dest="run_id", default=None, metavar="ID",
+      help="job id: names the log directory and is passed to ranks as NDIST_RUN_ID (default: random).")
+    a("--rdzv-timeout", "--rdzv_timeout", default="600", metavar="SECONDS",
+      help="how long agents of a multi-node job wait for each other. Default 600.")
+    a("--standalone", action="store_true", help="single-node job with a private store on a free port (the default for --nnodes 1).")
+    a("--max-restarts", "--max_restarts", default="0", metavar="N",
+      help="restart the whole local worker group up to N times when a rank fails. Default 0.")
+    a("--term-timeout", "--term_timeout", default="5", metavar="SECONDS",
+      help="grace period between SIGTERM and SIGKILL when ranks are torn down. Default 5.")
+    a("--log-dir", "--log_dir", default=None, metavar="DIR",
+      help="base directory for per-rank logs and error files (a unique subdirectory per job).")
+    a("-r", "--redirects", default="0", metavar="SPEC",
+      help="send rank streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or per local rank: 0:1,1:2.")
+    a("-t", "--tee", default="0", metavar="SPEC",
+      help="copy rank streams to log files and the console; same values as --redirects.")
+    a("--local-ranks-filter", "--local_ranks_filter", default="", metavar="RANKS",
+      help="show console output of these local ranks only (comma-separated). Log files are not filtered.")
+    a("--log-line-prefix-template", "--log_line_prefix_template", default=DEFAULT_PREFIX, metavar="TEMPLATE",
+      help="prefix of every forwarded line: ${rank}, ${local_rank}, ${role_name}. '' turns prefixing off. "
+           f"Default {DEFAULT_PREFIX!r}.")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-m", "--module", action="store_true",
+                   help="run the entry point as a module, like python -m.")
+    g.add_argument("--no-python", "--no_python", action="store_true",
+                   help="run the entry point as an executable, not through python.")
+    a("--run-path", "--run_path", action="store_true",
+      help="run the script file with runpy (the default way here: accepted for torchrun compatibility).")
+    a("training_script", metavar="script", help="the program: a .py file, a module with -m, an executable with --no-python.")
+    a("training_script_args", nargs=argparse.REMAINDER, metavar="...", help="arguments passed to the program.")
+    return p
+
+
+def _int(p, opt: str, raw: str, lo: int | None = None, hi: int | None = None) -> int:
+    try:
+        v = int(raw)
+    except (TypeError, ValueError):
+        p.error(f"{opt}: expected an integer, got {raw!r}")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        p.error(f"{opt}: expected an integer {rng}, got {v}")
+    return v
+
+
+def _seconds(p, opt: str, raw: str) -> float:
+    try:
+        v = float(raw)
+    except (TypeError, ValueError):
+        p.error(f"{opt}: expected a number of seconds, got {raw!r}")
+    if not v > 0 or v != v or v == float("inf"):
+        p.error(f"{opt}: expected a positive number of seconds, got {raw!r}")
+    return v
+
+
+def parse_std_spec(raw: str, nproc: int, opt: str = "--redirects") -> tuple[int, ...]:
+    """``"3"`` → every local rank 3; ``"0:1,1:2"`` → per local rank (others 0). Raises ValueError."""
+    raw = raw.strip()
+    expected = "0-3 (0 none, 1 stdout, 2 stderr, 3 both) or LOCAL_RANK:0-3 pairs like 0:1,1:2"
+    if ":" not in raw:
+        if raw not in ("0", "1", "2", "3"):
+            raise ValueError(f"{opt}: expected {expected}, got {raw!r}")
+        return (int(raw),) * nproc
+    out = [0] * nproc
+    for part in raw.split(","):
+        lr, sep, v = part.strip().partition(":")
+        if not sep or not lr.strip().isdigit() or v.strip() not in ("0", "1", "2", "3"):
+            raise ValueError(f"{opt}: expected {expected}, got {raw!r} (bad item {part!r})")
+        r = int(lr)
+        if r >= nproc:
+            raise ValueError(f"{opt}: local rank {r} in {raw!r} is not in 0..{nproc - 1} (--nproc-per-node {nproc})")
+        out[r] = int(v)
+    return tuple(out)
+
+
+def _nproc(p, raw: str) -> int:
+    if raw in ("auto", "cpu"):
+        try:
+            return len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not Linux
+            return os.cpu_count() or 1
+    if raw == "gpu":
+        p.error("--nproc-per-node: 'gpu' is not supported by ndistrun; give a number (one rank per GPU)")
+    try:
+        v = int(raw)
+    except ValueError:
+        p.error(f"--nproc-per-node: expected a positive integer, 'auto' or 'cpu', got {raw!r}")
+    if v < 1:
+        p.error(f"--nproc-per-node: expected a positive integer, 'auto' or 'cpu', got {v}")
+    return v
+
+
+def _nnodes(p, raw: str) -> int:
+    lo, sep, hi = raw.partition(":")
+    if sep:
+        a, b = _int(p, "--nnodes", lo, 1), _int(p, "--nnodes", hi, 1)
+        if a != b:
+            p.error(f"--nnodes: elastic ranges (MIN:MAX) are not supported; give a fixed number of nodes, got {raw!r}")
+        return a
+    return _int(p, "--nnodes", raw, 1)
+
+
+def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchConfig:
+    p = build_parser(prog)
+    ns = p.parse_args(argv)
+    nproc = _nproc(p, ns.nproc_per_node)
+    nnodes = _nnodes(p, ns.nnodes)
+    if ns.standalone and nnodes != 1:
+        p.error(f"--standalone: runs a single-node job, but --nnodes is {nnodes}")
+    node_rank = _int(p, "--node-rank", ns.node_rank, 0, nnodes - 1)
+    addr, port = ns.master_addr, ns.master_port
+    if ns.rdzv_endpoint:
+        if addr is not None or port is not None:
+            p.error("--rdzv-endpoint: give either it or --master-addr/--master-port, not both")
+        host, sep, prt = ns.rdzv_endpoint.rpartition(":")
+        if not sep or not prt.isdigit():
+            host, prt = ns.rdzv_endpoint, None
+        addr, port = host, prt
+    if addr is not None and not addr.strip():
+        p.error("--master-addr: expected a host name or address, got ''")
+    port = None if port is None else _int(p, "--master-port", port, 0, 65535)
+    if nnodes > 1 and port == 0:
+        p.error("--master-port: a multi-node job needs a fixed port every node can reach, got 0")
+    if nnodes > 1 and addr is None and node_rank != 0:
+        p.error(f"--master-addr: required on node {node_rank} of a {nnodes}-node job (the host of node 0)")
+    try:
+        redirects = parse_std_spec(ns.redirects, nproc, "--redirects")
+        tee = parse_std_spec(ns.tee, nproc, "--tee")
+    except ValueError as err:
+        p.error(str(err))
+    flt = None
+    if ns.local_ranks_filter.strip():
+        items = [s.strip() for s in ns.local_ranks_filter.split(",")]
+        if not all(s.isdigit() for s in items):
+            p.error(f"--local-ranks-filter: expected comma-separated local ranks like 0,2, got {ns.local_ranks_filter!r}")
+        flt = frozenset(int(s) for s in items)
+        bad = sorted(r for r in flt if r >= nproc)
+        if bad:
+            p.error(f"--local-ranks-filter: local ranks {bad} are not in 0..{nproc - 1} (--nproc-per-node {nproc})")
+    if ns.run_path and (ns.module or ns.no_python):
+        p.error("--run-path: runs a script file; it cannot be combined with -m/--module or --no-python")
+    if not ns.module and not ns.no_python and not os.path.isfile(ns.training_script):
+        p.error(f"script: no such file: {ns.training_script!r} (use -m for a module, --no-python for an executable)")
+    if ns.log_dir is not None and os.path.exists(ns.log_dir) and not os.path.isdir(ns.log_dir):
+        p.error(f"--log-dir: expected a directory, got the file {ns.log_dir!r}")
+    run_id = ns.run_id
+    if run_id is not None and (not run_id or "/" in run_id or run_id in (".", "..")):
+        p.error(f"--rdzv-id: expected a non-empty id without '/', got {run_id!r}")
+    if run_id is None:
+        import secrets
+
+        run_id = secrets.token_hex(4)
+    return LaunchConfig(
+        entrypoint=ns.training_script,
+        args=tuple(ns.training_script_args),
+        nproc_per_node=nproc,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        master_addr=addr,
+        master_port=port,
+        max_restarts=_int(p, "--max-restarts", ns.max_restarts, 0),
+        log_dir=ns.log_dir,
+        redirects=redirects if any(redirects) else (),
+        tee=tee if any(tee) else (),
+        local_ranks_filter=flt,
+        module=ns.module,
+        no_python=ns.no_python,
+        run_path=ns.run_path,
+        rdzv_timeout=_seconds(p, "--rdzv-timeout", ns.rdzv_timeout),
+        run_id=run_id,
+        term_timeout=_seconds(p, "--term-timeout", ns.term_timeout),
+        prefix_template=ns.log_line_prefix_template,
+    )

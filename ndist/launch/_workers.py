@@ -1,0 +1,337 @@
+"""The local worker group: start the ranks of one attempt, watch them, tear them down.
+
+Each rank is started in its own session (so its process group holds the
+rank and everything it starts), with its stdout / stderr on pipes, a log
+file or ``/dev/null`` as ``--redirects`` / ``--tee`` / ``--local-ranks-filter``
+say. One ``selectors`` loop in the launcher's main thread forwards output,
+notices exits through pidfds (``os.pidfd_open``; a 10 ms poll where that is
+missing) and wakes on signals through a self-pipe: nothing sleeps.
+
+When a rank fails, every other rank's process group gets SIGTERM, then
+SIGKILL after ``term_timeout``; when the launcher is interrupted, the signal
+it got is forwarded the same way. After the last rank is reaped, whatever
+is left in the ranks' process groups is killed, so no process outlives the
+group.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from ._output import StreamPump
+
+__all__ = ["WorkerSpec", "WorkerGroup", "Failure", "GroupResult", "signal_name"]
+
+log = logging.getLogger("ndist.launch")
+
+# Byte written to the wake pipe (besides signal numbers) when the job must stop
+# because another node failed.
+WAKE_STOP = 0
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    rank: int
+    local_rank: int
+    argv: tuple[str, ...]
+    env: dict
+    stdout: str | None = None  # log file path, or None
+    stderr: str | None = None
+    tee_stdout: bool = False  # also to the console (only with a log file)
+    tee_stderr: bool = False
+    console: bool = True  # forward to the launcher's stdout / stderr
+    prefix: bytes = b""
+    error_file: str | None = None
+
+
+@dataclass
+class Failure:
+    """A rank that exited non-zero on its own (not because the launcher stopped it)."""
+
+    rank: int
+    local_rank: int
+    pid: int
+    host: str
+    returncode: int  # negative: killed by that signal
+    timestamp: float
+    error_file: str | None = None
+    record: dict | None = None  # what the rank wrote to its error file
+
+    @property
+    def exit_status(self) -> int:
+        """The launcher's exit status for this failure (128 + signal for a signal)."""
+        return self.returncode if self.returncode > 0 else 128 - self.returncode
+
+    def describe_exit(self) -> str:
+        if self.returncode < 0:
+            return f"killed by {signal_name(-self.returncode)} (exit status {self.exit_status})"
+        return f"exit code {self.returncode}"
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in ("rank", "local_rank", "pid", "host", "returncode", "timestamp", "error_file", "record")}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Failure":
+        return cls(**d)
+
+
+@dataclass
+class GroupResult:
+    state: str  # "succeeded" | "failed" | "interrupted" | "stopped"
+    failures: list[Failure] = field(default_factory=list)
+    signal: int | None = None  # the launcher's signal for "interrupted"
+
+    @property
+    def root_cause(self) -> Failure | None:
+        return min(self.failures, key=lambda f: (f.timestamp, f.rank)) if self.failures else None
+
+
+class _Worker:
+    __slots__ = ("spec", "proc", "pid", "pidfd", "pumps", "returncode", "signalled", "files")
+
+    def __init__(self, spec: WorkerSpec, proc: subprocess.Popen, pumps: list[StreamPump], files: list) -> None:
+        self.spec = spec
+        self.proc = proc
+        self.pid = proc.pid
+        self.pumps = pumps
+        self.files = files
+        self.returncode: int | None = None
+        self.signalled = False
+        self.pidfd: int | None = None
+        try:
+            self.pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            pass
+
+    def kill_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _open_log(path: str):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return open(path, "ab", buffering=0)
+
+
+class WorkerGroup:
+    """The ranks of one attempt on this node."""
+
+    def __init__(self, specs: list[WorkerSpec], term_timeout: float, wake_fd: int | None = None) -> None:
+        self.specs = specs
+        self.term_timeout = term_timeout
+        self.wake_fd = wake_fd
+        self.workers: list[_Worker] = []
+        self.host = socket.gethostname()
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.pid for w in self.workers]
+
+    # ------------------------------------------------------------ start
+    def start(self) -> None:
+        for spec in self.specs:
+            try:
+                self.workers.append(self._spawn(spec))
+            except BaseException:
+                self._kill_all(signal.SIGKILL)
+                self._reap_all_blocking()
+                raise
+
+    def _spawn(self, spec: WorkerSpec) -> _Worker:
+        files, pumps, fds = [], [], {}
+        for name, path, tee, console_fd in (
+            ("stdout", spec.stdout, spec.tee_stdout, 1),
+            ("stderr", spec.stderr, spec.tee_stderr, 2),
+        ):
+            to_console = spec.console and (path is None or tee)
+            if path is not None and not to_console:
+                f = _open_log(path)  # straight to the file: no pump needed
+                files.append(f)
+                fds[name] = f
+            elif to_console:
+                fds[name] = subprocess.PIPE
+            else:
+                fds[name] = subprocess.DEVNULL
+        proc = subprocess.Popen(
+            spec.argv,
+            env=spec.env,
+            stdin=subprocess.DEVNULL,
+            stdout=fds["stdout"],
+            stderr=fds["stderr"],
+            start_new_session=True,
+            close_fds=True,
+        )
+        for f in files:
+            f.close()  # the child has its own descriptor now
+        for name, path, tee, console_fd in (
+            ("stdout", spec.stdout, spec.tee_stdout, 1),
+            ("stderr", spec.stderr, spec.tee_stderr, 2),
+        ):
+            pipe = getattr(proc, name)
+            if pipe is not None:
+                fd = os.dup(pipe.fileno())
+                pipe.close()
+                log_file = _open_log(path) if path is not None else None
+                pumps.append(StreamPump(fd, console_fd, spec.prefix, log_file))
+        log.debug("started rank %d (local rank %d) as pid %d", spec.rank, spec.local_rank, proc.pid)
+        return _Worker(spec, proc, pumps, [])
+
+    # ------------------------------------------------------------ watch
+    def monitor(self) -> GroupResult:
+        """Forward output and wait until every rank has exited; tear down on failure.
+
+        Each byte read from ``wake_fd`` is a signal number the launcher got
+        (forwarded to the ranks; the group ends "interrupted") or
+        ``WAKE_STOP`` (another node failed; the group ends "stopped").
+        """
+        sel = selectors.DefaultSelector()
+        live: dict[int, _Worker] = {}
+        for w in self.workers:
+            live[w.pid] = w
+            for p in w.pumps:
+                sel.register(p.fd, selectors.EVENT_READ, ("pump", p))
+            if w.pidfd is not None:
+                sel.register(w.pidfd, selectors.EVENT_READ, ("exit", w))
+        if self.wake_fd is not None:
+            sel.register(self.wake_fd, selectors.EVENT_READ, ("wake", None))
+        polling = any(w.pidfd is None for w in self.workers)
+        result = GroupResult("succeeded")
+        deadline: float | None = None  # SIGKILL time while tearing down
+        stopping = False
+        try:
+            while live:
+                timeout = 0.01 if polling else None
+                if deadline is not None:
+                    left = max(0.0, deadline - time.monotonic())
+                    timeout = left if timeout is None else min(timeout, left)
+                exited: list[_Worker] = []
+                for key, _ in sel.select(timeout):
+                    kind, obj = key.data
+                    if kind == "pump":
+                        if not obj.read_available():
+                            sel.unregister(key.fd)
+                            obj.close()
+                    elif kind == "exit":
+                        if obj.proc.poll() is not None:
+                            exited.append(obj)
+                    else:
+                        for b in self._read_wake():
+                            if b == WAKE_STOP:
+                                if not stopping:
+                                    log.warning("stopping the local ranks: a rank on another node failed")
+                                    result.state, stopping = "stopped", True
+                                    deadline = self._begin_teardown(signal.SIGTERM)
+                            elif not stopping:
+                                log.warning("got %s: forwarding it to every rank", signal_name(b))
+                                result.state, result.signal, stopping = "interrupted", b, True
+                                deadline = self._begin_teardown(b)
+                            else:  # a second signal, or one during a teardown: no more grace
+                                self._kill_all(signal.SIGKILL)
+                                deadline = None
+                if polling:
+                    exited.extend(w for w in live.values() if w not in exited and w.proc.poll() is not None)
+                for w in exited:
+                    del live[w.pid]
+                    w.returncode = w.proc.returncode
+                    if w.pidfd is not None:
+                        sel.unregister(w.pidfd)
+                        os.close(w.pidfd)
+                        w.pidfd = None
+                    self._drain(w, sel)
+                    if w.returncode != 0 and not w.signalled:
+                        result.failures.append(self._failure(w))
+                    log.debug("rank %d (pid %d) exited with %s", w.spec.rank, w.pid, w.returncode)
+                if result.failures and not stopping:
+                    result.state = "failed"
+                    stopping = True
+                    deadline = self._begin_teardown(signal.SIGTERM)
+                if deadline is not None and live and time.monotonic() >= deadline:
+                    names = ", ".join(str(w.spec.rank) for w in live.values())
+                    log.warning("ranks %s did not exit within %.3g s of SIGTERM: sending SIGKILL", names, self.term_timeout)
+                    self._kill_all(signal.SIGKILL)
+                    deadline = None
+        finally:
+            self._kill_all(signal.SIGKILL, leftovers=True)
+            if live:  # an exception escaped: do not leave anything behind
+                self._reap_all_blocking()
+            for w in self.workers:
+                self._drain(w, sel, final=True)
+            sel.close()
+        return result
+
+    def _read_wake(self) -> bytes:
+        try:
+            return os.read(self.wake_fd, 64)
+        except BlockingIOError:
+            return b""
+
+    def _begin_teardown(self, sig: int) -> float:
+        for w in self.workers:
+            if w.returncode is None:
+                w.signalled = True
+        self._kill_all(sig)
+        return time.monotonic() + self.term_timeout
+
+    def _kill_all(self, sig: int, leftovers: bool = False) -> None:
+        """Signal every rank's process group (the exited ones too with ``leftovers``)."""
+        for w in self.workers:
+            if leftovers or w.returncode is None:
+                w.kill_group(sig)
+
+    def _reap_all_blocking(self) -> None:
+        for w in self.workers:
+            if w.returncode is None:
+                w.kill_group(signal.SIGKILL)
+                w.returncode = w.proc.wait()
+            if w.pidfd is not None:
+                os.close(w.pidfd)
+                w.pidfd = None
+
+    def _drain(self, w: _Worker, sel, final: bool = False) -> None:
+        for p in w.pumps:
+            if p.closed:
+                continue
+            if not p.read_available() or final:
+                try:
+                    sel.unregister(p.fd)
+                except (KeyError, ValueError):
+                    pass
+                p.close()
+
+    def _failure(self, w: _Worker) -> Failure:
+        record = None
+        if w.spec.error_file:
+            try:
+                import json
+
+                with open(w.spec.error_file) as f:
+                    record = json.load(f)
+            except (OSError, ValueError):
+                record = None
+        ts = record.get("timestamp") if isinstance(record, dict) else None
+        return Failure(
+            rank=w.spec.rank,
+            local_rank=w.spec.local_rank,
+            pid=w.pid,
+            host=self.host,
+            returncode=w.returncode,
+            timestamp=ts if isinstance(ts, (int, float)) else time.time(),
+            error_file=w.spec.error_file,
+            record=record,
+        )

@@ -1,0 +1,135 @@
+"""The launcher hosts the job's store; agents of several nodes rendezvous through it."""
+
+import json
+import os
+import secrets
+import socket
+
+import pytest
+
+pytestmark = pytest.mark.timeout(90)
+
+USE_STORE = """
+import json, os
+from ndist.runtime.store import TCPStore
+host, _, port = os.environ["NDIST_STORE"].rpartition(":")
+store = TCPStore(host, int(port), is_master=False, timeout=30)  # authenticates with NDIST_SECRET
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+store.set(f"hello/{rank}", os.environ["LOCAL_RANK"])
+store.wait([f"hello/{r}" for r in range(world)])  # a barrier across every node
+with open(f"seen-{rank}.json", "w") as f:
+    json.dump({"world": world, "local": [store.get(f"hello/{r}").decode() for r in range(world)],
+               "node": os.environ["NODE_RANK"], "master": os.environ["MASTER_ADDR"]}, f)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ranks_share_the_launchers_store(launcher):
+    launcher.script(USE_STORE)
+    r = launcher.run("--nproc-per-node", 3, "job.py")
+    assert r.returncode == 0, r.stderr
+    for rank in range(3):
+        seen = json.loads(open(os.path.join(launcher.cwd, f"seen-{rank}.json")).read())
+        assert seen["world"] == 3 and seen["local"] == ["0", "1", "2"]
+
+
+def test_store_refuses_a_process_without_the_job_secret(launcher):
+    launcher.script("""
+import os, sys
+from ndist.runtime.store import TCPStore
+host, _, port = os.environ["NDIST_STORE"].rpartition(":")
+try:
+    TCPStore(host, int(port), is_master=False, timeout=5, secret="not-the-job-secret")
+except Exception as err:
+    print("refused:", type(err).__name__)
+    sys.exit(0)
+sys.exit("joined without the secret")
+""")
+    r = launcher.run("--nproc-per-node", 1, "job.py")
+    assert r.returncode == 0, r.stderr
+    assert "refused:" in r.stdout
+
+
+def _env(secret):
+    return {**os.environ, "NDIST_SECRET": secret}
+
+
+def test_two_nodes_rendezvous(launcher):
+    launcher.script(USE_STORE)
+    port, secret = _free_port(), secrets.token_hex(32)
+    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30]
+    n1 = launcher.popen(*common, "--node-rank", 1, "--nproc-per-node", 1, "job.py", env=_env(secret))
+    n0 = launcher.popen(*common, "--node-rank", 0, "--nproc-per-node", 2, "job.py", env=_env(secret))
+    try:
+        out0, err0 = n0.communicate(timeout=60)
+        out1, err1 = n1.communicate(timeout=60)
+    finally:
+        n0.kill()
+        n1.kill()
+    assert n0.returncode == 0 and n1.returncode == 0, (err0, err1)
+    seen = [json.loads(open(os.path.join(launcher.cwd, f"seen-{r}.json")).read()) for r in range(3)]
+    assert all(s["world"] == 3 for s in seen)
+    assert seen[0]["local"] == ["0", "1", "0"]  # node 0 has ranks 0, 1; node 1 has rank 2
+    assert [s["node"] for s in seen] == ["0", "0", "1"]
+
+
+def test_failure_on_one_node_stops_the_other(launcher):
+    launcher.script("""
+import os, sys, time
+if os.environ["RANK"] == "2":
+    time.sleep(0.3)
+    raise OSError("disk on fire")
+time.sleep(120)
+""")
+    port, secret = _free_port(), secrets.token_hex(32)
+    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30,
+              "--nproc-per-node", 2]
+    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=_env(secret))
+    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=_env(secret))
+    try:
+        out0, err0 = n0.communicate(timeout=60)
+        out1, err1 = n1.communicate(timeout=60)
+    finally:
+        n0.kill()
+        n1.kill()
+    assert n1.returncode == 1 and n0.returncode == 1, (err0, err1)
+    for err in (err0, err1):  # both agents name the rank that failed, on node 1
+        assert "rank       : 2 (local rank 0)" in err and "OSError: disk on fire" in err
+
+
+def test_node_rank_taken_twice_is_an_error(launcher):
+    import signal
+
+    from launch_helpers import wait_for
+
+    launcher.script("import os, time; open(f'up-{os.environ[\"RANK\"]}', 'w').close(); time.sleep(60)\n")
+    port, secret = _free_port(), secrets.token_hex(32)
+    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30]
+    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=_env(secret))
+    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=_env(secret))
+    try:
+        wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"up-{r}")) for r in (0, 1)), 30, "both nodes")
+        dup = launcher.run(*common, "--node-rank", 1, "job.py", env=_env(secret), timeout=30)
+        host_too = launcher.run(*common, "--node-rank", 0, "job.py", env=_env(secret), timeout=30)
+    finally:
+        for p in (n0, n1):
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=30)
+    assert dup.returncode == 2 and "--node-rank 1 is already taken by the agent on host" in dup.stderr
+    assert host_too.returncode == 2 and "cannot host the job's store" in host_too.stderr
+    assert n0.returncode == n1.returncode == 128 + signal.SIGTERM
+
+
+def test_rendezvous_timeout_names_missing_nodes(launcher):
+    launcher.script("open('ran', 'w').close()\n")
+    port = _free_port()
+    r = launcher.run("--nnodes", 3, "--master-port", port, "--rdzv-timeout", 0.5, "job.py",
+                     env=_env(secrets.token_hex(32)), timeout=30)
+    assert r.returncode == 2
+    assert "rendezvous timed out after 0.5 s: nodes [1, 2] of 3 did not join" in r.stderr
+    assert not os.path.exists(os.path.join(launcher.cwd, "ran"))
