@@ -174,6 +174,13 @@ def test_server_death_fails_clients_promptly_instead_of_hanging():
         assert f"store server at 127.0.0.1:{port} closed the connection" in str(waiter_err[0])
         with pytest.raises((DistStoreError, DistNetworkError, DistTimeoutError)):
             client.get("a")
+        # later calls fail at once too (no reconnect attempts for the store's 30 s timeout)
+        t1 = time.monotonic()
+        with pytest.raises(DistStoreError, match=f"127.0.0.1:{port}"):
+            client.set("b", "2")
+        with pytest.raises(DistStoreError, match=f"127.0.0.1:{port}"):
+            client.check(["a"])
+        assert time.monotonic() - t1 < 15
         assert time.monotonic() - t0 < 20
     finally:
         p.kill()

@@ -20,7 +20,7 @@ import time
 from datetime import timedelta
 from typing import Iterable, Sequence
 
-from .._errors import DistStoreError, DistTimeoutError
+from .._errors import DistNetworkError, DistStoreError, DistTimeoutError
 from .._net import AuthenticationError, client_handshake, connect, job_secret
 from ._base import DEFAULT_TIMEOUT, Store, as_bytes, as_timedelta, check_key
 from ._tcp_server import TCPStoreServer
@@ -31,6 +31,7 @@ __all__ = ["TCPStore"]
 log = logging.getLogger("ndist.runtime.store")
 
 _MARGIN = 30.0  # seconds a reply may lag the server-side deadline before we give up on the socket
+_RECONNECT = 5.0  # seconds an extra / replacement connection may take once we have been connected
 
 
 class _Conn:
@@ -81,6 +82,7 @@ class TCPStore(Store):
         self._pool_lock = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
+        self._gone: str | None = None  # why the server is known to be gone: fail fast from then on
         try:
             conn = self._open(time.monotonic() + self.timeout.total_seconds())
             self._request(conn, Op.HELLO, [])
@@ -123,6 +125,8 @@ class TCPStore(Store):
     def _acquire(self) -> _Conn:
         if self._closed:
             raise DistStoreError(f"TCPStore for {self._where} is closed")
+        if self._gone is not None:
+            raise DistStoreError(self._gone)
         with self._pool_lock:
             if os.getpid() != self._pid:
                 # Forked child: the parent's sockets are not ours to use (or close).
@@ -131,7 +135,13 @@ class TCPStore(Store):
             for conn in self._pool:
                 if conn.lock.acquire(blocking=False):
                     return conn
-        conn = self._open(time.monotonic() + self.timeout.total_seconds())
+        # The server was up when this store connected: a new connection that cannot
+        # be made within a few seconds means it is gone, not that it is starting.
+        try:
+            conn = self._open(time.monotonic() + min(_RECONNECT, self.timeout.total_seconds()))
+        except (DistNetworkError, DistTimeoutError) as err:
+            self._gone = f"{self._where} is gone: cannot reconnect ({err})"
+            raise DistStoreError(self._gone) from None
         conn.lock.acquire()
         with self._pool_lock:
             self._pool.append(conn)
@@ -156,7 +166,8 @@ class TCPStore(Store):
             raise DistTimeoutError(f"{self._where} did not answer {op.name} within {wait_s + _MARGIN:g} s") from None
         except (FrameError, OSError) as err:
             self._drop(conn)
-            raise DistStoreError(f"{self._where} closed the connection during {op.name} ({err})") from None
+            self._gone = f"{self._where} closed the connection during {op.name} ({err})"
+            raise DistStoreError(self._gone) from None
 
     def _call(self, op: Op, args: list[bytes], wait_s: float = 0.0) -> list[bytes]:
         conn = self._acquire()
