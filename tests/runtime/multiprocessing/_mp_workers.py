@@ -141,7 +141,7 @@ def tensor_to_parent(conn, strategy):
     import ndist.multiprocessing as mp
 
     mp.set_sharing_strategy(strategy)
-    t = ndist.tensor.Tensor._wrap(np.arange(6.0))
+    t = ndist.Tensor._wrap(np.arange(6.0))
     conn.send(t)  # moves t to shared memory
     assert conn.recv() == "got it"
     t._data *= 10
