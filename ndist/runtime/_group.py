@@ -186,6 +186,10 @@ class ProcessGroup:
     def backend_name(self) -> str:
         return format_backend(self._backend_names)
 
+    def name(self) -> str:
+        """The backend's name, as torch's ``ProcessGroup.name()``."""
+        return self.backend_name()
+
     def backend_for(self, device_type: str) -> Any:
         """The backend serving ``device_type`` in this group, created on first use."""
         self.require_member("a collective on it")

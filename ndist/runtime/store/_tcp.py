@@ -112,6 +112,7 @@ class TCPStore(Store):
 
     def _open(self, deadline: float) -> _Conn:
         sock = connect(self.host, self.port, deadline, what="store server")
+        _keepalive(sock)
         try:
             client_handshake(sock, self._secret, timeout=max(1.0, min(30.0, deadline - time.monotonic())), what=self._where)
         except AuthenticationError as err:
@@ -287,6 +288,18 @@ class TCPStore(Store):
                 self.close()
         except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """A store host that vanishes without closing (power off, partition) is noticed
+    within about a minute even while this client sits in a long server-side wait."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for opt, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, opt):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+            except OSError:
+                pass
 
 
 def _key_list(keys) -> list[str]:
