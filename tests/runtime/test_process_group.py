@@ -56,3 +56,43 @@ def test_device_without_backend_and_unavailable_backend(monkeypatch):
     register_backend("never", _runtime_store_backend.create, devices=("cpu",), is_available=lambda: False)
     with pytest.raises(DistBackendError, match="'never'.*not available"):
         _group(backends={"cpu": "never"}).backend_for("cpu")
+
+
+@pytest.mark.parametrize("kwargs,exc,pattern", [
+    (dict(timeout=-1), ValueError, "timeout: expected a positive duration"),
+    (dict(timeout="10"), TypeError, "timeout: expected datetime.timedelta"),
+    (dict(world_size="2"), TypeError, "world_size: expected int, got str"),
+    (dict(rank=1.0), TypeError, "rank: expected int, got float"),
+    (dict(init_method="env://", store=HashStore()), ValueError, "init_method: cannot specify both"),
+    (dict(store=HashStore(), rank=0), ValueError, "world_size: expected a positive int when a store is given, got -1"),
+    (dict(store=HashStore(), rank=2, world_size=2), ValueError, r"rank: expected 0 <= rank < world_size \(2\)"),
+    (dict(store="localhost:1234", rank=0, world_size=1), TypeError, "store: expected an ndist Store, got str"),
+    (dict(backend="nope", store=HashStore(), rank=0, world_size=1), ValueError, "unknown backend 'nope'"),
+    (dict(init_method="udp://h:1", rank=0, world_size=1), ValueError, r"no rendezvous handler for udp://.*env://"),
+    (dict(init_method="tcp://nohostport", rank=0, world_size=1), ValueError, "expected 'tcp://host:port'"),
+    (dict(group_name=3, store=HashStore(), rank=0, world_size=1), TypeError, "group_name: expected str"),
+])
+def test_init_argument_errors_before_any_communication(kwargs, exc, pattern):
+    import ndist.distributed as dist
+
+    kwargs.setdefault("backend", "storetest")
+    with pytest.raises(exc, match=pattern):
+        dist.init_process_group(**kwargs)
+    assert not dist.is_initialized()
+
+
+def test_single_process_world_on_a_hash_store():
+    import ndist.distributed as dist
+
+    dist.init_process_group("storetest", store=HashStore(timeout=5), rank=0, world_size=1)
+    try:
+        assert (dist.get_rank(), dist.get_world_size(), dist.get_backend()) == (0, 1, "storetest")
+        assert dist.group.WORLD.size() == 1 and repr(dist.group.WORLD) == "group.WORLD"
+        assert dist.resolve_group(dist.GroupMember.WORLD) is dist.resolve_group(None)
+        with pytest.raises(TypeError, match="group: expected a ProcessGroup"):
+            dist.get_rank(group="world")
+    finally:
+        dist.destroy_process_group()
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError, match="Default process group has not been initialized"):
+        dist.destroy_process_group()
