@@ -118,9 +118,11 @@ class TCPStore(Store):
         except AuthenticationError as err:
             sock.close()
             msg = str(err)
+            if self._where not in msg:
+                msg = f"{self._where}: {msg}"
             if "NDIST_SECRET" not in msg:
                 msg += " (is NDIST_SECRET the same as the job's? or is something else listening there?)"
-            raise DistStoreError(f"{self._where} refused this client: {msg}") from None
+            raise DistStoreError(msg) from None
         return _Conn(sock)
 
     def _acquire(self) -> _Conn:
