@@ -242,7 +242,8 @@ def join(store: Store, rank: int, world_size: int, timeout: timedelta) -> None:
     if held != token.encode():
         raise ValueError(
             f"rank: rank {rank} was already claimed in this rendezvous by {held.decode(errors='replace')}; "
-            f"two processes were given RANK={rank}"
+            f"two processes were given RANK={rank} (or the store is left over from an earlier job, e.g. a "
+            f"file:// rendezvous file that was not removed)"
         )
     keys = [f"rank/{r}" for r in range(world_size)]
     seconds = timeout.total_seconds()
