@@ -46,7 +46,7 @@ class Rendezvous:
                     obj.shutdown(grace)
                 elif isinstance(obj, TCPStoreServer):
                     if grace > 0:
-                        obj.wait_idle(grace)
+                        obj.wait_idle(grace, ignore=f"{socket.gethostname()}:{os.getpid()}")
                     obj.close()
                 else:
                     obj.close()

@@ -85,7 +85,7 @@ class TCPStore(Store):
         self._gone: str | None = None  # why the server is known to be gone: fail fast from then on
         try:
             conn = self._open(time.monotonic() + self.timeout.total_seconds())
-            self._request(conn, Op.HELLO, [])
+            self._request(conn, Op.HELLO, [_ident().encode(), b"1"])
             self._pool.append(conn)
             if is_master and wait_for_workers and world_size is not None:
                 self._wait_workers(world_size)
@@ -146,6 +146,11 @@ class TCPStore(Store):
             self._gone = f"{self._where} is gone: cannot reconnect ({err})"
             raise DistStoreError(self._gone) from None
         conn.lock.acquire()
+        try:
+            self._request(conn, Op.HELLO, [_ident().encode(), b"0"])  # named, not counted as a worker
+        except BaseException:
+            conn.lock.release()
+            raise
         with self._pool_lock:
             self._pool.append(conn)
         return conn
@@ -262,9 +267,9 @@ class TCPStore(Store):
         self._server = None
         self.close()
         if server is not None:
-            if grace > 0 and not server.wait_idle(grace):
-                log.info("store server %s:%d: %d clients still connected after %g s; closing it anyway",
-                         self.host, self.port, server.num_connections, grace)
+            if grace > 0 and not server.wait_idle(grace, ignore=_ident()):
+                log.info("store server %s:%d: clients %s still connected after %g s; closing it anyway",
+                         self.host, self.port, server.connected_clients(), grace)
             server.close()
 
     def close(self) -> None:
@@ -290,6 +295,11 @@ class TCPStore(Store):
                 self.close()
         except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass
+
+
+def _ident() -> str:
+    """How the server names this process's connections."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _keepalive(sock: socket.socket) -> None:
