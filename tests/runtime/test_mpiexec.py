@@ -26,7 +26,8 @@ def _mpiexec(n, backend):
         env=env, capture_output=True, text=True, timeout=150,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = sorted(re.findall(r"rank (\d+)/(\d+) backend (\S+) sum (\S+) pair (\S+)", proc.stdout))
+    # mpiexec may forward the ranks' lines interleaved (one without its newline): match fields exactly
+    lines = sorted(re.findall(r"rank (\d+)/(\d+) backend ([a-z]+) sum ([\d.]+) pair ([\d.]+)", proc.stdout))
     assert len(lines) == n, proc.stdout + proc.stderr
     return lines
 
