@@ -30,7 +30,7 @@ examples:
 
 environment:
   NDIST_SECRET   job secret; required on every node of a multi-node job
-  NDIST_DEBUG    INFO or DETAIL: more launcher logs on stderr
+  NDIST_DEBUG    INFO or DETAIL: ndist logs of the launcher and the ranks on stderr
 
 Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT and NDIST_STORE, so init_process_group() needs no arguments.
