@@ -71,19 +71,20 @@ def rank_env(config: LaunchConfig, rnd: Round, local_rank: int, secret: str, err
     return env
 
 
-def _ndist_root() -> str:
-    import ndist
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(ndist.__file__)))
-
-
 def child_argv(config: LaunchConfig) -> tuple[str, ...]:
-    """``python -c <bootstrap> entrypoint args``: see ``_bootstrap``."""
+    """``python -c <load _bootstrap.py by path> entrypoint args``: see ``_bootstrap``.
+
+    The bootstrap file is loaded as a standalone module, without importing
+    the ``ndist`` package (and NumPy with it): a rank imports what its
+    program imports, no more, and finds ``ndist`` (or not) exactly as plain
+    ``python script.py`` would.
+    """
     mode = "exec" if config.no_python else "module" if config.module else "script"
-    root = _ndist_root()
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap.py")
     code = (
-        f"import sys;sys.path.insert(0,{root!r});"
-        f"import ndist.launch._bootstrap as b;b.main({os.getpid()},{mode!r},{root!r})"
+        "import importlib.util as u;"
+        f"s=u.spec_from_file_location('_ndist_launch_bootstrap',{path!r});"
+        f"m=u.module_from_spec(s);s.loader.exec_module(m);m.main({os.getpid()},{mode!r})"
     )
     return (sys.executable, "-c", code, config.entrypoint, *config.args)
 
@@ -184,12 +185,16 @@ class Agent:
                     rdzv.report_success(attempt)
                     return AgentResult(0, result, attempt + 1, self._kept_dir())
                 if result.state == "interrupted":
-                    rdzv.report_stop(attempt)
+                    rdzv.report_stop(attempt, result.signal)
                     return AgentResult(128 + result.signal, result, attempt + 1, self._kept_dir())
                 if result.state == "failed":
                     rdzv.report_failure(attempt, result.root_cause)
-                else:  # stopped because another node failed
-                    remote = rdzv.remote_failure(attempt)
+                else:  # stopped because another node failed or was interrupted
+                    remote = rdzv.remote_outcome(attempt)
+                    if isinstance(remote, tuple):
+                        node, sig = remote
+                        stopped = GroupResult("interrupted", signal=sig, origin=f"on node {node}")
+                        return AgentResult(128 + sig, stopped, attempt + 1, self._kept_dir())
                     if remote is not None:
                         result.failures.insert(0, remote)
                 if attempt >= c.max_restarts:
@@ -203,7 +208,7 @@ class Agent:
                 )
         except _Interrupted as intr:
             if rdzv is not None:
-                rdzv.report_stop(attempt)
+                rdzv.report_stop(attempt, intr.signum)
             return AgentResult(128 + intr.signum, GroupResult("interrupted", signal=intr.signum), attempt + 1, self._kept_dir())
         finally:
             self._raise_on_signal = False

@@ -1,4 +1,4 @@
-"""The first code a rank runs: ``python -c "...; _bootstrap.main(...)" script args``.
+"""The first code a rank runs: ``python -c "<load this file>; main(...)" script args``.
 
 It makes the rank die with the launcher (``PR_SET_PDEATHSIG``), then runs the
 user's program with the semantics of plain ``python script.py args`` /
@@ -9,7 +9,9 @@ propagates, so the launcher can show its traceback in the failure summary;
 tracebacks printed to stderr do not show the bootstrap's frames.
 
 Only the standard library is imported here, and only what is needed: this
-runs in every rank before the user's first line.
+runs in every rank before the user's first line. The launcher loads this
+file by path as a standalone module, so the ``ndist`` package is not
+imported on the rank's behalf.
 """
 
 from __future__ import annotations
@@ -83,17 +85,12 @@ def _int_env(name: str) -> int | None:
 
 
 def _user_tb(tb):
-    # Drop the leading frames that belong to the launcher's ``-c`` line, this
-    # bootstrap and runpy (for -m): the user sees what plain python shows.
-    ours = (_THIS, "<string>", _runpy_file())
-    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+    # Drop the leading frames of the launcher's ``-c`` line and of this
+    # bootstrap: the user sees what plain python shows (runpy's frames for
+    # ``-m`` included, as ``python -m`` shows them).
+    while tb is not None and tb.tb_frame.f_code.co_filename in (_THIS, "<string>"):
         tb = tb.tb_next
     return tb
-
-
-def _runpy_file() -> str | None:
-    runpy = sys.modules.get("runpy")
-    return getattr(runpy, "__file__", None)
 
 
 def _excepthook(exc_type, exc, tb, _prev=sys.excepthook):
@@ -150,14 +147,12 @@ def _run_module(module: str, args: list[str]) -> None:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
-def main(parent_pid: int, mode: str, inserted_path: str | None = None) -> None:
+def main(parent_pid: int, mode: str) -> None:
     """Entry point, called from the launcher's ``-c`` command line.
 
     ``mode`` is ``"script"`` (``sys.argv[1]`` is a file), ``"module"``
     (``-m``: ``sys.argv[1]`` is a module name) or ``"exec"`` (``--no-python``:
-    replace this process with ``sys.argv[1:]``). ``inserted_path`` is the
-    entry the command line put in front of ``sys.path`` to find ndist; it is
-    removed again so the program sees the ``sys.path`` of plain ``python``.
+    replace this process with ``sys.argv[1:]``).
     """
     _die_with_parent(parent_pid)
     argv = sys.argv[1:]  # sys.argv[0] is "-c"
@@ -167,8 +162,6 @@ def main(parent_pid: int, mode: str, inserted_path: str | None = None) -> None:
         except OSError as err:
             sys.stderr.write(f"ndistrun: cannot run {argv[0]!r}: {err.strerror}\n")
             sys.exit(127 if isinstance(err, FileNotFoundError) else 126)
-    if inserted_path is not None and sys.path and sys.path[0] == inserted_path:
-        del sys.path[0]
     sys.excepthook = _excepthook
     try:
         if mode == "module":

@@ -77,10 +77,10 @@ class _LocalRendezvous:
     def report_failure(self, attempt: int, failure) -> None:
         pass
 
-    def report_stop(self, attempt: int) -> None:
+    def report_stop(self, attempt: int, signum: int | None = None) -> None:
         pass
 
-    def remote_failure(self, attempt: int):
+    def remote_outcome(self, attempt: int):
         return None
 
     def close(self) -> None:
@@ -139,6 +139,7 @@ class _StoreRendezvous:
         from ndist.runtime import DistTimeoutError
 
         c = self.config
+        self.store.set_timeout(c.rdzv_timeout)
         # The nonce tells two agents on one host with the same --node-rank apart.
         me = json.dumps({"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex()}).encode()
         got = self.store.compare_set(self._key(attempt, "node", c.node_rank), b"", me)
@@ -158,6 +159,9 @@ class _StoreRendezvous:
                 f"(start ndistrun on them with --node-rank and --master-addr {self.addr} --master-port {self.port})"
             ) from None
         infos = [json.loads(v) for v in self.store.multi_get(keys)]
+        # From here on, a lost store (node 0 gone) must not hold this agent for
+        # the whole rendezvous timeout.
+        self.store.set_timeout(min(c.rdzv_timeout, 10.0))
         offset = sum(i["nproc"] for i in infos[: c.node_rank])
         world = sum(i["nproc"] for i in infos)
         self._start_watcher(attempt)
@@ -198,13 +202,13 @@ class _StoreRendezvous:
         store.close()
 
     def _stop_watcher(self) -> None:
-        if self._watcher is not None:
-            try:
+        if self._watcher is not None and self._watcher.is_alive():
+            try:  # release our watcher; keep a "stop" another node may have set
                 self.store.compare_set(self._watch_key, b"", b"done")
             except Exception:  # noqa: BLE001 - the store is gone: the watcher ends by itself
                 pass
             self._watcher.join(5)
-            self._watcher = None
+        self._watcher = None
         if self._watch_store is not None:
             self._watch_store.close()
             self._watch_store = None
@@ -213,54 +217,77 @@ class _StoreRendezvous:
         for n in range(self.config.nnodes):
             self.store.compare_set(self._key(attempt, "wake", n), b"", b"stop")
 
+    def _quietly(self, fn, *args):
+        from ndist.runtime import DistError
+
+        try:
+            return fn(*args)
+        except (DistError, OSError) as err:
+            log.warning("node %d: the job's store on node 0 is gone (%s)", self.config.node_rank, err)
+            return None
+
     # -------------------------------------------------------- outcomes
     def _end(self, attempt: int, outcome: str) -> None:
+        # Setting the end key must be this node's last use of the store in the
+        # attempt: node 0 may close it as soon as every node has set its key.
         self._stop_watcher()
         if attempt in self._ended:
             return
         self._ended.add(attempt)
-        self.store.set(self._key(attempt, "end", self.config.node_rank), outcome)
-        self.store.add(self._key(attempt, "ended"), 1)
+        self._quietly(self.store.set, self._key(attempt, "end", self.config.node_rank), outcome)
 
     def report_success(self, attempt: int) -> None:
         self._end(attempt, "succeeded")
         self._wait_all_ended(attempt)
 
     def report_failure(self, attempt: int, failure) -> None:
-        self._stop_watcher()  # before "stop" is set: it must not wake our next attempt
+        self._stop_watcher()  # before the wake keys are set: it must not wake our next attempt
         if failure is not None:
-            self.store.compare_set(self._key(attempt, "failed"), b"", json.dumps(failure.to_json()).encode())
-        self._wake_all(attempt)
+            info = json.dumps(failure.to_json()).encode()
+            self._quietly(self.store.compare_set, self._key(attempt, "failed"), b"", info)
+        self._quietly(self._wake_all, attempt)
         self._end(attempt, "failed")
         self._wait_all_ended(attempt)
 
-    def report_stop(self, attempt: int) -> None:
+    def report_stop(self, attempt: int, signum: int | None = None) -> None:
+        """This agent was interrupted by ``signum``: stop the other nodes too."""
         self._stop_watcher()
-        try:
-            self._wake_all(attempt)
-            self._end(attempt, "stopped")
-        except Exception:  # noqa: BLE001 - interrupted teardown: the store may be gone
-            pass
+        if signum is not None:
+            info = json.dumps({"node": self.config.node_rank, "signal": signum}).encode()
+            self._quietly(self.store.compare_set, self._key(attempt, "interrupted"), b"", info)
+        self._quietly(self._wake_all, attempt)
+        self._end(attempt, "stopped")
+        self._wait_all_ended(attempt, min(self.config.rdzv_timeout, self.config.term_timeout + 30))
 
-    def remote_failure(self, attempt: int):
+    def remote_outcome(self, attempt: int):
+        """Why another node stopped ``attempt``: its ``Failure``, ``(node, signal)``
+        when it was interrupted, or None if it did not get to say."""
         from ._workers import Failure
 
+        self._stop_watcher()
+        keys = (self._key(attempt, "failed"), self._key(attempt, "interrupted"))
+        raw = self._quietly(lambda: [self.store.get(k) if self.store.check([k]) else None for k in keys])
         self._end(attempt, "stopped")
-        try:
-            raw = self.store.get(self._key(attempt, "failed")) if self.store.check([self._key(attempt, "failed")]) else None
-        finally:
-            self._wait_all_ended(attempt)
-        return Failure.from_json(json.loads(raw)) if raw else None
+        self._wait_all_ended(attempt)
+        if raw and raw[0]:
+            return Failure.from_json(json.loads(raw[0]))
+        if raw and raw[1]:
+            info = json.loads(raw[1])
+            return int(info["node"]), int(info["signal"])
+        return None
 
-    def _wait_all_ended(self, attempt: int) -> None:
+    def _wait_all_ended(self, attempt: int, timeout: float | None = None) -> None:
         """Node 0 hosts the store: it leaves only after every node is done with it."""
         if self.server is None:
             return
+        from ndist.runtime import DistError
+
         keys = [self._key(attempt, "end", n) for n in range(self.config.nnodes)]
         try:
-            self.store.wait(keys, timeout=self.config.rdzv_timeout)
-        except Exception:  # noqa: BLE001
-            log.warning("not every node reported the end of attempt %d; closing the store anyway", attempt)
+            self.store.wait(keys, timeout=timeout or self.config.rdzv_timeout)
+        except DistError:
+            missing = [n for n, k in enumerate(keys) if not self._quietly(self.store.check, [k])]
+            log.warning("nodes %s did not report the end of attempt %d; closing the store anyway", missing, attempt)
 
     def close(self) -> None:
         self._stop_watcher()

@@ -94,6 +94,7 @@ class GroupResult:
     state: str  # "succeeded" | "failed" | "interrupted" | "stopped"
     failures: list[Failure] = field(default_factory=list)
     signal: int | None = None  # the launcher's signal for "interrupted"
+    origin: str | None = None  # where that signal was received, when not here ("on node 0")
 
     @property
     def root_cause(self) -> Failure | None:

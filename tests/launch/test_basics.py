@@ -143,3 +143,17 @@ def test_binary_and_long_lines_pass_through(launcher):
     assert r.returncode == 0
     assert r.stdout.startswith(b"[rank0]:\xff\xfe raw\n")
     assert r.stdout.count(b"y") == 200000
+
+
+@pytest.mark.parametrize("module", [False, True])
+def test_rank_traceback_is_the_one_plain_python_prints(launcher, tmp_path, module):
+    pkg = tmp_path / "pk"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bad.py").write_text("def inner():\n    raise ValueError('bad value')\n\ninner()\n")
+    target = ["-m", "pk.bad"] if module else [os.path.join("pk", "bad.py")]
+    plain = subprocess.run([sys.executable, *target], cwd=launcher.cwd, capture_output=True, text=True)
+    r = launcher.run("--nproc-per-node", 1, *target)
+    assert r.returncode == plain.returncode == 1
+    forwarded = [l[len("[rank0]:"):] for l in r.stderr.splitlines() if l.startswith("[rank0]:")]
+    assert forwarded == plain.stderr.splitlines()

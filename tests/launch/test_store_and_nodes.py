@@ -119,10 +119,34 @@ def test_node_rank_taken_twice_is_an_error(launcher):
     finally:
         for p in (n0, n1):
             p.send_signal(signal.SIGTERM)
-            p.communicate(timeout=30)
+        errs = [p.communicate(timeout=30)[1] for p in (n0, n1)]
     assert dup.returncode == 2 and "--node-rank 1 is already taken by the agent on host" in dup.stderr
     assert host_too.returncode == 2 and "cannot host the job's store" in host_too.stderr
-    assert n0.returncode == n1.returncode == 128 + signal.SIGTERM
+    # Each agent got SIGTERM itself or was stopped by the other one's: both say so.
+    assert n0.returncode == n1.returncode == 128 + signal.SIGTERM, errs
+    assert all("interrupted by SIGTERM" in e for e in errs)
+
+
+def test_interrupting_one_node_stops_the_job(launcher):
+    import signal
+
+    from launch_helpers import wait_for
+
+    launcher.script("import os, time; open(f'up-{os.environ[\"RANK\"]}', 'w').close(); time.sleep(60)\n")
+    port, secret = _free_port(), secrets.token_hex(32)
+    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30]
+    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=_env(secret))
+    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=_env(secret))
+    try:
+        wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"up-{r}")) for r in (0, 1)), 30, "both nodes")
+        n1.send_signal(signal.SIGINT)
+        err0 = n0.communicate(timeout=30)[1]
+        err1 = n1.communicate(timeout=30)[1]
+    finally:
+        n0.kill()
+        n1.kill()
+    assert n1.returncode == n0.returncode == 128 + signal.SIGINT
+    assert "interrupted by SIGINT on node 1" in err0 and "interrupted by SIGINT:" in err1
 
 
 def test_rendezvous_timeout_names_missing_nodes(launcher):
