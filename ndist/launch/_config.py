@@ -39,7 +39,6 @@ class LaunchConfig:
     local_ranks_filter: frozenset[int] | None = None
     module: bool = False
     no_python: bool = False
-    run_path: bool = False
     rdzv_timeout: float = 600.0
     run_id: str = ""
     term_timeout: float = 5.0
@@ -107,8 +106,7 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
                    help="run the entry point as a module, like python -m.")
     g.add_argument("--no-python", "--no_python", action="store_true",
                    help="run the entry point as an executable, not through python.")
-    a("--run-path", "--run_path", action="store_true",
-      help="run the script file with runpy (the default way here: accepted for torchrun compatibility).")
+    a("--run-path", "--run_path", action="store_true", help=argparse.SUPPRESS)  # refused below, with a reason
     a("training_script", metavar="script", help="the program: a .py file, a module with -m, an executable with --no-python.")
     a("training_script_args", nargs=argparse.REMAINDER, metavar="...", help="arguments passed to the program.")
     return p
@@ -219,8 +217,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         bad = sorted(r for r in flt if r >= nproc)
         if bad:
             p.error(f"--local-ranks-filter: local ranks {bad} are not in 0..{nproc - 1} (--nproc-per-node {nproc})")
-    if ns.run_path and (ns.module or ns.no_python):
-        p.error("--run-path: runs a script file; it cannot be combined with -m/--module or --no-python")
+    if ns.run_path:
+        p.error("--run-path is not supported: every rank runs its script in a fresh interpreter with the "
+                "semantics of 'python script.py' already; drop the option")
     if not ns.module and not ns.no_python and not os.path.isfile(ns.training_script):
         p.error(f"script: no such file: {ns.training_script!r} (use -m for a module, --no-python for an executable)")
     if ns.log_dir is not None and os.path.exists(ns.log_dir) and not os.path.isdir(ns.log_dir):
@@ -247,7 +246,6 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         local_ranks_filter=flt,
         module=ns.module,
         no_python=ns.no_python,
-        run_path=ns.run_path,
         rdzv_timeout=_seconds(p, "--rdzv-timeout", ns.rdzv_timeout),
         run_id=run_id,
         term_timeout=_seconds(p, "--term-timeout", ns.term_timeout),

@@ -96,6 +96,10 @@ def test_no_log_dir_leaves_no_files_behind(launcher, tmp_path, monkeypatch):
         (["-m", "--no-python", "job.py"], "not allowed with argument"),
         (["--standalone", "--nnodes", "2", "job.py"], "--standalone: runs a single-node job, but --nnodes is 2"),
         ([], "the following arguments are required: script"),
+        (["--run-path", "job.py"], "--run-path is not supported"),
+        (["--rdzv-id", "a/b", "job.py"], "--rdzv-id: expected a non-empty id without '/', got 'a/b'"),
+        (["--master-addr", "h", "--rdzv-endpoint", "h:1", "job.py"], "--rdzv-endpoint: give either it or --master-addr"),
+        (["--nnodes", "2", "--master-port", "0", "job.py"], "--master-port: a multi-node job needs a fixed port"),
     ],
 )
 def test_bad_arguments(launcher, args, message):
