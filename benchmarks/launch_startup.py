@@ -3,8 +3,9 @@
     python benchmarks/launch_startup.py [-n 4] [-r 10] [-w 1] [--ndist-script S] [--mpi-script S] [--torchrun]
 
 Each command runs ``-w`` times to warm the caches, then ``-r`` times; the
-table shows median / mean / min / stddev (hyperfine style) and the ratio of
-medians to ``mpiexec``. The default scripts do one all-reduce of a
+table shows median / mean / min / stddev of the wall-clock time (hyperfine
+style), the median CPU time of all the run's processes (steadier than wall
+time on a busy machine) and the ratio of wall-clock medians to ``mpiexec``. The default scripts do one all-reduce of a
 one-element array: ``ndist.distributed.all_reduce`` after
 ``init_process_group()`` (a barrier on the launcher's store when no
 collective backend is available in this checkout), ``MPI.COMM_WORLD.Allreduce`` for mpi4py, and
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -59,25 +61,33 @@ dist.destroy_process_group()
 """
 
 
-def _time(cmd: list[str], env: dict, repeats: int, warmup: int) -> list[float]:
-    out = []
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _time(cmd: list[str], env: dict, repeats: int, warmup: int) -> tuple[list[float], list[float]]:
+    """Wall-clock seconds and CPU seconds (all processes of the run) of each run."""
+    wall, cpu = [], []
     for i in range(warmup + repeats):
-        t = time.perf_counter()
+        c, t = _cpu(), time.perf_counter()
         r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        dt = time.perf_counter() - t
+        dt, dc = time.perf_counter() - t, _cpu() - c
         if r.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed with {r.returncode}:\n{r.stderr}")
         if i >= warmup:
-            out.append(dt)
-    return out
+            wall.append(dt)
+            cpu.append(dc)
+    return wall, cpu
 
 
-def _row(name: str, t: list[float], base: float | None) -> str:
+def _row(name: str, times: tuple[list[float], list[float]], base: float | None) -> str:
+    t, cpu = times
     med = statistics.median(t)
     sd = statistics.stdev(t) if len(t) > 1 else 0.0
     ratio = f"{med / base:6.2f}x" if base else "   1.00x"
     return (f"{name:10s} median {med * 1e3:8.1f} ms  mean {statistics.mean(t) * 1e3:8.1f} ms  "
-            f"min {min(t) * 1e3:8.1f} ms  sd {sd * 1e3:6.1f} ms  {ratio}")
+            f"min {min(t) * 1e3:8.1f} ms  sd {sd * 1e3:6.1f} ms  cpu {statistics.median(cpu) * 1e3:8.1f} ms  {ratio}")
 
 
 def main(argv=None) -> None:
@@ -109,7 +119,7 @@ def main(argv=None) -> None:
         if mpiexec:
             cmd = [mpiexec, "-n", str(a.nproc), sys.executable, script(a.mpi_script, MPI_SCRIPT, "mpi_job.py")]
             t = _time(cmd, env, a.repeats, a.warmup)
-            base = statistics.median(t)
+            base = statistics.median(t[0])
             rows.append(_row("mpiexec", t, None))
         else:
             print("mpiexec not found: timing ndistrun alone")

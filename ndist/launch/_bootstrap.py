@@ -1,4 +1,4 @@
-"""The first code a rank runs: ``python -c "<load this file>; main(...)" script args``.
+"""The first code a rank runs: ``python -c "<import this file>; main(...)" script args``.
 
 It makes the rank die with the launcher (``PR_SET_PDEATHSIG``), then runs the
 user's program with the semantics of plain ``python script.py args`` /
@@ -9,13 +9,14 @@ propagates, so the launcher can show its traceback in the failure summary;
 tracebacks printed to stderr do not show the bootstrap's frames.
 
 Only the standard library is imported here, and only what is needed: this
-runs in every rank before the user's first line. The launcher loads this
-file by path as a standalone module, so the ``ndist`` package is not
-imported on the rank's behalf.
+runs in every rank before the user's first line. The launcher imports this
+file as a top-level module from its directory (then drops it from
+``sys.path`` and ``sys.modules``), so the ``ndist`` package is not imported
+on the rank's behalf.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: it imports the __future__
+# module at run time, a cost every rank would pay before its first line.
 import os
 import sys
 
@@ -23,6 +24,7 @@ __all__ = ["main", "write_error_file", "ERROR_FILE_ENV"]
 
 ERROR_FILE_ENV = "NDIST_ERROR_FILE"
 _PR_SET_PDEATHSIG = 1
+_SIGKILL = 9  # Linux; not signal.SIGKILL: importing signal imports enum, ~1 ms per rank
 _THIS = __file__
 
 
@@ -32,15 +34,14 @@ def _die_with_parent(parent_pid: int) -> None:
         return
     try:
         import ctypes
-        import signal
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # no libc / no prctl: best effort only
         return
     # The launcher may have died between fork and prctl: then we were re-parented already.
     if os.getppid() != parent_pid:
-        os._exit(128 + 9)
+        os._exit(128 + _SIGKILL)
 
 
 def write_error_file(exc: BaseException, path: str | None = None) -> None:
@@ -103,7 +104,9 @@ def _excepthook(exc_type, exc, tb, _prev=sys.excepthook):
 def _run_script(path: str, args: list[str]) -> None:
     import builtins
     import io
-    from importlib.machinery import SourceFileLoader
+
+    # The loader class plain ``python script.py`` puts in __main__, already loaded.
+    SourceFileLoader = sys.modules["_frozen_importlib_external"].SourceFileLoader
 
     abspath = os.path.abspath(path)
     try:

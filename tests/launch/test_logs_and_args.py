@@ -147,3 +147,19 @@ def test_pump_holds_partial_lines_until_newline_or_close():
     assert _pump_through([b"ab", b"c\nde", b"f\n\ng"]) == b"[r]:abc\n[r]:def\n[r]:\n[r]:g\n"
     assert _pump_through([b"x" * 40000, b"x" * 30000]) == b"[r]:" + b"x" * 70000 + b"\n"  # long line: forwarded in pieces
     assert _pump_through([b"a\r\nb\n"], prefix=b"") == b"a\r\nb\n"
+
+
+def test_run_in_process_returns_the_status_and_restores_signals(tmp_path):
+    import signal
+
+    from ndist.launch import run
+
+    ok, bad = tmp_path / "ok.py", tmp_path / "bad.py"
+    ok.write_text("pass\n")
+    bad.write_text("import sys; sys.exit(4)\n")
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    assert run(["--nproc-per-node", "2", str(ok)]) == 0
+    assert run(["--nproc-per-node", "2", str(bad)]) == 4
+    assert run(["--nproc-per-node", "x", str(ok)]) == 2
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert signal.set_wakeup_fd(-1) == -1
