@@ -70,19 +70,26 @@ class Failure:
     timestamp: float
     error_file: str | None = None
     record: dict | None = None  # what the rank wrote to its error file
+    stopped: bool = False  # it had failed, but exited only when the launcher stopped it
 
     @property
     def exit_status(self) -> int:
-        """The launcher's exit status for this failure (128 + signal for a signal)."""
+        """The launcher's exit status for this failure (128 + signal for a signal;
+        1, Python's status for an unhandled exception, when the launcher's signal ended it)."""
+        if self.stopped:
+            return 1
         return self.returncode if self.returncode > 0 else 128 - self.returncode
 
     def describe_exit(self) -> str:
+        if self.stopped:
+            how = f"killed by {signal_name(-self.returncode)}" if self.returncode < 0 else f"exit code {self.returncode}"
+            return f"raised, then was stopped by the launcher while exiting ({how})"
         if self.returncode < 0:
             return f"killed by {signal_name(-self.returncode)} (exit status {self.exit_status})"
         return f"exit code {self.returncode}"
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in ("rank", "local_rank", "pid", "host", "returncode", "timestamp", "error_file", "record")}
+        return {k: getattr(self, k) for k in ("rank", "local_rank", "pid", "host", "returncode", "timestamp", "error_file", "record", "stopped")}
 
     @classmethod
     def from_json(cls, d: dict) -> "Failure":
@@ -139,6 +146,7 @@ class WorkerGroup:
         self.wake_fd = wake_fd
         self.workers: list[_Worker] = []
         self.host = socket.gethostname()
+        self._teardown_wall = float("inf")  # wall-clock time the teardown began
 
     @property
     def pids(self) -> list[int]:
@@ -247,6 +255,7 @@ class WorkerGroup:
                                 deadline = None
                 if polling:
                     exited.extend(w for w in live.values() if w not in exited and w.proc.poll() is not None)
+                teardown_wall = self._teardown_wall
                 for w in exited:
                     del live[w.pid]
                     w.returncode = w.proc.returncode
@@ -255,8 +264,16 @@ class WorkerGroup:
                         os.close(w.pidfd)
                         w.pidfd = None
                     self._drain(w, sel)
-                    if w.returncode != 0 and not w.signalled:
-                        result.failures.append(self._failure(w))
+                    if w.returncode != 0:
+                        f = self._failure(w)
+                        # A rank we signalled still counts if its error record
+                        # predates the teardown: it failed on its own, just
+                        # exited later (slow atexit handlers, say).
+                        if not w.signalled:
+                            result.failures.append(f)
+                        elif f.record is not None and f.timestamp < teardown_wall:
+                            f.stopped = True
+                            result.failures.append(f)
                     log.debug("rank %d (pid %d) exited with %s", w.spec.rank, w.pid, w.returncode)
                 if result.failures and not stopping:
                     result.state = "failed"
@@ -283,6 +300,7 @@ class WorkerGroup:
             return b""
 
     def _begin_teardown(self, sig: int) -> float:
+        self._teardown_wall = time.time()
         for w in self.workers:
             if w.returncode is None:
                 w.signalled = True

@@ -181,3 +181,25 @@ with open(f"env-{os.environ['NDIST_RUN_ID']}-{os.environ['RANK']}", "w") as f:
     assert ea["NDIST_SECRET"] != eb["NDIST_SECRET"]
     assert os.path.dirname(os.path.dirname(os.path.dirname(ea["NDIST_ERROR_FILE"]))) != os.path.dirname(
         os.path.dirname(os.path.dirname(eb["NDIST_ERROR_FILE"])))
+
+
+def test_root_cause_is_the_earliest_error_not_the_first_exit(launcher):
+    # Rank 1 raises first but lingers in an atexit handler; rank 0 raises after it and
+    # exits at once. The summary must blame rank 1, whose error is older.
+    launcher.script("""
+import atexit, os, time
+me = os.environ["NDIST_ERROR_FILE"]
+if os.environ["RANK"] == "1":
+    atexit.register(time.sleep, 30)
+    raise RuntimeError("the real cause")
+other = me.replace(os.sep + "0" + os.sep, os.sep + "1" + os.sep)
+while not os.path.exists(other):
+    time.sleep(0.01)
+raise ConnectionError("peer went away")
+""")
+    r = launcher.run("--nproc-per-node", 2, "--term-timeout", 1, "job.py")
+    assert r.returncode == 1, r.stderr
+    summary = r.stderr[r.stderr.index("FAILED"):]
+    assert "rank       : 1 (local rank 1)" in summary and "RuntimeError: the real cause" in summary
+    assert "raised, then was stopped by the launcher while exiting (killed by SIGTERM)" in summary
+    assert "other failures:\n  rank 0 on " in summary and "exit code 1" in summary
