@@ -1,0 +1,76 @@
+"""CUDA tensors through ndist.multiprocessing (CUDA IPC). Skips without CuPy or a GPU."""
+
+import numpy as np
+import pytest
+
+import ndist.multiprocessing as mp
+
+
+def _gpu_count():
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        return 0
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_gpu_count() == 0, reason="needs CuPy and a CUDA GPU")]
+
+
+@pytest.mark.timeout(180)
+def test_cuda_array_through_queue_is_shared_not_copied():
+    import cupy
+
+    import _mp_cuda_workers as w
+    from ndist.runtime.multiprocessing._cuda import reduce_cuda_array
+
+    base = cupy.arange(1000, dtype=cupy.float32)
+    view = base[10:510]  # a chunk of a pooled allocation, at an offset
+    ctx = mp.get_context("spawn")
+    q, done = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=w.add_one_cuda, args=(q, done))
+    p.start()
+    q.put(reduce_cuda_array(view))
+    status, first, shape = done.get(timeout=120)
+    assert (status, first, tuple(shape)) == ("ok", 10.0, (500,))
+    expected = np.arange(1000, dtype=np.float32)
+    expected[10:510] += 1
+    np.testing.assert_array_equal(cupy.asnumpy(base), expected)  # the producer sees the child's writes
+    q.put("bye")
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def test_cuda_handle_rebuilt_in_the_producer_is_its_own_memory():
+    import cupy
+
+    from ndist.runtime.multiprocessing._cuda import reduce_cuda_array
+
+    x = cupy.arange(64, dtype=cupy.int32)[8:]
+    fn, args = reduce_cuda_array(x)
+    y = fn(*args)
+    assert y.data.ptr == x.data.ptr and y.shape == x.shape
+    y[0] = -1
+    assert int(x[0]) == -1
+
+
+@pytest.mark.timeout(180)
+def test_cuda_tensor_through_queue():
+    import cupy
+
+    import _mp_cuda_workers as w
+    from ndist.tensor import zeros
+
+    t = zeros(16, device="cuda")
+    ctx = mp.get_context("spawn")
+    q, done = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=w.add_one_tensor, args=(q, done))
+    p.start()
+    q.put(t)  # the producer keeps t alive while the consumer uses it
+    status, device = done.get(timeout=120)
+    assert status == "ok" and device.startswith("cuda")
+    np.testing.assert_array_equal(cupy.asnumpy(t._data), 1.0)
+    q.put("bye")
+    p.join(60)
+    assert p.exitcode == 0
