@@ -58,14 +58,8 @@ class LaunchConfig:
         return self.local_ranks_filter is None or local_rank in self.local_ranks_filter
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # same as argparse, with the program name people type
-        self.print_usage(__import__("sys").stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
-    p = _Parser(
+    p = argparse.ArgumentParser(
         prog=prog,
         allow_abbrev=False,
         description="Start NPROC_PER_NODE ranks of a Python program on this node (torchrun's options).",

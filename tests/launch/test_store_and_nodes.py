@@ -157,3 +157,58 @@ def test_rendezvous_timeout_names_missing_nodes(launcher):
     assert r.returncode == 2
     assert "rendezvous timed out after 0.5 s: nodes [1, 2] of 3 did not join" in r.stderr
     assert not os.path.exists(os.path.join(launcher.cwd, "ran"))
+
+
+def test_two_nodes_restart_together(launcher):
+    # Attempt 0: rank 2 (node 1) fails after every rank joined the store; both nodes restart
+    # and attempt 1 rendezvouses again on the same store and succeeds.
+    launcher.script("""
+import os
+from ndist.runtime.store import TCPStore
+host, _, port = os.environ["NDIST_STORE"].rpartition(":")
+store = TCPStore(host, int(port), is_master=False, timeout=30)
+rank, world, k = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), os.environ["NDIST_RESTART_COUNT"]
+store.set(f"{k}/hello/{rank}", "1")
+store.wait([f"{k}/hello/{r}" for r in range(world)])
+if k == "0":
+    if rank == 2:
+        raise SystemExit(3)
+    import time
+    time.sleep(60)  # stopped by the launchers
+open(f"done-{rank}", "w").close()
+""")
+    port, secret = _free_port(), secrets.token_hex(32)
+    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30,
+              "--nproc-per-node", 2, "--max-restarts", 1]
+    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=_env(secret))
+    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=_env(secret))
+    try:
+        err0 = n0.communicate(timeout=60)[1]
+        err1 = n1.communicate(timeout=60)[1]
+    finally:
+        n0.kill()
+        n1.kill()
+    assert n0.returncode == 0 and n1.returncode == 0, (err0, err1)
+    for err in (err0, err1):
+        assert "rank 2 failed (exit code 3); restarting the worker group (restart 1 of 1)" in err
+    assert all(os.path.exists(os.path.join(launcher.cwd, f"done-{r}")) for r in range(4))
+
+
+def test_init_process_group_under_the_launcher(launcher):
+    import ndist.distributed as dist
+
+    if not dist.registered_backends():
+        pytest.skip("no collective backend in this checkout yet (init_process_group needs one)")
+    launcher.script("""
+import os, sys
+import ndist.distributed as dist
+dist.init_process_group()
+assert dist.get_rank() == int(os.environ["RANK"]) and dist.get_world_size() == int(os.environ["WORLD_SIZE"])
+if os.environ["NDIST_RESTART_COUNT"] == "0" and dist.get_rank() == 1:
+    sys.exit(5)  # the restarted group must rendezvous again from scratch
+dist.destroy_process_group()
+print("joined")
+""")
+    r = launcher.run("--nproc-per-node", 3, "--max-restarts", 1, "job.py")
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[rank0]:joined", "[rank1]:joined", "[rank2]:joined"]
