@@ -208,6 +208,7 @@ class Agent:
                     root.rank if root else "?", root.describe_exit() if root else "unknown", attempt, c.max_restarts,
                 )
         except _Interrupted as intr:
+            self._raise_on_signal = False  # a second signal must not interrupt the stopping
             if rdzv is not None:
                 rdzv.report_stop(attempt, intr.signum)
             return AgentResult(128 + intr.signum, GroupResult("interrupted", signal=intr.signum), attempt + 1, self._kept_dir())

@@ -109,14 +109,13 @@ class GroupResult:
 
 
 class _Worker:
-    __slots__ = ("spec", "proc", "pid", "pidfd", "pumps", "returncode", "signalled", "files")
+    __slots__ = ("spec", "proc", "pid", "pidfd", "pumps", "returncode", "signalled")
 
-    def __init__(self, spec: WorkerSpec, proc: subprocess.Popen, pumps: list[StreamPump], files: list) -> None:
+    def __init__(self, spec: WorkerSpec, proc: subprocess.Popen, pumps: list[StreamPump]) -> None:
         self.spec = spec
         self.proc = proc
         self.pid = proc.pid
         self.pumps = pumps
-        self.files = files
         self.returncode: int | None = None
         self.signalled = False
         self.pidfd: int | None = None
@@ -163,43 +162,39 @@ class WorkerGroup:
                 raise
 
     def _spawn(self, spec: WorkerSpec) -> _Worker:
-        files, pumps, fds = [], [], {}
-        for name, path, tee, console_fd in (
-            ("stdout", spec.stdout, spec.tee_stdout, 1),
-            ("stderr", spec.stderr, spec.tee_stderr, 2),
-        ):
-            to_console = spec.console and (path is None or tee)
-            if path is not None and not to_console:
-                f = _open_log(path)  # straight to the file: no pump needed
-                files.append(f)
-                fds[name] = f
-            elif to_console:
-                fds[name] = subprocess.PIPE
-            else:
-                fds[name] = subprocess.DEVNULL
-        proc = subprocess.Popen(
-            spec.argv,
-            env=spec.env,
-            stdin=subprocess.DEVNULL,
-            stdout=fds["stdout"],
-            stderr=fds["stderr"],
-            start_new_session=True,
-            close_fds=True,
-        )
-        for f in files:
-            f.close()  # the child has its own descriptor now
-        for name, path, tee, console_fd in (
-            ("stdout", spec.stdout, spec.tee_stdout, 1),
-            ("stderr", spec.stderr, spec.tee_stderr, 2),
-        ):
+        streams = (("stdout", spec.stdout, spec.tee_stdout, 1), ("stderr", spec.stderr, spec.tee_stderr, 2))
+        files, targets = [], {}
+        try:
+            for name, path, tee, _ in streams:
+                to_console = spec.console and (path is None or tee)
+                if to_console:
+                    targets[name] = subprocess.PIPE  # through a pump (prefix, maybe tee)
+                elif path is not None:
+                    files.append(_open_log(path))  # straight to the file: no pump needed
+                    targets[name] = files[-1]
+                else:
+                    targets[name] = subprocess.DEVNULL
+            proc = subprocess.Popen(
+                spec.argv,
+                env=spec.env,
+                stdin=subprocess.DEVNULL,
+                stdout=targets["stdout"],
+                stderr=targets["stderr"],
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            for f in files:
+                f.close()  # the child has its own descriptor
+        pumps = []
+        for name, path, _, console_fd in streams:
             pipe = getattr(proc, name)
             if pipe is not None:
                 fd = os.dup(pipe.fileno())
                 pipe.close()
-                log_file = _open_log(path) if path is not None else None
-                pumps.append(StreamPump(fd, console_fd, spec.prefix, log_file))
+                pumps.append(StreamPump(fd, console_fd, spec.prefix, _open_log(path) if path else None))
         log.debug("started rank %d (local rank %d) as pid %d", spec.rank, spec.local_rank, proc.pid)
-        return _Worker(spec, proc, pumps, [])
+        return _Worker(spec, proc, pumps)
 
     # ------------------------------------------------------------ watch
     def monitor(self) -> GroupResult:
