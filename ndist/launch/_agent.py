@@ -180,6 +180,11 @@ class Agent:
                 group = WorkerGroup(self._specs(rnd, attempt, secret), c.term_timeout, self._wake_r)
                 self._raise_on_signal = False
                 group.start()
+                try:
+                    rdzv.serve()
+                except BaseException:
+                    group.abort()
+                    raise
                 result = group.monitor()
                 self._raise_on_signal = True
                 if result.state == "succeeded":
@@ -235,9 +240,7 @@ class Agent:
 
 def _job_secret(config: LaunchConfig) -> str:
     if config.single_node:
-        import secrets
-
-        return secrets.token_hex(32)
+        return os.urandom(32).hex()  # = secrets.token_hex(32), without importing hmac/hashlib
     secret = os.environ.get("NDIST_SECRET", "")
     if not secret:
         raise LaunchError(

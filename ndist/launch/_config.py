@@ -222,9 +222,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
     if run_id is not None and (not run_id or "/" in run_id or run_id in (".", "..")):
         p.error(f"--rdzv-id: expected a non-empty id without '/', got {run_id!r}")
     if run_id is None:
-        import secrets
-
-        run_id = secrets.token_hex(4)
+        run_id = os.urandom(4).hex()
     return LaunchConfig(
         entrypoint=ns.training_script,
         args=tuple(ns.training_script_args),

@@ -2,7 +2,9 @@
 
 Single node: the agent starts a ``TCPStoreServer`` on loopback (a free port
 unless ``--master-port``), a fresh one for every attempt so a restarted
-group never sees the keys of the one before; that is all.
+group never sees the keys of the one before; that is all. Its socket is
+bound before the ranks start and the server started right after, so the
+import of ``ndist.runtime`` overlaps the ranks' own start-up.
 
 Several nodes: the agent of node 0 hosts one ``TCPStoreServer`` on
 ``--master-port`` (all interfaces; every connection must prove the shared
@@ -21,6 +23,7 @@ them by ``NDIST_RESTART_COUNT``.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -55,21 +58,27 @@ def make_rendezvous(config, secret: str, wake_fd: int | None = None):
 
 
 class _LocalRendezvous:
+    """One node: a fresh store for every attempt. Its socket is bound before
+    the ranks start (they get the port), the server (and ``ndist.runtime``
+    with it) is brought up while they boot; connections wait in the backlog."""
+
     def __init__(self, config, secret: str) -> None:
         self.config = config
         self.secret = secret
         self.server = None
+        self.listener = None
+        self.addr = config.master_addr or "127.0.0.1"
 
     def next_round(self, attempt: int) -> Round:
+        self.close()
+        self.listener = _listen(self.addr, self.config.master_port or 0)
+        return Round(self.config.nproc_per_node, 0, self.addr, self.listener.getsockname()[1])
+
+    def serve(self) -> None:
         from ndist.runtime.store import TCPStoreServer
 
-        c = self.config
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        addr = c.master_addr or "127.0.0.1"
-        self.server = _start_server(TCPStoreServer, addr, c.master_port or 0, self.secret)
-        return Round(c.nproc_per_node, 0, addr, self.server.port)
+        listener, self.listener = self.listener, None
+        self.server = TCPStoreServer(self.addr, listener.getsockname()[1], self.secret, listener=listener)
 
     def report_success(self, attempt: int) -> None:
         pass
@@ -84,18 +93,30 @@ class _LocalRendezvous:
         return None
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
         if self.server is not None:
             self.server.close()
             self.server = None
 
 
-def _start_server(cls, host: str, port: int, secret: str):
-    from ndist.runtime import DistNetworkError
-
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: a free port); ``LaunchError`` if impossible."""
     try:
-        return cls(host, port, secret)
-    except DistNetworkError as err:
-        raise LaunchError(f"cannot host the job's store on {host}:{port}: {err}") from None
+        family, _, _, _, addr = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as err:
+        raise LaunchError(f"cannot host the job's store: --master-addr {host!r} does not resolve ({err})") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(1024)
+    except OSError as err:
+        sock.close()
+        why = "address already in use (pick another --master-port, or none for a free one)" if err.errno == errno.EADDRINUSE else err
+        raise LaunchError(f"cannot host the job's store on {host}:{port}: {why}") from None
+    return sock
 
 
 class _StoreRendezvous:
@@ -111,7 +132,7 @@ class _StoreRendezvous:
         self.port = c.master_port or DEFAULT_MULTINODE_PORT
         self.server = None
         if c.node_rank == 0:
-            self.server = _start_server(TCPStoreServer, "", self.port, secret)
+            self.server = TCPStoreServer("", self.port, secret, listener=_listen("", self.port))
         connect_to = "127.0.0.1" if self.server is not None else self.addr
         self._store_args = (connect_to, self.port)
         self._tcp_store = TCPStore
@@ -120,6 +141,9 @@ class _StoreRendezvous:
         self._watcher: threading.Thread | None = None
         self._watch_store = None
         self._ended: set[int] = set()
+
+    def serve(self) -> None:
+        pass  # node 0's server is up from the start: the other agents need it to rendezvous
 
     def _client(self, timeout: float):
         from ndist.runtime import DistError

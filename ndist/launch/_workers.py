@@ -146,6 +146,7 @@ class WorkerGroup:
         self.workers: list[_Worker] = []
         self.host = socket.gethostname()
         self._teardown_wall = float("inf")  # wall-clock time the teardown began
+        self._teardown_sig = signal.SIGTERM
 
     @property
     def pids(self) -> list[int]:
@@ -195,6 +196,14 @@ class WorkerGroup:
                 pumps.append(StreamPump(fd, console_fd, spec.prefix, _open_log(path) if path else None))
         log.debug("started rank %d (local rank %d) as pid %d", spec.rank, spec.local_rank, proc.pid)
         return _Worker(spec, proc, pumps)
+
+    def abort(self) -> None:
+        """SIGKILL every rank's process group and reap the ranks (before ``monitor``)."""
+        self._kill_all(signal.SIGKILL)
+        self._reap_all_blocking()
+        for w in self.workers:
+            for p in w.pumps:
+                p.close()
 
     # ------------------------------------------------------------ watch
     def monitor(self) -> GroupResult:
@@ -276,7 +285,10 @@ class WorkerGroup:
                     deadline = self._begin_teardown(signal.SIGTERM)
                 if deadline is not None and live and time.monotonic() >= deadline:
                     names = ", ".join(str(w.spec.rank) for w in live.values())
-                    log.warning("ranks %s did not exit within %.3g s of SIGTERM: sending SIGKILL", names, self.term_timeout)
+                    log.warning(
+                        "ranks %s did not exit within %.3g s of %s: sending SIGKILL",
+                        names, self.term_timeout, signal_name(self._teardown_sig),
+                    )
                     self._kill_all(signal.SIGKILL)
                     deadline = None
         finally:
@@ -295,7 +307,7 @@ class WorkerGroup:
             return b""
 
     def _begin_teardown(self, sig: int) -> float:
-        self._teardown_wall = time.time()
+        self._teardown_wall, self._teardown_sig = time.time(), sig
         for w in self.workers:
             if w.returncode is None:
                 w.signalled = True
