@@ -215,6 +215,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         p.error("--run-path is not supported: every rank runs its script in a fresh interpreter with the "
                 "semantics of 'python script.py' already; drop the option")
     if not ns.module and not ns.no_python and not os.path.isfile(ns.training_script):
+        if os.path.exists(ns.training_script):
+            p.error(f"script: expected a Python file, got the directory {ns.training_script!r} (use -m for a package)")
         p.error(f"script: no such file: {ns.training_script!r} (use -m for a module, --no-python for an executable)")
     if ns.log_dir is not None and os.path.exists(ns.log_dir) and not os.path.isdir(ns.log_dir):
         p.error(f"--log-dir: expected a directory, got the file {ns.log_dir!r}")

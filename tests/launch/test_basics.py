@@ -48,6 +48,14 @@ def test_rank_environment(launcher):
     assert len({e["NDIST_ERROR_FILE"] for e in envs}) == 3
 
 
+def test_nproc_per_node_auto_is_the_usable_cpus(launcher):
+    launcher.script('import os; print(os.environ["LOCAL_WORLD_SIZE"])')
+    r = launcher.run("--nproc-per-node", "auto", "job.py")
+    assert r.returncode == 0, r.stderr
+    n = len(os.sched_getaffinity(0))
+    assert sorted(r.stdout.splitlines()) == sorted(f"[rank{i}]:{n}" for i in range(n))
+
+
 def test_script_sees_plain_python_semantics(launcher, tmp_path):
     # argv, __name__, __file__, sys.path[0], __spec__, real __main__: as ``python job.py args``.
     launcher.script(ENV_DUMP)

@@ -93,6 +93,7 @@ def test_no_log_dir_leaves_no_files_behind(launcher, tmp_path, monkeypatch):
         (["--max-restarts", "-1", "job.py"], "--max-restarts: expected an integer >= 0, got -1"),
         (["--rdzv-timeout", "soon", "job.py"], "--rdzv-timeout: expected a number of seconds, got 'soon'"),
         (["missing.py"], "script: no such file: 'missing.py'"),
+        ([".."], "script: expected a Python file, got the directory '..'"),
         (["-m", "--no-python", "job.py"], "not allowed with argument"),
         (["--standalone", "--nnodes", "2", "job.py"], "--standalone: runs a single-node job, but --nnodes is 2"),
         ([], "the following arguments are required: script"),
