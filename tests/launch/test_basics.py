@@ -165,3 +165,20 @@ def test_rank_traceback_is_the_one_plain_python_prints(launcher, tmp_path, modul
     assert r.returncode == plain.returncode == 1
     forwarded = [l[len("[rank0]:"):] for l in r.stderr.splitlines() if l.startswith("[rank0]:")]
     assert forwarded == plain.stderr.splitlines()
+
+
+def test_long_lines_from_concurrent_ranks_never_interleave(launcher):
+    # Lines longer than a pipe's atomic write, from 3 ranks at once: each arrives whole.
+    launcher.script("""
+import os, sys
+r = os.environ["RANK"]
+for i in range(100):
+    sys.stdout.write(r * 20000 + "\\n")
+""")
+    r = subprocess.run(launcher.cmd("--nproc-per-node", 3, "job.py"), cwd=launcher.cwd, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 301
+    for line in lines[:-1]:
+        rank = line[5:6]
+        assert line == b"[rank" + rank + b"]:" + rank * 20000
