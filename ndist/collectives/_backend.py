@@ -35,6 +35,11 @@ Array = Any  # numpy.ndarray or cupy.ndarray, C-contiguous
 
 class Backend(ABC):
     name: str = "abstract"
+    #: When True, every method also accepts a keyword ``blocking=True``: the
+    #: caller (a public function with ``async_op=False``) will wait right away,
+    #: so the backend may use a blocking primitive (``MPI_Allreduce`` rather
+    #: than ``MPI_Iallreduce``) and return an already-completed Work.
+    blocking_calls: bool = False
 
     def __init__(self, ctx: BackendContext) -> None:
         self.ctx = ctx

@@ -1,0 +1,270 @@
+"""Collective algorithms of the socket backend, written against the engine.
+
+Each is one or two steps of direct exchanges: every peer gets its part in the
+same step, so with non-blocking streams nothing waits on a pairwise order and
+``n`` ranks progress at once. Payloads to a peer on the same host go through
+this rank's shared-memory segment (written once, read — or reduced from —
+in place by every peer); to other peers inline over TCP. Choices depend only
+on (op, byte size, group size, transport), so all ranks choose alike.
+
+* all_reduce: direct (everyone sends everything, everyone reduces in rank
+  order) up to ``DIRECT_MAX`` bytes; above, reduce-scatter + all-gather, each
+  rank reducing its slice straight from the peers' buffers.
+* reduce / gather: direct to the root; broadcast / scatter: direct from it;
+  a header-only ticket flows the other way so both sides check the call.
+* all_to_all, reduce_scatter, all_gather: one pairwise exchange step.
+
+Floating-point results are identical on every rank (same order of reduction).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _frame as F
+from ._engine import Expect
+from ._reduce import finalize, reduce_ordered
+
+__all__ = ["Algorithms", "DIRECT_MAX"]
+
+DIRECT_MAX = 256 << 10
+#: bytes of the buffer per pipelined reduce-scatter + all-gather round
+CHUNK = 4 << 20
+#: bytes per piece of one all_to_all message
+A2A_CHUNK = 2 << 20
+TICKET = 2
+_ALIGN = 64
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+class Algorithms:
+    """Mixin: needs ``self._eng``, ``self._seg``, ``self.rank``, ``self.size``, ``self._shm_for``."""
+
+    # ---------------------------------------------------------- staging
+    def _stage(self, arrays: list) -> list:
+        """Copy ``arrays`` (uint8) into our segment; return their offsets."""
+        offs, total = [], 0
+        for a in arrays:
+            offs.append(total)
+            total += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        seg = self._eng.segment(total)
+        for a, o in zip(arrays, offs):
+            if a.nbytes:
+                np.copyto(seg[o : o + a.nbytes], a)
+        return offs
+
+    def _reserve_layout(self, arrays: list) -> list:
+        """Offsets for ``arrays`` in our segment, reserved but not written."""
+        offs, total = [], 0
+        for a in arrays:
+            offs.append(total)
+            total += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        self._eng.segment(total)
+        return offs
+
+    def _send_same(self, peers, data: np.ndarray, step: int = 0) -> None:
+        """Send the same bytes to every peer in ``peers`` (staged once if any uses shm)."""
+        eng = self._eng
+        off = None
+        if any(self._shm_for(p, data.nbytes) for p in peers):
+            off = self._stage([data])[0]
+        for p in peers:
+            if off is not None and self._shm_for(p, data.nbytes):
+                eng.send(p, step, shm_offset=off, nbytes=data.nbytes)
+            else:
+                eng.send(p, step, data)
+
+    def _send_each(self, parts: dict, step: int = 0) -> None:
+        """Send ``parts[p]`` (uint8) to each peer ``p``."""
+        eng = self._eng
+        shm = [p for p, a in parts.items() if self._shm_for(p, a.nbytes)]
+        offs = dict(zip(shm, self._stage([parts[p] for p in shm]))) if shm else {}
+        for p, a in parts.items():
+            if p in offs:
+                eng.send(p, step, shm_offset=offs[p], nbytes=a.nbytes)
+            else:
+                eng.send(p, step, a)
+
+    def _tickets(self, peers) -> None:
+        """Rooted ops: the ranks that only receive (or only send) send a header-only
+        ticket the other way, so that a mismatched call (other op, dtype, count or
+        root) is seen by both sides instead of completing silently or hanging."""
+        for p in peers:
+            self._eng.send(p, TICKET)
+
+    def _peers(self):
+        return [p for p in range(self.size) if p != self.rank]
+
+    # ---------------------------------------------------------- reductions
+    def _do_all_reduce(self, buf, op, scale):
+        if buf.nbytes <= DIRECT_MAX or buf.size < self.size:
+            return self._direct_reduce(buf, op, scale, root=None)
+        return self._rs_ag(buf, op, scale)
+
+    def _direct_reduce(self, buf, op, scale, root):
+        eng, r, dt = self._eng, self.rank, buf.dtype
+        data = _bytes(buf)
+        if root is not None and r != root:
+            self._send_same([root], data)
+            eng.step(None, [Expect(root, F.DATA, TICKET, 0)])
+            return
+        peers = self._peers()
+        if root is None:
+            self._send_same(peers, data)
+        else:
+            self._tickets(peers)
+        exps = [Expect(p, F.DATA, 0, data.nbytes) for p in peers]
+        eng.step(None, exps)
+        res = iter(exps)
+        own = buf if r < 2 else buf.copy()
+        contribs = [own if p == r else next(res).result.view(dt).reshape(buf.shape) for p in range(self.size)]
+        reduce_ordered(buf, contribs, op)
+        finalize(buf, op, scale, self.size)
+
+    def _rs_ag(self, buf, op, scale):
+        """Reduce-scatter + all-gather, pipelined in chunks of ``CHUNK`` bytes so that
+        what one rank writes is still in the shared cache when a peer reads it."""
+        eng, n, dt = self._eng, self.size, buf.dtype
+        flat = buf.reshape(-1)
+        item = dt.itemsize
+        per = max(n, CHUNK // item)
+        k = -(-flat.size // per)
+        shm_all = any(self._shm_for(p, per * item // n) for p in self._peers())
+        seg = eng.segment(flat.size * item) if shm_all else None
+        for c in range(k):
+            lo = c * flat.size // k
+            hi = (c + 1) * flat.size // k
+            self._rs_ag_chunk(flat, lo, hi, op, scale, seg, 2 * (c % 100))
+
+    def _rs_ag_chunk(self, flat, a, b, op, scale, seg, step):
+        eng, r, n, dt = self._eng, self.rank, self.size, flat.dtype
+        item = dt.itemsize
+        bounds = [a + (b - a) * i // n for i in range(n + 1)]
+        lo, hi = bounds[r], bounds[r + 1]
+        data = flat.view(np.uint8)
+        chunk = lambda i: data[bounds[i] * item : bounds[i + 1] * item]  # noqa: E731
+        peers = self._peers()
+        shm = [p for p in peers if seg is not None and self._shm_for(p, chunk(p).nbytes)]
+        for p in shm:
+            # the segment mirrors buf: peers read their slice; ours will hold the result
+            np.copyto(seg[bounds[p] * item : bounds[p + 1] * item], chunk(p))
+        for p in peers:
+            if p in shm:
+                eng.send(p, step, shm_offset=bounds[p] * item, nbytes=chunk(p).nbytes)
+            else:
+                eng.send(p, step, chunk(p))
+        exps = [Expect(p, F.DATA, step, (hi - lo) * item) for p in peers]
+        eng.step(None, exps)
+        out = seg[lo * item : hi * item].view(dt) if shm else eng.scratch(r, (hi - lo) * item).view(dt)
+        res = iter(exps)
+        contribs = [flat[lo:hi] if p == r else next(res).result.view(dt) for p in range(n)]
+        reduce_ordered(out, contribs, op)
+        finalize(out, op, scale, n)
+        for p in peers:
+            if p in shm:
+                eng.send(p, step + 1, shm_offset=lo * item, nbytes=(hi - lo) * item)
+            else:
+                eng.send(p, step + 1, out.view(np.uint8))
+        exps = [Expect(p, F.DATA, step + 1, chunk(p).nbytes, into=chunk(p)) for p in peers]
+        flat[lo:hi] = out
+        eng.step(None, exps)
+
+    def _do_reduce_scatter(self, out, inputs, op, scale):
+        eng, r, dt = self._eng, self.rank, out.dtype
+        peers = self._peers()
+        self._send_each({p: _bytes(inputs[p]) for p in peers})
+        exps = [Expect(p, F.DATA, 0, out.nbytes) for p in peers]
+        eng.step(None, exps)
+        own = inputs[r]
+        if np.may_share_memory(own, out):
+            own = own.copy()
+        res = iter(exps)
+        contribs = [own.reshape(out.shape) if p == r else next(res).result.view(dt).reshape(out.shape)
+                    for p in range(self.size)]
+        reduce_ordered(out, contribs, op)
+        finalize(out, op, scale, self.size)
+
+    # ---------------------------------------------------------- movement
+    def _do_broadcast(self, buf, src):
+        data = _bytes(buf)
+        if self.rank == src:
+            self._send_same(self._peers(), data)
+            self._eng.step(None, [Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
+        else:
+            self._tickets([src])
+            self._eng.step(None, [Expect(src, F.DATA, 0, data.nbytes, into=data)])
+
+    def _do_all_gather(self, outputs, inp):
+        data = _bytes(inp)
+        peers = self._peers()
+        self._send_same(peers, data)
+        self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p])) for p in peers])
+        np.copyto(_bytes(outputs[self.rank]), data)
+
+    def _do_gather(self, outputs, inp, dst):
+        data = _bytes(inp)
+        if self.rank != dst:
+            self._send_same([dst], data)
+            self._eng.step(None, [Expect(dst, F.DATA, TICKET, 0)])
+            return
+        self._tickets(self._peers())
+        self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p]))
+                              for p in self._peers()])
+        np.copyto(_bytes(outputs[dst]), data)
+
+    def _do_scatter(self, out, inputs, src):
+        data = _bytes(out)
+        if self.rank != src:
+            self._tickets([src])
+            self._eng.step(None, [Expect(src, F.DATA, 0, data.nbytes, into=data)])
+            return
+        self._send_each({p: _bytes(inputs[p]) for p in self._peers()})
+        self._eng.step(None, [Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
+        np.copyto(data, _bytes(inputs[src]))
+
+    def _do_all_to_all(self, outputs, inputs):
+        """Pairwise exchange, every pair at once; messages above ``CHUNK`` go in
+        pieces (count from the message size, so both sides agree) so that a
+        peer copies each piece out while it is still in the shared cache."""
+        eng = self._eng
+        peers = self._peers()
+        ins = {p: _bytes(inputs[p]) for p in peers}
+        outs = {p: _bytes(outputs[p]) for p in peers}
+        pieces = lambda nb: max(1, -(-nb // A2A_CHUNK))  # noqa: E731
+        shm = [p for p in peers if self._shm_for(p, ins[p].nbytes)]
+        offs = dict(zip(shm, self._reserve_layout([ins[p] for p in shm]))) \
+            if shm else {}
+        seg = self._seg.buf
+        k_in = {p: pieces(ins[p].nbytes) for p in peers}
+        k_out = {p: pieces(outs[p].nbytes) for p in peers}
+        for s in range(max([*k_in.values(), *k_out.values(), 1])):
+            step = s % 250
+            for p in peers:
+                k = k_in[p]
+                if s < k:
+                    nb = ins[p].nbytes
+                    a, b = nb * s // k, nb * (s + 1) // k
+                    if p in offs:
+                        o = offs[p]
+                        np.copyto(seg[o + a : o + b], ins[p][a:b])
+                        eng.send(p, step, shm_offset=o + a, nbytes=b - a)
+                    else:
+                        eng.send(p, step, ins[p][a:b])
+            exps = []
+            for p in peers:
+                k = k_out[p]
+                if s < k:
+                    nb = outs[p].nbytes
+                    exps.append(Expect(p, F.DATA, step, nb * (s + 1) // k - nb * s // k,
+                                       into=outs[p][nb * s // k : nb * (s + 1) // k]))
+            eng.step(None, exps)
+        np.copyto(_bytes(outputs[self.rank]), _bytes(inputs[self.rank]))
+
+    def _do_barrier(self):
+        peers = self._peers()
+        for p in peers:
+            self._eng.send(p, 0)
+        self._eng.step(None, [Expect(p, F.DATA, 0, 0) for p in peers])

@@ -1,0 +1,291 @@
+"""SocketBackend: the default CPU backend (TCP full mesh + shared memory)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+
+from ....runtime import BackendContext, DistNetworkError, Work
+from ....runtime import _net
+from ..._backend import Backend
+from ..._reduce_op import ReduceOp
+from . import _frame as F
+from ._algorithms import Algorithms
+from ._engine import Engine, OpInfo
+from ._executor import Executor
+from ._p2p import P2P
+from ._reduce import check_op, finalize
+from ._shm import OwnSegment, PeerSegments, job_prefix, unlink_prefix
+from ._tcp import Mesh
+
+__all__ = ["SocketBackend", "TRANSPORT_ENV", "SHM_MIN"]
+
+log = logging.getLogger("ndist.collectives.socket")
+
+TRANSPORT_ENV = "NDIST_TRANSPORT"
+#: payloads to a same-host peer at least this large go through shared memory
+#: (``NDIST_TRANSPORT=shm``: every non-empty payload).
+SHM_MIN = 32 << 10
+_instances = itertools.count()
+
+
+def _transport_mode(options) -> str:
+    mode = getattr(options, "transport", None) or os.environ.get(TRANSPORT_ENV, "auto")
+    mode = str(mode).lower()
+    if mode not in ("auto", "tcp", "shm"):
+        raise ValueError(f"{TRANSPORT_ENV}: expected 'tcp', 'shm' or 'auto', got {mode!r}")
+    return mode
+
+
+def _u8(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+class SocketBackend(Algorithms, Backend):
+    """Gloo-style backend: full TCP mesh, shared-memory payloads between ranks on one host.
+
+    Collectives run in issue order, inline on the caller's thread when it
+    will wait and nothing is queued (``blocking=True``), else on one worker
+    thread. Point-to-point messages use their own streams and reader thread,
+    so they never queue behind, or deadlock with, collectives or each other.
+    """
+
+    name = "socket"
+    blocking_calls = True
+
+    def __init__(self, ctx: BackendContext) -> None:
+        super().__init__(ctx)
+        if not 0 <= ctx.rank < ctx.size:
+            raise ValueError(f"rank: expected 0 <= rank < size={ctx.size}, got {ctx.rank}")
+        self._timeout = ctx.timeout.total_seconds()
+        self._mode = _transport_mode(ctx.options)
+        self._shm_min = 1 if self._mode == "shm" else SHM_MIN
+        secret = _net.job_secret()
+        self._prefix = f"{job_prefix(secret, ctx.group_name)}-r{ctx.rank}-p{os.getpid()}-i{next(_instances)}"
+        self._seg = OwnSegment(self._prefix)
+        self._peer_segs = PeerSegments()
+        self._seq = 0
+        self._seq_lock = threading.Lock()
+        self._eng: Engine | None = None
+        self._shm_peers: dict[int, bool] = {}
+        self._closed = False
+        self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
+        self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
+        self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh)
+        self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
+                          {"shm": self._prefix, "transport": self._mode}, on_p2p=self._p2p.incoming)
+
+    # ------------------------------------------------------------ plumbing
+    def _shm_for(self, peer: int, nbytes: int) -> bool:
+        return nbytes >= self._shm_min and self._shm_peers.get(peer, False)
+
+    def _engine(self) -> Engine:
+        if self._eng is None:
+            socks = self._mesh.collective_sockets(time.monotonic() + self._timeout)
+            hosts = {p: self._mesh.host_of(p) for p in socks}
+            prefixes = {}
+            for p in socks:
+                info = self._mesh.peer(p)
+                prefixes[p] = info["shm"]
+                self._shm_peers[p] = self._mode != "tcp" and info["hostid"] == self._mesh.hostid
+            spin = self.size <= (os.cpu_count() or 1)
+            self._eng = Engine(self.rank, self.size, self.ctx.group_name, socks, hosts, prefixes,
+                               self._peer_segs, self._seg, spin)
+        return self._eng
+
+    def _pending(self, work: Work):
+        def describe() -> str:
+            if self._exec.current is work and self._eng is not None:
+                return self._eng.pending()
+            return "queued behind earlier operations on this group" if not work.is_completed() else "done"
+        return describe
+
+    def _submit(self, name: str, arr, count: int, root, body, blocking: bool, outputs=None) -> Work:
+        with self._seq_lock:
+            self._seq += 1
+            seq = self._seq
+        work = Work(name, seq, outputs)
+        work._pending = self._pending(work)
+        dcode = F.dtype_code(arr.dtype) if arr is not None else 0
+        root_v = -1 if root is None else root
+
+        def job():
+            eng = self._engine()
+            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank), self._timeout)
+            try:
+                body()
+                eng.finish()
+            except BaseException as err:
+                eng.fail(err)
+                if isinstance(err, DistNetworkError) and err.rank is not None and err.rank in self._shm_peers:
+                    self._peer_died(err.rank)
+                raise
+
+        if self._closed:
+            work._fail(DistNetworkError(f"{self!r} is closed"))
+            return work
+        return self._exec.submit(work, job, blocking)
+
+    def _peer_died(self, peer: int) -> None:
+        try:
+            prefix = self._mesh.peer(peer)["shm"]
+        except Exception:  # noqa: BLE001
+            return
+        n = unlink_prefix(prefix)
+        self._peer_segs.drop(peer)
+        if n:
+            log.info("unlinked %d shared-memory segment(s) of dead rank %d", n, peer)
+
+    def _root(self, name: str, value: int) -> int:
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value < self.size:
+            raise ValueError(f"{name}: expected a group rank in [0, {self.size}), got {value!r}")
+        return int(value)
+
+    def _list(self, name: str, arrays, ref=None) -> list:
+        if arrays is None or len(arrays) != self.size:
+            raise ValueError(f"{name}: expected a list of {self.size} arrays (one per rank), got "
+                             f"{None if arrays is None else len(arrays)}")
+        if ref is not None:
+            for i, a in enumerate(arrays):
+                if a.dtype != ref.dtype:
+                    raise TypeError(f"{name}[{i}]: expected dtype {ref.dtype}, got {a.dtype}")
+        return list(arrays)
+
+    # ------------------------------------------------------------ reductions
+    def all_reduce(self, buf, op=ReduceOp.SUM, scale=None, *, blocking=False) -> Work:
+        check_op(buf.dtype, op, scale)
+        if self.size == 1:
+            finalize(buf, op, scale, 1)
+            return Work.completed("all_reduce", -1, [buf])
+        return self._submit("all_reduce", buf, buf.size, None,
+                            lambda: self._do_all_reduce(buf, op, scale), blocking, [buf])
+
+    def reduce(self, buf, dst, op=ReduceOp.SUM, scale=None, *, blocking=False) -> Work:
+        check_op(buf.dtype, op, scale)
+        dst = self._root("dst", dst)
+
+        def body():
+            self._direct_reduce(buf, op, scale, root=dst)
+        if self.size == 1:
+            finalize(buf, op, scale, 1)
+            return Work.completed("reduce", -1, [buf])
+        return self._submit("reduce", buf, buf.size, dst, body, blocking, [buf])
+
+    def reduce_scatter(self, out, inputs, op=ReduceOp.SUM, scale=None, *, blocking=False) -> Work:
+        check_op(out.dtype, op, scale)
+        inputs = self._list("inputs", inputs, out)
+        if inputs[self.rank].size != out.size:
+            raise ValueError(f"inputs[{self.rank}]: expected {out.size} elements (the size of out), "
+                             f"got {inputs[self.rank].size}")
+        if self.size == 1:
+            np.copyto(_u8(out), _u8(inputs[0]))
+            finalize(out, op, scale, 1)
+            return Work.completed("reduce_scatter", -1, [out])
+        return self._submit("reduce_scatter", out, out.size, None,
+                            lambda: self._do_reduce_scatter(out, inputs, op, scale), blocking, [out])
+
+    # ------------------------------------------------------------ movement
+    def broadcast(self, buf, src, *, blocking=False) -> Work:
+        src = self._root("src", src)
+        if self.size == 1:
+            return Work.completed("broadcast", -1, [buf])
+        return self._submit("broadcast", buf, buf.size, src, lambda: self._do_broadcast(buf, src), blocking,
+                            [buf])
+
+    def all_gather(self, outputs, inp, *, blocking=False) -> Work:
+        outputs = self._list("outputs", outputs, inp)
+        if outputs[self.rank].nbytes != inp.nbytes:
+            raise ValueError(f"outputs[{self.rank}]: expected {inp.size} elements (the size of this rank's "
+                             f"input), got {outputs[self.rank].size}")
+        return self._submit("all_gather", inp, inp.size, None, lambda: self._do_all_gather(outputs, inp),
+                            blocking, outputs)
+
+    def gather(self, outputs, inp, dst, *, blocking=False) -> Work:
+        dst = self._root("dst", dst)
+        if self.rank == dst:
+            outputs = self._list("outputs", outputs, inp)
+            if outputs[dst].nbytes != inp.nbytes:
+                raise ValueError(f"outputs[{dst}]: expected {inp.size} elements, got {outputs[dst].size}")
+        return self._submit("gather", inp, inp.size, dst, lambda: self._do_gather(outputs, inp, dst), blocking,
+                            outputs if self.rank == dst else [])
+
+    def scatter(self, out, inputs, src, *, blocking=False) -> Work:
+        src = self._root("src", src)
+        if self.rank == src:
+            inputs = self._list("inputs", inputs, out)
+            if inputs[src].nbytes != out.nbytes:
+                raise ValueError(f"inputs[{src}]: expected {out.size} elements, got {inputs[src].size}")
+        return self._submit("scatter", out, out.size, src, lambda: self._do_scatter(out, inputs, src), blocking,
+                            [out])
+
+    def all_to_all(self, outputs, inputs, *, blocking=False) -> Work:
+        outputs = self._list("outputs", outputs)
+        inputs = self._list("inputs", inputs)
+        if outputs[self.rank].nbytes != inputs[self.rank].nbytes:
+            raise ValueError(f"outputs[{self.rank}]: expected {inputs[self.rank].nbytes} bytes (this rank's "
+                             f"inputs[{self.rank}]), got {outputs[self.rank].nbytes}")
+        ref = inputs[0] if inputs else None
+        count = sum(a.size for a in inputs)
+        return self._submit("all_to_all", ref, count, None, lambda: self._do_all_to_all(outputs, inputs),
+                            blocking, outputs)
+
+    def barrier(self, *, blocking=False) -> Work:
+        if self.size == 1:
+            return Work.completed("barrier", -1)
+        return self._submit("barrier", None, 0, None, self._do_barrier, blocking)
+
+    # ------------------------------------------------------------ point to point
+    def send(self, buf, dst, tag=0, *, blocking=False) -> Work:
+        dst = self._root("dst", dst)
+        tag = int(tag)
+        work = Work("send", -1, [])
+        if self._closed:
+            work._fail(DistNetworkError(f"{self!r} is closed", rank=dst))
+            return work
+        return self._p2p_exec.submit(work, lambda: self._p2p.send(buf, dst, tag), blocking)
+
+    def recv(self, buf, src=None, tag=0, *, blocking=False) -> Work:
+        if src is not None:
+            src = self._root("src", src)
+        work = Work("recv", -1, None)
+        if self._closed:
+            work._fail(DistNetworkError(f"{self!r} is closed", rank=src))
+            return work
+        self._p2p.post(buf, src, int(tag), work)
+        return work
+
+    # ------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        conns = []
+        if self._eng is not None:
+            self._eng.closing = True
+            conns = list(self._eng.conns.values())
+        for c in conns:  # wakes an op blocked in poll: it fails instead of waiting
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._mesh.close()
+        self._exec.close("backend closed")
+        self._p2p_exec.close("backend closed")
+        self._p2p.close()
+        for c in conns:
+            c.sock.close()
+        self._seg.close()
+        self._peer_segs.clear()
+
+    def __del__(self):
+        try:
+            if not self._closed:
+                self._seg.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,452 @@
+"""The collective progress engine: one non-blocking stream per peer, driven
+inline by whichever thread runs the current collective.
+
+An algorithm is a few *steps*; a step queues frames to peers and expects one
+frame from some peers, then ``step()`` moves bytes (``sendmsg`` of
+memoryviews, ``recv_into`` the destination or a reused scratch buffer, or a
+view of the sender's shared-memory segment) until all of it is done. Every
+header is checked against what this rank's call expects; frames of an older,
+failed op are drained, a frame of a newer op stays queued for the next one,
+so a mismatch fails one op on every rank involved and the next matched op
+works. Waiting spins briefly and then blocks in ``poll``.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import time
+from collections import deque
+
+import numpy as np
+
+from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+from . import _frame as F
+
+__all__ = ["Engine", "OpInfo", "Expect"]
+
+log = logging.getLogger("ndist.collectives.socket")
+
+_EXACT_COUNT = {F.op_code(n) for n in ("all_reduce", "reduce", "broadcast")}
+_ROOTED = {F.op_code(n) for n in ("reduce", "broadcast", "gather", "scatter")}
+_DISCARD = np.empty(1 << 20, dtype=np.uint8)
+_POLLIN, _POLLOUT = select.POLLIN, select.POLLOUT
+_POLLERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
+
+
+class OpInfo:
+    __slots__ = ("name", "code", "dtype", "count", "root", "seq", "rank")
+
+    def __init__(self, name, dtype_code, count, root, seq, rank):
+        self.name = name
+        self.code = F.op_code(name)
+        self.dtype = dtype_code
+        self.count = count
+        self.root = root
+        self.seq = seq
+        self.rank = rank
+
+    @property
+    def desc(self) -> str:
+        return F.describe(self.rank, self.code, self.dtype, self.count, self.seq, self.root)
+
+
+class Expect:
+    """One frame this rank waits for from ``peer`` in the current step."""
+
+    __slots__ = ("peer", "kind", "step", "nbytes", "into", "result", "done")
+
+    def __init__(self, peer, kind=F.DATA, step=0, nbytes=-1, into=None):
+        self.peer = peer
+        self.kind = kind
+        self.step = step
+        self.nbytes = nbytes
+        self.into = into
+        self.result = None
+        self.done = False
+
+
+class _Conn:
+    __slots__ = ("peer", "host", "sock", "fd", "out", "hdr", "hgot", "held", "pay", "pgot", "on_pay",
+                 "drain", "dead")
+
+    def __init__(self, peer, host, sock):
+        self.peer = peer
+        self.host = host
+        self.sock = sock
+        sock.setblocking(False)
+        self.fd = sock.fileno()
+        self.out: deque = deque()
+        self.hdr = bytearray(F.HDR_SIZE)
+        self.hgot = 0
+        self.held = None  # a parsed header of a later op, not consumed yet
+        self.pay = None  # memoryview being filled
+        self.pgot = 0
+        self.on_pay = None
+        self.drain = 0
+        self.dead = None
+
+
+class Engine:
+    def __init__(self, rank, size, group_name, socks: dict, hosts: dict, shm_prefixes: dict, peer_segs,
+                 own_seg, spin: bool):
+        self.rank = rank
+        self.size = size
+        self.group_name = group_name
+        self.ghash = F.group_hash(group_name)
+        self.conns = {p: _Conn(p, hosts[p], s) for p, s in socks.items()}
+        self.prefixes = shm_prefixes
+        self.peer_segs = peer_segs
+        self.own_seg = own_seg
+        self.spin = spin
+        self.op: OpInfo | None = None
+        self.deadline = 0.0
+        self.broken: BaseException | None = None
+        self.refs_out: set = set()
+        self.refs_in: set = set()
+        self.unacked: set = set()
+        self.unacked_seq = -1
+        self.acked: set = set()
+        self._scratch: dict = {}
+        self._dirty: set = set()  # peers with frames of this op still to flush
+        self.closing = False
+        self._spin_budget = 32 if spin else 0
+        self._waiting: list = []
+
+    # ----------------------------------------------------------- helpers
+    def frame(self, kind, step, nbytes, flags=0, offset=0) -> bytes:
+        op = self.op
+        gen = self.own_seg.gen if flags else 0
+        return F.pack(kind, op.code, op.dtype, step, flags, self.ghash, gen, op.seq, op.root, op.count,
+                      nbytes, offset)
+
+    def send(self, peer, step, data: np.ndarray | None = None, shm_offset: int | None = None,
+             nbytes: int = 0) -> None:
+        """Queue a DATA frame: ``data`` inline, or ``nbytes`` at ``shm_offset`` of our segment."""
+        conn = self.conns[peer]
+        self._dirty.add(peer)
+        if shm_offset is not None:
+            conn.out.append(memoryview(self.frame(F.DATA, step, nbytes, F.F_SHM, shm_offset)))
+            self.refs_out.add(peer)
+            return
+        n = 0 if data is None else data.nbytes
+        conn.out.append(memoryview(self.frame(F.DATA, step, n)))
+        if n:
+            conn.out.append(memoryview(data).cast("B"))
+
+    def scratch(self, peer, nbytes) -> np.ndarray:
+        buf = self._scratch.get(peer)
+        if buf is None or buf.nbytes < nbytes:
+            buf = np.empty(max(4096, 1 << (max(nbytes, 1) - 1).bit_length()), dtype=np.uint8)
+            self._scratch[peer] = buf
+        return buf[:nbytes]
+
+    def pending(self) -> str:
+        if self.op is None:
+            return "no collective running"
+        left = sorted({e.peer for e in self._waiting if not e.done})
+        return f"running {self.op.desc}; ranks not heard from: {left}"
+
+    # ----------------------------------------------------------- op frame
+    def begin(self, op: OpInfo, timeout: float) -> None:
+        if self.broken is not None:
+            raise self.broken
+        self.op = op
+        self.deadline = time.monotonic() + timeout
+        self.refs_out = set()
+        self.refs_in = set()
+        self.acked = set()
+        self._dirty.clear()
+
+    def segment(self, nbytes: int) -> np.ndarray:
+        """Our segment, at least ``nbytes``, once no peer still reads an older op from it.
+
+        Readers acknowledge after their op ends; we only wait for those ACKs here,
+        before overwriting, so an op never waits a round trip for them.
+        """
+        if self.unacked:
+            self.step([], [Expect(p, kind=-1) for p in sorted(self.unacked)])
+        self.own_seg.reserve(nbytes)
+        return self.own_seg.buf
+
+    def finish(self) -> None:
+        """End of a successful op: release the peers' segments we read."""
+        if self.refs_in:
+            for p in self.refs_in:
+                self.conns[p].out.append(memoryview(self.frame(F.ACK, 255, 0)))
+                self._dirty.add(p)
+            self.step([], [])
+        if self.refs_out:
+            self.unacked = self.refs_out - self.acked
+            self.unacked_seq = self.op.seq
+        self.op = None
+
+    def fail(self, exc: BaseException) -> None:
+        """The current op failed: tell peers, keep the streams consistent."""
+        op = self.op
+        if op is None:
+            return
+        for conn in self.conns.values():
+            if conn.pay is not None:
+                # stop writing into the caller's buffer; drain the rest
+                conn.drain = len(conn.pay) - conn.pgot
+                conn.pay, conn.on_pay = None, None
+        if self.refs_out:
+            self.unacked = self.refs_out - self.acked
+            self.unacked_seq = op.seq
+        kind = "network" if isinstance(exc, DistNetworkError) else (
+            "timeout" if isinstance(exc, DistTimeoutError) else "mismatch")
+        body = F.pack_abort(kind, str(exc), getattr(exc, "rank", None), getattr(exc, "host", None))
+        for conn in self.conns.values():
+            if conn.dead is None:
+                conn.out.append(memoryview(F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, op.seq, op.root, 0,
+                                                  len(body))))
+                conn.out.append(memoryview(body))
+                try:
+                    self._write(conn)
+                except DistNetworkError:
+                    pass
+        self.op = None
+
+    # ----------------------------------------------------------- transport
+    def _lost(self, conn, err) -> DistNetworkError:
+        what = self.op.desc if self.op is not None else "idle"
+        if self.closing:
+            exc = DistNetworkError(f"group {self.group_name!r}: backend closed during {what}", rank=conn.peer,
+                                   host=conn.host)
+            self.broken = exc
+            return exc
+        exc = DistNetworkError(
+            f"group {self.group_name!r}: lost connection to rank {conn.peer} ({conn.host}) during {what}: "
+            f"{err or 'connection closed'}", rank=conn.peer, host=conn.host)
+        conn.dead = exc
+        self.broken = exc
+        return exc
+
+    def _write(self, conn) -> bool:
+        if not conn.out:
+            return False
+        if conn.dead is not None:
+            raise conn.dead
+        try:
+            sent = conn.sock.sendmsg(list(conn.out)[:64])
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as err:
+            raise self._lost(conn, err) from None
+        out = conn.out
+        while sent:
+            head = out[0]
+            if sent >= len(head):
+                sent -= len(head)
+                out.popleft()
+            else:
+                out[0] = head[sent:]
+                sent = 0
+        return True
+
+    def _recv(self, conn, view) -> int:
+        try:
+            n = conn.sock.recv_into(view)
+        except (BlockingIOError, InterruptedError):
+            return -1
+        except OSError as err:
+            raise self._lost(conn, err) from None
+        if n == 0:
+            raise self._lost(conn, None)
+        return n
+
+    def _read(self, conn, exp: Expect) -> bool:
+        """Read what is available from ``conn`` towards ``exp``; True on progress."""
+        progressed = False
+        while not exp.done:
+            if conn.drain:
+                n = self._recv(conn, memoryview(_DISCARD)[: min(conn.drain, _DISCARD.nbytes)])
+                if n < 0:
+                    return progressed
+                conn.drain -= n
+                progressed = True
+                continue
+            if conn.pay is not None:
+                n = self._recv(conn, conn.pay[conn.pgot:])
+                if n < 0:
+                    return progressed
+                conn.pgot += n
+                progressed = True
+                if conn.pgot == len(conn.pay):
+                    cb, view = conn.on_pay, conn.pay
+                    conn.pay, conn.on_pay = None, None
+                    if cb is not None:
+                        cb(conn, view)
+                continue
+            if conn.held is not None:
+                h, conn.held = conn.held, None
+                self._dispatch(conn, h, exp)
+                if conn.held is not None:
+                    return progressed
+                continue
+            n = self._recv(conn, memoryview(conn.hdr)[conn.hgot:])
+            if n < 0:
+                return progressed
+            progressed = True
+            conn.hgot += n
+            if conn.hgot == F.HDR_SIZE:
+                conn.hgot = 0
+                try:
+                    h = F.unpack(conn.hdr)
+                    if h.group != self.ghash:
+                        raise F.FrameError(f"frame of another group (hash {h.group:#x})")
+                except F.FrameError as err:
+                    raise self._lost(conn, f"corrupt stream: {err}") from None
+                self._dispatch(conn, h, exp)
+        return progressed
+
+    def _dispatch(self, conn, h, exp: Expect) -> None:
+        op = self.op
+        cur = op.seq if op is not None else None
+        if h.kind == F.ABORT:
+            conn.pay = memoryview(bytearray(h.nbytes))
+            conn.pgot = 0
+            conn.on_pay = _abort_reader(self, h, exp)
+            if h.nbytes == 0:
+                conn.pay, cb = None, conn.on_pay
+                conn.on_pay = None
+                cb(conn, memoryview(b""))
+            return
+        if h.kind == F.ACK:
+            if h.seq == self.unacked_seq:
+                self.unacked.discard(conn.peer)
+            elif h.seq == cur:
+                self.acked.add(conn.peer)
+            if exp.kind == -1 and conn.peer not in self.unacked:
+                exp.done = True
+            return
+        if cur is None or h.seq < cur:
+            # a frame of an op that failed here: drain it
+            if not h.flags:
+                conn.drain = h.nbytes
+            return
+        if h.seq > cur or exp.kind == -1:
+            conn.held = h
+            if exp.kind == -1:
+                self.unacked.discard(conn.peer)
+                exp.done = True
+                return
+            raise DistMismatchError(
+                f"collective mismatch in group {self.group_name!r}: {op.desc}; "
+                f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)} "
+                f"(rank {conn.peer} did not take part in #{cur})")
+        # same op number: must be what we expect
+        theirs = F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)
+        bad = (h.op != op.code or h.dtype != op.dtype or (h.op in _ROOTED and h.root != op.root)
+               or (h.op in _EXACT_COUNT and h.count != op.count) or h.kind != exp.kind)
+        if not bad and exp.nbytes >= 0 and h.nbytes != exp.nbytes:
+            if not h.flags:
+                conn.drain = h.nbytes
+            raise DistMismatchError(
+                f"collective mismatch in group {self.group_name!r}: {op.desc} expects {exp.nbytes} bytes "
+                f"from rank {conn.peer}; {theirs} sends {h.nbytes} bytes")
+        if bad or h.step != exp.step:
+            if not h.flags and h.kind == F.DATA:
+                conn.drain = h.nbytes
+            raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; {theirs}")
+        if h.flags & F.F_SHM:
+            try:
+                view = self.peer_segs.view(conn.peer, self.prefixes[conn.peer], h.shm_gen, h.offset, h.nbytes)
+            except (OSError, ValueError) as err:
+                raise self._lost(conn, f"cannot map its shared memory: {err}") from None
+            self.refs_in.add(conn.peer)
+            if exp.into is not None:
+                np.copyto(exp.into, view)
+                view = exp.into
+            exp.result = view
+            exp.done = True
+            return
+        dest = exp.into if exp.into is not None else self.scratch(conn.peer, h.nbytes)
+        exp.result = dest
+        if h.nbytes == 0:
+            exp.done = True
+            return
+        conn.pay = memoryview(dest).cast("B")
+        conn.pgot = 0
+        conn.on_pay = _data_done(exp)
+
+    # ----------------------------------------------------------- the loop
+    def step(self, sends, expects) -> None:
+        """Flush queued frames and satisfy ``expects`` (the op's deadline applies)."""
+        del sends  # frames are queued with send(); kept for readability of callers
+        self._waiting = expects
+        conns = self.conns
+        spins, polled = 0, False
+        while True:
+            progressed = False
+            for c in conns.values():
+                if c.out and self._write(c):
+                    progressed = True
+            pending = False
+            for e in expects:
+                if not e.done:
+                    if self._read(conns[e.peer], e):
+                        progressed = True
+                    if not e.done:
+                        pending = True
+            if not pending and not any(conns[p].out for p in self._dirty):
+                # (frames left over from a failed op may still be queued to other
+                # peers: they go out whenever those streams are next driven)
+                self._dirty.clear()
+                return
+            if progressed:
+                if spins and not polled and self.spin and self._spin_budget < 256:
+                    self._spin_budget += 8  # the spin paid off
+                spins, polled = 0, False
+                continue
+            spins += 1
+            if spins <= self._spin_budget:
+                continue
+            if self.spin:
+                # nothing came while spinning: spin less next time (a loaded
+                # machine must not lose its cores to spinning ranks)
+                self._spin_budget = max(4, self._spin_budget // 2)
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                waiting = sorted({e.peer for e in expects if not e.done})
+                unsent = sorted(c.peer for c in conns.values() if c.out)
+                raise DistTimeoutError(
+                    f"group {self.group_name!r}: {self.op.desc if self.op else 'collective'} timed out; "
+                    f"ranks not heard from: {waiting}" + (f"; ranks not reading: {unsent}" if unsent else ""))
+            poller = select.poll()
+            for e in expects:
+                if not e.done:
+                    poller.register(conns[e.peer].fd, _POLLIN)
+            for c in conns.values():
+                if c.out:
+                    poller.register(c.fd, _POLLOUT | (_POLLIN if any(
+                        e.peer == c.peer and not e.done for e in expects) else 0))
+            poller.poll(min(left, 1.0) * 1000.0)
+            polled = True
+
+
+def _data_done(exp):
+    def cb(conn, view):
+        exp.done = True
+    return cb
+
+
+def _abort_reader(engine, h, exp):
+    def cb(conn, view):
+        info = F.unpack_abort(bytes(view))
+        if h.seq == engine.unacked_seq:
+            engine.unacked.discard(conn.peer)
+        if exp.kind == -1 and conn.peer not in engine.unacked:
+            exp.done = True
+        op = engine.op
+        if op is None or h.seq != op.seq or exp.kind == -1:
+            return  # about an op that already ended here
+        msg = f"rank {conn.peer} ({conn.host}) failed {op.name} #{op.seq}: {info.get('msg')}"
+        if info.get("kind") == "network":
+            raise DistNetworkError(msg, rank=info.get("rank"), host=info.get("host"))
+        if info.get("kind") == "timeout":
+            raise DistTimeoutError(msg)
+        raise DistMismatchError(msg)
+    return cb

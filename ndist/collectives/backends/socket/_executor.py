@@ -1,0 +1,94 @@
+"""Issue-order execution: inline on the caller's thread when idle, else one worker.
+
+A blocking call (the caller waits right away) on an idle executor runs on the
+caller's thread: no thread hop. Anything else is queued to one worker thread
+per executor, which runs jobs strictly in submission order; a blocking call
+behind queued work is queued too, so order holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+
+from ....runtime import DistBackendError, Work
+
+__all__ = ["Executor"]
+
+log = logging.getLogger("ndist.collectives.socket")
+
+
+def _run(work: Work, job) -> None:
+    try:
+        job()
+    except BaseException as err:  # noqa: BLE001 - delivered through the Work
+        work._fail(err)
+    else:
+        work._complete()
+
+
+class Executor:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._cond = threading.Condition()
+        self._queue: deque = deque()
+        self._busy = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.current: Work | None = None
+
+    def submit(self, work: Work, job, blocking: bool) -> Work:
+        with self._cond:
+            if self._closed:
+                work._fail(DistBackendError(f"{self.name}: backend is closed"))
+                return work
+            inline = blocking and not self._busy and not self._queue
+            if inline:
+                self._busy = True
+                self.current = work
+            else:
+                self._queue.append((work, job))
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop, name=f"ndist-{self.name}", daemon=True)
+                    self._thread.start()
+                self._cond.notify_all()
+        if inline:
+            try:
+                _run(work, job)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self.current = None
+                    self._cond.notify_all()
+        return work
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (self._busy or not self._queue):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                work, job = self._queue.popleft()
+                self._busy = True
+                self.current = work
+            try:
+                _run(work, job)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self.current = None
+                    self._cond.notify_all()
+
+    def close(self, reason: str) -> None:
+        with self._cond:
+            self._closed = True
+            queued = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+        for work, _ in queued:
+            work._fail(DistBackendError(f"{self.name}: {reason}"))
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=2.0)

@@ -1,0 +1,145 @@
+"""Frame headers of the socket backend: layout, codes, pack/unpack, checks.
+
+Every message on a data connection starts with one fixed 56-byte header::
+
+    magic u16 | kind u8 | op u8 | dtype u8 | step u8 | flags u8 | pad u8
+    group u32 | shm_gen u32 | seq u64 | root i64 | count u64 | nbytes u64 | offset u64
+
+``kind`` is DATA (a collective's payload, inline or as a reference into the
+sender's shared-memory segment when ``flags & SHM``), ACK (the receiver is done
+reading the sender's segment), ABORT (the sender failed this op; a short JSON
+reason follows) or P2P (a send; ``root`` is the tag). ``count`` is the element
+count of the sender's call, used only to describe it in a mismatch error.
+Every field is checked by ``unpack`` before anything is allocated for it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "HEADER", "HDR_SIZE", "DATA", "ACK", "ABORT", "P2P", "F_SHM", "OPS", "op_code",
+    "dtype_code", "dtype_name", "Header", "pack", "unpack", "FrameError", "MAX_NBYTES",
+    "MAX_ABORT", "describe", "pack_abort", "unpack_abort", "group_hash",
+]
+
+HEADER = struct.Struct("<HBBBBBBIIQqQQQ")
+HDR_SIZE = HEADER.size
+_MAGIC = 0x4E44
+
+DATA, ACK, ABORT, P2P = 1, 2, 3, 4
+_KINDS = (DATA, ACK, ABORT, P2P)
+F_SHM = 1
+
+#: largest payload one frame may announce (1 TiB): a header beyond it is corrupt.
+MAX_NBYTES = 1 << 40
+#: largest ABORT reason.
+MAX_ABORT = 1 << 16
+
+OPS = ("", "all_reduce", "reduce", "reduce_scatter", "broadcast", "all_gather", "gather",
+       "scatter", "all_to_all", "barrier", "send")
+_OP_CODES = {name: i for i, name in enumerate(OPS)}
+
+# Fixed table: codes must agree between processes, so never use dtype.num
+# (extension dtypes such as bfloat16 get process-dependent numbers).
+_DTYPES = ("other", "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+           "uint64", "float16", "float32", "float64", "complex64", "complex128", "bfloat16",
+           "float8_e4m3fn", "float8_e5m2")
+_DTYPE_CODES = {name: i for i, name in enumerate(_DTYPES)}
+
+
+class FrameError(ConnectionError):
+    """A header failed its checks: the stream is corrupt or not ours."""
+
+
+class Header(NamedTuple):
+    kind: int
+    op: int
+    dtype: int
+    step: int
+    flags: int
+    group: int
+    shm_gen: int
+    seq: int
+    root: int
+    count: int
+    nbytes: int
+    offset: int
+
+
+def op_code(name: str) -> int:
+    return _OP_CODES[name]
+
+
+_dtype_cache: dict = {}
+
+
+def dtype_code(dtype: np.dtype) -> int:
+    code = _dtype_cache.get(dtype)
+    if code is None:
+        code = _dtype_cache[dtype] = _DTYPE_CODES.get(np.dtype(dtype).name, 0)
+    return code
+
+
+def dtype_name(code: int) -> str:
+    return _DTYPES[code] if 0 <= code < len(_DTYPES) else f"dtype#{code}"
+
+
+def group_hash(name: str) -> int:
+    import zlib
+
+    return zlib.crc32(name.encode())
+
+
+def pack(kind, op, dtype, step, flags, group, shm_gen, seq, root, count, nbytes, offset=0) -> bytes:
+    return HEADER.pack(_MAGIC, kind, op, dtype, step, flags, 0, group, shm_gen, seq, root, count, nbytes, offset)
+
+
+def unpack(raw) -> Header:
+    """Parse and bounds-check one header (raises ``FrameError``)."""
+    magic, kind, op, dt, step, flags, _pad, group, gen, seq, root, count, nbytes, offset = HEADER.unpack(raw)
+    if magic != _MAGIC:
+        raise FrameError(f"bad frame magic {magic:#06x}")
+    if kind not in _KINDS:
+        raise FrameError(f"bad frame kind {kind}")
+    if not 0 < op < len(OPS) and kind != ABORT:
+        raise FrameError(f"bad op code {op}")
+    if dt >= len(_DTYPES):
+        raise FrameError(f"bad dtype code {dt}")
+    if flags & ~F_SHM:
+        raise FrameError(f"bad frame flags {flags:#x}")
+    if nbytes > MAX_NBYTES or offset > MAX_NBYTES or count > MAX_NBYTES:
+        raise FrameError(f"frame announces {nbytes} bytes at offset {offset}, above the limit {MAX_NBYTES}")
+    if kind == ABORT and nbytes > MAX_ABORT:
+        raise FrameError(f"abort reason of {nbytes} bytes is above the limit {MAX_ABORT}")
+    if kind in (ACK, ABORT) and flags:
+        raise FrameError("ACK/ABORT frames carry no shared-memory reference")
+    return Header(kind, op, dt, step, flags, group, gen, seq, root, count, nbytes, offset)
+
+
+def describe(rank: int, op: int, dtype: int, count: int, seq: int, root: int | None = None) -> str:
+    """``"rank 1: all_gather float32[4] #17"`` (root shown for rooted ops)."""
+    name = OPS[op] if 0 <= op < len(OPS) else f"op#{op}"
+    text = f"rank {rank}: {name} {dtype_name(dtype)}[{count}]"
+    if root is not None and name in ("reduce", "broadcast", "gather", "scatter"):
+        text += f" root={root}"
+    return f"{text} #{seq}"
+
+
+def pack_abort(kind: str, message: str, rank=None, host=None) -> bytes:
+    body = json.dumps({"kind": kind, "msg": message[:8000], "rank": rank, "host": host}).encode()
+    return body[:MAX_ABORT]
+
+
+def unpack_abort(body: bytes) -> dict:
+    try:
+        data = json.loads(body.decode("utf-8", "replace"))
+        if not isinstance(data, dict):
+            raise ValueError
+    except ValueError:
+        return {"kind": "unknown", "msg": "unreadable abort reason", "rank": None, "host": None}
+    return data

@@ -1,0 +1,76 @@
+"""Reduction kernels: NumPy ufuncs with ``out=``, in rank order, no per-element Python.
+
+Semantics follow torch.distributed: on ``bool`` SUM and MAX are logical or,
+PRODUCT and MIN logical and; AVG is the sum divided by the group size, with
+integer division truncating toward zero for integer dtypes (NCCL's ``ncclAvg``;
+Gloo refuses AVG outright); PREMUL_SUM multiplies the sum by ``scale``
+(mathematically the same as scaling each input; rounding may differ in the
+last place for floats). MIN / MAX / bitwise ops are refused for complex
+dtypes, bitwise ops for floating dtypes, AVG and PREMUL_SUM for ``bool``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._reduce_op import ReduceOp
+
+__all__ = ["check_op", "reduce_ordered", "finalize"]
+
+_UFUNC = {
+    ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PREMUL_SUM: np.add,
+    ReduceOp.PRODUCT: np.multiply, ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum,
+    ReduceOp.BAND: np.bitwise_and, ReduceOp.BOR: np.bitwise_or, ReduceOp.BXOR: np.bitwise_xor,
+}
+_BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
+
+
+def check_op(dtype: np.dtype, op: ReduceOp, scale=None) -> None:
+    """Raise ``TypeError``/``ValueError`` before any byte is sent if ``op`` cannot apply."""
+    if not isinstance(op, ReduceOp):
+        raise TypeError(f"op: expected ndist.distributed.ReduceOp, got {op!r}")
+    kind = np.dtype(dtype).kind
+    name = np.dtype(dtype).name
+    if op in _BITWISE and kind not in "biu":
+        raise TypeError(f"op: {op} needs an integer or bool dtype, got {name}")
+    if kind == "c" and op in (ReduceOp.MIN, ReduceOp.MAX):
+        raise TypeError(f"op: {op} is not defined for complex dtype {name}")
+    if kind == "b" and op in (ReduceOp.AVG, ReduceOp.PREMUL_SUM):
+        raise TypeError(f"op: {op} is not supported for dtype bool")
+    if op == ReduceOp.PREMUL_SUM and scale is None:
+        raise ValueError("scale: PREMUL_SUM needs a factor, got None")
+
+
+def reduce_ordered(out: np.ndarray, contribs: list, op: ReduceOp) -> None:
+    """``out = contribs[0] (op) contribs[1] (op) ...`` in that order.
+
+    ``out`` may be one of ``contribs[0]`` / ``contribs[1]`` (each ufunc here
+    is exactly commutative), but no later one.
+    """
+    f = _UFUNC[op]
+    if len(contribs) == 1:
+        if contribs[0] is not out:
+            np.copyto(out, contribs[0])
+        return
+    with np.errstate(all="ignore"):  # overflow to inf is a result, as in torch
+        f(contribs[0], contribs[1], out=out)
+        for c in contribs[2:]:
+            f(out, c, out=out)
+
+
+def finalize(out: np.ndarray, op: ReduceOp, scale, size: int) -> None:
+    if op == ReduceOp.AVG:
+        if out.dtype.kind in "iu":
+            q = np.floor_divide(out, size)
+            if out.dtype.kind == "i":
+                # C semantics: truncate toward zero
+                np.add(q, (out < 0) & (q * size != out), out=q, casting="unsafe")
+            out[...] = q
+        else:
+            with np.errstate(all="ignore"):
+                np.divide(out, out.dtype.type(size), out=out)
+    elif op == ReduceOp.PREMUL_SUM:
+        s = np.asarray(scale)
+        if s.size != 1:
+            raise ValueError(f"scale: expected a scalar factor, got an array of shape {s.shape}")
+        np.multiply(out, s.reshape(()), out=out, casting="unsafe")

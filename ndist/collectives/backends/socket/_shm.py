@@ -1,0 +1,140 @@
+"""Shared-memory segments of the socket backend.
+
+Each backend owns one growing segment in ``/dev/shm`` that it writes the
+payloads of large messages into; peers on the same host map it and read (or
+reduce) straight from it. Names carry a job-unique prefix
+(``ndist-<job>-<group>-r<rank>-p<pid>-i<instance>-g<generation>``) so that a
+survivor can unlink the segments of a peer that died, and the owner unlinks
+its own on ``close()``, on garbage collection and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import logging
+import mmap
+import os
+import weakref
+
+import numpy as np
+
+__all__ = ["SHM_DIR", "job_prefix", "OwnSegment", "PeerSegments", "unlink_prefix"]
+
+log = logging.getLogger("ndist.collectives.socket")
+
+SHM_DIR = "/dev/shm"
+_MIN_SEGMENT = 1 << 20
+
+
+def job_prefix(secret: bytes, group_name: str) -> str:
+    """``ndist-<job>-<group>``: the job part is derived from the job secret."""
+    job = hashlib.sha256(b"ndist-job" + secret).hexdigest()[:10]
+    grp = hashlib.sha256(group_name.encode()).hexdigest()[:8]
+    return f"ndist-{job}-{grp}"
+
+
+def _unlink(names: list) -> None:
+    for name in list(names):
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+        except FileNotFoundError:
+            pass
+        except OSError:  # pragma: no cover - diagnostics only
+            log.debug("could not unlink %s", name, exc_info=True)
+    names.clear()
+
+
+def unlink_prefix(prefix: str) -> int:
+    """Unlink every segment whose name starts with ``prefix`` (a dead peer's)."""
+    n = 0
+    for path in glob.glob(os.path.join(SHM_DIR, glob.escape(prefix) + "*")):
+        try:
+            os.unlink(path)
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+class OwnSegment:
+    """This rank's segment: ``reserve(n)`` makes ``buf`` (uint8) at least ``n`` bytes.
+
+    Growing creates a new generation and unlinks the previous one; callers
+    only grow between operations, once every peer acknowledged its reads.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.gen = 0
+        self.buf: np.ndarray | None = None
+        self._mm: mmap.mmap | None = None
+        self._names: list = []  # shared with the finalizer
+        self._finalizer = weakref.finalize(self, _unlink, self._names)
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefix}-g{self.gen}"
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.buf is None else self.buf.nbytes
+
+    def reserve(self, nbytes: int) -> None:
+        if nbytes <= self.capacity:
+            return
+        size = max(_MIN_SEGMENT, 1 << (int(nbytes) - 1).bit_length())
+        self.release()
+        self.gen += 1
+        name = self.name
+        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self._names.append(name)
+        try:
+            os.ftruncate(fd, size)
+            self._mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.buf = np.frombuffer(self._mm, dtype=np.uint8)
+        log.debug("segment %s: %d bytes", name, size)
+
+    def release(self) -> None:
+        """Unlink the current generation (mappings die with their last view)."""
+        _unlink(self._names)
+        self.buf = None
+        self._mm = None  # closed by GC once peers' views into it are gone
+
+    def close(self) -> None:
+        self.release()
+
+
+class PeerSegments:
+    """Maps peers' segments on demand, keeping the newest generation per peer."""
+
+    def __init__(self) -> None:
+        self._maps: dict[int, tuple[int, np.ndarray]] = {}
+
+    def view(self, peer: int, prefix: str, gen: int, offset: int, nbytes: int) -> np.ndarray:
+        cached = self._maps.get(peer)
+        if cached is None or cached[0] != gen:
+            name = f"{prefix}-g{gen}"
+            fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
+            try:
+                size = os.fstat(fd).st_size
+                mm = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+            cached = (gen, np.frombuffer(mm, dtype=np.uint8))
+            self._maps[peer] = cached
+        buf = cached[1]
+        if offset + nbytes > buf.nbytes:
+            raise ValueError(
+                f"shared-memory reference [{offset}:{offset + nbytes}] is outside the peer's "
+                f"{buf.nbytes}-byte segment"
+            )
+        return buf[offset : offset + nbytes]
+
+    def drop(self, peer: int) -> None:
+        self._maps.pop(peer, None)
+
+    def clear(self) -> None:
+        self._maps.clear()

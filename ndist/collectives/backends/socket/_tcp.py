@@ -1,0 +1,229 @@
+"""The TCP mesh of one socket backend: listener, rendezvous through the store,
+authenticated connections per (channel, peer).
+
+Each rank listens on port 0 and publishes ``host:port``, its host identity
+(hostname + boot id), pid, shared-memory prefix and transport mode under
+``sock/peer/<rank>`` in the group's store. Connections start with the job
+secret handshake of ``ndist.runtime._net`` and a hello naming channel, rank
+and the listener's instance token, so a connection can only reach the
+backend instance it was meant for.
+
+Channel 0 carries collectives: one connection per pair, opened by the higher
+rank on the first collective. Channel 1 carries point-to-point messages: rank
+``i`` sends to ``j`` only on the connection ``i`` opened (one ordered stream
+per direction), opened on first use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+
+from ....runtime import DistNetworkError, DistTimeoutError
+from ....runtime import _net
+
+__all__ = ["Mesh", "host_identity", "COLL", "P2P_CH"]
+
+log = logging.getLogger("ndist.collectives.socket")
+
+COLL, P2P_CH = 0, 1
+_HELLO = struct.Struct("<4sBII16s")
+_HELLO_MAGIC = b"NDH1"
+_SOCKBUF = 4 << 20
+
+
+def host_identity() -> str:
+    """hostname + boot id: equal exactly when two processes share a kernel (and /dev/shm)."""
+    boot = ""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        pass
+    return f"{socket.gethostname()}/{boot}"
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, _SOCKBUF)
+        except OSError:
+            pass
+
+
+def _advertised_host() -> str:
+    """The address peers on other hosts dial: ``NDIST_SOCKET_HOST`` if set, else the
+    local address of the route to ``MASTER_ADDR`` (the interface the job uses),
+    else the host name's address."""
+    host = os.environ.get("NDIST_SOCKET_HOST")
+    if host:
+        return host
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((master, int(os.environ.get("MASTER_PORT", "29500") or 29500)))
+                return probe.getsockname()[0]
+        except (OSError, ValueError):
+            pass
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+class Mesh:
+    def __init__(self, store, rank: int, size: int, group_name: str, secret: bytes, timeout: float,
+                 extra: dict, on_p2p=None) -> None:
+        self.store = store
+        self.rank = rank
+        self.size = size
+        self.group_name = group_name
+        self.secret = secret
+        self.timeout = timeout
+        self.hostid = host_identity()
+        self.token = os.urandom(16)
+        self._on_p2p = on_p2p
+        self._cond = threading.Condition()
+        self._conns: dict[tuple[int, int], socket.socket] = {}
+        self._p2p_out: dict[int, socket.socket] = {}
+        self._p2p_lock = threading.Lock()
+        self._peers: dict[int, dict] = {}
+        self._closed = False
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("", 0))
+        self._listener.listen(max(16, size))
+        port = self._listener.getsockname()[1]
+        self.info = dict(extra, host=_advertised_host(), port=port, hostid=self.hostid, pid=os.getpid(),
+                         hostname=socket.gethostname(), token=self.token.hex())
+        self._thread = threading.Thread(target=self._accept_loop, name=f"ndist-accept-{group_name}-{rank}",
+                                        daemon=True)
+        self._thread.start()
+        store.set(f"sock/peer/{rank}", json.dumps(self.info))
+
+    # ------------------------------------------------------------ peers
+    def peer(self, rank: int) -> dict:
+        info = self._peers.get(rank)
+        if info is None:
+            try:
+                raw = self.store.get(f"sock/peer/{rank}")
+            except DistTimeoutError as err:
+                raise DistTimeoutError(f"rank {rank} of group {self.group_name!r} never published its "
+                                       f"address: {err}") from None
+            info = json.loads(raw)
+            self._peers[rank] = info
+        return info
+
+    def host_of(self, rank: int) -> str:
+        info = self._peers.get(rank)
+        return info.get("hostname", info.get("host")) if info else "?"
+
+    def same_host(self, rank: int) -> bool:
+        return self.peer(rank)["hostid"] == self.hostid
+
+    # ------------------------------------------------------------ connect
+    def _connect(self, peer: int, channel: int, deadline: float) -> socket.socket:
+        info = self.peer(peer)
+        host = "127.0.0.1" if info["hostid"] == self.hostid else info["host"]
+        sock = _net.connect(host, info["port"], deadline, what=f"rank {peer}", rank=peer)
+        try:
+            _tune(sock)
+            _net.client_handshake(sock, self.secret, timeout=max(1.0, deadline - time.monotonic()),
+                                  what=f"rank {peer} ({info.get('hostname')})")
+            _net.send_all(sock, _HELLO.pack(_HELLO_MAGIC, channel, self.rank, self.size,
+                                            bytes.fromhex(info["token"])))
+            sock.settimeout(None)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                sock, addr = self._listener.accept()
+            except OSError:
+                return
+            try:
+                _tune(sock)
+                _net.server_handshake(sock, self.secret, timeout=10.0)
+                sock.settimeout(10.0)
+                magic, channel, rank, size, token = _HELLO.unpack(_net.recv_exact(sock, _HELLO.size))
+                if magic != _HELLO_MAGIC or token != self.token or size != self.size:
+                    raise ConnectionError(f"hello from {addr} is not for this group instance")
+                if channel not in (COLL, P2P_CH) or not 0 <= rank < self.size or rank == self.rank:
+                    raise ConnectionError(f"bad hello from {addr}: channel {channel}, rank {rank}")
+                sock.settimeout(None)
+            except Exception as err:  # noqa: BLE001 - a bad client must not kill the listener
+                log.warning("rejected connection from %s: %s", addr, err)
+                sock.close()
+                continue
+            if channel == P2P_CH and self._on_p2p is not None:
+                self._on_p2p(rank, sock)
+                continue
+            with self._cond:
+                old = self._conns.pop((channel, rank), None)
+                self._conns[(channel, rank)] = sock
+                self._cond.notify_all()
+            if old is not None:
+                old.close()
+
+    def collective_sockets(self, deadline: float) -> dict[int, socket.socket]:
+        """Connect the collective channel to every peer (higher rank dials)."""
+        out = {}
+        for peer in range(self.rank):
+            out[peer] = self._connect(peer, COLL, deadline)
+        with self._cond:
+            while True:
+                missing = [p for p in range(self.rank + 1, self.size) if (COLL, p) not in self._conns]
+                if self._closed:
+                    for s in out.values():
+                        s.close()
+                    raise DistNetworkError(f"group {self.group_name!r}: backend closed while connecting")
+                if not missing:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DistTimeoutError(
+                        f"group {self.group_name!r} rank {self.rank}: ranks {missing} did not connect "
+                        f"within the timeout")
+                self._cond.wait(min(left, 0.5))
+            for p in range(self.rank + 1, self.size):
+                out[p] = self._conns.pop((COLL, p))
+        for p in out:
+            self.peer(p)
+        return out
+
+    def p2p_socket(self, peer: int, deadline: float) -> socket.socket:
+        """This rank's outgoing point-to-point connection to ``peer``."""
+        with self._p2p_lock:
+            sock = self._p2p_out.get(peer)
+            if sock is None:
+                if self._closed:
+                    raise DistNetworkError(f"backend closed; cannot reach rank {peer}", rank=peer,
+                                           host=self.host_of(peer))
+                sock = self._connect(peer, P2P_CH, deadline)
+                self._p2p_out[peer] = sock
+            return sock
+
+    def has_p2p(self, peer: int) -> bool:
+        return peer in self._p2p_out
+
+    def close(self) -> None:
+        self._closed = True
+        for s in [self._listener, *self._p2p_out.values(), *self._conns.values()]:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        with self._cond:
+            self._cond.notify_all()
+        self._thread.join(timeout=2.0)

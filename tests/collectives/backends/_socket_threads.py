@@ -1,0 +1,60 @@
+"""Run N socket backends as threads of this process (real sockets, real shm)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import traceback
+from datetime import timedelta
+from types import SimpleNamespace
+
+from ndist.collectives.backends.socket import SocketBackend
+from ndist.runtime import BackendContext, HashStore
+
+_ids = itertools.count()
+
+
+def make_backends(n, transport="auto", timeout=30.0, store=None, name=None):
+    """Construct ``n`` backends of one group concurrently; returns them by rank."""
+    store = store or HashStore()
+    name = name or f"tg{next(_ids)}"
+    out = [None] * n
+    for r in range(n):
+        ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
+                             global_ranks=tuple(range(n)), device="cpu",
+                             options=SimpleNamespace(transport=transport))
+        out[r] = SocketBackend(ctx)
+    return out
+
+
+def run_threads(backends, fn, timeout=60.0):
+    """``fn(backend)`` on one thread per backend; re-raise the first failure with its rank."""
+    n = len(backends)
+    results, errors = [None] * n, [None] * n
+
+    def target(r):
+        try:
+            results[r] = fn(backends[r])
+        except BaseException as err:  # noqa: BLE001
+            errors[r] = (err, traceback.format_exc())
+
+    threads = [threading.Thread(target=target, args=(r,), daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    if any(t.is_alive() for t in threads):
+        raise TimeoutError(f"threads still running after {timeout} s (hang)")
+    for r, e in enumerate(errors):
+        if e is not None:
+            raise AssertionError(f"rank {r} failed:\n{e[1]}") from e[0]
+    return results
+
+
+def run_group(n, fn, transport="auto", timeout=30.0):
+    backends = make_backends(n, transport, timeout)
+    try:
+        return run_threads(backends, fn, timeout=timeout * 2)
+    finally:
+        for b in backends:
+            b.close()

@@ -1,0 +1,112 @@
+"""Socket backend wire level: frame header checks, authentication, transport choice."""
+
+from __future__ import annotations
+
+import glob
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from ndist.collectives import ReduceOp
+from ndist.collectives.backends.socket import _frame as F
+from ndist.runtime import _net
+
+from _socket_threads import make_backends, run_group, run_threads
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _hdr(**kw):
+    base = dict(kind=F.DATA, op=F.op_code("all_reduce"), dtype=F.dtype_code(np.float32), step=0, flags=0, group=1,
+                shm_gen=0, seq=1, root=-1, count=4, nbytes=16, offset=0)
+    base.update(kw)
+    return F.pack(**base)
+
+
+def test_header_roundtrip():
+    h = F.unpack(_hdr(seq=17, nbytes=123, root=3))
+    assert (h.seq, h.nbytes, h.root, h.kind) == (17, 123, 3, F.DATA)
+    assert F.describe(1, h.op, h.dtype, 4, 17) == "rank 1: all_reduce float32[4] #17"
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("kind", 9, "kind"),
+    ("op", 200, "op code"),
+    ("dtype", 250, "dtype"),
+    ("flags", 0x80, "flags"),
+    ("nbytes", F.MAX_NBYTES + 1, "limit"),
+    ("offset", F.MAX_NBYTES + 1, "limit"),
+])
+def test_header_fields_are_bounds_checked(field, value, match):
+    with pytest.raises(F.FrameError, match=match):
+        F.unpack(_hdr(**{field: value}))
+
+
+def test_bad_magic_and_huge_abort_rejected():
+    raw = bytearray(_hdr())
+    raw[0] ^= 0xFF
+    with pytest.raises(F.FrameError, match="magic"):
+        F.unpack(bytes(raw))
+    with pytest.raises(F.FrameError, match="abort"):
+        F.unpack(_hdr(kind=F.ABORT, op=0, nbytes=F.MAX_ABORT + 1))
+
+
+def test_dtype_codes_are_names_not_numbers():
+    assert F.dtype_name(F.dtype_code(np.dtype("float16"))) == "float16"
+    assert F.dtype_name(F.dtype_code(np.dtype([("a", "i4")]))) == "other"
+
+
+def test_wrong_secret_cannot_join_the_mesh():
+    backends = make_backends(2)
+    try:
+        info = backends[0]._mesh.info
+        sock = socket.create_connection(("127.0.0.1", info["port"]), timeout=5)
+        with pytest.raises(_net.AuthenticationError):
+            _net.client_handshake(sock, b"not the job secret", timeout=5)
+        sock.close()
+        # the group is unaffected
+        run_threads(backends, lambda b: b.all_reduce(np.ones(3), ReduceOp.SUM, blocking=True).wait())
+    finally:
+        for b in backends:
+            b.close()
+
+
+@pytest.mark.parametrize("transport, uses_shm", [("tcp", False), ("shm", True)])
+def test_transport_choice(transport, uses_shm):
+    def fn(b):
+        x = np.ones(1000, np.float32)
+        b.all_reduce(x, ReduceOp.SUM, blocking=True).wait()
+        assert (x == 2).all()
+        return bool(glob.glob(f"/dev/shm/{b._prefix}-g*"))
+    assert run_group(2, fn, transport) == [uses_shm, uses_shm]
+
+
+def test_transport_env_is_read(monkeypatch):
+    monkeypatch.setenv("NDIST_TRANSPORT", "tcp")
+    backends = make_backends(2, transport=None)
+    try:
+        assert all(b._mode == "tcp" for b in backends)
+    finally:
+        for b in backends:
+            b.close()
+    monkeypatch.setenv("NDIST_TRANSPORT", "carrier-pigeon")
+    with pytest.raises(ValueError, match="NDIST_TRANSPORT"):
+        make_backends(1, transport=None)
+
+
+def test_pending_description_on_user_wait_timeout():
+    backends = make_backends(2, timeout=30)
+    try:
+        run_threads(backends, lambda b: b.barrier(blocking=True).wait())
+        w = backends[0].all_reduce(np.ones(3), ReduceOp.SUM)
+        from ndist.runtime import DistTimeoutError
+
+        with pytest.raises(DistTimeoutError, match=r"all_reduce \(#2\).*ranks not heard from: \[1\]"):
+            w.wait(timeout=0.5)
+        backends[1].all_reduce(np.ones(3), ReduceOp.SUM).wait(timeout=30)
+        w.wait(timeout=30)
+    finally:
+        for b in backends:
+            b.close()
