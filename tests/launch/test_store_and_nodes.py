@@ -201,14 +201,20 @@ def test_init_process_group_under_the_launcher(launcher):
         pytest.skip("no collective backend in this checkout yet (init_process_group needs one)")
     launcher.script("""
 import os, sys
+import ndist
 import ndist.distributed as dist
 dist.init_process_group()
 assert dist.get_rank() == int(os.environ["RANK"]) and dist.get_world_size() == int(os.environ["WORLD_SIZE"])
-if os.environ["NDIST_RESTART_COUNT"] == "0" and dist.get_rank() == 1:
-    sys.exit(5)  # the restarted group must rendezvous again from scratch
+if os.environ["NDIST_RESTART_COUNT"] == "0":
+    if dist.get_rank() == 1:
+        sys.exit(5)  # the restarted group must rendezvous again from scratch
+    import time
+    time.sleep(60)  # stopped by the launcher
+t = ndist.ones(1)
+dist.all_reduce(t)
 dist.destroy_process_group()
-print("joined")
+print("joined", int(t.item()))
 """)
     r = launcher.run("--nproc-per-node", 3, "--max-restarts", 1, "job.py")
     assert r.returncode == 0, r.stderr
-    assert sorted(r.stdout.splitlines()) == ["[rank0]:joined", "[rank1]:joined", "[rank2]:joined"]
+    assert sorted(r.stdout.splitlines()) == ["[rank0]:joined 3", "[rank1]:joined 3", "[rank2]:joined 3"]
