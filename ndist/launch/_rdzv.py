@@ -120,23 +120,30 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 class _StoreRendezvous:
+    """Several nodes: node 0 hosts the store for the whole job; see the module docstring."""
+
     def __init__(self, config, secret: str, wake_fd: int | None) -> None:
         from ndist.runtime.store import TCPStore, TCPStoreServer
+
+        from ._config import DEFAULT_MULTINODE_PORT
 
         self.wake_fd = wake_fd
         c = self.config = config
         self.secret = secret
         self.addr = c.master_addr or "127.0.0.1"
-        from ._config import DEFAULT_MULTINODE_PORT
-
         self.port = c.master_port or DEFAULT_MULTINODE_PORT
         self.server = None
-        if c.node_rank == 0:
+        if c.node_rank == 0:  # all interfaces: every connection must prove NDIST_SECRET
             self.server = TCPStoreServer("", self.port, secret, listener=_listen("", self.port))
         connect_to = "127.0.0.1" if self.server is not None else self.addr
         self._store_args = (connect_to, self.port)
         self._tcp_store = TCPStore
-        self.store = self._client(c.rdzv_timeout)
+        try:
+            self.store = self._client(c.rdzv_timeout)
+        except BaseException:
+            if self.server is not None:
+                self.server.close()
+            raise
         self.host = socket.gethostname()
         self._watcher: threading.Thread | None = None
         self._watch_store = None
