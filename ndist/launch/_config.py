@@ -187,9 +187,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         if addr is not None or port is not None:
             p.error("--rdzv-endpoint: give either it or --master-addr/--master-port, not both")
         host, sep, prt = ns.rdzv_endpoint.rpartition(":")
-        if not sep or not prt.isdigit():
-            host, prt = ns.rdzv_endpoint, None
-        addr, port = host, prt
+        if not sep or not prt.isdigit() or (host.count(":") and not host.endswith("]")):
+            host, prt = ns.rdzv_endpoint, None  # no port (a bare IPv6 address has colons too)
+        addr, port = host.strip("[]") or None, prt
     if addr is not None and not addr.strip():
         p.error("--master-addr: expected a host name or address, got ''")
     port = None if port is None else _int(p, "--master-port", port, 0, 65535)

@@ -164,3 +164,35 @@ def test_run_in_process_returns_the_status_and_restores_signals(tmp_path):
     assert run(["--nproc-per-node", "x", str(ok)]) == 2
     assert {s: signal.getsignal(s) for s in before} == before
     assert signal.set_wakeup_fd(-1) == -1
+
+
+@pytest.mark.parametrize("endpoint, addr, port", [
+    ("node0:1234", "node0", 1234), ("node0", "node0", None), ("[::1]:29501", "::1", 29501), ("::1", "::1", None),
+])
+def test_rdzv_endpoint_parsing(tmp_path, endpoint, addr, port):
+    from ndist.launch._config import parse_args
+
+    script = tmp_path / "s.py"
+    script.write_text("")
+    c = parse_args(["--rdzv-endpoint", endpoint, str(script)])
+    assert (c.master_addr, c.master_port) == (addr, port)
+
+
+def test_ipv6_loopback_store(launcher):
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    launcher.script("""
+import os
+from ndist.runtime.store import TCPStore
+host, _, port = os.environ["NDIST_STORE"].rpartition(":")
+TCPStore(host, int(port), is_master=False, timeout=30).set("k", "v")
+print(host)
+""")
+    r = launcher.run("--nproc-per-node", 1, "--master-addr", "::1", "job.py")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "[rank0]:::1\n"
