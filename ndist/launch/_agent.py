@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ._config import STDERR, STDOUT, LaunchConfig
 from ._output import format_prefix
 from ._rdzv import LaunchError, Round, make_rendezvous
-from ._workers import GroupResult, WorkerGroup, WorkerSpec
+from ._workers import GroupResult, WorkerGroup, WorkerSpec, set_child_subreaper
 
 __all__ = ["Agent", "AgentResult", "LaunchError", "rank_env"]
 
@@ -91,8 +91,13 @@ def child_argv(config: LaunchConfig) -> tuple[str, ...]:
 
 
 class Agent:
-    def __init__(self, config: LaunchConfig) -> None:
+    """``adopt_orphans``: become a child subreaper and kill what the ranks leave
+    outside their process groups; only for a process whose children are all
+    ours (the ``ndistrun`` command, not a program embedding ``run()``)."""
+
+    def __init__(self, config: LaunchConfig, adopt_orphans: bool = False) -> None:
         self.config = config
+        self.adopt_orphans = adopt_orphans
         self._keep_dir = config.log_dir is not None or bool(config.redirects) or bool(config.tee)
         self._wake_r = self._wake_w = None
         self._raise_on_signal = True
@@ -164,6 +169,7 @@ class Agent:
     def run(self) -> AgentResult:
         c = self.config
         self._install_signals()
+        subreaper = self.adopt_orphans and set_child_subreaper(True)
         rdzv = None
         result = GroupResult("failed")
         attempt = 0
@@ -177,7 +183,7 @@ class Agent:
                 self._raise_on_signal = True
                 self._check_pending_signal()
                 rnd = rdzv.next_round(attempt)
-                group = WorkerGroup(self._specs(rnd, attempt, secret), c.term_timeout, self._wake_r)
+                group = WorkerGroup(self._specs(rnd, attempt, secret), c.term_timeout, self._wake_r, subreaper)
                 self._raise_on_signal = False
                 group.start()
                 try:
@@ -222,6 +228,8 @@ class Agent:
             if rdzv is not None:
                 rdzv.close()
             self._restore_signals()
+            if subreaper:
+                set_child_subreaper(False)
             if self.job_dir is not None and not self._keep_dir:
                 shutil.rmtree(self.job_dir, ignore_errors=True)
 

@@ -25,7 +25,7 @@ def _configure_logging() -> None:
         logging.getLogger("ndist.launch").setLevel(logging.INFO)
 
 
-def run(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None, *, _command: bool = False) -> int:
     """Run ``ndistrun`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
 
     0 when every rank succeeded; the first failing rank's exit code (128 +
@@ -44,7 +44,7 @@ def run(argv: list[str] | None = None) -> int:
     from ._summary import format_summary
 
     try:
-        out = Agent(config).run()
+        out = Agent(config, adopt_orphans=_command).run()
     except LaunchError as err:
         sys.stderr.write(f"ndistrun: error: {err}\n")
         return 2
@@ -57,12 +57,14 @@ def run(argv: list[str] | None = None) -> int:
 def main(argv: list[str] | None = None) -> None:
     """The ``ndistrun`` command: ``run(argv)``, then exit the process with its status.
 
-    The interpreter's teardown (freeing every module, NumPy's included) is
+    As the command, the launcher also adopts processes the ranks started
+    outside their process groups (``PR_SET_CHILD_SUBREAPER``) and kills them
+    at the end. The interpreter's teardown (freeing every module, NumPy's included) is
     skipped once output is flushed: every rank is gone and every file closed
     by then, and it would only delay the shell. Use ``run()`` to get the
     status back instead.
     """
-    status = run(argv)
+    status = run(argv, _command=True)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

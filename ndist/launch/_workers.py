@@ -22,6 +22,7 @@ import selectors
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -34,6 +35,39 @@ log = logging.getLogger("ndist.launch")
 # Byte written to the wake pipe (besides signal numbers) when the job must stop
 # because another node failed.
 WAKE_STOP = 0
+
+
+def set_child_subreaper(on: bool) -> bool:
+    """Make this process adopt its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``).
+
+    Then a process a rank started in a new session (out of the rank's
+    process group) becomes our child when the rank exits, and is killed with
+    the group's leftovers. False where unsupported.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1 if on else 0, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _adopted_children(known: set[int]) -> list[int]:
+    """Our children that are not ranks: orphans we adopted as a subreaper."""
+    pids: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return sorted(pids - known)
 
 
 def signal_name(signum: int) -> str:
@@ -139,8 +173,13 @@ def _open_log(path: str):
 class WorkerGroup:
     """The ranks of one attempt on this node."""
 
-    def __init__(self, specs: list[WorkerSpec], term_timeout: float, wake_fd: int | None = None) -> None:
+    def __init__(
+        self, specs: list[WorkerSpec], term_timeout: float, wake_fd: int | None = None, adopt_orphans: bool = False
+    ) -> None:
+        """``adopt_orphans``: this process is a child subreaper whose only other
+        children are orphans of the ranks (the ``ndistrun`` command): kill them at the end."""
         self.specs = specs
+        self.adopt_orphans = adopt_orphans
         self.term_timeout = term_timeout
         self.wake_fd = wake_fd
         self.workers: list[_Worker] = []
@@ -295,10 +334,27 @@ class WorkerGroup:
             self._kill_all(signal.SIGKILL, leftovers=True)
             if live:  # an exception escaped: do not leave anything behind
                 self._reap_all_blocking()
+            if self.adopt_orphans:
+                self._kill_adopted()
             for w in self.workers:
                 self._drain(w, sel, final=True)
             sel.close()
         return result
+
+    def _kill_adopted(self) -> None:
+        # Processes that left their rank's process group (setsid, daemons) and
+        # were re-parented to us when their parent exited: kill and reap them.
+        for pid in _adopted_children({w.pid for w in self.workers}):
+            log.debug("killing pid %d, left behind by a rank outside its process group", pid)
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
     def _read_wake(self) -> bytes:
         try:

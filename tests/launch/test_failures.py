@@ -210,3 +210,23 @@ raise ConnectionError("peer went away")
     assert "rank       : 1 (local rank 1)" in summary and "RuntimeError: the real cause" in summary
     assert "raised, then was stopped by the launcher while exiting (killed by SIGTERM)" in summary
     assert "other failures:\n  rank 0 on " in summary and "exit code 1" in summary
+
+
+def test_processes_escaping_the_rank_process_group_do_not_survive(launcher):
+    # A rank starts a daemon in a new session (outside its process group) and exits:
+    # the launcher adopts it as a child subreaper and kills it at the end.
+    launcher.script("""
+import os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+with open(f"daemon-{os.environ['RANK']}", "w") as f:
+    f.write(str(child.pid))
+""")
+    r = launcher.run("--nproc-per-node", 2, "job.py")
+    assert r.returncode == 0, r.stderr
+    pids = [int(open(os.path.join(launcher.cwd, f"daemon-{i}")).read()) for i in range(2)]
+    try:
+        wait_dead(pids, timeout=5)
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
