@@ -230,3 +230,27 @@ with open(f"daemon-{os.environ['RANK']}", "w") as f:
         for pid in pids:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_second_sigint_kills_at_once(launcher):
+    # Ranks ignore SIGINT; with a 60 s grace period only the second Ctrl-C can end the job quickly.
+    launcher.script(RECORD_PIDS + """
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+open(os.path.join(d, f"ignoring-{os.environ['RANK']}"), "w").close()
+time.sleep(120)
+""")
+    p = launcher.popen("--nproc-per-node", 2, "--term-timeout", 60, "job.py")
+    try:
+        wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"ignoring-{r}")) for r in range(2)), 30,
+                 "ranks to ignore SIGINT")
+        pids = _pids(launcher.cwd, 2)
+        p.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            p.wait(0.5)  # still in its grace period
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        p.kill()
+    assert p.returncode == 130
+    wait_dead(pids, timeout=5)
