@@ -79,6 +79,13 @@ def _pasted_summary(script: str) -> list[str]:
 def test_failure_summary_is_pasted_as_printed(tmp_path):
     out = _run(tmp_path, "fail.py")
     real = [_normalise(ln) for ln in out.splitlines()]
+    if "other failures:" in real:
+        # Whether rank 0 raised before it was stopped depends on timing; the page shows
+        # that section on its own, so compare the summary without it.
+        i = real.index("other failures:")
+        j = next(k for k in range(i, len(real)) if real[k].startswith("=" * 20))
+        assert all(ln.startswith("  rank 0 on ") for ln in real[i + 1:j]), real[i:j]
+        real = real[:i] + real[j:]
     pasted = [_normalise(ln) for ln in _pasted_summary("fail.py")]
     start = real.index(pasted[0])
     assert real[start:start + len(pasted)] == pasted
@@ -87,11 +94,17 @@ def test_failure_summary_is_pasted_as_printed(tmp_path):
 @pytest.mark.timeout(180)
 def test_mismatch_lines_are_pasted_as_printed(tmp_path):
     out = _run(tmp_path, "mismatch.py")
-    pasted = [ln for block in _blocks("") for ln in block.splitlines()
-              if "DistMismatchError" in ln and "broadcast" in ln]
+
+    def message(line: str) -> str:  # without the [rankN]: prefix and the summary's indent
+        return re.sub(r"^\[rank\d+\]:", "", line).strip()
+
+    pasted = {message(ln) for block in _blocks("") for ln in block.splitlines()
+              if "DistMismatchError" in ln and "broadcast" in ln}
     assert len(pasted) == 2
-    for line in pasted:
-        assert line in out.splitlines(), f"not in the real output: {line}\n--- output ---\n{out}"
+    real = {message(ln) for ln in out.splitlines() if "DistMismatchError:" in ln}
+    # Both ranks raise; the second may be stopped by the launcher before it prints, but the
+    # root cause's message is always in the summary.
+    assert real and real <= pasted, f"real: {real}\npasted: {pasted}\n--- output ---\n{out}"
 
 
 @pytest.mark.timeout(180)
