@@ -17,3 +17,4 @@ for n in 2 4; do
       --backend socket,mpi --compare mpi4py,torch -q \
       --json $OUT/targets_n$n.json --markdown $OUT/targets_n$n.md > $OUT/targets_n$n.txt
 done
+$PY docs/perf/render.py    # fills docs/performance.md from docs/perf/performance.md.in and these runs
