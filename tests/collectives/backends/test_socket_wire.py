@@ -110,3 +110,12 @@ def test_pending_description_on_user_wait_timeout():
     finally:
         for b in backends:
             b.close()
+
+
+@pytest.mark.parametrize("transport, family", [("tcp", socket.AF_INET), ("shm", socket.AF_UNIX),
+                                                ("auto", socket.AF_UNIX)])
+def test_same_host_stream_family(transport, family):
+    def fn(b):
+        b.barrier(blocking=True).wait()
+        return {c.sock.family for c in b._eng.conns.values()}
+    assert run_group(3, fn, transport) == [{family}] * 3

@@ -69,7 +69,7 @@ class Algorithms:
         """Send the same bytes to every peer in ``peers`` (staged once if any uses shm)."""
         eng = self._eng
         off = None
-        if any(self._shm_for(p, data.nbytes) for p in peers):
+        if data.nbytes >= self._shm_min and any(self._shm_for(p, data.nbytes) for p in peers):
             off = self._stage([data])[0]
         for p in peers:
             if off is not None and self._shm_for(p, data.nbytes):

@@ -14,6 +14,7 @@ works. Waiting spins briefly and then blocks in ``poll``.
 from __future__ import annotations
 
 import logging
+import os
 import select
 import socket
 import time
@@ -111,7 +112,7 @@ class Engine:
         self._scratch: dict = {}
         self._dirty: set = set()  # peers with frames of this op still to flush
         self.closing = False
-        self._spin_budget = 32 if spin else 0
+        self._spin_budget = (32 if spin else 0) if not os.environ.get("BENCH_NOSPIN") else 0
         self._waiting: list = []
 
     # ----------------------------------------------------------- helpers
