@@ -14,7 +14,6 @@ works. Waiting spins briefly and then blocks in ``poll``.
 from __future__ import annotations
 
 import logging
-import os
 import select
 import socket
 import time
@@ -33,6 +32,9 @@ _EXACT_COUNT = {F.op_code(n) for n in ("all_reduce", "reduce", "broadcast")}
 _ROOTED = {F.op_code(n) for n in ("reduce", "broadcast", "gather", "scatter")}
 _DISCARD = np.empty(1 << 20, dtype=np.uint8)
 _POLLIN, _POLLOUT = select.POLLIN, select.POLLOUT
+#: how long a rank spins on its streams before blocking in poll (only when the
+#: group has no more ranks than this host has cores)
+SPIN_S = 15e-6
 _POLLERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
 
@@ -112,7 +114,7 @@ class Engine:
         self._scratch: dict = {}
         self._dirty: set = set()  # peers with frames of this op still to flush
         self.closing = False
-        self._spin_budget = (32 if spin else 0) if not os.environ.get("BENCH_NOSPIN") else 0
+        self.spin_s = SPIN_S if spin else 0.0
         self._waiting: list = []
 
     # ----------------------------------------------------------- helpers
@@ -379,7 +381,7 @@ class Engine:
         del sends  # frames are queued with send(); kept for readability of callers
         self._waiting = expects
         conns = self.conns
-        spins, polled = 0, False
+        spin_end = 0.0
         while True:
             progressed = False
             for c in conns.values():
@@ -398,17 +400,17 @@ class Engine:
                 self._dirty.clear()
                 return
             if progressed:
-                if spins and not polled and self.spin and self._spin_budget < 256:
-                    self._spin_budget += 8  # the spin paid off
-                spins, polled = 0, False
+                spin_end = 0.0
                 continue
-            spins += 1
-            if spins <= self._spin_budget:
-                continue
-            if self.spin:
-                # nothing came while spinning: spin less next time (a loaded
-                # machine must not lose its cores to spinning ranks)
-                self._spin_budget = max(4, self._spin_budget // 2)
+            if self.spin_s:
+                # a short bounded spin before sleeping in poll: a peer's reply often
+                # comes within microseconds; never long enough to starve a loaded core
+                now = time.perf_counter()
+                if not spin_end:
+                    spin_end = now + self.spin_s
+                    continue
+                if now < spin_end:
+                    continue
             left = self.deadline - time.monotonic()
             if left <= 0:
                 waiting = sorted({e.peer for e in expects if not e.done})
@@ -425,7 +427,6 @@ class Engine:
                     poller.register(c.fd, _POLLOUT | (_POLLIN if any(
                         e.peer == c.peer and not e.done for e in expects) else 0))
             poller.poll(min(left, 1.0) * 1000.0)
-            polled = True
 
 
 def _data_done(exp):
