@@ -2,7 +2,60 @@
 the Backend interface and the backends (socket, mpi, nccl)."""
 
 from . import backends  # noqa: F401  (registers the built-in backends)
+from ._api import (
+    all_gather,
+    all_gather_into_tensor,
+    all_reduce,
+    all_to_all,
+    all_to_all_single,
+    barrier,
+    broadcast,
+    gather,
+    monitored_barrier,
+    reduce,
+    reduce_scatter,
+    reduce_scatter_tensor,
+    scatter,
+)
 from ._backend import Backend
-from ._reduce_op import ReduceOp
+from ._objects import (
+    all_gather_object,
+    broadcast_object_list,
+    gather_object,
+    recv_object_list,
+    scatter_object_list,
+    send_object_list,
+)
+from ._p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
+from ._reduce_op import ReduceOp, _make_nccl_premul_sum
 
-__all__ = ["Backend", "ReduceOp"]
+__all__ = [
+    "Backend",
+    "ReduceOp",
+    "_make_nccl_premul_sum",
+    "all_reduce",
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "monitored_barrier",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "P2POp",
+    "batch_isend_irecv",
+    "broadcast_object_list",
+    "all_gather_object",
+    "gather_object",
+    "scatter_object_list",
+    "send_object_list",
+    "recv_object_list",
+]

@@ -101,6 +101,13 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
+    # The built-in backends register themselves when ndist.collectives is imported;
+    # a program that only called the runtime (ndistrun's rank bootstrap, run_ranks)
+    # has not imported it yet. Imported by name, so runtime still imports no backend.
+    try:
+        importlib.import_module("ndist.collectives.backends")
+    except ImportError:  # pragma: no cover - a partial installation
+        pass
     try:
         from importlib.metadata import entry_points
 

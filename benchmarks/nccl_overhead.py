@@ -1,0 +1,126 @@
+"""What the ndist nccl backend costs over a raw ``cupy.cuda.nccl`` call, at world size 1.
+
+Two measurements on one GPU:
+
+* bandwidth: ``all_reduce`` of >= 1 MiB float32 buffers through ndist's backend
+  vs ``NcclCommunicator.allReduce`` on the same stream; the ratio
+  raw_time / ndist_time should be >= 0.97;
+* per-call overhead: host time to enqueue one small all_reduce through ndist
+  minus the same for the raw call (target < 10 us).
+
+Usage (on a GPU machine, from the repository root):
+
+    python benchmarks/nccl_overhead.py [--sizes 1M,16M,64M] [--iters 200] [--warmup 20] [--json out.json]
+
+Exit status 0 when both targets are met, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import timedelta
+
+
+def _parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def _time_gpu(cp, fn, iters: int, warmup: int) -> float:
+    """Seconds per call of ``fn`` (enqueue + GPU), measured with CUDA events on the current stream."""
+    for _ in range(warmup):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(iters):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cp.cuda.get_elapsed_time(start, stop) / 1e3 / iters
+
+
+def _time_host(cp, fn, iters: int, warmup: int) -> float:
+    """Host seconds per call to enqueue ``fn`` (GPU work drained between rounds)."""
+    for _ in range(warmup):
+        fn()
+    cp.cuda.get_current_stream().synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / iters)
+        cp.cuda.get_current_stream().synchronize()
+    return best
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1M,16M,64M,256M", help="buffer sizes in bytes (K/M/G suffixes)")
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+
+    import cupy as cp
+    from cupy.cuda import nccl
+
+    from ndist.collectives import ReduceOp
+    from ndist.runtime import BackendContext, HashStore, get_backend_spec
+
+    ctx = BackendContext(store=HashStore(), rank=0, size=1, timeout=timedelta(minutes=5), group_name="bench",
+                         global_ranks=(0,), device="cuda")
+    backend = get_backend_spec("nccl").create(ctx)
+    uid = nccl.get_unique_id()
+    raw = nccl.NcclCommunicator(1, uid, 0)
+    stream = cp.cuda.Stream(non_blocking=True)
+    results = {"device": cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode(),
+               "nccl_version": nccl.get_version(), "bandwidth": [], "overhead_us": None}
+    ok = True
+    with stream:
+        print(f"# device {results['device']}, NCCL {results['nccl_version']}, world size 1")
+        print(f"{'bytes':>12} {'raw us':>10} {'ndist us':>10} {'raw/ndist':>10}")
+        for size in (_parse_size(s) for s in args.sizes.split(",")):
+            buf = cp.ones(size // 4, dtype=cp.float32)
+
+            def raw_call(buf=buf):
+                raw.allReduce(buf.data.ptr, buf.data.ptr, buf.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)
+
+            def ndist_call(buf=buf):
+                backend.all_reduce(buf, ReduceOp.SUM)
+
+            t_raw = _time_gpu(cp, raw_call, args.iters, args.warmup)
+            t_nd = _time_gpu(cp, ndist_call, args.iters, args.warmup)
+            ratio = t_raw / t_nd
+            ok &= size < (1 << 20) or ratio >= 0.97
+            results["bandwidth"].append({"bytes": size, "raw_s": t_raw, "ndist_s": t_nd, "ratio": ratio})
+            print(f"{size:>12} {t_raw * 1e6:>10.1f} {t_nd * 1e6:>10.1f} {ratio:>10.3f}")
+        small = cp.ones(1, dtype=cp.float32)
+        h_raw = _time_host(cp, lambda: raw.allReduce(small.data.ptr, small.data.ptr, 1, nccl.NCCL_FLOAT32,
+                                                     nccl.NCCL_SUM, stream.ptr), 1000, 100)
+        h_nd = _time_host(cp, lambda: backend.all_reduce(small, ReduceOp.SUM), 1000, 100)
+    overhead = (h_nd - h_raw) * 1e6
+    results["overhead_us"] = overhead
+    results["raw_enqueue_us"] = h_raw * 1e6
+    results["ndist_enqueue_us"] = h_nd * 1e6
+    ok &= overhead < 10.0
+    print(f"# per-call enqueue: raw {h_raw * 1e6:.2f} us, ndist {h_nd * 1e6:.2f} us, overhead {overhead:.2f} us "
+          f"(target < 10 us)")
+    print("# PASS" if ok else "# FAIL: a target was missed")
+    backend.close()
+    raw.destroy()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

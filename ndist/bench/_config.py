@@ -1,0 +1,184 @@
+"""Command line of ``ndist-bench``: sizes, the sweep, and the run configuration."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+
+from ._ops import DTYPES, OPS, REDOPS, resolve_dtype
+
+__all__ = ["BenchConfig", "parse_size", "size_sweep", "build_parser", "parse_args", "LIBRARIES", "NDIST_BACKENDS"]
+
+# Comparators accepted by --compare, and the ndist backends accepted by --backend.
+LIBRARIES = ("mpi4py", "torch")
+NDIST_BACKENDS = ("socket", "mpi")
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$")
+
+
+def parse_size(text: str, *, name: str = "size") -> int:
+    """Bytes for ``8``, ``1K``, ``64M``, ``1G`` (binary multiples, as nccl-tests;
+    ``1KB``/``1KiB``/``1.5M`` are accepted too)."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name}: expected a str such as '64M'; got {type(text).__name__}")
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise ValueError(f"{name}: expected a byte count such as 8, 1K, 64M or 1G; got {text!r}")
+    value = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if value != int(value):
+        raise ValueError(f"{name}: expected a whole number of bytes; got {text!r} = {value} bytes")
+    return int(value)
+
+
+def size_sweep(min_bytes: int, max_bytes: int, factor: int = 2, step_bytes: int = 0) -> list[int]:
+    """Sizes from ``min_bytes`` to ``max_bytes``: multiplied by ``factor`` when it is
+    above 1, else incremented by ``step_bytes`` (nccl-tests' ``-f`` / ``-i``)."""
+    if min_bytes < 0:
+        raise ValueError(f"minbytes: expected >= 0; got {min_bytes}")
+    if max_bytes < min_bytes:
+        raise ValueError(f"maxbytes: expected >= minbytes ({min_bytes}); got {max_bytes}")
+    if factor < 1:
+        raise ValueError(f"stepfactor: expected >= 1; got {factor}")
+    if factor == 1 and step_bytes <= 0:
+        raise ValueError(f"stepbytes: expected > 0 when stepfactor is 1; got {step_bytes}")
+    if factor > 1 and min_bytes == 0:
+        raise ValueError("minbytes: expected > 0 with a step factor (0 never grows); got 0")
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size = size * factor if factor > 1 else size + step_bytes
+    return sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    """One invocation: the ops, the sweep, and the libraries to run it through."""
+
+    ops: tuple[str, ...]
+    sizes: tuple[int, ...]
+    iters: int = 20
+    warmup: int = 5
+    check: int = 1
+    dtype: str = "float32"
+    redop: str = "sum"
+    root: int = 0
+    nproc: int = 2
+    backends: tuple[str, ...] = ("socket",)  # ndist backends; () runs the comparators only
+    compare: tuple[str, ...] = ()
+    rounds: int = 1
+    timeout: float = 300.0
+    json_path: str | None = None
+    plot_path: str | None = None
+    markdown_path: str | None = None
+    quiet: bool = False
+
+    @property
+    def libraries(self) -> tuple[str, ...]:
+        """Every run, as ``ndist[socket]``, ``ndist[mpi]``, ``mpi4py``, ``torch``."""
+        return tuple(f"ndist[{b}]" for b in self.backends) + self.compare
+
+
+def _positive(name):
+    def conv(text):
+        try:
+            v = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: expected an integer; got {text!r}") from None
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"{name}: expected >= 0; got {v}")
+        return v
+
+    return conv
+
+
+def _size_arg(name):
+    def conv(text):
+        try:
+            return parse_size(text, name=name)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return conv
+
+
+def _list_arg(name, choices):
+    def conv(text):
+        items = tuple(x.strip() for x in text.split(",") if x.strip())
+        bad = [x for x in items if x not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{name}: expected a comma list of {', '.join(choices)}; got {', '.join(bad)}")
+        return tuple(dict.fromkeys(items))
+
+    return conv
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ndist-bench",
+        description="Collective benchmarks in the style of nccl-tests, for ndist and, "
+        "side by side, raw mpi4py and torch.distributed (Gloo).",
+    )
+    p.add_argument("ops", nargs="+", metavar="op", help=f"one or more of: {', '.join(OPS)}, or 'all'")
+    p.add_argument("-b", "--minbytes", type=_size_arg("minbytes"), default=parse_size("32M"), help="smallest size (8, 1K, 64M, 1G)")
+    p.add_argument("-e", "--maxbytes", type=_size_arg("maxbytes"), default=parse_size("32M"), help="largest size")
+    p.add_argument("-f", "--stepfactor", type=_positive("stepfactor"), default=2, help="multiply the size by this")
+    p.add_argument("-i", "--stepbytes", type=_size_arg("stepbytes"), default=parse_size("1M"), help="size increment when -f is 1")
+    p.add_argument("-n", "--iters", type=_positive("iters"), default=20, help="timed iterations per size")
+    p.add_argument("-w", "--warmup_iters", type=_positive("warmup_iters"), default=5, help="untimed iterations per size")
+    p.add_argument("-c", "--check", type=_positive("check"), default=1, help="check results N times per size (0: off)")
+    p.add_argument("-d", "--datatype", default="float32", help=f"one of {', '.join(DTYPES)} (or float, half, double)")
+    p.add_argument("-o", "--op", default="sum", choices=REDOPS, help="reduction op")
+    p.add_argument("-r", "--root", type=_positive("root"), default=0, help="root rank of rooted ops")
+    p.add_argument("--nproc", type=_positive("nproc"), default=2, help="local ranks per library")
+    p.add_argument("--backend", type=_list_arg("backend", NDIST_BACKENDS + ("none",)), default=("socket",),
+                   help="ndist backend(s), comma separated; 'none' runs only --compare")
+    p.add_argument("--compare", type=_list_arg("compare", LIBRARIES), default=(), help="also run mpi4py and/or torch (Gloo)")
+    p.add_argument("--rounds", type=_positive("rounds"), default=1,
+                   help="measure each size this many times per library, interleaved; report the median")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds one size may take before the run is aborted")
+    p.add_argument("--json", dest="json_path", metavar="PATH", help="write machine-readable results")
+    p.add_argument("--plot", dest="plot_path", metavar="PATH", help="plot busbw against size (needs matplotlib)")
+    p.add_argument("--markdown", dest="markdown_path", metavar="PATH", help="write the libraries side by side as Markdown")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> BenchConfig:
+    """Parse and validate ``argv``; errors exit with argparse's usage message."""
+    p = build_parser()
+    a = p.parse_args(argv)
+    ops = tuple(OPS) if a.ops == ["all"] else tuple(dict.fromkeys(a.ops))
+    bad = [o for o in ops if o not in OPS]
+    if bad:
+        p.error(f"op: expected one of {', '.join(OPS)} or 'all'; got {', '.join(bad)}")
+    try:
+        dt = resolve_dtype(a.datatype)
+        sizes = size_sweep(a.minbytes, a.maxbytes, a.stepfactor, a.stepbytes)
+    except ValueError as e:
+        p.error(str(e))
+    backends = tuple(b for b in a.backend if b != "none")
+    if not backends and not a.compare:
+        p.error("backend: 'none' needs at least one library in --compare")
+    if a.nproc < 1:
+        p.error(f"nproc: expected >= 1; got {a.nproc}")
+    for o in ops:
+        if a.nproc < OPS[o].min_ranks:
+            p.error(f"nproc: {o} needs at least {OPS[o].min_ranks} ranks; got {a.nproc}")
+    if a.root >= a.nproc:
+        p.error(f"root: expected a rank in 0..{a.nproc - 1}; got {a.root}")
+    if a.op == "avg" and dt.kind not in "f" and dt.name != "bfloat16":
+        p.error(f"op: avg needs a floating-point datatype; got {dt.name}")
+    if a.iters < 1:
+        p.error(f"iters: expected >= 1; got {a.iters}")
+    if a.rounds < 1:
+        p.error(f"rounds: expected >= 1; got {a.rounds}")
+    if not a.timeout > 0:
+        p.error(f"timeout: expected > 0 seconds; got {a.timeout}")
+    return BenchConfig(
+        ops=ops, sizes=tuple(sizes), iters=a.iters, warmup=a.warmup_iters, check=a.check, dtype=dt.name,
+        redop=a.op, root=a.root, nproc=a.nproc, backends=backends, compare=a.compare, rounds=a.rounds,
+        timeout=a.timeout, json_path=a.json_path, plot_path=a.plot_path, markdown_path=a.markdown_path,
+        quiet=a.quiet,
+    )

@@ -1,0 +1,267 @@
+"""Start one library's ranks and drive them: ``RankGroup``.
+
+mpi4py and ndist's ``mpi`` backend run under ``mpiexec -n N`` (MPICH's, found
+next to the interpreter or on PATH); torch and ndist's ``socket`` backend run
+as N plain processes. Every rank connects back to a listener on 127.0.0.1
+(port 0) and proves the per-run key (``multiprocessing.connection``'s HMAC
+challenge, both ways) before anything is unpickled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
+
+__all__ = ["RankGroup", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV"]
+
+AUTHKEY_ENV = "NDIST_BENCH_AUTHKEY"  # the per-run key, hex, in each rank's environment
+
+log = logging.getLogger("ndist.bench")
+
+MPI_LIBRARIES = ("mpi4py", "ndist[mpi]")
+
+
+class BenchError(RuntimeError):
+    """A library's ranks failed to start, crashed, or timed out."""
+
+
+def find_mpiexec() -> str | None:
+    """MPICH's ``mpiexec`` next to ``sys.executable`` (the mpich wheel), else on PATH."""
+    here = os.path.dirname(sys.executable)
+    return shutil.which("mpiexec", path=here) or shutil.which("mpiexec")
+
+
+def _ndist_root() -> str:
+    import ndist
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(ndist.__file__)))
+
+
+def _child_env(authkey: bytes, timeout: float) -> dict:
+    env = dict(os.environ)
+    root = _ndist_root()
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[AUTHKEY_ENV] = authkey.hex()
+    env["NDIST_BENCH_TIMEOUT"] = str(timeout)
+    env.setdefault("NDIST_SECRET", secrets.token_hex(16))  # ndist's job secret, as ndistrun sets it
+    # N ranks share the cores: one compute thread each, the same for every library.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "1")
+    return env
+
+
+class RankGroup:
+    """The ``nproc`` ranks of one library, started once and reused for every size."""
+
+    def __init__(self, lib: str, nproc: int, timeout: float = 300.0):
+        self.lib, self.nproc, self.timeout = lib, nproc, timeout
+        self.procs: list[subprocess.Popen] = []
+        self.conns: dict[int, Connection] = {}
+        self.ranks: dict[int, dict] = {}  # rank -> {"pid", "host"}
+        self.versions: dict = {}
+        self.command: list[str] = []
+        self._log = tempfile.TemporaryFile(mode="w+b")
+
+    # ------------------------------------------------------------------ start
+
+    def _commands(self, address: str) -> list[list[str]]:
+        mod = [sys.executable, "-m", "ndist.bench._worker", self.lib]
+        if self.lib in MPI_LIBRARIES:
+            mpiexec = find_mpiexec()
+            if mpiexec is None:
+                raise BenchError(f"{self.lib}: mpiexec not found next to {sys.executable} or on PATH")
+            return [[mpiexec, "-n", str(self.nproc), *mod, "mpi", str(self.nproc), address]]
+        return [[*mod, str(r), str(self.nproc), address] for r in range(self.nproc)]
+
+    def start(self) -> "RankGroup":
+        authkey = secrets.token_bytes(32)
+        lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            lsock.bind(("127.0.0.1", 0))
+            lsock.listen(self.nproc)
+            address = f"127.0.0.1:{lsock.getsockname()[1]}"
+            env = _child_env(authkey, self.timeout)
+            cmds = self._commands(address)
+            self.command = cmds[0]
+            for cmd in cmds:
+                self.procs.append(subprocess.Popen(
+                    cmd, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                ))
+            deadline = time.monotonic() + self.timeout
+            pending = []
+            while len(pending) < self.nproc:
+                self._check_alive("while starting")
+                lsock.settimeout(min(0.5, max(0.01, deadline - time.monotonic())))
+                try:
+                    s, _ = lsock.accept()
+                except socket.timeout:
+                    if time.monotonic() > deadline:
+                        raise BenchError(f"{self.lib}: {len(pending)} of {self.nproc} ranks connected "
+                                         f"within {self.timeout:.0f} s{self._log_tail()}") from None
+                    continue
+                s.setblocking(True)  # Connection reads the raw fd: no O_NONBLOCK left over
+                conn = Connection(s.detach())
+                try:
+                    deliver_challenge(conn, authkey)
+                    answer_challenge(conn, authkey)
+                except Exception as e:  # someone else connected: drop it, keep waiting
+                    log.warning("rejected a connection to %s: %s", address, e)
+                    conn.close()
+                    continue
+                pending.append(conn)
+            for conn in pending:
+                hello = self._recv(conn, deadline, "hello")
+                self.conns[hello["rank"]] = conn
+                self.ranks[hello["rank"]] = {"pid": hello["pid"], "host": hello["host"]}
+            if sorted(self.conns) != list(range(self.nproc)):
+                raise BenchError(f"{self.lib}: expected ranks 0..{self.nproc - 1}; got {sorted(self.conns)}")
+            self._await_ready(deadline)
+        except BaseException:
+            self.kill()
+            raise
+        finally:
+            lsock.close()
+        return self
+
+    def _await_ready(self, deadline: float) -> None:
+        ready: set[int] = set()
+        waiting: list[int] = []
+        published, value = False, None
+        while len(ready) < self.nproc:
+            for rank, msg in self._recv_any(deadline, "ready", [r for r in self.conns if r not in ready]):
+                if msg["kind"] == "publish":
+                    if rank == 0:
+                        published, value = True, msg["value"]
+                    waiting.append(rank)
+                    if published:
+                        for r in waiting:
+                            self.conns[r].send({"kind": "published", "value": value})
+                        waiting.clear()
+                elif msg["kind"] == "ready":
+                    ready.add(rank)
+                    self.versions = msg["versions"]
+
+    # -------------------------------------------------------------- messaging
+
+    def _log_tail(self, limit: int = 4000) -> str:
+        try:
+            self._log.flush()
+            self._log.seek(0, os.SEEK_END)
+            end = self._log.tell()
+            self._log.seek(max(0, end - limit))
+            text = self._log.read().decode(errors="replace").strip()
+        except (OSError, ValueError):
+            return ""
+        return f"\n--- output of {self.lib} ranks (tail) ---\n{text}" if text else ""
+
+    def _check_alive(self, what: str) -> None:
+        for p in self.procs:
+            rc = p.poll()
+            if rc is not None:  # nobody exits while a message is still owed
+                raise BenchError(f"{self.lib}: rank process {p.pid} exited with code {rc} {what}{self._log_tail()}")
+
+    def _raise_error(self, msg: dict) -> None:
+        raise BenchError(f"{self.lib}: rank {msg['rank']} failed:\n{msg['traceback']}{self._log_tail()}")
+
+    def _recv(self, conn: Connection, deadline: float, what: str) -> dict:
+        while not conn.poll(0.5):
+            self._check_alive(f"while waiting for {what}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"{self.lib}: no {what} within {self.timeout:.0f} s{self._log_tail()}")
+        msg = self._recv_msg(conn, what)
+        if msg["kind"] == "error":
+            self._raise_error(msg)
+        return msg
+
+    def _recv_msg(self, conn: Connection, what: str) -> dict:
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            self._check_alive(f"while waiting for {what}")
+            raise BenchError(f"{self.lib}: a rank closed its connection while waiting for {what}"
+                             f"{self._log_tail()}") from None
+
+    def _recv_any(self, deadline: float, what: str, ranks=None):
+        """Messages from whichever of ``ranks`` (default: all) have one."""
+        ranks = self.conns if ranks is None else ranks
+        by_conn = {id(self.conns[r]): r for r in ranks}
+        ready = wait([self.conns[r] for r in ranks], timeout=0.5)
+        if not ready:
+            self._check_alive(f"while waiting for {what}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"{self.lib}: no {what} from every rank within {self.timeout:.0f} s"
+                                 f"{self._log_tail()}")
+        out = []
+        for c in ready:
+            msg = self._recv_msg(c, what)
+            if msg["kind"] == "error":
+                self._raise_error(msg)
+            out.append((by_conn[id(c)], msg))
+        return out
+
+    # --------------------------------------------------------------------- use
+
+    def run(self, request: dict) -> list[dict]:
+        """Send ``request`` to every rank; their results, by rank."""
+        deadline = time.monotonic() + self.timeout
+        for conn in self.conns.values():
+            conn.send({"kind": "run", **request})
+        results: dict[int, dict] = {}
+        what = f"{request['op']} {request['nbytes']} B"
+        while len(results) < self.nproc:
+            for rank, msg in self._recv_any(deadline, what, [r for r in self.conns if r not in results]):
+                results[rank] = msg
+        return [results[r] for r in range(self.nproc)]
+
+    def stop(self) -> None:
+        """Close every rank's library and wait for the processes; kill on trouble."""
+        try:
+            deadline = time.monotonic() + min(self.timeout, 60.0)
+            for conn in self.conns.values():
+                conn.send({"kind": "stop"})
+            done: set[int] = set()
+            while len(done) < self.nproc:
+                for rank, msg in self._recv_any(deadline, "stop", [r for r in self.conns if r not in done]):
+                    done.add(rank)
+            for p in self.procs:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except (BenchError, OSError, subprocess.TimeoutExpired) as e:
+            log.warning("%s did not stop cleanly: %s", self.lib, e)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """Terminate every process this group started (its own session) and close up."""
+        for conn in self.conns.values():
+            conn.close()
+        self.conns = {}
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    p.kill()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log.warning("process %d of %s did not exit", p.pid, self.lib)
+        self._log.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.stop()
+        else:
+            self.kill()

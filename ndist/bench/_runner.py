@@ -1,0 +1,150 @@
+"""Run a sweep through every library, alternating, and collect rows.
+
+All libraries' ranks are started first and stay up for the whole invocation.
+For each op and size, each library is measured in turn (``rounds`` times,
+interleaved), and the order rotates from one size and round to the next, so
+the drift of a shared machine lands on every library alike. While one library
+runs, the others' ranks sleep in a socket read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import os
+import statistics
+import sys
+
+from ._config import BenchConfig
+from ._launch import MPI_LIBRARIES, RankGroup, find_mpiexec
+from ._ops import OPS, bandwidths, layout, resolve_dtype
+
+__all__ = ["Row", "RunResult", "run_bench", "check_available"]
+
+log = logging.getLogger("ndist.bench")
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of a table: one library, one op, one size."""
+
+    lib: str
+    op: str
+    size: int  # bytes (nccl-tests' ``size`` column)
+    count: int  # elements per call argument
+    type: str
+    redop: str
+    root: int
+    time_us: float  # median over rounds of (max over ranks of the mean time per call)
+    algbw: float  # GB/s
+    busbw: float  # GB/s
+    wrong: int  # -1: not checked
+    samples_us: list[float] = dataclasses.field(default_factory=list)  # one per round
+
+
+@dataclasses.dataclass
+class RunResult:
+    config: BenchConfig
+    rows: list[Row]
+    ranks: dict[str, dict]  # lib -> rank -> {"pid", "host"}
+    versions: dict[str, dict]  # lib -> versions reported by its rank 0
+    commands: dict[str, list[str]]  # lib -> the command that started its ranks
+    schedule: list[tuple[str, int, int, str]] = dataclasses.field(default_factory=list)  # (op, size, round, lib)
+    load: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # 1/5/15-min load average at start and end
+
+    def rows_for(self, lib: str, op: str) -> list[Row]:
+        return [r for r in self.rows if r.lib == lib and r.op == op]
+
+
+def check_available(libs) -> None:
+    """Raise ``ValueError`` for a library that cannot run here, before starting any."""
+    for lib in libs:
+        if lib in MPI_LIBRARIES:
+            if importlib.util.find_spec("mpi4py") is None:
+                raise ValueError(f"{lib}: needs mpi4py, which is not installed for {sys.executable}")
+            if find_mpiexec() is None:
+                raise ValueError(f"{lib}: needs mpiexec (the mpich wheel), found neither next to "
+                                 f"{sys.executable} nor on PATH")
+        if lib == "torch" and importlib.util.find_spec("torch") is None:
+            raise ValueError(f"compare: torch is not installed for {sys.executable}")
+
+
+def _supported(lib: str, dtype: str) -> str | None:
+    """Why ``lib`` cannot run ``dtype`` (None: it can)."""
+    if lib in MPI_LIBRARIES and dtype == "bfloat16":
+        return "MPI has no bfloat16 datatype"
+    return None
+
+
+def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
+    """Run every op of ``cfg`` over its sizes through every library; rows in order."""
+    libs = list(cfg.libraries)
+    check_available(libs)
+    for lib in libs:
+        why = _supported(lib, cfg.dtype)
+        if why:
+            raise ValueError(f"datatype: {lib} cannot run {cfg.dtype}: {why}")
+    itemsize = resolve_dtype(cfg.dtype).itemsize
+    load_start = _loadavg()
+    groups: dict[str, RankGroup] = {}
+    rows: list[Row] = []
+    schedule: list[tuple[str, int, int, str]] = []
+    try:
+        for lib in libs:
+            groups[lib] = RankGroup(lib, cfg.nproc, cfg.timeout).start()
+        step = 0
+        for op in cfg.ops:
+            spec = OPS[op]
+            for nbytes in (cfg.sizes[:1] if op == "barrier" else cfg.sizes):  # barrier: no size to sweep
+                lay = layout(op, nbytes, itemsize, cfg.nproc)
+                if op != "barrier" and lay.count == 0:
+                    log.info("ndist-bench: %s %d B skipped: less than one element per rank", op, nbytes)
+                    continue
+                samples: dict[str, list[float]] = {lib: [] for lib in libs}
+                wrong = dict.fromkeys(libs, 0)
+                for rnd in range(cfg.rounds):
+                    order = libs[step % len(libs):] + libs[: step % len(libs)]
+                    step += 1
+                    for lib in order:
+                        req = {"op": op, "nbytes": nbytes, "dtype": cfg.dtype, "redop": cfg.redop,
+                               "root": cfg.root, "iters": cfg.iters, "warmup": cfg.warmup,
+                               "check": cfg.check if rnd == 0 else 0}
+                        schedule.append((op, nbytes, rnd, lib))
+                        res = groups[lib].run(req)
+                        samples[lib].append(max(r["seconds"] for r in res))
+                        wrong[lib] += sum(r["wrong"] for r in res)
+                for lib in libs:
+                    sec = statistics.median(samples[lib])
+                    algbw, busbw = bandwidths(op, lay.size, sec, cfg.nproc)
+                    row = Row(
+                        lib=lib, op=op, size=lay.size, count=lay.count, type=cfg.dtype,
+                        redop=cfg.redop if spec.reduces else "none", root=cfg.root if spec.rooted else -1,
+                        time_us=sec * 1e6, algbw=algbw, busbw=busbw,
+                        wrong=wrong[lib] if cfg.check else -1, samples_us=[s * 1e6 for s in samples[lib]],
+                    )
+                    rows.append(row)
+                    if progress is not None:
+                        progress(row)
+        for g in groups.values():
+            g.stop()
+    except BaseException:
+        for g in groups.values():
+            g.kill()
+        raise
+    return RunResult(
+        config=cfg, rows=rows,
+        ranks={lib: g.ranks for lib, g in groups.items()},
+        versions={lib: g.versions for lib, g in groups.items()},
+        commands={lib: g.command for lib, g in groups.items()},
+        schedule=schedule,
+        load=(load_start, _loadavg()),
+    )
+
+
+def _loadavg() -> tuple[float, ...]:
+    try:
+        return tuple(round(x, 2) for x in os.getloadavg())
+    except (AttributeError, OSError):
+        return ()
+

@@ -1,0 +1,118 @@
+"""One benchmark rank: ``python -m ndist.bench._worker LIB RANK SIZE HOST:PORT``.
+
+The rank connects back to the launcher (``multiprocessing.connection`` with the
+HMAC challenge on the key in ``NDIST_BENCH_AUTHKEY``), starts its library
+through an adapter, then serves ``run`` requests until ``stop``. Waiting for the
+next request is a blocking socket read, so an idle library's ranks use no CPU
+while another library is being measured (MPI would busy-poll in a barrier).
+
+For each request the rank times ``iters`` calls between barriers after
+``warmup`` untimed ones and reports its own mean time per call; the launcher
+takes the maximum over ranks (nccl-tests' time with ``-a 3``). Checking then
+re-initialises the buffers, runs one call and counts wrong elements.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import traceback
+from multiprocessing.connection import Client
+
+import numpy as np
+
+from ._adapters import library_versions, make_adapter
+from ._launch import AUTHKEY_ENV
+from ._ops import count_wrong, layout, make_buffers, resolve_dtype
+
+
+def run_case(adapter, rank: int, nranks: int, req: dict) -> dict:
+    """Time and check one (op, size) on this rank; returns its share of the row."""
+    op, dtype = req["op"], resolve_dtype(req["dtype"])
+    redop, root = req["redop"], req["root"]
+    lay = layout(op, req["nbytes"], dtype.itemsize, nranks)
+
+    def fresh(with_expected):
+        b = make_buffers(op, lay, dtype, rank, nranks, root, redop, with_expected)
+        return b, adapter.wrap(b.send), adapter.wrap(b.recv)
+
+    bufs, send, recv = fresh(False)
+    for _ in range(req["warmup"]):
+        adapter.run(op, send, recv, redop, root, nranks, rank)
+    adapter.barrier()
+    t0 = time.perf_counter()
+    for _ in range(req["iters"]):
+        adapter.run(op, send, recv, redop, root, nranks, rank)
+    seconds = (time.perf_counter() - t0) / req["iters"]
+    adapter.barrier()
+
+    wrong = 0
+    for _ in range(req["check"]):
+        bufs, send, recv = fresh(True)
+        adapter.barrier()
+        adapter.run(op, send, recv, redop, root, nranks, rank)
+        wrong += count_wrong(bufs.result, bufs.expected, nranks)
+        if wrong:
+            break
+    return {"seconds": seconds, "wrong": wrong, "count": lay.count, "size": lay.size}
+
+
+def serve(lib: str, rank: int, nranks: int, address: tuple[str, int], authkey: bytes) -> int:
+    conn = Client(address, authkey=authkey)
+    try:
+        conn.send({"kind": "hello", "rank": rank, "pid": os.getpid(), "host": socket.gethostname()})
+
+        def rendezvous(obj):
+            # Rank 0 publishes, everyone (rank 0 too) gets rank 0's object back.
+            conn.send({"kind": "publish", "rank": rank, "value": obj})
+            return conn.recv()["value"]
+
+        timeout = float(os.environ.get("NDIST_BENCH_TIMEOUT", "300"))
+        adapter = make_adapter(lib, rank, nranks, rendezvous, timeout)
+        conn.send({"kind": "ready", "rank": rank, "versions": library_versions(lib)})
+        while True:
+            req = conn.recv()
+            if req["kind"] == "stop":
+                adapter.close()
+                conn.send({"kind": "stopped", "rank": rank})
+                return 0
+            conn.send({"kind": "result", "rank": rank, **run_case(adapter, rank, nranks, req)})
+    except (EOFError, ConnectionError, BrokenPipeError):
+        return 3  # the launcher went away: nothing left to report to
+    except BaseException:
+        try:
+            conn.send({"kind": "error", "rank": rank, "traceback": traceback.format_exc()})
+        except OSError:
+            pass
+        return 1
+    finally:
+        conn.close()
+
+
+def _rank_from_env(default: int) -> int:
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return default
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 4:
+        sys.stderr.write("usage: python -m ndist.bench._worker LIB RANK|mpi SIZE HOST:PORT\n")
+        return 2
+    lib, rank_s, size_s, addr = argv
+    rank = _rank_from_env(0) if rank_s == "mpi" else int(rank_s)
+    host, _, port = addr.rpartition(":")
+    key = bytes.fromhex(os.environ.get(AUTHKEY_ENV, ""))
+    if not key:
+        sys.stderr.write(f"ndist.bench._worker: {AUTHKEY_ENV} is not set\n")
+        return 2
+    np.seterr(all="ignore")  # repeated in-place reductions overflow; only the check counts
+    return serve(lib, rank, int(size_s), (host, int(port)), key)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

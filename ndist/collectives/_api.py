@@ -1,0 +1,340 @@
+"""The public collectives, with torch.distributed's signatures and semantics.
+
+Each function checks every argument (``_check``) before anything is sent,
+turns the tensors into contiguous arrays over the caller's memory
+(``_convert``; non-contiguous outputs are staged and written back), maps
+global ranks to group ranks, and calls the group's backend for the tensors'
+device. ``src`` / ``dst`` are global ranks; ``group_src`` / ``group_dst``
+give the rank within ``group`` instead (torch 2.5+).
+
+Unlike torch's Gloo backend, the list forms (``all_gather``, ``gather``,
+``scatter``, ``all_to_all``, ``reduce_scatter``) accept tensors of different
+sizes per rank.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from . import _check
+from ._common import member_group, submit
+from ._convert import contiguous_input, contiguous_output, unaliased
+from ._reduce_op import ReduceOp
+
+__all__ = [
+    "all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "gather", "scatter",
+    "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
+    "monitored_barrier",
+]
+
+
+def _flat_rows(arr, sizes):
+    """Views of the contiguous ``arr`` split along dim 0 into ``sizes`` rows."""
+    row = 1
+    for d in arr.shape[1:]:
+        row *= d
+    flat = arr.reshape(-1)
+    views, pos = [], 0
+    for s in sizes:
+        views.append(flat[pos:pos + s * row])
+        pos += s * row
+    return views
+
+
+def _chunks(arr, n: int):
+    flat = arr.reshape(-1)
+    k = flat.size // n
+    return [flat[i * k:(i + 1) * k] for i in range(n)]
+
+
+# ------------------------------------------------------------------ reductions
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
+    """Reduce ``tensor`` over every rank of ``group``, in place on every rank."""
+    pg = member_group(group)
+    arr = _check.output(tensor, "tensor")
+    rop, scale = _check.reduce_op(op, arr.dtype)
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    buf = contiguous_output(arr, post)
+    return submit(pg, _check.same_device([("tensor", arr)]), "all_reduce", (buf, rop, scale), async_op, post,
+                  [tensor])
+
+
+def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
+    """Reduce ``tensor`` over ``group`` into ``dst``'s ``tensor``; other ranks' tensors are unchanged."""
+    pg = member_group(group)
+    root = _check.root_rank(pg, "dst", dst, "group_dst", group_dst)
+    arr = _check.output(tensor, "tensor")
+    rop, scale = _check.reduce_op(op, arr.dtype)
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    buf = contiguous_output(arr, post) if pg.rank() == root else contiguous_input(arr)
+    return submit(pg, _check.same_device([("tensor", arr)]), "reduce", (buf, root, rop, scale), async_op,
+                  post, [tensor])
+
+
+def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
+    """``output`` on rank i = reduction over ranks of their ``input_list[i]``."""
+    pg = member_group(group)
+    out = _check.output(output, "output")
+    ins = _check.tensor_list(input_list, "input_list", pg.size())
+    named = [("output", out)] + [(f"input_list[{i}]", a) for i, a in enumerate(ins)]
+    _check.same_dtype(named)
+    dev = _check.same_device(named)
+    mine = ins[pg.rank()]
+    if mine.size != out.size:
+        raise ValueError(f"input_list[{pg.rank()}]: expected {out.size} elements (those of output), "
+                         f"got {mine.size}")
+    rop, scale = _check.reduce_op(op, out.dtype)
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    buf = contiguous_output(out, post)
+    inputs = unaliased([contiguous_input(a).reshape(-1) for a in ins], [buf])
+    return submit(pg, dev, "reduce_scatter", (buf, inputs, rop, scale), async_op, post, [output])
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
+    """``input`` holds ``group.size()`` equal chunks; rank i's ``output`` = reduction of chunk i."""
+    pg = member_group(group)
+    out = _check.output(output, "output")
+    inp = _check.tensor(input, "input")
+    named = [("output", out), ("input", inp)]
+    _check.same_dtype(named)
+    dev = _check.same_device(named)
+    if inp.size != out.size * pg.size():
+        raise ValueError(f"input: expected {out.size * pg.size()} elements (output's {out.size} x group size "
+                         f"{pg.size()}), got {inp.size}")
+    rop, scale = _check.reduce_op(op, out.dtype)
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    buf = contiguous_output(out, post)
+    (src,) = unaliased([contiguous_input(inp)], [buf])
+    return submit(pg, dev, "reduce_scatter", (buf, _chunks(src, pg.size()), rop, scale),
+                  async_op, post, [output])
+
+
+# --------------------------------------------------------------- data movement
+def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+    """Copy ``src``'s ``tensor`` into every rank's ``tensor``."""
+    pg = member_group(group)
+    root = _check.root_rank(pg, "src", src, "group_src", group_src)
+    arr = _check.output(tensor, "tensor") if pg.rank() != root else _check.tensor(tensor, "tensor")
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    buf = contiguous_output(arr, post) if pg.rank() != root else contiguous_input(arr)
+    return submit(pg, _check.same_device([("tensor", arr)]), "broadcast", (buf, root), async_op, post, [tensor])
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    """``tensor_list[i]`` receives rank i's ``tensor`` (sizes may differ per rank)."""
+    pg = member_group(group)
+    inp = _check.tensor(tensor, "tensor")
+    outs = _check.tensor_list(tensor_list, "tensor_list", pg.size(), out=True)
+    named = [("tensor", inp)] + [(f"tensor_list[{i}]", a) for i, a in enumerate(outs)]
+    _check.same_dtype(named)
+    dev = _check.same_device(named)
+    if outs[pg.rank()].size != inp.size:
+        raise ValueError(f"tensor_list[{pg.rank()}]: expected {inp.size} elements (those of tensor, this "
+                         f"rank's contribution), got {outs[pg.rank()].size}")
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    bufs = [contiguous_output(a, post).reshape(-1) for a in outs]
+    (src,) = unaliased([contiguous_input(inp).reshape(-1)], bufs)
+    return submit(pg, dev, "all_gather", (bufs, src), async_op, post, list(tensor_list))
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    """``output_tensor`` = every rank's ``input_tensor`` concatenated (or stacked) in rank order."""
+    pg = member_group(group)
+    out = _check.output(output_tensor, "output_tensor")
+    inp = _check.tensor(input_tensor, "input_tensor")
+    named = [("output_tensor", out), ("input_tensor", inp)]
+    _check.same_dtype(named)
+    dev = _check.same_device(named)
+    if out.size != inp.size * pg.size():
+        raise ValueError(f"output_tensor: expected {inp.size * pg.size()} elements (input_tensor's {inp.size} "
+                         f"x group size {pg.size()}), got {out.size}")
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    buf = contiguous_output(out, post)
+    (src,) = unaliased([contiguous_input(inp).reshape(-1)], [buf])
+    return submit(pg, dev, "all_gather", (_chunks(buf, pg.size()), src), async_op, post, [output_tensor])
+
+
+def _root_list(pg, root: int, objs, name: str, out: bool):
+    if pg.rank() == root:
+        if objs is None:
+            raise ValueError(f"{name}: expected a list of {pg.size()} tensors on the root rank "
+                             f"{pg.ranks[root]}, got None")
+        return _check.tensor_list(objs, name, pg.size(), out=out)
+    if objs is not None and (not hasattr(objs, "__len__") or len(objs) != 0):
+        raise ValueError(f"{name}: expected None or [] on non-root rank {pg.ranks[pg.rank()]} "
+                         f"(root is {pg.ranks[root]}), got {type(objs).__name__} of length "
+                         f"{len(objs) if hasattr(objs, '__len__') else '?'}")
+    return None
+
+
+def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
+    """On ``dst``, ``gather_list[i]`` receives rank i's ``tensor`` (sizes may differ)."""
+    pg = member_group(group)
+    root = _check.root_rank(pg, "dst", dst, "group_dst", group_dst, default=0)
+    inp = _check.tensor(tensor, "tensor")
+    outs = _root_list(pg, root, gather_list, "gather_list", out=True)
+    named = [("tensor", inp)] + [(f"gather_list[{i}]", a) for i, a in enumerate(outs or [])]
+    _check.same_dtype(named)
+    dev = _check.same_device(named)
+    if outs is not None and outs[root].size != inp.size:
+        raise ValueError(f"gather_list[{root}]: expected {inp.size} elements (those of tensor), "
+                         f"got {outs[root].size}")
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    bufs = None if outs is None else [contiguous_output(a, post).reshape(-1) for a in outs]
+    (src,) = unaliased([contiguous_input(inp).reshape(-1)], bufs or [])
+    return submit(pg, dev, "gather", (bufs, src, root), async_op, post,
+                  list(gather_list) if outs is not None else [])
+
+
+def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
+    """Rank i's ``tensor`` receives ``src``'s ``scatter_list[i]`` (sizes may differ)."""
+    pg = member_group(group)
+    root = _check.root_rank(pg, "src", src, "group_src", group_src, default=0)
+    out = _check.output(tensor, "tensor")
+    ins = _root_list(pg, root, scatter_list, "scatter_list", out=False)
+    named = [("tensor", out)] + [(f"scatter_list[{i}]", a) for i, a in enumerate(ins or [])]
+    _check.same_dtype(named)
+    dev = _check.same_device(named)
+    if ins is not None and ins[root].size != out.size:
+        raise ValueError(f"scatter_list[{root}]: expected {out.size} elements (those of tensor), "
+                         f"got {ins[root].size}")
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    buf = contiguous_output(out, post).reshape(-1)
+    inputs = None if ins is None else unaliased([contiguous_input(a).reshape(-1) for a in ins], [buf])
+    return submit(pg, dev, "scatter", (buf, inputs, root), async_op, post, [tensor])
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    """Rank i's ``input_tensor_list[j]`` lands in rank j's ``output_tensor_list[i]``."""
+    pg = member_group(group)
+    outs = _check.tensor_list(output_tensor_list, "output_tensor_list", pg.size(), out=True)
+    ins = _check.tensor_list(input_tensor_list, "input_tensor_list", pg.size())
+    named = ([(f"input_tensor_list[{i}]", a) for i, a in enumerate(ins)]
+             + [(f"output_tensor_list[{i}]", a) for i, a in enumerate(outs)])
+    _check.same_dtype(named)
+    dev = _check.same_device(named)
+    me = pg.rank()
+    if outs[me].size != ins[me].size:
+        raise ValueError(f"output_tensor_list[{me}]: expected {ins[me].size} elements (those of "
+                         f"input_tensor_list[{me}], which this rank sends itself), got {outs[me].size}")
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    bufs = [contiguous_output(a, post).reshape(-1) for a in outs]
+    inputs = unaliased([contiguous_input(a).reshape(-1) for a in ins], bufs)
+    return submit(pg, dev, "all_to_all", (bufs, inputs), async_op, post, list(output_tensor_list))
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
+                      async_op=False):
+    """Split ``input`` along dim 0 by ``input_split_sizes``, exchange, and concatenate into ``output``."""
+    pg = member_group(group)
+    out = _check.output(output, "output")
+    inp = _check.tensor(input, "input")
+    named = [("output", out), ("input", inp)]
+    _check.same_dtype(named)
+    dev = _check.same_device(named)
+    for name, arr in named:
+        if arr.ndim == 0:
+            raise ValueError(f"{name}: expected a tensor with at least one dimension, got a 0-d tensor")
+    if out.shape[1:] != inp.shape[1:]:
+        raise ValueError(f"output: expected trailing dimensions {tuple(inp.shape[1:])} (those of input), "
+                         f"got shape {tuple(out.shape)}")
+    osz = _check.split_sizes("output_split_sizes", output_split_sizes, out.shape[0], pg.size(), "output")
+    isz = _check.split_sizes("input_split_sizes", input_split_sizes, inp.shape[0], pg.size(), "input")
+    me = pg.rank()
+    if osz[me] != isz[me]:
+        raise ValueError(f"output_split_sizes[{me}]: expected {isz[me]} (input_split_sizes[{me}], what this "
+                         f"rank sends itself), got {osz[me]}")
+    _check.check_bool("async_op", async_op)
+    post: list = []
+    buf = contiguous_output(out, post)
+    (src,) = unaliased([contiguous_input(inp)], [buf])
+    if output_split_sizes is None and input_split_sizes is None and hasattr(pg.backend_for(dev), "all_to_all_even"):
+        # Every rank splits evenly (torch's contract for no split sizes): the backend's
+        # even fast path (MPI_Alltoall rather than Alltoallv).
+        return submit(pg, dev, "all_to_all_even", (buf.reshape(-1), src.reshape(-1)), async_op, post, [output])
+    return submit(pg, dev, "all_to_all", (_flat_rows(buf, osz), _flat_rows(src, isz)), async_op, post, [output])
+
+
+# ----------------------------------------------------------------- barriers
+def barrier(group=None, async_op=False, device_ids=None):
+    """Block until every rank of ``group`` entered the barrier."""
+    pg = member_group(group)
+    if device_ids is not None and not isinstance(device_ids, (list, tuple)):
+        raise TypeError(f"device_ids: expected a list of ints or None, got {type(device_ids).__name__}")
+    _check.check_bool("async_op", async_op)
+    device = "cuda" if device_ids else "cpu"
+    return submit(pg, device, "barrier", (), async_op)
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """A barrier that names the ranks that did not arrive within ``timeout``.
+
+    Rank 0 of the group collects a token from every other rank and then
+    releases them; a rank missing at the deadline raises ``DistTimeoutError``
+    on rank 0 naming it (all missing ranks when ``wait_all_ranks``), like
+    torch's Gloo ``monitored_barrier``. CPU only, point to point.
+    """
+    import time
+
+    import numpy as np
+
+    from ..runtime import DistTimeoutError
+
+    pg = member_group(group)
+    _check.check_bool("wait_all_ranks", wait_all_ranks)
+    if timeout is None:
+        timeout = pg.timeout
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise TypeError(f"timeout: expected a datetime.timedelta, seconds or None, got {type(timeout).__name__}")
+    if seconds <= 0:
+        raise ValueError(f"timeout: expected a positive duration, got {timeout!r}")
+    backend = pg.backend_for("cpu")
+    tag = _check.RESERVED_TAG
+    me, size = pg.rank(), pg.size()
+    if size == 1:
+        return None
+    deadline = time.monotonic() + seconds
+    if me != 0:
+        backend.send(np.ones(1, np.uint8), 0, tag).wait(seconds)
+        release = backend.recv(np.zeros(1, np.uint8), 0, tag)
+        try:
+            release.wait(max(deadline - time.monotonic(), 0.0) + seconds)
+        except DistTimeoutError:
+            raise DistTimeoutError(
+                f"monitored_barrier: rank {pg.ranks[me]} was not released by rank {pg.ranks[0]} within "
+                f"{seconds:g} s (rank {pg.ranks[0]} reports the ranks that did not arrive)"
+            ) from None
+        return None
+    works = {r: backend.recv(np.zeros(1, np.uint8), r, tag) for r in range(1, size)}
+    missing = []
+    for r, work in works.items():
+        try:
+            work.wait(max(deadline - time.monotonic(), 0.0))
+        except DistTimeoutError:
+            missing.append(pg.ranks[r])
+            if not wait_all_ranks:
+                break
+    if missing:
+        which = "Ranks" if len(missing) > 1 else "Rank"
+        raise DistTimeoutError(
+            f"monitored_barrier: {which} {', '.join(map(str, missing))} failed to pass monitoredBarrier "
+            f"in {seconds:g} s (group {pg.group_name!r})"
+        )
+    for r in range(1, size):
+        backend.send(np.ones(1, np.uint8), r, tag).wait(seconds)
+    return None

@@ -1,0 +1,137 @@
+"""Turn what users pass (ndist.Tensor, NumPy, CuPy, torch, anything with
+``__dlpack__`` / the array interface) into arrays over the *same memory*.
+
+Nothing here copies except ``contiguous_input`` / ``contiguous_output`` for
+non-contiguous arrays; an output staged that way is written back by a step
+queued in ``post`` (run through ``Work.then`` once the backend finished).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["as_array", "device_type", "contiguous_input", "contiguous_output", "ArrayLike"]
+
+ArrayLike = Any
+
+_DLPACK_CPU = 1
+_DLPACK_CUDA = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+
+
+def _is_ndist_tensor(obj) -> bool:
+    try:
+        from ..tensor import Tensor
+    except ImportError:  # pragma: no cover - the tensor layer always ships with ndist
+        return False
+    return isinstance(obj, Tensor)
+
+
+def _module(obj) -> str:
+    return type(obj).__module__ or ""
+
+
+def as_array(obj: ArrayLike, name: str):
+    """A NumPy / CuPy array viewing ``obj``'s memory (any strides), or TypeError naming ``name``."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    if _is_ndist_tensor(obj):
+        return obj._data
+    mod = _module(obj)
+    if mod.startswith("cupy"):
+        return obj
+    if mod.startswith("torch"):
+        return _from_torch(obj, name)
+    if isinstance(obj, (list, tuple, dict, str, bytes, int, float, complex, bool)) or obj is None:
+        raise TypeError(f"{name}: expected a tensor (ndist.Tensor, numpy/cupy array, torch tensor), "
+                        f"got {type(obj).__name__}")
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        dev = obj.__dlpack_device__()[0]
+        if dev == _DLPACK_CPU:
+            return np.from_dlpack(obj)
+        if dev in _DLPACK_CUDA:
+            import cupy
+
+            return cupy.from_dlpack(obj)
+    if hasattr(obj, "__cuda_array_interface__"):
+        import cupy
+
+        return cupy.asarray(obj)
+    if hasattr(obj, "__array_interface__") or hasattr(obj, "__array_struct__"):
+        return np.asarray(obj)
+    raise TypeError(f"{name}: expected a tensor (ndist.Tensor, numpy/cupy array, torch tensor or an object "
+                    f"with __dlpack__), got {type(obj).__name__}")
+
+
+def _from_torch(t, name: str):
+    import torch  # only reached when the user passed a torch tensor
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a tensor, got {type(t).__module__}.{type(t).__name__}")
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return _from_torch(t.view(torch.int16), name).view(ml_dtypes.bfloat16)
+    if t.device.type == "cpu":
+        return t.numpy()  # shares memory, keeps strides
+    if t.device.type == "cuda":
+        import cupy
+
+        return cupy.from_dlpack(t)
+    raise TypeError(f"{name}: torch tensors on device {t.device} are not supported (cpu or cuda expected)")
+
+
+def device_type(arr) -> str:
+    return "cpu" if isinstance(arr, np.ndarray) else "cuda"
+
+
+def _is_contiguous(arr) -> bool:
+    return bool(arr.flags.c_contiguous)
+
+
+def contiguous_input(arr):
+    """``arr`` itself when C-contiguous, else a contiguous copy (inputs are only read)."""
+    if _is_contiguous(arr):
+        return arr
+    return arr.copy(order="C")
+
+
+def contiguous_output(arr, post: list[Callable[[], None]]):
+    """A C-contiguous buffer for ``arr``; when staged, queue the write-back into ``post``."""
+    if _is_contiguous(arr):
+        return arr
+    staged = arr.copy(order="C")
+
+    def write_back() -> None:
+        arr[...] = staged
+
+    post.append(write_back)
+    return staged
+
+
+def _bounds(arr) -> tuple[int, int]:
+    """Memory extent of a C-contiguous array (all that ``unaliased`` sees)."""
+    ptr = arr.__array_interface__["data"][0] if isinstance(arr, np.ndarray) else arr.data.ptr
+    return ptr, ptr + arr.nbytes
+
+
+def unaliased(inputs: list, outputs: list) -> list:
+    """``inputs``, with a copy of each one whose memory overlaps an output.
+
+    Backends may not read and write the same memory in one call (MPI forbids
+    aliased buffers); torch users write ``all_to_all_single(t, t)`` or
+    ``all_gather(outs, outs[rank])``, so such inputs are copied first.
+    """
+    spans = [_bounds(o) for o in outputs if o.size]
+    if not spans:
+        return inputs
+    result = []
+    for arr in inputs:
+        if arr.size:
+            lo, hi = _bounds(arr)
+            if any(lo < ohi and olo < hi for olo, ohi in spans):
+                arr = arr.copy()
+        result.append(arr)
+    return result

@@ -1,0 +1,125 @@
+"""Point-to-point: send / recv / isend / irecv, P2POp and batch_isend_irecv.
+
+``dst`` / ``src`` are global ranks (``group_dst`` / ``group_src``: ranks in
+``group``); ``recv`` with no source receives from any rank and returns the
+sender's global rank (its group rank when ``group_src``-style addressing is
+wanted, use ``group.group_rank``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _check
+from ._common import member_group, submit
+from ._convert import contiguous_input, contiguous_output
+
+__all__ = ["send", "recv", "isend", "irecv", "P2POp", "batch_isend_irecv"]
+
+
+def _send(tensor, dst, group, tag, group_dst, async_op):
+    pg = member_group(group)
+    peer = _check.peer_rank(pg, "dst", dst, "group_dst", group_dst)
+    arr = _check.tensor(tensor, "tensor")
+    tag = _check.check_tag(tag)
+    dev = _check.same_device([("tensor", arr)])
+    return submit(pg, dev, "send", (contiguous_input(arr), peer, tag), async_op, None, [tensor])
+
+
+def _recv(tensor, src, group, tag, group_src, async_op):
+    pg = member_group(group)
+    peer = _check.peer_rank(pg, "src", src, "group_src", group_src, allow_none=True)
+    arr = _check.output(tensor, "tensor")
+    tag = _check.check_tag(tag)
+    dev = _check.same_device([("tensor", arr)])
+    post: list = []
+    buf = contiguous_output(arr, post)
+    backend = pg.backend_for(dev)
+    _check.check_bool("async_op", async_op)
+    if not async_op and getattr(backend, "blocking_calls", False):
+        work = backend.recv(buf, peer, tag, blocking=True)
+    else:
+        work = backend.recv(buf, peer, tag)
+    done = work
+    if post:
+
+        def _write_back() -> None:
+            for step in post:
+                step()
+
+        done = work.then(_write_back)
+    if async_op:
+        return done
+    done.wait(pg.timeout)
+    (source,) = work.result()
+    return pg.global_rank(source)
+
+
+def send(tensor, dst=None, group=None, tag=0, group_dst=None) -> None:
+    """Send ``tensor`` to global rank ``dst`` (or ``group_dst``); returns once it is handed off."""
+    _send(tensor, dst, group, tag, group_dst, False)
+
+
+def recv(tensor, src=None, group=None, tag=0, group_src=None) -> int:
+    """Receive into ``tensor`` from ``src`` (any rank when None); return the sender's global rank."""
+    return _recv(tensor, src, group, tag, group_src, False)
+
+
+def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    """Start sending ``tensor``; returns a Work."""
+    return _send(tensor, dst, group, tag, group_dst, True)
+
+
+def irecv(tensor, src=None, group=None, tag=0, group_src=None):
+    """Start receiving into ``tensor``; returns a Work whose ``result()`` is ``[sender group rank]``."""
+    return _recv(tensor, src, group, tag, group_src, True)
+
+
+class P2POp:
+    """One point-to-point operation for ``batch_isend_irecv`` (``op`` is ``isend`` or ``irecv``)."""
+
+    __slots__ = ("op", "tensor", "peer", "group", "tag", "group_peer")
+
+    def __init__(self, op, tensor, peer=None, group=None, tag=0, group_peer=None):
+        if op not in (isend, irecv):
+            raise ValueError(f"op: expected ndist.distributed.isend or irecv, got {op!r}")
+        if peer is None and group_peer is None:
+            raise ValueError("peer: expected a global rank (or group_peer), got None")
+        self.op = op
+        self.tensor = tensor
+        self.peer = peer
+        self.group = group
+        self.tag = tag
+        self.group_peer = group_peer
+
+    def __repr__(self) -> str:
+        return f"P2POp({self.op.__name__}, peer={self.peer}, group_peer={self.group_peer}, tag={self.tag})"
+
+
+def batch_isend_irecv(p2p_op_list: Any) -> list:
+    """Start every operation of ``p2p_op_list`` and return their Works, in order.
+
+    All operations are checked before the first one starts.
+    """
+    if isinstance(p2p_op_list, (str, bytes)) or not isinstance(p2p_op_list, (list, tuple)):
+        raise TypeError(f"p2p_op_list: expected a list of P2POp, got {type(p2p_op_list).__name__}")
+    if not p2p_op_list:
+        raise ValueError("p2p_op_list: expected a non-empty list of P2POp, got []")
+    for i, p in enumerate(p2p_op_list):
+        if not isinstance(p, P2POp):
+            raise TypeError(f"p2p_op_list[{i}]: expected a P2POp, got {type(p).__name__}")
+        pg = member_group(p.group)
+        if p.op is isend:
+            _check.peer_rank(pg, f"p2p_op_list[{i}].peer", p.peer, "group_peer", p.group_peer)
+            _check.tensor(p.tensor, f"p2p_op_list[{i}].tensor")
+        else:
+            _check.peer_rank(pg, f"p2p_op_list[{i}].peer", p.peer, "group_peer", p.group_peer)
+            _check.output(p.tensor, f"p2p_op_list[{i}].tensor")
+        _check.check_tag(p.tag)
+    works = []
+    for p in p2p_op_list:
+        if p.op is isend:
+            works.append(isend(p.tensor, p.peer, p.group, p.tag, p.group_peer))
+        else:
+            works.append(irecv(p.tensor, p.peer, p.group, p.tag, p.group_peer))
+    return works

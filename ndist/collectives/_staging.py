@@ -1,0 +1,364 @@
+"""CUDA arrays through CPU backends: stage through pinned host buffers.
+
+``wrap_for_cuda(cpu_backend)`` returns a ``HostStagingBackend``: a Backend
+that takes CuPy arrays, copies what the operation reads into page-locked host
+buffers (one packed buffer per call, reused across calls), runs the wrapped
+CPU backend's operation on NumPy views of them, and copies what the operation
+wrote back to the device on the stream that was current at the call. The
+returned Work completes once those copies finished, so after ``wait()`` the
+results are visible to any stream.
+
+Ordering: the device-to-host copies are enqueued on the caller's current
+stream and the host waits for them (an event) before the CPU backend runs, so
+kernels the caller enqueued before the collective are respected, as in torch's
+Gloo backend with CUDA tensors.
+
+The device side is an ``ArrayModule`` adapter: ``CupyArrays`` for CUDA, and
+``HostArrays``, which treats NumPy arrays as the "device" so that the very
+same staging code runs, over a real CPU backend, on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..runtime import Work
+from ._backend import Backend
+from ._reduce_op import ReduceOp
+
+__all__ = ["HostStagingBackend", "wrap_for_cuda", "ArrayModule", "CupyArrays", "HostArrays", "PinnedPool"]
+
+log = logging.getLogger("ndist.collectives.staging")
+
+_ALIGN = 256  # bytes; every staged array starts on this boundary in the packed buffer
+_MIN_CLASS = 1 << 12
+
+
+def _round_up(n: int, align: int) -> int:
+    return (n + align - 1) // align * align
+
+
+class ArrayModule:
+    """How the staging backend talks to the device. Subclasses: ``CupyArrays``, ``HostArrays``."""
+
+    name = "abstract"
+
+    def is_device_array(self, a: Any) -> bool:
+        raise NotImplementedError
+
+    def alloc_host(self, nbytes: int) -> np.ndarray:
+        """A (pinned) host buffer of ``nbytes``, as a flat ``uint8`` NumPy array."""
+        raise NotImplementedError
+
+    def capture(self) -> Any:
+        """What identifies "the current stream" at call time."""
+        return None
+
+    def to_host(self, src: Any, dst: np.ndarray, where: Any) -> None:
+        raise NotImplementedError
+
+    def to_device(self, src: np.ndarray, dst: Any, where: Any) -> None:
+        raise NotImplementedError
+
+    def fence(self, where: Any) -> None:
+        """Block the host until the copies enqueued on ``where`` so far finished."""
+
+    def to_numpy(self, a: Any) -> Any:
+        """A host copy of a (small) device array, e.g. PREMUL_SUM's factor."""
+        return a
+
+
+class HostArrays(ArrayModule):
+    """NumPy arrays in the role of device arrays; copies are plain memcpys."""
+
+    name = "numpy"
+
+    def is_device_array(self, a: Any) -> bool:
+        return isinstance(a, np.ndarray)
+
+    def alloc_host(self, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def to_host(self, src, dst, where) -> None:
+        dst[...] = src.reshape(-1).view(np.uint8)
+
+    def to_device(self, src, dst, where) -> None:
+        dst.reshape(-1).view(np.uint8)[...] = src
+
+
+class CupyArrays(ArrayModule):
+    """CuPy arrays; pinned buffers from ``cupy.cuda.alloc_pinned_memory``, async copies on the stream."""
+
+    name = "cupy"
+
+    def __init__(self) -> None:
+        import cupy
+
+        self._cp = cupy
+
+    def is_device_array(self, a: Any) -> bool:
+        return isinstance(a, self._cp.ndarray)
+
+    def alloc_host(self, nbytes: int) -> np.ndarray:
+        mem = self._cp.cuda.alloc_pinned_memory(nbytes)
+        return np.ndarray((nbytes,), dtype=np.uint8, buffer=mem)  # keeps ``mem`` alive as its base
+
+    def capture(self) -> Any:
+        cp = self._cp
+        return cp.cuda.Device(), cp.cuda.get_current_stream()
+
+    def _copy(self, dst_ptr: int, src_ptr: int, nbytes: int, kind: int, where) -> None:
+        device, stream = where
+        with device:
+            self._cp.cuda.runtime.memcpyAsync(dst_ptr, src_ptr, nbytes, kind, stream.ptr)
+
+    def to_host(self, src, dst, where) -> None:
+        if src.nbytes:
+            self._copy(dst.ctypes.data, src.data.ptr, src.nbytes, 2, where)  # cudaMemcpyDeviceToHost
+
+    def to_device(self, src, dst, where) -> None:
+        if dst.nbytes:
+            self._copy(dst.data.ptr, src.ctypes.data, dst.nbytes, 1, where)  # cudaMemcpyHostToDevice
+
+    def fence(self, where) -> None:
+        device, stream = where
+        with device:
+            event = self._cp.cuda.Event(block=False, disable_timing=True)
+            event.record(stream)
+            event.synchronize()
+
+    def to_numpy(self, a):
+        return self._cp.asnumpy(a)
+
+
+class PinnedPool:
+    """Host buffers by power-of-two size class, reused across calls; thread-safe.
+
+    At most ``keep`` free buffers are cached per class; a buffer in use is
+    never handed out twice.
+    """
+
+    def __init__(self, alloc: Callable[[int], np.ndarray], keep: int = 4) -> None:
+        self._alloc = alloc
+        self._keep = keep
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+        self.allocations = 0  # how many buffers were ever allocated (reuse is visible in tests)
+
+    def acquire(self, nbytes: int) -> np.ndarray:
+        size = max(_MIN_CLASS, 1 << max(0, nbytes - 1).bit_length())
+        with self._lock:
+            free = self._free.get(size)
+            if free:
+                return free.pop()
+            self.allocations += 1
+        return self._alloc(size)
+
+    def release(self, buf: np.ndarray) -> None:
+        with self._lock:
+            free = self._free.setdefault(buf.nbytes, [])
+            if len(free) < self._keep:
+                free.append(buf)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
+
+
+class _Staging:
+    """The host twins of one call's device arrays, packed in one pooled buffer."""
+
+    def __init__(self, arrays: ArrayModule, pool: PinnedPool, reads: list, writes: list) -> None:
+        self.arrays = arrays
+        self.pool = pool
+        self.where = arrays.capture()
+        self.twins: dict[int, np.ndarray] = {}
+        self.reads = [a for a in reads if a is not None]
+        self.writes = [a for a in writes if a is not None]
+        distinct: dict[int, Any] = {}
+        for a in self.reads + self.writes:
+            distinct.setdefault(id(a), a)
+        total = sum(_round_up(a.nbytes, _ALIGN) for a in distinct.values())
+        self.buffer = pool.acquire(total) if distinct else None
+        offset = 0
+        for key, a in distinct.items():
+            dtype = np.dtype(a.dtype)
+            if a.nbytes:
+                self.twins[key] = self.buffer[offset:offset + a.nbytes].view(dtype).reshape(a.shape)
+            else:
+                self.twins[key] = np.empty(a.shape, dtype=dtype)
+            offset += _round_up(a.nbytes, _ALIGN)
+
+    def twin(self, a: Any) -> Any:
+        return None if a is None else self.twins[id(a)]
+
+    def copy_in(self) -> None:
+        for a in self.reads:
+            self.arrays.to_host(a, self.buffer_view(a), self.where)
+        if self.reads:
+            self.arrays.fence(self.where)
+
+    def buffer_view(self, a: Any) -> np.ndarray:
+        return self.twins[id(a)].reshape(-1).view(np.uint8)
+
+    def copy_out(self) -> None:
+        try:
+            for a in self.writes:
+                self.arrays.to_device(self.buffer_view(a), a, self.where)
+        finally:
+            if self.writes:
+                self.arrays.fence(self.where)
+
+    def release(self) -> None:
+        if self.buffer is not None:
+            self.pool.release(self.buffer)
+            self.buffer = None
+
+
+class HostStagingBackend(Backend):
+    """Runs a CPU backend's collectives on device arrays through host buffers."""
+
+    def __init__(self, inner: Backend, arrays: ArrayModule | None = None, pool: PinnedPool | None = None) -> None:
+        super().__init__(inner.ctx)
+        self.inner = inner
+        self.arrays = arrays if arrays is not None else CupyArrays()
+        self.pool = pool if pool is not None else PinnedPool(self.arrays.alloc_host)
+        self.name = getattr(inner, "name", "cpu")
+        # The public API passes ``blocking=True`` to backends that declare
+        # ``blocking_calls``; it is forwarded to the wrapped backend.
+        self.blocking_calls = bool(getattr(inner, "blocking_calls", False))
+
+    # -------------------------------------------------------------- machinery
+    def _check(self, a: Any, name: str) -> None:
+        if not self.arrays.is_device_array(a):
+            raise TypeError(f"{name}: expected a {self.arrays.name} array (the staging backend serves "
+                            f"{self.ctx.device} tensors), got {type(a).__module__}.{type(a).__name__}")
+
+    def _run(self, op: str, reads: Sequence[Any], writes: Sequence[Any], call: Callable[[_Staging], Work]) -> Work:
+        staging = _Staging(self.arrays, self.pool, list(reads), list(writes))
+        try:
+            staging.copy_in()
+            inner = call(staging)
+        except BaseException:
+            staging.release()
+            raise
+        done = Work(op, inner.seq, None, inner._pending)
+
+        def finish(fut) -> None:
+            # Runs on whichever thread completed the inner work (at once if it already had).
+            exc = fut.exception()
+            if exc is None:
+                try:
+                    staging.copy_out()
+                except BaseException as err:  # noqa: BLE001 - delivered to the waiter
+                    exc = err
+            staging.release()  # before completing: a waiter may reuse the buffer at once
+            if exc is None:
+                done._outputs = fut.result()  # e.g. recv's [source], known only at completion
+                done._complete()
+            else:
+                done._fail(exc)
+
+        inner.get_future().add_done_callback(finish)
+        return done
+
+    def _scale(self, scale: Any) -> Any:
+        data = getattr(scale, "_data", scale)
+        if self.arrays.is_device_array(data) and not isinstance(data, np.ndarray):
+            return self.arrays.to_numpy(data)
+        return scale
+
+    # ------------------------------------------------------------ reductions
+    def all_reduce(self, buf, op: ReduceOp, scale: Any = None, **kw) -> Work:
+        self._check(buf, "tensor")
+        scale = self._scale(scale)
+        return self._run("all_reduce", [buf], [buf], lambda s: self.inner.all_reduce(s.twin(buf), op, scale, **kw))
+
+    def reduce(self, buf, dst: int, op: ReduceOp, scale: Any = None, **kw) -> Work:
+        self._check(buf, "tensor")
+        scale = self._scale(scale)
+        writes = [buf] if self.rank == dst else []
+        return self._run("reduce", [buf], writes, lambda s: self.inner.reduce(s.twin(buf), dst, op, scale, **kw))
+
+    def reduce_scatter(self, out, inputs: Sequence[Any], op: ReduceOp, scale: Any = None, **kw) -> Work:
+        self._check(out, "output")
+        for i, a in enumerate(inputs):
+            self._check(a, f"input_list[{i}]")
+        scale = self._scale(scale)
+        return self._run("reduce_scatter", list(inputs), [out],
+                         lambda s: self.inner.reduce_scatter(s.twin(out), [s.twin(a) for a in inputs], op, scale,
+                                                             **kw))
+
+    # ---------------------------------------------------------- data movement
+    def broadcast(self, buf, src: int, **kw) -> Work:
+        self._check(buf, "tensor")
+        root = self.rank == src
+        return self._run("broadcast", [buf] if root else [], [] if root else [buf],
+                         lambda s: self.inner.broadcast(s.twin(buf), src, **kw))
+
+    def all_gather(self, outputs: Sequence[Any], inp, **kw) -> Work:
+        self._check(inp, "tensor")
+        for i, a in enumerate(outputs):
+            self._check(a, f"tensor_list[{i}]")
+        return self._run("all_gather", [inp], list(outputs),
+                         lambda s: self.inner.all_gather([s.twin(a) for a in outputs], s.twin(inp), **kw))
+
+    def gather(self, outputs: Sequence[Any] | None, inp, dst: int, **kw) -> Work:
+        self._check(inp, "tensor")
+        outs = list(outputs) if outputs is not None else []
+        for i, a in enumerate(outs):
+            self._check(a, f"gather_list[{i}]")
+        return self._run("gather", [inp], outs,
+                         lambda s: self.inner.gather(None if outputs is None else [s.twin(a) for a in outs],
+                                                     s.twin(inp), dst, **kw))
+
+    def scatter(self, out, inputs: Sequence[Any] | None, src: int, **kw) -> Work:
+        self._check(out, "tensor")
+        ins = list(inputs) if inputs is not None else []
+        for i, a in enumerate(ins):
+            self._check(a, f"scatter_list[{i}]")
+        return self._run("scatter", ins, [out],
+                         lambda s: self.inner.scatter(s.twin(out), None if inputs is None else
+                                                      [s.twin(a) for a in ins], src, **kw))
+
+    def all_to_all(self, outputs: Sequence[Any], inputs: Sequence[Any], **kw) -> Work:
+        for i, a in enumerate(outputs):
+            self._check(a, f"output_tensor_list[{i}]")
+        for i, a in enumerate(inputs):
+            self._check(a, f"input_tensor_list[{i}]")
+        return self._run("all_to_all", list(inputs), list(outputs),
+                         lambda s: self.inner.all_to_all([s.twin(a) for a in outputs],
+                                                         [s.twin(a) for a in inputs], **kw))
+
+    def barrier(self, **kw) -> Work:
+        return self.inner.barrier(**kw)
+
+    # ---------------------------------------------------------- point to point
+    def send(self, buf, dst: int, tag: int = 0, **kw) -> Work:
+        self._check(buf, "tensor")
+        return self._run("send", [buf], [], lambda s: self.inner.send(s.twin(buf), dst, tag, **kw))
+
+    def recv(self, buf, src: int | None, tag: int = 0, **kw) -> Work:
+        self._check(buf, "tensor")
+        return self._run("recv", [], [buf], lambda s: self.inner.recv(s.twin(buf), src, tag, **kw))
+
+    # -------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        self.inner.close()
+        self.pool.clear()
+
+    def abort(self) -> None:
+        self.inner.abort()
+        self.pool.clear()
+
+    def __repr__(self) -> str:
+        return f"<HostStagingBackend over {self.inner!r} ({self.arrays.name})>"
+
+
+def wrap_for_cuda(backend: Backend) -> HostStagingBackend:
+    """``backend`` (a CPU backend) serving CuPy arrays through pinned host buffers."""
+    return HostStagingBackend(backend, CupyArrays())

@@ -1,0 +1,396 @@
+"""The MPI backend: every collective maps onto one MPI call on a communicator.
+
+Blocking calls (``blocking=True``, what the public functions ask for when
+``async_op=False``) use MPI's blocking collectives; otherwise the non-blocking
+variant (``Iallreduce``, ``Ialltoallv``, ...) starts and an ``MPIWork`` wraps
+its request. Lists of arrays (uneven all_gather / gather / scatter /
+all_to_all) become one v-collective: when the arrays already lie back to back
+in one buffer (the views ``all_to_all_single`` / ``all_gather_into_tensor``
+pass) that buffer is used directly, otherwise they are packed / unpacked
+once.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ....runtime import DistBackendError, Work
+from ..._backend import Backend
+from ..._reduce_op import ReduceOp
+from ._types import move_type, reduce_plan
+from ._work import MPIWork, _as_dist_error
+
+__all__ = ["MPIBackend"]
+
+log = logging.getLogger("ndist.collectives.mpi")
+
+
+def _is_numpy(arr) -> bool:
+    return isinstance(arr, np.ndarray)
+
+
+def _ptr(arr) -> int:
+    if _is_numpy(arr):
+        return arr.__array_interface__["data"][0]
+    return arr.data.ptr  # cupy
+
+
+def _xp(arr):
+    if _is_numpy(arr):
+        return np
+    import cupy
+
+    return cupy
+
+
+# What a blocking call returns: completed, succeeded, no outputs (shared, never mutated).
+_DONE = Work.completed("mpi")
+
+
+def _span(arrays: Sequence[Any]):
+    """A 1-D view covering ``arrays`` if they lie back to back, in order, in one buffer."""
+    anchor = None
+    offset = 0
+    for arr in arrays:
+        if arr.size == 0:
+            continue
+        if anchor is None:
+            if offset:
+                return None
+            anchor = arr
+            p0 = _ptr(arr)
+        elif _ptr(arr) != p0 + offset:
+            return None
+        offset += arr.nbytes
+    if anchor is None:
+        return None
+    base = anchor.base
+    if (
+        _is_numpy(anchor) and isinstance(base, np.ndarray) and base.nbytes == offset and base.dtype == anchor.dtype
+        and base.flags.c_contiguous and _ptr(base) == p0
+    ):
+        return base.reshape(-1)  # the chunks of one whole array (all_gather_into_tensor ...): no as_strided
+    itemsize = anchor.itemsize
+    flat = anchor.reshape(-1)
+    xp = _xp(anchor)
+    return xp.lib.stride_tricks.as_strided(flat, shape=(offset // itemsize,), strides=(itemsize,))
+
+
+def _pack(arrays: Sequence[Any], dtype):
+    """``(flat, None)``: one contiguous buffer holding ``arrays`` back to back."""
+    span = _span(arrays)
+    if span is not None:
+        return span
+    if not arrays or all(a.size == 0 for a in arrays):
+        return np.empty(0, dtype) if not arrays or _is_numpy(arrays[0]) else _xp(arrays[0]).empty(0, dtype)
+    xp = _xp(arrays[0])
+    return xp.concatenate([a.reshape(-1) for a in arrays])
+
+
+def _unpacker(arrays: Sequence[Any], dtype):
+    """``(flat, post)``: a receive buffer for ``arrays`` and the copy-out (or None)."""
+    span = _span(arrays)
+    if span is not None or all(a.size == 0 for a in arrays):
+        if span is None:
+            span = (np if not arrays or _is_numpy(arrays[0]) else _xp(arrays[0])).empty(0, dtype)
+        return span, None
+    xp = _xp(arrays[0])
+    total = sum(a.size for a in arrays)
+    flat = xp.empty(total, dtype)
+
+    def post() -> None:
+        pos = 0
+        for a in arrays:
+            a.reshape(-1)[...] = flat[pos:pos + a.size]
+            pos += a.size
+
+    return flat, post
+
+
+def _counts(arrays: Sequence[Any], unit: int):
+    counts = [a.size * unit for a in arrays]
+    displs = [0] * len(counts)
+    pos = 0
+    for i, c in enumerate(counts):
+        displs[i] = pos
+        pos += c
+    return counts, displs
+
+
+class MPIBackend(Backend):
+    """Collectives over ``MPI_COMM_WORLD`` or a sub-communicator of it."""
+
+    name = "mpi"
+    blocking_calls = True
+
+    def __init__(self, ctx, comm=None) -> None:
+        super().__init__(ctx)
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = comm if comm is not None else _make_comm(MPI, ctx)
+        self._cuda_aware = _cuda_aware(MPI)
+        self._closed = False
+
+    # ------------------------------------------------------------ plumbing
+    def _run(self, op: str, name: str, args: tuple, blocking: bool,
+             finish: Callable[[], Any] | None = None, outputs: Any = None, status=None) -> Work:
+        try:
+            if blocking:
+                getattr(self.comm, name)(*args)
+                result = finish() if finish is not None else None
+                if result is None and outputs is None:
+                    return _DONE  # the caller only checks it succeeded: no Future per call
+                return Work.completed(op, outputs=result if result is not None else outputs)
+            req = getattr(self.comm, "I" + name[0].lower() + name[1:])(*args)
+            return MPIWork.for_request(op, req, finish, outputs, status)
+        except Exception as err:  # noqa: BLE001 - delivered through the Work
+            return Work.failed(op, _as_dist_error(op, err))
+
+    def _host(self, arrays, post: list, out: bool):
+        """Stage CuPy arrays through host memory when MPI is not CUDA-aware."""
+        if not arrays or _is_numpy(arrays[0]):
+            return arrays
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+        if self._cuda_aware:
+            return arrays
+        hosts = [cupy.asnumpy(a) for a in arrays]
+        if out:
+            post.extend(lambda d=d, h=h: d.set(h) for d, h in zip(arrays, hosts))
+        return hosts
+
+    @staticmethod
+    def _finisher(steps: list):
+        if not steps:
+            return None
+
+        def finish() -> None:
+            for step in steps:
+                step()
+
+        return finish
+
+    # ------------------------------------------------------------ reductions
+    def _prepare_reduce(self, buf, op: ReduceOp, scale, writes: bool, post: list):
+        """``(work_buf, mtype, mop)``; queues the copy back / AVG division into ``post``."""
+        (buf,) = self._host([buf], post, out=writes)
+        work_dtype, mtype, mop = reduce_plan(self.MPI, buf.dtype, op)
+        if buf.dtype == np.bool_:
+            wbuf = buf.view(np.uint8)
+        elif work_dtype != buf.dtype:
+            wbuf = buf.astype(work_dtype)
+            if writes:
+                post.insert(0, lambda: buf.__setitem__(Ellipsis, wbuf.astype(buf.dtype)))
+        elif op is ReduceOp.PREMUL_SUM and not writes:
+            wbuf = buf.copy()  # the caller's buffer stays unchanged
+        else:
+            wbuf = buf
+        if op is ReduceOp.PREMUL_SUM:
+            np.multiply(wbuf, scale, out=wbuf, casting="unsafe")
+        if op is ReduceOp.AVG and writes:
+            size = self.size
+            post.insert(0, lambda: np.true_divide(wbuf, size, out=wbuf, casting="unsafe"))
+        return wbuf, mtype, mop
+
+    def all_reduce(self, buf, op: ReduceOp, scale=None, *, blocking: bool = False) -> Work:
+        post: list = []
+        wbuf, mtype, mop = self._prepare_reduce(buf, op, scale, True, post)
+        return self._run("all_reduce", "Allreduce", (self.MPI.IN_PLACE, [wbuf, mtype], mop),
+                         blocking, self._finisher(post))
+
+    def reduce(self, buf, dst: int, op: ReduceOp, scale=None, *, blocking: bool = False) -> Work:
+        post: list = []
+        root = dst == self.rank
+        wbuf, mtype, mop = self._prepare_reduce(buf, op, scale, root, post)
+        if root:
+            args = (self.MPI.IN_PLACE, [wbuf, mtype], mop, dst)
+        else:
+            args = ([wbuf, mtype], None, mop, dst)
+        return self._run("reduce", "Reduce", args, blocking, self._finisher(post))
+
+    def reduce_scatter(self, out, inputs: Sequence[Any], op: ReduceOp, scale=None, *,
+                       blocking: bool = False) -> Work:
+        post: list = []
+        inputs = self._host(list(inputs), post, out=False)
+        send = _pack(inputs, out.dtype)
+        # The send side is never written: _prepare_reduce copies it when it must scale or convert.
+        swork, mtype, mop = self._prepare_reduce(send, op, scale, False, [])
+        rwork, _, _ = self._prepare_reduce(out, ReduceOp.SUM if op is ReduceOp.PREMUL_SUM else op,
+                                           None, True, post)
+        counts = [a.size for a in inputs]
+        if len(set(counts)) == 1:  # every rank knows every count: the same choice everywhere
+            return self._run("reduce_scatter", "Reduce_scatter_block", ([swork, mtype], [rwork, mtype], mop),
+                             blocking, self._finisher(post))
+        args = ([swork, mtype], [rwork, mtype], counts, mop)
+        return self._run("reduce_scatter", "Reduce_scatter", args, blocking, self._finisher(post))
+
+    # ---------------------------------------------------------- data movement
+    def broadcast(self, buf, src: int, *, blocking: bool = False) -> Work:
+        post: list = []
+        (buf,) = self._host([buf], post, out=self.rank != src)
+        mtype, unit = move_type(self.MPI, buf.dtype)
+        return self._run("broadcast", "Bcast", ([buf, buf.size * unit, mtype], src),
+                         blocking, self._finisher(post))
+
+    def all_gather(self, outputs, inp, *, blocking: bool = False) -> Work:
+        post: list = []
+        (inp,) = self._host([inp], post, out=False)
+        outputs = self._host(list(outputs), post, out=True)
+        mtype, unit = move_type(self.MPI, inp.dtype)
+        rbuf, unpack = _unpacker(outputs, inp.dtype)
+        if unpack is not None:
+            post.insert(0, unpack)
+        counts, displs = _counts(outputs, unit)
+        if len(set(counts)) == 1:  # MPI_Allgather beats Allgatherv; every rank sees the same counts
+            args = ([inp, inp.size * unit, mtype], [rbuf, counts[0], mtype])
+            return self._run("all_gather", "Allgather", args, blocking, self._finisher(post))
+        args = ([inp, inp.size * unit, mtype], [rbuf, counts, displs, mtype])
+        return self._run("all_gather", "Allgatherv", args, blocking, self._finisher(post))
+
+    def gather(self, outputs, inp, dst: int, *, blocking: bool = False) -> Work:
+        post: list = []
+        (inp,) = self._host([inp], post, out=False)
+        mtype, unit = move_type(self.MPI, inp.dtype)
+        rspec = None
+        if self.rank == dst:
+            outputs = self._host(list(outputs), post, out=True)
+            rbuf, unpack = _unpacker(outputs, inp.dtype)
+            if unpack is not None:
+                post.insert(0, unpack)
+            counts, displs = _counts(outputs, unit)
+            rspec = [rbuf, counts, displs, mtype]
+        args = ([inp, inp.size * unit, mtype], rspec, dst)
+        return self._run("gather", "Gatherv", args, blocking, self._finisher(post))
+
+    def scatter(self, out, inputs, src: int, *, blocking: bool = False) -> Work:
+        post: list = []
+        (out,) = self._host([out], post, out=True)
+        mtype, unit = move_type(self.MPI, out.dtype)
+        sspec = None
+        if self.rank == src:
+            inputs = self._host(list(inputs), post, out=False)
+            counts, displs = _counts(inputs, unit)
+            sspec = [_pack(inputs, out.dtype), counts, displs, mtype]
+        args = (sspec, [out, out.size * unit, mtype], src)
+        return self._run("scatter", "Scatterv", args, blocking, self._finisher(post))
+
+    def all_to_all(self, outputs, inputs, *, blocking: bool = False) -> Work:
+        post: list = []
+        inputs = self._host(list(inputs), post, out=False)
+        outputs = self._host(list(outputs), post, out=True)
+        dtype = (inputs or outputs)[0].dtype
+        mtype, unit = move_type(self.MPI, dtype)
+        sbuf = _pack(inputs, dtype)
+        rbuf, unpack = _unpacker(outputs, dtype)
+        if unpack is not None:
+            post.insert(0, unpack)
+        scounts, sdispls = _counts(inputs, unit)
+        rcounts, rdispls = _counts(outputs, unit)
+        args = ([sbuf, scounts, sdispls, mtype], [rbuf, rcounts, rdispls, mtype])
+        return self._run("all_to_all", "Alltoallv", args, blocking, self._finisher(post))
+
+    def all_to_all_even(self, out, inp, *, blocking: bool = False) -> Work:
+        """``all_to_all`` of equal chunks of the flat ``inp`` / ``out`` (``MPI_Alltoall``).
+
+        Called by ``all_to_all_single`` when no split sizes were given, i.e. when
+        every rank sends equal chunks (a choice MPI needs every rank to make alike,
+        which per-rank counts alone cannot tell).
+        """
+        post: list = []
+        (inp,) = self._host([inp], post, out=False)
+        (out,) = self._host([out], post, out=True)
+        mtype, unit = move_type(self.MPI, inp.dtype)
+        count = inp.size // self.size * unit
+        args = ([inp, count, mtype], [out, count, mtype])
+        return self._run("all_to_all", "Alltoall", args, blocking, self._finisher(post))
+
+    def barrier(self, *, blocking: bool = False) -> Work:
+        return self._run("barrier", "Barrier", (), blocking)
+
+    # ---------------------------------------------------------- point to point
+    def send(self, buf, dst: int, tag: int = 0, *, blocking: bool = False) -> Work:
+        post: list = []
+        (buf,) = self._host([buf], post, out=False)
+        mtype, unit = move_type(self.MPI, buf.dtype)
+        return self._run("send", "Send", ([buf, buf.size * unit, mtype], dst, tag), blocking)
+
+    def recv(self, buf, src: int | None, tag: int = 0, *, blocking: bool = False) -> Work:
+        post: list = []
+        (buf,) = self._host([buf], post, out=True)
+        mtype, unit = move_type(self.MPI, buf.dtype)
+        status = self.MPI.Status()
+        source = self.MPI.ANY_SOURCE if src is None else src
+
+        def finish():
+            for step in post:
+                step()
+            return [status.Get_source()]
+
+        if blocking:
+            try:
+                self.comm.Recv([buf, buf.size * unit, mtype], source, tag, status)
+                return Work.completed("recv", outputs=finish())
+            except Exception as err:  # noqa: BLE001
+                return Work.failed("recv", _as_dist_error("recv", err))
+        try:
+            req = self.comm.Irecv([buf, buf.size * unit, mtype], source, tag)
+        except Exception as err:  # noqa: BLE001
+            return Work.failed("recv", _as_dist_error("recv", err))
+        return MPIWork.for_request("recv", req, finish, None, status)
+
+    # -------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        MPI = self.MPI
+        try:
+            if not MPI.Is_finalized() and self.comm not in (MPI.COMM_WORLD, MPI.COMM_NULL):
+                self.comm.Free()
+        except Exception:  # noqa: BLE001 - close must not raise
+            log.debug("freeing the communicator of %r failed", self, exc_info=True)
+
+
+def _cuda_aware(MPI) -> bool:
+    query = getattr(MPI, "Query_cuda_support", None)
+    if query is None:
+        return False
+    try:
+        return bool(query())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _make_comm(MPI, ctx):
+    world = MPI.COMM_WORLD
+    wsize = world.Get_size()
+    granks = tuple(ctx.global_ranks)
+    if not granks or max(granks) >= wsize:
+        raise DistBackendError(
+            f"mpi: group {ctx.group_name!r} spans global ranks {list(granks)} but MPI_COMM_WORLD has "
+            f"{wsize} process(es); the mpi backend needs the job launched by mpiexec/mpirun/srun "
+            f"with one MPI process per rank"
+        )
+    if granks == tuple(range(wsize)):
+        comm = world.Dup()
+    else:
+        group = world.Get_group()
+        sub = group.Incl(list(granks))
+        try:
+            tag = zlib.crc32(ctx.group_name.encode()) % 32768
+            comm = world.Create_group(sub, tag)
+        finally:
+            sub.Free()
+            group.Free()
+    if comm.Get_rank() != ctx.rank or comm.Get_size() != ctx.size:
+        raise DistBackendError(
+            f"mpi: group {ctx.group_name!r}: ndist rank {ctx.rank}/{ctx.size} is MPI rank "
+            f"{comm.Get_rank()}/{comm.Get_size()}; ndist's ranks must be MPI_COMM_WORLD's"
+        )
+    return comm

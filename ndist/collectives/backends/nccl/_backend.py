@@ -1,0 +1,489 @@
+"""NcclBackend: collectives on CuPy arrays through ``cupy.cuda.nccl``.
+
+Every operation is enqueued on the *current* CuPy stream and returns a
+``CudaWork`` (see ``_work.py``). Reductions follow ``_plan.py``; data movement
+moves bytes, so every dtype can be broadcast, gathered, scattered or sent.
+Uneven all_gather / gather / scatter / all_to_all run as grouped
+``ncclSend``/``ncclRecv`` (zero-byte pieces skipped, the rank's own piece
+copied on the device); uneven reduce_scatter runs as grouped ``ncclReduce``.
+
+NCCL point-to-point has no tags: ``tag`` is accepted and ignored between
+different ranks (messages between two ranks match in issue order); sends to
+oneself are buffered on the device and matched by tag. Receiving from any
+source is not possible with NCCL and raises ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from ....runtime import BackendContext, DistBackendError, Work
+from ..._backend import Backend
+from ..._reduce_op import ReduceOp
+from . import _plan
+from ._comm import device_from_options, exchange_unique_id, init_communicator
+from ._work import CudaWork, Watchdog
+
+__all__ = ["NcclBackend"]
+
+log = logging.getLogger("ndist.collectives.nccl")
+
+_D2D = 3  # cudaMemcpyDeviceToDevice
+
+
+class NcclBackend(Backend):
+    name = "nccl"
+
+    def __init__(self, ctx: BackendContext) -> None:
+        super().__init__(ctx)
+        import cupy
+        from cupy.cuda import nccl
+
+        self._cp = cupy
+        self._nccl = nccl
+        self._check_abi(nccl)
+        dev = device_from_options(ctx.options)
+        self._device = cupy.cuda.Device(dev) if dev is not None else cupy.cuda.Device()
+        self._dev_id = self._device.id
+        self._version = nccl.get_version()
+        self._timeout_s = ctx.timeout.total_seconds()
+        self._fatal: BaseException | None = None
+        self._closed = False
+        self._seq = 0
+        self._plans: dict[tuple[Any, ReduceOp], _plan.ReductionPlan] = {}
+        self._self_queue: dict[int, list] = {}  # tag -> device copies sent to self
+        raw = exchange_unique_id(ctx, nccl.get_unique_id)
+        with self._device:
+            try:
+                self._comm = init_communicator(nccl, self.size, raw, self.rank)
+            except nccl.NcclError as err:
+                raise DistBackendError(f"nccl: communicator init failed on rank {self.rank} of group "
+                                       f"{ctx.group_name!r} (device {self._dev_id}): {err}") from err
+        self._watchdog = Watchdog(f"group {ctx.group_name!r} rank {self.rank}",
+                                  lambda: cupy.cuda.Device(self._dev_id), self._async_error, self._abort_comm)
+        log.info("nccl %s: rank %d/%d on device %d (NCCL %d)", ctx.group_name, self.rank, self.size,
+                 self._dev_id, self._version)
+
+    @staticmethod
+    def _check_abi(nccl: Any) -> None:
+        expected = {"NCCL_UINT8": _plan.UINT8, "NCCL_FLOAT32": _plan.FLOAT32, "NCCL_SUM": _plan.SUM,
+                    "NCCL_MIN": _plan.MIN, "NCCL_AVG": _plan.AVG}
+        for name, value in expected.items():
+            got = getattr(nccl, name, value)
+            if got != value:
+                raise DistBackendError(f"nccl: cupy.cuda.nccl.{name} is {got}, expected {value}")
+
+    # ------------------------------------------------------------ plumbing
+    def _async_error(self) -> BaseException | None:
+        if self._fatal is not None:
+            return self._fatal
+        if self._closed:
+            return None  # closed cleanly: the work had finished
+        try:
+            self._comm.check_async_error()
+        except self._nccl.NcclError as err:
+            return DistBackendError(f"nccl: asynchronous error on rank {self.rank} of group "
+                                    f"{self.ctx.group_name!r}: {err} (a peer may have failed)")
+        return None
+
+    def _abort_comm(self, exc: BaseException) -> None:
+        """Record the fatal error and abort the communicator (any thread; idempotent).
+
+        The communicator object stays: CuPy's ``abort()`` nulls its handle, so
+        a racing call on another thread gets an NcclError, not a crash.
+        """
+        if self._fatal is None:
+            self._fatal = exc
+        try:
+            with self._device:
+                self._comm.abort()
+        except Exception:  # noqa: BLE001 - already failing
+            log.debug("ncclCommAbort failed", exc_info=True)
+
+    def _check_usable(self, op: str) -> None:
+        if self._closed:
+            raise DistBackendError(f"nccl {op}: the backend of group {self.ctx.group_name!r} is closed")
+        if self._fatal is not None:
+            raise DistBackendError(f"nccl {op}: the communicator of group {self.ctx.group_name!r} was "
+                                   f"aborted after an earlier failure: {self._fatal}") from self._fatal
+
+    def _array(self, a: Any, name: str) -> Any:
+        if not isinstance(a, self._cp.ndarray):
+            raise TypeError(f"{name}: the nccl backend needs CUDA (CuPy) arrays, got {type(a).__module__}."
+                            f"{type(a).__name__}")
+        if a.device.id != self._dev_id:
+            raise ValueError(f"{name}: expected an array on cuda:{self._dev_id} (this rank's NCCL device), "
+                             f"got one on cuda:{a.device.id}")
+        return a
+
+    def _plan(self, dtype: Any, op: ReduceOp) -> _plan.ReductionPlan:
+        key = (dtype, op)  # not dtype.name: NumPy computes that in Python on every access
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = _plan.reduction_plan(dtype.name, op, self._version)
+        return plan
+
+    def _launch(self, op: str, body, outputs: Any = None, keepalive: Any = None) -> Work:
+        """Run ``body(stream_ptr)`` on the current stream of this rank's device; return its CudaWork.
+
+        ``body`` does all device work of the operation (temporaries, NCCL calls,
+        post-steps) and returns what must stay alive until the GPU is done.
+        """
+        self._check_usable(op)
+        self._seq += 1
+        seq = self._seq
+        cp = self._cp
+        switch = cp.cuda.runtime.getDevice() != self._dev_id
+        if switch:
+            self._device.__enter__()
+        try:
+            stream = cp.cuda.get_current_stream()
+            try:
+                extra = body(stream.ptr)
+            except self._nccl.NcclError as err:
+                exc = DistBackendError(f"nccl {op} (#{seq}) failed on rank {self.rank} of group "
+                                       f"{self.ctx.group_name!r}: {err}")
+                self._abort_comm(exc)
+                self._watchdog.fail_all(exc)
+                return Work.failed(op, exc, seq)
+            event = cp.cuda.Event(block=False, disable_timing=True)
+            event.record(stream)
+        finally:
+            if switch:
+                self._device.__exit__(None, None, None)
+        work = CudaWork(op, seq, event, self._async_error, outputs)
+        self._watchdog.add(work, self._timeout_s, (keepalive, extra))
+        return work
+
+    def _copy(self, dst: Any, src: Any, stream_ptr: int) -> None:
+        if src.nbytes:
+            self._cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, _D2D, stream_ptr)
+
+    def _grouped_p2p(self, sends, recvs, stream_ptr: int) -> None:
+        """One NCCL group of sends ``[(array, peer)]`` and receives; pieces for self are copied."""
+        nccl, comm = self._nccl, self._comm
+        nccl.groupStart()
+        try:
+            for a, peer in sends:
+                if a.nbytes:
+                    comm.send(a.data.ptr, a.nbytes, _plan.BYTES, peer, stream_ptr)
+            for a, peer in recvs:
+                if a.nbytes:
+                    comm.recv(a.data.ptr, a.nbytes, _plan.BYTES, peer, stream_ptr)
+        finally:
+            nccl.groupEnd()
+
+    # ------------------------------------------------------------ reductions
+    def _scale(self, scale: Any) -> Any:
+        if scale is None:
+            raise ValueError("scale: PREMUL_SUM needs a factor, got None")
+        data = getattr(scale, "_data", scale)  # an ndist.Tensor
+        if isinstance(data, self._cp.ndarray):
+            return data
+        if hasattr(data, "item") and getattr(data, "size", 1) == 1:
+            return data.item()
+        if isinstance(data, (int, float, complex)) and not isinstance(data, bool):
+            return data
+        raise TypeError(f"scale: expected a number or a one-element tensor, got {type(scale).__name__}")
+
+    def _nccl_view(self, plan: _plan.ReductionPlan, a: Any) -> Any:
+        """``a`` as NCCL reduces it: itself, a reinterpreting view, or an upcast copy."""
+        if plan.view == "same":
+            return a
+        if plan.view == "reinterpret":
+            return a.reshape(-1).view(plan.work_dtype)
+        return a.astype(plan.work_dtype)
+
+    def _reduction_buffers(self, plan, buf, scale):
+        """(send, recv) NCCL buffers for reducing ``buf`` in place (send may be a scaled copy)."""
+        recv = self._nccl_view(plan, buf)
+        send = recv
+        if plan.premul:
+            factor = self._scale(scale)
+            if plan.view == "upcast":
+                send = (recv * factor).astype(recv.dtype, copy=False)
+            else:
+                send = self._nccl_view(plan, (buf * factor).astype(buf.dtype, copy=False))
+        return send, recv
+
+    def _finish(self, plan, buf, recv) -> None:
+        """Post-steps on the stream: AVG emulation, casting an upcast result back."""
+        if plan.divide:
+            self._cp.true_divide(recv, self.size, out=recv)
+        if plan.view == "upcast":
+            self._cp.copyto(buf, recv, casting="unsafe")
+
+    def all_reduce(self, buf, op: ReduceOp, scale: Any = None) -> Work:
+        self._array(buf, "tensor")
+        plan = self._plan(buf.dtype, op)
+        if plan.premul:
+            self._scale(scale)  # bad factors fail before anything is enqueued
+
+        def body(stream):
+            if not buf.size:
+                return None
+            send, recv = self._reduction_buffers(plan, buf, scale)
+            self._comm.allReduce(send.data.ptr, recv.data.ptr, recv.size, plan.nccl_dtype, plan.nccl_op, stream)
+            self._finish(plan, buf, recv)
+            return send, recv
+
+        return self._launch("all_reduce", body)
+
+    def reduce(self, buf, dst: int, op: ReduceOp, scale: Any = None) -> Work:
+        self._array(buf, "tensor")
+        plan = self._plan(buf.dtype, op)
+        if plan.premul:
+            self._scale(scale)
+
+        def body(stream):
+            if not buf.size:
+                return None
+            # Off the root NCCL reads ``send`` only, so ``buf`` stays unchanged there
+            # (a scaled or upcast input is a temporary).
+            send, recv = self._reduction_buffers(plan, buf, scale)
+            self._comm.reduce(send.data.ptr, recv.data.ptr, recv.size, plan.nccl_dtype, plan.nccl_op, dst, stream)
+            if self.rank == dst:
+                self._finish(plan, buf, recv)
+            return send, recv
+
+        return self._launch("reduce", body)
+
+    def reduce_scatter(self, out, inputs: Sequence[Any], op: ReduceOp, scale: Any = None) -> Work:
+        self._array(out, "output")
+        for i, a in enumerate(inputs):
+            self._array(a, f"input_list[{i}]")
+            if a.dtype != out.dtype:
+                raise TypeError(f"input_list[{i}]: expected dtype {out.dtype} (the output's), got {a.dtype}")
+        plan = self._plan(out.dtype, op)
+        if plan.premul:
+            self._scale(scale)
+        if all(a.nbytes == out.nbytes for a in inputs):
+            def body(stream):
+                if not out.size:
+                    return None
+                flat = _adjacent_flat(self._cp, inputs)
+                if flat is None:
+                    flat = self._cp.concatenate([a.reshape(-1) for a in inputs])
+                send, _ = self._reduction_buffers(plan, flat, scale)
+                recv = self._nccl_view(plan, out)
+                self._comm.reduceScatter(send.data.ptr, recv.data.ptr, recv.size, plan.nccl_dtype, plan.nccl_op,
+                                         stream)
+                self._finish(plan, out, recv)
+                return flat, send, recv
+
+            return self._launch("reduce_scatter", body)
+
+        def body_uneven(stream):
+            # One ncclReduce per destination rank, all in one NCCL group.
+            recv = self._nccl_view(plan, out)
+            sends = [self._reduction_buffers(plan, a, scale)[0] for a in inputs]
+            nccl, comm = self._nccl, self._comm
+            nccl.groupStart()
+            try:
+                for root, send in enumerate(sends):
+                    if send.size:
+                        target = recv if root == self.rank else send  # recvbuff is only used on the root
+                        comm.reduce(send.data.ptr, target.data.ptr, send.size, plan.nccl_dtype, plan.nccl_op,
+                                    root, stream)
+            finally:
+                nccl.groupEnd()
+            if recv.size:
+                self._finish(plan, out, recv)
+            return sends, recv
+
+        return self._launch("reduce_scatter", body_uneven)
+
+    # ---------------------------------------------------------- data movement
+    def broadcast(self, buf, src: int) -> Work:
+        self._array(buf, "tensor")
+
+        def body(stream):
+            if buf.nbytes:
+                self._comm.broadcast(buf.data.ptr, buf.data.ptr, buf.nbytes, _plan.BYTES, src, stream)
+
+        return self._launch("broadcast", body)
+
+    def all_gather(self, outputs: Sequence[Any], inp) -> Work:
+        self._array(inp, "tensor")
+        for i, a in enumerate(outputs):
+            self._array(a, f"tensor_list[{i}]")
+        n = inp.nbytes
+        if all(a.nbytes == n for a in outputs):
+            def body(stream):
+                if not n:
+                    return None
+                flat = _adjacent_flat(self._cp, outputs)
+                target = flat if flat is not None else self._cp.empty(n * self.size, dtype=self._cp.uint8)
+                self._comm.allGather(inp.data.ptr, target.data.ptr, n, _plan.BYTES, stream)
+                if flat is None:
+                    base = target.data.ptr
+                    for i, a in enumerate(outputs):
+                        self._cp.cuda.runtime.memcpyAsync(a.data.ptr, base + i * n, n, _D2D, stream)
+                return target
+
+            return self._launch("all_gather", body)
+
+        def body_uneven(stream):
+            peers = [p for p in range(self.size) if p != self.rank]
+            self._grouped_p2p([(inp, p) for p in peers], [(outputs[p], p) for p in peers], stream)
+            self._copy(outputs[self.rank], inp, stream)
+
+        return self._launch("all_gather", body_uneven)
+
+    def gather(self, outputs: Sequence[Any] | None, inp, dst: int) -> Work:
+        self._array(inp, "tensor")
+        if self.rank == dst:
+            if outputs is None or len(outputs) != self.size:
+                raise ValueError(f"gather_list: expected {self.size} tensors on the destination rank {dst}, "
+                                 f"got {None if outputs is None else len(outputs)}")
+            for i, a in enumerate(outputs):
+                self._array(a, f"gather_list[{i}]")
+
+            def body(stream):
+                peers = [p for p in range(self.size) if p != dst]
+                self._grouped_p2p([], [(outputs[p], p) for p in peers], stream)
+                self._copy(outputs[dst], inp, stream)
+        else:
+            def body(stream):
+                self._grouped_p2p([(inp, dst)], [], stream)
+
+        return self._launch("gather", body)
+
+    def scatter(self, out, inputs: Sequence[Any] | None, src: int) -> Work:
+        self._array(out, "tensor")
+        if self.rank == src:
+            if inputs is None or len(inputs) != self.size:
+                raise ValueError(f"scatter_list: expected {self.size} tensors on the source rank {src}, "
+                                 f"got {None if inputs is None else len(inputs)}")
+            for i, a in enumerate(inputs):
+                self._array(a, f"scatter_list[{i}]")
+
+            def body(stream):
+                peers = [p for p in range(self.size) if p != src]
+                self._grouped_p2p([(inputs[p], p) for p in peers], [], stream)
+                self._copy(out, inputs[src], stream)
+        else:
+            def body(stream):
+                self._grouped_p2p([], [(out, src)], stream)
+
+        return self._launch("scatter", body)
+
+    def all_to_all(self, outputs: Sequence[Any], inputs: Sequence[Any]) -> Work:
+        for i, a in enumerate(outputs):
+            self._array(a, f"output_tensor_list[{i}]")
+        for i, a in enumerate(inputs):
+            self._array(a, f"input_tensor_list[{i}]")
+
+        def body(stream):
+            peers = [p for p in range(self.size) if p != self.rank]
+            self._grouped_p2p([(inputs[p], p) for p in peers], [(outputs[p], p) for p in peers], stream)
+            self._copy(outputs[self.rank], inputs[self.rank], stream)
+
+        return self._launch("all_to_all", body)
+
+    def barrier(self) -> Work:
+        """A one-element all_reduce, then the host waits for it (bounded by the group timeout)."""
+        import time
+
+        self._check_usable("barrier")
+        with self._device:
+            token = self._cp.zeros(1, dtype=self._cp.int32)
+        work = self.all_reduce(token, ReduceOp.SUM)
+        if not isinstance(work, CudaWork):
+            return work
+        work.op = "barrier"
+        deadline = time.monotonic() + self._timeout_s
+        while not work.is_completed() and time.monotonic() < deadline:
+            time.sleep(0.0002)
+        try:
+            work.wait(max(0.0, deadline - time.monotonic()) + 1.0)  # the watchdog aborts at the deadline
+        except BaseException as err:  # noqa: BLE001 - delivered through the Work
+            return Work.failed("barrier", err, work.seq)
+        return Work.completed("barrier", work.seq)
+
+    # ---------------------------------------------------------- point to point
+    def send(self, buf, dst: int, tag: int = 0) -> Work:
+        self._array(buf, "tensor")
+        if dst == self.rank:
+            def body_self(stream):
+                copy = buf.copy()  # on the current stream; a later recv from self takes it
+                self._self_queue.setdefault(tag, []).append(copy)
+                return copy
+
+            return self._launch("send", body_self)
+
+        def body(stream):
+            if buf.nbytes:
+                self._comm.send(buf.data.ptr, buf.nbytes, _plan.BYTES, dst, stream)
+
+        return self._launch("send", body)
+
+    def recv(self, buf, src: int | None, tag: int = 0) -> Work:
+        self._array(buf, "tensor")
+        if src is None:
+            raise NotImplementedError(
+                "recv: the nccl backend cannot receive from any source (NCCL point-to-point needs the peer); "
+                "pass src=, or use the socket or mpi backend for wildcard receives"
+            )
+        if src == self.rank:
+            queue = self._self_queue.get(tag)
+            if not queue:
+                raise DistBackendError(f"nccl recv: no send to self with tag {tag} is pending on rank "
+                                       f"{self.rank}; a receive from self would never complete")
+            sent = queue.pop(0)
+            if sent.nbytes != buf.nbytes:
+                raise ValueError(f"tensor: recv from self expected {sent.nbytes} bytes (the matching send), "
+                                 f"got a buffer of {buf.nbytes} bytes")
+            return self._launch("recv", lambda stream: self._copy(buf, sent, stream), outputs=[src],
+                                keepalive=sent)
+
+        def body(stream):
+            if buf.nbytes:
+                self._comm.recv(buf.data.ptr, buf.nbytes, _plan.BYTES, src, stream)
+
+        return self._launch("recv", body, outputs=[src])
+
+    # -------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        if self._closed:
+            return
+        pending = self._watchdog.pending()
+        busy = any(not w._event.done for w in pending)
+        self._watchdog.stop()
+        self._closed = True
+        try:
+            with self._device:
+                if busy or self._fatal is not None:
+                    self._comm.abort()  # destroy would wait for kernels that may never finish
+                else:
+                    self._comm.destroy()
+        except Exception:  # noqa: BLE001 - closing must not raise
+            log.debug("closing the NCCL communicator failed", exc_info=True)
+        exc = DistBackendError(f"nccl: the backend of group {self.ctx.group_name!r} was closed")
+        for w in pending:
+            if busy:
+                w._fail(exc)
+            else:
+                w._poll()
+        self._watchdog.fail_all(exc)
+
+    def abort(self) -> None:
+        exc = DistBackendError(f"nccl: the backend of group {self.ctx.group_name!r} was aborted")
+        self._abort_comm(exc)
+        self._watchdog.fail_all(exc)
+        self.close()
+
+
+def _adjacent_flat(cp: Any, arrays: Sequence[Any]) -> Any:
+    """A flat uint8-free view over ``arrays`` if they lie back to back in one allocation, else None."""
+    if not arrays:
+        return None
+    first = arrays[0]
+    n = first.nbytes
+    mem = first.data.mem
+    base = first.data.ptr
+    for i, a in enumerate(arrays):
+        if a.dtype != first.dtype or a.nbytes != n or a.data.mem is not mem or a.data.ptr != base + i * n:
+            return None
+    return cp.ndarray((first.size * len(arrays),), dtype=first.dtype, memptr=first.data)

@@ -1,0 +1,30 @@
+"""Run ``<module>.entry()`` on every rank of an MPI job (``init_process_group("mpi")``);
+rank 0 writes the list of every rank's result as JSON to argv[2].
+
+    mpiexec -n 4 python tests/collectives/_mpi_runner.py conformance out.json
+"""
+
+import importlib
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ndist.distributed as dist  # noqa: E402
+
+
+def main() -> None:
+    module, out = sys.argv[1], sys.argv[2]
+    dist.init_process_group("mpi")
+    result = importlib.import_module(module).entry()
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, result)
+    if dist.get_rank() == 0:
+        with open(out, "w") as f:
+            json.dump(everyone, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Launch ``<module>.entry`` on N ranks of a backend and return every rank's result.
+
+A backend is one ``BackendEntry``: the socket backend (and its transports)
+through ``ndist.testing.run_ranks``, mpi through ``mpiexec``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    backend: str
+    launcher: str = "ranks"  # "ranks": ndist.testing.run_ranks; "mpiexec": an MPI job
+    env: dict = field(default_factory=dict)
+
+
+BACKENDS = {
+    "socket": BackendEntry("socket"),
+    "socket-tcp": BackendEntry("socket", env={"NDIST_TRANSPORT": "tcp"}),
+    "socket-shm": BackendEntry("socket", env={"NDIST_TRANSPORT": "shm"}),
+    "mpi": BackendEntry("mpi", launcher="mpiexec"),
+}
+
+
+def mpiexec() -> str | None:
+    local = Path(sys.executable).parent / "mpiexec"
+    return str(local) if local.exists() else shutil.which("mpiexec")
+
+
+def unavailable(name: str) -> str | None:
+    """Why backend entry ``name`` cannot run here, or None."""
+    entry = BACKENDS[name]
+    import ndist.distributed  # noqa: F401  (registers the built-in backends)
+    from ndist.runtime import get_backend_spec
+
+    try:
+        spec = get_backend_spec(entry.backend)
+    except ValueError:
+        return f"backend {entry.backend!r} is not registered"
+    if not spec.available():
+        return f"backend {entry.backend!r} is not available here"
+    if entry.launcher == "mpiexec" and mpiexec() is None:
+        return "mpiexec not found"
+    return None
+
+
+def launch(name: str, module, world_size: int, timeout: float) -> list:
+    """Every rank's ``module.entry()`` result, in rank order."""
+    entry = BACKENDS[name]
+    if entry.launcher == "mpiexec":
+        with tempfile.TemporaryDirectory(prefix="ndist-launch-") as tmp:
+            out = Path(tmp) / "result.json"
+            cmd = [mpiexec(), "-n", str(world_size), sys.executable, str(HERE / "_mpi_runner.py"),
+                   module.__name__, str(out)]
+            proc = subprocess.run(cmd, env={**os.environ, **entry.env}, capture_output=True, text=True,
+                                  timeout=timeout)
+            if proc.returncode != 0 or not out.exists():
+                raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n"
+                                     f"{proc.stderr[-4000:]}")
+            return json.loads(out.read_text())
+    from ndist.testing import run_ranks
+
+    return list(run_ranks(module.entry, world_size, backend=entry.backend, timeout=timeout, env=entry.env))

@@ -1,0 +1,113 @@
+"""The argument checker and the array conversion, in one process (no group needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ndist.collectives import ReduceOp, _make_nccl_premul_sum
+from ndist.collectives import _check
+from ndist.collectives._convert import as_array, contiguous_input, contiguous_output
+
+
+def test_split_sizes_default_and_explicit():
+    assert _check.split_sizes("s", None, 6, 3, "input") == [2, 2, 2]
+    assert _check.split_sizes("s", [], 6, 3, "input") == [2, 2, 2]
+    assert _check.split_sizes("s", (0, 6, np.int64(0)), 6, 3, "input") == [0, 6, 0]
+    with pytest.raises(ValueError, match=r"s: sizes \[1, 1, 1\] sum to 3, but dim 0 of input has 6 rows"):
+        _check.split_sizes("s", [1, 1, 1], 6, 3, "input")
+    with pytest.raises(TypeError, match=r"s: expected a list of ints, got int"):
+        _check.split_sizes("s", 3, 6, 3, "input")
+    with pytest.raises(TypeError, match=r"s\[1\]: expected an int, got bool"):
+        _check.split_sizes("s", [6, True, 0], 6, 3, "input")
+
+
+@pytest.mark.parametrize("dtype,op,ok", [
+    ("bool", ReduceOp.SUM, True), ("bool", ReduceOp.BXOR, True), ("bool", ReduceOp.AVG, False),
+    ("int8", ReduceOp.BAND, True), ("int8", ReduceOp.AVG, False), ("uint64", ReduceOp.MIN, True),
+    ("float16", ReduceOp.MAX, True), ("float16", ReduceOp.BOR, False), ("float64", ReduceOp.AVG, True),
+    ("complex64", ReduceOp.PRODUCT, True), ("complex64", ReduceOp.MIN, False), ("complex128", ReduceOp.BXOR, False),
+])
+def test_reduce_op_table(dtype, op, ok):
+    if ok:
+        assert _check.reduce_op(op, np.dtype(dtype)) == (op, None)
+    else:
+        with pytest.raises(ValueError, match=f"op: {op.name}"):
+            _check.reduce_op(op, np.dtype(dtype))
+
+
+def test_premul_sum_factor_forms():
+    assert _check.reduce_op(_make_nccl_premul_sum(2), np.float32) == (ReduceOp.PREMUL_SUM, 2)
+    assert _check.reduce_op(_make_nccl_premul_sum(np.array([0.25])), np.float32) == (ReduceOp.PREMUL_SUM, 0.25)
+    assert _check.reduce_op(_make_nccl_premul_sum(1j), np.complex64) == (ReduceOp.PREMUL_SUM, 1j)
+    with pytest.raises(TypeError, match="complex but the tensor's dtype is float32"):
+        _check.reduce_op(_make_nccl_premul_sum(1j), np.float32)
+    with pytest.raises(TypeError, match="got bool"):
+        _check.reduce_op(_make_nccl_premul_sum(True), np.float32)
+    bf16 = pytest.importorskip("ml_dtypes").bfloat16
+    assert _check.reduce_op(ReduceOp.AVG, np.dtype(bf16)) == (ReduceOp.AVG, None)
+    with pytest.raises(ValueError, match="BAND needs an integer or bool tensor, got dtype bfloat16"):
+        _check.reduce_op(ReduceOp.BAND, np.dtype(bf16))
+
+
+def test_dtype_and_device_checks_name_the_argument():
+    a, b = np.zeros(2), np.zeros(2, np.int64)
+    with pytest.raises(TypeError, match=r"out\[1\]: expected dtype float64 \(the dtype of inp\), got int64"):
+        _check.same_dtype([("inp", a), ("out[0]", a), ("out[1]", b)])
+    assert _check.same_device([("inp", a), ("out", b)]) == "cpu"
+
+
+def test_as_array_is_zero_copy():
+    base = np.arange(6.0)
+    assert as_array(base, "t") is base
+
+    class ArrayInterface:  # anything exposing the array interface
+        def __init__(self, arr):
+            self.__array_interface__ = arr.__array_interface__
+
+    view = as_array(ArrayInterface(base), "t")
+    view[0] = 42
+    assert base[0] == 42
+    dl = as_array(_DLPackOnly(base), "t")
+    dl[1] = 7
+    assert base[1] == 7
+    with pytest.raises(TypeError, match="t: expected a tensor .* got list"):
+        as_array([1, 2], "t")
+    with pytest.raises(TypeError, match="t: expected a tensor .* got object"):
+        as_array(object(), "t")
+
+
+class _DLPackOnly:
+    """A producer that only speaks DLPack."""
+
+    def __init__(self, arr):
+        self._arr = arr
+
+    def __dlpack__(self, **kwargs):
+        return self._arr.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._arr.__dlpack_device__()
+
+
+def test_ndist_tensor_is_its_array():
+    tensor_mod = pytest.importorskip("ndist.tensor")
+    arr = np.arange(4)
+    assert as_array(tensor_mod.Tensor._wrap(arr), "t") is arr
+
+
+def test_contiguous_staging_writes_back():
+    base = np.zeros((4, 2))
+    strided = base[:, 0]
+    assert contiguous_input(base) is base
+    copy = contiguous_input(strided)
+    assert copy.flags.c_contiguous and copy is not strided
+    post = []
+    staged = contiguous_output(strided, post)
+    assert staged.flags.c_contiguous and len(post) == 1
+    staged[...] = 5
+    assert base[0, 0] == 0
+    post[0]()
+    np.testing.assert_array_equal(base, [[5, 0]] * 4)
+    post = []
+    assert contiguous_output(base, post) is base and post == []

@@ -1,0 +1,46 @@
+"""Conformance: every collective against a NumPy oracle, once per backend.
+
+Parametrized over backend x world size x dtype x array library. One launch
+per (backend, world size) runs every check (``conformance.run_all``) and the
+per-(dtype, library) results are reported as separate tests. A new backend is
+one entry in ``launch.BACKENDS``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+import conformance
+from launch import BACKENDS, launch, unavailable
+
+WORLD_SIZES = (1, 2, 3, 4)
+LAUNCH_TIMEOUT = 240
+
+
+@functools.lru_cache(maxsize=None)
+def _results(name: str, world_size: int) -> dict:
+    """Launch once per (backend, world size); a failed launch fails every combo without relaunching."""
+    try:
+        per_rank = launch(name, conformance, world_size, LAUNCH_TIMEOUT)
+    except BaseException as err:  # noqa: BLE001 - reported by every test of this launch
+        text = f"launch failed: {type(err).__name__}: {err}"
+        return {combo: text for combo in conformance.combos()}
+    merged = {}
+    for combo in conformance.combos():
+        fails = [f"--- rank {r}:\n{res[combo]}" for r, res in enumerate(per_rank) if res.get(combo)]
+        merged[combo] = "\n".join(fails) or None
+    return merged
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+@pytest.mark.parametrize("combo", conformance.combos())
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_conformance(backend, world_size, combo):
+    reason = unavailable(backend)
+    if reason:
+        pytest.skip(reason)
+    failure = _results(backend, world_size)[combo]
+    assert failure is None, f"{backend} on {world_size} ranks, {combo}:\n{failure}"

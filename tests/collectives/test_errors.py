@@ -1,0 +1,46 @@
+"""Every bad call of error_cases raises the documented error before sending
+anything, and the group stays usable (on 2 ranks, per backend)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+import error_cases
+from launch import launch, unavailable
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
+BACKENDS = ("socket", "mpi")
+IDS = [case[0] for case in error_cases.CASES]
+
+
+@functools.lru_cache(maxsize=None)
+def _results(backend: str) -> dict:
+    try:
+        per_rank = launch(backend, error_cases, 2, 200)
+    except BaseException as err:  # noqa: BLE001
+        return {i: f"launch failed: {type(err).__name__}: {err}" for i in IDS}
+    return {i: "\n".join(f"rank {r}: {res[i]}" for r, res in enumerate(per_rank) if res[i]) or None
+            for i in IDS}
+
+
+def test_there_are_at_least_30_cases():
+    assert len(set(IDS)) == len(IDS) >= 30
+
+
+@pytest.mark.parametrize("case_id", IDS)
+def test_documented(case_id):
+    assert re.search(rf"`{re.escape(case_id)}`", DOC.read_text()), f"{case_id} missing from docs/errors.md"
+
+
+@pytest.mark.timeout(230)
+@pytest.mark.parametrize("case_id", IDS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_call(backend, case_id):
+    reason = unavailable(backend)
+    if reason:
+        pytest.skip(reason)
+    assert _results(backend)[case_id] is None, _results(backend)[case_id]

@@ -1,0 +1,51 @@
+"""An unhandled exception on one MPI rank aborts the job instead of deadlocking it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import ndist.distributed as dist
+
+    dist.init_process_group("mpi")
+    t = np.ones(1)
+    dist.all_reduce(t)                      # the mpi backend is up on every rank
+    if dist.get_rank() == 1:
+        raise RuntimeError("rank 1 fails on purpose")
+    dist.barrier()                          # rank 0 would wait here forever without the abort
+    print("rank 0 passed the barrier", flush=True)
+""")
+
+
+def _mpiexec() -> str | None:
+    local = Path(sys.executable).parent / "mpiexec"
+    return str(local) if local.exists() else shutil.which("mpiexec")
+
+
+@pytest.mark.timeout(90)
+def test_unhandled_exception_aborts_every_rank(tmp_path):
+    exe = _mpiexec()
+    if exe is None:
+        pytest.skip("mpiexec not found")
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "fail.py"
+    script.write_text(SCRIPT)
+    start = time.monotonic()
+    proc = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert "rank 1 fails on purpose" in proc.stderr
+    assert "passed the barrier" not in proc.stdout
+    assert elapsed < 45, f"the job took {elapsed:.1f} s to end"

@@ -1,0 +1,177 @@
+"""The nccl backend's CudaWork + Watchdog logic, driven by host-side events.
+
+The watchdog only needs events with ``done`` / ``synchronize()``; here they are
+threading.Events, so completion, timeouts (abort + fail every pending work)
+and asynchronous NCCL errors are checked without a GPU. The CUDA side is
+covered by tests/gpu.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import pytest
+
+from ndist.collectives.backends.nccl._work import CudaWork, Watchdog
+from ndist.runtime import DistBackendError, DistTimeoutError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class HostEvent:
+    def __init__(self) -> None:
+        self._set = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        return self._set.is_set()
+
+    def fire(self) -> None:
+        self._set.set()
+
+    def synchronize(self) -> None:
+        self._set.wait()
+
+
+class Comm:
+    """What the backend's check/abort callbacks see."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        self.aborted: list[BaseException] = []
+
+    def check(self):
+        return self.error
+
+    def abort(self, exc):
+        self.aborted.append(exc)
+
+
+@pytest.fixture
+def comm():
+    return Comm()
+
+
+@pytest.fixture
+def dog(comm):
+    wd = Watchdog("group 'g' rank 0", contextlib.nullcontext, comm.check, comm.abort, poll_s=0.001)
+    yield wd
+    wd.stop()
+
+
+def _work(comm, op="all_reduce", seq=1, outputs=None):
+    ev = HostEvent()
+    return CudaWork(op, seq, ev, comm.check, outputs), ev
+
+
+def test_work_completes_when_its_event_fires(comm, dog):
+    w, ev = _work(comm, outputs=["t"])
+    dog.add(w, timeout_s=30)
+    assert not w.is_completed()
+    ev.fire()
+    assert w.get_future().result(timeout=10) == ["t"]
+    assert w.is_success() and w.exception() is None
+    assert dog.pending() == []
+
+
+def test_is_completed_polls_the_event_without_the_watchdog(comm):
+    w, ev = _work(comm)
+    assert not w.is_completed()
+    ev.fire()
+    assert w.is_completed() and w.is_success()
+
+
+def test_later_works_complete_after_earlier_ones(comm, dog):
+    (w1, e1), (w2, e2) = _work(comm, seq=1), _work(comm, seq=2)
+    dog.add(w1, 30)
+    dog.add(w2, 30)
+    e2.fire()
+    e1.fire()
+    w1.get_future().result(timeout=10)
+    w2.get_future().result(timeout=10)
+    assert [w.is_success() for w in (w1, w2)] == [True, True]
+
+
+def test_timeout_aborts_and_fails_every_pending_work(comm, dog):
+    (w1, _), (w2, _) = _work(comm, "all_gather", 7), _work(comm, "broadcast", 8)
+    dog.add(w1, timeout_s=0.05)
+    dog.add(w2, timeout_s=30)
+    with pytest.raises(DistTimeoutError, match=r"all_gather \(#7\).*group 'g' rank 0.*aborted"):
+        w1.wait(timeout=30)
+    with pytest.raises(DistTimeoutError):
+        w2.wait(timeout=30)
+    assert len(comm.aborted) == 1 and isinstance(comm.aborted[0], DistTimeoutError)
+
+
+def test_async_error_fails_pending_works(comm, dog):
+    w, _ = _work(comm)
+    dog.add(w, timeout_s=30)
+    comm.error = DistBackendError("nccl: asynchronous error on rank 0: peer 1 died")
+    with pytest.raises(DistBackendError, match="peer 1 died"):
+        w.wait(timeout=30)
+    assert comm.aborted == [comm.error]
+
+
+def test_event_done_but_comm_failed_is_a_failure(comm):
+    w, ev = _work(comm)
+    comm.error = DistBackendError("remote error")
+    ev.fire()
+    assert w.is_completed() and not w.is_success()
+    assert isinstance(w.exception(), DistBackendError)
+
+
+def test_synchronize_waits_for_the_event_and_raises_its_error(comm):
+    w, ev = _work(comm)
+    threading.Thread(target=ev.fire).start()
+    w.synchronize()
+    assert w.is_success()
+    w2, ev2 = _work(comm)
+    comm.error = DistBackendError("boom")
+    ev2.fire()
+    with pytest.raises(DistBackendError, match="boom"):
+        w2.synchronize()
+
+
+def test_wait_without_timeout_reraises_a_known_failure(comm):
+    w, _ = _work(comm)
+    w._fail(DistBackendError("aborted"))
+    with pytest.raises(DistBackendError, match="aborted"):
+        w.wait()
+
+
+def test_stopped_watchdog_refuses_work(comm, dog):
+    dog.stop()
+    w, _ = _work(comm)
+    with pytest.raises(RuntimeError, match="stopped"):
+        dog.add(w, 30)
+
+
+def test_future_made_before_or_after_completion_resolves(comm):
+    early, ev1 = _work(comm, outputs=["a"])
+    fut = early.get_future()
+    assert not fut.done()
+    ev1.fire()
+    assert early.is_completed()
+    assert fut.result(timeout=5) == ["a"]
+
+    late, ev2 = _work(comm, outputs=["b"])
+    ev2.fire()
+    assert late.is_completed()
+    assert late.get_future().result(timeout=5) == ["b"]
+
+    failed, _ = _work(comm)
+    failed._fail(DistBackendError("x"))
+    assert isinstance(failed.get_future().exception(timeout=5), DistBackendError)
+    failed._complete()  # completes once: the failure stays
+    assert not failed.is_success()
+
+
+def test_wait_with_timeout_blocks_until_done(comm, dog):
+    w, ev = _work(comm, outputs=["t"])
+    dog.add(w, 30)
+    threading.Timer(0.05, ev.fire).start()
+    assert w.wait(timeout=30) is True
+    assert w.is_success()
+    with pytest.raises(DistTimeoutError, match=r"all_reduce \(#3\)"):
+        _work(comm, seq=3)[0].wait(timeout=0.01)

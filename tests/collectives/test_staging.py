@@ -1,0 +1,231 @@
+"""HostStagingBackend over the real socket backend, with NumPy arrays in the device role.
+
+``HostArrays`` makes NumPy arrays play the device arrays, so the staging code
+(packed pooled buffers, copies in, the wrapped CPU op, copies out, Work
+chaining, buffer release) runs exactly as for CuPy, over real sockets / shared
+memory. Ranks are threads of this process (each with its own backend and real
+connections), as in the socket backend's own tests; the CuPy path is in
+tests/gpu/test_staging_cupy.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import traceback
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ndist.collectives.backends.socket")
+
+from ndist.collectives import ReduceOp  # noqa: E402
+from ndist.collectives._staging import HostArrays, HostStagingBackend  # noqa: E402
+from ndist.runtime import BackendContext, HashStore, get_backend_spec  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+_ids = itertools.count()
+
+
+def run_staged(n, fn, timeout=30.0):
+    """``fn(staging_backend)`` on ``n`` ranks (threads); returns the results by rank."""
+    store = HashStore()
+    name = f"staging{next(_ids)}"
+    backends: list = [None] * n
+    results: list = [None] * n
+    errors: list = [None] * n
+
+    def target(r):
+        try:
+            ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
+                                 global_ranks=tuple(range(n)), device="cpu")
+            backends[r] = HostStagingBackend(get_backend_spec("socket").create(ctx), HostArrays())
+            results[r] = fn(backends[r])
+        except BaseException:  # noqa: BLE001 - reported below with the rank
+            errors[r] = traceback.format_exc()
+
+    threads = [threading.Thread(target=target, args=(r,), daemon=True) for r in range(n)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout * 2)
+        assert not any(t.is_alive() for t in threads), "a rank hung"
+        for r, err in enumerate(errors):
+            assert err is None, f"rank {r} failed:\n{err}"
+        return results
+    finally:
+        for b in backends:
+            if b is not None:
+                b.close()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("dtype", ["float32", "int16", "complex64"])
+def test_all_reduce_sum_and_premul(n, dtype):
+    def fn(be):
+        x = (np.arange(10) + be.rank).astype(dtype)
+        be.all_reduce(x, ReduceOp.SUM).wait(30)
+        y = np.full(4, be.rank + 1, dtype=dtype)
+        be.all_reduce(y, ReduceOp.PREMUL_SUM, scale=np.asarray(2)).wait(30)
+        return x, y
+
+    for x, y in run_staged(n, fn):
+        np.testing.assert_array_equal(x, (np.arange(10) * n + n * (n - 1) // 2).astype(dtype))
+        np.testing.assert_array_equal(y, np.full(4, n * (n + 1), dtype=dtype))
+
+
+def test_reduce_writes_only_on_dst_and_bool_max():
+    def fn(be):
+        x = np.array([be.rank, 10 - be.rank], dtype=np.int64)
+        be.reduce(x, 1, ReduceOp.MAX).wait(30)
+        flags = np.array([be.rank == 0, False])
+        be.all_reduce(flags, ReduceOp.MAX).wait(30)
+        return x, flags
+
+    (x0, f0), (x1, f1), (x2, _) = run_staged(3, fn)
+    np.testing.assert_array_equal(x1, [2, 10])
+    np.testing.assert_array_equal(x0, [0, 10])  # non-root buffers unchanged
+    np.testing.assert_array_equal(x2, [2, 8])
+    np.testing.assert_array_equal(f1, [True, False])
+
+
+def test_reduce_scatter_uneven():
+    sizes = [1, 0, 3]
+
+    def fn(be):
+        inputs = [np.full(s, be.rank + 1, dtype=np.float64) for s in sizes]
+        out = np.zeros(sizes[be.rank])
+        be.reduce_scatter(out, inputs, ReduceOp.SUM).wait(30)
+        return out
+
+    for r, out in enumerate(run_staged(3, fn)):
+        np.testing.assert_array_equal(out, np.full(sizes[r], 6.0))
+
+
+def test_broadcast_all_gather_gather_scatter_uneven():
+    def fn(be):
+        n, r = be.size, be.rank
+        b = np.arange(5, dtype=np.uint16) if r == 1 else np.zeros(5, np.uint16)
+        be.broadcast(b, 1).wait(30)
+        mine = np.full(r + 1, r, dtype=np.int32)
+        gathered = [np.zeros(i + 1, np.int32) for i in range(n)]
+        be.all_gather(gathered, mine).wait(30)
+        at_root = [np.zeros(i + 1, np.int32) for i in range(n)] if r == 0 else None
+        be.gather(at_root, mine, 0).wait(30)
+        out = np.zeros(r + 2, np.float32)
+        pieces = [np.full(i + 2, 10 * i, np.float32) for i in range(n)] if r == 2 else None
+        be.scatter(out, pieces, 2).wait(30)
+        return b, gathered, at_root, out
+
+    for r, (b, gathered, at_root, out) in enumerate(run_staged(3, fn)):
+        np.testing.assert_array_equal(b, np.arange(5))
+        for i, g in enumerate(gathered):
+            np.testing.assert_array_equal(g, np.full(i + 1, i))
+        if r == 0:
+            for i, g in enumerate(at_root):
+                np.testing.assert_array_equal(g, np.full(i + 1, i))
+        np.testing.assert_array_equal(out, np.full(r + 2, 10 * r))
+
+
+def test_all_to_all_uneven_with_empty_pieces():
+    def fn(be):
+        n, r = be.size, be.rank
+        # rank r sends (r + j) % 3 elements to rank j
+        inputs = [np.full((r + j) % 3, 100 * r + j, dtype=np.int64) for j in range(n)]
+        outputs = [np.zeros((i + r) % 3, dtype=np.int64) for i in range(n)]
+        be.all_to_all(outputs, inputs).wait(30)
+        return outputs
+
+    for r, outputs in enumerate(run_staged(3, fn)):
+        for i, o in enumerate(outputs):
+            np.testing.assert_array_equal(o, np.full((i + r) % 3, 100 * i + r))
+
+
+def test_send_recv_async_with_tags_and_source():
+    def fn(be):
+        if be.rank == 0:
+            a, b = np.arange(3.0), np.arange(3.0) + 7
+            w1, w2 = be.send(a, 1, tag=5), be.send(b, 1, tag=6)
+            a[...] = -1  # the data was staged at the call
+            w1.wait(30)
+            w2.wait(30)
+            return None
+        got6, got5 = np.zeros(3), np.zeros(3)
+        w6 = be.recv(got6, 0, tag=6)
+        w5 = be.recv(got5, 0, tag=5)
+        assert w6.result() == [0] and w5.result() == [0]
+        return got5, got6
+
+    _, (got5, got6) = run_staged(2, fn)
+    np.testing.assert_array_equal(got5, np.arange(3.0))
+    np.testing.assert_array_equal(got6, np.arange(3.0) + 7)
+
+
+def test_host_buffers_are_reused_across_calls():
+    def fn(be):
+        for i in range(20):
+            x = np.full(1000, i, np.float32)
+            be.all_reduce(x, ReduceOp.SUM).wait(30)
+        be.barrier().wait(30)
+        return be.pool.allocations
+
+    assert run_staged(2, fn) == [1, 1]
+
+
+def test_wrong_array_type_is_rejected_before_sending():
+    def fn(be):
+        with pytest.raises(TypeError, match=r"tensor_list\[1\]: expected a numpy array"):
+            be.all_gather([np.zeros(1), [0.0]], np.zeros(1))
+        return be.pool.allocations
+
+    assert run_staged(1, fn) == [0]
+
+
+def test_failed_inner_op_releases_its_buffer():
+    def fn(be):
+        with pytest.raises(Exception):
+            be.all_reduce(np.zeros(4), ReduceOp.BXOR).wait(30)  # no XOR on floats
+        first = be.pool.allocations
+        be.all_reduce(np.ones(4), ReduceOp.SUM).wait(30)
+        return first, be.pool.allocations
+
+    assert run_staged(1, fn) == [(1, 1)]
+
+
+def test_blocking_hint_is_forwarded():
+    def fn(be):
+        assert be.blocking_calls == be.inner.blocking_calls
+        x = np.ones(3)
+        if be.blocking_calls:
+            w = be.all_reduce(x, ReduceOp.SUM, blocking=True)
+        else:
+            w = be.all_reduce(x, ReduceOp.SUM)
+        w.wait(30)
+        return x
+
+    for x in run_staged(2, fn):
+        np.testing.assert_array_equal(x, [2, 2, 2])
+
+
+def _staged_ops_in_a_rank(rank, world_size):
+    from ndist.runtime import resolve_group
+
+    be = HostStagingBackend(resolve_group(None).backend_for("cpu"), HostArrays())
+    x = np.arange(5.0) + rank
+    be.all_reduce(x, ReduceOp.SUM).wait(30)
+    outs = [np.zeros(i + 1, np.int16) for i in range(world_size)]
+    be.all_gather(outs, np.full(rank + 1, rank, np.int16)).wait(30)
+    return x, outs
+
+
+@pytest.mark.timeout(180)
+def test_staging_over_socket_in_separate_processes():
+    from ndist.testing import run_ranks
+
+    n = 3
+    for x, outs in run_ranks(_staged_ops_in_a_rank, n, backend="socket", timeout=120):
+        np.testing.assert_array_equal(x, np.arange(5.0) * n + n * (n - 1) / 2)
+        for i, o in enumerate(outs):
+            np.testing.assert_array_equal(o, np.full(i + 1, i))
