@@ -265,6 +265,10 @@ class SocketBackend(Algorithms, Backend):
         if self._closed:
             return
         self._closed = True
+        ex = self._exec
+        if self._eng is not None and not ex._busy and not ex._queue:
+            # a peer may not have mapped our segment yet for the last op
+            self._eng.drain_acks(min(self._timeout, 10.0))
         conns = []
         if self._eng is not None:
             self._eng.closing = True

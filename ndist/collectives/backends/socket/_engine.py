@@ -173,13 +173,30 @@ class Engine:
         self.own_seg.reserve(nbytes)
         return self.own_seg.buf
 
+    def drain_acks(self, timeout: float) -> None:
+        """Before our segment goes away: wait (bounded) until peers that may still
+        map it for our last op have acknowledged, died or closed."""
+        if not self.unacked or self.broken is not None:
+            return
+        self.deadline = time.monotonic() + timeout
+        try:
+            self.step([], [Expect(p, kind=-1) for p in sorted(self.unacked)])
+        except Exception as err:  # noqa: BLE001 - closing: the peer is gone or slow
+            log.debug("closing without all shared-memory ACKs: %s", err)
+
     def finish(self) -> None:
         """End of a successful op: release the peers' segments we read."""
         if self.refs_in:
             for p in self.refs_in:
                 self.conns[p].out.append(memoryview(self.frame(F.ACK, 255, 0)))
                 self._dirty.add(p)
-            self.step([], [])
+            try:
+                self.step([], [])
+            except DistNetworkError as err:
+                # this op has all its data; a reader that already closed (e.g. it
+                # finished and destroyed the group) only fails the ops after it
+                log.debug("ACK not delivered: %s", err)
+                self._dirty.clear()
         if self.refs_out:
             self.unacked = self.refs_out - self.acked
             self.unacked_seq = self.op.seq
