@@ -41,7 +41,9 @@ def _bytes(a: np.ndarray) -> np.ndarray:
 
 
 class Algorithms:
-    """Mixin: needs ``self._eng``, ``self._seg``, ``self.rank``, ``self.size``, ``self._shm_for``."""
+    """Mixin: needs ``self._eng``, ``self._seg``, ``self.rank``, ``self.size``, ``self._shm_for``,
+    ``self._pipeline`` (whole group on one host with a core per rank: the same on every
+    rank) and ``self._chunk``."""
 
     # ---------------------------------------------------------- staging
     def _stage(self, arrays: list) -> list:
@@ -130,7 +132,7 @@ class Algorithms:
         eng, n, dt = self._eng, self.size, buf.dtype
         flat = buf.reshape(-1)
         item = dt.itemsize
-        per = max(n, CHUNK // item)
+        per = max(n, self._chunk // item)
         k = -(-flat.size // per)
         shm_all = any(self._shm_for(p, per * item // n) for p in self._peers())
         seg = eng.segment(flat.size * item) if shm_all else None
@@ -233,13 +235,13 @@ class Algorithms:
         peers = self._peers()
         ins = {p: _bytes(inputs[p]) for p in peers}
         outs = {p: _bytes(outputs[p]) for p in peers}
-        pieces = lambda nb: max(1, -(-nb // A2A_CHUNK))  # noqa: E731
+        pieces = lambda p, nb: max(1, -(-nb // A2A_CHUNK)) if self._pipeline else 1  # noqa: E731
         shm = [p for p in peers if self._shm_for(p, ins[p].nbytes)]
         offs = dict(zip(shm, self._reserve_layout([ins[p] for p in shm]))) \
             if shm else {}
         seg = self._seg.buf
-        k_in = {p: pieces(ins[p].nbytes) for p in peers}
-        k_out = {p: pieces(outs[p].nbytes) for p in peers}
+        k_in = {p: pieces(p, ins[p].nbytes) for p in peers}
+        k_out = {p: pieces(p, outs[p].nbytes) for p in peers}
         for s in range(max([*k_in.values(), *k_out.values(), 1])):
             step = s % 250
             for p in peers:

@@ -16,7 +16,7 @@ from ....runtime import _net
 from ..._backend import Backend
 from ..._reduce_op import ReduceOp
 from . import _frame as F
-from ._algorithms import Algorithms
+from ._algorithms import CHUNK, Algorithms
 from ._engine import Engine, OpInfo
 from ._executor import Executor
 from ._p2p import P2P
@@ -74,12 +74,15 @@ class SocketBackend(Algorithms, Backend):
         self._seq_lock = threading.Lock()
         self._eng: Engine | None = None
         self._shm_peers: dict[int, bool] = {}
+        self._pipeline = False
+        self._chunk = 1 << 62
         self._closed = False
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
-                          {"shm": self._prefix, "transport": self._mode}, on_p2p=self._p2p.incoming)
+                          {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1},
+                          on_p2p=self._p2p.incoming)
 
     # ------------------------------------------------------------ plumbing
     def _shm_for(self, peer: int, nbytes: int) -> bool:
@@ -95,6 +98,12 @@ class SocketBackend(Algorithms, Backend):
                 prefixes[p] = info["shm"]
                 self._shm_peers[p] = self._mode != "tcp" and info["hostid"] == self._mesh.hostid
             spin = self.size <= (os.cpu_count() or 1)
+            # Pipelining pays when every rank has a core and shares the cache; every
+            # rank computes this from the same published facts, so all agree.
+            infos = [self._mesh.info] + [self._mesh.peer(p) for p in socks]
+            self._pipeline = (all(i["hostid"] == self._mesh.hostid for i in infos)
+                              and all(self.size <= i.get("ncpu", 1) for i in infos))
+            self._chunk = CHUNK if self._pipeline else 1 << 62
             self._eng = Engine(self.rank, self.size, self.ctx.group_name, socks, hosts, prefixes,
                                self._peer_segs, self._seg, spin)
         return self._eng
