@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import socket
-import time
 
 import numpy as np
 import pytest

@@ -111,7 +111,7 @@ class Algorithms:
         data = _bytes(buf)
         if root is not None and r != root:
             self._send_same([root], data)
-            eng.step(None, [Expect(root, F.DATA, TICKET, 0)])
+            eng.step([Expect(root, F.DATA, TICKET, 0)])
             return
         peers = self._peers()
         if root is None:
@@ -119,7 +119,7 @@ class Algorithms:
         else:
             self._tickets(peers)
         exps = [Expect(p, F.DATA, 0, data.nbytes) for p in peers]
-        eng.step(None, exps)
+        eng.step(exps)
         res = iter(exps)
         own = buf if r < 2 else buf.copy()
         contribs = [own if p == r else next(res).result.view(dt).reshape(buf.shape) for p in range(self.size)]
@@ -159,7 +159,7 @@ class Algorithms:
             else:
                 eng.send(p, step, chunk(p))
         exps = [Expect(p, F.DATA, step, (hi - lo) * item) for p in peers]
-        eng.step(None, exps)
+        eng.step(exps)
         out = seg[lo * item : hi * item].view(dt) if shm else eng.scratch(r, (hi - lo) * item).view(dt)
         res = iter(exps)
         contribs = [flat[lo:hi] if p == r else next(res).result.view(dt) for p in range(n)]
@@ -172,14 +172,14 @@ class Algorithms:
                 eng.send(p, step + 1, out.view(np.uint8))
         exps = [Expect(p, F.DATA, step + 1, chunk(p).nbytes, into=chunk(p)) for p in peers]
         flat[lo:hi] = out
-        eng.step(None, exps)
+        eng.step(exps)
 
     def _do_reduce_scatter(self, out, inputs, op, scale):
         eng, r, dt = self._eng, self.rank, out.dtype
         peers = self._peers()
         self._send_each({p: _bytes(inputs[p]) for p in peers})
         exps = [Expect(p, F.DATA, 0, out.nbytes) for p in peers]
-        eng.step(None, exps)
+        eng.step(exps)
         own = inputs[r]
         if np.may_share_memory(own, out):
             own = own.copy()
@@ -194,26 +194,26 @@ class Algorithms:
         data = _bytes(buf)
         if self.rank == src:
             self._send_same(self._peers(), data)
-            self._eng.step(None, [Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
+            self._eng.step([Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
         else:
             self._tickets([src])
-            self._eng.step(None, [Expect(src, F.DATA, 0, data.nbytes, into=data)])
+            self._eng.step([Expect(src, F.DATA, 0, data.nbytes, into=data)])
 
     def _do_all_gather(self, outputs, inp):
         data = _bytes(inp)
         peers = self._peers()
         self._send_same(peers, data)
-        self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p])) for p in peers])
+        self._eng.step([Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p])) for p in peers])
         np.copyto(_bytes(outputs[self.rank]), data)
 
     def _do_gather(self, outputs, inp, dst):
         data = _bytes(inp)
         if self.rank != dst:
             self._send_same([dst], data)
-            self._eng.step(None, [Expect(dst, F.DATA, TICKET, 0)])
+            self._eng.step([Expect(dst, F.DATA, TICKET, 0)])
             return
         self._tickets(self._peers())
-        self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p]))
+        self._eng.step([Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p]))
                               for p in self._peers()])
         np.copyto(_bytes(outputs[dst]), data)
 
@@ -221,10 +221,10 @@ class Algorithms:
         data = _bytes(out)
         if self.rank != src:
             self._tickets([src])
-            self._eng.step(None, [Expect(src, F.DATA, 0, data.nbytes, into=data)])
+            self._eng.step([Expect(src, F.DATA, 0, data.nbytes, into=data)])
             return
         self._send_each({p: _bytes(inputs[p]) for p in self._peers()})
-        self._eng.step(None, [Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
+        self._eng.step([Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
         np.copyto(data, _bytes(inputs[src]))
 
     def _do_all_to_all(self, outputs, inputs):
@@ -262,11 +262,11 @@ class Algorithms:
                     nb = outs[p].nbytes
                     exps.append(Expect(p, F.DATA, step, nb * (s + 1) // k - nb * s // k,
                                        into=outs[p][nb * s // k : nb * (s + 1) // k]))
-            eng.step(None, exps)
+            eng.step(exps)
         np.copyto(_bytes(outputs[self.rank]), _bytes(inputs[self.rank]))
 
     def _do_barrier(self):
         peers = self._peers()
         for p in peers:
             self._eng.send(p, 0)
-        self._eng.step(None, [Expect(p, F.DATA, 0, 0) for p in peers])
+        self._eng.step([Expect(p, F.DATA, 0, 0) for p in peers])

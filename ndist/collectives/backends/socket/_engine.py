@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import select
-import socket
 import time
 from collections import deque
 
@@ -169,7 +168,7 @@ class Engine:
         before overwriting, so an op never waits a round trip for them.
         """
         if self.unacked:
-            self.step([], [Expect(p, kind=-1) for p in sorted(self.unacked)])
+            self.step([Expect(p, kind=-1) for p in sorted(self.unacked)])
         self.own_seg.reserve(nbytes)
         return self.own_seg.buf
 
@@ -180,7 +179,7 @@ class Engine:
             return
         self.deadline = time.monotonic() + timeout
         try:
-            self.step([], [Expect(p, kind=-1) for p in sorted(self.unacked)])
+            self.step([Expect(p, kind=-1) for p in sorted(self.unacked)])
         except Exception as err:  # noqa: BLE001 - closing: the peer is gone or slow
             log.debug("closing without all shared-memory ACKs: %s", err)
 
@@ -191,7 +190,7 @@ class Engine:
                 self.conns[p].out.append(memoryview(self.frame(F.ACK, 255, 0)))
                 self._dirty.add(p)
             try:
-                self.step([], [])
+                self.step([])
             except DistNetworkError as err:
                 # this op has all its data; a reader that already closed (e.g. it
                 # finished and destroyed the group) only fails the ops after it
@@ -393,9 +392,8 @@ class Engine:
         conn.on_pay = _data_done(exp)
 
     # ----------------------------------------------------------- the loop
-    def step(self, sends, expects) -> None:
-        """Flush queued frames and satisfy ``expects`` (the op's deadline applies)."""
-        del sends  # frames are queued with send(); kept for readability of callers
+    def step(self, expects=()) -> None:
+        """Flush the frames queued with ``send()`` and satisfy ``expects`` (the op's deadline applies)."""
         self._waiting = expects
         conns = self.conns
         spin_end = 0.0
