@@ -109,9 +109,10 @@ class _Segment(mmap.mmap):
     """A shared mapping; arrays built on it have it at the end of their ``base`` chain.
 
     Attributes set after creation: ``strategy``, ``name`` (file_system) or ``None``,
-    ``nbytes`` (usable bytes), ``data_offset`` (0, or the header size), ``key``.
-    ``_fd`` is this process's descriptor (kept for re-sharing and, for
-    file_system, for the holder lock), ``_owner_pid`` the pid that holds it.
+    ``nbytes`` (usable bytes), ``data_offset`` (0, or the header size), ``key``
+    (identity across processes), ``address`` (of the first byte) and ``_state``:
+    ``{"fd": this process's descriptor (kept for re-sharing and, for file_system,
+    as the holder lock) or -1 once released, "pid": the process holding it}``.
     """
 
 
@@ -124,8 +125,6 @@ def _new_segment(fd: int, strategy: str, name: str | None, nbytes: int, key: tup
     seg.data_offset = _HEADER if strategy == "file_system" else 0
     seg.key = key
     seg.address = np.frombuffer(seg, dtype=np.uint8, count=1).__array_interface__["data"][0]
-    seg._fd = fd
-    seg._owner_pid = os.getpid()
     state = {"fd": fd, "pid": os.getpid()}
     seg._state = state
     fin = weakref.finalize(seg, _release, state, strategy, name)
@@ -299,6 +298,9 @@ def open_fd(fd: int, nbytes: int) -> _Segment:
     A segment this process already maps (same inode) is reused and ``fd`` closed.
     """
     st = os.fstat(fd)
+    if st.st_size < max(nbytes, 1):
+        os.close(fd)
+        raise ValueError(f"nbytes must be at most the segment's size {st.st_size}, got {nbytes}")
     key = ("fd", st.st_dev, st.st_ino)
     with _lock:
         seg = _by_key.get(key)
@@ -314,6 +316,8 @@ def open_fd(fd: int, nbytes: int) -> _Segment:
 
 def open_name(name: str, nbytes: int) -> _Segment:
     """Map the file_system segment ``name`` (this process becomes a holder)."""
+    if not isinstance(name, str) or "/" in name or _parse(name) is None:
+        raise ValueError(f"name must be an ndist segment name like 'ndist_mp_<pid>_<ppid>_<n>_<hex>', got {name!r}")
     key = ("name", name)
     with _lock:
         seg = _by_key.get(key)
@@ -328,6 +332,9 @@ def open_name(name: str, nbytes: int) -> _Segment:
             ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
+            size = os.fstat(fd).st_size
+            if size < nbytes + _HEADER:
+                raise ValueError(f"nbytes must be at most the segment's size {size - _HEADER}, got {nbytes}")
             return _new_segment(fd, "file_system", name, nbytes, key)
         except BaseException:
             os.close(fd)

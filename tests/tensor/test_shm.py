@@ -230,3 +230,51 @@ def test_array_over_a_memoryview_of_a_segment_is_shared(strategy):
     seg = _shm.segment_of(out)[0]
     again = np.frombuffer(memoryview(seg), dtype=np.uint8, count=4, offset=seg.data_offset)
     assert _shm.is_shared(again) and _shm.segment_of(again) == (seg, 0)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    dtype=st.sampled_from(["<f8", "<i4", "u1", ">i2", "<c8", "?"]),
+    data=st.data(),
+)
+def test_any_view_round_trips_through_a_segment(shape, dtype, data):
+    name = data.draw(st.sampled_from(sorted(_shm.get_all_strategies())))
+    old = _shm.get_strategy()
+    _shm.set_strategy(name)
+    try:
+        out = _shm.share_array((np.arange(np.prod(shape)) % 7).astype(dtype).reshape(shape))
+    finally:
+        _shm.set_strategy(old)
+    index = tuple(
+        slice(data.draw(st.integers(0, n - 1)), None, data.draw(st.sampled_from([1, 2, -1]))) for n in shape
+    )
+    view = out[index]
+    seg, offset = _shm.segment_of(view)
+    again = _shm.array_from_segment(seg, offset, view.shape, view.strides, view.dtype)
+    np.testing.assert_array_equal(again, view)
+    assert np.shares_memory(again, view) or view.size == 0
+
+
+def test_open_checks_names_and_sizes(file_system):
+    for bad in ("../../etc/passwd", "ndist_mp_x", "other_segment"):
+        with pytest.raises(ValueError, match="name must be an ndist segment name"):
+            _shm.open_name(bad, 8)
+    arr = _shm.share_array(np.zeros(4))
+    seg = _shm.segment_of(arr)[0]
+    _shm._by_key.pop(seg.key, None)  # as in another process: not in the cache, opened by name
+    with pytest.raises(ValueError, match="nbytes must be at most the segment's size 32, got 33"):
+        _shm.open_name(seg.name, 33)
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs memfd")
+def test_open_fd_checks_size():
+    fd = os.memfd_create("t")
+    os.ftruncate(fd, 16)
+    with pytest.raises(ValueError, match="nbytes must be at most the segment's size 16, got 17"):
+        _shm.open_fd(fd, 17)
+    with pytest.raises(OSError):
+        os.fstat(fd)  # taken and closed

@@ -82,26 +82,23 @@ def reduce_cuda_array(arr):
         cupy.cuda.get_current_stream().synchronize()
     try:
         with _lock:
-            _exported[handle] = arr  # for a rebuild in this same process
-    except TypeError:  # not weak-referenceable in this CuPy: same-process rebuild unsupported
+            _exported[handle] = arr
+    except TypeError:  # not weak-referenceable in this CuPy version
         pass
-    return rebuild_cuda_array, (os.getpid(), device, handle, size, ptr - base, arr.shape, arr.strides, arr.dtype)
+    producer = (os.getpid(), base)
+    return rebuild_cuda_array, (producer, device, handle, size, ptr - base, arr.shape, arr.strides, arr.dtype)
 
 
-def rebuild_cuda_array(pid, device, handle, size, offset, shape, strides, dtype):
+def rebuild_cuda_array(producer, device, handle, size, offset, shape, strides, dtype):
     import cupy
 
+    pid, base = producer
     with cupy.cuda.Device(device):
         if pid == os.getpid():
-            src = _exported.get(handle)
-            if src is None:
-                raise RuntimeError(
-                    "the CUDA tensor was freed by its producer before it was received in the same process"
-                )
-            mem = src.data.mem
-            ptr = mem.ptr
-            base, _ = _address_range(ptr)
-            memptr = cupy.cuda.MemoryPointer(mem, base + offset - ptr)
+            # Same process: the producer's own memory (kept alive by the producer, as
+            # across processes; the exported array is held while it is alive).
+            mem = cupy.cuda.UnownedMemory(base, size, _exported.get(handle), device_id=device)
+            memptr = cupy.cuda.MemoryPointer(mem, offset)
         else:
             with _lock:
                 mapping = _opened.get(handle)

@@ -6,7 +6,8 @@ subclasses). ``ForkingPickler`` is what every ``multiprocessing`` Queue, Pipe,
 Connection and spawned Process argument goes through, in every context
 (``spawn``, ``fork``, ``forkserver``), so once registered a CPU tensor sent
 anywhere is first moved to shared memory (``share_memory_()``, in place, as
-torch does) and the receiver maps the same memory: an in-place change on
+torch does; NumPy has no shared storage object, so other tensors viewing the
+old private array keep it) and the receiver maps the same memory: an in-place change on
 either side is seen by the other. NumPy arrays are left alone and keep the
 stdlib's copy semantics.
 

@@ -166,6 +166,7 @@ class ProcessContext:
             self._join_procs_with_timeout(grace_period)
         for process in self.processes:
             if process.is_alive():
+                log.warning("terminating process %d (pid %d) via signal SIGTERM", self.processes.index(process), process.pid)
                 process.terminate()
         # A process stuck in native code may ignore SIGTERM: SIGKILL after a grace period.
         self._join_procs_with_timeout(30 if grace_period is None else grace_period)
@@ -229,13 +230,21 @@ def start_processes(fn, args=(), nprocs: int = 1, join: bool = True, daemon: boo
     # forkserver children are the fork server's: their parent (and death signal) is not us.
     parent_pid = None if start_method == "forkserver" else os.getpid()
     error_files, processes = [], []
-    for i in range(nprocs):
-        # The file only appears if the child raised: none means a clean exit or a signal.
-        path = os.path.join(error_dir, f"{i}.pickle")
-        process = ctx.Process(target=_wrap, args=(fn, i, args, path, parent_pid), daemon=daemon)
-        process.start()
-        error_files.append(path)
-        processes.append(process)
+    try:
+        for i in range(nprocs):
+            # The file only appears if the child raised: none means a clean exit or a signal.
+            path = os.path.join(error_dir, f"{i}.pickle")
+            process = ctx.Process(target=_wrap, args=(fn, i, args, path, parent_pid), daemon=daemon)
+            process.start()  # spawn: fn and args are pickled here
+            error_files.append(path)
+            processes.append(process)
+    except BaseException:
+        # e.g. fn is a lambda under spawn: do not leave the first children running.
+        for process in processes:
+            process.kill()
+            process.join()
+        shutil.rmtree(error_dir, ignore_errors=True)
+        raise
     context = ProcessContext(processes, error_files)
     if not join:
         return context

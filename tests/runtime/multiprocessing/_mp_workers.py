@@ -147,3 +147,47 @@ def tensor_to_parent(conn, strategy):
     t._data *= 10
     conn.send("changed")
     assert conn.recv() == "bye"
+
+
+def check_sum_from_queue(q, done, expected):
+    """Open a handle whose sender may already have dropped its own reference."""
+    fn, args = q.get(timeout=60)
+    try:
+        arr = fn(*args)
+    except Exception as e:  # report instead of letting the parent wait
+        done.put(repr(e))
+        return
+    done.put(float(arr.sum()) == expected)
+
+
+def tensor_mark(t, i):
+    """Pool task: write a distinct element of a shared tensor in place."""
+    t._data[i] = -(i + 1)
+    return bool(t.is_shared())
+
+
+def put_tensor_and_exit(q, strategy):
+    """Send a tensor and exit at once: the receiver opens it after this process is gone."""
+    import ndist
+    import ndist.multiprocessing as mp
+
+    mp.set_sharing_strategy(strategy)
+    q.put(ndist.Tensor._wrap(np.arange(5, dtype=np.int16)))
+
+
+def open_drop_repeatedly(q, done, n, expected):
+    """Open and drop many in-flight handles of one segment, racing the other holders."""
+    import gc
+
+    ok = 0
+    for _ in range(n):
+        fn, args = q.get(timeout=60)
+        try:
+            arr = fn(*args)
+            ok += float(arr.sum()) == expected
+            del arr
+            gc.collect()
+        except Exception as e:
+            done.put(repr(e))
+            return
+    done.put(ok)

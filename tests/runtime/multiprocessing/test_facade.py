@@ -60,8 +60,12 @@ def test_get_and_set_sharing_strategy():
     assert mp.get_sharing_strategy() == old
 
 
+_Tensor = getattr(__import__("ndist.tensor", fromlist=["x"]), "Tensor", None)
+
+
+@pytest.mark.skipif(_Tensor is None, reason="the tensor layer has not landed in this checkout")
 def test_set_sharing_strategy_changes_where_share_memory_puts_tensors():
-    from ndist.tensor import Tensor, _shm  # noqa: F401
+    from ndist.tensor import Tensor, _shm
 
     old = mp.get_sharing_strategy()
     try:

@@ -70,6 +70,7 @@ def test_pipe_from_child_to_parent(strategy):
     parent_conn, child_conn = ctx.Pipe()
     p = ctx.Process(target=w.make_and_send, args=(child_conn, strategy, 10))
     p.start()
+    child_conn.close()  # a dead child then shows as EOFError, not a hang
     fn, args = parent_conn.recv()
     arr = fn(*args)
     np.testing.assert_array_equal(arr, np.arange(10))
@@ -185,3 +186,46 @@ def test_parent_reclaims_segments_of_a_killed_child_at_exit(tmp_path):
     assert out.returncode == 0, out.stderr
     child = int(out.stdout.split()[0])
     assert w.shm_names(child) == []
+
+
+@pytest.mark.timeout(180)
+def test_sender_may_drop_its_reference_before_receivers_open(strategy):
+    # file_system: the in-flight count keeps the name; file_descriptor: resource_sharer's dup.
+    ctx = mp.get_context("spawn")
+    q, done = ctx.Queue(), ctx.Queue()
+    arr = _shm.share_array(np.arange(100.0))
+    for _ in range(4):
+        q.put(reduce_array(arr))
+    del arr
+    gc.collect()
+    procs = [ctx.Process(target=w.check_sum_from_queue, args=(q, done, 4950.0)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    assert [done.get(timeout=120) for _ in procs] == [True] * 4
+    for p in procs:
+        _join(p)
+    assert w.shm_names(os.getpid()) == []
+
+
+@pytest.mark.timeout(180)
+def test_concurrent_holders_open_and_drop_without_losing_or_leaking_the_segment():
+    old = _shm.get_strategy()
+    _shm.set_strategy("file_system")
+    try:
+        ctx = mp.get_context("spawn")
+        q, done = ctx.Queue(), ctx.Queue()
+        arr = _shm.share_array(np.arange(50.0))
+        nprocs, rounds = 3, 15
+        for _ in range(nprocs * rounds):
+            q.put(reduce_array(arr))
+        procs = [ctx.Process(target=w.open_drop_repeatedly, args=(q, done, rounds, 1225.0)) for _ in range(nprocs)]
+        for p in procs:
+            p.start()
+        del arr  # the creator lets go while the others race
+        gc.collect()
+        assert [done.get(timeout=120) for _ in procs] == [rounds] * nprocs
+        for p in procs:
+            _join(p)
+        assert w.shm_names(os.getpid()) == []
+    finally:
+        _shm.set_strategy(old)

@@ -158,3 +158,13 @@ def test_spawn_context_is_the_deprecated_name_of_process_context():
     with pytest.warns(DeprecationWarning, match="renamed to ProcessContext"):
         ctx = mp.SpawnContext([], [])
     assert isinstance(ctx, mp.ProcessContext) and ctx.join() is True
+
+
+@pytest.mark.timeout(120)
+def test_unpicklable_fn_raises_in_the_parent_and_leaves_nothing_running():
+    import multiprocessing as stdlib_mp
+
+    before = set(stdlib_mp.active_children())
+    with pytest.raises((AttributeError, TypeError, pickle.PicklingError)):
+        mp.spawn(lambda i: None, nprocs=2)
+    assert set(stdlib_mp.active_children()) <= before

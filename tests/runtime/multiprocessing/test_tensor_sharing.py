@@ -78,6 +78,7 @@ def test_tensor_from_child_through_pipe(strategy):
     parent_conn, child_conn = ctx.Pipe()
     p = ctx.Process(target=w.tensor_to_parent, args=(child_conn, strategy))
     p.start()
+    child_conn.close()  # a dead child then shows as EOFError, not a hang
     t = parent_conn.recv()
     assert isinstance(t, Tensor) and t.is_shared()
     np.testing.assert_array_equal(t._data, np.arange(6.0))
@@ -100,3 +101,29 @@ def test_plain_pickle_still_copies():
     u._data += 1
     np.testing.assert_array_equal(t._data, np.arange(3.0))
     assert not t.is_shared()
+
+
+@pytest.mark.timeout(120)
+def test_tensor_through_pool_tasks_is_shared(strategy):
+    t = Tensor._wrap(np.ones(10))
+    with mp.get_context("spawn").Pool(2) as pool:
+        assert pool.starmap(w.tensor_mark, [(t, i) for i in range(4)], chunksize=1) == [True] * 4
+    assert t.is_shared()
+    # every task's in-place change landed in the parent's tensor
+    np.testing.assert_array_equal(t._data, [-1, -2, -3, -4, 1, 1, 1, 1, 1, 1])
+
+
+@pytest.mark.timeout(120)
+def test_file_system_tensor_outlives_a_sender_that_exited():
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=w.put_tensor_and_exit, args=(q, "file_system"))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    assert len(w.shm_names(p.pid)) == 1  # in flight: kept for the receiver
+    t = q.get(timeout=60)
+    np.testing.assert_array_equal(t._data, np.arange(5))
+    del t
+    gc.collect()
+    assert w.shm_names(p.pid) == []
