@@ -21,7 +21,7 @@ from ._engine import Engine, OpInfo
 from ._executor import Executor
 from ._p2p import P2P
 from ._reduce import check_op, finalize
-from ._shm import OwnSegment, PeerSegments, job_prefix, unlink_prefix
+from ._shm import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
 from ._tcp import Mesh
 
 __all__ = ["SocketBackend", "TRANSPORT_ENV", "SHM_MIN"]
@@ -69,6 +69,10 @@ class SocketBackend(Algorithms, Backend):
         secret = _net.job_secret()
         self._prefix = f"{job_prefix(secret, ctx.group_name)}-r{ctx.rank}-p{os.getpid()}-i{next(_instances)}"
         self._seg = OwnSegment(self._prefix)
+        if self._mode != "tcp":
+            n = sweep_dead(job_prefix(secret))
+            if n:
+                log.info("unlinked %d shared-memory segment(s) left by dead processes of this job", n)
         self._peer_segs = PeerSegments()
         self._seq = 0
         self._seq_lock = threading.Lock()
