@@ -20,7 +20,7 @@ from collections import deque
 
 import numpy as np
 
-from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
 from . import _frame as F
 
 __all__ = ["Engine", "OpInfo", "Expect"]
@@ -214,8 +214,8 @@ class Engine:
         if self.refs_out:
             self.unacked = self.refs_out - self.acked
             self.unacked_seq = op.seq
-        kind = "network" if isinstance(exc, DistNetworkError) else (
-            "timeout" if isinstance(exc, DistTimeoutError) else "mismatch")
+        kind = ("network" if isinstance(exc, DistNetworkError) else "timeout" if isinstance(exc, DistTimeoutError)
+                else "mismatch" if isinstance(exc, DistMismatchError) else "error")
         body = F.pack_abort(kind, str(exc), getattr(exc, "rank", None), getattr(exc, "host", None))
         for conn in self.conns.values():
             if conn.dead is None:
@@ -465,5 +465,7 @@ def _abort_reader(engine, h, exp):
             raise DistNetworkError(msg, rank=info.get("rank"), host=info.get("host"))
         if info.get("kind") == "timeout":
             raise DistTimeoutError(msg)
-        raise DistMismatchError(msg)
+        if info.get("kind") == "mismatch":
+            raise DistMismatchError(msg)
+        raise DistBackendError(msg)
     return cb
