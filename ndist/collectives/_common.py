@@ -48,5 +48,18 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
         if outputs is not None:
             work._outputs = outputs
         return work
-    work.wait(pg.timeout)
+    wait_sync(work, pg)
     return None
+
+
+def wait_sync(work, pg) -> None:
+    """``async_op=False``: wait for ``work`` within the group timeout.
+
+    A stream-ordered Work (nccl's CudaWork) is only made the current stream's
+    dependency, as torch does: the call returns once the op is enqueued, and
+    the backend's watchdog enforces the timeout.
+    """
+    if getattr(work, "stream_ordered", False):
+        work.wait()
+    else:
+        work.wait(pg.timeout)
