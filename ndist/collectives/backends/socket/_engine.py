@@ -357,7 +357,6 @@ class Engine:
                 f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)} "
                 f"(rank {conn.peer} did not take part in #{cur})")
         # same op number: must be what we expect
-        theirs = F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)
         bad = (h.op != op.code or h.dtype != op.dtype or (h.op in _ROOTED and h.root != op.root)
                or (h.op in _EXACT_COUNT and h.count != op.count) or h.kind != exp.kind)
         if not bad and exp.nbytes >= 0 and h.nbytes != exp.nbytes:
@@ -365,11 +364,13 @@ class Engine:
                 conn.drain = h.nbytes
             raise DistMismatchError(
                 f"collective mismatch in group {self.group_name!r}: {op.desc} expects {exp.nbytes} bytes "
-                f"from rank {conn.peer}; {theirs} sends {h.nbytes} bytes")
+                f"from rank {conn.peer}; {F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)} sends "
+                f"{h.nbytes} bytes")
         if bad or h.step != exp.step:
             if not h.flags and h.kind == F.DATA:
                 conn.drain = h.nbytes
-            raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; {theirs}")
+            raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; "
+                                    f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)}")
         if h.flags & F.F_SHM:
             try:
                 view = self.peer_segs.view(conn.peer, self.prefixes[conn.peer], h.shm_gen, h.offset, h.nbytes)
