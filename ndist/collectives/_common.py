@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from ..runtime import resolve_group
 from . import _check
 
 __all__ = ["member_group", "submit", "Post"]
@@ -15,8 +16,6 @@ Post = list  # list[Callable[[], None]]: write-backs run after the backend finis
 
 def member_group(group: Any):
     """The ProcessGroup for ``group``; ValueError when this process is not in it."""
-    from ..runtime import resolve_group
-
     pg = resolve_group(group)
     if not pg.is_member:
         me = resolve_group(None).rank()
@@ -28,10 +27,11 @@ def member_group(group: Any):
 
 
 def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
-           post: list[Callable[[], None]] | None = None, outputs: Any = None):
+           post: list[Callable[[], None]] | None = None, outputs: Any = None, backend: Any = None):
     """Call ``backend.method(*args)``; wait unless ``async_op``; return the Work or None."""
     async_op = _check.check_bool("async_op", async_op)
-    backend = pg.backend_for(device)
+    if backend is None:
+        backend = pg.backend_for(device)
     if not async_op and getattr(backend, "blocking_calls", False):
         work = getattr(backend, method)(*args, blocking=True)
     else:

@@ -43,12 +43,18 @@ def _recv(tensor, src, group, tag, group_src, async_op):
         work = backend.recv(buf, peer, tag)
     done = work
     if post:
+        chained: list = []
 
         def _write_back() -> None:
             for step in post:
                 step()
+            if chained:  # the sender's rank, for done.result()
+                chained[0]._outputs = work._outputs
 
         done = work.then(_write_back)
+        chained.append(done)
+        if done.is_completed():  # then() ran _write_back before ``done`` existed
+            done._outputs = work._outputs
     if async_op:
         return done
     wait_sync(done, pg)

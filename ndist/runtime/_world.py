@@ -13,7 +13,7 @@ import threading
 from datetime import timedelta
 from typing import Any, Sequence
 
-from . import _env
+from . import _env, _log
 from ._group import ProcessGroup, parse_backend
 from ._registry import get_backend_spec, registered_backends
 from ._rendezvous import Rendezvous, join, rendezvous
@@ -161,6 +161,7 @@ def init_process_group(
         if store is not None and init_method is not None:
             raise ValueError("init_method: cannot specify both init_method and store")
         env = _env.detect()
+        _log.configure_from_env(rank if rank >= 0 else env.rank)
         if store is not None:
             if not isinstance(store, Store):
                 raise TypeError(f"store: expected an ndist Store, got {type(store).__name__}")

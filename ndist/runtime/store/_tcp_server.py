@@ -38,7 +38,7 @@ class _KeySpace:
         self.data: dict[str, bytes] = {}
         self.cond = threading.Condition()
         self.workers = 0
-        self.active = 0  # authenticated connections open now
+        self.clients: dict[int, str] = {}  # authenticated connections open now -> "host:pid" of the client
         self.closed = False
 
     def _wait_until(self, ready, deadline: float) -> bool:
@@ -72,9 +72,19 @@ class TCPStoreServer:
 
     ``TCPStore(is_master=True)`` runs one in-process; ``ndistrun`` hosts one
     for the whole job. ``secret`` defaults to the job secret (``NDIST_SECRET``).
+    ``listener`` adopts a socket that is already bound and listening
+    (``host`` and ``port`` then only name it); the server closes it.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, secret: bytes | str | None = None, backlog: int = 1024):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        secret: bytes | str | None = None,
+        backlog: int = 1024,
+        *,
+        listener: socket.socket | None = None,
+    ):
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise ValueError(f"port: expected an int in 0..65535, got {port!r}")
         self.host = host
@@ -82,7 +92,9 @@ class TCPStoreServer:
         self._ks = _KeySpace()
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
-        self._listener = self._bind(host, port, backlog)
+        # ``listener``: a socket already bound and listening (``ndistrun`` binds
+        # it before it starts the ranks, and imports the store only afterwards).
+        self._listener = listener if listener is not None else self._bind(host, port, backlog)
         self.port: int = self._listener.getsockname()[1]
         self._closed = False
         self._thread = threading.Thread(target=self._accept_loop, name=f"ndist-store-server:{self.port}", daemon=True)
@@ -123,14 +135,21 @@ class TCPStoreServer:
     def num_connections(self) -> int:
         """Authenticated client connections open right now."""
         with self._ks.cond:
-            return self._ks.active
+            return len(self._ks.clients)
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until every client has disconnected (or ``timeout`` seconds); True if idle."""
-        deadline = time.monotonic() + timeout
+    def connected_clients(self) -> list[str]:
+        """``host:pid`` of every open client connection (one entry per connection)."""
         with self._ks.cond:
+            return sorted(self._ks.clients.values())
+
+    def wait_idle(self, timeout: float, ignore: str | None = None) -> bool:
+        """Wait until every client has disconnected, except those of process ``ignore``
+        (``host:pid``), or ``timeout`` seconds passed; True if idle."""
+        deadline = time.monotonic() + timeout
+        ks = self._ks
+        with ks.cond:
             try:
-                return self._ks._wait_until(lambda: self._ks.active == 0, deadline)
+                return ks._wait_until(lambda: all(c == ignore for c in ks.clients.values()), deadline)
             except _Closed:
                 return True
 
@@ -195,13 +214,14 @@ class TCPStoreServer:
             except AuthenticationError as err:
                 log.warning("store server %s:%d refused a client from %s: %s", self.host, self.port, peer, err)
                 return
+            key = id(conn)
             with self._ks.cond:
-                self._ks.active += 1
+                self._ks.clients[key] = f"{peer[0]}:?"  # until the client's HELLO names its process
             try:
-                self._serve_requests(conn, peer)
+                self._serve_requests(conn, peer, key)
             finally:
                 with self._ks.cond:
-                    self._ks.active -= 1
+                    self._ks.clients.pop(key, None)
                     self._ks.changed()
         finally:
             with self._conns_lock:
@@ -211,7 +231,7 @@ class TCPStoreServer:
             except OSError:
                 pass
 
-    def _serve_requests(self, conn: socket.socket, peer) -> None:
+    def _serve_requests(self, conn: socket.socket, peer, key: int) -> None:
         while True:
             try:
                 code, args = recv_frame(conn)
@@ -221,7 +241,7 @@ class TCPStoreServer:
             except OSError:
                 return
             try:
-                status, reply = self._handle(code, args)
+                status, reply = self._handle(code, args, key)
             except _Closed:
                 return
             except (ValueError, UnicodeDecodeError, IndexError) as err:
@@ -231,7 +251,7 @@ class TCPStoreServer:
             except OSError:
                 return
 
-    def _handle(self, code: int, a: list[bytes]) -> tuple[int, list[bytes]]:
+    def _handle(self, code: int, a: list[bytes], key: int) -> tuple[int, list[bytes]]:
         ks = self._ks
         if code == Op.GET or code == Op.MULTI_GET:
             keys = [k.decode() for k in a[1:]]
@@ -284,8 +304,11 @@ class TCPStoreServer:
                 return Status.OK, [b"1" if ks.data.pop(a[0].decode(), None) is not None else b"0"]
             if code == Op.NUM_KEYS:
                 return Status.OK, [str(len(ks.data)).encode()]
-            if code == Op.HELLO:
-                ks.workers += 1
+            if code == Op.HELLO:  # args: "host:pid" of the client, b"1" if it counts as a worker
+                if a:
+                    ks.clients[key] = a[0].decode(errors="replace")
+                if len(a) < 2 or a[1] == b"1":
+                    ks.workers += 1
                 ks.changed()
                 return Status.OK, []
             if code == Op.PING:
