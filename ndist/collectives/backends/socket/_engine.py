@@ -8,12 +8,14 @@ view of the sender's shared-memory segment) until all of it is done. Every
 header is checked against what this rank's call expects; frames of an older,
 failed op are drained, a frame of a newer op stays queued for the next one,
 so a mismatch fails one op on every rank involved and the next matched op
-works. Waiting spins briefly and then blocks in ``poll``.
+works. Waiting spins briefly, then retries with ``sched_yield`` for up to
+2 ms (a peer that is not asleep needs no wake-up), then blocks in ``poll``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import select
 import time
 from collections import deque
@@ -34,6 +36,12 @@ _POLLIN, _POLLOUT = select.POLLIN, select.POLLOUT
 #: how long a rank spins on its streams before blocking in poll (only when the
 #: group has no more ranks than this host has cores)
 SPIN_S = 15e-6
+#: after the spin, how long a rank keeps polling its streams with ``sched_yield``
+#: between tries before blocking in poll (same condition). A peer that is not
+#: asleep needs no wake-up: its sender's ``sendmsg`` is not charged a context switch,
+#: and the waiter gives its core to anyone runnable on every try.
+YIELD_S = 2e-3
+_yield = os.sched_yield
 _POLLERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
 
@@ -114,6 +122,7 @@ class Engine:
         self._dirty: set = set()  # peers with frames of this op still to flush
         self.closing = False
         self.spin_s = SPIN_S if spin else 0.0
+        self.yield_s = YIELD_S if spin else 0.0
         self._waiting: list = []
 
     # ----------------------------------------------------------- helpers
@@ -424,8 +433,12 @@ class Engine:
                 now = time.perf_counter()
                 if not spin_end:
                     spin_end = now + self.spin_s
+                    yield_end = spin_end + self.yield_s
                     continue
                 if now < spin_end:
+                    continue
+                if now < yield_end:
+                    _yield()
                     continue
             left = self.deadline - time.monotonic()
             if left <= 0:
