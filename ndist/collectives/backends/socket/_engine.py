@@ -23,6 +23,7 @@ from collections import deque
 import numpy as np
 
 from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
+from . import _cma
 from . import _frame as F
 
 __all__ = ["Engine", "OpInfo", "Expect"]
@@ -121,6 +122,8 @@ class Engine:
         self._scratch: dict = {}
         self._dirty: set = set()  # peers with frames of this op still to flush
         self.closing = False
+        #: pid of each same-host peer whose memory this rank may read (CMA)
+        self.cma_pids: dict = {}
         self.spin_s = SPIN_S if spin else 0.0
         self.yield_s = YIELD_S if spin else 0.0
         self._waiting: list = []
@@ -128,7 +131,7 @@ class Engine:
     # ----------------------------------------------------------- helpers
     def frame(self, kind, step, nbytes, flags=0, offset=0) -> bytes:
         op = self.op
-        gen = self.own_seg.gen if flags else 0
+        gen = self.own_seg.gen if flags & F.F_SHM else 0
         return F.pack(kind, op.code, op.dtype, step, flags, self.ghash, gen, op.seq, op.root, op.count,
                       nbytes, offset)
 
@@ -145,6 +148,13 @@ class Engine:
         conn.out.append(memoryview(self.frame(F.DATA, step, n)))
         if n:
             conn.out.append(memoryview(data).cast("B"))
+
+    def send_cma(self, peer, step, data: np.ndarray) -> None:
+        """Queue a DATA frame naming ``data``'s address: the peer reads it from our memory.
+        ``data`` must stay unchanged until the peer said it is done (the algorithm waits)."""
+        self._dirty.add(peer)
+        self.conns[peer].out.append(memoryview(self.frame(F.DATA, step, data.nbytes, F.F_CMA,
+                                                          int(data.ctypes.data))))
 
     def scratch(self, peer, nbytes) -> np.ndarray:
         buf = self._scratch.get(peer)
@@ -380,6 +390,18 @@ class Engine:
                 conn.drain = h.nbytes
             raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; "
                                     f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)}")
+        if h.flags & F.F_CMA:
+            pid = self.cma_pids.get(conn.peer)
+            if pid is None:
+                raise self._lost(conn, "corrupt stream: a memory reference from a peer this rank cannot read")
+            dest = exp.into if exp.into is not None else self.scratch(conn.peer, h.nbytes)
+            try:
+                _cma.read_into(pid, h.offset, dest.reshape(-1).view(np.uint8))
+            except OSError as err:
+                raise self._lost(conn, f"cannot read its memory: {err}") from None
+            exp.result = dest
+            exp.done = True
+            return
         if h.flags & F.F_SHM:
             try:
                 view = self.peer_segs.view(conn.peer, self.prefixes[conn.peer], h.shm_gen, h.offset, h.nbytes)
