@@ -24,6 +24,7 @@ from ._p2p import P2P
 from ._reduce import check_op, finalize
 from ._shm import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
 from ._tcp import Mesh
+from ._work import SocketWork
 
 __all__ = ["SocketBackend", "TRANSPORT_ENV", "SHM_MIN"]
 
@@ -157,7 +158,7 @@ class SocketBackend(Algorithms, Backend):
         with self._seq_lock:
             self._seq += 1
             seq = self._seq
-        work = Work(name, seq, outputs)
+        work = SocketWork(name, seq, outputs)
         work._pending = self._pending(work)
         dcode = F.dtype_code(arr.dtype) if arr is not None else 0
         root_v = -1 if root is None else root
