@@ -398,3 +398,39 @@ def test_large_all_reduce_reads_slices_from_peer_memory(n, many_cores, monkeypat
     chunks = -(-count // ((256 << 10) // 4))
     # per op, chunk and ordered pair: one read in reduce-scatter, one in all-gather
     assert len([x for x in reads if x != 16]) == 2 * 2 * chunks * n * (n - 1)
+
+
+def test_failed_memory_read_fails_the_op_and_the_group_recovers(monkeypatch):
+    """A read of a peer's buffer that fails (e.g. the sender failed and freed it) fails
+    that op on both ranks, naming the peer; the streams stay usable."""
+    import errno
+    import threading
+
+    from ndist.collectives.backends.socket import _cma
+    from ndist.collectives.backends.socket._algorithms import CMA_MIN
+    from ndist.runtime import DistBackendError
+
+    if not _cma.available():
+        pytest.skip("process_vm_readv is not available here")
+    real = _cma.read_into
+    lock = threading.Lock()
+    left = [1]
+
+    def failing_once(pid, addr, dest):
+        with lock:
+            fail = dest.nbytes >= CMA_MIN and left[0] > 0
+            left[0] -= fail
+        if fail:
+            raise OSError(errno.EFAULT, "Bad address")
+        real(pid, addr, dest)
+    monkeypatch.setattr(_cma, "read_into", failing_once)
+
+    def fn(b):
+        ins = [np.full(CMA_MIN, b.rank, np.uint8) for _ in range(2)]
+        outs = [np.empty(CMA_MIN, np.uint8) for _ in range(2)]
+        with pytest.raises(DistBackendError, match="rank [01]"):
+            b.all_to_all(outs, ins, blocking=True).wait(timeout=30)
+        b.barrier(blocking=True).wait(timeout=30)
+        b.all_to_all(outs, ins, blocking=True).wait(timeout=30)
+        assert (outs[0] == 0).all() and (outs[1] == 1).all()
+    run_group(2, fn, "auto")

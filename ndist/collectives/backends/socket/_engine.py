@@ -398,7 +398,12 @@ class Engine:
             try:
                 _cma.read_into(pid, h.offset, dest.reshape(-1).view(np.uint8))
             except OSError as err:
-                raise self._lost(conn, f"cannot read its memory: {err}") from None
+                # the frame is consumed and the stream intact: fail this op only (a
+                # sender that failed meanwhile may have freed its buffer; a dead one
+                # shows up as a lost connection on the next read)
+                raise DistBackendError(
+                    f"group {self.group_name!r}: {op.desc}: cannot read rank {conn.peer}'s buffer "
+                    f"({conn.host}): {err}") from None
             exp.result = dest
             exp.done = True
             return
