@@ -177,3 +177,21 @@ def test_cma_probe_reads_only_a_matching_token():
     assert np.array_equal(src, dst)
     with pytest.raises(OSError):
         _cma.read_into(os.getpid(), 8, dst[:16])  # unmapped page
+
+
+@pytest.mark.parametrize("cores, waits", [(64, True), (1, False)])
+def test_spin_and_yield_only_when_every_rank_has_a_core(monkeypatch, cores, waits):
+    """Ranks <= cores: spin, then sched_yield, then poll; oversubscribed: poll at once
+    (a spinning or yielding rank would take the core the peer it waits for needs)."""
+    import os
+
+    from ndist.collectives.backends.socket import _engine
+
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+
+    def fn(b):
+        b.barrier(blocking=True).wait()
+        return (b._eng.spin_s, b._eng.yield_s)
+    got = run_group(2, fn, "tcp")
+    want = (_engine.SPIN_S, _engine.YIELD_S) if waits else (0.0, 0.0)
+    assert got == [want, want] and _engine.YIELD_S > _engine.SPIN_S > 0
