@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any, Sequence
 
 from . import _env
+from ._debuglog import configure_logging
 from ._group import ProcessGroup, parse_backend
 from ._registry import get_backend_spec, registered_backends
 from ._rendezvous import Rendezvous, join, rendezvous
@@ -151,6 +152,7 @@ def init_process_group(
     device_id: Any = None,
 ) -> None:
     """Join the job and create the default process group (``torch.distributed.init_process_group``)."""
+    configure_logging()
     with _world.lock:
         if _world.default is not None:
             raise RuntimeError("trying to initialize the default process group twice!")
