@@ -50,7 +50,7 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
     async_op = _check.check_bool("async_op", async_op)
     backend = pg.backend_for(device)
     rec = _debug.recorder_for(pg)
-    seq = rec.next_seq(device)
+    seq = rec.next_seq(device if method not in _P2P else device + ":p2p")  # p2p numbered apart, as backends do
     described = _debug.describe_args(method, args)
     dtype, cin, cout, root, _redop, _ins, _outs = described
     slot = rec.issue(seq, method, device, dtype, cin, cout, root)

@@ -142,7 +142,9 @@ def test_work_wait_timeout_names_op_seq_and_missing_ranks_then_the_op_completes(
     entries = dumped["groups"]["0"]
     assert entries[-1]["op"] == "all_reduce" and entries[-1]["seq"] == 2 and entries[-1]["state"] == "issued"
     assert "timed out" in dumped["reason"]
-    assert fr[-1]["state"] == "completed" and fr[-1]["seq"] == 2
+    (ar,) = [e for e in fr if e["op"] == "all_reduce" and e["seq"] == 2]
+    assert ar["state"] == "completed" and ar["count_in"] == 16 and ar["dtype"] == "float64"
+    assert [e["op"] for e in fr] == ["all_reduce", "all_reduce", "send"]
 
 
 def _missing_rank(rank, size):
