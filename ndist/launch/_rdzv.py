@@ -33,6 +33,8 @@ __all__ = ["LaunchError", "Round", "make_rendezvous"]
 log = logging.getLogger("ndist.launch")
 
 _PREFIX = "ndistrun"
+#: how long a node other than node 0 tries to report the end of an attempt to the store
+_END_TIMEOUT = 15.0
 
 
 class LaunchError(Exception):
@@ -120,6 +122,7 @@ class _StoreRendezvous:
         self._watcher: threading.Thread | None = None
         self._watch_store = None
         self._ended: set[int] = set()
+        self._lost = False  # the store on node 0 stopped answering while an attempt ended
 
     def _client(self, timeout: float):
         from ndist.runtime import DistError
@@ -227,29 +230,68 @@ class _StoreRendezvous:
         self._wait_all_ended(attempt)
 
     def report_failure(self, attempt: int, failure) -> None:
-        self._stop_watcher()  # before "stop" is set: it must not wake our next attempt
-        if failure is not None:
-            self.store.compare_set(self._key(attempt, "failed"), b"", json.dumps(failure.to_json()).encode())
-        self._wake_all(attempt)
-        self._end(attempt, "failed")
-        self._wait_all_ended(attempt)
+        def report() -> None:
+            self._stop_watcher()  # before "stop" is set: it must not wake our next attempt
+            if failure is not None:
+                self.store.compare_set(self._key(attempt, "failed"), b"", json.dumps(failure.to_json()).encode())
+            self._wake_all(attempt)
+            self._end(attempt, "failed")
+            self._wait_all_ended(attempt)
+
+        self._bounded(attempt, report)
+
+    def _bounded(self, attempt: int, fn, default=None):
+        """Run ``fn`` (store calls that end an attempt) within ``_END_TIMEOUT`` on a node
+        that does not host the store: when the link to node 0 is gone, each call would
+        wait the store timeout and the agent would outlive its job by minutes. A store
+        that does not answer in time is abandoned (logged), and ``default`` returned."""
+        if self.server is not None:
+            return fn()  # the store is ours: it answers
+        if self._lost:
+            return default
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as err:  # noqa: BLE001 - reported below
+                box["error"] = err
+
+        thread = threading.Thread(target=run, name="ndistrun-end", daemon=True)
+        thread.start()
+        thread.join(_END_TIMEOUT)
+        if thread.is_alive() or "error" in box:
+            self._lost = True
+            why = box.get("error") or f"no answer within {_END_TIMEOUT:g} s"
+            log.warning("node %d: the job's store on node 0 (%s:%d) is unreachable while ending attempt %d (%s); "
+                        "not waiting for the other nodes", self.config.node_rank, self.addr, self.port, attempt, why)
+            self._watcher = self._watch_store = None  # daemon threads blocked on the lost store: abandoned
+            return default
+        return box.get("value", default)
 
     def report_stop(self, attempt: int) -> None:
-        self._stop_watcher()
-        try:
-            self._wake_all(attempt)
-            self._end(attempt, "stopped")
-        except Exception:  # noqa: BLE001 - interrupted teardown: the store may be gone
-            pass
+        def report() -> None:
+            self._stop_watcher()
+            try:
+                self._wake_all(attempt)
+                self._end(attempt, "stopped")
+            except Exception:  # noqa: BLE001 - interrupted teardown: the store may be gone
+                pass
+
+        self._bounded(attempt, report)
 
     def remote_failure(self, attempt: int):
         from ._workers import Failure
 
-        self._end(attempt, "stopped")
-        try:
-            raw = self.store.get(self._key(attempt, "failed")) if self.store.check([self._key(attempt, "failed")]) else None
-        finally:
-            self._wait_all_ended(attempt)
+        def fetch():
+            self._end(attempt, "stopped")
+            try:
+                return self.store.get(self._key(attempt, "failed")) if self.store.check([self._key(attempt, "failed")]) \
+                    else None
+            finally:
+                self._wait_all_ended(attempt)
+
+        raw = self._bounded(attempt, fetch)
         return Failure.from_json(json.loads(raw)) if raw else None
 
     def _wait_all_ended(self, attempt: int) -> None:
@@ -263,7 +305,8 @@ class _StoreRendezvous:
             log.warning("not every node reported the end of attempt %d; closing the store anyway", attempt)
 
     def close(self) -> None:
-        self._stop_watcher()
+        if not self._lost:
+            self._stop_watcher()
         self.store.close()
         if self.server is not None:
             self.server.close()

@@ -38,14 +38,21 @@ _SOCKBUF = 4 << 20
 
 
 def host_identity() -> str:
-    """hostname + boot id: equal exactly when two processes share a kernel (and /dev/shm)."""
+    """hostname + boot id + network namespace: equal exactly when two processes share
+    a kernel (so /dev/shm) and a loopback interface (so 127.0.0.1 reaches the peer).
+    Ranks in different network namespaces of one machine (containers, ``ip netns``)
+    count as different hosts."""
     boot = ""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
     except OSError:
         pass
-    return f"{socket.gethostname()}/{boot}"
+    try:
+        netns = os.readlink("/proc/self/ns/net")
+    except OSError:
+        netns = ""
+    return f"{socket.gethostname()}/{boot}/{netns}"
 
 
 def _tune(sock: socket.socket) -> None:
