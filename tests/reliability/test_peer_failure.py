@@ -46,7 +46,7 @@ for i in range(100000):
 def test_sigkill_mid_all_to_all_fails_every_survivor_naming_the_rank_and_ndistrun_exits(tmp_path, transport):
     job = tmp_path / "job.py"
     job.write_text(textwrap.dedent(_KILL_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT=transport)
+    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_FLIGHT_RECORDER_DIR=str(tmp_path / "fr"))
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "4", "--term-timeout", "20",
                         str(job), str(tmp_path)], capture_output=True, text=True, timeout=100, env=env)
@@ -61,6 +61,11 @@ def test_sigkill_mid_all_to_all_fails_every_survivor_naming_the_rank_and_ndistru
         assert rec["host"], rec
         assert "rank 2" in rec["msg"], rec
         assert rec["t"] - killed < 10, rec  # connection loss is seen at once (10 s: a loaded CI machine)
+        # the flight recorder was dumped: the failed all_to_all last, the completed ones before it
+        dump = json.loads((tmp_path / "fr" / f"rank{rank}.json").read_text())
+        last = dump["groups"]["0"][-1]
+        assert last["op"] == "all_to_all" and last["state"] == "failed" and "DistNetworkError" in last["error"]
+        assert dump["groups"]["0"][-2]["state"] == "completed"
     assert wall < 90
 
 
