@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import importlib
 
-from . import tensor as _tensor_pkg
-from .tensor import *  # noqa: F403 - the torch-like top level: ndist.tensor(...), ndist.float32, ...
+_tensor_pkg = importlib.import_module("ndist.tensor")
+# The torch-like top level: ndist.float32, ndist.zeros, ndist.int, ndist.max, ...
+globals().update({_name: getattr(_tensor_pkg, _name) for _name in _tensor_pkg.PUBLIC})
+# ``tensor`` is the package, not the factory function: the package is callable, so
+# ``ndist.tensor([1, 2])`` makes a tensor and ``import ndist.tensor._shm as shm`` works.
+tensor = _tensor_pkg
 
 __version__ = "0.1.0"
 
 _SUBMODULES = ("distributed", "multiprocessing", "cuda", "testing", "runtime", "collectives", "launch")
 
-__all__ = list(_tensor_pkg.__all__) + list(_SUBMODULES)
+# ``from ndist import *`` leaves Python's builtins (int, float, bool, max, sum, ...) alone
+# and imports none of the lazy submodules.
+__all__ = list(_tensor_pkg.__all__)
 
 
 def __getattr__(name: str):

@@ -259,11 +259,14 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     post: list = []
     buf = contiguous_output(out, post)
     (src,) = unaliased([contiguous_input(inp)], [buf])
-    if output_split_sizes is None and input_split_sizes is None and hasattr(pg.backend_for(dev), "all_to_all_even"):
+    backend = pg.backend_for(dev)
+    if output_split_sizes is None and input_split_sizes is None and hasattr(backend, "all_to_all_even"):
         # Every rank splits evenly (torch's contract for no split sizes): the backend's
         # even fast path (MPI_Alltoall rather than Alltoallv).
-        return submit(pg, dev, "all_to_all_even", (buf.reshape(-1), src.reshape(-1)), async_op, post, [output])
-    return submit(pg, dev, "all_to_all", (_flat_rows(buf, osz), _flat_rows(src, isz)), async_op, post, [output])
+        return submit(pg, dev, "all_to_all_even", (buf.reshape(-1), src.reshape(-1)), async_op, post, [output],
+                      backend)
+    return submit(pg, dev, "all_to_all", (_flat_rows(buf, osz), _flat_rows(src, isz)), async_op, post, [output],
+                  backend)
 
 
 # ----------------------------------------------------------------- barriers

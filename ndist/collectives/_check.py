@@ -18,7 +18,7 @@ from ._reduce_op import ReduceOp, _PremulSum
 
 __all__ = [
     "check_bool", "tensor", "output", "tensor_list", "same_dtype", "same_device", "reduce_op",
-    "root_rank", "peer_rank", "split_sizes", "check_tag", "numel",
+    "root_rank", "peer_rank", "split_sizes", "check_tag",
 ]
 
 _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
@@ -80,10 +80,6 @@ def same_device(named: Sequence[tuple[str, Any]]) -> str:
                 f"{dev} ({first_name}) and {other} ({name})"
             )
     return dev
-
-
-def numel(arr) -> int:
-    return int(arr.size)
 
 
 def _scalar_factor(factor: Any):

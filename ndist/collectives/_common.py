@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
+from ..runtime import resolve_group
 from . import _check, _debug
 
 __all__ = ["member_group", "submit", "Post"]
@@ -18,8 +19,6 @@ Post = list  # list[Callable[[], None]]: write-backs run after the backend finis
 
 def member_group(group: Any):
     """The ProcessGroup for ``group``; ValueError when this process is not in it."""
-    from ..runtime import resolve_group
-
     pg = resolve_group(group)
     if not pg.is_member:
         me = resolve_group(None).rank()
@@ -40,7 +39,7 @@ def _failed(rec, slot, seq: int, exc: BaseException | None) -> None:
 
 
 def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
-           post: list[Callable[[], None]] | None = None, outputs: Any = None):
+           post: list[Callable[[], None]] | None = None, outputs: Any = None, backend: Any = None):
     """Call ``backend.method(*args)``; wait unless ``async_op``; return the Work or None.
 
     Every call is recorded in the group's flight recorder; with
@@ -48,7 +47,8 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
     ranks through the group's store (``_debug``).
     """
     async_op = _check.check_bool("async_op", async_op)
-    backend = pg.backend_for(device)
+    if backend is None:
+        backend = pg.backend_for(device)
     rec = _debug.recorder_for(pg)
     seq = rec.next_seq(device if method not in _P2P else device + ":p2p")  # p2p numbered apart, as backends do
     described = _debug.describe_args(method, args)
@@ -82,9 +82,22 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
             f"{method} #{seq} in group {rec.group_name!r}: Work.wait timed out: {exc}")
         return work
     try:
-        work.wait(pg.timeout)
+        wait_sync(work, pg)
     except BaseException as exc:
         _failed(rec, slot, seq, exc)
         raise
     rec.done(slot, seq, None)
     return None
+
+
+def wait_sync(work, pg) -> None:
+    """``async_op=False``: wait for ``work`` within the group timeout.
+
+    A stream-ordered Work (nccl's CudaWork) is only made the current stream's
+    dependency, as torch does: the call returns once the op is enqueued, and
+    the backend's watchdog enforces the timeout.
+    """
+    if getattr(work, "stream_ordered", False):
+        work.wait()
+    else:
+        work.wait(pg.timeout)

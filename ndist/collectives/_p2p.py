@@ -8,10 +8,11 @@ wanted, use ``group.group_rank``).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from . import _check
-from ._common import member_group, submit
+from ._common import member_group, submit, wait_sync
 from ._convert import contiguous_input, contiguous_output
 
 __all__ = ["send", "recv", "isend", "irecv", "P2POp", "batch_isend_irecv"]
@@ -42,15 +43,21 @@ def _recv(tensor, src, group, tag, group_src, async_op):
         work = backend.recv(buf, peer, tag)
     done = work
     if post:
+        chained: list = []
 
         def _write_back() -> None:
             for step in post:
                 step()
+            if chained:  # the sender's rank, for done.result()
+                chained[0]._outputs = work._outputs
 
         done = work.then(_write_back)
+        chained.append(done)
+        if done.is_completed():  # then() ran _write_back before ``done`` existed
+            done._outputs = work._outputs
     if async_op:
         return done
-    done.wait(pg.timeout)
+    wait_sync(done, pg)
     (source,) = work.result()
     return pg.global_rank(source)
 
@@ -105,21 +112,30 @@ def batch_isend_irecv(p2p_op_list: Any) -> list:
         raise TypeError(f"p2p_op_list: expected a list of P2POp, got {type(p2p_op_list).__name__}")
     if not p2p_op_list:
         raise ValueError("p2p_op_list: expected a non-empty list of P2POp, got []")
+    places = set()
     for i, p in enumerate(p2p_op_list):
         if not isinstance(p, P2POp):
             raise TypeError(f"p2p_op_list[{i}]: expected a P2POp, got {type(p).__name__}")
         pg = member_group(p.group)
         if p.op is isend:
             _check.peer_rank(pg, f"p2p_op_list[{i}].peer", p.peer, "group_peer", p.group_peer)
-            _check.tensor(p.tensor, f"p2p_op_list[{i}].tensor")
+            arr = _check.tensor(p.tensor, f"p2p_op_list[{i}].tensor")
         else:
             _check.peer_rank(pg, f"p2p_op_list[{i}].peer", p.peer, "group_peer", p.group_peer)
-            _check.output(p.tensor, f"p2p_op_list[{i}].tensor")
+            arr = _check.output(p.tensor, f"p2p_op_list[{i}].tensor")
         _check.check_tag(p.tag)
+        places.add((pg, _check.same_device([(f"p2p_op_list[{i}].tensor", arr)])))
+    # A backend that can group point-to-point ops (nccl: one NCCL group, as torch
+    # does) gets the whole batch in one block, so opposite sends cannot deadlock.
+    coalescing = None
+    if len(places) == 1:
+        ((pg, dev),) = places
+        coalescing = getattr(pg.backend_for(dev), "coalescing", None)
     works = []
-    for p in p2p_op_list:
-        if p.op is isend:
-            works.append(isend(p.tensor, p.peer, p.group, p.tag, p.group_peer))
-        else:
-            works.append(irecv(p.tensor, p.peer, p.group, p.tag, p.group_peer))
+    with coalescing() if coalescing is not None else contextlib.nullcontext():
+        for p in p2p_op_list:
+            if p.op is isend:
+                works.append(isend(p.tensor, p.peer, p.group, p.tag, p.group_peer))
+            else:
+                works.append(irecv(p.tensor, p.peer, p.group, p.tag, p.group_peer))
     return works

@@ -14,7 +14,7 @@ import threading
 from datetime import timedelta
 from typing import Any, Mapping
 
-from ._errors import DistBackendError
+from ._errors import DistBackendError, DistMismatchError
 from ._registry import BackendContext, get_backend_spec, registered_backends
 from .store import PrefixStore, Store
 
@@ -51,6 +51,14 @@ class Backend(str):
         register_backend(name, func, devices=devices, is_available=is_available, needs_store=needs_store)
 
 
+def _canonical(name: str) -> str:
+    """``gloo`` is looked up as itself when registered (so ``get_backend()`` says
+    "gloo" to ported torch code), else as its alias ``socket``."""
+    if name in _ALIASES and name not in registered_backends():
+        return _ALIASES[name]
+    return name
+
+
 def parse_backend(backend: str, default_devices: Mapping[str, str] | None = None) -> dict[str, str]:
     """``"socket"`` / ``"cpu:socket,cuda:nccl"`` -> ``{"cpu": "socket", "cuda": "nccl"}``.
 
@@ -64,7 +72,7 @@ def parse_backend(backend: str, default_devices: Mapping[str, str] | None = None
         raise ValueError("backend: expected a backend name such as 'socket', got ''")
     result: dict[str, str] = {}
     if ":" not in text:
-        name = _ALIASES.get(text, text)
+        name = _canonical(text)
         spec = get_backend_spec(name)  # ValueError listing registered backends
         for dev in spec.devices:
             result[dev] = name
@@ -75,7 +83,7 @@ def parse_backend(backend: str, default_devices: Mapping[str, str] | None = None
             raise ValueError(
                 f"backend: expected 'device:name' pairs like 'cpu:socket,cuda:nccl', got {backend!r}"
             )
-        name = _ALIASES.get(name, name)
+        name = _canonical(name)
         spec = get_backend_spec(name)
         if dev not in spec.devices:
             raise ValueError(f"backend: {name!r} does not serve {dev!r} devices (it serves {list(spec.devices)})")
@@ -119,6 +127,7 @@ class ProcessGroup:
         self._backends: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._destroyed = False
+        self._claimed = False
 
     # ------------------------------------------------------------ membership
     def rank(self) -> int:
@@ -177,6 +186,10 @@ class ProcessGroup:
     def backend_name(self) -> str:
         return format_backend(self._backend_names)
 
+    def name(self) -> str:
+        """The backend's name, as torch's ``ProcessGroup.name()``."""
+        return self.backend_name()
+
     def backend_for(self, device_type: str) -> Any:
         """The backend serving ``device_type`` in this group, created on first use."""
         self.require_member("a collective on it")
@@ -193,7 +206,27 @@ class ProcessGroup:
                 backend = self._backends[dev] = self._create(dev)
             return backend
 
+    def _claim(self) -> None:
+        """Detect ``new_group`` called in different orders on different ranks.
+
+        Group names are counters, so two different groups can get one name (and
+        one store namespace); their members would then talk to the wrong peers.
+        Each member claims its group rank once; a second claimant is named.
+        """
+        if self._claimed:
+            return
+        me = str(self._global_rank).encode()
+        holder = self._store.compare_set(f"member/{self._rank}", "", me)
+        if holder != me:
+            raise DistMismatchError(
+                f"group {self.group_name!r}: group rank {self._rank} is claimed by global ranks "
+                f"{holder.decode(errors='replace')} and {self._global_rank}; new_group must be called by every "
+                f"rank, in the same order (this rank's group has ranks {list(self.ranks)})"
+            )
+        self._claimed = True
+
     def _create(self, dev: str) -> Any:
+        self._claim()
         name = self._backend_names[dev]
         spec = get_backend_spec(name)
         if not spec.available():

@@ -9,8 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
+
+
+def _watch_parent(parent: int) -> None:
+    """If run_ranks' process dies (killed, no cleanup), take this rank's whole
+    process group down with it instead of leaving orphans behind."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    try:
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(1)
 
 
 def main() -> int:
@@ -20,6 +34,7 @@ def main() -> int:
 
     import cloudpickle
 
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), name="ndist-parent-watch", daemon=True).start()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     host, _, port = os.environ["NDIST_STORE"].rpartition(":")
     store = TCPStore(host, int(port), timeout=60)

@@ -96,6 +96,14 @@ def register_backend(
         _specs[name.lower()] = BackendSpec(name.lower(), factory, devices, is_available, needs_store)
 
 
+# The built-in backends register themselves when this module is imported. It is
+# named by string and imported on the first lookup, like a ``"module:attr"``
+# factory, so that a process that only imported ``ndist.runtime`` (a rank started
+# by ``run_ranks`` or ``ndistrun``) still finds "socket", "mpi" and "nccl" while
+# runtime never imports the collectives layer statically.
+BUILTIN_BACKENDS_MODULE = "ndist.collectives.backends"
+
+
 def _load_entry_points() -> None:
     global _entry_points_loaded
     if _entry_points_loaded:
@@ -108,6 +116,12 @@ def _load_entry_points() -> None:
         importlib.import_module("ndist.collectives.backends")
     except ImportError:  # pragma: no cover - a partial installation
         pass
+    try:
+        importlib.import_module(BUILTIN_BACKENDS_MODULE)
+    except ImportError:
+        import logging
+
+        logging.getLogger("ndist.runtime").warning("cannot import the built-in backends", exc_info=True)
     try:
         from importlib.metadata import entry_points
 

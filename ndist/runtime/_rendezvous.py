@@ -46,7 +46,7 @@ class Rendezvous:
                     obj.shutdown(grace)
                 elif isinstance(obj, TCPStoreServer):
                     if grace > 0:
-                        obj.wait_idle(grace)
+                        obj.wait_idle(grace, ignore=f"{socket.gethostname()}:{os.getpid()}")
                     obj.close()
                 else:
                     obj.close()
@@ -242,7 +242,8 @@ def join(store: Store, rank: int, world_size: int, timeout: timedelta) -> None:
     if held != token.encode():
         raise ValueError(
             f"rank: rank {rank} was already claimed in this rendezvous by {held.decode(errors='replace')}; "
-            f"two processes were given RANK={rank}"
+            f"two processes were given RANK={rank} (or the store is left over from an earlier job, e.g. a "
+            f"file:// rendezvous file that was not removed)"
         )
     keys = [f"rank/{r}" for r in range(world_size)]
     seconds = timeout.total_seconds()

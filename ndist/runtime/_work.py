@@ -95,6 +95,7 @@ class Work:
             if exc is not None:
                 chained._fail(exc)
                 return
+            chained._outputs = fut.result()  # set at completion (e.g. recv's [source])
             try:
                 fn()
             except BaseException as err:  # noqa: BLE001 - delivered to the waiter

@@ -13,8 +13,7 @@ import threading
 from datetime import timedelta
 from typing import Any, Sequence
 
-from . import _env
-from ._debuglog import configure_logging
+from . import _env, _log
 from ._group import ProcessGroup, parse_backend
 from ._registry import get_backend_spec, registered_backends
 from ._rendezvous import Rendezvous, join, rendezvous
@@ -152,7 +151,6 @@ def init_process_group(
     device_id: Any = None,
 ) -> None:
     """Join the job and create the default process group (``torch.distributed.init_process_group``)."""
-    configure_logging()
     with _world.lock:
         if _world.default is not None:
             raise RuntimeError("trying to initialize the default process group twice!")
@@ -163,6 +161,7 @@ def init_process_group(
         if store is not None and init_method is not None:
             raise ValueError("init_method: cannot specify both init_method and store")
         env = _env.detect()
+        _log.configure_from_env(rank if rank >= 0 else env.rank)
         if store is not None:
             if not isinstance(store, Store):
                 raise TypeError(f"store: expected an ndist Store, got {type(store).__name__}")

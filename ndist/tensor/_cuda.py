@@ -46,15 +46,22 @@ _log = logging.getLogger("ndist.tensor")
 _count_cache: list[int] = []  # device count, cached once a GPU was seen (like torch)
 
 
+_import_failed: list[str] = []  # why ``import cupy`` failed, remembered (it is not retried)
+
+
 def cupy_or_none():
     """The cupy module if it is importable, else None (no exception)."""
     mod = sys.modules.get("cupy")
     if mod is not None:
         return mod
+    if _import_failed:
+        return None
     try:
         import cupy  # noqa: PLC0415 - lazy on purpose
     except Exception as exc:  # ImportError, or a broken CUDA install
         _log.debug("cupy not importable: %s", exc)
+        missing = isinstance(exc, ModuleNotFoundError) and exc.name == "cupy"
+        _import_failed.append("missing" if missing else f"{type(exc).__name__}: {exc}")
         return None
     return cupy
 
@@ -87,8 +94,11 @@ def require_cupy():
     """cupy with at least one GPU, or RuntimeError saying what is missing."""
     cp = cupy_or_none()
     if cp is None:
-        raise RuntimeError("CUDA is not available: CuPy is not installed "
-                           "(install the 'cuda' extra, e.g. pip install cupy-cuda12x)")
+        why = _import_failed[0] if _import_failed else "unknown"
+        if why == "missing":
+            raise RuntimeError("CUDA is not available: CuPy is not installed "
+                               "(install the 'cuda' extra, e.g. pip install cupy-cuda12x)")
+        raise RuntimeError(f"CUDA is not available: CuPy is installed but failed to import ({why})")
     if device_count() == 0:
         raise RuntimeError("CUDA is not available: CuPy is installed but no CUDA GPU was found")
     return cp
@@ -168,19 +178,39 @@ class device_of(device):
         super().__init__(d.index if d.type == "cuda" else None)
 
 
-def get_device_properties(dev: Any = None) -> dict:
+class _CudaDeviceProperties:
+    """torch-style view of ``cudaGetDeviceProperties``: ``.name``, ``.major``, ``.minor``,
+    ``.total_memory``, ``.multi_processor_count``; ``props["key"]`` for the raw fields."""
+
+    def __init__(self, raw: dict) -> None:
+        self._raw = raw
+        name = raw.get("name", b"")
+        self.name = name.decode() if isinstance(name, bytes) else str(name)
+        self.major, self.minor = int(raw.get("major", 0)), int(raw.get("minor", 0))
+        self.total_memory = int(raw.get("totalGlobalMem", 0))
+        self.multi_processor_count = int(raw.get("multiProcessorCount", 0))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._raw[key]
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, "
+                f"minor={self.minor}, total_memory={self.total_memory >> 20}MB, "
+                f"multi_processor_count={self.multi_processor_count})")
+
+
+def get_device_properties(dev: Any = None) -> _CudaDeviceProperties:
     cp = require_cupy()
-    return cp.cuda.runtime.getDeviceProperties(_index_of(dev))
+    return _CudaDeviceProperties(cp.cuda.runtime.getDeviceProperties(_index_of(dev)))
 
 
 def get_device_name(dev: Any = None) -> str:
-    name = get_device_properties(dev)["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)
+    return get_device_properties(dev).name
 
 
 def get_device_capability(dev: Any = None) -> tuple[int, int]:
     p = get_device_properties(dev)
-    return int(p["major"]), int(p["minor"])
+    return p.major, p.minor
 
 
 def synchronize(dev: Any = None) -> None:
@@ -204,17 +234,12 @@ def index_guard(index: int):
 class Stream:
     """A CUDA stream on a device (wraps ``cupy.cuda.Stream``)."""
 
-    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:  # noqa: A002
+    def __init__(self, device: Any = None, priority: int = 0) -> None:  # noqa: A002
         cp = require_cupy()
-        raw = kwargs.pop("_cupy_stream", None)
-        if kwargs:
-            raise TypeError(f"Stream: unexpected keyword arguments {sorted(kwargs)}")
-        if raw is not None:
-            self._cp, self._index = raw, int(raw.device_id) if hasattr(raw, "device_id") else current_device()
-            return
         self._index = _index_of(device)
         with cp.cuda.Device(self._index):
-            self._cp = cp.cuda.Stream(non_blocking=False, priority=priority or 0) \
+            # ``priority`` needs CuPy >= 13; the default priority works everywhere.
+            self._cp = cp.cuda.Stream(non_blocking=False, priority=priority) \
                 if priority else cp.cuda.Stream(non_blocking=False)
 
     @property

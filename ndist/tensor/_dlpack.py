@@ -23,6 +23,16 @@ def from_dlpack(ext_tensor: Any) -> Tensor:
     if not hasattr(ext_tensor, "__dlpack__") or not hasattr(ext_tensor, "__dlpack_device__"):
         raise TypeError(f"from_dlpack: expected an object with __dlpack__ and __dlpack_device__ "
                         f"(a NumPy/CuPy array or a torch tensor), got {type(ext_tensor).__name__}")
+    if type(ext_tensor).__module__.startswith("torch"):
+        ext_tensor = ext_tensor.detach()  # torch refuses DLPack export of grad-tracking tensors
+        if str(getattr(ext_tensor, "dtype", "")) == "torch.bfloat16":
+            # NumPy's DLPack import has no bfloat16: move the bits as int16, then relabel.
+            import torch  # noqa: PLC0415 - the producer is a torch tensor, so torch is loaded
+
+            from ._dtype import to_dtype  # noqa: PLC0415
+
+            bits = from_dlpack(ext_tensor.view(torch.int16))._data
+            return Tensor._wrap(bits.view(to_dtype("bfloat16").numpy_dtype))
     dev_type, dev_id = ext_tensor.__dlpack_device__()
     if int(dev_type) in (_KDLCPU, _KDLCUDAHOST):
         arr = np.from_dlpack(ext_tensor)

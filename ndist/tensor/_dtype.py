@@ -23,6 +23,9 @@ __all__ = [
     "dtype",
     "bool",
     "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
     "int8",
     "int16",
     "int32",
@@ -76,7 +79,7 @@ class dtype:
 
     @property
     def is_signed(self) -> _builtin_bool:
-        return self._category != _BOOL and self._name != "uint8"
+        return self._category != _BOOL and not self._name.startswith("uint")
 
     @property
     def itemsize(self) -> _builtin_int:
@@ -105,6 +108,9 @@ class dtype:
 
 bool = dtype("bool", np.bool_, _BOOL)  # noqa: A001 - torch's name
 uint8 = dtype("uint8", np.uint8, _INT)
+uint16 = dtype("uint16", np.uint16, _INT)  # torch 2.3+: storage and casts, few kernels
+uint32 = dtype("uint32", np.uint32, _INT)
+uint64 = dtype("uint64", np.uint64, _INT)
 int8 = dtype("int8", np.int8, _INT)
 int16 = dtype("int16", np.int16, _INT)
 int32 = dtype("int32", np.int32, _INT)
@@ -129,7 +135,7 @@ long = int64
 cfloat = complex64
 cdouble = complex128
 
-_ALL = [d for d in (bool, uint8, int8, int16, int32, int64, float16, float32, float64,
+_ALL = [d for d in (bool, uint8, uint16, uint32, uint64, int8, int16, int32, int64, float16, float32, float64,
                     complex64, complex128, globals().get("bfloat16")) if d is not None]
 _NAMES = {d._name: d for d in _ALL}
 _FROM_NP = {d._np: d for d in _ALL}

@@ -12,8 +12,9 @@ import numpy as np
 from . import _dtype as D
 from . import _random as R
 from ._cuda import note_allocation, require_cupy, resolve
-from ._ops import TensorOps, check_same_device, norm_dim
-from ._tensor import Tensor, _ints
+from ._ops import TensorOps, check_same_device
+from ._tensor import Tensor
+from ._views import ints as _ints, norm_dim
 from ._transfer import move
 
 __all__ = [
@@ -66,12 +67,18 @@ def _alloc(xp, kind, shape, npdt, fill):
 
 def _kw(kwargs: dict, name: str) -> tuple[Any, Any]:
     dtype, device = kwargs.pop("dtype", None), kwargs.pop("device", None)
-    kwargs.pop("requires_grad", None)
+    _no_grad(kwargs.pop("requires_grad", False), name)
     kwargs.pop("pin_memory", None)
     kwargs.pop("layout", None)
     if kwargs:
         raise TypeError(f"{name}: unexpected keyword arguments {sorted(kwargs)}")
     return dtype, device
+
+
+def _no_grad(requires_grad: Any, name: str) -> None:
+    if requires_grad:
+        raise ValueError(f"{name}: requires_grad=True is not supported (ndist has no autograd); "
+                         f"got requires_grad={requires_grad!r}")
 
 
 def empty(*size: Any, **kwargs: Any) -> Tensor:
@@ -132,6 +139,7 @@ def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: b
 
     Python floats become the default dtype, ints int64, bools bool, complex the
     default complex dtype; arrays and tensors keep their dtype."""
+    _no_grad(requires_grad, "tensor")
     dt = None if dtype is None else D.to_dtype(dtype)
     if isinstance(data, Tensor):
         return data._convert(device, dt, True)

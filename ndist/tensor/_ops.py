@@ -1,4 +1,4 @@
-"""Arithmetic, comparison, in-place and reduction methods of ``ndist.Tensor``.
+"""Arithmetic, comparison, in-place and unary methods of ``ndist.Tensor``.
 
 Every operation is one NumPy / CuPy call on the whole array (no per-element
 Python); what is added on top is torch's type promotion, the same-device
@@ -7,7 +7,6 @@ check, and torch's error behaviour (no warnings for inf / nan results).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import numbers
 import sys
@@ -16,51 +15,11 @@ from typing import Any
 import numpy as np
 
 from . import _dtype as D
+from ._views import norm_dim
 
 _SCALARS = (numbers.Number, np.generic)
 _NULL = contextlib.nullcontext()
 _IGNORE = {"all": "ignore"}
-
-
-
-def _result_type(name: str):
-    base = collections.namedtuple(name, ["values", "indices"])
-
-    def __repr__(self) -> str:  # torch's layout: one field per line
-        return f"ndist.return_types.{name}(\nvalues={self.values!r},\nindices={self.indices!r})"
-
-    cls = type(name, (base,), {"__slots__": (), "__repr__": __repr__})
-    cls.__module__ = "ndist.return_types"
-    return cls
-
-
-max_result = _result_type("max")
-min_result = _result_type("min")
-
-
-def norm_dim(d: Any, ndim: int, name: str = "dim", *, extra: int = 0) -> int:
-    """Normalise a (possibly negative) dim; ValueError naming the valid range."""
-    if isinstance(d, bool) or not isinstance(d, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {d!r} of type {type(d).__name__}")
-    n = max(ndim + extra, 1)
-    if not -n <= d < n:
-        raise ValueError(f"{name}: dimension out of range (expected to be in range of "
-                         f"[{-n}, {n - 1}], but got {d})")
-    return int(d) % n
-
-
-def _axes(dim: Any, ndim: int) -> Any:
-    if dim is None:
-        return None
-    if isinstance(dim, (tuple, list)):
-        if not dim:
-            return None  # torch: an empty dim list reduces over everything
-        axes = tuple(norm_dim(d, ndim) for d in dim)
-        if len(set(axes)) != len(axes):
-            raise ValueError(f"dim: {list(dim)} repeats a dimension")
-        return axes if ndim else None
-    d = norm_dim(dim, ndim)
-    return d if ndim else None
 
 
 def check_same_device(op: str, a: Any, b: Any, *, allow_cpu_scalar: bool = True) -> None:
@@ -97,6 +56,11 @@ def to_operand_array(value: Any, ref: Any) -> Any:
     return value
 
 
+def _is_shape_error(exc: ValueError) -> bool:
+    msg = str(exc)
+    return "broadcast" in msg or "mismatch in its core dimension" in msg or "shape" in msg
+
+
 def _scalar(value: Any, rt: D.dtype) -> Any:
     # Python floats/complexes are "weak" in NumPy 2 and CuPy: they take the array's type.
     # Integers are wrapped into the result type like torch does (int8 + 1000 wraps).
@@ -121,7 +85,8 @@ class TensorOps:
 
     # ------------------------------------------------------------ binary core
     def _prep(self, other: Any, op: str, kind: str):
-        """(a, b, result dtype, ok) with ``a`` and ``b`` ready for one ufunc call."""
+        """(a, b, result dtype) with ``a`` and ``b`` ready for one ufunc call, or None
+        when ``other`` is not an operand this op understands (-> NotImplemented)."""
         a = self._data
         if isinstance(other, TensorOps):
             check_same_device(op, self, other)
@@ -157,8 +122,45 @@ class TensorOps:
             raise ZeroDivisionError(f"{op}: integer division by zero")
         return a, b, rt
 
+    def _fast(self, other: Any, kind: str) -> Any:
+        """The operand for one direct NumPy call when no promotion or check is needed
+        (same-dtype CPU tensors, or a float tensor with a Python int/float), else None."""
+        a = self._data
+        if type(a) is not np.ndarray:
+            return None
+        k = a.dtype.kind
+        if isinstance(other, TensorOps):
+            b = other._data
+            if type(b) is not np.ndarray or b.dtype != a.dtype:
+                return None
+            if kind in ("arith", "cmp") or (kind == "div" and k in "fc") or (kind == "bit" and k in "biu"):
+                return b
+            return None
+        if type(other) in (float, int) and k in "fc" and kind in ("arith", "div", "cmp"):
+            return other
+        return None
+
     def _binary(self, other: Any, fname: str, kind: str = "arith", reverse: bool = False):
-        prep = self._prep(other, fname, kind)
+        b = self._fast(other, kind)
+        if b is not None:
+            a = self._data
+            ufunc = getattr(np, fname)
+            try:
+                if a.dtype.kind in "fc":
+                    with np.errstate(**_IGNORE):
+                        out = ufunc(b, a) if reverse else ufunc(a, b)
+                else:
+                    out = ufunc(b, a) if reverse else ufunc(a, b)
+            except ValueError:
+                pass  # fall through to the general path for its error message
+            else:
+                return self._wrap(np.asarray(out) if isinstance(out, np.generic) else out)
+        if isinstance(other, TensorOps) and type(self._data) is np.ndarray \
+                and self._data.ndim == 0 and type(other._data) is not np.ndarray:
+            # a 0-d CPU tensor meets a CUDA tensor: compute on the GPU, as torch does
+            return other._binary(self, fname, kind, reverse=not reverse)
+        with self._guard():  # casts in _prep allocate too: on the tensor's own GPU
+            prep = self._prep(other, fname, kind)
         if prep is None:
             return NotImplemented
         a, b, _ = prep
@@ -169,13 +171,26 @@ class TensorOps:
             with np.errstate(**_IGNORE), self._guard():
                 out = ufunc(a, b)
         except ValueError as exc:
+            if not _is_shape_error(exc):
+                raise ValueError(f"{fname}: {exc}") from None
             what = "are not compatible" if fname == "matmul" else "are not broadcastable"
             raise ValueError(f"{fname}: shapes {list(np.shape(a))} and {list(np.shape(b))} "
                              f"{what} ({exc})") from None
         return self._wrap(np.asarray(out) if isinstance(out, np.generic) else out)
 
     def _inplace(self, other: Any, fname: str, kind: str = "arith"):
-        prep = self._prep(other, fname + "_", kind)
+        b = self._fast(other, kind)
+        if b is not None and kind != "cmp":
+            a = self._data
+            try:
+                with np.errstate(**_IGNORE):
+                    getattr(np, fname)(a, b, out=a)
+            except ValueError:
+                pass  # general path below reports it
+            else:
+                return self
+        with self._guard():
+            prep = self._prep(other, fname + "_", kind)
         if prep is None:
             return NotImplemented
         a, b, rt = prep
@@ -186,6 +201,8 @@ class TensorOps:
             with np.errstate(**_IGNORE), self._guard():
                 getattr(self._xp, fname)(a, b, out=self._data, casting="unsafe")
         except ValueError as exc:
+            if not _is_shape_error(exc):
+                raise ValueError(f"{fname}_: {exc}") from None
             raise ValueError(f"{fname}_: the result of broadcasting shapes {list(np.shape(a))} and "
                              f"{list(np.shape(b))} does not fit the output shape "
                              f"{list(self._data.shape)} ({exc})") from None
@@ -271,9 +288,10 @@ class TensorOps:
             return self // other
         if rounding_mode == "trunc":
             q = self._binary(other, "true_divide", "div")
-            out = q._xp.trunc(q._data)
             rt = D.result_type(self, other)
-            return self._wrap(out.astype(rt.numpy_dtype) if rt._category < 2 else out)
+            with q._guard():
+                out = q._xp.trunc(q._data)
+                return self._wrap(out.astype(rt.numpy_dtype) if rt._category < 2 else out)
         raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
     def div_(self, other):
@@ -437,115 +455,6 @@ class TensorOps:
 
     def zero_(self):
         return self.fill_(0)
-
-    # reductions ------------------------------------------------------
-    def _reduce(self, fname, dim, keepdim, dtype=None):
-        arr = self._data
-        kw = {"axis": _axes(dim, arr.ndim), "keepdims": bool(keepdim)}
-        if dtype is not None:
-            kw["dtype"] = dtype
-        with np.errstate(**_IGNORE), self._guard():
-            out = getattr(arr, fname)(**kw)
-        return self._wrap(np.asarray(out) if isinstance(out, np.generic) else out)
-
-    def _acc(self, dtype):
-        if dtype is not None:
-            return D.to_dtype(dtype).numpy_dtype
-        return np.int64 if self._data.dtype.kind in "biu" else None
-
-    def sum(self, dim=None, keepdim=False, *, dtype=None):  # noqa: A003
-        return self._reduce("sum", dim, keepdim, self._acc(dtype))
-
-    def prod(self, dim=None, keepdim=False, *, dtype=None):
-        return self._reduce("prod", dim, keepdim, self._acc(dtype))
-
-    def mean(self, dim=None, keepdim=False, *, dtype=None):
-        dt = self.dtype if dtype is None else D.to_dtype(dtype)
-        if dt._category < 2:
-            raise TypeError(f"mean(): could not infer output dtype. Input dtype must be either a "
-                            f"floating point or complex dtype. Got: {dt}")
-        return self._reduce("mean", dim, keepdim, dt.numpy_dtype)
-
-    def _minmax(self, fname, arg, dim, keepdim, result):
-        if isinstance(dim, TensorOps):  # t.max(other): elementwise
-            return self._binary(dim, "maximum" if fname == "max" else "minimum")
-        if dim is None:
-            if self._data.size == 0:
-                raise ValueError(f"{fname}(): expected a non-empty tensor when no dim is given; "
-                                 f"specify the reduction dim with the 'dim' argument")
-            return self._reduce(fname, None, False)
-        d = norm_dim(dim, self._data.ndim)
-        if self._data.ndim == 0:
-            return result(self.clone(), self._wrap(self._xp.zeros((), np.int64)))
-        if self._data.shape[d] == 0:
-            raise ValueError(f"{fname}(): cannot reduce over dim {dim} of size 0 "
-                             f"(shape {list(self._data.shape)})")
-        values = self._reduce(fname, d, keepdim)
-        with self._guard():
-            idx = getattr(self._data, arg)(axis=d, keepdims=bool(keepdim)).astype(np.int64, copy=False)
-        return result(values, self._wrap(idx))
-
-    def max(self, dim=None, keepdim=False):  # noqa: A003
-        """Max of all elements; with ``dim``, the (values, indices) namedtuple."""
-        return self._minmax("max", "argmax", dim, keepdim, max_result)
-
-    def min(self, dim=None, keepdim=False):  # noqa: A003
-        return self._minmax("min", "argmin", dim, keepdim, min_result)
-
-    def amax(self, dim=(), keepdim=False):
-        return self._reduce("max", dim, keepdim)
-
-    def amin(self, dim=(), keepdim=False):
-        return self._reduce("min", dim, keepdim)
-
-    def _arg(self, fname, dim, keepdim):
-        arr = self._data
-        if dim is None:
-            with self._guard():
-                idx = getattr(arr.reshape(-1), fname)()
-            out = self._wrap(self._xp.asarray(idx, dtype=np.int64))
-            return out.reshape([1] * arr.ndim) if keepdim else out
-        return self._minmax(fname[3:], fname, dim, keepdim, lambda v, i: i)
-
-    def argmax(self, dim=None, keepdim=False):
-        return self._arg("argmax", dim, keepdim)
-
-    def argmin(self, dim=None, keepdim=False):
-        return self._arg("argmin", dim, keepdim)
-
-    def any(self, dim=None, keepdim=False):  # noqa: A003
-        return self._reduce("any", dim, keepdim)
-
-    def all(self, dim=None, keepdim=False):  # noqa: A003
-        return self._reduce("all", dim, keepdim)
-
-    def var(self, dim=None, *, correction=1, keepdim=False):
-        t = self if self.dtype._category > 1 else self.to(D.get_default_dtype())
-        arr = t._data
-        with np.errstate(**_IGNORE), self._guard():
-            out = arr.var(axis=_axes(dim, arr.ndim), ddof=correction, keepdims=bool(keepdim))
-        return self._wrap(self._xp.asarray(out))
-
-    def std(self, dim=None, *, correction=1, keepdim=False):
-        return self.var(dim, correction=correction, keepdim=keepdim).sqrt()
-
-    def cumsum(self, dim, *, dtype=None):
-        d = norm_dim(dim, self._data.ndim)
-        with self._guard():
-            out = self._data.reshape(-1) if self._data.ndim == 0 else self._data
-            out = out.cumsum(axis=d if self._data.ndim else 0, dtype=self._acc(dtype))
-        return self._wrap(out.reshape(self._data.shape))
-
-    def norm(self, p=2, dim=None, keepdim=False):
-        """p-norm (p=2 default, any p > 0 or inf) over ``dim`` (default: all elements)."""
-        a = self.abs() if self.dtype._category > 1 else self.to(D.get_default_dtype()).abs()
-        if self.dtype.is_complex:
-            a = a.to(self.dtype.to_real())
-        if p == float("inf"):
-            return a.amax(() if dim is None else dim, keepdim)
-        if not isinstance(p, numbers.Real) or p <= 0:
-            raise ValueError(f"norm: p must be a positive number or inf, got {p!r}")
-        return (a ** p).sum(dim, keepdim) ** (1.0 / p)
 
     # comparisons of whole tensors ---------------------------------------
     def equal(self, other) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
+import os
 from typing import Any
 
 import numpy as np
@@ -10,6 +10,10 @@ import numpy as np
 from . import _dtype as D
 
 __all__ = ["Generator", "default_generator", "manual_seed", "initial_seed", "seed"]
+
+
+def _entropy() -> int:
+    return int.from_bytes(os.urandom(8), "little") >> 1  # 63 random bits
 
 
 class Generator:
@@ -21,7 +25,7 @@ class Generator:
         if to_device(device).type != "cpu":
             raise ValueError(f"Generator: device must be 'cpu' (CUDA generators are per device "
                              f"and seeded with ndist.cuda.manual_seed), got {device!r}")
-        self._seed = secrets.randbits(63)
+        self._seed = _entropy()
         self._rng = np.random.default_rng(self._seed)
 
     @property
@@ -41,7 +45,7 @@ class Generator:
         return self._seed
 
     def seed(self) -> int:
-        self.manual_seed(secrets.randbits(63))
+        self.manual_seed(_entropy())
         return self._seed
 
     def get_state(self) -> dict:
@@ -88,7 +92,7 @@ def _cuda_state(index: int):
     st = _cuda_states.get(index)
     if st is None:
         s = _cuda_seed[0]
-        seed_cuda(secrets.randbits(63) if s is None else s + index, index)
+        seed_cuda(_entropy() if s is None else s + index, index)
         st = _cuda_states[index]
     return st
 

@@ -12,7 +12,6 @@ appended as ``dtype=ndist.int32`` / ``device='cuda:0'``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,13 +21,13 @@ from . import _dtype as D
 __all__ = ["set_printoptions", "get_printoptions"]
 
 
-@dataclass
 class _PrintOptions:
-    precision: int = 4
-    threshold: float = 1000
-    edgeitems: int = 3
-    linewidth: int = 80
-    sci_mode: bool | None = None
+    def __init__(self) -> None:
+        self.precision: int = 4
+        self.threshold: float = 1000
+        self.edgeitems: int = 3
+        self.linewidth: int = 80
+        self.sci_mode: bool | None = None
 
 
 _OPTS = _PrintOptions()

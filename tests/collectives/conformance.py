@@ -44,8 +44,21 @@ def np_dtype(name: str) -> np.dtype:
 
 # ---------------------------------------------------------------- data + oracle
 class Ctx:
-    def __init__(self, dist, dtype: str, lib: str):
+    """One (dtype, library, device) combination: inputs, buffers, the oracle and the comparison.
+
+    Buffers (``buf``, ``empty``) live on ``device``: NumPy arrays on "cpu", CuPy arrays on
+    "cuda" (a GPU backend's entry); ``vals`` is always the NumPy oracle's copy.
+    """
+
+    def __init__(self, dist, dtype: str, lib: str, device: str = "cpu"):
         self.dist = dist
+        self.device = device
+        if device == "cuda":
+            import cupy
+
+            self.xp = cupy
+        else:
+            self.xp = np
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
         self.dtype_name = dtype
@@ -69,6 +82,11 @@ class Ctx:
             arr = base
         return np.asarray(arr).astype(self.dtype).reshape(shape)
 
+    def buf(self, shape, rank=None, salt=0):
+        """``vals`` on this combination's device."""
+        arr = self.vals(shape, rank, salt)
+        return arr if self.xp is np else self.xp.asarray(arr)
+
     def wrap(self, arr):
         if self.lib == "tensor":
             from ndist.tensor import Tensor
@@ -78,10 +96,12 @@ class Ctx:
 
     @staticmethod
     def data(t):
-        return t if isinstance(t, np.ndarray) else t._data
+        """A NumPy copy or view of ``t`` (Tensor, NumPy or CuPy) for the comparison."""
+        arr = t if isinstance(t, np.ndarray) else getattr(t, "_data", t)
+        return arr if isinstance(arr, np.ndarray) else arr.get()
 
     def empty(self, shape):
-        return np.zeros(shape, self.dtype)
+        return self.xp.zeros(shape, self.dtype)
 
     def ops(self):
         R = self.dist.ReduceOp
@@ -127,19 +147,19 @@ class Ctx:
         np.testing.assert_allclose(got.astype(wide), want.astype(wide), rtol=rtol, atol=rtol, err_msg=what)
 
 
-def entry(rank=None, world_size=None) -> dict:
+def entry(rank=None, world_size=None, device="cpu") -> dict:
     """What each rank runs (the default group is initialised by the launcher)."""
     import ndist.distributed as dist
 
-    return run_all(dist)
+    return run_all(dist, device)
 
 
-def run_all(dist) -> dict:
-    """Run every check; ``{combo: None or the failures' tracebacks}``."""
+def run_all(dist, device: str = "cpu") -> dict:
+    """Run every check with tensors on ``device``; ``{combo: None or the failures' tracebacks}``."""
     results = {}
     for dtype in DTYPES:
         for lib in LIBS:
-            ctx = Ctx(dist, dtype, lib)
+            ctx = Ctx(dist, dtype, lib, device)
             failures = []
             for fn in _CASES:
                 try:
@@ -161,7 +181,7 @@ def run_all(dist) -> dict:
 @case
 def all_reduce_every_op(c: Ctx):
     for op in c.ops():
-        t = c.vals((2, 3))
+        t = c.buf((2, 3))
         w = c.wrap(t)
         assert c.dist.all_reduce(w, c.op(op)) is None
         c.check(w, c.reduce([c.vals((2, 3), r) for r in range(c.size)], op), f"all_reduce {op}")
@@ -170,16 +190,16 @@ def all_reduce_every_op(c: Ctx):
 @case
 def all_reduce_async_empty_noncontiguous(c: Ctx):
     R = c.dist.ReduceOp
-    t = c.vals((4,))
+    t = c.buf((4,))
     work = c.dist.all_reduce(c.wrap(t), R.MAX if c.kind != "c" else R.SUM, async_op=True)
     work.wait()
     assert work.is_completed() and work.is_success()
     op = R.MAX if c.kind != "c" else R.SUM
     c.check(t, c.reduce([c.vals((4,), r) for r in range(c.size)], op), "async all_reduce")
-    e = np.zeros((0, 3), c.dtype)
+    e = c.empty((0, 3))
     c.dist.all_reduce(c.wrap(e))
     assert e.shape == (0, 3)
-    base = np.stack([c.vals((3, 2)), c.vals((3, 2), salt=9)], axis=-1)  # (3, 2, 2)
+    base = c.xp.stack([c.buf((3, 2)), c.buf((3, 2), salt=9)], axis=-1)  # (3, 2, 2)
     view = base[..., 0]  # non-contiguous
     c.dist.all_reduce(c.wrap(view), R.SUM)
     c.check(base[..., 0], c.reduce([c.vals((3, 2), r) for r in range(c.size)], R.SUM), "strided all_reduce")
@@ -190,7 +210,7 @@ def all_reduce_async_empty_noncontiguous(c: Ctx):
 def reduce_to_last_rank(c: Ctx):
     dst = c.size - 1
     for op in c.ops()[:2] + ["premul"] if c.kind in "fc" else c.ops()[:2]:
-        t = c.vals((5,))
+        t = c.buf((5,))
         if c.rank % 2:
             c.dist.reduce(c.wrap(t), dst, c.op(op))
         else:
@@ -202,7 +222,7 @@ def reduce_to_last_rank(c: Ctx):
 @case
 def reduce_scatter_list_uneven(c: Ctx):
     op = c.ops()[0]
-    ins = [c.vals((i + 1,), salt=i) for i in range(c.size)]
+    ins = [c.buf((i + 1,), salt=i) for i in range(c.size)]
     out = c.empty((c.rank + 1,))
     c.dist.reduce_scatter(c.wrap(out), [c.wrap(a) for a in ins], op)
     c.check(out, c.reduce([c.vals((c.rank + 1,), r, salt=c.rank) for r in range(c.size)], op), "reduce_scatter")
@@ -212,7 +232,7 @@ def reduce_scatter_list_uneven(c: Ctx):
 def reduce_scatter_tensor_chunks(c: Ctx):
     R = c.dist.ReduceOp
     op = R.AVG if c.kind in "fc" else R.MAX
-    inp = c.vals((c.size * 3, 2))
+    inp = c.buf((c.size * 3, 2))
     out = c.empty((3, 2))
     work = c.dist.reduce_scatter_tensor(c.wrap(out), c.wrap(inp), op, async_op=True)
     work.wait()
@@ -224,22 +244,22 @@ def reduce_scatter_tensor_chunks(c: Ctx):
 @case
 def broadcast_from_last(c: Ctx):
     src = c.size - 1
-    t = c.vals((3, 2))
+    t = c.buf((3, 2))
     c.dist.broadcast(c.wrap(t), src)
     c.check(t, c.vals((3, 2), src), "broadcast")
-    t = c.vals((4,), salt=1)
+    t = c.buf((4,), salt=1)
     c.dist.broadcast(c.wrap(t), group_src=0, async_op=True).wait()
     c.check(t, c.vals((4,), 0, salt=1), "broadcast group_src async")
 
 
 @case
 def all_gather_uneven_and_even(c: Ctx):
-    mine = c.vals((c.rank % 3,))
+    mine = c.buf((c.rank % 3,))
     outs = [c.empty((r % 3,)) for r in range(c.size)]
     c.dist.all_gather([c.wrap(o) for o in outs], c.wrap(mine))
     for r in range(c.size):
         c.check(outs[r], c.vals((r % 3,), r), f"all_gather from {r}")
-    mine = c.vals((2, 2))
+    mine = c.buf((2, 2))
     outs = [c.empty((2, 2)) for _ in range(c.size)]
     c.dist.all_gather([c.wrap(o) for o in outs], c.wrap(mine), async_op=True).wait()
     for r in range(c.size):
@@ -249,7 +269,7 @@ def all_gather_uneven_and_even(c: Ctx):
 @case
 def all_gather_into_tensor_concat(c: Ctx):
     out = c.empty((c.size * 2, 3))
-    c.dist.all_gather_into_tensor(c.wrap(out), c.wrap(c.vals((2, 3))))
+    c.dist.all_gather_into_tensor(c.wrap(out), c.wrap(c.buf((2, 3))))
     c.check(out, np.concatenate([c.vals((2, 3), r) for r in range(c.size)]), "all_gather_into_tensor")
 
 
@@ -257,20 +277,20 @@ def all_gather_into_tensor_concat(c: Ctx):
 def gather_scatter_uneven(c: Ctx):
     dst = 0
     gl = [c.empty((r + 1,)) for r in range(c.size)] if c.rank == dst else None
-    c.dist.gather(c.wrap(c.vals((c.rank + 1,))), [c.wrap(g) for g in gl] if gl else None, group_dst=dst)
+    c.dist.gather(c.wrap(c.buf((c.rank + 1,))), [c.wrap(g) for g in gl] if gl else None, group_dst=dst)
     if c.rank == dst:
         for r in range(c.size):
             c.check(gl[r], c.vals((r + 1,), r), f"gather from {r}")
     src = c.size - 1
     out = c.empty((c.rank % 2 + 1, 2))
-    sl = [c.wrap(c.vals((r % 2 + 1, 2), salt=r)) for r in range(c.size)] if c.rank == src else []
+    sl = [c.wrap(c.buf((r % 2 + 1, 2), salt=r)) for r in range(c.size)] if c.rank == src else []
     c.dist.scatter(c.wrap(out), sl, src=src)
     c.check(out, c.vals((c.rank % 2 + 1, 2), src, salt=c.rank), "scatter")
 
 
 @case
 def all_to_all_uneven_zero_splits(c: Ctx):
-    ins = [c.vals(((c.rank + j) % 3,), salt=j) for j in range(c.size)]
+    ins = [c.buf(((c.rank + j) % 3,), salt=j) for j in range(c.size)]
     outs = [c.empty(((i + c.rank) % 3,)) for i in range(c.size)]
     c.dist.all_to_all([c.wrap(o) for o in outs], [c.wrap(a) for a in ins])
     for i in range(c.size):
@@ -281,7 +301,7 @@ def all_to_all_uneven_zero_splits(c: Ctx):
 def all_to_all_single_splits(c: Ctx):
     isz = [(c.rank + j) % 3 for j in range(c.size)]
     osz = [(i + c.rank) % 3 for i in range(c.size)]
-    inp = c.vals((sum(isz), 2))
+    inp = c.buf((sum(isz), 2))
     base = c.empty((2 * sum(osz), 2))
     out = base[::2]  # non-contiguous output: staged and written back
     work = c.dist.all_to_all_single(c.wrap(out), c.wrap(inp), osz, isz, async_op=True)
@@ -292,7 +312,7 @@ def all_to_all_single_splits(c: Ctx):
         start = sum((i + j) % 3 for j in range(c.rank))
         want.append(theirs[start:start + osz[i]])
     c.check(base[::2], np.concatenate(want), "all_to_all_single uneven")
-    inp = c.vals((c.size * 2,))
+    inp = c.buf((c.size * 2,))
     out = c.empty((c.size * 2,))
     c.dist.all_to_all_single(c.wrap(out), c.wrap(inp))
     c.check(out, np.concatenate([c.vals((c.size * 2,), i)[2 * c.rank:2 * c.rank + 2] for i in range(c.size)]),
@@ -301,12 +321,12 @@ def all_to_all_single_splits(c: Ctx):
 
 @case
 def aliased_input_and_output(c: Ctx):
-    t = c.vals((c.size * 2,))
+    t = c.buf((c.size * 2,))
     c.dist.all_to_all_single(c.wrap(t), c.wrap(t))  # in place, as torch users write it
     c.check(t, np.concatenate([c.vals((c.size * 2,), i)[2 * c.rank:2 * c.rank + 2] for i in range(c.size)]),
             "in-place all_to_all_single")
     outs = [c.empty((3,)) for _ in range(c.size)]
-    outs[c.rank][...] = c.vals((3,))
+    outs[c.rank][...] = c.buf((3,))
     c.dist.all_gather([c.wrap(o) for o in outs], c.wrap(outs[c.rank]))  # input is this rank's output slot
     for r in range(c.size):
         c.check(outs[r], c.vals((3,), r), f"all_gather into own slot from {r}")
@@ -319,14 +339,14 @@ def p2p_ring_and_batch(c: Ctx):
         return
     nxt, prv = (c.rank + 1) % c.size, (c.rank - 1) % c.size
     got = c.empty((3,))
-    sw = c.dist.isend(c.wrap(c.vals((3,))), nxt, tag=3)
+    sw = c.dist.isend(c.wrap(c.buf((3,))), nxt, tag=3)
     src = c.dist.recv(c.wrap(got), prv, tag=3)
     sw.wait()
     assert src == prv, (src, prv)
     c.check(got, c.vals((3,), prv), "ring recv")
     got = c.empty((2, 2))
     ops = [c.dist.P2POp(c.dist.irecv, c.wrap(got), prv, tag=4),
-           c.dist.P2POp(c.dist.isend, c.wrap(c.vals((2, 2), salt=4)), nxt, tag=4)]
+           c.dist.P2POp(c.dist.isend, c.wrap(c.buf((2, 2), salt=4)), nxt, tag=4)]
     for w in c.dist.batch_isend_irecv(ops):
         w.wait()
     c.check(got, c.vals((2, 2), prv, salt=4), "batch_isend_irecv")

@@ -352,7 +352,7 @@ def run_cases(dist) -> dict:
     return results
 
 
-def entry(rank=None, world_size=None) -> dict:
+def entry(rank=None, world_size=None, device="cpu") -> dict:
     import ndist.distributed as dist
 
     return run_cases(dist)

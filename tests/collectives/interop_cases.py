@@ -56,6 +56,20 @@ def torch_all_to_all_single_and_lists(dist, torch, rank, size):
 
 
 @case
+def irecv_into_strided_torch_tensor(dist, torch, rank, size):
+    if size == 1:
+        return
+    if rank == 1:
+        dist.send(torch.arange(3, dtype=torch.float32) + 1, dst=0, tag=21)
+    elif rank == 0:
+        base = torch.zeros(6)
+        work = dist.irecv(base[::2], tag=21)  # any source, non-contiguous: staged + written back
+        work.wait()
+        assert work.result() == [1], work.result()
+        assert base.tolist() == [1, 0, 2, 0, 3, 0]
+
+
+@case
 def dlpack_and_mixed_sources(dist, torch, rank, size):
     class DLPackOnly:
         def __init__(self, t):
@@ -89,7 +103,7 @@ def run_cases(dist) -> dict:
     return results
 
 
-def entry(rank=None, world_size=None) -> dict:
+def entry(rank=None, world_size=None, device="cpu") -> dict:
     import ndist.distributed as dist
 
     return run_cases(dist)

@@ -3,7 +3,7 @@
 Parametrized over backend x world size x dtype x array library. One launch
 per (backend, world size) runs every check (``conformance.run_all``) and the
 per-(dtype, library) results are reported as separate tests. A new backend is
-one entry in ``launch.BACKENDS``.
+one entry in ``collective_launch.BACKENDS``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import functools
 import pytest
 
 import conformance
-from launch import BACKENDS, launch, unavailable
+from collective_launch import BACKENDS, launch, unavailable
 
 WORLD_SIZES = (1, 2, 3, 4)
 LAUNCH_TIMEOUT = 240
@@ -39,7 +39,7 @@ def _results(name: str, world_size: int) -> dict:
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_conformance(backend, world_size, combo):
-    reason = unavailable(backend)
+    reason = unavailable(backend, world_size)
     if reason:
         pytest.skip(reason)
     failure = _results(backend, world_size)[combo]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import error_cases
-from launch import launch, unavailable
+from collective_launch import launch, unavailable
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 BACKENDS = ("socket", "mpi")

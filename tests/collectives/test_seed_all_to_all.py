@@ -58,7 +58,7 @@ tensor([30, 31, 32, 33, 34, 35, 36]) # Rank 3
 """.strip().splitlines()
 
 
-_LINE = re.compile(r"(\[tensor|tensor\(|\[\d).*# Rank \d$")
+_ITEM = re.compile(r"(?:\[tensor|tensor\(|\[\d)[^#\n]*# Rank \d")
 
 
 def _mpiexec() -> str | None:
@@ -67,8 +67,10 @@ def _mpiexec() -> str | None:
 
 
 def _check_output(stdout: str) -> None:
-    # What the example printed, without a launcher's per-rank prefix ("[rank0]: "), if any.
-    lines = [m.group(0) for m in map(_LINE.search, stdout.splitlines()) if m]
+    # What the example printed, without a launcher's per-rank prefix ("[rank0]: "), if any. A
+    # launcher forwards each rank's stream separately, so two ranks' lines can arrive glued
+    # together: split on the "# Rank r" that ends every printed item.
+    lines = _ITEM.findall(stdout)
     assert sorted(lines) == sorted(PAGE), "\n".join(lines)
     # Each block is printed in rank order behind a barrier.
     for r in range(4):

@@ -229,3 +229,21 @@ def test_staging_over_socket_in_separate_processes():
         np.testing.assert_array_equal(x, np.arange(5.0) * n + n * (n - 1) / 2)
         for i, o in enumerate(outs):
             np.testing.assert_array_equal(o, np.full(i + 1, i))
+
+
+def test_peer_failure_reaches_the_staged_work_and_frees_its_buffer():
+    from ndist.runtime import DistError
+
+    def fn(be):
+        if be.rank == 1:
+            be.inner.close()  # this rank leaves without joining the collective
+            return None
+        x = np.arange(4.0)
+        work = be.all_reduce(x, ReduceOp.SUM)
+        with pytest.raises(DistError):
+            work.wait(60)
+        np.testing.assert_array_equal(x, np.arange(4.0))  # nothing was written back
+        buf = be.pool.acquire(32)
+        return be.pool.allocations, buf.nbytes
+
+    assert run_staged(2, fn, timeout=3.0)[0] == (1, 4096)

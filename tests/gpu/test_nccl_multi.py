@@ -206,6 +206,21 @@ def test_send_recv_between_ranks_in_issue_order():
     np.testing.assert_array_equal(b, np.arange(4) * 2)
 
 
+def test_coalesced_exchange_in_both_directions():
+    # Both ranks send first, then receive: without one NCCL group this order deadlocks.
+    def fn(be):
+        peer = 1 - be.rank
+        out = cp.full(1 << 16, be.rank + 1, dtype=cp.float32)
+        got = cp.zeros(1 << 16, dtype=cp.float32)
+        with be.coalescing():
+            be.send(out, peer)
+            w = be.recv(got, peer)
+        w.wait()
+        return float(got.min()), float(got.max())
+
+    assert run_nccl(fn) == [(2.0, 2.0), (1.0, 1.0)]
+
+
 def test_missing_peer_times_out_and_aborts():
     def fn(be):
         if be.rank == 1:
@@ -229,3 +244,35 @@ def test_array_on_another_device_is_rejected():
         be.barrier().wait()
 
     run_nccl(fn)
+
+
+def _api_ranks(rank, world_size):
+    import cupy
+
+    import ndist.distributed as dist
+
+    cupy.cuda.Device(rank).use()
+    dist.init_process_group(backend="cpu:socket,cuda:nccl")
+    try:
+        peer = 1 - rank
+        out = cupy.full(1 << 16, rank + 1, dtype=cupy.float32)
+        got = cupy.zeros(1 << 17, dtype=cupy.float32)[::2]  # non-contiguous: written back after the recv
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, out, peer), dist.P2POp(dist.irecv, got, peer)])
+        for w in works:
+            w.wait()
+        x = cupy.full(8, rank + 1, dtype=cupy.float64)
+        dist.all_reduce(x)  # returns after enqueue; the stream orders what follows
+        y = x * 2
+        cupy.cuda.get_current_stream().synchronize()
+        return float(got.min()), float(got.max()), cupy.asnumpy(y).tolist(), dist.get_backend()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_public_api_on_two_gpus_batch_exchange_and_sync_all_reduce():
+    from ndist.testing import run_ranks
+
+    res = run_ranks(_api_ranks, 2, init=False, timeout=240)
+    assert res[0][:2] == (2.0, 2.0) and res[1][:2] == (1.0, 1.0)
+    assert res[0][2] == res[1][2] == [6.0] * 8
+    assert res[0][3] == "cpu:socket,cuda:nccl"

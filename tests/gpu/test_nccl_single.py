@@ -272,3 +272,37 @@ def test_ndist_cuda_stream_is_where_the_op_runs(be):
     s.synchronize()  # the Work's event was recorded on s, so it has fired
     assert work.is_completed() and work.is_success()
     assert float(x[0]) == 4.0
+
+
+def test_coalescing_groups_self_send_recv_and_refuses_collectives(be):
+    a = cp.arange(5, dtype=cp.float32)
+    got = cp.zeros(5, dtype=cp.float32)
+    with be.coalescing():
+        ws = be.send(a, 0, tag=4)
+        wr = be.recv(got, 0, tag=4)
+        with pytest.raises(RuntimeError, match="inside the coalescing block"):
+            wr.wait()
+        assert not wr.is_completed()
+        with pytest.raises(RuntimeError, match="only send and recv"):
+            be.all_reduce(cp.ones(2), ReduceOp.SUM)
+    wr.synchronize()
+    ws.synchronize()
+    cp.testing.assert_array_equal(got, a)
+    with pytest.raises(RuntimeError, match="nested"):
+        with be.coalescing():
+            with be.coalescing():
+                pass
+
+
+def test_then_inside_coalescing_runs_after_the_group(be):
+    a = cp.arange(6, dtype=cp.float32)
+    got = cp.zeros(6, dtype=cp.float32)
+    target = cp.zeros(12, dtype=cp.float32)[::2]
+    with be.coalescing():
+        be.send(a, 0, tag=8)
+        w = be.recv(got, 0, tag=8)
+        chained = w.then(lambda: target.__setitem__(Ellipsis, got))
+        assert not chained.is_completed()
+    chained.synchronize()
+    w.synchronize()
+    cp.testing.assert_array_equal(target, a)

@@ -177,3 +177,19 @@ def test_subgroup_communicator(comm):
         sub.barrier().wait()
     finally:
         sub.close()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_is_completed_does_not_block_behind_get_future(be):
+    if be.rank == 0:
+        buf = np.zeros(1)
+        work = be.recv(buf, 1, tag=11)
+        fut = work.get_future()           # a helper thread now blocks in Request.Wait
+        assert not fut.done()
+        assert work.is_completed() is False  # returns at once instead of waiting for the lock
+        be.send(np.ones(1), 1, tag=12, blocking=True).wait()
+        assert fut.result(timeout=30) == [1]
+        assert work.is_completed() and buf[0] == 5
+    elif be.rank == 1:
+        be.recv(np.zeros(1), 0, tag=12, blocking=True).wait()
+        be.send(np.full(1, 5.0), 0, tag=11, blocking=True).wait()

@@ -246,3 +246,41 @@ def test_bad_group_arguments_name_the_argument():
     assert errs[3].startswith("ValueError: group_size")
     assert errs[4].startswith("RuntimeError: trying to initialize")
     assert errs[5].startswith("ValueError: group_rank")
+
+
+def _mismatched_new_group_order(rank, ws):
+    # ranks 0/1 create {0,1} first, ranks 2/3 create {2,3} first: both become group "1"
+    first, second = ([0, 1], [2, 3]) if rank < 2 else ([2, 3], [0, 1])
+    g = dist.new_group(first)
+    dist.new_group(second)
+    st = _testing_store()
+    if rank % 2 == 0:  # group rank 0 of each: let one claim first so the other must see it
+        if rank == 2:
+            st.wait(["claimed"])
+        try:
+            g.backend_for("cpu")
+        finally:
+            if rank == 0:
+                st.set("claimed", "1")
+    return "ok"
+
+
+@pytest.mark.timeout(90)
+def test_new_group_in_different_orders_is_detected():
+    with pytest.raises(RankFailedError) as info:
+        run_ranks(_mismatched_new_group_order, 4, backend=B)
+    assert info.value.rank == 2
+    assert "claimed by global ranks 0 and 2" in str(info.value)
+    assert "same order" in str(info.value)
+
+
+def _barrier_and_rank(rank, ws):
+    dist.resolve_group(None).backend_for("cpu").barrier().wait()
+    return dist.get_rank()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("n", [16, 64])
+def test_many_ranks_rendezvous_on_one_store(n):
+    assert run_ranks(_barrier_and_rank, n, backend=B, timeout=360) == list(range(n))

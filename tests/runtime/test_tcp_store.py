@@ -174,6 +174,13 @@ def test_server_death_fails_clients_promptly_instead_of_hanging():
         assert f"store server at 127.0.0.1:{port} closed the connection" in str(waiter_err[0])
         with pytest.raises((DistStoreError, DistNetworkError, DistTimeoutError)):
             client.get("a")
+        # later calls fail at once too (no reconnect attempts for the store's 30 s timeout)
+        t1 = time.monotonic()
+        with pytest.raises(DistStoreError, match=f"127.0.0.1:{port}"):
+            client.set("b", "2")
+        with pytest.raises(DistStoreError, match=f"127.0.0.1:{port}"):
+            client.check(["a"])
+        assert time.monotonic() - t1 < 15
         assert time.monotonic() - t0 < 20
     finally:
         p.kill()
@@ -237,3 +244,33 @@ def test_large_value_roundtrip():
         big = os.urandom(8 << 20)
         s.set("big", big)
         assert s.get("big") == big
+
+
+def _late_user(port, q):
+    s = TCPStore("127.0.0.1", port, timeout=30, secret=SECRET)
+    q.put("connected")
+    s.wait(["bye"])
+    time.sleep(0.5)  # still using the store after the master began to shut down
+    s.set("child-done", "1")
+    q.put(s.get("child-done").decode())
+    s.close()
+
+
+@pytest.mark.timeout(60)
+def test_master_shutdown_waits_for_other_processes_but_not_for_its_own_clients():
+    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=30, secret=SECRET)
+    same_process = TCPStore("127.0.0.1", master.port, timeout=30, secret=SECRET)  # left open
+    q = ctx.Queue()
+    p = ctx.Process(target=_late_user, args=(master.port, q))
+    p.start()
+    try:
+        assert q.get(timeout=30) == "connected"
+        assert len(master.server.connected_clients()) == 3
+        master.set("bye", "1")
+        master.shutdown(grace=30)  # returns once the child disconnected
+        assert q.get(timeout=30) == "1"  # the child finished its work on the store
+        with pytest.raises(DistStoreError):
+            same_process.get("bye")
+    finally:
+        p.join(30)
+    assert p.exitcode == 0

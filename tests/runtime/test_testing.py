@@ -8,6 +8,8 @@ import pytest
 from ndist.runtime import DistTimeoutError
 from ndist.testing import RankFailedError, run_ranks
 
+import _runtime_store_backend  # noqa: F401,E402  registers the test-only "storetest" backend
+
 
 @pytest.mark.timeout(60)
 def test_returns_values_by_rank_and_runs_closures():
@@ -113,3 +115,54 @@ def test_argument_checks():
         run_ranks(print, 1, env={"A": 1})
     with pytest.raises(ValueError, match="transport"):
         run_ranks(print, 1, transport="udp")
+
+
+def _nothing(rank, ws):
+    # a module-level function: unpickling it imports this module, which registers "storetest"
+    return None
+
+
+@pytest.mark.timeout(60)
+def test_ndist_debug_turns_on_rank_logging(capfd):
+    run_ranks(_nothing, 2, backend="storetest", env={"NDIST_DEBUG": "INFO"})
+    err = capfd.readouterr().err
+    assert "[rank 1] ndist.runtime" in err and "initialised" in err
+
+
+PARENT = """
+import os, sys, time
+sys.path[:0] = {path!r}
+from ndist.testing import run_ranks
+
+def fn(rank, ws, d):
+    import subprocess
+    child = subprocess.Popen(["sleep", "600"])
+    open(os.path.join(d, f"pids.{{rank}}"), "w").write(f"{{os.getpid()}} {{child.pid}}")
+    time.sleep(600)
+
+run_ranks(fn, 2, args=({d!r},), init=False, timeout=600)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_ranks_die_with_a_killed_parent(tmp_path):
+    import subprocess
+    import sys
+
+    parent = subprocess.Popen([sys.executable, "-c", PARENT.format(path=sys.path, d=str(tmp_path))])
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"pids.{r}").exists() for r in range(2)):
+            assert time.monotonic() < deadline and parent.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.2)
+        pids = [int(x) for r in range(2) for x in (tmp_path / f"pids.{r}").read_text().split()]
+    finally:
+        parent.kill()  # SIGKILL: run_ranks gets no chance to clean up
+        parent.wait()
+    deadline = time.monotonic() + 20
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in pids if _alive(p)]
+        time.sleep(0.05)
+    assert not alive, f"orphans: {alive}"

@@ -74,3 +74,11 @@ def test_hash_store_semantics():
     with pytest.raises(DistTimeoutError, match=r"missing keys: \['never'\]"):
         s.wait(["n", "never"], timeout=0.1)
     assert time.monotonic() - t0 < 2
+
+
+def test_then_carries_outputs_known_only_at_completion():
+    w = Work("recv", 4)
+    chained = w.then(lambda: None)
+    w._outputs = [3]  # a backend learns recv's source when the message arrives
+    w._complete()
+    assert chained.result() == [3]

@@ -8,7 +8,7 @@ import ndist
 
 pytestmark = pytest.mark.skipif(ndist.cuda.is_available(), reason="a GPU is available here")
 NO_CUPY = importlib.util.find_spec("cupy") is None
-REASON = "CuPy is not installed" if NO_CUPY else "no CUDA GPU was found"
+REASON = "CuPy is not installed" if NO_CUPY else "CuPy is installed but no CUDA GPU was found"
 
 
 def test_queries_do_not_raise():

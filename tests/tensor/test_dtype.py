@@ -145,3 +145,14 @@ def test_finfo_iinfo():
         ndist.finfo(ndist.int32)
     with pytest.raises(TypeError, match="integer"):
         ndist.iinfo(ndist.float32)
+
+
+def test_unsigned_wide_types_and_unknown_arrays():
+    t = ndist.from_numpy(np.array([1, 2], dtype=np.uint32))
+    assert t.dtype is ndist.uint32 and not ndist.uint32.is_signed
+    assert repr(t) == "tensor([1, 2], dtype=ndist.uint32)"
+    assert (t + t).dtype is ndist.uint32
+    assert ndist.iinfo(ndist.uint16).max == 65535
+    weird = ndist.Tensor._wrap(np.array(["x"]))
+    with pytest.raises(TypeError, match="Tensor.dtype: unsupported element type"):
+        weird.dtype

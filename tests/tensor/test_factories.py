@@ -129,3 +129,29 @@ def test_like_factories():
 def test_legacy_tensor_constructor():
     assert ndist.Tensor([1, 2]).dtype is ndist.float32
     assert ndist.Tensor(2, 3).shape == (2, 3)
+
+
+def test_new_factories_inherit_dtype_and_device():
+    t = ndist.tensor([1, 2], dtype=ndist.int16)
+    assert t.new_zeros(2, 2).dtype is ndist.int16 and t.new_zeros(2, 2).shape == (2, 2)
+    assert t.new_ones((3,)).tolist() == [1, 1, 1]
+    assert t.new_full((2,), 7).tolist() == [7, 7] and t.new_full((2,), 7).dtype is ndist.int16
+    assert t.new_empty(0).shape == (0,)
+    assert t.new_tensor([1.5], dtype=ndist.float64).dtype is ndist.float64
+    assert t.new_tensor([3]).dtype is ndist.int16
+    assert ndist.Tensor().shape == (0,)
+
+
+def test_contains():
+    t = ndist.tensor([[1, 2], [3, 4]])
+    assert 3 in t and 5 not in t and ndist.tensor(4) in t
+    with pytest.raises(TypeError, match="only supports Tensor or scalar"):
+        "x" in t
+
+
+def test_requires_grad_is_refused_not_ignored():
+    with pytest.raises(ValueError, match="requires_grad=True is not supported"):
+        ndist.tensor([1.0], requires_grad=True)
+    with pytest.raises(ValueError, match="zeros: requires_grad"):
+        ndist.zeros(2, requires_grad=True)
+    assert ndist.ones(1, requires_grad=False).tolist() == [1.0]

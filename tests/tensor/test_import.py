@@ -42,3 +42,29 @@ def test_top_level_names():
         assert name in ndist.__all__ and hasattr(ndist, name), name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         ndist.nope
+
+
+@pytest.mark.timeout(60)
+def test_tensor_is_both_the_package_and_the_factory():
+    code = ("import types, ndist, ndist.tensor._shm as shm\n"
+            "from ndist.tensor import Tensor\n"
+            "assert isinstance(ndist.tensor, types.ModuleType)\n"
+            "t = ndist.tensor([1, 2], dtype=ndist.int32)\n"
+            "assert isinstance(t, Tensor) and shm.__name__ == 'ndist.tensor._shm'\n"
+            "from ndist import tensor\n"
+            "print(repr(tensor([1.5])))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "tensor([1.5000])"
+
+
+@pytest.mark.timeout(60)
+def test_star_import_keeps_builtins_and_stays_lazy():
+    code = ("import sys\n"
+            "from ndist import *\n"
+            "assert int('3') == 3 and max(1, 2) == 2 and float is __builtins__.float\n"
+            "assert zeros(2).dtype is float32 and tensor([1]).tolist() == [1]\n"
+            "import ndist\n"
+            "assert ndist.int is ndist.int32 and ndist.max(ndist.tensor([1, 5])).item() == 5\n"
+            "print(sorted(m for m in ('ndist.distributed', 'ndist.launch', 'mpi4py') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

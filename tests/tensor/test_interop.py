@@ -64,3 +64,25 @@ def test_torch_interop_both_ways():
     assert ndist.tensor(torch.tensor([1.5, 2.5])).tolist() == [1.5, 2.5]
     assert torch.from_numpy(t.numpy()).tolist() == [10.0, 1.0, 2.0, 3.0]
     assert ndist.float32 is ndist.tensor([1], dtype=torch.float32).dtype
+
+
+def test_torch_bfloat16_shares_memory():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("ml_dtypes")
+    src = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    n = ndist.from_dlpack(src)
+    assert n.dtype is ndist.bfloat16 and n.tolist() == [1.5, -2.0]
+    n[0] = 4.0
+    assert src[0].item() == 4.0
+    grad = torch.ones(2, requires_grad=True)
+    assert ndist.from_dlpack(grad).tolist() == [1.0, 1.0]
+
+
+def test_array_protocol_copy_false_refuses_a_conversion():
+    t = ndist.tensor([1, 2], dtype=ndist.int32)
+    assert np.asarray(t, dtype=np.int32, copy=False) is t.numpy()
+    with pytest.raises(ValueError, match="needs a copy"):
+        np.asarray(t, dtype=np.float64, copy=False)
+    c = np.array(t, copy=True)
+    c[0] = 5
+    assert t[0].item() == 1

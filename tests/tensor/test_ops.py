@@ -215,3 +215,31 @@ def test_casts():
     assert t.to("cpu") is t and t.cpu() is t
     with pytest.raises(TypeError, match="unexpected keyword"):
         t.to(dtype=ndist.int32, colour="red")
+
+
+def test_half_precision_sums_accumulate_in_float32():
+    t = ndist.full((4096,), 1.0, dtype=ndist.float16)
+    s = t.sum()
+    assert s.dtype is ndist.float16 and s.item() == 4096.0  # a float16 accumulator stops at 2048
+    assert t.mean().item() == 1.0 and t.mean().dtype is ndist.float16
+    assert t.sum(dtype=ndist.float64).dtype is ndist.float64
+
+
+def test_every_function_form_has_its_method():
+    from ndist.tensor import _functional
+
+    for name in _functional.__all__:
+        assert callable(getattr(ndist, name)), name
+        assert callable(getattr(ndist.Tensor, name)), name
+    x = ndist.tensor([[1.0, -2.0], [3.0, 4.0]])
+    assert ndist.abs(x).equal(x.abs()) and ndist.transpose(x, 0, 1).equal(x.T)
+    assert ndist.allclose(ndist.exp(ndist.log(ndist.abs(x))), ndist.abs(x))
+    assert ndist.flip(x, 0).tolist() == [[3.0, 4.0], [1.0, -2.0]]
+
+
+def test_value_errors_keep_their_own_message():
+    with pytest.raises(ValueError, match="power: Integers to negative integer powers are not allowed"):
+        ndist.tensor([2]) ** -1
+    t = ndist.tensor([2])
+    with pytest.raises(ValueError, match="power_: Integers to negative integer powers"):
+        t **= -1

@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 import ndist
@@ -179,3 +178,22 @@ def test_data_ptr_tracks_views():
     t = ndist.arange(4, dtype=ndist.int32)
     assert t[1:].data_ptr() == t.data_ptr() + 4
     assert t.numpy().ctypes.data == t.data_ptr()
+
+
+def test_more_view_helpers():
+    x = ndist.arange(10)
+    assert [p.tolist() for p in x.tensor_split(3)] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert x.unflatten(0, (2, 5)).shape == (2, 5)
+    y = ndist.zeros(2, 3, 4)
+    assert y.swapaxes(0, 2).shape == (4, 3, 2) and y.mT.shape == (2, 4, 3)
+    c = ndist.tensor([1 + 2j, 3 - 4j])
+    c.real[0] = 10  # real/imag are views
+    assert c.imag.tolist() == [2.0, -4.0] and c[0].item() == 10 + 2j
+    with pytest.raises(TypeError, match="non-complex"):
+        ndist.tensor([1.0]).imag
+    assert ndist.tensor([1.0]).real.tolist() == [1.0]
+    assert x.type() == "ndist.int64" and x.type(ndist.float64).dtype is ndist.float64
+    with pytest.raises(ValueError, match="t\\(\\) expects a tensor with <= 2 dimensions"):
+        y.t()
+    with pytest.raises(ValueError, match="start_dim"):
+        y.flatten(2, 1)

@@ -20,7 +20,7 @@ import time
 from datetime import timedelta
 from typing import Iterable, Sequence
 
-from .._errors import DistStoreError, DistTimeoutError
+from .._errors import DistNetworkError, DistStoreError, DistTimeoutError
 from .._net import AuthenticationError, client_handshake, connect, job_secret
 from ._base import DEFAULT_TIMEOUT, Store, as_bytes, as_timedelta, check_key
 from ._tcp_server import TCPStoreServer
@@ -31,6 +31,7 @@ __all__ = ["TCPStore"]
 log = logging.getLogger("ndist.runtime.store")
 
 _MARGIN = 30.0  # seconds a reply may lag the server-side deadline before we give up on the socket
+_RECONNECT = 5.0  # seconds an extra / replacement connection may take once we have been connected
 
 
 class _Conn:
@@ -81,9 +82,10 @@ class TCPStore(Store):
         self._pool_lock = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
+        self._gone: str | None = None  # why the server is known to be gone: fail fast from then on
         try:
             conn = self._open(time.monotonic() + self.timeout.total_seconds())
-            self._request(conn, Op.HELLO, [])
+            self._request(conn, Op.HELLO, [_ident().encode(), b"1"])
             self._pool.append(conn)
             if is_master and wait_for_workers and world_size is not None:
                 self._wait_workers(world_size)
@@ -110,19 +112,24 @@ class TCPStore(Store):
 
     def _open(self, deadline: float) -> _Conn:
         sock = connect(self.host, self.port, deadline, what="store server")
+        _keepalive(sock)
         try:
             client_handshake(sock, self._secret, timeout=max(1.0, min(30.0, deadline - time.monotonic())), what=self._where)
         except AuthenticationError as err:
             sock.close()
             msg = str(err)
+            if self._where not in msg:
+                msg = f"{self._where}: {msg}"
             if "NDIST_SECRET" not in msg:
                 msg += " (is NDIST_SECRET the same as the job's? or is something else listening there?)"
-            raise DistStoreError(f"{self._where} refused this client: {msg}") from None
+            raise DistStoreError(msg) from None
         return _Conn(sock)
 
     def _acquire(self) -> _Conn:
         if self._closed:
             raise DistStoreError(f"TCPStore for {self._where} is closed")
+        if self._gone is not None:
+            raise DistStoreError(self._gone)
         with self._pool_lock:
             if os.getpid() != self._pid:
                 # Forked child: the parent's sockets are not ours to use (or close).
@@ -131,8 +138,19 @@ class TCPStore(Store):
             for conn in self._pool:
                 if conn.lock.acquire(blocking=False):
                     return conn
-        conn = self._open(time.monotonic() + self.timeout.total_seconds())
+        # The server was up when this store connected: a new connection that cannot
+        # be made within a few seconds means it is gone, not that it is starting.
+        try:
+            conn = self._open(time.monotonic() + min(_RECONNECT, self.timeout.total_seconds()))
+        except (DistNetworkError, DistTimeoutError) as err:
+            self._gone = f"{self._where} is gone: cannot reconnect ({err})"
+            raise DistStoreError(self._gone) from None
         conn.lock.acquire()
+        try:
+            self._request(conn, Op.HELLO, [_ident().encode(), b"0"])  # named, not counted as a worker
+        except BaseException:
+            conn.lock.release()
+            raise
         with self._pool_lock:
             self._pool.append(conn)
         return conn
@@ -156,7 +174,8 @@ class TCPStore(Store):
             raise DistTimeoutError(f"{self._where} did not answer {op.name} within {wait_s + _MARGIN:g} s") from None
         except (FrameError, OSError) as err:
             self._drop(conn)
-            raise DistStoreError(f"{self._where} closed the connection during {op.name} ({err})") from None
+            self._gone = f"{self._where} closed the connection during {op.name} ({err})"
+            raise DistStoreError(self._gone) from None
 
     def _call(self, op: Op, args: list[bytes], wait_s: float = 0.0) -> list[bytes]:
         conn = self._acquire()
@@ -248,9 +267,9 @@ class TCPStore(Store):
         self._server = None
         self.close()
         if server is not None:
-            if grace > 0 and not server.wait_idle(grace):
-                log.info("store server %s:%d: %d clients still connected after %g s; closing it anyway",
-                         self.host, self.port, server.num_connections, grace)
+            if grace > 0 and not server.wait_idle(grace, ignore=_ident()):
+                log.info("store server %s:%d: clients %s still connected after %g s; closing it anyway",
+                         self.host, self.port, server.connected_clients(), grace)
             server.close()
 
     def close(self) -> None:
@@ -276,6 +295,23 @@ class TCPStore(Store):
                 self.close()
         except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass
+
+
+def _ident() -> str:
+    """How the server names this process's connections."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """A store host that vanishes without closing (power off, partition) is noticed
+    within about a minute even while this client sits in a long server-side wait."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for opt, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, opt):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+            except OSError:
+                pass
 
 
 def _key_list(keys) -> list[str]:

@@ -38,7 +38,7 @@ class _KeySpace:
         self.data: dict[str, bytes] = {}
         self.cond = threading.Condition()
         self.workers = 0
-        self.active = 0  # authenticated connections open now
+        self.clients: dict[int, str] = {}  # authenticated connections open now -> "host:pid" of the client
         self.closed = False
 
     def _wait_until(self, ready, deadline: float) -> bool:
@@ -123,14 +123,21 @@ class TCPStoreServer:
     def num_connections(self) -> int:
         """Authenticated client connections open right now."""
         with self._ks.cond:
-            return self._ks.active
+            return len(self._ks.clients)
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until every client has disconnected (or ``timeout`` seconds); True if idle."""
-        deadline = time.monotonic() + timeout
+    def connected_clients(self) -> list[str]:
+        """``host:pid`` of every open client connection (one entry per connection)."""
         with self._ks.cond:
+            return sorted(self._ks.clients.values())
+
+    def wait_idle(self, timeout: float, ignore: str | None = None) -> bool:
+        """Wait until every client has disconnected, except those of process ``ignore``
+        (``host:pid``), or ``timeout`` seconds passed; True if idle."""
+        deadline = time.monotonic() + timeout
+        ks = self._ks
+        with ks.cond:
             try:
-                return self._ks._wait_until(lambda: self._ks.active == 0, deadline)
+                return ks._wait_until(lambda: all(c == ignore for c in ks.clients.values()), deadline)
             except _Closed:
                 return True
 
@@ -195,13 +202,14 @@ class TCPStoreServer:
             except AuthenticationError as err:
                 log.warning("store server %s:%d refused a client from %s: %s", self.host, self.port, peer, err)
                 return
+            key = id(conn)
             with self._ks.cond:
-                self._ks.active += 1
+                self._ks.clients[key] = f"{peer[0]}:?"  # until the client's HELLO names its process
             try:
-                self._serve_requests(conn, peer)
+                self._serve_requests(conn, peer, key)
             finally:
                 with self._ks.cond:
-                    self._ks.active -= 1
+                    self._ks.clients.pop(key, None)
                     self._ks.changed()
         finally:
             with self._conns_lock:
@@ -211,7 +219,7 @@ class TCPStoreServer:
             except OSError:
                 pass
 
-    def _serve_requests(self, conn: socket.socket, peer) -> None:
+    def _serve_requests(self, conn: socket.socket, peer, key: int) -> None:
         while True:
             try:
                 code, args = recv_frame(conn)
@@ -221,7 +229,7 @@ class TCPStoreServer:
             except OSError:
                 return
             try:
-                status, reply = self._handle(code, args)
+                status, reply = self._handle(code, args, key)
             except _Closed:
                 return
             except (ValueError, UnicodeDecodeError, IndexError) as err:
@@ -231,7 +239,7 @@ class TCPStoreServer:
             except OSError:
                 return
 
-    def _handle(self, code: int, a: list[bytes]) -> tuple[int, list[bytes]]:
+    def _handle(self, code: int, a: list[bytes], key: int) -> tuple[int, list[bytes]]:
         ks = self._ks
         if code == Op.GET or code == Op.MULTI_GET:
             keys = [k.decode() for k in a[1:]]
@@ -284,8 +292,11 @@ class TCPStoreServer:
                 return Status.OK, [b"1" if ks.data.pop(a[0].decode(), None) is not None else b"0"]
             if code == Op.NUM_KEYS:
                 return Status.OK, [str(len(ks.data)).encode()]
-            if code == Op.HELLO:
-                ks.workers += 1
+            if code == Op.HELLO:  # args: "host:pid" of the client, b"1" if it counts as a worker
+                if a:
+                    ks.clients[key] = a[0].decode(errors="replace")
+                if len(a) < 2 or a[1] == b"1":
+                    ks.workers += 1
                 ks.changed()
                 return Status.OK, []
             if code == Op.PING:

@@ -57,7 +57,11 @@ class MPIWork(Work):
     def _progress(self, block: bool) -> bool:
         if self._future.done():
             return True
-        with self._progress_lock:
+        # A non-blocking probe never waits behind a thread blocked in Request.Wait
+        # (get_future's helper): it reports "not yet" instead.
+        if not self._progress_lock.acquire(blocking=block):
+            return self._future.done()
+        try:
             if self._future.done():
                 return True
             try:
@@ -72,6 +76,8 @@ class MPIWork(Work):
             else:
                 self._complete()
             return True
+        finally:
+            self._progress_lock.release()
 
     def _future_done(self, seconds: float | None) -> bool:
         if seconds is None:

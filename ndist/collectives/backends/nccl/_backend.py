@@ -15,6 +15,7 @@ source is not possible with NCCL and raises ``NotImplementedError``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Sequence
 
@@ -53,6 +54,7 @@ class NcclBackend(Backend):
         self._seq = 0
         self._plans: dict[tuple[Any, ReduceOp], _plan.ReductionPlan] = {}
         self._self_queue: dict[int, list] = {}  # tag -> device copies sent to self
+        self._coalesced: list | None = None  # works issued inside ``coalescing()``
         raw = exchange_unique_id(ctx, nccl.get_unique_id)
         with self._device:
             try:
@@ -131,6 +133,9 @@ class NcclBackend(Backend):
         post-steps) and returns what must stay alive until the GPU is done.
         """
         self._check_usable(op)
+        if self._coalesced is not None and op not in ("send", "recv"):
+            # Device steps of collectives (casts, copies) would run before the grouped NCCL call.
+            raise RuntimeError(f"nccl {op}: only send and recv may be issued inside a coalescing block")
         self._seq += 1
         seq = self._seq
         cp = self._cp
@@ -147,6 +152,12 @@ class NcclBackend(Backend):
                 self._abort_comm(exc)
                 self._watchdog.fail_all(exc)
                 return Work.failed(op, exc, seq)
+            if self._coalesced is not None:
+                # Inside an NCCL group nothing is launched before groupEnd: the event
+                # is recorded when the coalescing block closes.
+                work = CudaWork(op, seq, None, self._async_error, outputs)
+                self._coalesced.append((work, (keepalive, extra)))
+                return work
             event = cp.cuda.Event(block=False, disable_timing=True)
             event.record(stream)
         finally:
@@ -155,6 +166,49 @@ class NcclBackend(Backend):
         work = CudaWork(op, seq, event, self._async_error, outputs)
         self._watchdog.add(work, self._timeout_s, (keepalive, extra))
         return work
+
+    @contextlib.contextmanager
+    def coalescing(self):
+        """Issue the operations of the block as one NCCL group (``ncclGroupStart/End``).
+
+        What ``batch_isend_irecv`` needs: sends and receives between the same
+        ranks in one group cannot deadlock each other. Only send and recv are
+        allowed inside (as for torch's batch_isend_irecv). The block's Works
+        share one event, recorded on the current stream after ``groupEnd``;
+        waiting on one of them inside the block is an error.
+        """
+        if self._coalesced is not None:
+            raise RuntimeError("nccl coalescing: blocks cannot be nested")
+        self._check_usable("coalescing")
+        cp, nccl = self._cp, self._nccl
+        with self._device:
+            self._coalesced = []
+            nccl.groupStart()
+            try:
+                yield self
+            finally:
+                works, self._coalesced = self._coalesced, None
+                try:
+                    nccl.groupEnd()
+                except nccl.NcclError as err:
+                    exc = DistBackendError(f"nccl coalesced group of {len(works)} ops failed on rank {self.rank} "
+                                           f"of group {self.ctx.group_name!r}: {err}")
+                    self._abort_comm(exc)
+                    for work, _ in works:
+                        work._fail(exc)
+                    self._watchdog.fail_all(exc)
+                    raise exc from err
+                # Also when the block raised: what it issued was launched by groupEnd.
+                # Deferred write-backs (then) go on the stream after it, before the event.
+                tracked = []
+                for work, keep in works:
+                    tracked.append((work, keep))
+                    tracked.extend((chained, None) for chained in work.run_deferred())
+                event = cp.cuda.Event(block=False, disable_timing=True)
+                event.record(cp.cuda.get_current_stream())
+                for work, keep in tracked:
+                    work._event = event
+                    self._watchdog.add(work, self._timeout_s, keep)
 
     def _copy(self, dst: Any, src: Any, stream_ptr: int) -> None:
         if src.nbytes:
@@ -387,6 +441,8 @@ class NcclBackend(Backend):
         import time
 
         self._check_usable("barrier")
+        if self._coalesced is not None:
+            raise RuntimeError("nccl barrier: not allowed inside a coalescing block")
         with self._device:
             token = self._cp.zeros(1, dtype=self._cp.int32)
         work = self.all_reduce(token, ReduceOp.SUM)

@@ -40,7 +40,7 @@ class CudaWork(Work):
     and completing it from the watchdog then cost a flag, not a Future.
     """
 
-    __slots__ = ("_event", "_check", "_state", "_error")
+    __slots__ = ("_event", "_check", "_state", "_error", "_after")
 
     #: ``wait()`` without a timeout does not block the host (torch semantics):
     #: callers with ``async_op=False`` should call ``wait()`` without one.
@@ -61,6 +61,7 @@ class CudaWork(Work):
         self._check = check
         self._state = self._PENDING
         self._error: BaseException | None = None
+        self._after: list | None = None  # then() steps deferred while a coalescing block is open
 
     # ------------------------------------------------------------ completion
     def _complete(self) -> None:
@@ -86,7 +87,7 @@ class CudaWork(Work):
         """Complete (or fail) the work if its event fired; True once done."""
         if self._state:
             return True
-        if not self._event.done:
+        if self._event is None or not self._event.done:  # None: its coalescing block is open
             return False
         err = self._check()
         if err is None:
@@ -115,6 +116,14 @@ class CudaWork(Work):
         right after the operation it is ordered after it, as torch does; it
         must not wait on the host for the operation to finish.
         """
+        if self._event is None:
+            # Issued inside a coalescing block: NCCL launches the op at groupEnd, so the
+            # step runs then (the backend calls run_deferred) and shares the block's event.
+            chained = CudaWork(op or self.op, self.seq, None, self._check, self._outputs, self._pending)
+            if self._after is None:
+                self._after = []
+            self._after.append((fn, chained))
+            return chained
         import cupy
 
         try:
@@ -136,6 +145,19 @@ class CudaWork(Work):
         self.get_future().add_done_callback(_done)
         return chained
 
+    def run_deferred(self) -> list["CudaWork"]:
+        """Run the then() steps deferred by a coalescing block; return their chained works."""
+        chained_works = []
+        for fn, chained in self._after or ():
+            try:
+                fn()
+            except BaseException as err:  # noqa: BLE001 - delivered to the waiter
+                chained._fail(err)
+            chained_works.append(chained)
+            chained_works.extend(chained.run_deferred())
+        self._after = None
+        return chained_works
+
     # ------------------------------------------------------------- user API
     def wait(self, timeout=None) -> bool:
         if timeout is not None:
@@ -145,6 +167,8 @@ class CudaWork(Work):
         if self._state == self._FAILED:
             raise self._error
         if self._state == self._PENDING:
+            if self._event is None:
+                raise RuntimeError(f"{self.op} (#{self.seq}): cannot wait inside the coalescing block that issued it")
             import cupy
 
             cupy.cuda.get_current_stream().wait_event(self._event)
@@ -153,6 +177,8 @@ class CudaWork(Work):
     def synchronize(self) -> None:
         """Block the host until the operation finished on the GPU; raise its error."""
         if not self._state:
+            if self._event is None:
+                raise RuntimeError(f"{self.op} (#{self.seq}): cannot wait inside the coalescing block that issued it")
             self._event.synchronize()
             self._poll()
         if self._state == self._FAILED:

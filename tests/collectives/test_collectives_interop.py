@@ -7,7 +7,7 @@ import functools
 import pytest
 
 import interop_cases
-from launch import launch, unavailable
+from collective_launch import launch, unavailable
 
 IDS = [fn.__name__ for fn in interop_cases.CASES]
 

@@ -20,9 +20,14 @@ HERE = Path(__file__).resolve().parent
 
 @dataclass(frozen=True)
 class BackendEntry:
+    """One backend of the suites: its ``init_process_group`` string, how ranks are started,
+    extra environment, and the device the tensors live on ("cuda" for a GPU backend such as
+    ``BackendEntry("cpu:socket,cuda:nccl", device="cuda")``)."""
+
     backend: str
     launcher: str = "ranks"  # "ranks": ndist.testing.run_ranks; "mpiexec": an MPI job
     env: dict = field(default_factory=dict)
+    device: str = "cpu"
 
 
 BACKENDS = {
@@ -30,6 +35,8 @@ BACKENDS = {
     "socket-tcp": BackendEntry("socket", env={"NDIST_TRANSPORT": "tcp"}),
     "socket-shm": BackendEntry("socket", env={"NDIST_TRANSPORT": "shm"}),
     "mpi": BackendEntry("mpi", launcher="mpiexec"),
+    # CUDA tensors: every op on the GPU backend (skips without CuPy and a GPU)
+    "nccl": BackendEntry("cpu:socket,cuda:nccl", device="cuda"),
 }
 
 
@@ -38,18 +45,27 @@ def mpiexec() -> str | None:
     return str(local) if local.exists() else shutil.which("mpiexec")
 
 
-def unavailable(name: str) -> str | None:
-    """Why backend entry ``name`` cannot run here, or None."""
+def unavailable(name: str, world_size: int = 1) -> str | None:
+    """Why backend entry ``name`` cannot run ``world_size`` ranks here, or None."""
     entry = BACKENDS[name]
     import ndist.distributed  # noqa: F401  (registers the built-in backends)
     from ndist.runtime import get_backend_spec
 
-    try:
-        spec = get_backend_spec(entry.backend)
-    except ValueError:
-        return f"backend {entry.backend!r} is not registered"
-    if not spec.available():
-        return f"backend {entry.backend!r} is not available here"
+    for name in {part.split(":")[-1] for part in entry.backend.split(",")}:
+        try:
+            spec = get_backend_spec(name)
+        except ValueError:
+            return f"backend {name!r} is not registered"
+        if not spec.available():
+            return f"backend {name!r} is not available here"
+    if entry.device == "cuda":
+        try:
+            import cupy
+
+            if cupy.cuda.runtime.getDeviceCount() < world_size:
+                return f"{world_size} ranks need {world_size} CUDA devices (one per rank)"
+        except Exception:  # noqa: BLE001 - no CuPy or no driver
+            return "CuPy / a CUDA device is not available"
     if entry.launcher == "mpiexec" and mpiexec() is None:
         return "mpiexec not found"
     return None
@@ -62,7 +78,7 @@ def launch(name: str, module, world_size: int, timeout: float) -> list:
         with tempfile.TemporaryDirectory(prefix="ndist-launch-") as tmp:
             out = Path(tmp) / "result.json"
             cmd = [mpiexec(), "-n", str(world_size), sys.executable, str(HERE / "_mpi_runner.py"),
-                   module.__name__, str(out)]
+                   module.__name__, str(out), entry.backend, entry.device]
             proc = subprocess.run(cmd, env={**os.environ, **entry.env}, capture_output=True, text=True,
                                   timeout=timeout)
             if proc.returncode != 0 or not out.exists():
@@ -71,4 +87,5 @@ def launch(name: str, module, world_size: int, timeout: float) -> list:
             return json.loads(out.read_text())
     from ndist.testing import run_ranks
 
-    return list(run_ranks(module.entry, world_size, backend=entry.backend, timeout=timeout, env=entry.env))
+    return list(run_ranks(module.entry, world_size, args=(entry.device,), backend=entry.backend, timeout=timeout,
+                          env=entry.env))

@@ -1,0 +1,24 @@
+"""Run under ``mpiexec -n N``: init_process_group() with nothing but the MPI launcher's
+environment (no MASTER_ADDR, no RANK), then a collective and a subgroup."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+import _runtime_store_backend  # noqa: E402,F401  registers the test-only "storetest" backend
+import ndist.distributed as dist  # noqa: E402
+
+backend = None if sys.argv[1] == "default" else sys.argv[1]
+dist.init_process_group(backend, timeout=60)
+r, n = dist.get_rank(), dist.get_world_size()
+x = np.array([float(r + 1)])
+dist.resolve_group(None).backend_for("cpu").all_reduce(x, dist.ReduceOp.SUM).wait()
+pair = dist.new_group([0, 1])
+y = np.array([1.0])
+if pair.is_member:
+    pair.backend_for("cpu").all_reduce(y, dist.ReduceOp.SUM).wait()
+print(f"rank {r}/{n} backend {dist.get_backend()} sum {x[0]:g} pair {y[0]:g}", flush=True)
+dist.destroy_process_group()

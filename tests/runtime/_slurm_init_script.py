@@ -1,0 +1,18 @@
+"""Started as if by ``srun``: only SLURM_* variables (+ MASTER_PORT) say who this rank is."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+import _runtime_store_backend  # noqa: E402,F401  test-only "storetest" backend
+import ndist.distributed as dist  # noqa: E402
+
+dist.init_process_group("storetest", timeout=60)
+x = np.array([1.0])
+dist.resolve_group(None).backend_for("cpu").all_reduce(x, dist.ReduceOp.SUM).wait()
+cur, _ = dist.new_subgroups()  # group size: ranks per node from SLURM_STEP_TASKS_PER_NODE
+print(f"rank {dist.get_rank()}/{dist.get_world_size()} sum {x[0]:g} sub {list(cur.ranks)}", flush=True)
+dist.destroy_process_group()
