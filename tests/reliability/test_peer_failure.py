@@ -171,3 +171,31 @@ def test_rendezvous_with_a_rank_missing_names_it():
         assert kind == "DistTimeoutError", (kind, msg)
         assert "2" in msg and ("missing" in msg or "not" in msg), msg
         assert waited < 20
+
+
+def _gather_then_destroy(rank, size):
+    import numpy as np
+
+    import ndist.distributed as dist
+
+    bad = 0
+    for i in range(40):
+        g = dist.new_group(list(range(size)))
+        x = np.full(8192, float(rank + i))  # 64 KiB: through shared memory
+        outs = [np.empty(8192) for _ in range(size)] if rank == 0 else None
+        try:
+            dist.gather(x, outs, dst=0, group=g)
+        except dist.DistError:
+            bad += 1
+        else:
+            if rank == 0 and not all((outs[r] == r + i).all() for r in range(size)):
+                bad += 1
+        dist.destroy_process_group(g)  # the sender unlinks its segment here
+    return bad
+
+
+@pytest.mark.timeout(90)
+def test_destroy_right_after_a_shared_memory_gather_waits_for_the_reader():
+    # 3 ranks on a small machine: the root is often descheduled between sending its
+    # tickets and mapping the senders' segments
+    assert run_ranks(_gather_then_destroy, 3, timeout=80, transport="shm") == [0, 0, 0]

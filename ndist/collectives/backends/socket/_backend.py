@@ -17,7 +17,7 @@ from ..._backend import Backend
 from ..._reduce_op import ReduceOp
 from . import _frame as F
 from ._algorithms import Algorithms
-from ._engine import Engine, OpInfo
+from ._engine import Engine, Expect, OpInfo
 from ._executor import Executor
 from ._p2p import P2P
 from ._reduce import check_op, finalize
@@ -33,6 +33,8 @@ TRANSPORT_ENV = "NDIST_TRANSPORT"
 #: (``NDIST_TRANSPORT=shm``: every non-empty payload).
 SHM_MIN = 32 << 10
 _instances = itertools.count()
+#: at most this long, close() waits for same-host peers still reading our segment
+_CLOSE_GRACE = 5.0
 
 
 def _transport_mode(options) -> str:
@@ -265,6 +267,7 @@ class SocketBackend(Algorithms, Backend):
         if self._closed:
             return
         self._closed = True
+        self._await_readers()
         conns = []
         if self._eng is not None:
             self._eng.closing = True
@@ -282,6 +285,22 @@ class SocketBackend(Algorithms, Backend):
             c.sock.close()
         self._seg.close()
         self._peer_segs.clear()
+
+    def _await_readers(self) -> None:
+        """Before unlinking our segment: let same-host peers still reading our last op
+        (they ACK when their op ends) finish, for at most a few seconds. Without this a
+        rank that returns from e.g. gather and destroys its group at once can unlink the
+        segment before the root mapped it ("cannot map its shared memory")."""
+        eng = self._eng
+        if eng is None or not eng.unacked or eng.broken is not None or eng.op is not None:
+            return
+        if self._exec.current is not None:
+            return  # an op is running on the worker: close() aborts it instead
+        try:
+            eng.deadline = time.monotonic() + min(self._timeout, _CLOSE_GRACE)
+            eng.step([], [Expect(p, kind=-1) for p in sorted(eng.unacked)])
+        except Exception as err:  # noqa: BLE001 - the peers are gone or slow: close anyway
+            log.debug("closing with unacknowledged shared-memory readers %s: %s", sorted(eng.unacked), err)
 
     def __del__(self):
         try:
