@@ -3,31 +3,44 @@
 ``ndist`` mirrors ``torch`` (Tensor, dtypes, devices, factories);
 ``ndist.distributed``, ``ndist.multiprocessing`` and ``ndist.cuda`` mirror
 their torch namesakes, and ``ndistrun`` mirrors ``torchrun``. Importing ndist
-imports neither CuPy nor mpi4py: only NumPy and the tensor layer.
+imports neither CuPy nor mpi4py.
+
+The top level is lazy (PEP 562): the tensor layer (and NumPy) load on the
+first access to a tensor name such as ``ndist.float32`` or ``ndist.zeros``,
+so ``ndistrun`` itself, which needs neither, starts fast.
 """
 
 from __future__ import annotations
 
 import importlib
 
-_tensor_pkg = importlib.import_module("ndist.tensor")
-# The torch-like top level: ndist.float32, ndist.zeros, ndist.int, ndist.max, ...
-globals().update({_name: getattr(_tensor_pkg, _name) for _name in _tensor_pkg.PUBLIC})
-# ``tensor`` is the package, not the factory function: the package is callable, so
-# ``ndist.tensor([1, 2])`` makes a tensor and ``import ndist.tensor._shm as shm`` works.
-tensor = _tensor_pkg
-
 __version__ = "0.1.0"
 
 _SUBMODULES = ("distributed", "multiprocessing", "cuda", "testing", "runtime", "collectives", "launch")
 
-# ``from ndist import *`` leaves Python's builtins (int, float, bool, max, sum, ...) alone
-# and imports none of the lazy submodules.
-__all__ = list(_tensor_pkg.__all__)
+
+def _tensor_pkg():
+    # ``tensor`` is the package, and the package is callable: ``ndist.tensor([1, 2])``
+    # makes a tensor and ``import ndist.tensor._shm as shm`` works.
+    return importlib.import_module("ndist.tensor")
 
 
 def __getattr__(name: str):
-    # ``ndist.distributed`` etc. without importing them at ``import ndist`` time.
     if name in _SUBMODULES:
         return importlib.import_module(f"ndist.{name}")
+    if name == "tensor":
+        return _tensor_pkg()
+    if name == "__all__":
+        # ``from ndist import *`` leaves Python's builtins (int, float, bool, max, sum, ...)
+        # alone and imports none of the lazy submodules.
+        return list(_tensor_pkg().__all__)
+    pkg = _tensor_pkg()
+    if name in pkg.PUBLIC:
+        value = getattr(pkg, name)
+        globals()[name] = value  # resolve once
+        return value
     raise AttributeError(f"module 'ndist' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBMODULES) | set(_tensor_pkg().PUBLIC))

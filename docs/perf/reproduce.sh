@@ -1,15 +1,20 @@
 #!/bin/sh
 # Re-run the measurements of docs/performance.md from the repository root:
 #   sh docs/perf/reproduce.sh            (needs mpi4py + the mpich wheel, torch, matplotlib)
-# Writes docs/perf/{targets,anchors}_n{2,4}.{txt,json,md,png}; paste the .md tables into
-# docs/performance.md together with the header lines of the .txt files.
+# Writes docs/perf/{sweep,targets}_n{2,4}.{txt,json,md} and sweep_n{2,4}.png; the .md tables
+# and the header of the .txt files go into docs/performance.md.
 set -e
 PY=${PYTHON:-python}
 OUT=docs/perf
 for n in 2 4; do
-  # ndist (socket and MPI backends) against raw mpi4py + MPICH and torch + Gloo, interleaved
-  $PY -m ndist.bench all_reduce all_to_all -b 4K -e 64M -f 4 -n 20 -w 5 --rounds 5 --nproc $n \
+  # The sweep: ndist (socket and MPI backends) against raw mpi4py + MPICH and torch + Gloo,
+  # interleaved; 7 rounds per size and library, the least disturbed one reported.
+  $PY -m ndist.bench all_reduce all_to_all -b 4K -e 64M -f 4 -n 20 -w 5 --rounds 7 --stat min --nproc $n \
       --backend socket,mpi --compare mpi4py,torch -q \
-      --json $OUT/targets_n$n.json --markdown $OUT/targets_n$n.md --plot $OUT/targets_n$n.png \
-      > $OUT/targets_n$n.txt
+      --json $OUT/sweep_n$n.json --markdown $OUT/sweep_n$n.md --plot $OUT/sweep_n$n.png > $OUT/sweep_n$n.txt
+  # The target sizes only (4 KiB, 64 KiB, 1 MiB, 16 MiB), more rounds.
+  $PY -m ndist.bench all_reduce all_to_all -b 4K -e 16M -f 16 -n 20 -w 5 --rounds 11 --stat min --nproc $n \
+      --backend socket,mpi --compare mpi4py,torch -q \
+      --json $OUT/targets_n$n.json --markdown $OUT/targets_n$n.md > $OUT/targets_n$n.txt
 done
+$PY docs/perf/render.py    # fills docs/performance.md from docs/perf/performance.md.in and these runs

@@ -68,6 +68,7 @@ class BenchConfig:
     backends: tuple[str, ...] = ("socket",)  # ndist backends; () runs the comparators only
     compare: tuple[str, ...] = ()
     rounds: int = 1
+    stat: str = "median"  # how rounds combine: median or min
     timeout: float = 300.0
     json_path: str | None = None
     plot_path: str | None = None
@@ -136,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ndist backend(s), comma separated; 'none' runs only --compare")
     p.add_argument("--compare", type=_list_arg("compare", LIBRARIES), default=(), help="also run mpi4py and/or torch (Gloo)")
     p.add_argument("--rounds", type=_positive("rounds"), default=1,
-                   help="measure each size this many times per library, interleaved; report the median")
+                   help="measure each size this many times per library, interleaved (see --stat)")
+    p.add_argument("--stat", choices=("median", "min"), default="median",
+                   help="combine the rounds' times by median (default) or min (least disturbed round)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one size may take before the run is aborted")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write machine-readable results")
     p.add_argument("--plot", dest="plot_path", metavar="PATH", help="plot busbw against size (needs matplotlib)")
@@ -178,7 +181,7 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
         p.error(f"timeout: expected > 0 seconds; got {a.timeout}")
     return BenchConfig(
         ops=ops, sizes=tuple(sizes), iters=a.iters, warmup=a.warmup_iters, check=a.check, dtype=dt.name,
-        redop=a.op, root=a.root, nproc=a.nproc, backends=backends, compare=a.compare, rounds=a.rounds,
+        redop=a.op, root=a.root, nproc=a.nproc, backends=backends, compare=a.compare, rounds=a.rounds, stat=a.stat,
         timeout=a.timeout, json_path=a.json_path, plot_path=a.plot_path, markdown_path=a.markdown_path,
         quiet=a.quiet,
     )

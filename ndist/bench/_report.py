@@ -57,7 +57,7 @@ def format_header(res: RunResult, argv: list[str] | None = None) -> str:
     argv = sys.argv if argv is None else argv
     lines = [
         f"# ndist-bench {' '.join(cfg.ops)}  minBytes {min(cfg.sizes)} maxBytes {max(cfg.sizes)} "
-        f"sizes: {len(cfg.sizes)}  warmup iters: {cfg.warmup} iters: {cfg.iters} rounds: {cfg.rounds} "
+        f"sizes: {len(cfg.sizes)}  warmup iters: {cfg.warmup} iters: {cfg.iters} rounds: {cfg.rounds} ({cfg.stat}) "
         f"validation: {cfg.check}",
         f"# command: ndist-bench {shlex.join(argv[1:])}",
         f"# host: {m['host']}  cpu: {m['cpu']}  cores: {m['cores']} (usable {m['usable_cores']})  "

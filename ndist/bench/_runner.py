@@ -36,7 +36,7 @@ class Row:
     type: str
     redop: str
     root: int
-    time_us: float  # median over rounds of (max over ranks of the mean time per call)
+    time_us: float  # median (or min, --stat) over rounds of (max over ranks of the mean time per call)
     algbw: float  # GB/s
     busbw: float  # GB/s
     wrong: int  # -1: not checked
@@ -115,7 +115,7 @@ def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
                         samples[lib].append(max(r["seconds"] for r in res))
                         wrong[lib] += sum(r["wrong"] for r in res)
                 for lib in libs:
-                    sec = statistics.median(samples[lib])
+                    sec = min(samples[lib]) if cfg.stat == "min" else statistics.median(samples[lib])
                     algbw, busbw = bandwidths(op, lay.size, sec, cfg.nproc)
                     row = Row(
                         lib=lib, op=op, size=lay.size, count=lay.count, type=cfg.dtype,

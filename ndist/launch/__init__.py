@@ -8,11 +8,19 @@ uses it: importing this package is cheap (ranks import it to bootstrap).
 
 from __future__ import annotations
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``ndistrun``: run with ``argv`` and return the exit status."""
+def main(argv: list[str] | None = None) -> None:
+    """The ``ndistrun`` command: run with ``argv`` (default: the command line) and exit
+    the process with the job's exit status."""
     from ._cli import main as _main
 
-    return _main(argv)
+    _main(argv)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run ``ndistrun`` with ``argv`` and return the exit status (for use from Python)."""
+    from ._cli import run as _run
+
+    return _run(argv)

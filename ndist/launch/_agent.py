@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ._config import STDERR, STDOUT, LaunchConfig
 from ._output import format_prefix
 from ._rdzv import LaunchError, Round, make_rendezvous
-from ._workers import GroupResult, WorkerGroup, WorkerSpec
+from ._workers import GroupResult, WorkerGroup, WorkerSpec, set_child_subreaper
 
 __all__ = ["Agent", "AgentResult", "LaunchError", "rank_env"]
 
@@ -71,26 +71,33 @@ def rank_env(config: LaunchConfig, rnd: Round, local_rank: int, secret: str, err
     return env
 
 
-def _ndist_root() -> str:
-    import ndist
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(ndist.__file__)))
-
-
 def child_argv(config: LaunchConfig) -> tuple[str, ...]:
-    """``python -c <bootstrap> entrypoint args``: see ``_bootstrap``."""
+    """``python -c <load _bootstrap.py by path> entrypoint args``: see ``_bootstrap``.
+
+    The bootstrap file is loaded as a standalone module, without importing
+    the ``ndist`` package (and NumPy with it): a rank imports what its
+    program imports, no more, and finds ``ndist`` (or not) exactly as plain
+    ``python script.py`` would.
+    """
     mode = "exec" if config.no_python else "module" if config.module else "script"
-    root = _ndist_root()
+    here = os.path.dirname(os.path.abspath(__file__))
+    # A plain path import (not importlib.util, which costs a rank ~3 ms of
+    # contextlib/functools/collections); the entries are removed at once.
     code = (
-        f"import sys;sys.path.insert(0,{root!r});"
-        f"import ndist.launch._bootstrap as b;b.main({os.getpid()},{mode!r},{root!r})"
+        f"import sys;sys.path.insert(0,{here!r});import _bootstrap as m;"
+        f"del sys.path[0],sys.modules['_bootstrap'];m.main({os.getpid()},{mode!r})"
     )
     return (sys.executable, "-c", code, config.entrypoint, *config.args)
 
 
 class Agent:
-    def __init__(self, config: LaunchConfig) -> None:
+    """``adopt_orphans``: become a child subreaper and kill what the ranks leave
+    outside their process groups; only for a process whose children are all
+    ours (the ``ndistrun`` command, not a program embedding ``run()``)."""
+
+    def __init__(self, config: LaunchConfig, adopt_orphans: bool = False) -> None:
         self.config = config
+        self.adopt_orphans = adopt_orphans
         self._keep_dir = config.log_dir is not None or bool(config.redirects) or bool(config.tee)
         self._wake_r = self._wake_w = None
         self._raise_on_signal = True
@@ -162,6 +169,7 @@ class Agent:
     def run(self) -> AgentResult:
         c = self.config
         self._install_signals()
+        subreaper = self.adopt_orphans and set_child_subreaper(True)
         rdzv = None
         result = GroupResult("failed")
         attempt = 0
@@ -175,21 +183,30 @@ class Agent:
                 self._raise_on_signal = True
                 self._check_pending_signal()
                 rnd = rdzv.next_round(attempt)
-                group = WorkerGroup(self._specs(rnd, attempt, secret), c.term_timeout, self._wake_r)
+                group = WorkerGroup(self._specs(rnd, attempt, secret), c.term_timeout, self._wake_r, subreaper)
                 self._raise_on_signal = False
                 group.start()
+                try:
+                    rdzv.serve()
+                except BaseException:
+                    group.abort()
+                    raise
                 result = group.monitor()
                 self._raise_on_signal = True
                 if result.state == "succeeded":
                     rdzv.report_success(attempt)
                     return AgentResult(0, result, attempt + 1, self._kept_dir())
                 if result.state == "interrupted":
-                    rdzv.report_stop(attempt)
+                    rdzv.report_stop(attempt, result.signal)
                     return AgentResult(128 + result.signal, result, attempt + 1, self._kept_dir())
                 if result.state == "failed":
                     rdzv.report_failure(attempt, result.root_cause)
-                else:  # stopped because another node failed
-                    remote = rdzv.remote_failure(attempt)
+                else:  # stopped because another node failed or was interrupted
+                    remote = rdzv.remote_outcome(attempt)
+                    if isinstance(remote, tuple):
+                        node, sig = remote
+                        stopped = GroupResult("interrupted", signal=sig, origin=f"on node {node}")
+                        return AgentResult(128 + sig, stopped, attempt + 1, self._kept_dir())
                     if remote is not None:
                         result.failures.insert(0, remote)
                 if attempt >= c.max_restarts:
@@ -202,14 +219,17 @@ class Agent:
                     root.rank if root else "?", root.describe_exit() if root else "unknown", attempt, c.max_restarts,
                 )
         except _Interrupted as intr:
+            self._raise_on_signal = False  # a second signal must not interrupt the stopping
             if rdzv is not None:
-                rdzv.report_stop(attempt)
+                rdzv.report_stop(attempt, intr.signum)
             return AgentResult(128 + intr.signum, GroupResult("interrupted", signal=intr.signum), attempt + 1, self._kept_dir())
         finally:
             self._raise_on_signal = False
             if rdzv is not None:
                 rdzv.close()
             self._restore_signals()
+            if subreaper:
+                set_child_subreaper(False)
             if self.job_dir is not None and not self._keep_dir:
                 shutil.rmtree(self.job_dir, ignore_errors=True)
 
@@ -228,9 +248,7 @@ class Agent:
 
 def _job_secret(config: LaunchConfig) -> str:
     if config.single_node:
-        import secrets
-
-        return secrets.token_hex(32)
+        return os.urandom(32).hex()  # = secrets.token_hex(32), without importing hmac/hashlib
     secret = os.environ.get("NDIST_SECRET", "")
     if not secret:
         raise LaunchError(

@@ -1,4 +1,4 @@
-"""The first code a rank runs: ``python -c "...; _bootstrap.main(...)" script args``.
+"""The first code a rank runs: ``python -c "<import this file>; main(...)" script args``.
 
 It makes the rank die with the launcher (``PR_SET_PDEATHSIG``), then runs the
 user's program with the semantics of plain ``python script.py args`` /
@@ -9,11 +9,14 @@ propagates, so the launcher can show its traceback in the failure summary;
 tracebacks printed to stderr do not show the bootstrap's frames.
 
 Only the standard library is imported here, and only what is needed: this
-runs in every rank before the user's first line.
+runs in every rank before the user's first line. The launcher imports this
+file as a top-level module from its directory (then drops it from
+``sys.path`` and ``sys.modules``), so the ``ndist`` package is not imported
+on the rank's behalf.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: it imports the __future__
+# module at run time, a cost every rank would pay before its first line.
 import os
 import sys
 
@@ -21,6 +24,7 @@ __all__ = ["main", "write_error_file", "ERROR_FILE_ENV"]
 
 ERROR_FILE_ENV = "NDIST_ERROR_FILE"
 _PR_SET_PDEATHSIG = 1
+_SIGKILL = 9  # Linux; not signal.SIGKILL: importing signal imports enum, ~1 ms per rank
 _THIS = __file__
 
 
@@ -30,15 +34,14 @@ def _die_with_parent(parent_pid: int) -> None:
         return
     try:
         import ctypes
-        import signal
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # no libc / no prctl: best effort only
         return
     # The launcher may have died between fork and prctl: then we were re-parented already.
     if os.getppid() != parent_pid:
-        os._exit(128 + 9)
+        os._exit(128 + _SIGKILL)
 
 
 def write_error_file(exc: BaseException, path: str | None = None) -> None:
@@ -83,17 +86,12 @@ def _int_env(name: str) -> int | None:
 
 
 def _user_tb(tb):
-    # Drop the leading frames that belong to the launcher's ``-c`` line, this
-    # bootstrap and runpy (for -m): the user sees what plain python shows.
-    ours = (_THIS, "<string>", _runpy_file())
-    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+    # Drop the leading frames of the launcher's ``-c`` line and of this
+    # bootstrap: the user sees what plain python shows (runpy's frames for
+    # ``-m`` included, as ``python -m`` shows them).
+    while tb is not None and tb.tb_frame.f_code.co_filename in (_THIS, "<string>"):
         tb = tb.tb_next
     return tb
-
-
-def _runpy_file() -> str | None:
-    runpy = sys.modules.get("runpy")
-    return getattr(runpy, "__file__", None)
 
 
 def _excepthook(exc_type, exc, tb, _prev=sys.excepthook):
@@ -106,7 +104,9 @@ def _excepthook(exc_type, exc, tb, _prev=sys.excepthook):
 def _run_script(path: str, args: list[str]) -> None:
     import builtins
     import io
-    from importlib.machinery import SourceFileLoader
+
+    # The loader class plain ``python script.py`` puts in __main__, already loaded.
+    SourceFileLoader = sys.modules["_frozen_importlib_external"].SourceFileLoader
 
     abspath = os.path.abspath(path)
     try:
@@ -150,14 +150,12 @@ def _run_module(module: str, args: list[str]) -> None:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
-def main(parent_pid: int, mode: str, inserted_path: str | None = None) -> None:
+def main(parent_pid: int, mode: str) -> None:
     """Entry point, called from the launcher's ``-c`` command line.
 
     ``mode`` is ``"script"`` (``sys.argv[1]`` is a file), ``"module"``
     (``-m``: ``sys.argv[1]`` is a module name) or ``"exec"`` (``--no-python``:
-    replace this process with ``sys.argv[1:]``). ``inserted_path`` is the
-    entry the command line put in front of ``sys.path`` to find ndist; it is
-    removed again so the program sees the ``sys.path`` of plain ``python``.
+    replace this process with ``sys.argv[1:]``).
     """
     _die_with_parent(parent_pid)
     argv = sys.argv[1:]  # sys.argv[0] is "-c"
@@ -167,8 +165,6 @@ def main(parent_pid: int, mode: str, inserted_path: str | None = None) -> None:
         except OSError as err:
             sys.stderr.write(f"ndistrun: cannot run {argv[0]!r}: {err.strerror}\n")
             sys.exit(127 if isinstance(err, FileNotFoundError) else 126)
-    if inserted_path is not None and sys.path and sys.path[0] == inserted_path:
-        del sys.path[0]
     sys.excepthook = _excepthook
     try:
         if mode == "module":

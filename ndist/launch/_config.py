@@ -39,7 +39,6 @@ class LaunchConfig:
     local_ranks_filter: frozenset[int] | None = None
     module: bool = False
     no_python: bool = False
-    run_path: bool = False
     rdzv_timeout: float = 600.0
     run_id: str = ""
     term_timeout: float = 5.0
@@ -59,14 +58,8 @@ class LaunchConfig:
         return self.local_ranks_filter is None or local_rank in self.local_ranks_filter
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # same as argparse, with the program name people type
-        self.print_usage(__import__("sys").stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
-    p = _Parser(
+    p = argparse.ArgumentParser(
         prog=prog,
         allow_abbrev=False,
         description="Start NPROC_PER_NODE ranks of a Python program on this node (torchrun's options).",
@@ -107,8 +100,7 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
                    help="run the entry point as a module, like python -m.")
     g.add_argument("--no-python", "--no_python", action="store_true",
                    help="run the entry point as an executable, not through python.")
-    a("--run-path", "--run_path", action="store_true",
-      help="run the script file with runpy (the default way here: accepted for torchrun compatibility).")
+    a("--run-path", "--run_path", action="store_true", help=argparse.SUPPRESS)  # refused below, with a reason
     a("training_script", metavar="script", help="the program: a .py file, a module with -m, an executable with --no-python.")
     a("training_script_args", nargs=argparse.REMAINDER, metavar="...", help="arguments passed to the program.")
     return p
@@ -195,9 +187,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         if addr is not None or port is not None:
             p.error("--rdzv-endpoint: give either it or --master-addr/--master-port, not both")
         host, sep, prt = ns.rdzv_endpoint.rpartition(":")
-        if not sep or not prt.isdigit():
-            host, prt = ns.rdzv_endpoint, None
-        addr, port = host, prt
+        if not sep or not prt.isdigit() or (host.count(":") and not host.endswith("]")):
+            host, prt = ns.rdzv_endpoint, None  # no port (a bare IPv6 address has colons too)
+        addr, port = host.strip("[]") or None, prt
     if addr is not None and not addr.strip():
         p.error("--master-addr: expected a host name or address, got ''")
     port = None if port is None else _int(p, "--master-port", port, 0, 65535)
@@ -219,9 +211,12 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         bad = sorted(r for r in flt if r >= nproc)
         if bad:
             p.error(f"--local-ranks-filter: local ranks {bad} are not in 0..{nproc - 1} (--nproc-per-node {nproc})")
-    if ns.run_path and (ns.module or ns.no_python):
-        p.error("--run-path: runs a script file; it cannot be combined with -m/--module or --no-python")
+    if ns.run_path:
+        p.error("--run-path is not supported: every rank runs its script in a fresh interpreter with the "
+                "semantics of 'python script.py' already; drop the option")
     if not ns.module and not ns.no_python and not os.path.isfile(ns.training_script):
+        if os.path.exists(ns.training_script):
+            p.error(f"script: expected a Python file, got the directory {ns.training_script!r} (use -m for a package)")
         p.error(f"script: no such file: {ns.training_script!r} (use -m for a module, --no-python for an executable)")
     if ns.log_dir is not None and os.path.exists(ns.log_dir) and not os.path.isdir(ns.log_dir):
         p.error(f"--log-dir: expected a directory, got the file {ns.log_dir!r}")
@@ -229,9 +224,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
     if run_id is not None and (not run_id or "/" in run_id or run_id in (".", "..")):
         p.error(f"--rdzv-id: expected a non-empty id without '/', got {run_id!r}")
     if run_id is None:
-        import secrets
-
-        run_id = secrets.token_hex(4)
+        run_id = os.urandom(4).hex()
     return LaunchConfig(
         entrypoint=ns.training_script,
         args=tuple(ns.training_script_args),
@@ -247,7 +240,6 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         local_ranks_filter=flt,
         module=ns.module,
         no_python=ns.no_python,
-        run_path=ns.run_path,
         rdzv_timeout=_seconds(p, "--rdzv-timeout", ns.rdzv_timeout),
         run_id=run_id,
         term_timeout=_seconds(p, "--term-timeout", ns.term_timeout),

@@ -2,7 +2,9 @@
 
 Single node: the agent starts a ``TCPStoreServer`` on loopback (a free port
 unless ``--master-port``), a fresh one for every attempt so a restarted
-group never sees the keys of the one before; that is all.
+group never sees the keys of the one before; that is all. Its socket is
+bound before the ranks start and the server started right after, so the
+import of ``ndist.runtime`` overlaps the ranks' own start-up.
 
 Several nodes: the agent of node 0 hosts one ``TCPStoreServer`` on
 ``--master-port`` (all interfaces; every connection must prove the shared
@@ -21,6 +23,7 @@ them by ``NDIST_RESTART_COUNT``.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -57,21 +60,27 @@ def make_rendezvous(config, secret: str, wake_fd: int | None = None):
 
 
 class _LocalRendezvous:
+    """One node: a fresh store for every attempt. Its socket is bound before
+    the ranks start (they get the port), the server (and ``ndist.runtime``
+    with it) is brought up while they boot; connections wait in the backlog."""
+
     def __init__(self, config, secret: str) -> None:
         self.config = config
         self.secret = secret
         self.server = None
+        self.listener = None
+        self.addr = config.master_addr or "127.0.0.1"
 
     def next_round(self, attempt: int) -> Round:
+        self.close()
+        self.listener = _listen(self.addr, self.config.master_port or 0)
+        return Round(self.config.nproc_per_node, 0, self.addr, self.listener.getsockname()[1])
+
+    def serve(self) -> None:
         from ndist.runtime.store import TCPStoreServer
 
-        c = self.config
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        addr = c.master_addr or "127.0.0.1"
-        self.server = _start_server(TCPStoreServer, addr, c.master_port or 0, self.secret)
-        return Round(c.nproc_per_node, 0, addr, self.server.port)
+        listener, self.listener = self.listener, None
+        self.server = TCPStoreServer(self.addr, listener.getsockname()[1], self.secret, listener=listener)
 
     def report_success(self, attempt: int) -> None:
         pass
@@ -79,50 +88,72 @@ class _LocalRendezvous:
     def report_failure(self, attempt: int, failure) -> None:
         pass
 
-    def report_stop(self, attempt: int) -> None:
+    def report_stop(self, attempt: int, signum: int | None = None) -> None:
         pass
 
-    def remote_failure(self, attempt: int):
+    def remote_outcome(self, attempt: int):
         return None
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
         if self.server is not None:
             self.server.close()
             self.server = None
 
 
-def _start_server(cls, host: str, port: int, secret: str):
-    from ndist.runtime import DistNetworkError
-
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: a free port); ``LaunchError`` if impossible."""
     try:
-        return cls(host, port, secret)
-    except DistNetworkError as err:
-        raise LaunchError(f"cannot host the job's store on {host}:{port}: {err}") from None
+        family, _, _, _, addr = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as err:
+        raise LaunchError(f"cannot host the job's store: --master-addr {host!r} does not resolve ({err})") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(1024)
+    except OSError as err:
+        sock.close()
+        why = "address already in use (pick another --master-port, or none for a free one)" if err.errno == errno.EADDRINUSE else err
+        raise LaunchError(f"cannot host the job's store on {host}:{port}: {why}") from None
+    return sock
 
 
 class _StoreRendezvous:
+    """Several nodes: node 0 hosts the store for the whole job; see the module docstring."""
+
     def __init__(self, config, secret: str, wake_fd: int | None) -> None:
         from ndist.runtime.store import TCPStore, TCPStoreServer
+
+        from ._config import DEFAULT_MULTINODE_PORT
 
         self.wake_fd = wake_fd
         c = self.config = config
         self.secret = secret
         self.addr = c.master_addr or "127.0.0.1"
-        from ._config import DEFAULT_MULTINODE_PORT
-
         self.port = c.master_port or DEFAULT_MULTINODE_PORT
         self.server = None
-        if c.node_rank == 0:
-            self.server = _start_server(TCPStoreServer, "", self.port, secret)
+        if c.node_rank == 0:  # all interfaces: every connection must prove NDIST_SECRET
+            self.server = TCPStoreServer("", self.port, secret, listener=_listen("", self.port))
         connect_to = "127.0.0.1" if self.server is not None else self.addr
         self._store_args = (connect_to, self.port)
         self._tcp_store = TCPStore
-        self.store = self._client(c.rdzv_timeout)
+        try:
+            self.store = self._client(c.rdzv_timeout)
+        except BaseException:
+            if self.server is not None:
+                self.server.close()
+            raise
         self.host = socket.gethostname()
         self._watcher: threading.Thread | None = None
         self._watch_store = None
         self._ended: set[int] = set()
-        self._lost = False  # the store on node 0 stopped answering while an attempt ended
+        self._lost = False  # node 0's store stopped answering while an attempt ended (see _bounded)
+
+    def serve(self) -> None:
+        pass  # node 0's server is up from the start: the other agents need it to rendezvous
 
     def _client(self, timeout: float):
         from ndist.runtime import DistError
@@ -142,6 +173,7 @@ class _StoreRendezvous:
         from ndist.runtime import DistTimeoutError
 
         c = self.config
+        self.store.set_timeout(c.rdzv_timeout)
         # The nonce tells two agents on one host with the same --node-rank apart.
         me = json.dumps({"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex()}).encode()
         got = self.store.compare_set(self._key(attempt, "node", c.node_rank), b"", me)
@@ -161,6 +193,9 @@ class _StoreRendezvous:
                 f"(start ndistrun on them with --node-rank and --master-addr {self.addr} --master-port {self.port})"
             ) from None
         infos = [json.loads(v) for v in self.store.multi_get(keys)]
+        # From here on, a lost store (node 0 gone) must not hold this agent for
+        # the whole rendezvous timeout.
+        self.store.set_timeout(min(c.rdzv_timeout, 10.0))
         offset = sum(i["nproc"] for i in infos[: c.node_rank])
         world = sum(i["nproc"] for i in infos)
         self._start_watcher(attempt)
@@ -201,13 +236,13 @@ class _StoreRendezvous:
         store.close()
 
     def _stop_watcher(self) -> None:
-        if self._watcher is not None:
-            try:
+        if self._watcher is not None and self._watcher.is_alive():
+            try:  # release our watcher; keep a "stop" another node may have set
                 self.store.compare_set(self._watch_key, b"", b"done")
             except Exception:  # noqa: BLE001 - the store is gone: the watcher ends by itself
                 pass
             self._watcher.join(5)
-            self._watcher = None
+        self._watcher = None
         if self._watch_store is not None:
             self._watch_store.close()
             self._watch_store = None
@@ -216,14 +251,24 @@ class _StoreRendezvous:
         for n in range(self.config.nnodes):
             self.store.compare_set(self._key(attempt, "wake", n), b"", b"stop")
 
+    def _quietly(self, fn, *args):
+        from ndist.runtime import DistError
+
+        try:
+            return fn(*args)
+        except (DistError, OSError) as err:
+            log.warning("node %d: the job's store on node 0 is gone (%s)", self.config.node_rank, err)
+            return None
+
     # -------------------------------------------------------- outcomes
     def _end(self, attempt: int, outcome: str) -> None:
+        # Setting the end key must be this node's last use of the store in the
+        # attempt: node 0 may close it as soon as every node has set its key.
         self._stop_watcher()
         if attempt in self._ended:
             return
         self._ended.add(attempt)
-        self.store.set(self._key(attempt, "end", self.config.node_rank), outcome)
-        self.store.add(self._key(attempt, "ended"), 1)
+        self._quietly(self.store.set, self._key(attempt, "end", self.config.node_rank), outcome)
 
     def report_success(self, attempt: int) -> None:
         self._end(attempt, "succeeded")
@@ -231,22 +276,37 @@ class _StoreRendezvous:
 
     def report_failure(self, attempt: int, failure) -> None:
         def report() -> None:
-            self._stop_watcher()  # before "stop" is set: it must not wake our next attempt
+            self._stop_watcher()  # before the wake keys are set: it must not wake our next attempt
             if failure is not None:
-                self.store.compare_set(self._key(attempt, "failed"), b"", json.dumps(failure.to_json()).encode())
-            self._wake_all(attempt)
+                info = json.dumps(failure.to_json()).encode()
+                self._quietly(self.store.compare_set, self._key(attempt, "failed"), b"", info)
+            self._quietly(self._wake_all, attempt)
             self._end(attempt, "failed")
             self._wait_all_ended(attempt)
 
         self._bounded(attempt, report)
 
+    def report_stop(self, attempt: int, signum: int | None = None) -> None:
+        """This agent was interrupted by ``signum``: stop the other nodes too."""
+        def report() -> None:
+            self._stop_watcher()
+            if signum is not None:
+                info = json.dumps({"node": self.config.node_rank, "signal": signum}).encode()
+                self._quietly(self.store.compare_set, self._key(attempt, "interrupted"), b"", info)
+            self._quietly(self._wake_all, attempt)
+            self._end(attempt, "stopped")
+            self._wait_all_ended(attempt, min(self.config.rdzv_timeout, self.config.term_timeout + 30))
+
+        self._bounded(attempt, report)
+
     def _bounded(self, attempt: int, fn, default=None):
-        """Run ``fn`` (store calls that end an attempt) within ``_END_TIMEOUT`` on a node
-        that does not host the store: when the link to node 0 is gone, each call would
-        wait the store timeout and the agent would outlive its job by minutes. A store
-        that does not answer in time is abandoned (logged), and ``default`` returned."""
+        """Run ``fn`` (the store calls that end an attempt) for at most ``_END_TIMEOUT``
+        on a node that does not host the store. When the link to node 0 is gone each
+        call would wait the store timeout plus its margin, and the agent would outlive
+        its ranks by minutes; a store that does not answer in time is abandoned (logged).
+        Node 0 hosts the store, which always answers: ``fn`` runs directly there."""
         if self.server is not None:
-            return fn()  # the store is ours: it answers
+            return fn()
         if self._lost:
             return default
         box: dict = {}
@@ -269,43 +329,42 @@ class _StoreRendezvous:
             return default
         return box.get("value", default)
 
-    def report_stop(self, attempt: int) -> None:
-        def report() -> None:
-            self._stop_watcher()
-            try:
-                self._wake_all(attempt)
-                self._end(attempt, "stopped")
-            except Exception:  # noqa: BLE001 - interrupted teardown: the store may be gone
-                pass
-
-        self._bounded(attempt, report)
-
-    def remote_failure(self, attempt: int):
+    def remote_outcome(self, attempt: int):
+        """Why another node stopped ``attempt``: its ``Failure``, ``(node, signal)``
+        when it was interrupted, or None if it did not get to say."""
         from ._workers import Failure
 
         def fetch():
+            self._stop_watcher()
+            keys = (self._key(attempt, "failed"), self._key(attempt, "interrupted"))
+            got = self._quietly(lambda: [self.store.get(k) if self.store.check([k]) else None for k in keys])
             self._end(attempt, "stopped")
-            try:
-                return self.store.get(self._key(attempt, "failed")) if self.store.check([self._key(attempt, "failed")]) \
-                    else None
-            finally:
-                self._wait_all_ended(attempt)
+            self._wait_all_ended(attempt)
+            return got
 
         raw = self._bounded(attempt, fetch)
-        return Failure.from_json(json.loads(raw)) if raw else None
+        if raw and raw[0]:
+            return Failure.from_json(json.loads(raw[0]))
+        if raw and raw[1]:
+            info = json.loads(raw[1])
+            return int(info["node"]), int(info["signal"])
+        return None
 
-    def _wait_all_ended(self, attempt: int) -> None:
+    def _wait_all_ended(self, attempt: int, timeout: float | None = None) -> None:
         """Node 0 hosts the store: it leaves only after every node is done with it."""
         if self.server is None:
             return
+        from ndist.runtime import DistError
+
         keys = [self._key(attempt, "end", n) for n in range(self.config.nnodes)]
         try:
-            self.store.wait(keys, timeout=self.config.rdzv_timeout)
-        except Exception:  # noqa: BLE001
-            log.warning("not every node reported the end of attempt %d; closing the store anyway", attempt)
+            self.store.wait(keys, timeout=timeout or self.config.rdzv_timeout)
+        except DistError:
+            missing = [n for n, k in enumerate(keys) if not self._quietly(self.store.check, [k])]
+            log.warning("nodes %s did not report the end of attempt %d; closing the store anyway", missing, attempt)
 
     def close(self) -> None:
-        if not self._lost:
+        if not self._lost:  # else the watcher's release would wait on the lost store again
             self._stop_watcher()
         self.store.close()
         if self.server is not None:

@@ -37,7 +37,8 @@ def format_summary(what: str, result: GroupResult, attempts: int, max_restarts: 
     """The report for a job that did not succeed."""
     if result.state == "interrupted":
         sig = signal_name(result.signal) if result.signal else "a signal"
-        return f"ndistrun: {what} interrupted by {sig}: every rank was stopped"
+        where = f" {result.origin}" if result.origin else ""
+        return f"ndistrun: {what} interrupted by {sig}{where}: every rank was stopped"
     root = result.root_cause
     out = [_RULE, f"ndistrun: {what} FAILED (attempt {attempts} of {max_restarts + 1})", "-" * 72]
     if root is None:

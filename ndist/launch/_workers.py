@@ -22,6 +22,7 @@ import selectors
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -34,6 +35,39 @@ log = logging.getLogger("ndist.launch")
 # Byte written to the wake pipe (besides signal numbers) when the job must stop
 # because another node failed.
 WAKE_STOP = 0
+
+
+def set_child_subreaper(on: bool) -> bool:
+    """Make this process adopt its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``).
+
+    Then a process a rank started in a new session (out of the rank's
+    process group) becomes our child when the rank exits, and is killed with
+    the group's leftovers. False where unsupported.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1 if on else 0, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _adopted_children(known: set[int]) -> list[int]:
+    """Our children that are not ranks: orphans we adopted as a subreaper."""
+    pids: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return sorted(pids - known)
 
 
 def signal_name(signum: int) -> str:
@@ -70,19 +104,26 @@ class Failure:
     timestamp: float
     error_file: str | None = None
     record: dict | None = None  # what the rank wrote to its error file
+    stopped: bool = False  # it had failed, but exited only when the launcher stopped it
 
     @property
     def exit_status(self) -> int:
-        """The launcher's exit status for this failure (128 + signal for a signal)."""
+        """The launcher's exit status for this failure (128 + signal for a signal;
+        1, Python's status for an unhandled exception, when the launcher's signal ended it)."""
+        if self.stopped:
+            return 1
         return self.returncode if self.returncode > 0 else 128 - self.returncode
 
     def describe_exit(self) -> str:
+        if self.stopped:
+            how = f"killed by {signal_name(-self.returncode)}" if self.returncode < 0 else f"exit code {self.returncode}"
+            return f"raised, then was stopped by the launcher while exiting ({how})"
         if self.returncode < 0:
             return f"killed by {signal_name(-self.returncode)} (exit status {self.exit_status})"
         return f"exit code {self.returncode}"
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in ("rank", "local_rank", "pid", "host", "returncode", "timestamp", "error_file", "record")}
+        return {k: getattr(self, k) for k in ("rank", "local_rank", "pid", "host", "returncode", "timestamp", "error_file", "record", "stopped")}
 
     @classmethod
     def from_json(cls, d: dict) -> "Failure":
@@ -94,6 +135,7 @@ class GroupResult:
     state: str  # "succeeded" | "failed" | "interrupted" | "stopped"
     failures: list[Failure] = field(default_factory=list)
     signal: int | None = None  # the launcher's signal for "interrupted"
+    origin: str | None = None  # where that signal was received, when not here ("on node 0")
 
     @property
     def root_cause(self) -> Failure | None:
@@ -101,14 +143,13 @@ class GroupResult:
 
 
 class _Worker:
-    __slots__ = ("spec", "proc", "pid", "pidfd", "pumps", "returncode", "signalled", "files")
+    __slots__ = ("spec", "proc", "pid", "pidfd", "pumps", "returncode", "signalled")
 
-    def __init__(self, spec: WorkerSpec, proc: subprocess.Popen, pumps: list[StreamPump], files: list) -> None:
+    def __init__(self, spec: WorkerSpec, proc: subprocess.Popen, pumps: list[StreamPump]) -> None:
         self.spec = spec
         self.proc = proc
         self.pid = proc.pid
         self.pumps = pumps
-        self.files = files
         self.returncode: int | None = None
         self.signalled = False
         self.pidfd: int | None = None
@@ -132,12 +173,19 @@ def _open_log(path: str):
 class WorkerGroup:
     """The ranks of one attempt on this node."""
 
-    def __init__(self, specs: list[WorkerSpec], term_timeout: float, wake_fd: int | None = None) -> None:
+    def __init__(
+        self, specs: list[WorkerSpec], term_timeout: float, wake_fd: int | None = None, adopt_orphans: bool = False
+    ) -> None:
+        """``adopt_orphans``: this process is a child subreaper whose only other
+        children are orphans of the ranks (the ``ndistrun`` command): kill them at the end."""
         self.specs = specs
+        self.adopt_orphans = adopt_orphans
         self.term_timeout = term_timeout
         self.wake_fd = wake_fd
         self.workers: list[_Worker] = []
         self.host = socket.gethostname()
+        self._teardown_wall = float("inf")  # wall-clock time the teardown began
+        self._teardown_sig = signal.SIGTERM
 
     @property
     def pids(self) -> list[int]:
@@ -154,43 +202,47 @@ class WorkerGroup:
                 raise
 
     def _spawn(self, spec: WorkerSpec) -> _Worker:
-        files, pumps, fds = [], [], {}
-        for name, path, tee, console_fd in (
-            ("stdout", spec.stdout, spec.tee_stdout, 1),
-            ("stderr", spec.stderr, spec.tee_stderr, 2),
-        ):
-            to_console = spec.console and (path is None or tee)
-            if path is not None and not to_console:
-                f = _open_log(path)  # straight to the file: no pump needed
-                files.append(f)
-                fds[name] = f
-            elif to_console:
-                fds[name] = subprocess.PIPE
-            else:
-                fds[name] = subprocess.DEVNULL
-        proc = subprocess.Popen(
-            spec.argv,
-            env=spec.env,
-            stdin=subprocess.DEVNULL,
-            stdout=fds["stdout"],
-            stderr=fds["stderr"],
-            start_new_session=True,
-            close_fds=True,
-        )
-        for f in files:
-            f.close()  # the child has its own descriptor now
-        for name, path, tee, console_fd in (
-            ("stdout", spec.stdout, spec.tee_stdout, 1),
-            ("stderr", spec.stderr, spec.tee_stderr, 2),
-        ):
+        streams = (("stdout", spec.stdout, spec.tee_stdout, 1), ("stderr", spec.stderr, spec.tee_stderr, 2))
+        files, targets = [], {}
+        try:
+            for name, path, tee, _ in streams:
+                to_console = spec.console and (path is None or tee)
+                if to_console:
+                    targets[name] = subprocess.PIPE  # through a pump (prefix, maybe tee)
+                elif path is not None:
+                    files.append(_open_log(path))  # straight to the file: no pump needed
+                    targets[name] = files[-1]
+                else:
+                    targets[name] = subprocess.DEVNULL
+            proc = subprocess.Popen(
+                spec.argv,
+                env=spec.env,
+                stdin=subprocess.DEVNULL,
+                stdout=targets["stdout"],
+                stderr=targets["stderr"],
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            for f in files:
+                f.close()  # the child has its own descriptor
+        pumps = []
+        for name, path, _, console_fd in streams:
             pipe = getattr(proc, name)
             if pipe is not None:
                 fd = os.dup(pipe.fileno())
                 pipe.close()
-                log_file = _open_log(path) if path is not None else None
-                pumps.append(StreamPump(fd, console_fd, spec.prefix, log_file))
+                pumps.append(StreamPump(fd, console_fd, spec.prefix, _open_log(path) if path else None))
         log.debug("started rank %d (local rank %d) as pid %d", spec.rank, spec.local_rank, proc.pid)
-        return _Worker(spec, proc, pumps, [])
+        return _Worker(spec, proc, pumps)
+
+    def abort(self) -> None:
+        """SIGKILL every rank's process group and reap the ranks (before ``monitor``)."""
+        self._kill_all(signal.SIGKILL)
+        self._reap_all_blocking()
+        for w in self.workers:
+            for p in w.pumps:
+                p.close()
 
     # ------------------------------------------------------------ watch
     def monitor(self) -> GroupResult:
@@ -246,6 +298,7 @@ class WorkerGroup:
                                 deadline = None
                 if polling:
                     exited.extend(w for w in live.values() if w not in exited and w.proc.poll() is not None)
+                teardown_wall = self._teardown_wall
                 for w in exited:
                     del live[w.pid]
                     w.returncode = w.proc.returncode
@@ -254,8 +307,16 @@ class WorkerGroup:
                         os.close(w.pidfd)
                         w.pidfd = None
                     self._drain(w, sel)
-                    if w.returncode != 0 and not w.signalled:
-                        result.failures.append(self._failure(w))
+                    if w.returncode != 0:
+                        f = self._failure(w)
+                        # A rank we signalled still counts if its error record
+                        # predates the teardown: it failed on its own, just
+                        # exited later (slow atexit handlers, say).
+                        if not w.signalled:
+                            result.failures.append(f)
+                        elif f.record is not None and f.timestamp < teardown_wall:
+                            f.stopped = True
+                            result.failures.append(f)
                     log.debug("rank %d (pid %d) exited with %s", w.spec.rank, w.pid, w.returncode)
                 if result.failures and not stopping:
                     result.state = "failed"
@@ -263,17 +324,37 @@ class WorkerGroup:
                     deadline = self._begin_teardown(signal.SIGTERM)
                 if deadline is not None and live and time.monotonic() >= deadline:
                     names = ", ".join(str(w.spec.rank) for w in live.values())
-                    log.warning("ranks %s did not exit within %.3g s of SIGTERM: sending SIGKILL", names, self.term_timeout)
+                    log.warning(
+                        "ranks %s did not exit within %.3g s of %s: sending SIGKILL",
+                        names, self.term_timeout, signal_name(self._teardown_sig),
+                    )
                     self._kill_all(signal.SIGKILL)
                     deadline = None
         finally:
             self._kill_all(signal.SIGKILL, leftovers=True)
             if live:  # an exception escaped: do not leave anything behind
                 self._reap_all_blocking()
+            if self.adopt_orphans:
+                self._kill_adopted()
             for w in self.workers:
                 self._drain(w, sel, final=True)
             sel.close()
         return result
+
+    def _kill_adopted(self) -> None:
+        # Processes that left their rank's process group (setsid, daemons) and
+        # were re-parented to us when their parent exited: kill and reap them.
+        for pid in _adopted_children({w.pid for w in self.workers}):
+            log.debug("killing pid %d, left behind by a rank outside its process group", pid)
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
     def _read_wake(self) -> bytes:
         try:
@@ -282,6 +363,7 @@ class WorkerGroup:
             return b""
 
     def _begin_teardown(self, sig: int) -> float:
+        self._teardown_wall, self._teardown_sig = time.time(), sig
         for w in self.workers:
             if w.returncode is None:
                 w.signalled = True

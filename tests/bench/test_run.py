@@ -247,3 +247,17 @@ def _proc_state(pid):
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not HAVE_MPI, reason="mpi4py / mpiexec not installed")
+@pytest.mark.parametrize("stat", ["median", "min"])
+def test_rounds_combine_by_stat(stat):
+    import statistics
+
+    cfg = parse_args(f"all_reduce -b 1K -e 2K -n 2 -w 0 -c 0 --nproc 2 --rounds 3 --stat {stat} "
+                     "--backend none --compare mpi4py".split())
+    for r in run_bench(cfg).rows:
+        assert len(r.samples_us) == 3
+        want = min(r.samples_us) if stat == "min" else statistics.median(r.samples_us)
+        assert r.time_us == pytest.approx(want)

@@ -247,3 +247,26 @@ def test_peer_failure_reaches_the_staged_work_and_frees_its_buffer():
         return be.pool.allocations, buf.nbytes
 
     assert run_staged(2, fn, timeout=3.0)[0] == (1, 4096)
+
+
+def test_socket_backend_serves_cuda_tensors_through_staging():
+    # CuPy tensors on backend="socket" (e.g. several ranks sharing one GPU) go through
+    # the socket backend's factory, which wraps it with host staging for ctx.device == "cuda".
+    from datetime import timedelta
+
+    from ndist.runtime import BackendContext, HashStore
+    import ndist.collectives  # noqa: F401  (registers the built-in backends)
+    from ndist.collectives.backends import socket as socket_backend
+    from ndist.runtime import get_backend_spec
+    from ndist.runtime._group import parse_backend
+
+    assert get_backend_spec("socket").devices == ("cpu", "cuda")
+    assert parse_backend("socket") == {"cpu": "socket", "cuda": "socket"}
+    assert parse_backend("cpu:socket,cuda:socket") == {"cpu": "socket", "cuda": "socket"}
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        # the cuda instance is the staging wrapper, which needs CuPy: here it says so
+        ctx = BackendContext(HashStore(timeout=5), 0, 1, timedelta(seconds=5), "staging-probe", (0,), "cuda")
+        with pytest.raises(ImportError, match="cupy"):
+            socket_backend.create(ctx)

@@ -48,6 +48,14 @@ def test_rank_environment(launcher):
     assert len({e["NDIST_ERROR_FILE"] for e in envs}) == 3
 
 
+def test_nproc_per_node_auto_is_the_usable_cpus(launcher):
+    launcher.script('import os; print(os.environ["LOCAL_WORLD_SIZE"])')
+    r = launcher.run("--nproc-per-node", "auto", "job.py")
+    assert r.returncode == 0, r.stderr
+    n = len(os.sched_getaffinity(0))
+    assert sorted(r.stdout.splitlines()) == sorted(f"[rank{i}]:{n}" for i in range(n))
+
+
 def test_script_sees_plain_python_semantics(launcher, tmp_path):
     # argv, __name__, __file__, sys.path[0], __spec__, real __main__: as ``python job.py args``.
     launcher.script(ENV_DUMP)
@@ -143,3 +151,34 @@ def test_binary_and_long_lines_pass_through(launcher):
     assert r.returncode == 0
     assert r.stdout.startswith(b"[rank0]:\xff\xfe raw\n")
     assert r.stdout.count(b"y") == 200000
+
+
+@pytest.mark.parametrize("module", [False, True])
+def test_rank_traceback_is_the_one_plain_python_prints(launcher, tmp_path, module):
+    pkg = tmp_path / "pk"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bad.py").write_text("def inner():\n    raise ValueError('bad value')\n\ninner()\n")
+    target = ["-m", "pk.bad"] if module else [os.path.join("pk", "bad.py")]
+    plain = subprocess.run([sys.executable, *target], cwd=launcher.cwd, capture_output=True, text=True)
+    r = launcher.run("--nproc-per-node", 1, *target)
+    assert r.returncode == plain.returncode == 1
+    forwarded = [l[len("[rank0]:"):] for l in r.stderr.splitlines() if l.startswith("[rank0]:")]
+    assert forwarded == plain.stderr.splitlines()
+
+
+def test_long_lines_from_concurrent_ranks_never_interleave(launcher):
+    # Lines longer than a pipe's atomic write, from 3 ranks at once: each arrives whole.
+    launcher.script("""
+import os, sys
+r = os.environ["RANK"]
+for i in range(100):
+    sys.stdout.write(r * 20000 + "\\n")
+""")
+    r = subprocess.run(launcher.cmd("--nproc-per-node", 3, "job.py"), cwd=launcher.cwd, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 301
+    for line in lines[:-1]:
+        rank = line[5:6]
+        assert line == b"[rank" + rank + b"]:" + rank * 20000

@@ -119,15 +119,22 @@ except KeyboardInterrupt:
 def test_sigkilled_launcher_takes_its_ranks_along(launcher):
     launcher.script(RECORD_PIDS + "time.sleep(120)\n")
     p = launcher.popen("--nproc-per-node", 2, "job.py")
+    pids = []
     try:
         wait_for(lambda: _all_recorded(launcher.cwd, 2), 30, "ranks to start")
         pids = _pids(launcher.cwd, 2)
         p.kill()
         p.wait(10)
+        wait_dead(pids[0::2], timeout=5)  # the ranks: PR_SET_PDEATHSIG
     finally:
         p.kill()
-    ranks = pids[0::2]
-    wait_dead(ranks, timeout=5)  # PR_SET_PDEATHSIG
+        # The ranks' own children are not covered when the launcher dies by SIGKILL
+        # (docs/launch.md): do not leave them behind.
+        for pid in pids[1::2]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_successful_job_leaves_no_stray_processes(launcher):
@@ -181,3 +188,69 @@ with open(f"env-{os.environ['NDIST_RUN_ID']}-{os.environ['RANK']}", "w") as f:
     assert ea["NDIST_SECRET"] != eb["NDIST_SECRET"]
     assert os.path.dirname(os.path.dirname(os.path.dirname(ea["NDIST_ERROR_FILE"]))) != os.path.dirname(
         os.path.dirname(os.path.dirname(eb["NDIST_ERROR_FILE"])))
+
+
+def test_root_cause_is_the_earliest_error_not_the_first_exit(launcher):
+    # Rank 1 raises first but lingers in an atexit handler; rank 0 raises after it and
+    # exits at once. The summary must blame rank 1, whose error is older.
+    launcher.script("""
+import atexit, os, time
+me = os.environ["NDIST_ERROR_FILE"]
+if os.environ["RANK"] == "1":
+    atexit.register(time.sleep, 30)
+    raise RuntimeError("the real cause")
+other = me.replace(os.sep + "0" + os.sep, os.sep + "1" + os.sep)
+while not os.path.exists(other):
+    time.sleep(0.01)
+raise ConnectionError("peer went away")
+""")
+    r = launcher.run("--nproc-per-node", 2, "--term-timeout", 1, "job.py")
+    assert r.returncode == 1, r.stderr
+    summary = r.stderr[r.stderr.index("FAILED"):]
+    assert "rank       : 1 (local rank 1)" in summary and "RuntimeError: the real cause" in summary
+    assert "raised, then was stopped by the launcher while exiting (killed by SIGTERM)" in summary
+    assert "other failures:\n  rank 0 on " in summary and "exit code 1" in summary
+
+
+def test_processes_escaping_the_rank_process_group_do_not_survive(launcher):
+    # A rank starts a daemon in a new session (outside its process group) and exits:
+    # the launcher adopts it as a child subreaper and kills it at the end.
+    launcher.script("""
+import os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+with open(f"daemon-{os.environ['RANK']}", "w") as f:
+    f.write(str(child.pid))
+""")
+    r = launcher.run("--nproc-per-node", 2, "job.py")
+    assert r.returncode == 0, r.stderr
+    pids = [int(open(os.path.join(launcher.cwd, f"daemon-{i}")).read()) for i in range(2)]
+    try:
+        wait_dead(pids, timeout=5)
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_second_sigint_kills_at_once(launcher):
+    # Ranks ignore SIGINT; with a 60 s grace period only the second Ctrl-C can end the job quickly.
+    launcher.script(RECORD_PIDS + """
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+open(os.path.join(d, f"ignoring-{os.environ['RANK']}"), "w").close()
+time.sleep(120)
+""")
+    p = launcher.popen("--nproc-per-node", 2, "--term-timeout", 60, "job.py")
+    try:
+        wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"ignoring-{r}")) for r in range(2)), 30,
+                 "ranks to ignore SIGINT")
+        pids = _pids(launcher.cwd, 2)
+        p.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            p.wait(0.5)  # still in its grace period
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        p.kill()
+    assert p.returncode == 130
+    wait_dead(pids, timeout=5)

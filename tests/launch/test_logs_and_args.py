@@ -93,9 +93,14 @@ def test_no_log_dir_leaves_no_files_behind(launcher, tmp_path, monkeypatch):
         (["--max-restarts", "-1", "job.py"], "--max-restarts: expected an integer >= 0, got -1"),
         (["--rdzv-timeout", "soon", "job.py"], "--rdzv-timeout: expected a number of seconds, got 'soon'"),
         (["missing.py"], "script: no such file: 'missing.py'"),
+        ([".."], "script: expected a Python file, got the directory '..'"),
         (["-m", "--no-python", "job.py"], "not allowed with argument"),
         (["--standalone", "--nnodes", "2", "job.py"], "--standalone: runs a single-node job, but --nnodes is 2"),
         ([], "the following arguments are required: script"),
+        (["--run-path", "job.py"], "--run-path is not supported"),
+        (["--rdzv-id", "a/b", "job.py"], "--rdzv-id: expected a non-empty id without '/', got 'a/b'"),
+        (["--master-addr", "h", "--rdzv-endpoint", "h:1", "job.py"], "--rdzv-endpoint: give either it or --master-addr"),
+        (["--nnodes", "2", "--master-port", "0", "job.py"], "--master-port: a multi-node job needs a fixed port"),
     ],
 )
 def test_bad_arguments(launcher, args, message):
@@ -143,3 +148,51 @@ def test_pump_holds_partial_lines_until_newline_or_close():
     assert _pump_through([b"ab", b"c\nde", b"f\n\ng"]) == b"[r]:abc\n[r]:def\n[r]:\n[r]:g\n"
     assert _pump_through([b"x" * 40000, b"x" * 30000]) == b"[r]:" + b"x" * 70000 + b"\n"  # long line: forwarded in pieces
     assert _pump_through([b"a\r\nb\n"], prefix=b"") == b"a\r\nb\n"
+
+
+def test_run_in_process_returns_the_status_and_restores_signals(tmp_path):
+    import signal
+
+    from ndist.launch import run
+
+    ok, bad = tmp_path / "ok.py", tmp_path / "bad.py"
+    ok.write_text("pass\n")
+    bad.write_text("import sys; sys.exit(4)\n")
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    assert run(["--nproc-per-node", "2", str(ok)]) == 0
+    assert run(["--nproc-per-node", "2", str(bad)]) == 4
+    assert run(["--nproc-per-node", "x", str(ok)]) == 2
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert signal.set_wakeup_fd(-1) == -1
+
+
+@pytest.mark.parametrize("endpoint, addr, port", [
+    ("node0:1234", "node0", 1234), ("node0", "node0", None), ("[::1]:29501", "::1", 29501), ("::1", "::1", None),
+])
+def test_rdzv_endpoint_parsing(tmp_path, endpoint, addr, port):
+    from ndist.launch._config import parse_args
+
+    script = tmp_path / "s.py"
+    script.write_text("")
+    c = parse_args(["--rdzv-endpoint", endpoint, str(script)])
+    assert (c.master_addr, c.master_port) == (addr, port)
+
+
+def test_ipv6_loopback_store(launcher):
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    launcher.script("""
+import os
+from ndist.runtime.store import TCPStore
+host, _, port = os.environ["NDIST_STORE"].rpartition(":")
+TCPStore(host, int(port), is_master=False, timeout=30).set("k", "v")
+print(host)
+""")
+    r = launcher.run("--nproc-per-node", 1, "--master-addr", "::1", "job.py")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "[rank0]:::1\n"

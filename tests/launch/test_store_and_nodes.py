@@ -119,10 +119,34 @@ def test_node_rank_taken_twice_is_an_error(launcher):
     finally:
         for p in (n0, n1):
             p.send_signal(signal.SIGTERM)
-            p.communicate(timeout=30)
+        errs = [p.communicate(timeout=30)[1] for p in (n0, n1)]
     assert dup.returncode == 2 and "--node-rank 1 is already taken by the agent on host" in dup.stderr
     assert host_too.returncode == 2 and "cannot host the job's store" in host_too.stderr
-    assert n0.returncode == n1.returncode == 128 + signal.SIGTERM
+    # Each agent got SIGTERM itself or was stopped by the other one's: both say so.
+    assert n0.returncode == n1.returncode == 128 + signal.SIGTERM, errs
+    assert all("interrupted by SIGTERM" in e for e in errs)
+
+
+def test_interrupting_one_node_stops_the_job(launcher):
+    import signal
+
+    from launch_helpers import wait_for
+
+    launcher.script("import os, time; open(f'up-{os.environ[\"RANK\"]}', 'w').close(); time.sleep(60)\n")
+    port, secret = _free_port(), secrets.token_hex(32)
+    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30]
+    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=_env(secret))
+    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=_env(secret))
+    try:
+        wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"up-{r}")) for r in (0, 1)), 30, "both nodes")
+        n1.send_signal(signal.SIGINT)
+        err0 = n0.communicate(timeout=30)[1]
+        err1 = n1.communicate(timeout=30)[1]
+    finally:
+        n0.kill()
+        n1.kill()
+    assert n1.returncode == n0.returncode == 128 + signal.SIGINT
+    assert "interrupted by SIGINT on node 1" in err0 and "interrupted by SIGINT:" in err1
 
 
 def test_rendezvous_timeout_names_missing_nodes(launcher):
@@ -133,3 +157,64 @@ def test_rendezvous_timeout_names_missing_nodes(launcher):
     assert r.returncode == 2
     assert "rendezvous timed out after 0.5 s: nodes [1, 2] of 3 did not join" in r.stderr
     assert not os.path.exists(os.path.join(launcher.cwd, "ran"))
+
+
+def test_two_nodes_restart_together(launcher):
+    # Attempt 0: rank 2 (node 1) fails after every rank joined the store; both nodes restart
+    # and attempt 1 rendezvouses again on the same store and succeeds.
+    launcher.script("""
+import os
+from ndist.runtime.store import TCPStore
+host, _, port = os.environ["NDIST_STORE"].rpartition(":")
+store = TCPStore(host, int(port), is_master=False, timeout=30)
+rank, world, k = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), os.environ["NDIST_RESTART_COUNT"]
+store.set(f"{k}/hello/{rank}", "1")
+store.wait([f"{k}/hello/{r}" for r in range(world)])
+if k == "0":
+    if rank == 2:
+        raise SystemExit(3)
+    import time
+    time.sleep(60)  # stopped by the launchers
+open(f"done-{rank}", "w").close()
+""")
+    port, secret = _free_port(), secrets.token_hex(32)
+    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30,
+              "--nproc-per-node", 2, "--max-restarts", 1]
+    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=_env(secret))
+    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=_env(secret))
+    try:
+        err0 = n0.communicate(timeout=60)[1]
+        err1 = n1.communicate(timeout=60)[1]
+    finally:
+        n0.kill()
+        n1.kill()
+    assert n0.returncode == 0 and n1.returncode == 0, (err0, err1)
+    for err in (err0, err1):
+        assert "rank 2 failed (exit code 3); restarting the worker group (restart 1 of 1)" in err
+    assert all(os.path.exists(os.path.join(launcher.cwd, f"done-{r}")) for r in range(4))
+
+
+def test_init_process_group_under_the_launcher(launcher):
+    import ndist.distributed as dist
+
+    if not dist.registered_backends():
+        pytest.skip("no collective backend in this checkout yet (init_process_group needs one)")
+    launcher.script("""
+import os, sys
+import ndist
+import ndist.distributed as dist
+dist.init_process_group()
+assert dist.get_rank() == int(os.environ["RANK"]) and dist.get_world_size() == int(os.environ["WORLD_SIZE"])
+if os.environ["NDIST_RESTART_COUNT"] == "0":
+    if dist.get_rank() == 1:
+        sys.exit(5)  # the restarted group must rendezvous again from scratch
+    import time
+    time.sleep(60)  # stopped by the launcher
+t = ndist.ones(1)
+dist.all_reduce(t)
+dist.destroy_process_group()
+print("joined", int(t.item()))
+""")
+    r = launcher.run("--nproc-per-node", 3, "--max-restarts", 1, "job.py")
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[rank0]:joined 3", "[rank1]:joined 3", "[rank2]:joined 3"]

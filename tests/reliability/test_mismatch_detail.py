@@ -104,11 +104,13 @@ def test_ndist_debug_info_logs_to_stderr(capfd):
 
 
 _MPI_JOB = r"""
+import sys
 import numpy as np
 import ndist.distributed as dist
 
 dist.init_process_group("mpi")
 rank, size = dist.get_rank(), dist.get_world_size()
+log = open(f"{sys.argv[1]}/rank{rank}.txt", "w")  # not stdout: mpiexec may interleave the ranks' lines
 x = np.ones(4, np.float32)
 dist.all_reduce(x)
 try:
@@ -116,20 +118,20 @@ try:
         dist.all_reduce(x)
     else:
         dist.all_gather([np.empty(4, np.float32) for _ in range(size)], x)
-    print(f"rank {rank}: NO ERROR", flush=True)
+    print(f"rank {rank}: NO ERROR", file=log, flush=True)
 except dist.DistMismatchError as err:
-    print(f"rank {rank}: MISMATCH {err}", flush=True)
+    print(f"rank {rank}: MISMATCH {err}", file=log, flush=True)
 # rank 1 sends 2 elements to rank 0, which expects 1: MPI_Alltoallv would fail or
 # truncate; DETAIL names both calls first
 sizes = [2, 1] if rank == 1 else [1, 1]
 try:
     dist.all_to_all_single(np.empty(2, np.int64), np.full(sum(sizes), rank, np.int64), [1, 1], sizes)
-    print(f"rank {rank}: NO ERROR", flush=True)
+    print(f"rank {rank}: NO ERROR", file=log, flush=True)
 except dist.DistMismatchError as err:
-    print(f"rank {rank}: SPLITS {err}", flush=True)
+    print(f"rank {rank}: SPLITS {err}", file=log, flush=True)
 y = np.full(3, rank + 1.0)
 dist.all_reduce(y)
-print(f"rank {rank}: NEXT {y.tolist()}", flush=True)
+print(f"rank {rank}: NEXT {y.tolist()}", file=log, flush=True)
 dist.destroy_process_group()
 """
 
@@ -145,13 +147,13 @@ def test_detail_on_mpi_through_the_world_store(tmp_path):
     job.write_text(textwrap.dedent(_MPI_JOB))
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
     env.update(PYTHONPATH=str(ROOT), NDIST_DEBUG="DETAIL")
-    proc = subprocess.run([exe, "-n", "2", sys.executable, str(job)], capture_output=True, text=True, timeout=100,
-                          env=env, cwd=tmp_path)
-    out = proc.stdout
-    assert proc.returncode == 0, out + proc.stderr[-3000:]
+    proc = subprocess.run([exe, "-n", "2", sys.executable, str(job), str(tmp_path)], capture_output=True, text=True,
+                          timeout=100, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     for r in (0, 1):
-        line = next(ln for ln in out.splitlines() if ln.startswith(f"rank {r}: MISMATCH"))
+        out = (tmp_path / f"rank{r}.txt").read_text()
+        line = next((ln for ln in out.splitlines() if ln.startswith(f"rank {r}: MISMATCH")), out)
         assert "rank 0: all_reduce float32[4] SUM #2" in line and "rank 1: all_gather float32[4] #2" in line, line
-        line = next(ln for ln in out.splitlines() if ln.startswith(f"rank {r}: SPLITS"))
+        line = next((ln for ln in out.splitlines() if ln.startswith(f"rank {r}: SPLITS")), out)
         assert "expects 1 elements from rank 1" in line or "sends 2 elements to rank 0" in line, line
         assert f"rank {r}: NEXT [3.0, 3.0, 3.0]" in out, out

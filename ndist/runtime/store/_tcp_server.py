@@ -72,9 +72,19 @@ class TCPStoreServer:
 
     ``TCPStore(is_master=True)`` runs one in-process; ``ndistrun`` hosts one
     for the whole job. ``secret`` defaults to the job secret (``NDIST_SECRET``).
+    ``listener`` adopts a socket that is already bound and listening
+    (``host`` and ``port`` then only name it); the server closes it.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, secret: bytes | str | None = None, backlog: int = 1024):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        secret: bytes | str | None = None,
+        backlog: int = 1024,
+        *,
+        listener: socket.socket | None = None,
+    ):
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise ValueError(f"port: expected an int in 0..65535, got {port!r}")
         self.host = host
@@ -82,7 +92,9 @@ class TCPStoreServer:
         self._ks = _KeySpace()
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
-        self._listener = self._bind(host, port, backlog)
+        # ``listener``: a socket already bound and listening (``ndistrun`` binds
+        # it before it starts the ranks, and imports the store only afterwards).
+        self._listener = listener if listener is not None else self._bind(host, port, backlog)
         self.port: int = self._listener.getsockname()[1]
         self._closed = False
         self._thread = threading.Thread(target=self._accept_loop, name=f"ndist-store-server:{self.port}", daemon=True)

@@ -267,8 +267,35 @@ def test_every_op_in_one_body(transport, n):
     run_group(n, lambda b: all_ops(b, 5), transport)
 
 
+@pytest.fixture
+def many_cores(monkeypatch):
+    """Pretend every rank has a core (pipelined algorithms are used on one host)."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_all_to_all_large_messages_in_pieces(transport):
+@pytest.mark.parametrize("n", [2, 3])
+def test_pipelined_rs_ag_in_many_chunks(transport, n, many_cores, monkeypatch):
+    from ndist.collectives.backends.socket import _backend
+
+    monkeypatch.setattr(_backend, "CHUNK", 64 << 10)
+    count = 300_001
+
+    def fn(b):
+        x = np.random.default_rng(b.rank).standard_normal(count).astype(np.float64)
+        b.all_reduce(x, ReduceOp.SUM, blocking=True).wait()
+        assert b._pipeline and b._chunk == 64 << 10
+        return x
+    out = run_group(n, fn, transport)
+    ref = sum(np.random.default_rng(r).standard_normal(count) for r in range(n))
+    assert all(np.array_equal(o, out[0]) for o in out)
+    np.testing.assert_allclose(out[0], ref, rtol=1e-12)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_all_to_all_large_messages_in_pieces(transport, many_cores):
     from ndist.collectives.backends.socket._algorithms import A2A_CHUNK
 
     n = 3

@@ -268,3 +268,21 @@ def test_close_from_another_thread_fails_a_blocked_op_promptly():
     finally:
         for b in backends:
             b.close()
+
+
+def test_peer_closing_right_after_the_last_op_does_not_fail_it():
+    # rank 1 finishes its last collective (reading rank 0's shared memory) and
+    # closes at once: rank 0's acknowledgement cannot be delivered, its op succeeded
+    for _ in range(5):
+        backends = make_backends(2, transport="shm")
+        try:
+            def fn(b):
+                x = np.ones(2)
+                b.all_reduce(x, ReduceOp.SUM, blocking=True).wait()
+                if b.rank == 1:
+                    b.close()
+                return x.tolist()
+            assert run_threads(backends, fn) == [[2.0, 2.0]] * 2
+        finally:
+            for b in backends:
+                b.close()

@@ -134,3 +134,38 @@ def test_killed_peer_fails_survivors_with_its_rank_and_host(transport, monkeypat
             if p.is_alive():
                 p.kill()
         server.close()
+
+
+def _groups_async(rank, world_size):
+    from ndist.collectives import ReduceOp
+    from ndist.runtime import destroy_process_group, new_group, resolve_group
+
+    world = _backend()
+    try:
+        g_all = resolve_group(new_group()).backend_for("cpu")
+        g_odd = resolve_group(new_group([1, 2])) if world_size > 2 else None
+        sub = g_odd.backend_for("cpu") if g_odd is not None and g_odd.is_member else None
+        x = np.full(70_000, rank, np.float64)
+        y = np.full(5, rank, np.int64)
+        z = np.full(3, rank, np.int32)
+        # issue on the two full groups in opposite orders on even and odd ranks
+        if rank % 2:
+            works = [g_all.all_reduce(y, ReduceOp.SUM), world.all_reduce(x, ReduceOp.SUM)]
+        else:
+            works = [world.all_reduce(x, ReduceOp.SUM), g_all.all_reduce(y, ReduceOp.SUM)]
+        if sub is not None:
+            works.append(sub.all_reduce(z, ReduceOp.MAX))
+        for w in works:
+            w.wait(timeout=60)
+        total = world_size * (world_size - 1) // 2
+        assert (x == total).all() and (y == total).all()
+        if sub is not None:
+            assert (z == 2).all()
+        return True
+    finally:
+        destroy_process_group()
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_several_groups_async_in_any_order_across_processes(transport):
+    assert run_ranks(_groups_async, 3, transport=transport, init=False, timeout=120) == [True] * 3

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import socket
-import time
 
 import numpy as np
 import pytest
@@ -110,3 +109,40 @@ def test_pending_description_on_user_wait_timeout():
     finally:
         for b in backends:
             b.close()
+
+
+@pytest.mark.parametrize("transport, family", [("tcp", socket.AF_INET), ("shm", socket.AF_UNIX),
+                                                ("auto", socket.AF_UNIX)])
+def test_same_host_stream_family(transport, family):
+    def fn(b):
+        b.barrier(blocking=True).wait()
+        return {c.sock.family for c in b._eng.conns.values()}
+    assert run_group(3, fn, transport) == [{family}] * 3
+
+
+def test_new_backend_sweeps_segments_of_dead_processes_of_its_job(monkeypatch):
+    import multiprocessing as mp
+    import os
+
+    from ndist.collectives.backends.socket._shm import job_prefix
+
+    monkeypatch.setenv("NDIST_SECRET", "sweep-test-" + os.urandom(4).hex())
+    p = mp.get_context("spawn").Process(target=int)
+    p.start()
+    p.join()
+    job = job_prefix(os.environ["NDIST_SECRET"].encode())
+    dead = f"/dev/shm/{job}-0badc0de-r0-p{p.pid}-i0-g1"
+    alive = f"/dev/shm/{job}-0badc0de-r1-p{os.getpid()}-i999-g1"
+    other = f"/dev/shm/ndist-0000000000-0badc0de-r0-p{p.pid}-i0-g1"
+    for path in (dead, alive, other):
+        open(path, "wb").close()
+    try:
+        backends = make_backends(1, transport="shm")
+        for b in backends:
+            b.close()
+        assert not os.path.exists(dead)
+        assert os.path.exists(alive) and os.path.exists(other)  # live owner / other job: untouched
+    finally:
+        for path in (dead, alive, other):
+            if os.path.exists(path):
+                os.unlink(path)

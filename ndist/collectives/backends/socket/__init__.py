@@ -10,8 +10,15 @@ from ._backend import SHM_MIN, TRANSPORT_ENV, SocketBackend
 __all__ = ["SocketBackend", "create", "is_available", "SHM_MIN", "TRANSPORT_ENV"]
 
 
-def create(ctx) -> SocketBackend:
-    return SocketBackend(ctx)
+def create(ctx):
+    """A SocketBackend; for ``ctx.device == "cuda"`` one that stages CuPy arrays through
+    pinned host memory (several ranks can then share one GPU)."""
+    backend = SocketBackend(ctx)
+    if ctx.device == "cuda":
+        from ..._staging import wrap_for_cuda
+
+        return wrap_for_cuda(backend)
+    return backend
 
 
 def is_available() -> bool:

@@ -41,7 +41,9 @@ def _bytes(a: np.ndarray) -> np.ndarray:
 
 
 class Algorithms:
-    """Mixin: needs ``self._eng``, ``self._seg``, ``self.rank``, ``self.size``, ``self._shm_for``."""
+    """Mixin: needs ``self._eng``, ``self._seg``, ``self.rank``, ``self.size``, ``self._shm_for``,
+    ``self._pipeline`` (whole group on one host with a core per rank: the same on every
+    rank) and ``self._chunk``."""
 
     # ---------------------------------------------------------- staging
     def _stage(self, arrays: list) -> list:
@@ -69,7 +71,7 @@ class Algorithms:
         """Send the same bytes to every peer in ``peers`` (staged once if any uses shm)."""
         eng = self._eng
         off = None
-        if any(self._shm_for(p, data.nbytes) for p in peers):
+        if data.nbytes >= self._shm_min and any(self._shm_for(p, data.nbytes) for p in peers):
             off = self._stage([data])[0]
         for p in peers:
             if off is not None and self._shm_for(p, data.nbytes):
@@ -109,7 +111,7 @@ class Algorithms:
         data = _bytes(buf)
         if root is not None and r != root:
             self._send_same([root], data)
-            eng.step(None, [Expect(root, F.DATA, TICKET, 0)])
+            eng.step([Expect(root, F.DATA, TICKET, 0)])
             return
         peers = self._peers()
         if root is None:
@@ -117,7 +119,7 @@ class Algorithms:
         else:
             self._tickets(peers)
         exps = [Expect(p, F.DATA, 0, data.nbytes) for p in peers]
-        eng.step(None, exps)
+        eng.step(exps)
         res = iter(exps)
         own = buf if r < 2 else buf.copy()
         contribs = [own if p == r else next(res).result.view(dt).reshape(buf.shape) for p in range(self.size)]
@@ -130,7 +132,7 @@ class Algorithms:
         eng, n, dt = self._eng, self.size, buf.dtype
         flat = buf.reshape(-1)
         item = dt.itemsize
-        per = max(n, CHUNK // item)
+        per = max(n, self._chunk // item)
         k = -(-flat.size // per)
         shm_all = any(self._shm_for(p, per * item // n) for p in self._peers())
         seg = eng.segment(flat.size * item) if shm_all else None
@@ -157,7 +159,7 @@ class Algorithms:
             else:
                 eng.send(p, step, chunk(p))
         exps = [Expect(p, F.DATA, step, (hi - lo) * item) for p in peers]
-        eng.step(None, exps)
+        eng.step(exps)
         out = seg[lo * item : hi * item].view(dt) if shm else eng.scratch(r, (hi - lo) * item).view(dt)
         res = iter(exps)
         contribs = [flat[lo:hi] if p == r else next(res).result.view(dt) for p in range(n)]
@@ -170,14 +172,14 @@ class Algorithms:
                 eng.send(p, step + 1, out.view(np.uint8))
         exps = [Expect(p, F.DATA, step + 1, chunk(p).nbytes, into=chunk(p)) for p in peers]
         flat[lo:hi] = out
-        eng.step(None, exps)
+        eng.step(exps)
 
     def _do_reduce_scatter(self, out, inputs, op, scale):
         eng, r, dt = self._eng, self.rank, out.dtype
         peers = self._peers()
         self._send_each({p: _bytes(inputs[p]) for p in peers})
         exps = [Expect(p, F.DATA, 0, out.nbytes) for p in peers]
-        eng.step(None, exps)
+        eng.step(exps)
         own = inputs[r]
         if np.may_share_memory(own, out):
             own = own.copy()
@@ -192,26 +194,26 @@ class Algorithms:
         data = _bytes(buf)
         if self.rank == src:
             self._send_same(self._peers(), data)
-            self._eng.step(None, [Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
+            self._eng.step([Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
         else:
             self._tickets([src])
-            self._eng.step(None, [Expect(src, F.DATA, 0, data.nbytes, into=data)])
+            self._eng.step([Expect(src, F.DATA, 0, data.nbytes, into=data)])
 
     def _do_all_gather(self, outputs, inp):
         data = _bytes(inp)
         peers = self._peers()
         self._send_same(peers, data)
-        self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p])) for p in peers])
+        self._eng.step([Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p])) for p in peers])
         np.copyto(_bytes(outputs[self.rank]), data)
 
     def _do_gather(self, outputs, inp, dst):
         data = _bytes(inp)
         if self.rank != dst:
             self._send_same([dst], data)
-            self._eng.step(None, [Expect(dst, F.DATA, TICKET, 0)])
+            self._eng.step([Expect(dst, F.DATA, TICKET, 0)])
             return
         self._tickets(self._peers())
-        self._eng.step(None, [Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p]))
+        self._eng.step([Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p]))
                               for p in self._peers()])
         np.copyto(_bytes(outputs[dst]), data)
 
@@ -219,10 +221,10 @@ class Algorithms:
         data = _bytes(out)
         if self.rank != src:
             self._tickets([src])
-            self._eng.step(None, [Expect(src, F.DATA, 0, data.nbytes, into=data)])
+            self._eng.step([Expect(src, F.DATA, 0, data.nbytes, into=data)])
             return
         self._send_each({p: _bytes(inputs[p]) for p in self._peers()})
-        self._eng.step(None, [Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
+        self._eng.step([Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
         np.copyto(data, _bytes(inputs[src]))
 
     def _do_all_to_all(self, outputs, inputs):
@@ -233,13 +235,13 @@ class Algorithms:
         peers = self._peers()
         ins = {p: _bytes(inputs[p]) for p in peers}
         outs = {p: _bytes(outputs[p]) for p in peers}
-        pieces = lambda nb: max(1, -(-nb // A2A_CHUNK))  # noqa: E731
+        pieces = lambda p, nb: max(1, -(-nb // A2A_CHUNK)) if self._pipeline else 1  # noqa: E731
         shm = [p for p in peers if self._shm_for(p, ins[p].nbytes)]
         offs = dict(zip(shm, self._reserve_layout([ins[p] for p in shm]))) \
             if shm else {}
         seg = self._seg.buf
-        k_in = {p: pieces(ins[p].nbytes) for p in peers}
-        k_out = {p: pieces(outs[p].nbytes) for p in peers}
+        k_in = {p: pieces(p, ins[p].nbytes) for p in peers}
+        k_out = {p: pieces(p, outs[p].nbytes) for p in peers}
         for s in range(max([*k_in.values(), *k_out.values(), 1])):
             step = s % 250
             for p in peers:
@@ -260,11 +262,11 @@ class Algorithms:
                     nb = outs[p].nbytes
                     exps.append(Expect(p, F.DATA, step, nb * (s + 1) // k - nb * s // k,
                                        into=outs[p][nb * s // k : nb * (s + 1) // k]))
-            eng.step(None, exps)
+            eng.step(exps)
         np.copyto(_bytes(outputs[self.rank]), _bytes(inputs[self.rank]))
 
     def _do_barrier(self):
         peers = self._peers()
         for p in peers:
             self._eng.send(p, 0)
-        self._eng.step(None, [Expect(p, F.DATA, 0, 0) for p in peers])
+        self._eng.step([Expect(p, F.DATA, 0, 0) for p in peers])

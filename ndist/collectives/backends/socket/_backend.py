@@ -16,12 +16,12 @@ from ....runtime import _net
 from ..._backend import Backend
 from ..._reduce_op import ReduceOp
 from . import _frame as F
-from ._algorithms import Algorithms
-from ._engine import Engine, Expect, OpInfo
+from ._algorithms import CHUNK, Algorithms
+from ._engine import Engine, OpInfo
 from ._executor import Executor
 from ._p2p import P2P
 from ._reduce import check_op, finalize
-from ._shm import OwnSegment, PeerSegments, job_prefix, unlink_prefix
+from ._shm import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
 from ._tcp import Mesh
 
 __all__ = ["SocketBackend", "TRANSPORT_ENV", "SHM_MIN"]
@@ -33,8 +33,7 @@ TRANSPORT_ENV = "NDIST_TRANSPORT"
 #: (``NDIST_TRANSPORT=shm``: every non-empty payload).
 SHM_MIN = 32 << 10
 _instances = itertools.count()
-#: at most this long, close() waits for same-host peers still reading our segment
-_CLOSE_GRACE = 5.0
+
 
 
 def _transport_mode(options) -> str:
@@ -71,17 +70,24 @@ class SocketBackend(Algorithms, Backend):
         secret = _net.job_secret()
         self._prefix = f"{job_prefix(secret, ctx.group_name)}-r{ctx.rank}-p{os.getpid()}-i{next(_instances)}"
         self._seg = OwnSegment(self._prefix)
+        if self._mode != "tcp":
+            n = sweep_dead(job_prefix(secret))
+            if n:
+                log.info("unlinked %d shared-memory segment(s) left by dead processes of this job", n)
         self._peer_segs = PeerSegments()
         self._seq = 0
         self._seq_lock = threading.Lock()
         self._eng: Engine | None = None
         self._shm_peers: dict[int, bool] = {}
+        self._pipeline = False
+        self._chunk = 1 << 62
         self._closed = False
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
-                          {"shm": self._prefix, "transport": self._mode}, on_p2p=self._p2p.incoming)
+                          {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1},
+                          on_p2p=self._p2p.incoming)
 
     # ------------------------------------------------------------ plumbing
     def _shm_for(self, peer: int, nbytes: int) -> bool:
@@ -97,6 +103,12 @@ class SocketBackend(Algorithms, Backend):
                 prefixes[p] = info["shm"]
                 self._shm_peers[p] = self._mode != "tcp" and info["hostid"] == self._mesh.hostid
             spin = self.size <= (os.cpu_count() or 1)
+            # Pipelining pays when every rank has a core and shares the cache; every
+            # rank computes this from the same published facts, so all agree.
+            infos = [self._mesh.info] + [self._mesh.peer(p) for p in socks]
+            self._pipeline = (all(i["hostid"] == self._mesh.hostid for i in infos)
+                              and all(self.size <= i.get("ncpu", 1) for i in infos))
+            self._chunk = CHUNK if self._pipeline else 1 << 62
             self._eng = Engine(self.rank, self.size, self.ctx.group_name, socks, hosts, prefixes,
                                self._peer_segs, self._seg, spin)
         return self._eng
@@ -267,7 +279,10 @@ class SocketBackend(Algorithms, Backend):
         if self._closed:
             return
         self._closed = True
-        self._await_readers()
+        ex = self._exec
+        if self._eng is not None and not ex._busy and not ex._queue:
+            # a peer may not have mapped our segment yet for the last op
+            self._eng.drain_acks(min(self._timeout, 10.0))
         conns = []
         if self._eng is not None:
             self._eng.closing = True
@@ -285,22 +300,6 @@ class SocketBackend(Algorithms, Backend):
             c.sock.close()
         self._seg.close()
         self._peer_segs.clear()
-
-    def _await_readers(self) -> None:
-        """Before unlinking our segment: let same-host peers still reading our last op
-        (they ACK when their op ends) finish, for at most a few seconds. Without this a
-        rank that returns from e.g. gather and destroys its group at once can unlink the
-        segment before the root mapped it ("cannot map its shared memory")."""
-        eng = self._eng
-        if eng is None or not eng.unacked or eng.broken is not None or eng.op is not None:
-            return
-        if self._exec.current is not None:
-            return  # an op is running on the worker: close() aborts it instead
-        try:
-            eng.deadline = time.monotonic() + min(self._timeout, _CLOSE_GRACE)
-            eng.step([], [Expect(p, kind=-1) for p in sorted(eng.unacked)])
-        except Exception as err:  # noqa: BLE001 - the peers are gone or slow: close anyway
-            log.debug("closing with unacknowledged shared-memory readers %s: %s", sorted(eng.unacked), err)
 
     def __del__(self):
         try:

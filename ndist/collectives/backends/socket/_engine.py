@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import logging
 import select
-import socket
 import time
 from collections import deque
 
 import numpy as np
 
-from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
 from . import _frame as F
 
 __all__ = ["Engine", "OpInfo", "Expect"]
@@ -32,6 +31,9 @@ _EXACT_COUNT = {F.op_code(n) for n in ("all_reduce", "reduce", "broadcast")}
 _ROOTED = {F.op_code(n) for n in ("reduce", "broadcast", "gather", "scatter")}
 _DISCARD = np.empty(1 << 20, dtype=np.uint8)
 _POLLIN, _POLLOUT = select.POLLIN, select.POLLOUT
+#: how long a rank spins on its streams before blocking in poll (only when the
+#: group has no more ranks than this host has cores)
+SPIN_S = 15e-6
 _POLLERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
 
@@ -111,7 +113,7 @@ class Engine:
         self._scratch: dict = {}
         self._dirty: set = set()  # peers with frames of this op still to flush
         self.closing = False
-        self._spin_budget = 32 if spin else 0
+        self.spin_s = SPIN_S if spin else 0.0
         self._waiting: list = []
 
     # ----------------------------------------------------------- helpers
@@ -166,9 +168,20 @@ class Engine:
         before overwriting, so an op never waits a round trip for them.
         """
         if self.unacked:
-            self.step([], [Expect(p, kind=-1) for p in sorted(self.unacked)])
+            self.step([Expect(p, kind=-1) for p in sorted(self.unacked)])
         self.own_seg.reserve(nbytes)
         return self.own_seg.buf
+
+    def drain_acks(self, timeout: float) -> None:
+        """Before our segment goes away: wait (bounded) until peers that may still
+        map it for our last op have acknowledged, died or closed."""
+        if not self.unacked or self.broken is not None:
+            return
+        self.deadline = time.monotonic() + timeout
+        try:
+            self.step([Expect(p, kind=-1) for p in sorted(self.unacked)])
+        except Exception as err:  # noqa: BLE001 - closing: the peer is gone or slow
+            log.debug("closing without all shared-memory ACKs: %s", err)
 
     def finish(self) -> None:
         """End of a successful op: release the peers' segments we read."""
@@ -176,7 +189,13 @@ class Engine:
             for p in self.refs_in:
                 self.conns[p].out.append(memoryview(self.frame(F.ACK, 255, 0)))
                 self._dirty.add(p)
-            self.step([], [])
+            try:
+                self.step([])
+            except DistNetworkError as err:
+                # this op has all its data; a reader that already closed (e.g. it
+                # finished and destroyed the group) only fails the ops after it
+                log.debug("ACK not delivered: %s", err)
+                self._dirty.clear()
         if self.refs_out:
             self.unacked = self.refs_out - self.acked
             self.unacked_seq = self.op.seq
@@ -195,8 +214,8 @@ class Engine:
         if self.refs_out:
             self.unacked = self.refs_out - self.acked
             self.unacked_seq = op.seq
-        kind = "network" if isinstance(exc, DistNetworkError) else (
-            "timeout" if isinstance(exc, DistTimeoutError) else "mismatch")
+        kind = ("network" if isinstance(exc, DistNetworkError) else "timeout" if isinstance(exc, DistTimeoutError)
+                else "mismatch" if isinstance(exc, DistMismatchError) else "error")
         body = F.pack_abort(kind, str(exc), getattr(exc, "rank", None), getattr(exc, "host", None))
         for conn in self.conns.values():
             if conn.dead is None:
@@ -338,7 +357,6 @@ class Engine:
                 f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)} "
                 f"(rank {conn.peer} did not take part in #{cur})")
         # same op number: must be what we expect
-        theirs = F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)
         bad = (h.op != op.code or h.dtype != op.dtype or (h.op in _ROOTED and h.root != op.root)
                or (h.op in _EXACT_COUNT and h.count != op.count) or h.kind != exp.kind)
         if not bad and exp.nbytes >= 0 and h.nbytes != exp.nbytes:
@@ -346,11 +364,13 @@ class Engine:
                 conn.drain = h.nbytes
             raise DistMismatchError(
                 f"collective mismatch in group {self.group_name!r}: {op.desc} expects {exp.nbytes} bytes "
-                f"from rank {conn.peer}; {theirs} sends {h.nbytes} bytes")
+                f"from rank {conn.peer}; {F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)} sends "
+                f"{h.nbytes} bytes")
         if bad or h.step != exp.step:
             if not h.flags and h.kind == F.DATA:
                 conn.drain = h.nbytes
-            raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; {theirs}")
+            raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; "
+                                    f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)}")
         if h.flags & F.F_SHM:
             try:
                 view = self.peer_segs.view(conn.peer, self.prefixes[conn.peer], h.shm_gen, h.offset, h.nbytes)
@@ -373,12 +393,11 @@ class Engine:
         conn.on_pay = _data_done(exp)
 
     # ----------------------------------------------------------- the loop
-    def step(self, sends, expects) -> None:
-        """Flush queued frames and satisfy ``expects`` (the op's deadline applies)."""
-        del sends  # frames are queued with send(); kept for readability of callers
+    def step(self, expects=()) -> None:
+        """Flush the frames queued with ``send()`` and satisfy ``expects`` (the op's deadline applies)."""
         self._waiting = expects
         conns = self.conns
-        spins, polled = 0, False
+        spin_end = 0.0
         while True:
             progressed = False
             for c in conns.values():
@@ -397,17 +416,17 @@ class Engine:
                 self._dirty.clear()
                 return
             if progressed:
-                if spins and not polled and self.spin and self._spin_budget < 256:
-                    self._spin_budget += 8  # the spin paid off
-                spins, polled = 0, False
+                spin_end = 0.0
                 continue
-            spins += 1
-            if spins <= self._spin_budget:
-                continue
-            if self.spin:
-                # nothing came while spinning: spin less next time (a loaded
-                # machine must not lose its cores to spinning ranks)
-                self._spin_budget = max(4, self._spin_budget // 2)
+            if self.spin_s:
+                # a short bounded spin before sleeping in poll: a peer's reply often
+                # comes within microseconds; never long enough to starve a loaded core
+                now = time.perf_counter()
+                if not spin_end:
+                    spin_end = now + self.spin_s
+                    continue
+                if now < spin_end:
+                    continue
             left = self.deadline - time.monotonic()
             if left <= 0:
                 waiting = sorted({e.peer for e in expects if not e.done})
@@ -424,7 +443,6 @@ class Engine:
                     poller.register(c.fd, _POLLOUT | (_POLLIN if any(
                         e.peer == c.peer and not e.done for e in expects) else 0))
             poller.poll(min(left, 1.0) * 1000.0)
-            polled = True
 
 
 def _data_done(exp):
@@ -448,5 +466,7 @@ def _abort_reader(engine, h, exp):
             raise DistNetworkError(msg, rank=info.get("rank"), host=info.get("host"))
         if info.get("kind") == "timeout":
             raise DistTimeoutError(msg)
-        raise DistMismatchError(msg)
+        if info.get("kind") == "mismatch":
+            raise DistMismatchError(msg)
+        raise DistBackendError(msg)
     return cb

@@ -60,7 +60,8 @@ class Executor:
                 with self._cond:
                     self._busy = False
                     self.current = None
-                    self._cond.notify_all()
+                    if self._queue:
+                        self._cond.notify_all()
         return work
 
     def _loop(self) -> None:

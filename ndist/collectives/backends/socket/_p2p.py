@@ -170,7 +170,7 @@ class P2P:
                     continue
                 try:
                     self._read_frame(key.data, key.fileobj)
-                except (OSError, F.FrameError, MemoryError) as err:  # fails that peer, not the reader
+                except Exception as err:  # noqa: BLE001 - OSError, FrameError, MemoryError: the stream is lost
                     try:
                         self._sel.unregister(key.fileobj)
                     except (KeyError, ValueError):

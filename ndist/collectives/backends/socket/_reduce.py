@@ -29,12 +29,11 @@ def check_op(dtype: np.dtype, op: ReduceOp, scale=None) -> None:
     """Raise ``TypeError``/``ValueError`` before any byte is sent if ``op`` cannot apply."""
     if not isinstance(op, ReduceOp):
         raise TypeError(f"op: expected ndist.distributed.ReduceOp, got {op!r}")
-    kind = np.dtype(dtype).kind
-    name = np.dtype(dtype).name
+    kind = dtype.kind
     if op in _BITWISE and kind not in "biu":
-        raise TypeError(f"op: {op} needs an integer or bool dtype, got {name}")
+        raise TypeError(f"op: {op} needs an integer or bool dtype, got {dtype.name}")
     if kind == "c" and op in (ReduceOp.MIN, ReduceOp.MAX):
-        raise TypeError(f"op: {op} is not defined for complex dtype {name}")
+        raise TypeError(f"op: {op} is not defined for complex dtype {dtype.name}")
     if kind == "b" and op in (ReduceOp.AVG, ReduceOp.PREMUL_SUM):
         raise TypeError(f"op: {op} is not supported for dtype bool")
     if op == ReduceOp.PREMUL_SUM and scale is None:
@@ -51,6 +50,11 @@ def reduce_ordered(out: np.ndarray, contribs: list, op: ReduceOp) -> None:
     if len(contribs) == 1:
         if contribs[0] is not out:
             np.copyto(out, contribs[0])
+        return
+    if out.dtype.kind in "biu":  # integer ufuncs wrap without warnings
+        f(contribs[0], contribs[1], out=out)
+        for c in contribs[2:]:
+            f(out, c, out=out)
         return
     with np.errstate(all="ignore"):  # overflow to inf is a result, as in torch
         f(contribs[0], contribs[1], out=out)

@@ -5,7 +5,8 @@ payloads of large messages into; peers on the same host map it and read (or
 reduce) straight from it. Names carry a job-unique prefix
 (``ndist-<job>-<group>-r<rank>-p<pid>-i<instance>-g<generation>``) so that a
 survivor can unlink the segments of a peer that died, and the owner unlinks
-its own on ``close()``, on garbage collection and at interpreter exit.
+its own on ``close()``, on garbage collection and at interpreter exit; a new
+backend also unlinks segments of its job whose owner pid no longer exists.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import hashlib
 import logging
 import mmap
 import os
+import re
 import weakref
 
 import numpy as np
 
-__all__ = ["SHM_DIR", "job_prefix", "OwnSegment", "PeerSegments", "unlink_prefix"]
+__all__ = ["SHM_DIR", "job_prefix", "OwnSegment", "PeerSegments", "unlink_prefix", "sweep_dead"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -27,11 +29,13 @@ SHM_DIR = "/dev/shm"
 _MIN_SEGMENT = 1 << 20
 
 
-def job_prefix(secret: bytes, group_name: str) -> str:
-    """``ndist-<job>-<group>``: the job part is derived from the job secret."""
-    job = hashlib.sha256(b"ndist-job" + secret).hexdigest()[:10]
-    grp = hashlib.sha256(group_name.encode()).hexdigest()[:8]
-    return f"ndist-{job}-{grp}"
+def job_prefix(secret: bytes, group_name: str | None = None) -> str:
+    """``ndist-<job>-<group>`` (``ndist-<job>`` without a group); the job part is
+    derived from the job secret."""
+    job = f"ndist-{hashlib.sha256(b'ndist-job' + secret).hexdigest()[:10]}"
+    if group_name is None:
+        return job
+    return f"{job}-{hashlib.sha256(group_name.encode()).hexdigest()[:8]}"
 
 
 def _unlink(names: list) -> None:
@@ -53,6 +57,30 @@ def unlink_prefix(prefix: str) -> int:
             os.unlink(path)
             n += 1
         except OSError:
+            pass
+    return n
+
+
+_PID = re.compile(r"-p(\d+)-")
+
+
+def sweep_dead(job: str) -> int:
+    """Unlink this job's segments whose owner process is gone (a rank killed before
+    it or a peer could clean up, e.g. an earlier attempt of a restarted job)."""
+    n = 0
+    for path in glob.glob(os.path.join(SHM_DIR, glob.escape(job) + "-*")):
+        m = _PID.search(os.path.basename(path))
+        if m is None:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(path)
+                n += 1
+            except OSError:
+                pass
+        except (PermissionError, OverflowError):
             pass
     return n
 
