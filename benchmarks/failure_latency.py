@@ -38,9 +38,15 @@ for i in range(100000):
         os.kill(os.getpid(), signal.SIGKILL)
     try:
         dist.all_to_all_single(y, x)
-    except dist.DistNetworkError as err:
+    except dist.DistError as err:
         with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-            json.dump({"t": time.time(), "peer": err.rank, "host": err.host}, f)
+            json.dump({"t": time.time(), "peer": err.rank if isinstance(err, dist.DistNetworkError) else None,
+                       "host": getattr(err, "host", None), "error": f"{type(err).__name__}: {err}"}, f)
+        # stay until every survivor has reported: a survivor that exits at once resets its
+        # connections, and a slower survivor may then see that rank vanish first
+        deadline = time.time() + 10
+        while time.time() < deadline and len([n for n in os.listdir(out) if n.startswith("r")]) < size - 1:
+            time.sleep(0.01)
         sys.exit(3)
 """
 
@@ -71,8 +77,12 @@ def main(argv=None) -> int:
             bad += not ok
             worst = max(x["t"] for x in recs) - killed if recs else float("nan")
             worst_all.append(worst)
-            print(f"run {run}: {len(recs)}/{a.ranks - 1} survivors named rank 2; slowest after {worst * 1000:.0f} ms; "
+            named = sum(x["peer"] == 2 for x in recs)
+            print(f"run {run}: {named}/{a.ranks - 1} survivors named rank 2; slowest after {worst * 1000:.0f} ms; "
                   f"ndistrun exit {r.returncode}, wall {wall:.1f} s")
+            for x in recs:
+                if x["peer"] != 2:
+                    print(f"    unexpected: {x['error'][:400]}")
     print(f"runs={a.runs} transport={a.transport} failures={bad} worst={max(worst_all) * 1000:.0f} ms "
           f"median={sorted(worst_all)[len(worst_all) // 2] * 1000:.0f} ms hangs=0")
     return 1 if bad else 0
