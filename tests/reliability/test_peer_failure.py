@@ -77,7 +77,7 @@ def test_sigkill_mid_all_to_all_fails_every_survivor_naming_the_rank_and_ndistru
     assert wall < 90
 
 
-def _stopped_peer(rank, size):
+def _stopped_peer(rank, size, folder):
     import signal
 
     import numpy as np
@@ -100,7 +100,12 @@ def _stopped_peer(rank, size):
         outcome = ("timeout", str(err), time.monotonic() - t0)
     except dist.DistError as err:
         outcome = (type(err).__name__, str(err), time.monotonic() - t0)
-    if rank == 0:
+    with open(os.path.join(folder, f"done{rank}"), "w"):
+        pass
+    if rank == 0:  # continue rank 1 once every survivor has timed out (not before: its data could still count)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(folder, "done2")) and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(pids[1], signal.SIGCONT)
     y = np.full(4, rank + 1.0)
     dist.all_reduce(y)  # the group works again once the peer is back
@@ -108,8 +113,8 @@ def _stopped_peer(rank, size):
 
 
 @pytest.mark.timeout(120)
-def test_sigstopped_peer_times_out_within_the_group_timeout_naming_it():
-    res = run_ranks(_stopped_peer, 3, init=False, timeout=90)
+def test_sigstopped_peer_times_out_within_the_group_timeout_naming_it(tmp_path):
+    res = run_ranks(_stopped_peer, 3, args=(str(tmp_path),), init=False, timeout=90)
     for rank in (0, 2):
         kind, msg, waited, _ = res[rank]
         assert kind in ("timeout", "DistTimeoutError"), res[rank]
