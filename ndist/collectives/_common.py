@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 
 from ..runtime import resolve_group
 from . import _check
+from ._backend import DONE
 
 __all__ = ["member_group", "submit", "Post"]
 
@@ -29,11 +30,17 @@ def member_group(group: Any):
 def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
            post: list[Callable[[], None]] | None = None, outputs: Any = None, backend: Any = None):
     """Call ``backend.method(*args)``; wait unless ``async_op``; return the Work or None."""
-    async_op = _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        async_op = _check.check_bool("async_op", async_op)
     if backend is None:
         backend = pg.backend_for(device)
     if not async_op and getattr(backend, "blocking_calls", False):
         work = getattr(backend, method)(*args, blocking=True)
+        if work is DONE:  # finished and succeeded: nothing to wait on
+            if post:
+                for step in post:
+                    step()
+            return None
     else:
         work = getattr(backend, method)(*args)
     if post:
