@@ -29,23 +29,12 @@ from .runtime.multiprocessing import (
     SpawnContext,
     get_all_sharing_strategies,
     get_sharing_strategy,
-    init_reductions,
     set_sharing_strategy,
     spawn,
     start_processes,
 )
 
-__all__ = [
-    "get_all_sharing_strategies",
-    "get_sharing_strategy",
-    "set_sharing_strategy",
-    "spawn",
-    "start_processes",
-    "ProcessContext",
-    "ProcessException",
-    "ProcessRaisedException",
-    "ProcessExitedException",
-    "SpawnContext",
-] + list(multiprocessing.__all__)
+from .runtime.multiprocessing import __all__ as _ndist_names
 
-init_reductions()
+# ndist's additions (the reducers are registered by importing them), then the stdlib's names.
+__all__ = [n for n in _ndist_names if n != "init_reductions"] + list(multiprocessing.__all__)

@@ -91,7 +91,10 @@ def resolve_dtype(name: str) -> np.dtype:
     if canon not in DTYPES:
         raise ValueError(f"datatype: expected one of {', '.join(DTYPES)} (or float, half, double); got {name!r}")
     if canon == "bfloat16":
-        import ml_dtypes  # lazily: only this dtype needs it
+        try:
+            import ml_dtypes  # lazily: only this dtype needs it
+        except ImportError:
+            raise ValueError("datatype: bfloat16 needs the ml_dtypes package (pip install ml_dtypes)") from None
 
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(canon)

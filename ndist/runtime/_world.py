@@ -17,7 +17,7 @@ from . import _env, _log
 from ._group import ProcessGroup, parse_backend
 from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
-from .store import PrefixStore, Store
+from .store import HashStore, PrefixStore, Store
 
 __all__ = [
     "init_process_group",
@@ -178,8 +178,22 @@ def init_process_group(
         )
         backends = _default_backends(use_mpi) if backend is None else parse_backend(backend)
 
+        singleton = (
+            store is None
+            and init_method is None
+            and env.source is None
+            and env.master_addr is None
+            and env.agent_store is None
+            and world_size in (-1, 1)
+            and rank in (-1, 0)
+            and set(backends.values()) == {"mpi"}
+        )
         if store is not None:
             rdzv = Rendezvous(store, rank, world_size, owned=[], via="store")
+        elif singleton:
+            # init_process_group("mpi") outside any launcher: a one-rank MPI job (MPI's
+            # singleton init), as torch does; no other process to meet, so no TCP store.
+            rdzv = Rendezvous(HashStore(), 0, 1, owned=[], via="mpi singleton")
         else:
             rdzv = rendezvous(init_method or "env://", rank, world_size, timeout, env)
         try:

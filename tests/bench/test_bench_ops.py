@@ -1,5 +1,7 @@
 """Byte counts, bus-bandwidth factors (nccl-tests' definitions) and result checking."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -101,8 +103,11 @@ def _reference(op, inputs, redop, root, n):
 
 
 @pytest.mark.parametrize("op", [o for o in OPS if o != "barrier"])
-@pytest.mark.parametrize("dtype, redop", [("float32", "sum"), ("int8", "prod"), ("bfloat16", "max"),
-                                          ("float16", "avg"), ("uint64", "min"), ("float64", "prod")])
+@pytest.mark.parametrize("dtype, redop", [
+    ("float32", "sum"), ("int8", "prod"),
+    pytest.param("bfloat16", "max", marks=pytest.mark.skipif(
+        importlib.util.find_spec("ml_dtypes") is None, reason="bfloat16 needs ml_dtypes")),
+    ("float16", "avg"), ("uint64", "min"), ("float64", "prod")])
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_expected_matches_reference(op, dtype, redop, n):
     dt = resolve_dtype(dtype)
@@ -144,3 +149,11 @@ def test_count_wrong():
     f = np.array([1.0, 2.0, 3.0], np.float32)
     assert count_wrong(f * (1 + 1e-7), f, 2) == 0  # rounding is not an error
     assert count_wrong(f + 0.01, f, 2) == 3
+
+
+def test_bfloat16_without_ml_dtypes_is_a_clear_error():
+    if importlib.util.find_spec("ml_dtypes") is not None:
+        assert resolve_dtype("bfloat16").itemsize == 2
+    else:
+        with pytest.raises(ValueError, match="bfloat16 needs the ml_dtypes package"):
+            resolve_dtype("bfloat16")
