@@ -42,6 +42,11 @@ def _flat_rows(arr, sizes):
     return views
 
 
+def _flat(arr):
+    """``arr`` as 1-D (itself when it already is: reshape costs a view per call)."""
+    return arr if arr.ndim == 1 else arr.reshape(-1)
+
+
 def _chunks(arr, n: int):
     flat = arr.reshape(-1)
     k = flat.size // n
@@ -107,7 +112,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     (src,) = unaliased([contiguous_input(inp)], [buf])
     backend = pg.backend_for(dev)
     if hasattr(backend, "reduce_scatter_even"):  # equal chunks on every rank: MPI_Reduce_scatter_block
-        return submit(pg, dev, "reduce_scatter_even", (buf.reshape(-1), src.reshape(-1), rop, scale), async_op,
+        return submit(pg, dev, "reduce_scatter_even", (_flat(buf), _flat(src), rop, scale), async_op,
                       post, [output], backend)
     return submit(pg, dev, "reduce_scatter", (buf, _chunks(src, pg.size()), rop, scale),
                   async_op, post, [output], backend)
@@ -153,10 +158,10 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
-    (src,) = unaliased([contiguous_input(inp).reshape(-1)], [buf])
+    (src,) = unaliased([_flat(contiguous_input(inp))], [buf])
     backend = pg.backend_for(dev)
     if hasattr(backend, "all_gather_even"):  # every rank contributes alike: MPI_Allgather
-        return submit(pg, dev, "all_gather_even", (buf.reshape(-1), src), async_op, post, [output_tensor],
+        return submit(pg, dev, "all_gather_even", (_flat(buf), src), async_op, post, [output_tensor],
                       backend)
     return submit(pg, dev, "all_gather", (_chunks(buf, pg.size()), src), async_op, post, [output_tensor],
                   backend)
@@ -264,7 +269,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     if even and getattr(backend, "all_to_all_even", None) is not None:
         # Every rank splits evenly (torch's contract for no split sizes): the backend's
         # even fast path (MPI_Alltoall rather than Alltoallv).
-        return submit(pg, dev, "all_to_all_even", (buf.reshape(-1), src.reshape(-1)), async_op, post, [output],
+        return submit(pg, dev, "all_to_all_even", (_flat(buf), _flat(src)), async_op, post, [output],
                       backend)
     if even:
         osz = isz = [out.shape[0] // n] * n
