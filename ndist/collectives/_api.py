@@ -59,7 +59,8 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     pg = member_group(group)
     arr = _check.output(tensor, "tensor")
     rop, scale = _check.reduce_op(op, arr.dtype)
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(arr, post)
     return submit(pg, device_type(arr), "all_reduce", (buf, rop, scale), async_op, post, [tensor])
@@ -71,7 +72,8 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
     root = _check.root_rank(pg, "dst", dst, "group_dst", group_dst)
     arr = _check.output(tensor, "tensor")
     rop, scale = _check.reduce_op(op, arr.dtype)
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(arr, post) if pg.rank() == root else contiguous_input(arr)
     return submit(pg, _check.same_device([("tensor", arr)]), "reduce", (buf, root, rop, scale), async_op,
@@ -89,7 +91,8 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
         raise ValueError(f"input_list[{pg.rank()}]: expected {out.size} elements (those of output), "
                          f"got {mine.size}")
     rop, scale = _check.reduce_op(op, out.dtype)
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
     inputs = unaliased([contiguous_input(a).reshape(-1) for a in ins], [buf])
@@ -106,7 +109,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
         raise ValueError(f"input: expected {out.size * pg.size()} elements (output's {out.size} x group size "
                          f"{pg.size()}), got {inp.size}")
     rop, scale = _check.reduce_op(op, out.dtype)
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
     (src,) = unaliased([contiguous_input(inp)], [buf])
@@ -124,7 +128,8 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     pg = member_group(group)
     root = _check.root_rank(pg, "src", src, "group_src", group_src)
     arr = _check.output(tensor, "tensor") if pg.rank() != root else _check.tensor(tensor, "tensor")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(arr, post) if pg.rank() != root else contiguous_input(arr)
     return submit(pg, device_type(arr), "broadcast", (buf, root), async_op, post, [tensor])
@@ -139,7 +144,8 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     if outs[pg.rank()].size != inp.size:
         raise ValueError(f"tensor_list[{pg.rank()}]: expected {inp.size} elements (those of tensor, this "
                          f"rank's contribution), got {outs[pg.rank()].size}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     bufs = [contiguous_output(a, post).reshape(-1) for a in outs]
     (src,) = unaliased([contiguous_input(inp).reshape(-1)], bufs)
@@ -155,7 +161,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     if out.size != inp.size * pg.size():
         raise ValueError(f"output_tensor: expected {inp.size * pg.size()} elements (input_tensor's {inp.size} "
                          f"x group size {pg.size()}), got {out.size}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
     (src,) = unaliased([_flat(contiguous_input(inp))], [buf])
@@ -192,7 +199,8 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     if outs is not None and outs[root].size != inp.size:
         raise ValueError(f"gather_list[{root}]: expected {inp.size} elements (those of tensor), "
                          f"got {outs[root].size}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     bufs = None if outs is None else [contiguous_output(a, post).reshape(-1) for a in outs]
     (src,) = unaliased([contiguous_input(inp).reshape(-1)], bufs or [])
@@ -212,7 +220,8 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     if ins is not None and ins[root].size != out.size:
         raise ValueError(f"scatter_list[{root}]: expected {out.size} elements (those of tensor), "
                          f"got {ins[root].size}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post).reshape(-1)
     inputs = None if ins is None else unaliased([contiguous_input(a).reshape(-1) for a in ins], [buf])
@@ -230,7 +239,8 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
     if outs[me].size != ins[me].size:
         raise ValueError(f"output_tensor_list[{me}]: expected {ins[me].size} elements (those of "
                          f"input_tensor_list[{me}], which this rank sends itself), got {outs[me].size}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     bufs = [contiguous_output(a, post).reshape(-1) for a in outs]
     inputs = unaliased([contiguous_input(a).reshape(-1) for a in ins], bufs)
@@ -261,7 +271,8 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
         if osz[me] != isz[me]:
             raise ValueError(f"output_split_sizes[{me}]: expected {isz[me]} (input_split_sizes[{me}], what this "
                              f"rank sends itself), got {osz[me]}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
     (src,) = unaliased([contiguous_input(inp)], [buf])
@@ -283,7 +294,8 @@ def barrier(group=None, async_op=False, device_ids=None):
     pg = member_group(group)
     if device_ids is not None and not isinstance(device_ids, (list, tuple)):
         raise TypeError(f"device_ids: expected a list of ints or None, got {type(device_ids).__name__}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     device = "cuda" if device_ids else "cpu"
     return submit(pg, device, "barrier", (), async_op)
 

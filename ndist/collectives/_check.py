@@ -38,6 +38,8 @@ def check_bool(name: str, value: Any) -> bool:
 
 def tensor(obj: Any, name: str):
     """The array behind a tensor argument (any strides)."""
+    if type(obj) is np.ndarray:
+        return obj
     return as_array(obj, name)
 
 

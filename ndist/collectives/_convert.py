@@ -87,20 +87,16 @@ def device_type(arr) -> str:
     return "cpu" if isinstance(arr, np.ndarray) else "cuda"
 
 
-def _is_contiguous(arr) -> bool:
-    return bool(arr.flags.c_contiguous)
-
-
 def contiguous_input(arr):
     """``arr`` itself when C-contiguous, else a contiguous copy (inputs are only read)."""
-    if _is_contiguous(arr):
+    if arr.flags.c_contiguous:
         return arr
     return arr.copy(order="C")
 
 
 def contiguous_output(arr, post: list[Callable[[], None]]):
     """A C-contiguous buffer for ``arr``; when staged, queue the write-back into ``post``."""
-    if _is_contiguous(arr):
+    if arr.flags.c_contiguous:
         return arr
     staged = arr.copy(order="C")
 
