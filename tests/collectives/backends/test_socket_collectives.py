@@ -313,3 +313,124 @@ def test_all_to_all_large_messages_in_pieces(transport, many_cores):
             exp = (np.arange(size(i, r), dtype=np.int64) % 251 + i * 7 + r).astype(np.uint8)
             assert np.array_equal(outs[i], exp), i
     run_group(n, fn, transport)
+
+
+def test_all_to_all_large_messages_read_from_the_senders_memory(monkeypatch):
+    """auto transport: messages >= CMA_MIN are read by the receiver straight from the
+    sender's input (process_vm_readv), smaller ones go through shm or inline."""
+    from ndist.collectives.backends.socket import _cma
+    from ndist.collectives.backends.socket._algorithms import CMA_MIN
+
+    if not _cma.available():
+        pytest.skip("process_vm_readv is not available here")
+    reads = []
+    real = _cma.read_into
+
+    def counting(pid, addr, dest):
+        reads.append(dest.nbytes)
+        real(pid, addr, dest)
+    monkeypatch.setattr(_cma, "read_into", counting)
+    n = 3
+
+    def size(i, j):  # bytes rank i sends to rank j
+        return (CMA_MIN + 5, 3, 0, 40 << 10)[(i + 2 * j) % 4]
+
+    def fn(b):
+        r = b.rank
+        for it in range(2):  # the second round reuses the same buffers: "done" frames were waited for
+            ins = [(np.arange(size(r, j), dtype=np.int64) % 251 + r * 7 + j + it).astype(np.uint8)
+                   for j in range(n)]
+            outs = [np.empty(size(i, r), np.uint8) for i in range(n)]
+            b.all_to_all(outs, ins, blocking=True).wait()
+            for i in range(n):
+                exp = (np.arange(size(i, r), dtype=np.int64) % 251 + i * 7 + r + it).astype(np.uint8)
+                assert np.array_equal(outs[i], exp), (i, it)
+        assert b._cma_to == set(range(n)) - {r} and set(b._eng.cma_pids) == set(range(n)) - {r}
+    run_group(n, fn, "auto")
+    big = sum(1 for i in range(n) for j in range(n) if i != j and size(i, j) >= CMA_MIN)
+    probes = [x for x in reads if x == 16]  # each rank probed each peer once
+    assert len(probes) == n * (n - 1)
+    assert sorted(x for x in reads if x != 16) == [CMA_MIN + 5] * (2 * big)
+
+
+def test_transport_shm_does_not_read_peer_memory():
+    def fn(b):
+        ins = [np.full(1 << 20, b.rank, np.uint8) for _ in range(2)]
+        outs = [np.empty(1 << 20, np.uint8) for _ in range(2)]
+        b.all_to_all(outs, ins, blocking=True).wait()
+        assert (outs[0] == 0).all() and (outs[1] == 1).all()
+        return (b._cma_to, dict(b._eng.cma_pids))
+    assert run_group(2, fn, "shm") == [(set(), {})] * 2
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_large_all_reduce_reads_slices_from_peer_memory(n, many_cores, monkeypatch):
+    """auto transport: rs+ag reads peers' slices straight from their buffers, in
+    several pipelined chunks; ranks >= 2 reduce into scratch (rank order kept)."""
+    from ndist.collectives.backends.socket import _backend, _cma
+
+    if not _cma.available():
+        pytest.skip("process_vm_readv is not available here")
+    monkeypatch.setattr(_backend, "CHUNK", 256 << 10)
+    reads = []
+    real = _cma.read_into
+
+    def counting(pid, addr, dest):
+        reads.append(dest.nbytes)
+        real(pid, addr, dest)
+    monkeypatch.setattr(_cma, "read_into", counting)
+    count = 300_001
+
+    def fn(b):
+        outs = []
+        for it in range(2):
+            x = np.random.default_rng(b.rank + 10 * it).standard_normal(count).astype(np.float32)
+            b.all_reduce(x, ReduceOp.SUM, blocking=True).wait()
+            outs.append(x)
+        return outs
+    out = run_group(n, fn, "auto")
+    for it in range(2):
+        ref = np.random.default_rng(10 * it).standard_normal(count).astype(np.float32)
+        for r in range(1, n):
+            ref = ref + np.random.default_rng(r + 10 * it).standard_normal(count).astype(np.float32)
+        for r in range(n):
+            assert np.array_equal(out[r][it], ref), (r, it)
+    chunks = -(-count // ((256 << 10) // 4))
+    # per op, chunk and ordered pair: one read in reduce-scatter, one in all-gather
+    assert len([x for x in reads if x != 16]) == 2 * 2 * chunks * n * (n - 1)
+
+
+def test_failed_memory_read_fails_the_op_and_the_group_recovers(monkeypatch):
+    """A read of a peer's buffer that fails (e.g. the sender failed and freed it) fails
+    that op on both ranks, naming the peer; the streams stay usable."""
+    import errno
+    import threading
+
+    from ndist.collectives.backends.socket import _cma
+    from ndist.collectives.backends.socket._algorithms import CMA_MIN
+    from ndist.runtime import DistBackendError
+
+    if not _cma.available():
+        pytest.skip("process_vm_readv is not available here")
+    real = _cma.read_into
+    lock = threading.Lock()
+    left = [1]
+
+    def failing_once(pid, addr, dest):
+        with lock:
+            fail = dest.nbytes >= CMA_MIN and left[0] > 0
+            left[0] -= fail
+        if fail:
+            raise OSError(errno.EFAULT, "Bad address")
+        real(pid, addr, dest)
+    monkeypatch.setattr(_cma, "read_into", failing_once)
+
+    def fn(b):
+        ins = [np.full(CMA_MIN, b.rank, np.uint8) for _ in range(2)]
+        outs = [np.empty(CMA_MIN, np.uint8) for _ in range(2)]
+        with pytest.raises(DistBackendError, match="rank [01]"):
+            b.all_to_all(outs, ins, blocking=True).wait(timeout=30)
+        b.barrier(blocking=True).wait(timeout=30)
+        b.all_to_all(outs, ins, blocking=True).wait(timeout=30)
+        assert (outs[0] == 0).all() and (outs[1] == 1).all()
+    run_group(2, fn, "auto")

@@ -146,3 +146,52 @@ def test_new_backend_sweeps_segments_of_dead_processes_of_its_job(monkeypatch):
         for path in (dead, alive, other):
             if os.path.exists(path):
                 os.unlink(path)
+
+
+def test_memory_reference_frames_are_checked():
+    addr = 0x7F12_3456_7000  # an address: above MAX_NBYTES, allowed only as a CMA reference
+    h = F.unpack(_hdr(flags=F.F_CMA, offset=addr))
+    assert (h.flags, h.offset) == (F.F_CMA, addr)
+    with pytest.raises(F.FrameError, match="limit"):
+        F.unpack(_hdr(flags=F.F_SHM, offset=addr))
+    with pytest.raises(F.FrameError, match="flags"):
+        F.unpack(_hdr(flags=F.F_SHM | F.F_CMA))
+    with pytest.raises(F.FrameError, match="flags"):
+        F.unpack(_hdr(kind=F.ACK, flags=F.F_CMA))
+
+
+def test_cma_probe_reads_only_a_matching_token():
+    import os
+
+    from ndist.collectives.backends.socket import _cma
+
+    if not _cma.available():
+        pytest.skip("process_vm_readv is not available here")
+    info = _cma.probe_info()
+    assert _cma.can_read(os.getpid(), info)
+    assert not _cma.can_read(os.getpid(), [info[0], "00" * 16])  # the bytes there differ
+    assert not _cma.can_read(os.getpid(), None)
+    src = np.arange(3 << 20, dtype=np.uint8)
+    dst = np.empty_like(src)
+    _cma.read_into(os.getpid(), int(src.ctypes.data), dst)
+    assert np.array_equal(src, dst)
+    with pytest.raises(OSError):
+        _cma.read_into(os.getpid(), 8, dst[:16])  # unmapped page
+
+
+@pytest.mark.parametrize("cores, waits", [(64, True), (1, False)])
+def test_spin_and_yield_only_when_every_rank_has_a_core(monkeypatch, cores, waits):
+    """Ranks <= cores: spin, then sched_yield, then poll; oversubscribed: poll at once
+    (a spinning or yielding rank would take the core the peer it waits for needs)."""
+    import os
+
+    from ndist.collectives.backends.socket import _engine
+
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+
+    def fn(b):
+        b.barrier(blocking=True).wait()
+        return (b._eng.spin_s, b._eng.yield_s)
+    got = run_group(2, fn, "tcp")
+    want = (_engine.SPIN_S, _engine.YIELD_S) if waits else (0.0, 0.0)
+    assert got == [want, want] and _engine.YIELD_S > _engine.SPIN_S > 0

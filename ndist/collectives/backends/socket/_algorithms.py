@@ -33,6 +33,11 @@ CHUNK = 4 << 20
 #: bytes per piece of one all_to_all message
 A2A_CHUNK = 2 << 20
 TICKET = 2
+#: all_to_all messages at least this large to a peer that can read our memory go
+#: by cross-memory attach: one copy instead of two through the segment, plus one
+#: header-only "done" frame back (step ``CMA_DONE``) before the sender returns.
+CMA_MIN = 512 << 10
+CMA_DONE = 251
 _ALIGN = 64
 
 
@@ -128,20 +133,32 @@ class Algorithms:
 
     def _rs_ag(self, buf, op, scale):
         """Reduce-scatter + all-gather, pipelined in chunks of ``CHUNK`` bytes so that
-        what one rank writes is still in the shared cache when a peer reads it."""
+        what one rank writes is still in the shared cache when a peer reads it.
+
+        A peer that can read our memory reads its slices straight from ``buf``
+        (no copy into the segment; our own slice is reduced in place when the
+        rank order allows it); it says "done" once at the end, before we return."""
         eng, n, dt = self._eng, self.size, buf.dtype
         flat = buf.reshape(-1)
         item = dt.itemsize
         per = max(n, self._chunk // item)
         k = -(-flat.size // per)
-        shm_all = any(self._shm_for(p, per * item // n) for p in self._peers())
+        peers = self._peers()
+        small = per * item // n
+        cma_out = {p for p in peers if p in self._cma_to and self._shm_for(p, small)}
+        cma_in = [p for p in peers if p in eng.cma_pids and self._shm_for(p, small)]
+        shm_all = any(p not in cma_out and self._shm_for(p, small) for p in peers)
         seg = eng.segment(flat.size * item) if shm_all else None
         for c in range(k):
             lo = c * flat.size // k
             hi = (c + 1) * flat.size // k
-            self._rs_ag_chunk(flat, lo, hi, op, scale, seg, 2 * (c % 100))
+            self._rs_ag_chunk(flat, lo, hi, op, scale, seg, 2 * (c % 100), cma_out)
+        if cma_in or cma_out:
+            for p in cma_in:
+                eng.send(p, CMA_DONE)
+            eng.step([Expect(p, F.DATA, CMA_DONE, 0) for p in sorted(cma_out)])
 
-    def _rs_ag_chunk(self, flat, a, b, op, scale, seg, step):
+    def _rs_ag_chunk(self, flat, a, b, op, scale, seg, step, cma_out):
         eng, r, n, dt = self._eng, self.rank, self.size, flat.dtype
         item = dt.itemsize
         bounds = [a + (b - a) * i // n for i in range(n + 1)]
@@ -149,29 +166,40 @@ class Algorithms:
         data = flat.view(np.uint8)
         chunk = lambda i: data[bounds[i] * item : bounds[i + 1] * item]  # noqa: E731
         peers = self._peers()
-        shm = [p for p in peers if seg is not None and self._shm_for(p, chunk(p).nbytes)]
+        shm = [p for p in peers if seg is not None and p not in cma_out and self._shm_for(p, chunk(p).nbytes)]
         for p in shm:
             # the segment mirrors buf: peers read their slice; ours will hold the result
             np.copyto(seg[bounds[p] * item : bounds[p + 1] * item], chunk(p))
         for p in peers:
-            if p in shm:
+            if p in cma_out:
+                eng.send_cma(p, step, chunk(p))
+            elif p in shm:
                 eng.send(p, step, shm_offset=bounds[p] * item, nbytes=chunk(p).nbytes)
             else:
                 eng.send(p, step, chunk(p))
         exps = [Expect(p, F.DATA, step, (hi - lo) * item) for p in peers]
         eng.step(exps)
-        out = seg[lo * item : hi * item].view(dt) if shm else eng.scratch(r, (hi - lo) * item).view(dt)
+        mine = flat[lo:hi]
+        if shm:
+            out = seg[lo * item : hi * item].view(dt)
+        elif r < 2:  # reduce_ordered allows out to be contribs[0] or [1]
+            out = mine
+        else:
+            out = eng.scratch(r, (hi - lo) * item).view(dt)
         res = iter(exps)
-        contribs = [flat[lo:hi] if p == r else next(res).result.view(dt) for p in range(n)]
+        contribs = [mine if p == r else next(res).result.view(dt) for p in range(n)]
         reduce_ordered(out, contribs, op)
         finalize(out, op, scale, n)
         for p in peers:
-            if p in shm:
+            if p in cma_out:
+                eng.send_cma(p, step + 1, chunk(r))  # read after the copy below: frames go out in step()
+            elif p in shm:
                 eng.send(p, step + 1, shm_offset=lo * item, nbytes=(hi - lo) * item)
             else:
                 eng.send(p, step + 1, out.view(np.uint8))
         exps = [Expect(p, F.DATA, step + 1, chunk(p).nbytes, into=chunk(p)) for p in peers]
-        flat[lo:hi] = out
+        if out is not mine:
+            mine[...] = out
         eng.step(exps)
 
     def _do_reduce_scatter(self, out, inputs, op, scale):
@@ -228,20 +256,24 @@ class Algorithms:
         np.copyto(data, _bytes(inputs[src]))
 
     def _do_all_to_all(self, outputs, inputs):
-        """Pairwise exchange, every pair at once; messages above ``CHUNK`` go in
-        pieces (count from the message size, so both sides agree) so that a
-        peer copies each piece out while it is still in the shared cache."""
+        """Pairwise exchange, every pair at once. A large message to a peer that can
+        read our memory is read by it straight from ``inputs`` (one copy; we wait
+        for its "done" before returning). Other messages above ``A2A_CHUNK`` go in
+        pieces (count from the message size, so both sides agree) so that a peer
+        copies each piece out of our segment while it is still in the shared cache."""
         eng = self._eng
         peers = self._peers()
         ins = {p: _bytes(inputs[p]) for p in peers}
         outs = {p: _bytes(outputs[p]) for p in peers}
+        cma_out = [p for p in peers if p in self._cma_to and ins[p].nbytes >= CMA_MIN]
+        cma_in = [p for p in peers if p in eng.cma_pids and outs[p].nbytes >= CMA_MIN]
         pieces = lambda p, nb: max(1, -(-nb // A2A_CHUNK)) if self._pipeline else 1  # noqa: E731
-        shm = [p for p in peers if self._shm_for(p, ins[p].nbytes)]
+        shm = [p for p in peers if p not in cma_out and self._shm_for(p, ins[p].nbytes)]
         offs = dict(zip(shm, self._reserve_layout([ins[p] for p in shm]))) \
             if shm else {}
         seg = self._seg.buf
-        k_in = {p: pieces(p, ins[p].nbytes) for p in peers}
-        k_out = {p: pieces(p, outs[p].nbytes) for p in peers}
+        k_in = {p: 1 if p in cma_out else pieces(p, ins[p].nbytes) for p in peers}
+        k_out = {p: 1 if p in cma_in else pieces(p, outs[p].nbytes) for p in peers}
         for s in range(max([*k_in.values(), *k_out.values(), 1])):
             step = s % 250
             for p in peers:
@@ -249,7 +281,9 @@ class Algorithms:
                 if s < k:
                     nb = ins[p].nbytes
                     a, b = nb * s // k, nb * (s + 1) // k
-                    if p in offs:
+                    if p in cma_out:
+                        eng.send_cma(p, step, ins[p])
+                    elif p in offs:
                         o = offs[p]
                         np.copyto(seg[o + a : o + b], ins[p][a:b])
                         eng.send(p, step, shm_offset=o + a, nbytes=b - a)
@@ -263,7 +297,10 @@ class Algorithms:
                     exps.append(Expect(p, F.DATA, step, nb * (s + 1) // k - nb * s // k,
                                        into=outs[p][nb * s // k : nb * (s + 1) // k]))
             eng.step(exps)
+        for p in cma_in:
+            eng.send(p, CMA_DONE)
         np.copyto(_bytes(outputs[self.rank]), _bytes(inputs[self.rank]))
+        eng.step([Expect(p, F.DATA, CMA_DONE, 0) for p in cma_out])
 
     def _do_barrier(self):
         peers = self._peers()

@@ -15,6 +15,7 @@ from ....runtime import BackendContext, DistNetworkError, Work
 from ....runtime import _net
 from ..._backend import Backend
 from ..._reduce_op import ReduceOp
+from . import _cma
 from . import _frame as F
 from ._algorithms import CHUNK, Algorithms
 from ._engine import Engine, OpInfo
@@ -23,6 +24,7 @@ from ._p2p import P2P
 from ._reduce import check_op, finalize
 from ._shm import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
 from ._tcp import Mesh
+from ._work import SocketWork
 
 __all__ = ["SocketBackend", "TRANSPORT_ENV", "SHM_MIN"]
 
@@ -41,6 +43,10 @@ def _transport_mode(options) -> str:
     if mode not in ("auto", "tcp", "shm"):
         raise ValueError(f"{TRANSPORT_ENV}: expected 'tcp', 'shm' or 'auto', got {mode!r}")
     return mode
+
+
+def info_has_cma(info: dict) -> bool:
+    return info.get("transport") == "auto" and info.get("cma") is not None
 
 
 def _u8(a: np.ndarray) -> np.ndarray:
@@ -79,13 +85,15 @@ class SocketBackend(Algorithms, Backend):
         self._eng: Engine | None = None
         self._shm_peers: dict[int, bool] = {}
         self._pipeline = False
+        self._cma_to: set = set()  # peers that read our buffers directly (process_vm_readv)
         self._chunk = 1 << 62
         self._closed = False
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
-                          {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1},
+                          {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
+                           "cma": _cma.probe_info() if self._mode == "auto" else None},
                           on_p2p=self._p2p.incoming)
 
     # ------------------------------------------------------------ plumbing
@@ -108,9 +116,36 @@ class SocketBackend(Algorithms, Backend):
             self._pipeline = (all(i["hostid"] == self._mesh.hostid for i in infos)
                               and all(self.size <= i.get("ncpu", 1) for i in infos))
             self._chunk = CHUNK if self._pipeline else 1 << 62
-            self._eng = Engine(self.rank, self.size, self.ctx.group_name, socks, hosts, prefixes,
-                               self._peer_segs, self._seg, spin)
+            eng = Engine(self.rank, self.size, self.ctx.group_name, socks, hosts, prefixes,
+                         self._peer_segs, self._seg, spin)
+            self._setup_cma(eng)
+            self._eng = eng
         return self._eng
+
+    def _setup_cma(self, eng: Engine) -> None:
+        """Probe which same-host peers' memory we can read; learn who can read ours.
+
+        Only in ``auto`` mode (``shm`` / ``tcp`` keep their single path). Both sides
+        of a pair must agree, so each rank publishes what it can read and a sender
+        names its buffer only to peers that said they can read it.
+        """
+        if self._mode != "auto" or self._mesh.info.get("cma") is None:
+            return
+        same = [p for p in eng.conns if self._shm_peers.get(p)]
+        for p in same:
+            info = self._mesh.peer(p)
+            if _cma.can_read(int(info["pid"]), info.get("cma")):
+                eng.cma_pids[p] = int(info["pid"])
+        store = self.ctx.store
+        store.set(f"sock/cma/{self.rank}", ",".join(map(str, sorted(eng.cma_pids))).encode())
+        for p in same:
+            if info_has_cma(self._mesh.peer(p)):
+                readable = store.get(f"sock/cma/{p}").decode()
+                if str(self.rank) in readable.split(","):
+                    self._cma_to.add(p)
+        if same:
+            log.debug("rank %d reads peers %s directly; peers %s read ours", self.rank, sorted(eng.cma_pids),
+                      sorted(self._cma_to))
 
     def _pending(self, work: Work):
         def describe() -> str:
@@ -123,7 +158,7 @@ class SocketBackend(Algorithms, Backend):
         with self._seq_lock:
             self._seq += 1
             seq = self._seq
-        work = Work(name, seq, outputs)
+        work = SocketWork(name, seq, outputs)
         work._pending = self._pending(work)
         dcode = F.dtype_code(arr.dtype) if arr is not None else 0
         root_v = -1 if root is None else root

@@ -8,12 +8,14 @@ view of the sender's shared-memory segment) until all of it is done. Every
 header is checked against what this rank's call expects; frames of an older,
 failed op are drained, a frame of a newer op stays queued for the next one,
 so a mismatch fails one op on every rank involved and the next matched op
-works. Waiting spins briefly and then blocks in ``poll``.
+works. Waiting spins briefly, then retries with ``sched_yield`` for up to
+2 ms (a peer that is not asleep needs no wake-up), then blocks in ``poll``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import select
 import time
 from collections import deque
@@ -21,6 +23,7 @@ from collections import deque
 import numpy as np
 
 from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
+from . import _cma
 from . import _frame as F
 
 __all__ = ["Engine", "OpInfo", "Expect"]
@@ -34,6 +37,12 @@ _POLLIN, _POLLOUT = select.POLLIN, select.POLLOUT
 #: how long a rank spins on its streams before blocking in poll (only when the
 #: group has no more ranks than this host has cores)
 SPIN_S = 15e-6
+#: after the spin, how long a rank keeps polling its streams with ``sched_yield``
+#: between tries before blocking in poll (same condition). A peer that is not
+#: asleep needs no wake-up: its sender's ``sendmsg`` is not charged a context switch,
+#: and the waiter gives its core to anyone runnable on every try.
+YIELD_S = 2e-3
+_yield = os.sched_yield
 _POLLERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
 
@@ -113,13 +122,16 @@ class Engine:
         self._scratch: dict = {}
         self._dirty: set = set()  # peers with frames of this op still to flush
         self.closing = False
+        #: pid of each same-host peer whose memory this rank may read (CMA)
+        self.cma_pids: dict = {}
         self.spin_s = SPIN_S if spin else 0.0
+        self.yield_s = YIELD_S if spin else 0.0
         self._waiting: list = []
 
     # ----------------------------------------------------------- helpers
     def frame(self, kind, step, nbytes, flags=0, offset=0) -> bytes:
         op = self.op
-        gen = self.own_seg.gen if flags else 0
+        gen = self.own_seg.gen if flags & F.F_SHM else 0
         return F.pack(kind, op.code, op.dtype, step, flags, self.ghash, gen, op.seq, op.root, op.count,
                       nbytes, offset)
 
@@ -136,6 +148,13 @@ class Engine:
         conn.out.append(memoryview(self.frame(F.DATA, step, n)))
         if n:
             conn.out.append(memoryview(data).cast("B"))
+
+    def send_cma(self, peer, step, data: np.ndarray) -> None:
+        """Queue a DATA frame naming ``data``'s address: the peer reads it from our memory.
+        ``data`` must stay unchanged until the peer said it is done (the algorithm waits)."""
+        self._dirty.add(peer)
+        self.conns[peer].out.append(memoryview(self.frame(F.DATA, step, data.nbytes, F.F_CMA,
+                                                          int(data.ctypes.data))))
 
     def scratch(self, peer, nbytes) -> np.ndarray:
         buf = self._scratch.get(peer)
@@ -371,6 +390,23 @@ class Engine:
                 conn.drain = h.nbytes
             raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; "
                                     f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)}")
+        if h.flags & F.F_CMA:
+            pid = self.cma_pids.get(conn.peer)
+            if pid is None:
+                raise self._lost(conn, "corrupt stream: a memory reference from a peer this rank cannot read")
+            dest = exp.into if exp.into is not None else self.scratch(conn.peer, h.nbytes)
+            try:
+                _cma.read_into(pid, h.offset, dest.reshape(-1).view(np.uint8))
+            except OSError as err:
+                # the frame is consumed and the stream intact: fail this op only (a
+                # sender that failed meanwhile may have freed its buffer; a dead one
+                # shows up as a lost connection on the next read)
+                raise DistBackendError(
+                    f"group {self.group_name!r}: {op.desc}: cannot read rank {conn.peer}'s buffer "
+                    f"({conn.host}): {err}") from None
+            exp.result = dest
+            exp.done = True
+            return
         if h.flags & F.F_SHM:
             try:
                 view = self.peer_segs.view(conn.peer, self.prefixes[conn.peer], h.shm_gen, h.offset, h.nbytes)
@@ -424,8 +460,12 @@ class Engine:
                 now = time.perf_counter()
                 if not spin_end:
                     spin_end = now + self.spin_s
+                    yield_end = spin_end + self.yield_s
                     continue
                 if now < spin_end:
+                    continue
+                if now < yield_end:
+                    _yield()
                     continue
             left = self.deadline - time.monotonic()
             if left <= 0:

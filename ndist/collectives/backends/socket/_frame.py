@@ -6,8 +6,9 @@ Every message on a data connection starts with one fixed 56-byte header::
     group u32 | shm_gen u32 | seq u64 | root i64 | count u64 | nbytes u64 | offset u64
 
 ``kind`` is DATA (a collective's payload, inline or as a reference into the
-sender's shared-memory segment when ``flags & SHM``), ACK (the receiver is done
-reading the sender's segment), ABORT (the sender failed this op; a short JSON
+sender's shared-memory segment when ``flags & SHM``, or the address of the
+sender's own buffer, to read with ``process_vm_readv``, when ``flags & CMA``),
+ACK (the receiver is done reading the sender's segment), ABORT (the sender failed this op; a short JSON
 reason follows) or P2P (a send; ``root`` is the tag). ``count`` is the element
 count of the sender's call, used only to describe it in a mismatch error.
 Every field is checked by ``unpack`` before anything is allocated for it.
@@ -22,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = [
-    "HEADER", "HDR_SIZE", "DATA", "ACK", "ABORT", "P2P", "F_SHM", "OPS", "op_code",
+    "HEADER", "HDR_SIZE", "DATA", "ACK", "ABORT", "P2P", "F_SHM", "F_CMA", "OPS", "op_code",
     "dtype_code", "dtype_name", "Header", "pack", "unpack", "FrameError", "MAX_NBYTES",
     "MAX_ABORT", "describe", "pack_abort", "unpack_abort", "group_hash",
 ]
@@ -34,6 +35,8 @@ _MAGIC = 0x4E44
 DATA, ACK, ABORT, P2P = 1, 2, 3, 4
 _KINDS = (DATA, ACK, ABORT, P2P)
 F_SHM = 1
+#: ``offset`` is an address in the sender's memory, read with ``process_vm_readv``
+F_CMA = 2
 
 #: largest payload one frame may announce (1 TiB): a header beyond it is corrupt.
 MAX_NBYTES = 1 << 40
@@ -110,9 +113,9 @@ def unpack(raw) -> Header:
         raise FrameError(f"bad op code {op}")
     if dt >= len(_DTYPES):
         raise FrameError(f"bad dtype code {dt}")
-    if flags & ~F_SHM:
+    if flags & ~(F_SHM | F_CMA) or flags == F_SHM | F_CMA or (flags == F_CMA and kind != DATA):
         raise FrameError(f"bad frame flags {flags:#x}")
-    if nbytes > MAX_NBYTES or offset > MAX_NBYTES or count > MAX_NBYTES:
+    if nbytes > MAX_NBYTES or (offset > MAX_NBYTES and flags != F_CMA) or count > MAX_NBYTES:
         raise FrameError(f"frame announces {nbytes} bytes at offset {offset}, above the limit {MAX_NBYTES}")
     if kind == ABORT and nbytes > MAX_ABORT:
         raise FrameError(f"abort reason of {nbytes} bytes is above the limit {MAX_ABORT}")
