@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 from ..runtime import resolve_group
 from . import _check, _debug
+from ._backend import DONE
 
 __all__ = ["member_group", "submit", "Post"]
 
@@ -46,7 +47,8 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
     ``NDIST_DEBUG=DETAIL`` collectives first compare call signatures across
     ranks through the group's store (``_debug``).
     """
-    async_op = _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        async_op = _check.check_bool("async_op", async_op)
     if backend is None:
         backend = pg.backend_for(device)
     rec = _debug.recorder_for(pg)
@@ -59,6 +61,12 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
             _debug.check_signature(pg, device, seq, method, described)
         if not async_op and getattr(backend, "blocking_calls", False):
             work = getattr(backend, method)(*args, blocking=True)
+            if work is DONE:  # finished and succeeded: nothing to wait on
+                if post:
+                    for step in post:
+                        step()
+                rec.done(slot, seq, None)
+                return None
         else:
             work = getattr(backend, method)(*args)
     except BaseException as exc:
