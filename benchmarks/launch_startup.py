@@ -94,7 +94,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-n", "--nproc", type=int, default=4)
     p.add_argument("-r", "--repeats", type=int, default=10)
-    p.add_argument("-w", "--warmup", type=int, default=1)
+    p.add_argument("-w", "--warmup", type=int, default=1, help="untimed runs first (>= 1 fills the bytecode cache)")
     p.add_argument("--ndist-script", help="script ndistrun runs (default: one all_reduce)")
     p.add_argument("--mpi-script", help="script mpiexec runs (default: one mpi4py Allreduce)")
     p.add_argument("--torchrun", action="store_true", help="also time torchrun (needs torch installed)")
@@ -104,6 +104,13 @@ def main(argv=None) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     tmp = tempfile.mkdtemp(prefix="ndist_launch_bench_")
+    bytecode = ""
+    if env.pop("PYTHONDONTWRITEBYTECODE", None):
+        # numpy and mpi4py load from the bytecode in site-packages; without a cache ndist
+        # would be compiled from source in every rank of every run. The warm-up run fills
+        # a private cache (the checkout gets no __pycache__), as an installed package has.
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pycache")
+        bytecode = " (PYTHONDONTWRITEBYTECODE ignored: bytecode cached under the temp dir)"
     try:
         def script(given, text, name):
             if given:
@@ -130,7 +137,7 @@ def main(argv=None) -> None:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(a.nproc),
                    script(None, TORCH_SCRIPT, "torch_job.py")]
             rows.append(_row("torchrun", _time(cmd, env, a.repeats, a.warmup), base))
-        print(f"{a.nproc} ranks, {a.repeats} runs each after {a.warmup} warm-up, {os.cpu_count()} CPUs")
+        print(f"{a.nproc} ranks, {a.repeats} runs each after {a.warmup} warm-up, {os.cpu_count()} CPUs{bytecode}")
         print("\n".join(rows))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

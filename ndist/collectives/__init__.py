@@ -18,6 +18,7 @@ from ._api import (
     scatter,
 )
 from ._backend import Backend
+from ._debug import flight_recorder
 from ._objects import (
     all_gather_object,
     broadcast_object_list,
@@ -58,4 +59,5 @@ __all__ = [
     "scatter_object_list",
     "send_object_list",
     "recv_object_list",
+    "flight_recorder",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import _check
 from ._common import member_group, submit
-from ._convert import contiguous_input, contiguous_output, unaliased
+from ._convert import contiguous_input, contiguous_output, device_type, unaliased
 from ._reduce_op import ReduceOp
 
 __all__ = [
@@ -42,6 +42,11 @@ def _flat_rows(arr, sizes):
     return views
 
 
+def _flat(arr):
+    """``arr`` as 1-D (itself when it already is: reshape costs a view per call)."""
+    return arr if arr.ndim == 1 else arr.reshape(-1)
+
+
 def _chunks(arr, n: int):
     flat = arr.reshape(-1)
     k = flat.size // n
@@ -54,11 +59,11 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     pg = member_group(group)
     arr = _check.output(tensor, "tensor")
     rop, scale = _check.reduce_op(op, arr.dtype)
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(arr, post)
-    return submit(pg, _check.same_device([("tensor", arr)]), "all_reduce", (buf, rop, scale), async_op, post,
-                  [tensor])
+    return submit(pg, device_type(arr), "all_reduce", (buf, rop, scale), async_op, post, [tensor])
 
 
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
@@ -67,7 +72,8 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
     root = _check.root_rank(pg, "dst", dst, "group_dst", group_dst)
     arr = _check.output(tensor, "tensor")
     rop, scale = _check.reduce_op(op, arr.dtype)
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(arr, post) if pg.rank() == root else contiguous_input(arr)
     return submit(pg, _check.same_device([("tensor", arr)]), "reduce", (buf, root, rop, scale), async_op,
@@ -79,15 +85,14 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     pg = member_group(group)
     out = _check.output(output, "output")
     ins = _check.tensor_list(input_list, "input_list", pg.size())
-    named = [("output", out)] + [(f"input_list[{i}]", a) for i, a in enumerate(ins)]
-    _check.same_dtype(named)
-    dev = _check.same_device(named)
+    dev = _check.common([out] + ins, lambda i: f"input_list[{i - 1}]" if i else "output")
     mine = ins[pg.rank()]
     if mine.size != out.size:
         raise ValueError(f"input_list[{pg.rank()}]: expected {out.size} elements (those of output), "
                          f"got {mine.size}")
     rop, scale = _check.reduce_op(op, out.dtype)
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
     inputs = unaliased([contiguous_input(a).reshape(-1) for a in ins], [buf])
@@ -99,19 +104,22 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     pg = member_group(group)
     out = _check.output(output, "output")
     inp = _check.tensor(input, "input")
-    named = [("output", out), ("input", inp)]
-    _check.same_dtype(named)
-    dev = _check.same_device(named)
+    dev = _check.common((out, inp), ("output", "input").__getitem__)
     if inp.size != out.size * pg.size():
         raise ValueError(f"input: expected {out.size * pg.size()} elements (output's {out.size} x group size "
                          f"{pg.size()}), got {inp.size}")
     rop, scale = _check.reduce_op(op, out.dtype)
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
     (src,) = unaliased([contiguous_input(inp)], [buf])
+    backend = pg.backend_for(dev)
+    if hasattr(backend, "reduce_scatter_even"):  # equal chunks on every rank: MPI_Reduce_scatter_block
+        return submit(pg, dev, "reduce_scatter_even", (_flat(buf), _flat(src), rop, scale), async_op,
+                      post, [output], backend)
     return submit(pg, dev, "reduce_scatter", (buf, _chunks(src, pg.size()), rop, scale),
-                  async_op, post, [output])
+                  async_op, post, [output], backend)
 
 
 # --------------------------------------------------------------- data movement
@@ -120,10 +128,11 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     pg = member_group(group)
     root = _check.root_rank(pg, "src", src, "group_src", group_src)
     arr = _check.output(tensor, "tensor") if pg.rank() != root else _check.tensor(tensor, "tensor")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(arr, post) if pg.rank() != root else contiguous_input(arr)
-    return submit(pg, _check.same_device([("tensor", arr)]), "broadcast", (buf, root), async_op, post, [tensor])
+    return submit(pg, device_type(arr), "broadcast", (buf, root), async_op, post, [tensor])
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -131,13 +140,12 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     pg = member_group(group)
     inp = _check.tensor(tensor, "tensor")
     outs = _check.tensor_list(tensor_list, "tensor_list", pg.size(), out=True)
-    named = [("tensor", inp)] + [(f"tensor_list[{i}]", a) for i, a in enumerate(outs)]
-    _check.same_dtype(named)
-    dev = _check.same_device(named)
+    dev = _check.common([inp] + outs, lambda i: f"tensor_list[{i - 1}]" if i else "tensor")
     if outs[pg.rank()].size != inp.size:
         raise ValueError(f"tensor_list[{pg.rank()}]: expected {inp.size} elements (those of tensor, this "
                          f"rank's contribution), got {outs[pg.rank()].size}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     bufs = [contiguous_output(a, post).reshape(-1) for a in outs]
     (src,) = unaliased([contiguous_input(inp).reshape(-1)], bufs)
@@ -149,17 +157,21 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     pg = member_group(group)
     out = _check.output(output_tensor, "output_tensor")
     inp = _check.tensor(input_tensor, "input_tensor")
-    named = [("output_tensor", out), ("input_tensor", inp)]
-    _check.same_dtype(named)
-    dev = _check.same_device(named)
+    dev = _check.common((out, inp), ("output_tensor", "input_tensor").__getitem__)
     if out.size != inp.size * pg.size():
         raise ValueError(f"output_tensor: expected {inp.size * pg.size()} elements (input_tensor's {inp.size} "
                          f"x group size {pg.size()}), got {out.size}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
-    (src,) = unaliased([contiguous_input(inp).reshape(-1)], [buf])
-    return submit(pg, dev, "all_gather", (_chunks(buf, pg.size()), src), async_op, post, [output_tensor])
+    (src,) = unaliased([_flat(contiguous_input(inp))], [buf])
+    backend = pg.backend_for(dev)
+    if hasattr(backend, "all_gather_even"):  # every rank contributes alike: MPI_Allgather
+        return submit(pg, dev, "all_gather_even", (_flat(buf), src), async_op, post, [output_tensor],
+                      backend)
+    return submit(pg, dev, "all_gather", (_chunks(buf, pg.size()), src), async_op, post, [output_tensor],
+                  backend)
 
 
 def _root_list(pg, root: int, objs, name: str, out: bool):
@@ -187,7 +199,8 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     if outs is not None and outs[root].size != inp.size:
         raise ValueError(f"gather_list[{root}]: expected {inp.size} elements (those of tensor), "
                          f"got {outs[root].size}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     bufs = None if outs is None else [contiguous_output(a, post).reshape(-1) for a in outs]
     (src,) = unaliased([contiguous_input(inp).reshape(-1)], bufs or [])
@@ -207,7 +220,8 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     if ins is not None and ins[root].size != out.size:
         raise ValueError(f"scatter_list[{root}]: expected {out.size} elements (those of tensor), "
                          f"got {ins[root].size}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post).reshape(-1)
     inputs = None if ins is None else unaliased([contiguous_input(a).reshape(-1) for a in ins], [buf])
@@ -219,15 +233,14 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
     pg = member_group(group)
     outs = _check.tensor_list(output_tensor_list, "output_tensor_list", pg.size(), out=True)
     ins = _check.tensor_list(input_tensor_list, "input_tensor_list", pg.size())
-    named = ([(f"input_tensor_list[{i}]", a) for i, a in enumerate(ins)]
-             + [(f"output_tensor_list[{i}]", a) for i, a in enumerate(outs)])
-    _check.same_dtype(named)
-    dev = _check.same_device(named)
+    n = len(ins)
+    dev = _check.common(ins + outs, lambda i: f"input_tensor_list[{i}]" if i < n else f"output_tensor_list[{i - n}]")
     me = pg.rank()
     if outs[me].size != ins[me].size:
         raise ValueError(f"output_tensor_list[{me}]: expected {ins[me].size} elements (those of "
                          f"input_tensor_list[{me}], which this rank sends itself), got {outs[me].size}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     bufs = [contiguous_output(a, post).reshape(-1) for a in outs]
     inputs = unaliased([contiguous_input(a).reshape(-1) for a in ins], bufs)
@@ -240,31 +253,37 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     pg = member_group(group)
     out = _check.output(output, "output")
     inp = _check.tensor(input, "input")
-    named = [("output", out), ("input", inp)]
-    _check.same_dtype(named)
-    dev = _check.same_device(named)
-    for name, arr in named:
-        if arr.ndim == 0:
-            raise ValueError(f"{name}: expected a tensor with at least one dimension, got a 0-d tensor")
-    if out.shape[1:] != inp.shape[1:]:
-        raise ValueError(f"output: expected trailing dimensions {tuple(inp.shape[1:])} (those of input), "
-                         f"got shape {tuple(out.shape)}")
-    osz = _check.split_sizes("output_split_sizes", output_split_sizes, out.shape[0], pg.size(), "output")
-    isz = _check.split_sizes("input_split_sizes", input_split_sizes, inp.shape[0], pg.size(), "input")
-    me = pg.rank()
-    if osz[me] != isz[me]:
-        raise ValueError(f"output_split_sizes[{me}]: expected {isz[me]} (input_split_sizes[{me}], what this "
-                         f"rank sends itself), got {osz[me]}")
-    _check.check_bool("async_op", async_op)
+    dev = _check.common((out, inp), ("output", "input").__getitem__)
+    oshape, ishape = out.shape, inp.shape
+    if not oshape or not ishape:
+        name = "output" if not oshape else "input"
+        raise ValueError(f"{name}: expected a tensor with at least one dimension, got a 0-d tensor")
+    if oshape != ishape and oshape[1:] != ishape[1:]:
+        raise ValueError(f"output: expected trailing dimensions {tuple(ishape[1:])} (those of input), "
+                         f"got shape {tuple(oshape)}")
+    n = len(pg.ranks)
+    even = (output_split_sizes is None and input_split_sizes is None and oshape == ishape
+            and not oshape[0] % n)
+    if not even:  # (even: every check below passes; skip building the size lists)
+        osz = _check.split_sizes("output_split_sizes", output_split_sizes, out.shape[0], n, "output")
+        isz = _check.split_sizes("input_split_sizes", input_split_sizes, inp.shape[0], n, "input")
+        me = pg.rank()
+        if osz[me] != isz[me]:
+            raise ValueError(f"output_split_sizes[{me}]: expected {isz[me]} (input_split_sizes[{me}], what this "
+                             f"rank sends itself), got {osz[me]}")
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
     (src,) = unaliased([contiguous_input(inp)], [buf])
     backend = pg.backend_for(dev)
-    if output_split_sizes is None and input_split_sizes is None and hasattr(backend, "all_to_all_even"):
+    if even and getattr(backend, "all_to_all_even", None) is not None:
         # Every rank splits evenly (torch's contract for no split sizes): the backend's
         # even fast path (MPI_Alltoall rather than Alltoallv).
-        return submit(pg, dev, "all_to_all_even", (buf.reshape(-1), src.reshape(-1)), async_op, post, [output],
+        return submit(pg, dev, "all_to_all_even", (_flat(buf), _flat(src)), async_op, post, [output],
                       backend)
+    if even:
+        osz = isz = [out.shape[0] // n] * n
     return submit(pg, dev, "all_to_all", (_flat_rows(buf, osz), _flat_rows(src, isz)), async_op, post, [output],
                   backend)
 
@@ -275,7 +294,8 @@ def barrier(group=None, async_op=False, device_ids=None):
     pg = member_group(group)
     if device_ids is not None and not isinstance(device_ids, (list, tuple)):
         raise TypeError(f"device_ids: expected a list of ints or None, got {type(device_ids).__name__}")
-    _check.check_bool("async_op", async_op)
+    if async_op is not False:
+        _check.check_bool("async_op", async_op)
     device = "cuda" if device_ids else "cpu"
     return submit(pg, device, "barrier", (), async_op)
 

@@ -28,9 +28,15 @@ from typing import Any, Sequence
 from ..runtime import BackendContext, Work
 from ._reduce_op import ReduceOp
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "DONE"]
 
 Array = Any  # numpy.ndarray or cupy.ndarray, C-contiguous
+
+#: What a call made with ``blocking=True`` may return when it succeeded and has
+#: no outputs to report: one shared, already-completed Work (never mutated).
+#: The public layer recognises it and neither waits on it nor chains on it,
+#: which saves a Future and its locks per synchronous call.
+DONE = Work.completed("done")
 
 
 class Backend(ABC):
@@ -38,7 +44,7 @@ class Backend(ABC):
     #: When True, every method also accepts a keyword ``blocking=True``: the
     #: caller (a public function with ``async_op=False``) will wait right away,
     #: so the backend may use a blocking primitive (``MPI_Allreduce`` rather
-    #: than ``MPI_Iallreduce``) and return an already-completed Work.
+    #: than ``MPI_Iallreduce``) and return an already-completed Work (or ``DONE``).
     blocking_calls: bool = False
 
     def __init__(self, ctx: BackendContext) -> None:

@@ -9,7 +9,7 @@ group stays usable: nothing has been communicated when a check fails.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from ._reduce_op import ReduceOp, _PremulSum
 
 __all__ = [
     "check_bool", "tensor", "output", "tensor_list", "same_dtype", "same_device", "reduce_op",
-    "root_rank", "peer_rank", "split_sizes", "check_tag",
+    "root_rank", "peer_rank", "split_sizes", "check_tag", "common",
 ]
 
 _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
@@ -29,6 +29,8 @@ def _dtype_name(dtype) -> str:
 
 
 def check_bool(name: str, value: Any) -> bool:
+    if value is False or value is True:  # the common case, without isinstance
+        return value
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name}: expected a bool, got {type(value).__name__} ({value!r})")
     return bool(value)
@@ -36,11 +38,16 @@ def check_bool(name: str, value: Any) -> bool:
 
 def tensor(obj: Any, name: str):
     """The array behind a tensor argument (any strides)."""
+    if type(obj) is np.ndarray:
+        return obj
     return as_array(obj, name)
 
 
 def output(obj: Any, name: str):
-    arr = as_array(obj, name)
+    if type(obj) is np.ndarray:
+        arr = obj
+    else:
+        arr = as_array(obj, name)
     if isinstance(arr, np.ndarray) and not arr.flags.writeable:
         raise ValueError(f"{name}: expected a writable tensor, got a read-only array of shape {arr.shape}")
     return arr
@@ -48,12 +55,35 @@ def output(obj: Any, name: str):
 
 def tensor_list(objs: Any, name: str, size: int | None, *, out: bool = False) -> list:
     """Arrays for a list argument; ``size``: required length (the group size) or None."""
-    if isinstance(objs, (str, bytes)) or not isinstance(objs, Sequence):
+    if type(objs) is not list and type(objs) is not tuple and (
+            isinstance(objs, (str, bytes)) or not isinstance(objs, Sequence)):
         raise TypeError(f"{name}: expected a list of tensors, got {type(objs).__name__}")
     if size is not None and len(objs) != size:
         raise ValueError(f"{name}: expected a list of {size} tensors (the group size), got {len(objs)}")
-    conv = output if out else tensor
-    return [conv(o, f"{name}[{i}]") for i, o in enumerate(objs)]
+    if out:
+        # writable plain ndarrays pass as they are: no per-element name built
+        return [o if type(o) is np.ndarray and o.flags.writeable else output(o, f"{name}[{i}]")
+                for i, o in enumerate(objs)]
+    return [o if type(o) is np.ndarray else as_array(o, f"{name}[{i}]") for i, o in enumerate(objs)]
+
+
+def common(arrays: Sequence[Any], name_of: Callable[[int], str]) -> str:
+    """Check ``arrays`` share one dtype and one device; return the device type.
+
+    ``name_of(i)`` names ``arrays[i]`` in the error (built only on failure),
+    with the messages of ``same_dtype`` / ``same_device``.
+    """
+    first = arrays[0]
+    dtype = first.dtype
+    if type(first) is np.ndarray:
+        for arr in arrays:
+            if type(arr) is not np.ndarray or arr.dtype != dtype:
+                break
+        else:
+            return "cpu"
+    named = [(name_of(i), a) for i, a in enumerate(arrays)]
+    same_dtype(named)
+    return same_device(named)
 
 
 def same_dtype(named: Sequence[tuple[str, Any]]) -> np.dtype:
@@ -102,8 +132,24 @@ def _scalar_factor(factor: Any):
     return value.item() if hasattr(value, "item") else value
 
 
+_checked_ops: dict = {}  # (ReduceOp, dtype) pairs that passed: the check is pure
+
+
 def reduce_op(op: Any, dtype: np.dtype) -> tuple[ReduceOp, Any]:
     """``(ReduceOp, scale)`` for ``op`` on ``dtype``; ValueError when the op does not apply."""
+    if type(op) is ReduceOp:
+        key = (op._value_, dtype)  # Enum.__hash__ is Python code; the value string hashes in C
+        try:
+            return _checked_ops[key]
+        except KeyError:
+            pass
+        result = _reduce_op(op, dtype)
+        _checked_ops[key] = result
+        return result
+    return _reduce_op(op, dtype)
+
+
+def _reduce_op(op: Any, dtype: np.dtype) -> tuple[ReduceOp, Any]:
     scale = None
     if isinstance(op, _PremulSum):
         scale = _scalar_factor(op.factor)

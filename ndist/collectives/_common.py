@@ -4,12 +4,16 @@ waiting (``async_op=False``) or returning the Work (``async_op=True``)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Sequence
 
 from ..runtime import resolve_group
-from . import _check
+from . import _check, _debug
+from ._backend import DONE
 
 __all__ = ["member_group", "submit", "Post"]
+
+_P2P = frozenset(("send", "recv"))
 
 Post = list  # list[Callable[[], None]]: write-backs run after the backend finished
 
@@ -26,16 +30,48 @@ def member_group(group: Any):
     return pg
 
 
+def _failed(rec, slot, seq: int, exc: BaseException | None) -> None:
+    from ..runtime import DistNetworkError, DistTimeoutError
+
+    rec.done(slot, seq, exc)
+    if isinstance(exc, (DistTimeoutError, DistNetworkError)):
+        _debug.dump_all(f"{slot.op if slot is not None else 'operation'} #{seq} in group "
+                        f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
+
+
 def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
            post: list[Callable[[], None]] | None = None, outputs: Any = None, backend: Any = None):
-    """Call ``backend.method(*args)``; wait unless ``async_op``; return the Work or None."""
-    async_op = _check.check_bool("async_op", async_op)
+    """Call ``backend.method(*args)``; wait unless ``async_op``; return the Work or None.
+
+    Every call is recorded in the group's flight recorder; with
+    ``NDIST_DEBUG=DETAIL`` collectives first compare call signatures across
+    ranks through the group's store (``_debug``).
+    """
+    if async_op is not False:
+        async_op = _check.check_bool("async_op", async_op)
     if backend is None:
         backend = pg.backend_for(device)
-    if not async_op and getattr(backend, "blocking_calls", False):
-        work = getattr(backend, method)(*args, blocking=True)
-    else:
-        work = getattr(backend, method)(*args)
+    rec = _debug.recorder_for(pg)
+    seq = rec.next_seq(device if method not in _P2P else device + ":p2p")  # p2p numbered apart, as backends do
+    described = _debug.describe_args(method, args)
+    dtype, cin, cout, root, _redop, _ins, _outs = described
+    slot = rec.issue(seq, method, device, dtype, cin, cout, root)
+    try:
+        if method not in _P2P and os.environ.get("NDIST_DEBUG", "").upper() == "DETAIL":
+            _debug.check_signature(pg, device, seq, method, described)
+        if not async_op and getattr(backend, "blocking_calls", False):
+            work = getattr(backend, method)(*args, blocking=True)
+            if work is DONE:  # finished and succeeded: nothing to wait on
+                if post:
+                    for step in post:
+                        step()
+                rec.done(slot, seq, None)
+                return None
+        else:
+            work = getattr(backend, method)(*args)
+    except BaseException as exc:
+        _failed(rec, slot, seq, exc)
+        raise
     if post:
         steps = list(post)
 
@@ -47,8 +83,18 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
     if async_op:
         if outputs is not None:
             work._outputs = outputs
+        fut = getattr(work, "_future", None)  # CUDA works make theirs lazily: not forced here
+        if fut is not None:
+            fut.add_done_callback(lambda f: _failed(rec, slot, seq, f.exception()))
+        work._on_timeout = lambda exc: _debug.dump_all(
+            f"{method} #{seq} in group {rec.group_name!r}: Work.wait timed out: {exc}")
         return work
-    wait_sync(work, pg)
+    try:
+        wait_sync(work, pg)
+    except BaseException as exc:
+        _failed(rec, slot, seq, exc)
+        raise
+    rec.done(slot, seq, None)
     return None
 
 

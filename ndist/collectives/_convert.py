@@ -87,20 +87,16 @@ def device_type(arr) -> str:
     return "cpu" if isinstance(arr, np.ndarray) else "cuda"
 
 
-def _is_contiguous(arr) -> bool:
-    return bool(arr.flags.c_contiguous)
-
-
 def contiguous_input(arr):
     """``arr`` itself when C-contiguous, else a contiguous copy (inputs are only read)."""
-    if _is_contiguous(arr):
+    if arr.flags.c_contiguous:
         return arr
     return arr.copy(order="C")
 
 
 def contiguous_output(arr, post: list[Callable[[], None]]):
     """A C-contiguous buffer for ``arr``; when staged, queue the write-back into ``post``."""
-    if _is_contiguous(arr):
+    if arr.flags.c_contiguous:
         return arr
     staged = arr.copy(order="C")
 
@@ -124,6 +120,10 @@ def unaliased(inputs: list, outputs: list) -> list:
     aliased buffers); torch users write ``all_to_all_single(t, t)`` or
     ``all_gather(outs, outs[rank])``, so such inputs are copied first.
     """
+    if len(inputs) == 1 and len(outputs) == 1:
+        i, o = inputs[0], outputs[0]
+        if type(i) is np.ndarray and type(o) is np.ndarray:
+            return [i.copy()] if np.may_share_memory(i, o) else inputs
     if len(inputs) * len(outputs) <= 16 and all(isinstance(a, np.ndarray) for a in (*inputs, *outputs)):
         # few pairs: NumPy's own bounds check, cheaper than building extents
         if not any(np.may_share_memory(i, o) for i in inputs for o in outputs):

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import _check
 from ._common import member_group, submit, wait_sync
-from ._convert import contiguous_input, contiguous_output
+from ._convert import contiguous_input, contiguous_output, device_type
 
 __all__ = ["send", "recv", "isend", "irecv", "P2POp", "batch_isend_irecv"]
 
@@ -23,7 +23,7 @@ def _send(tensor, dst, group, tag, group_dst, async_op):
     peer = _check.peer_rank(pg, "dst", dst, "group_dst", group_dst)
     arr = _check.tensor(tensor, "tensor")
     tag = _check.check_tag(tag)
-    dev = _check.same_device([("tensor", arr)])
+    dev = device_type(arr)
     return submit(pg, dev, "send", (contiguous_input(arr), peer, tag), async_op, None, [tensor])
 
 
@@ -32,7 +32,7 @@ def _recv(tensor, src, group, tag, group_src, async_op):
     peer = _check.peer_rank(pg, "src", src, "group_src", group_src, allow_none=True)
     arr = _check.output(tensor, "tensor")
     tag = _check.check_tag(tag)
-    dev = _check.same_device([("tensor", arr)])
+    dev = device_type(arr)
     post: list = []
     buf = contiguous_output(arr, post)
     backend = pg.backend_for(dev)

@@ -36,6 +36,8 @@ __all__ = ["LaunchError", "Round", "make_rendezvous"]
 log = logging.getLogger("ndist.launch")
 
 _PREFIX = "ndistrun"
+#: how long a node other than node 0 tries to report the end of an attempt to the store
+_END_TIMEOUT = 15.0
 
 
 class LaunchError(Exception):
@@ -148,6 +150,7 @@ class _StoreRendezvous:
         self._watcher: threading.Thread | None = None
         self._watch_store = None
         self._ended: set[int] = set()
+        self._lost = False  # node 0's store stopped answering while an attempt ended (see _bounded)
 
     def serve(self) -> None:
         pass  # node 0's server is up from the start: the other agents need it to rendezvous
@@ -272,34 +275,74 @@ class _StoreRendezvous:
         self._wait_all_ended(attempt)
 
     def report_failure(self, attempt: int, failure) -> None:
-        self._stop_watcher()  # before the wake keys are set: it must not wake our next attempt
-        if failure is not None:
-            info = json.dumps(failure.to_json()).encode()
-            self._quietly(self.store.compare_set, self._key(attempt, "failed"), b"", info)
-        self._quietly(self._wake_all, attempt)
-        self._end(attempt, "failed")
-        self._wait_all_ended(attempt)
+        def report() -> None:
+            self._stop_watcher()  # before the wake keys are set: it must not wake our next attempt
+            if failure is not None:
+                info = json.dumps(failure.to_json()).encode()
+                self._quietly(self.store.compare_set, self._key(attempt, "failed"), b"", info)
+            self._quietly(self._wake_all, attempt)
+            self._end(attempt, "failed")
+            self._wait_all_ended(attempt)
+
+        self._bounded(attempt, report)
 
     def report_stop(self, attempt: int, signum: int | None = None) -> None:
         """This agent was interrupted by ``signum``: stop the other nodes too."""
-        self._stop_watcher()
-        if signum is not None:
-            info = json.dumps({"node": self.config.node_rank, "signal": signum}).encode()
-            self._quietly(self.store.compare_set, self._key(attempt, "interrupted"), b"", info)
-        self._quietly(self._wake_all, attempt)
-        self._end(attempt, "stopped")
-        self._wait_all_ended(attempt, min(self.config.rdzv_timeout, self.config.term_timeout + 30))
+        def report() -> None:
+            self._stop_watcher()
+            if signum is not None:
+                info = json.dumps({"node": self.config.node_rank, "signal": signum}).encode()
+                self._quietly(self.store.compare_set, self._key(attempt, "interrupted"), b"", info)
+            self._quietly(self._wake_all, attempt)
+            self._end(attempt, "stopped")
+            self._wait_all_ended(attempt, min(self.config.rdzv_timeout, self.config.term_timeout + 30))
+
+        self._bounded(attempt, report)
+
+    def _bounded(self, attempt: int, fn, default=None):
+        """Run ``fn`` (the store calls that end an attempt) for at most ``_END_TIMEOUT``
+        on a node that does not host the store. When the link to node 0 is gone each
+        call would wait the store timeout plus its margin, and the agent would outlive
+        its ranks by minutes; a store that does not answer in time is abandoned (logged).
+        Node 0 hosts the store, which always answers: ``fn`` runs directly there."""
+        if self.server is not None:
+            return fn()
+        if self._lost:
+            return default
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as err:  # noqa: BLE001 - reported below
+                box["error"] = err
+
+        thread = threading.Thread(target=run, name="ndistrun-end", daemon=True)
+        thread.start()
+        thread.join(_END_TIMEOUT)
+        if thread.is_alive() or "error" in box:
+            self._lost = True
+            why = box.get("error") or f"no answer within {_END_TIMEOUT:g} s"
+            log.warning("node %d: the job's store on node 0 (%s:%d) is unreachable while ending attempt %d (%s); "
+                        "not waiting for the other nodes", self.config.node_rank, self.addr, self.port, attempt, why)
+            self._watcher = self._watch_store = None  # daemon threads blocked on the lost store: abandoned
+            return default
+        return box.get("value", default)
 
     def remote_outcome(self, attempt: int):
         """Why another node stopped ``attempt``: its ``Failure``, ``(node, signal)``
         when it was interrupted, or None if it did not get to say."""
         from ._workers import Failure
 
-        self._stop_watcher()
-        keys = (self._key(attempt, "failed"), self._key(attempt, "interrupted"))
-        raw = self._quietly(lambda: [self.store.get(k) if self.store.check([k]) else None for k in keys])
-        self._end(attempt, "stopped")
-        self._wait_all_ended(attempt)
+        def fetch():
+            self._stop_watcher()
+            keys = (self._key(attempt, "failed"), self._key(attempt, "interrupted"))
+            got = self._quietly(lambda: [self.store.get(k) if self.store.check([k]) else None for k in keys])
+            self._end(attempt, "stopped")
+            self._wait_all_ended(attempt)
+            return got
+
+        raw = self._bounded(attempt, fetch)
         if raw and raw[0]:
             return Failure.from_json(json.loads(raw[0]))
         if raw and raw[1]:
@@ -321,7 +364,8 @@ class _StoreRendezvous:
             log.warning("nodes %s did not report the end of attempt %d; closing the store anyway", missing, attempt)
 
     def close(self) -> None:
-        self._stop_watcher()
+        if not self._lost:  # else the watcher's release would wait on the lost store again
+            self._stop_watcher()
         self.store.close()
         if self.server is not None:
             self.server.close()

@@ -10,30 +10,39 @@ from ._errors import (
     DistStoreError,
     DistTimeoutError,
 )
-from ._group import Backend, ProcessGroup
-from ._registry import BackendContext, get_backend_spec, register_backend, registered_backends
-from ._rendezvous import register_rendezvous_handler
-from ._work import Work
-from ._world import (
-    GroupMember,
-    default_pg_timeout,
-    destroy_process_group,
-    get_backend,
-    get_global_rank,
-    get_group_rank,
-    get_process_group_ranks,
-    get_rank,
-    get_world_size,
-    group,
-    init_process_group,
-    is_available,
-    is_initialized,
-    new_group,
-    new_subgroups,
-    new_subgroups_by_enumeration,
-    resolve_group,
-)
-from .store import FileStore, HashStore, PrefixStore, Store, TCPStore, TCPStoreServer
+# Everything but the errors loads on first access (PEP 562): ndistrun's agent
+# imports ``ndist.runtime.store`` for its store server and needs none of the
+# process-group machinery (dataclasses/inspect, urllib, concurrent.futures ...).
+_LAZY = {
+    "Backend": "_group", "ProcessGroup": "_group",
+    "BackendContext": "_registry", "get_backend_spec": "_registry", "register_backend": "_registry",
+    "registered_backends": "_registry",
+    "register_rendezvous_handler": "_rendezvous",
+    "Work": "_work",
+    **dict.fromkeys((
+        "GroupMember", "default_pg_timeout", "destroy_process_group", "get_backend", "get_global_rank",
+        "get_group_rank", "get_process_group_ranks", "get_rank", "get_world_size", "group",
+        "init_process_group", "is_available", "is_initialized", "new_group", "new_subgroups",
+        "new_subgroups_by_enumeration", "resolve_group",
+    ), "_world"),
+    **dict.fromkeys(("FileStore", "HashStore", "PrefixStore", "Store", "TCPStore", "TCPStoreServer"), "store"),
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ndist.runtime' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"ndist.runtime.{module}"), name)
+    globals()[name] = value  # resolve once
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "DistError",

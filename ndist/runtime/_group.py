@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any, Mapping
 
 from ._errors import DistBackendError, DistMismatchError
-from ._registry import BackendContext, get_backend_spec, registered_backends
+from ._registry import BackendContext, get_backend_spec, is_registered, registered_backends
 from .store import PrefixStore, Store
 
 __all__ = ["ProcessGroup", "Backend", "parse_backend", "format_backend", "DEVICE_TYPES"]
@@ -39,7 +39,7 @@ class Backend(str):
         if not isinstance(name, str):
             raise TypeError(f"backend: expected str, got {type(name).__name__}")
         value = name.lower()
-        if value != cls.UNDEFINED and ":" not in value and _ALIASES.get(value, value) not in registered_backends():
+        if value != cls.UNDEFINED and ":" not in value and not is_registered(_ALIASES.get(value, value)):
             raise ValueError(f"backend: unknown backend {name!r}; registered: {registered_backends()} (and 'gloo')")
         return super().__new__(cls, value)
 
@@ -54,7 +54,7 @@ class Backend(str):
 def _canonical(name: str) -> str:
     """``gloo`` is looked up as itself when registered (so ``get_backend()`` says
     "gloo" to ported torch code), else as its alias ``socket``."""
-    if name in _ALIASES and name not in registered_backends():
+    if name in _ALIASES and not is_registered(name):
         return _ALIASES[name]
     return name
 
@@ -192,6 +192,11 @@ class ProcessGroup:
 
     def backend_for(self, device_type: str) -> Any:
         """The backend serving ``device_type`` in this group, created on first use."""
+        # Hot path, no lock: _shutdown marks the group destroyed *before* it empties
+        # _backends, so a backend found here belongs to a live group.
+        backend = self._backends.get(device_type)
+        if backend is not None and not self._destroyed:
+            return backend
         self.require_member("a collective on it")
         dev = getattr(device_type, "type", device_type)
         if dev not in self._backend_names:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable
 
-__all__ = ["BackendContext", "BackendSpec", "register_backend", "get_backend_spec", "registered_backends"]
+__all__ = ["BackendContext", "BackendSpec", "register_backend", "get_backend_spec", "registered_backends",
+           "is_registered"]
 
 
 @dataclass(frozen=True)
@@ -104,24 +105,37 @@ def register_backend(
 BUILTIN_BACKENDS_MODULE = "ndist.collectives.backends"
 
 
-def _load_entry_points() -> None:
-    global _entry_points_loaded
-    if _entry_points_loaded:
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if _builtins_loaded:
         return
-    _entry_points_loaded = True
+    _builtins_loaded = True
     # The built-in backends register themselves when ndist.collectives is imported;
     # a program that only called the runtime (ndistrun's rank bootstrap, run_ranks)
     # has not imported it yet. Imported by name, so runtime still imports no backend.
-    try:
-        importlib.import_module("ndist.collectives.backends")
-    except ImportError:  # pragma: no cover - a partial installation
-        pass
     try:
         importlib.import_module(BUILTIN_BACKENDS_MODULE)
     except ImportError:
         import logging
 
         logging.getLogger("ndist.runtime").warning("cannot import the built-in backends", exc_info=True)
+
+
+def _load_entry_points() -> None:
+    """Built-ins, then the ``ndist.backends`` entry points of installed plugins.
+
+    Scanning the installed distributions costs tens of milliseconds at start-up
+    (``importlib.metadata``), so lookups of a built-in name never do it: only
+    an unknown name or the full list (``registered_backends``) loads plugins.
+    """
+    global _entry_points_loaded
+    _load_builtins()
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
     try:
         from importlib.metadata import entry_points
 
@@ -133,15 +147,24 @@ def _load_entry_points() -> None:
         logging.getLogger("ndist.runtime").warning("failed to load ndist.backends entry points", exc_info=True)
 
 
-def get_backend_spec(name: str) -> BackendSpec:
+def is_registered(name: str) -> bool:
+    """Whether backend ``name`` is registered (plugins are loaded only if it is not a built-in)."""
     key = name.lower()
     if key not in _specs:
-        _load_entry_points()
+        _load_builtins()
+        if key not in _specs:
+            _load_entry_points()
+    return key in _specs
+
+
+def get_backend_spec(name: str) -> BackendSpec:
+    key = name.lower()
+    is_registered(key)
     try:
         return _specs[key]
     except KeyError:
         raise ValueError(
-            f"backend: unknown backend {name!r}; registered: {sorted(_specs)}"
+            f"backend: unknown backend {name!r}; registered: {registered_backends()}"
         ) from None
 
 

@@ -40,7 +40,7 @@ class Work:
     is still outstanding (e.g. ``"ranks not heard from: [2, 3]"``).
     """
 
-    __slots__ = ("op", "seq", "_outputs", "_future", "_pending", "_lock", "__weakref__")
+    __slots__ = ("op", "seq", "_outputs", "_future", "_pending", "_lock", "_on_timeout", "__weakref__")
 
     def __init__(
         self,
@@ -56,6 +56,7 @@ class Work:
         self._future.set_running_or_notify_cancel()
         self._pending = pending
         self._lock = threading.Lock()
+        self._on_timeout: Callable[[BaseException], None] | None = None  # diagnostics hook (flight recorder)
 
     # ------------------------------------------------------------ completion
     @classmethod
@@ -121,9 +122,14 @@ class Work:
                     detail = "; " + self._pending()
                 except Exception:  # noqa: BLE001 - diagnostics only
                     detail = ""
-            raise DistTimeoutError(
-                f"{self.op} (#{self.seq}) did not complete within {seconds:g} s{detail}"
-            )
+            exc = DistTimeoutError(f"{self.op} (#{self.seq}) did not complete within {seconds:g} s{detail}")
+            hook = getattr(self, "_on_timeout", None)  # subclasses may skip __init__
+            if hook is not None:
+                try:
+                    hook(exc)
+                except Exception:  # noqa: BLE001 - diagnostics must not hide the timeout
+                    pass
+            raise exc
         exc = self._future.exception()
         if exc is not None:
             raise exc

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from . import _env, _log
 from ._group import ProcessGroup, parse_backend
-from ._registry import get_backend_spec, registered_backends
+from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
 from .store import HashStore, PrefixStore, Store
 
@@ -119,7 +119,7 @@ def _check_int(name: str, value: Any) -> int:
 
 def _available(name: str) -> bool:
     try:
-        return name in registered_backends() and get_backend_spec(name).available()
+        return is_registered(name) and get_backend_spec(name).available()
     except Exception:  # noqa: BLE001
         return False
 
@@ -129,7 +129,7 @@ def _default_backends(use_mpi: bool) -> dict[str, str]:
     (+ cuda:nccl where NCCL is available)."""
     cpu = "mpi" if use_mpi and _available("mpi") else "socket"
     mapping = parse_backend(cpu)  # ValueError listing the registered backends
-    if "nccl" in registered_backends() and _available("nccl"):
+    if _available("nccl"):
         mapping["cuda"] = "nccl"
     return mapping
 

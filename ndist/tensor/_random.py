@@ -26,7 +26,14 @@ class Generator:
             raise ValueError(f"Generator: device must be 'cpu' (CUDA generators are per device "
                              f"and seeded with ndist.cuda.manual_seed), got {device!r}")
         self._seed = _entropy()
-        self._rng = np.random.default_rng(self._seed)
+        self._numpy_rng = None  # made on first use: numpy.random costs every import ~5 ms
+
+    @property
+    def _rng(self) -> np.random.Generator:
+        rng = self._numpy_rng
+        if rng is None:
+            rng = self._numpy_rng = np.random.default_rng(self._seed)
+        return rng
 
     @property
     def device(self):
@@ -38,7 +45,7 @@ class Generator:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"manual_seed: seed must be an int, got {type(seed).__name__}")
         self._seed = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
-        self._rng = np.random.default_rng(self._seed)
+        self._numpy_rng = None  # reseeded on next use
         return self
 
     def initial_seed(self) -> int:

@@ -281,6 +281,51 @@ def _(d, r, n):
     d.barrier(device_ids=0)
 
 
+@bad("all_to_all_single-dtype", TypeError, r"input: expected dtype float32 \(the dtype of output\), got float64")
+def _(d, r, n):
+    d.all_to_all_single(Z(2, np.float32), Z(2, np.float64))
+
+
+@bad("reduce_scatter_tensor-dtype", TypeError, r"input: expected dtype float32 \(the dtype of output\), got int64")
+def _(d, r, n):
+    d.reduce_scatter_tensor(Z(1, np.float32), Z(2, np.int64))
+
+
+@bad("dst-outside-group", ValueError, r"dst: expected a global rank in group \[0, 1\], got 5")
+def _(d, r, n):
+    d.gather(Z(1), None, dst=5)
+
+
+@bad("min-on-complex", ValueError, r"op: MIN is not defined on complex tensors \(dtype complex64\)")
+def _(d, r, n):
+    d.all_reduce(Z(2, np.complex64), d.ReduceOp.MIN)
+
+
+@bad("bor-on-float64", ValueError, r"op: BOR needs an integer or bool tensor, got dtype float64")
+def _(d, r, n):
+    d.all_reduce(Z(2), d.ReduceOp.BOR)
+
+
+@bad("group-rank-not-member", ValueError, r"global_rank: rank 5 is not part of group '0' with ranks \[0, 1\]")
+def _(d, r, n):
+    d.get_group_rank(d.group.WORLD, 5)
+
+
+@bad("new_group-rank-outside-world", ValueError, r"ranks: expected global ranks in \[0, 2\), got 5")
+def _(d, r, n):
+    d.new_group([0, 5])
+
+
+@bad("new_group-duplicate-rank", ValueError, r"ranks: expected distinct ranks, got \[0, 0\]")
+def _(d, r, n):
+    d.new_group([0, 0])
+
+
+@bad("double-init", RuntimeError, r"trying to initialize the default process group twice")
+def _(d, r, n):
+    d.init_process_group(d.get_backend())
+
+
 def run_cases(dist) -> dict:
     """``{case_id: None or what went wrong}``, on this rank."""
     rank, size = dist.get_rank(), dist.get_world_size()

@@ -111,3 +111,63 @@ def test_contiguous_staging_writes_back():
     np.testing.assert_array_equal(base, [[5, 0]] * 4)
     post = []
     assert contiguous_output(base, post) is base and post == []
+
+
+def test_reduce_op_cache_keeps_each_pair_apart():
+    # A (op, dtype) pair that passed is remembered; another op on that dtype, or that op on
+    # another dtype, is still checked on its own.
+    f32 = np.dtype(np.float32)
+    assert _check.reduce_op(ReduceOp.SUM, f32) == (ReduceOp.SUM, None)
+    assert _check.reduce_op(ReduceOp.SUM, f32) == (ReduceOp.SUM, None)
+    with pytest.raises(ValueError, match="op: BAND needs an integer or bool tensor, got dtype float32"):
+        _check.reduce_op(ReduceOp.BAND, f32)
+    assert _check.reduce_op(ReduceOp.AVG, f32) == (ReduceOp.AVG, None)
+    with pytest.raises(ValueError, match="op: AVG needs a floating-point or complex tensor, got dtype int32"):
+        _check.reduce_op(ReduceOp.AVG, np.dtype(np.int32))
+    with pytest.raises(ValueError, match="PREMUL_SUM needs its factor"):
+        _check.reduce_op(ReduceOp.PREMUL_SUM, f32)
+    with pytest.raises(TypeError, match="op: expected a ndist.distributed.ReduceOp, got str"):
+        _check.reduce_op("sum", f32)
+
+
+def test_common_checks_dtype_then_device_and_names_lazily():
+    a, b = np.zeros(2, np.float32), np.zeros(2, np.float32)
+    asked = []
+
+    def name_of(i):
+        asked.append(i)
+        return f"t[{i}]"
+
+    assert _check.common([a, b, a], name_of) == "cpu"
+    assert asked == []  # names are built only for an error
+    with pytest.raises(TypeError, match=r"t\[2\]: expected dtype float32 \(the dtype of t\[0\]\), got int64"):
+        _check.common([a, b, np.zeros(2, np.int64)], name_of)
+    with pytest.raises(TypeError, match=r"t\[1\]: expected a tensor"):
+        _check.tensor_list([a, [1.0]], "t", 2)
+
+
+def test_tensor_list_fast_path_keeps_the_checks():
+    a = np.zeros(3)
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    assert _check.tensor_list([a, ro], "inputs", 2)[1] is ro  # inputs may be read-only
+    with pytest.raises(ValueError, match=r"outputs\[1\]: expected a writable tensor"):
+        _check.tensor_list([a, ro], "outputs", 2, out=True)
+    with pytest.raises(TypeError, match="outputs: expected a list of tensors, got str"):
+        _check.tensor_list("ab", "outputs", 2, out=True)
+    with pytest.raises(ValueError, match="expected a list of 3 tensors"):
+        _check.tensor_list((a, a), "outputs", 3, out=True)
+
+
+def test_unaliased_copies_only_an_input_overlapping_an_output():
+    from ndist.collectives._convert import unaliased
+
+    buf = np.arange(8.0)
+    other = np.zeros(8)
+    (same,) = unaliased([other], [buf])
+    assert same is other  # no overlap: no copy
+    (copied,) = unaliased([buf[2:6]], [buf])
+    assert copied is not buf and not np.shares_memory(copied, buf)
+    np.testing.assert_array_equal(copied, [2, 3, 4, 5])
+    ins = unaliased([buf[:4], other], [buf[4:], np.zeros(2)])
+    assert ins[0].base is buf and ins[1] is other  # disjoint halves of one buffer stay views

@@ -117,3 +117,24 @@ def test_backend_names_class():
     assert Backend("STORETEST") == "storetest"
     with pytest.raises(ValueError, match="unknown backend"):
         Backend("bogus")
+
+
+@pytest.mark.timeout(60)
+def test_builtin_backend_lookup_does_not_scan_installed_plugins():
+    # Scanning the installed distributions for ``ndist.backends`` entry points costs every
+    # rank tens of milliseconds at start-up; a built-in name never needs it, an unknown one does.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from ndist.runtime import _registry\nfrom ndist.runtime._group import parse_backend\n"
+        "assert parse_backend('socket')['cpu'] == 'socket'\n"
+        "assert _registry.is_registered('mpi') and _registry.get_backend_spec('socket').name == 'socket'\n"
+        "assert not _registry._entry_points_loaded, 'plugins scanned for a built-in name'\n"
+        "assert not _registry.is_registered('no-such-backend')\n"
+        "assert _registry._entry_points_loaded, 'an unknown name must look at the plugins'\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

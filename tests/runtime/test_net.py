@@ -49,3 +49,24 @@ def test_wrong_secret_is_refused_on_both_sides():
     assert "job-secret" in str(r["server"])
     assert isinstance(r["client"], AuthenticationError)
     assert "NDIST_SECRET" in str(r["client"])
+
+
+@pytest.mark.timeout(60)
+def test_connect_by_name_does_not_load_the_idna_codec():
+    # getaddrinfo on a str host imports encodings.idna (+ stringprep, unicodedata), a few
+    # milliseconds of every rank's start-up; connect passes an ASCII name as bytes.
+    import subprocess
+    import sys
+
+    code = (
+        "import socket, sys, time\n"
+        "from ndist.runtime._net import connect\n"
+        "srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)\n"
+        "sock = connect('localhost', srv.getsockname()[1], time.monotonic() + 20, 'test server')\n"
+        "peer, _ = srv.accept()\n"
+        "sock.sendall(b'x'); assert peer.recv(1) == b'x'\n"
+        "assert 'encodings.idna' not in sys.modules, 'idna codec loaded'\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -155,3 +155,22 @@ def test_requires_grad_is_refused_not_ignored():
     with pytest.raises(ValueError, match="zeros: requires_grad"):
         ndist.zeros(2, requires_grad=True)
     assert ndist.ones(1, requires_grad=False).tolist() == [1.0]
+
+
+@pytest.mark.timeout(60)
+def test_importing_ndist_does_not_import_numpy_random():
+    # numpy.random costs every rank ~5 ms at import; the generators make theirs on first use.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ndist\n"
+        "t = ndist.ones(2)\n"
+        "assert 'numpy.random' not in sys.modules, 'numpy.random imported eagerly'\n"
+        "ndist.manual_seed(7); a = ndist.rand(3).numpy()\n"
+        "g = ndist.Generator().manual_seed(7); b = ndist.rand(3, generator=g).numpy()\n"
+        "assert (a == b).all(), (a, b)\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

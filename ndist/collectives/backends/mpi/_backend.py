@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 import zlib
+from itertools import accumulate
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ....runtime import DistBackendError, Work
-from ..._backend import Backend
+from ..._backend import DONE, Backend
 from ..._reduce_op import ReduceOp
 from ._types import move_type, reduce_plan
 from ._work import MPIWork, _as_dist_error
@@ -35,7 +36,7 @@ def _is_numpy(arr) -> bool:
 
 def _ptr(arr) -> int:
     if _is_numpy(arr):
-        return arr.__array_interface__["data"][0]
+        return arr.ctypes.data  # half the cost of __array_interface__'s dict
     return arr.data.ptr  # cupy
 
 
@@ -48,11 +49,20 @@ def _xp(arr):
 
 
 # What a blocking call returns: completed, succeeded, no outputs (shared, never mutated).
-_DONE = Work.completed("mpi")
+_DONE = DONE
+_PLAIN_REDUCE = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX,
+                 ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
 
 
 def _span(arrays: Sequence[Any]):
     """A 1-D view covering ``arrays`` if they lie back to back, in order, in one buffer."""
+    nonempty = [a for a in arrays if a.size]
+    if len(nonempty) == 1:
+        return nonempty[0].reshape(-1)  # the only bytes there are (contiguous, as every array here)
+    if len(nonempty) > 1 and _is_numpy(nonempty[0]):
+        base = nonempty[0].base
+        if base is None or any(a.base is not base for a in nonempty):
+            return None  # separate arrays (the usual list of tensors): no pointer needed to tell
     anchor = None
     offset = 0
     for arr in arrays:
@@ -113,12 +123,7 @@ def _unpacker(arrays: Sequence[Any], dtype):
 
 def _counts(arrays: Sequence[Any], unit: int):
     counts = [a.size * unit for a in arrays]
-    displs = [0] * len(counts)
-    pos = 0
-    for i, c in enumerate(counts):
-        displs[i] = pos
-        pos += c
-    return counts, displs
+    return counts, ([0, *accumulate(counts[:-1])] if counts else [])
 
 
 class MPIBackend(Backend):
@@ -199,6 +204,15 @@ class MPIBackend(Backend):
         return wbuf, mtype, mop
 
     def all_reduce(self, buf, op: ReduceOp, scale=None, *, blocking: bool = False) -> Work:
+        if blocking and type(buf) is np.ndarray and op in _PLAIN_REDUCE:
+            # The synchronous hot path: one MPI call on the caller's buffer.
+            work_dtype, mtype, mop = reduce_plan(self.MPI, buf.dtype, op)
+            if work_dtype is buf.dtype or work_dtype == buf.dtype:
+                try:
+                    self.comm.Allreduce(self.MPI.IN_PLACE, [buf, mtype], mop)
+                except Exception as err:  # noqa: BLE001 - delivered through the Work
+                    return Work.failed("all_reduce", _as_dist_error("all_reduce", err))
+                return DONE
         post: list = []
         wbuf, mtype, mop = self._prepare_reduce(buf, op, scale, True, post)
         return self._run("all_reduce", "Allreduce", (self.MPI.IN_PLACE, [wbuf, mtype], mop),
@@ -230,8 +244,33 @@ class MPIBackend(Backend):
         args = ([swork, mtype], [rwork, mtype], counts, mop)
         return self._run("reduce_scatter", "Reduce_scatter", args, blocking, self._finisher(post))
 
+    def reduce_scatter_even(self, out, inp, op: ReduceOp, scale=None, *, blocking: bool = False) -> Work:
+        """``reduce_scatter`` of the flat ``inp`` cut in ``size`` chunks the size of ``out``.
+
+        Called by ``reduce_scatter_tensor``, whose contract gives every rank equal
+        chunks: one ``MPI_Reduce_scatter_block`` on the caller's buffers.
+        """
+        if blocking and type(inp) is np.ndarray and type(out) is np.ndarray and op in _PLAIN_REDUCE:
+            work_dtype, mtype, mop = reduce_plan(self.MPI, out.dtype, op)
+            if work_dtype == out.dtype:
+                try:
+                    self.comm.Reduce_scatter_block([inp, mtype], [out, mtype], mop)
+                except Exception as err:  # noqa: BLE001 - delivered through the Work
+                    return Work.failed("reduce_scatter", _as_dist_error("reduce_scatter", err))
+                return DONE
+        k = out.size
+        return self.reduce_scatter(out, [inp[i * k:(i + 1) * k] for i in range(self.size)], op, scale,
+                                   blocking=blocking)
+
     # ---------------------------------------------------------- data movement
     def broadcast(self, buf, src: int, *, blocking: bool = False) -> Work:
+        if blocking and type(buf) is np.ndarray:
+            mtype, unit = move_type(self.MPI, buf.dtype)
+            try:
+                self.comm.Bcast([buf, buf.size * unit, mtype], src)
+            except Exception as err:  # noqa: BLE001 - delivered through the Work
+                return Work.failed("broadcast", _as_dist_error("broadcast", err))
+            return DONE
         post: list = []
         (buf,) = self._host([buf], post, out=self.rank != src)
         mtype, unit = move_type(self.MPI, buf.dtype)
@@ -252,6 +291,28 @@ class MPIBackend(Backend):
             return self._run("all_gather", "Allgather", args, blocking, self._finisher(post))
         args = ([inp, inp.size * unit, mtype], [rbuf, counts, displs, mtype])
         return self._run("all_gather", "Allgatherv", args, blocking, self._finisher(post))
+
+    def all_gather_even(self, out, inp, *, blocking: bool = False) -> Work:
+        """``all_gather`` into the flat ``out`` of ``size`` chunks the size of ``inp`` (``MPI_Allgather``).
+
+        Called by ``all_gather_into_tensor``, whose contract makes every rank's
+        contribution the same size.
+        """
+        if blocking and type(inp) is np.ndarray and type(out) is np.ndarray:
+            mtype, unit = move_type(self.MPI, inp.dtype)
+            count = inp.size * unit
+            try:
+                self.comm.Allgather([inp, count, mtype], [out, count, mtype])
+            except Exception as err:  # noqa: BLE001 - delivered through the Work
+                return Work.failed("all_gather", _as_dist_error("all_gather", err))
+            return DONE
+        post: list = []
+        (inp,) = self._host([inp], post, out=False)
+        (out,) = self._host([out], post, out=True)
+        mtype, unit = move_type(self.MPI, inp.dtype)
+        count = inp.size * unit
+        args = ([inp, count, mtype], [out, count, mtype])
+        return self._run("all_gather", "Allgather", args, blocking, self._finisher(post))
 
     def gather(self, outputs, inp, dst: int, *, blocking: bool = False) -> Work:
         post: list = []
@@ -302,6 +363,14 @@ class MPIBackend(Backend):
         every rank sends equal chunks (a choice MPI needs every rank to make alike,
         which per-rank counts alone cannot tell).
         """
+        if blocking and type(inp) is np.ndarray and type(out) is np.ndarray:
+            mtype, unit = move_type(self.MPI, inp.dtype)
+            count = inp.size // self.size * unit
+            try:
+                self.comm.Alltoall([inp, count, mtype], [out, count, mtype])
+            except Exception as err:  # noqa: BLE001 - delivered through the Work
+                return Work.failed("all_to_all", _as_dist_error("all_to_all", err))
+            return DONE
         post: list = []
         (inp,) = self._host([inp], post, out=False)
         (out,) = self._host([out], post, out=True)

@@ -47,7 +47,7 @@ def reduce_plan(MPI, dtype: np.dtype, op: ReduceOp):
     (float32 for half precision, uint8 view for bool). AVG and PREMUL_SUM
     map to SUM; the caller divides / scales.
     """
-    key = (dtype.char, dtype.itemsize, op.value)  # cheaper to hash than (dtype, ReduceOp)
+    key = (dtype.char, dtype.itemsize, op._value_)  # cheaper to hash than (dtype, ReduceOp)
     try:
         return _reduce_cache[key]
     except KeyError:

@@ -37,6 +37,7 @@ SHM_MIN = 32 << 10
 _instances = itertools.count()
 
 
+
 def _transport_mode(options) -> str:
     mode = getattr(options, "transport", None) or os.environ.get(TRANSPORT_ENV, "auto")
     mode = str(mode).lower()

@@ -175,6 +175,10 @@ class P2P:
                         self._sel.unregister(key.fileobj)
                     except (KeyError, ValueError):
                         pass
+                    try:
+                        key.fileobj.shutdown(socket.SHUT_RDWR)  # a corrupt stream is not read again
+                    except OSError:
+                        pass
                     if not self._closed:
                         self._peer_lost(key.data, err)
             self._expire()
@@ -196,9 +200,7 @@ class P2P:
             r.work._outputs = [peer]
             r.work._complete()
             return
-        data = np.empty(h.nbytes, dtype=np.uint8)
-        if h.nbytes:
-            _net.recv_into_exact(sock, memoryview(data))
+        data = _recv_payload(sock, h.nbytes)
         if r is None:
             # a receive may have been posted while the payload was arriving
             with self._lock:
@@ -261,3 +263,30 @@ class P2P:
                 os.close(fd)
             except OSError:
                 pass
+
+
+#: an unmatched payload is buffered in pieces of at most this many bytes, so memory
+#: follows the bytes that actually arrive, not the length a header announces.
+_PIECE = 64 << 20
+
+
+def _recv_payload(sock: socket.socket, nbytes: int) -> np.ndarray:
+    """Read an ``nbytes`` payload nobody posted a buffer for.
+
+    Up to ``_PIECE`` it is one buffer; above, pieces are allocated as bytes
+    arrive (a corrupt or forged header announcing a terabyte costs nothing
+    until the bytes come, and a peer that closes early is a connection error).
+    """
+    if nbytes <= _PIECE:
+        data = np.empty(nbytes, dtype=np.uint8)
+        if nbytes:
+            _net.recv_into_exact(sock, memoryview(data))
+        return data
+    pieces, left = [], nbytes
+    while left:
+        piece = np.empty(min(left, _PIECE), dtype=np.uint8)
+        _net.recv_into_exact(sock, memoryview(piece))
+        pieces.append(piece)
+        left -= piece.nbytes
+    return np.concatenate(pieces)
+

@@ -39,14 +39,21 @@ _SOCKBUF = 4 << 20
 
 
 def host_identity() -> str:
-    """hostname + boot id: equal exactly when two processes share a kernel (and /dev/shm)."""
+    """hostname + boot id + network namespace: equal exactly when two processes share
+    a kernel (so /dev/shm) and a loopback interface (so 127.0.0.1 reaches the peer).
+    Ranks in different network namespaces of one machine (containers, ``ip netns``)
+    count as different hosts."""
     boot = ""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
     except OSError:
         pass
-    return f"{socket.gethostname()}/{boot}"
+    try:
+        netns = os.readlink("/proc/self/ns/net")
+    except OSError:
+        netns = ""
+    return f"{socket.gethostname()}/{boot}/{netns}"
 
 
 def _tune(sock: socket.socket) -> None:
@@ -80,6 +87,26 @@ def _advertised_host() -> str:
         return "127.0.0.1"
 
 
+def _is_loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def _single_node() -> bool:
+    """The launcher says every rank runs on this node (LOCAL_WORLD_SIZE == WORLD_SIZE)."""
+    local, world = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("WORLD_SIZE")
+    return bool(local) and local == world and not os.environ.get("NDIST_SOCKET_HOST")
+
+
+def listen_address() -> tuple[str, str]:
+    """``(bind, advertised)``: a single-node job (or one whose peers are reached over
+    loopback) listens on 127.0.0.1 only; otherwise on every interface, advertising
+    the address of the route to the job's store."""
+    if _single_node():
+        return "127.0.0.1", "127.0.0.1"
+    host = _advertised_host()
+    return ("127.0.0.1" if _is_loopback(host) else ""), host
+
+
 class Mesh:
     def __init__(self, store, rank: int, size: int, group_name: str, secret: bytes, timeout: float,
                  extra: dict, on_p2p=None) -> None:
@@ -100,7 +127,8 @@ class Mesh:
         self._closed = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("", 0))
+        bind, advertised = listen_address()
+        self._listener.bind((bind, 0))
         self._listener.listen(max(16, size))
         port = self._listener.getsockname()[1]
         # Same-host peers connect through a Unix socket (abstract namespace: nothing
@@ -115,7 +143,7 @@ class Mesh:
                 self._ulistener.listen(max(16, size))
             except OSError:
                 self._ulistener, unix = None, None
-        self.info = dict(extra, host=_advertised_host(), port=port, hostid=self.hostid, pid=os.getpid(),
+        self.info = dict(extra, host=advertised, port=port, hostid=self.hostid, pid=os.getpid(),
                          hostname=socket.gethostname(), token=self.token.hex(), unix=unix)
         self._threads = []
         for lst in (self._listener, self._ulistener):

@@ -1,0 +1,317 @@
+"""Diagnostics every backend gets: the flight recorder and ``NDIST_DEBUG=DETAIL``
+call-signature checks.
+
+Flight recorder: the last ``NDIST_FLIGHT_RECORDER_SIZE`` (default 64; 0 turns
+it off) operations per process group are kept in a ring of preallocated
+slots (op, device, dtype, element counts, root, sequence number, state
+issued / completed / failed, timestamps). Recording mutates a slot in place;
+nothing is formatted on the hot path. When an operation fails with a timeout
+or a lost peer, the rings of every group are logged at ERROR and written to
+``$NDIST_FLIGHT_RECORDER_DIR/rank<global rank>.json`` when that variable is
+set. ``ndist.distributed.flight_recorder(group)`` returns a group's entries.
+
+``NDIST_DEBUG=DETAIL``: before each collective every rank publishes its call
+signature (op, dtype, counts, root, reduce op) under the group's store and
+compares it with every other rank's, so a mismatched call fails on every rank
+with ``DistMismatchError`` naming both calls, before the backend sees it. The
+socket backend already checks frame headers on every op; this adds the same
+guarantee in front of MPI and NCCL, which have none. Every ProcessGroup has a
+store (MPI jobs started without ``MASTER_ADDR`` get one from the MPI
+rendezvous); a group without one (``store is None``) skips the check with a
+single warning. The sequence numbers used here count the collectives issued
+through the public API on a (group, device) pair, as the socket backend does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+__all__ = ["FlightRecorder", "recorder_for", "flight_recorder", "dump_all", "describe_args", "check_signature"]
+
+log = logging.getLogger("ndist.collectives.debug")
+
+SIZE_ENV = "NDIST_FLIGHT_RECORDER_SIZE"
+DIR_ENV = "NDIST_FLIGHT_RECORDER_DIR"
+_DEFAULT_SIZE = 64
+_P2P = frozenset(("send", "recv"))
+
+
+# ------------------------------------------------------------------ recorder
+class _Slot:
+    __slots__ = ("seq", "op", "device", "dtype", "count_in", "count_out", "root", "state", "t_issued",
+                 "t_done", "error")
+
+    def __init__(self) -> None:
+        self.seq = -1
+
+    def as_dict(self) -> dict:
+        return {
+            "seq": self.seq, "op": self.op, "device": self.device,
+            "dtype": None if self.dtype is None else str(self.dtype),
+            "count_in": self.count_in, "count_out": self.count_out, "root": self.root,
+            "state": self.state, "time_issued": self.t_issued, "time_done": self.t_done,
+            "duration_s": None if self.t_done is None else round(self.t_done - self.t_issued, 6),
+            "error": self.error,
+        }
+
+
+class FlightRecorder:
+    """The ring of one process group (see the module docstring)."""
+
+    def __init__(self, group_name: str, global_rank: int, size: int) -> None:
+        self.group_name = group_name
+        self.global_rank = global_rank
+        self.size = size
+        self._slots = [_Slot() for _ in range(size)]
+        self._next = 0
+        self._seqs: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def next_seq(self, device: str) -> int:
+        with self._lock:
+            seq = self._seqs.get(device, 0) + 1
+            self._seqs[device] = seq
+            return seq
+
+    def issue(self, seq, op, device, dtype, count_in, count_out, root) -> _Slot | None:
+        if not self.size:
+            return None
+        with self._lock:
+            slot = self._slots[self._next]
+            self._next = (self._next + 1) % self.size
+        slot.seq, slot.op, slot.device, slot.dtype = seq, op, device, dtype
+        slot.count_in, slot.count_out, slot.root = count_in, count_out, root
+        slot.state, slot.t_issued, slot.t_done, slot.error = "issued", time.time(), None, None
+        return slot
+
+    @staticmethod
+    def done(slot: _Slot | None, seq: int, exc: BaseException | None) -> None:
+        if slot is None or slot.seq != seq or slot.state != "issued":
+            return  # the slot was reused by a later op
+        slot.t_done = time.time()
+        if exc is None:
+            slot.state = "completed"
+        else:
+            slot.state = "failed"
+            slot.error = f"{type(exc).__name__}: {exc}"
+
+    def entries(self) -> list[dict]:
+        with self._lock:
+            order = self._slots[self._next:] + self._slots[:self._next]
+        return [s.as_dict() for s in order if s.seq >= 0]
+
+
+_recorders: "weakref.WeakKeyDictionary[Any, FlightRecorder]" = weakref.WeakKeyDictionary()
+_recorders_lock = threading.Lock()
+
+
+def _ring_size() -> int:
+    raw = os.environ.get(SIZE_ENV, "")
+    try:
+        return max(0, int(raw)) if raw.strip() else _DEFAULT_SIZE
+    except ValueError:
+        log.warning("%s: expected a non-negative int, got %r; using %d", SIZE_ENV, raw, _DEFAULT_SIZE)
+        return _DEFAULT_SIZE
+
+
+def recorder_for(pg) -> FlightRecorder:
+    rec = _recorders.get(pg)
+    if rec is None:
+        with _recorders_lock:
+            rec = _recorders.get(pg)
+            if rec is None:
+                rec = _recorders[pg] = FlightRecorder(pg.group_name, pg.ranks[pg.rank()] if pg.is_member else -1,
+                                                      _ring_size())
+    return rec
+
+
+def flight_recorder(group=None) -> list[dict]:
+    """The flight-recorder entries of ``group`` (default: the world), oldest first."""
+    from ..runtime import resolve_group
+
+    pg = resolve_group(group)
+    rec = _recorders.get(pg)
+    return rec.entries() if rec is not None else []
+
+
+def dump_all(reason: str) -> str | None:
+    """Log every group's ring at ERROR; write it to ``$NDIST_FLIGHT_RECORDER_DIR``. Returns the path."""
+    with _recorders_lock:
+        recs = list(_recorders.values())
+    if not recs:
+        return None
+    rank = recs[0].global_rank
+    data = {"rank": rank, "pid": os.getpid(), "reason": reason, "time": time.time(),
+            "groups": {r.group_name: r.entries() for r in recs}}
+    text = json.dumps(data, indent=1)
+    log.error("flight recorder of rank %d (%s):\n%s", rank, reason, text)
+    folder = os.environ.get(DIR_ENV)
+    if not folder:
+        return None
+    path = os.path.join(folder, f"rank{rank}.json")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        log.error("cannot write the flight recorder to %s: %s", path, err)
+        return None
+    return path
+
+
+# --------------------------------------------------------------- signatures
+def _sizes(lst) -> list[int] | None:
+    return None if lst is None else [int(a.size) for a in lst]
+
+
+def describe_args(method: str, args) -> tuple:
+    """``(dtype, count_in, count_out, root, redop, ins, outs)`` of a backend call.
+
+    ``ins[j]`` / ``outs[j]``: elements this rank sends to / receives from group
+    rank ``j`` (``None`` where the op has no per-rank sizes here).
+    """
+    dtype = root = redop = ins = outs = None
+    cin = cout = 0
+    if method == "all_reduce":
+        buf, redop = args[0], args[1]
+        dtype, cin = buf.dtype, buf.size
+        cout = cin
+    elif method == "reduce":
+        buf, root, redop = args[0], args[1], args[2]
+        dtype, cin = buf.dtype, buf.size
+        cout = cin
+    elif method == "broadcast":
+        buf, root = args
+        dtype, cin = buf.dtype, buf.size
+        cout = cin
+    elif method == "reduce_scatter":
+        buf, inputs, redop = args[0], args[1], args[2]
+        ins = _sizes(inputs)
+        dtype, cin, cout = buf.dtype, sum(ins), buf.size
+    elif method == "all_gather":
+        bufs, src = args
+        outs = _sizes(bufs)
+        dtype, cin, cout = src.dtype, src.size, sum(outs)
+    elif method == "gather":
+        bufs, src, root = args
+        outs = _sizes(bufs)
+        dtype, cin, cout = src.dtype, src.size, sum(outs) if outs else 0
+    elif method == "scatter":
+        buf, inputs, root = args
+        ins = _sizes(inputs)
+        dtype, cin, cout = buf.dtype, sum(ins) if ins else 0, buf.size
+    elif method == "all_to_all":
+        bufs, inputs = args
+        outs, ins = _sizes(bufs), _sizes(inputs)
+        dtype, cin, cout = bufs[0].dtype if bufs else None, sum(ins), sum(outs)
+    elif method == "all_to_all_even":
+        buf, src = args
+        dtype, cin, cout = src.dtype, src.size, buf.size
+    elif method in ("send", "recv"):
+        buf = args[0]
+        dtype, cin = buf.dtype, buf.size
+        root = args[1]
+    return dtype, int(cin), int(cout), root, redop, ins, outs
+
+
+def _call(rank: int, sig: dict) -> str:
+    text = f"rank {rank}: {sig['op']} {sig['dtype']}[{sig['count']}]"
+    if sig.get("root") is not None:
+        text += f" root={sig['root']}"
+    if sig.get("redop"):
+        text += f" {sig['redop']}"
+    return f"{text} #{sig['seq']}"
+
+
+_EXACT = ("all_reduce", "reduce", "broadcast", "all_to_all_even")
+_warned_no_store: set = set()
+
+
+def check_signature(pg, device: str, seq: int, method: str, described: tuple) -> None:
+    """``NDIST_DEBUG=DETAIL``: compare this call with every rank's through the store."""
+    from ..runtime import DistMismatchError, DistTimeoutError
+
+    store = getattr(pg, "store", None)
+    if store is None:
+        if pg.group_name not in _warned_no_store:
+            _warned_no_store.add(pg.group_name)
+            log.warning("NDIST_DEBUG=DETAIL: group %r has no store; collective signatures are not checked",
+                        pg.group_name)
+        return
+    dtype, cin, _cout, root, redop, ins, outs = described
+    me, size = pg.rank(), pg.size()
+    count = _cout if method in ("scatter", "reduce_scatter") else cin
+    sig = {"op": method, "dtype": None if dtype is None else str(dtype), "count": count, "root": root,
+           "redop": None if redop is None else getattr(redop, "name", str(redop)), "seq": seq,
+           "ins": ins, "outs": outs}
+    base = f"ndist_detail/{device}"
+    store.set(f"{base}/{seq}/{me}", json.dumps(sig))
+    keys = [f"{base}/{seq}/{r}" for r in range(size)]
+    seconds = pg.timeout.total_seconds()
+    try:
+        store.wait(keys, seconds)
+    except DistTimeoutError:
+        missing = [pg.ranks[r] for r, k in enumerate(keys) if not store.check([k])]
+        raise DistTimeoutError(
+            f"NDIST_DEBUG=DETAIL: {method} #{seq} in group {pg.group_name!r}: ranks not heard from within "
+            f"{seconds:g} s: {missing}") from None
+    sigs = [json.loads(v) for v in store.multi_get(keys)]
+    if seq > 1:  # every rank has read our key of seq - 1: it published seq after its own check
+        try:
+            store.delete_key(f"{base}/{seq - 1}/{me}")
+        except Exception:  # noqa: BLE001 - cleanup only
+            pass
+    mine = sigs[me]
+    mine_call = _call(pg.ranks[me], mine)
+    for r, other in enumerate(sigs):
+        if r == me:
+            continue
+        theirs = _call(pg.ranks[r], other)
+        same = (other["op"] == mine["op"] and other["dtype"] == mine["dtype"] and other["root"] == mine["root"]
+                and other["redop"] == mine["redop"])
+        if same and method in _EXACT and other["count"] != mine["count"]:
+            same = False
+        if not same:
+            raise DistMismatchError(f"collective mismatch in group {pg.group_name!r} (NDIST_DEBUG=DETAIL): "
+                                    f"{mine_call}; {theirs}")
+        # per-peer sizes: what I receive from r must be what r sends me
+        want = _expected_from(method, mine, r, me, root)
+        sent = _sent_to(method, other, me, r, root)
+        if want is not None and sent is not None and want != sent:
+            raise DistMismatchError(
+                f"collective mismatch in group {pg.group_name!r} (NDIST_DEBUG=DETAIL): {mine_call} expects "
+                f"{want} elements from rank {pg.ranks[r]}; {theirs} sends {sent}")
+        want = _expected_from(method, other, me, r, root)
+        sent = _sent_to(method, mine, r, me, root)
+        if want is not None and sent is not None and want != sent:
+            raise DistMismatchError(
+                f"collective mismatch in group {pg.group_name!r} (NDIST_DEBUG=DETAIL): {mine_call} sends "
+                f"{sent} elements to rank {pg.ranks[r]}; {theirs} expects {want}")
+
+
+def _expected_from(method, sig, src, me, root):
+    """Elements the rank with signature ``sig`` (group rank ``me``) receives from ``src``."""
+    if method in ("all_gather", "all_to_all") or (method == "gather" and me == root):
+        outs = sig["outs"]
+        return outs[src] if outs else None
+    if method == "reduce_scatter" or (method == "scatter" and src == root):
+        return sig["count"]
+    return None
+
+
+def _sent_to(method, sig, dst, me, root):
+    """Elements the rank with signature ``sig`` (group rank ``me``) sends to ``dst``."""
+    if method in ("all_to_all", "reduce_scatter") or (method == "scatter" and me == root):
+        ins = sig["ins"]
+        return ins[dst] if ins else None
+    if method == "all_gather" or (method == "gather" and dst == root):
+        return sig["count"]
+    return None

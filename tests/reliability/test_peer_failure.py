@@ -1,0 +1,214 @@
+"""Peer failures end to end: a rank killed with SIGKILL in the middle of all_to_all,
+a rank stopped with SIGSTOP, a rank late for Work.wait(timeout), a rank missing
+from the rendezvous. Every survivor gets a typed error naming the peer, within
+seconds (or the group timeout), never a hang; ndistrun exits non-zero naming the
+rank."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import timedelta
+
+import pytest
+
+from ndist.testing import run_ranks
+
+_KILL_JOB = """
+import json, os, signal, sys, time
+import numpy as np
+import ndist.distributed as dist
+
+out = sys.argv[1]
+signal.signal(signal.SIGTERM, lambda *a: None)  # stay alive to report; the launcher SIGKILLs after the grace
+dist.init_process_group("socket")
+rank, size = dist.get_rank(), dist.get_world_size()
+x = np.arange(4096 * size, dtype=np.float32)
+y = np.empty_like(x)
+for i in range(100000):
+    if rank == 2 and i == 30:
+        with open(os.path.join(out, "killed"), "w") as f:
+            f.write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        dist.all_to_all_single(y, x)
+    except dist.DistNetworkError as err:
+        with open(os.path.join(out, f"r{rank}.json"), "w") as f:
+            json.dump({"t": time.time(), "peer": err.rank, "host": err.host, "msg": str(err)}, f)
+        # stay until every survivor has reported: a survivor that exits at once resets its
+        # connections, and a slower survivor may then see that rank vanish first
+        deadline = time.time() + 10
+        while time.time() < deadline and len([n for n in os.listdir(out) if n.startswith("r")]) < size - 1:
+            time.sleep(0.01)
+        sys.exit(3)
+"""
+
+
+@pytest.mark.timeout(120)
+# NDIST_TRANSPORT=shm is left out: there, in a few runs in ten, one survivor has not seen
+# the loss when the others exit (docs/reliability.md, open issue; reproduce with
+# benchmarks/failure_latency.py --transport shm --runs 20).
+@pytest.mark.parametrize("transport", ["tcp", "auto"])
+def test_sigkill_mid_all_to_all_fails_every_survivor_naming_the_rank_and_ndistrun_exits(tmp_path, transport):
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent(_KILL_JOB))
+    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_FLIGHT_RECORDER_DIR=str(tmp_path / "fr"))
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "4", "--term-timeout", "20",
+                        str(job), str(tmp_path)], capture_output=True, text=True, timeout=100, env=env)
+    wall = time.monotonic() - t0
+    assert r.returncode != 0, r.stderr
+    assert "rank 2" in r.stderr.lower() or "rank: 2" in r.stderr.lower(), r.stderr[-3000:]
+    assert "SIGKILL" in r.stderr, r.stderr[-3000:]
+    killed = float((tmp_path / "killed").read_text())
+    for rank in (0, 1, 3):
+        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        assert rec["peer"] == 2, rec
+        assert rec["host"], rec
+        assert "rank 2" in rec["msg"], rec
+        assert rec["t"] - killed < 10, rec  # connection loss is seen at once (10 s: a loaded CI machine)
+        # the flight recorder was dumped: the failed all_to_all last, the completed ones before it
+        dump = json.loads((tmp_path / "fr" / f"rank{rank}.json").read_text())
+        last = dump["groups"]["0"][-1]
+        assert last["op"] == "all_to_all" and last["state"] == "failed" and "DistNetworkError" in last["error"]
+        assert dump["groups"]["0"][-2]["state"] == "completed"
+    assert wall < 90
+
+
+def _stopped_peer(rank, size, folder):
+    import signal
+
+    import numpy as np
+
+    import ndist.distributed as dist
+
+    dist.init_process_group("socket", timeout=timedelta(seconds=3))
+    x = np.ones(8, np.float32)
+    dist.all_reduce(x)  # the mesh is up
+    pids = [None] * size
+    dist.all_gather_object(pids, os.getpid())
+    dist.barrier()
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)  # rank 0 sends SIGCONT once it timed out
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(x)
+        outcome = ("ok", None, None)
+    except dist.DistTimeoutError as err:
+        outcome = ("timeout", str(err), time.monotonic() - t0)
+    except dist.DistError as err:
+        outcome = (type(err).__name__, str(err), time.monotonic() - t0)
+    with open(os.path.join(folder, f"done{rank}"), "w"):
+        pass
+    if rank == 0:  # continue rank 1 once every survivor has timed out (not before: its data could still count)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(folder, "done2")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(pids[1], signal.SIGCONT)
+    y = np.full(4, rank + 1.0)
+    dist.all_reduce(y)  # the group works again once the peer is back
+    return outcome + (y.tolist(),)
+
+
+@pytest.mark.timeout(120)
+def test_sigstopped_peer_times_out_within_the_group_timeout_naming_it(tmp_path):
+    res = run_ranks(_stopped_peer, 3, args=(str(tmp_path),), init=False, timeout=90)
+    for rank in (0, 2):
+        kind, msg, waited, _ = res[rank]
+        assert kind in ("timeout", "DistTimeoutError"), res[rank]
+        assert "all_reduce" in msg and "#" in msg, msg
+        assert "[1]" in msg or "rank 1" in msg, msg
+        assert 2.0 < waited < 20, waited  # the group timeout is 3 s
+    # the stopped rank, once continued, does not hang (its frames had arrived: it may
+    # complete that op), and the next collective works on every rank
+    assert all(r[3] == [6.0] * 4 for r in res), res
+
+
+def _late_peer(rank, size, folder):
+    import numpy as np
+
+    import ndist.distributed as dist
+
+    x = np.full(16, rank + 1.0)
+    dist.all_reduce(x)
+    if rank == 1:
+        dist.recv(np.zeros(1), src=0)  # released by rank 0 after its wait timed out
+        dist.all_reduce(x)
+        return x.tolist()
+    work = dist.all_reduce(x, async_op=True)
+    try:
+        work.wait(timeout=0.5)
+        msg = None
+    except dist.DistTimeoutError as err:
+        msg = str(err)
+    dist.send(np.zeros(1), dst=1)
+    work.wait()  # the op itself still completes once the peer arrives
+    return msg, x.tolist(), dist.flight_recorder(), sorted(os.listdir(folder))
+
+
+@pytest.mark.timeout(90)
+def test_work_wait_timeout_names_op_seq_and_missing_ranks_then_the_op_completes(tmp_path):
+    res = run_ranks(_late_peer, 2, args=(str(tmp_path),), timeout=60,
+                    env={"NDIST_FLIGHT_RECORDER_DIR": str(tmp_path)})
+    msg, x, fr, files = res[0]
+    assert msg is not None and "all_reduce (#2)" in msg and "ranks not heard from: [1]" in msg, msg
+    assert x == [6.0] * 16 and res[1] == [6.0] * 16
+    assert "rank0.json" in files
+    dumped = json.loads((tmp_path / "rank0.json").read_text())
+    entries = dumped["groups"]["0"]
+    assert entries[-1]["op"] == "all_reduce" and entries[-1]["seq"] == 2 and entries[-1]["state"] == "issued"
+    assert "timed out" in dumped["reason"]
+    (ar,) = [e for e in fr if e["op"] == "all_reduce" and e["seq"] == 2]
+    assert ar["state"] == "completed" and ar["count_in"] == 16 and ar["dtype"] == "float64"
+    assert [e["op"] for e in fr] == ["all_reduce", "all_reduce", "send"]
+
+
+def _missing_rank(rank, size):
+    import ndist.distributed as dist
+
+    t0 = time.monotonic()
+    try:
+        dist.init_process_group("socket", init_method="env://", world_size=size + 1, rank=rank,
+                                timeout=timedelta(seconds=2))
+    except dist.DistError as err:
+        return type(err).__name__, str(err), time.monotonic() - t0
+    return "ok", "", 0.0
+
+
+@pytest.mark.timeout(60)
+def test_rendezvous_with_a_rank_missing_names_it():
+    res = run_ranks(_missing_rank, 2, init=False, timeout=40)
+    for kind, msg, waited in res:
+        assert kind == "DistTimeoutError", (kind, msg)
+        assert "2" in msg and ("missing" in msg or "not" in msg), msg
+        assert waited < 20
+
+
+def _gather_then_destroy(rank, size):
+    import numpy as np
+
+    import ndist.distributed as dist
+
+    bad = 0
+    for i in range(40):
+        g = dist.new_group(list(range(size)))
+        x = np.full(8192, float(rank + i))  # 64 KiB: through shared memory
+        outs = [np.empty(8192) for _ in range(size)] if rank == 0 else None
+        try:
+            dist.gather(x, outs, dst=0, group=g)
+        except dist.DistError:
+            bad += 1
+        else:
+            if rank == 0 and not all((outs[r] == r + i).all() for r in range(size)):
+                bad += 1
+        dist.destroy_process_group(g)  # the sender unlinks its segment here
+    return bad
+
+
+@pytest.mark.timeout(90)
+def test_destroy_right_after_a_shared_memory_gather_waits_for_the_reader():
+    # 3 ranks on a small machine: the root is often descheduled between sending its
+    # tickets and mapping the senders' segments
+    assert run_ranks(_gather_then_destroy, 3, timeout=80, transport="shm") == [0, 0, 0]
