@@ -97,7 +97,7 @@ def require_cupy():
         why = _import_failed[0] if _import_failed else "unknown"
         if why == "missing":
             raise RuntimeError("CUDA is not available: CuPy is not installed "
-                               "(install the 'cuda' extra, e.g. pip install cupy-cuda12x)")
+                               "(install the 'cuda' extra: pip install 'ndist[cuda]', i.e. cupy-cuda13x)")
         raise RuntimeError(f"CUDA is not available: CuPy is installed but failed to import ({why})")
     if device_count() == 0:
         raise RuntimeError("CUDA is not available: CuPy is installed but no CUDA GPU was found")
