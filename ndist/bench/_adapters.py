@@ -162,7 +162,35 @@ class Mpi4pyAdapter(Adapter):
 # ------------------------------------------------------------------------ torch
 
 
-class TorchAdapter(Adapter):
+class _DistApiAdapter(Adapter):
+    """Libraries with torch.distributed's API (torch itself, ndist): ``self.dist`` is the module.
+    The ops whose calls are the same in both live here."""
+
+    def all_to_all(self, send, recv):
+        self.dist.all_to_all_single(recv, send)
+
+    def gather(self, send, recv, root):
+        chunks = self.split(recv) if self.rank == root else None
+        self.dist.gather(send, gather_list=chunks, dst=root)
+
+    def scatter(self, send, recv, root):
+        chunks = self.split(send) if self.rank == root else None
+        self.dist.scatter(recv, scatter_list=chunks, src=root)
+
+    def sendrecv(self, send, recv, dst, src):
+        d = self.dist
+        ops = [d.P2POp(d.isend, send, dst), d.P2POp(d.irecv, recv, src)]
+        for w in d.batch_isend_irecv(ops):
+            w.wait()
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def close(self):
+        self.dist.destroy_process_group()
+
+
+class TorchAdapter(_DistApiAdapter):
     """torch.distributed with Gloo; tensors share the NumPy buffers
     (``torch.from_numpy``). Rank 0 hosts a TCPStore on a free port and publishes it."""
 
@@ -226,34 +254,11 @@ class TorchAdapter(Adapter):
         self._rs(recv, send, op=self._ops[redop])
         self._post(recv, redop)
 
-    def all_to_all(self, send, recv):
-        self.dist.all_to_all_single(recv, send)
-
-    def gather(self, send, recv, root):
-        chunks = self.split(recv) if self.rank == root else None
-        self.dist.gather(send, gather_list=chunks, dst=root)
-
-    def scatter(self, send, recv, root):
-        chunks = self.split(send) if self.rank == root else None
-        self.dist.scatter(recv, scatter_list=chunks, src=root)
-
-    def sendrecv(self, send, recv, dst, src):
-        d = self.dist
-        ops = [d.P2POp(d.isend, send, dst), d.P2POp(d.irecv, recv, src)]
-        for w in d.batch_isend_irecv(ops):
-            w.wait()
-
-    def barrier(self):
-        self.dist.barrier()
-
-    def close(self):
-        self.dist.destroy_process_group()
-
 
 # ------------------------------------------------------------------------ ndist
 
 
-class NdistAdapter(Adapter):
+class NdistAdapter(_DistApiAdapter):
     """ndist.distributed on NumPy arrays, with the ``socket`` or ``mpi`` backend."""
 
     def __init__(self, rank, size, rendezvous, backend="socket", timeout=300.0):
@@ -296,29 +301,6 @@ class NdistAdapter(Adapter):
 
     def reduce_scatter(self, send, recv, redop):
         self.dist.reduce_scatter_tensor(recv, send, op=self._ops[redop])
-
-    def all_to_all(self, send, recv):
-        self.dist.all_to_all_single(recv, send)
-
-    def gather(self, send, recv, root):
-        chunks = self.split(recv) if self.rank == root else None
-        self.dist.gather(send, gather_list=chunks, dst=root)
-
-    def scatter(self, send, recv, root):
-        chunks = self.split(send) if self.rank == root else None
-        self.dist.scatter(recv, scatter_list=chunks, src=root)
-
-    def sendrecv(self, send, recv, dst, src):
-        d = self.dist
-        ops = [d.P2POp(d.isend, send, dst), d.P2POp(d.irecv, recv, src)]
-        for w in d.batch_isend_irecv(ops):
-            w.wait()
-
-    def barrier(self):
-        self.dist.barrier()
-
-    def close(self):
-        self.dist.destroy_process_group()
 
 
 def make_adapter(lib: str, rank: int, size: int, rendezvous, timeout: float) -> Adapter:
