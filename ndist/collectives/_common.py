@@ -4,7 +4,6 @@ waiting (``async_op=False``) or returning the Work (``async_op=True``)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Sequence
 
 from ..runtime import resolve_group
@@ -57,7 +56,7 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
     dtype, cin, cout, root, _redop, _ins, _outs = described
     slot = rec.issue(seq, method, device, dtype, cin, cout, root)
     try:
-        if method not in _P2P and os.environ.get("NDIST_DEBUG", "").upper() == "DETAIL":
+        if rec.detail and method not in _P2P:
             _debug.check_signature(pg, device, seq, method, described)
         if not async_op and getattr(backend, "blocking_calls", False):
             work = getattr(backend, method)(*args, blocking=True)
