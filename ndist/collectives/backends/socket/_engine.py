@@ -10,6 +10,10 @@ failed op are drained, a frame of a newer op stays queued for the next one,
 so a mismatch fails one op on every rank involved and the next matched op
 works. Waiting spins briefly, then retries with ``sched_yield`` for up to
 2 ms (a peer that is not asleep needs no wake-up), then blocks in ``poll``.
+
+A rank that loses a peer's connection during an op tells every other peer at
+once (ABORT of kind ``lost``): the group is broken, and a survivor may be
+waiting on this rank rather than on the dead one.
 """
 
 from __future__ import annotations
@@ -259,8 +263,29 @@ class Engine:
             f"group {self.group_name!r}: lost connection to rank {conn.peer} ({conn.host}) during {what}: "
             f"{err or 'connection closed'}", rank=conn.peer, host=conn.host)
         conn.dead = exc
+        conn.out.clear()
+        first = self.broken is None
         self.broken = exc
+        if first and self.op is not None:
+            self._announce(exc)
         return exc
+
+    def _announce(self, exc: DistNetworkError) -> None:
+        """Tell every other peer that the group lost rank ``exc.rank``: a survivor may
+        be waiting on this rank (for an ACK, or data this rank will now never send)
+        without polling the dead rank's connection itself. Best effort, never blocks."""
+        msg = str(exc)
+        msg = msg.split(": ", 1)[1] if msg.startswith("group ") else msg
+        body = F.pack_abort("lost", msg, exc.rank, exc.host)
+        head = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, self.op.seq if self.op else 0, -1, 0, len(body))
+        for conn in self.conns.values():
+            if conn.dead is None:
+                conn.out.append(memoryview(head))
+                conn.out.append(memoryview(body))
+                try:
+                    self._write(conn)
+                except DistNetworkError:
+                    pass  # that peer is gone too (already recorded by _lost)
 
     def _write(self, conn) -> bool:
         if not conn.out:
@@ -436,9 +461,16 @@ class Engine:
         spin_end = 0.0
         while True:
             progressed = False
+            lost = None
             for c in conns.values():
-                if c.out and self._write(c):
-                    progressed = True
+                if c.out:
+                    try:
+                        if self._write(c):
+                            progressed = True
+                    except DistNetworkError as err:
+                        lost = lost or err  # still flush the other peers (e.g. their ACKs)
+            if lost is not None:
+                raise lost
             pending = False
             for e in expects:
                 if not e.done:
@@ -494,6 +526,19 @@ def _data_done(exp):
 def _abort_reader(engine, h, exp):
     def cb(conn, view):
         info = F.unpack_abort(bytes(view))
+        if info.get("kind") == "lost":
+            # a peer lost a rank: the group is broken, whatever op this is about
+            engine.unacked.discard(conn.peer)
+            dead, host = info.get("rank"), info.get("host")
+            what = engine.op.desc if engine.op is not None else "idle"
+            exc = DistNetworkError(
+                f"group {engine.group_name!r}: rank {dead} ({host}) is lost, during {what}; rank {conn.peer} "
+                f"({conn.host}) reported: {info.get('msg')}", rank=dead, host=host)
+            if engine.broken is None:
+                engine.broken = exc
+                if engine.op is not None:
+                    engine._announce(exc)
+            raise exc
         if h.seq == engine.unacked_seq:
             engine.unacked.discard(conn.peer)
         if exp.kind == -1 and conn.peer not in engine.unacked:
