@@ -44,7 +44,8 @@ class Backend(ABC):
     #: When True, every method also accepts a keyword ``blocking=True``: the
     #: caller (a public function with ``async_op=False``) will wait right away,
     #: so the backend may use a blocking primitive (``MPI_Allreduce`` rather
-    #: than ``MPI_Iallreduce``) and return an already-completed Work (or ``DONE``).
+    #: than ``MPI_Iallreduce``) and return an already-completed Work (or ``DONE``),
+    #: or raise the op's error from the call itself.
     blocking_calls: bool = False
 
     def __init__(self, ctx: BackendContext) -> None:

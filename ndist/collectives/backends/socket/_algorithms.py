@@ -102,8 +102,8 @@ class Algorithms:
         for p in peers:
             self._eng.send(p, TICKET)
 
-    def _peers(self):
-        return [p for p in range(self.size) if p != self.rank]
+    def _peers(self) -> tuple:
+        return self._peer_list
 
     # ---------------------------------------------------------- reductions
     def _do_all_reduce(self, buf, op, scale):
@@ -123,13 +123,16 @@ class Algorithms:
             self._send_same(peers, data)
         else:
             self._tickets(peers)
-        exps = [Expect(p, F.DATA, 0, data.nbytes) for p in peers]
+        nb = data.nbytes
+        exps = [Expect(p, F.DATA, 0, nb) for p in peers]
         eng.step(exps)
+        # reduce in rank order, in flat views (buf is contiguous)
+        flat = buf.reshape(-1)
         res = iter(exps)
-        own = buf if r < 2 else buf.copy()
-        contribs = [own if p == r else next(res).result.view(dt).reshape(buf.shape) for p in range(self.size)]
-        reduce_ordered(buf, contribs, op)
-        finalize(buf, op, scale, self.size)
+        own = flat if r < 2 else flat.copy()
+        contribs = [own if p == r else next(res).result.view(dt) for p in range(self.size)]
+        reduce_ordered(flat, contribs, op)
+        finalize(flat, op, scale, self.size)
 
     def _rs_ag(self, buf, op, scale):
         """Reduce-scatter + all-gather, pipelined in chunks of ``CHUNK`` bytes so that

@@ -13,7 +13,7 @@ import numpy as np
 
 from ....runtime import BackendContext, DistNetworkError, Work
 from ....runtime import _net
-from ..._backend import Backend
+from ..._backend import DONE, Backend
 from ..._reduce_op import ReduceOp
 from . import _cma
 from . import _frame as F
@@ -71,6 +71,7 @@ class SocketBackend(Algorithms, Backend):
         if not 0 <= ctx.rank < ctx.size:
             raise ValueError(f"rank: expected 0 <= rank < size={ctx.size}, got {ctx.rank}")
         self._timeout = ctx.timeout.total_seconds()
+        self._peer_list = tuple(p for p in range(ctx.size) if p != ctx.rank)
         self._mode = _transport_mode(ctx.options)
         self._shm_min = 1 if self._mode == "shm" else SHM_MIN
         secret = _net.job_secret()
@@ -159,13 +160,11 @@ class SocketBackend(Algorithms, Backend):
         with self._seq_lock:
             self._seq += 1
             seq = self._seq
-        work = SocketWork(name, seq, outputs)
-        work._pending = self._pending(work)
         dcode = F.dtype_code(arr.dtype) if arr is not None else 0
         root_v = -1 if root is None else root
 
         def job():
-            eng = self._engine()
+            eng = self._eng or self._engine()
             eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank), self._timeout)
             try:
                 body()
@@ -177,8 +176,15 @@ class SocketBackend(Algorithms, Backend):
                 raise
 
         if self._closed:
+            work = SocketWork(name, seq, outputs)
             work._fail(DistNetworkError(f"{self!r} is closed"))
             return work
+        # a blocking call on an idle group runs on this thread and returns the shared
+        # DONE (no Work, no Future): its errors propagate from here
+        if blocking and self._exec.run_inline(job):
+            return DONE
+        work = SocketWork(name, seq, outputs)
+        work._pending = self._pending(work)
         return self._exec.submit(work, job, blocking)
 
     def _peer_died(self, peer: int) -> None:
@@ -211,7 +217,7 @@ class SocketBackend(Algorithms, Backend):
         check_op(buf.dtype, op, scale)
         if self.size == 1:
             finalize(buf, op, scale, 1)
-            return Work.completed("all_reduce", -1, [buf])
+            return DONE if blocking else Work.completed("all_reduce", -1, [buf])
         return self._submit("all_reduce", buf, buf.size, None,
                             lambda: self._do_all_reduce(buf, op, scale), blocking, [buf])
 
@@ -223,7 +229,7 @@ class SocketBackend(Algorithms, Backend):
             self._direct_reduce(buf, op, scale, root=dst)
         if self.size == 1:
             finalize(buf, op, scale, 1)
-            return Work.completed("reduce", -1, [buf])
+            return DONE if blocking else Work.completed("reduce", -1, [buf])
         return self._submit("reduce", buf, buf.size, dst, body, blocking, [buf])
 
     def reduce_scatter(self, out, inputs, op=ReduceOp.SUM, scale=None, *, blocking=False) -> Work:
@@ -235,7 +241,7 @@ class SocketBackend(Algorithms, Backend):
         if self.size == 1:
             np.copyto(_u8(out), _u8(inputs[0]))
             finalize(out, op, scale, 1)
-            return Work.completed("reduce_scatter", -1, [out])
+            return DONE if blocking else Work.completed("reduce_scatter", -1, [out])
         return self._submit("reduce_scatter", out, out.size, None,
                             lambda: self._do_reduce_scatter(out, inputs, op, scale), blocking, [out])
 
@@ -243,7 +249,7 @@ class SocketBackend(Algorithms, Backend):
     def broadcast(self, buf, src, *, blocking=False) -> Work:
         src = self._root("src", src)
         if self.size == 1:
-            return Work.completed("broadcast", -1, [buf])
+            return DONE if blocking else Work.completed("broadcast", -1, [buf])
         return self._submit("broadcast", buf, buf.size, src, lambda: self._do_broadcast(buf, src), blocking,
                             [buf])
 
@@ -286,7 +292,7 @@ class SocketBackend(Algorithms, Backend):
 
     def barrier(self, *, blocking=False) -> Work:
         if self.size == 1:
-            return Work.completed("barrier", -1)
+            return DONE if blocking else Work.completed("barrier", -1)
         return self._submit("barrier", None, 0, None, self._do_barrier, blocking)
 
     # ------------------------------------------------------------ point to point

@@ -31,12 +31,29 @@ def _run(work: Work, job) -> None:
 class Executor:
     def __init__(self, name: str) -> None:
         self.name = name
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._queue: deque = deque()
         self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
         self.current: Work | None = None
+
+    def run_inline(self, job) -> bool:
+        """Run ``job`` on this thread now if nothing is running or queued; False if
+        it must be queued instead. ``job``'s exception propagates to the caller."""
+        with self._lock:  # the condition's lock, without Condition's Python-level __enter__
+            if self._busy or self._queue or self._closed:
+                return False
+            self._busy = True
+        try:
+            job()
+        finally:
+            with self._lock:
+                self._busy = False
+                if self._queue:
+                    self._cond.notify_all()
+        return True
 
     def submit(self, work: Work, job, blocking: bool) -> Work:
         with self._cond:
