@@ -180,9 +180,10 @@ def test_cma_probe_reads_only_a_matching_token():
 
 
 @pytest.mark.parametrize("cores, waits", [(64, True), (1, False)])
-def test_spin_and_yield_only_when_every_rank_has_a_core(monkeypatch, cores, waits):
-    """Ranks <= cores: spin, then sched_yield, then poll; oversubscribed: poll at once
-    (a spinning or yielding rank would take the core the peer it waits for needs)."""
+def test_spin_only_when_every_rank_has_a_core_and_yield_always(monkeypatch, cores, waits):
+    """Ranks <= cores: spin, then sched_yield, then poll; oversubscribed: no spin (it
+    would take the core the peer it waits for needs), but sched_yield, which hands the
+    core to that peer (4 ranks on 2 cores: 4 KiB all_reduce 280-340 -> 140-230 us)."""
     import os
 
     from ndist.collectives.backends.socket import _engine
@@ -193,5 +194,5 @@ def test_spin_and_yield_only_when_every_rank_has_a_core(monkeypatch, cores, wait
         b.barrier(blocking=True).wait()
         return (b._eng.spin_s, b._eng.yield_s)
     got = run_group(2, fn, "tcp")
-    want = (_engine.SPIN_S, _engine.YIELD_S) if waits else (0.0, 0.0)
+    want = (_engine.SPIN_S, _engine.YIELD_S) if waits else (0.0, _engine.YIELD_S)
     assert got == [want, want] and _engine.YIELD_S > _engine.SPIN_S > 0
