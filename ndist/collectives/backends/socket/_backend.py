@@ -22,7 +22,8 @@ from ._engine import Engine, OpInfo
 from ._executor import Executor
 from ._p2p import P2P
 from ._reduce import check_op, finalize
-from ._shm import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
+from . import _ring
+from ._shm import SHM_DIR, OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
 from ._tcp import Mesh
 from ._work import SocketWork
 
@@ -82,6 +83,15 @@ class SocketBackend(Algorithms, Backend):
             if n:
                 log.info("unlinked %d shared-memory segment(s) left by dead processes of this job", n)
         self._peer_segs = PeerSegments()
+        # shared-memory rings for the collective streams of same-host pairs (x86-64)
+        cap = _ring.capacity_from_env(ctx.size) if self._mode != "tcp" and _ring.available() else 0
+        self._rings = None
+        if cap and ctx.size > 1:
+            try:
+                self._rings = _ring.RingFile(os.path.join(SHM_DIR, self._prefix + "-ring"), ctx.size, cap,
+                                             create=True)
+            except OSError as err:  # e.g. /dev/shm full: the sockets carry everything
+                log.warning("no shared-memory rings (%s); collectives use the sockets only", err)
         self._seq = 0
         self._seq_lock = threading.Lock()
         self._eng: Engine | None = None
@@ -95,7 +105,8 @@ class SocketBackend(Algorithms, Backend):
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
-                           "cma": _cma.probe_info() if self._mode == "auto" else None},
+                           "cma": _cma.probe_info() if self._mode == "auto" else None,
+                           "ring": self._rings.capacity if self._rings is not None else 0},
                           on_p2p=self._p2p.incoming)
 
     # ------------------------------------------------------------ plumbing
@@ -121,8 +132,31 @@ class SocketBackend(Algorithms, Backend):
             eng = Engine(self.rank, self.size, self.ctx.group_name, socks, hosts, prefixes,
                          self._peer_segs, self._seg, spin)
             self._setup_cma(eng)
+            self._setup_rings(eng)
             self._eng = eng
         return self._eng
+
+    def _setup_rings(self, eng: Engine) -> None:
+        """Same-host pairs where both ranks offer rings exchange frames through them
+        (both sides decide from the same published facts)."""
+        if self._rings is None:
+            return
+        used = []
+        for p, conn in eng.conns.items():
+            info = self._mesh.peer(p)
+            cap = int(info.get("ring") or 0)
+            if not cap or not self._shm_peers.get(p):
+                continue
+            try:
+                theirs = _ring.RingFile(os.path.join(SHM_DIR, info["shm"] + "-ring"), self.size, cap, create=False)
+            except (OSError, ValueError) as err:
+                raise DistNetworkError(f"group {self.ctx.group_name!r}: cannot map rank {p}'s shared-memory "
+                                       f"rings: {err}", rank=p, host=self._mesh.host_of(p)) from None
+            conn.ring_out = self._rings.ring(p)
+            conn.ring_in = theirs.ring(self.rank)
+            used.append(p)
+        if used:
+            log.debug("rank %d: shared-memory rings with ranks %s", self.rank, used)
 
     def _setup_cma(self, eng: Engine) -> None:
         """Probe which same-host peers' memory we can read; learn who can read ours.
@@ -340,11 +374,15 @@ class SocketBackend(Algorithms, Backend):
         for c in conns:
             c.sock.close()
         self._seg.close()
+        if self._rings is not None:
+            self._rings.unlink()
         self._peer_segs.clear()
 
     def __del__(self):
         try:
             if not self._closed:
                 self._seg.close()
+                if self._rings is not None:
+                    self._rings.unlink()
         except Exception:  # noqa: BLE001
             pass

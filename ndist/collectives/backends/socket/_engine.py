@@ -30,6 +30,7 @@ import numpy as np
 from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
 from . import _cma
 from . import _frame as F
+from . import _ring
 
 __all__ = ["Engine", "OpInfo", "Expect"]
 
@@ -86,7 +87,7 @@ class Expect:
 
 class _Conn:
     __slots__ = ("peer", "host", "sock", "fd", "out", "hdr", "hview", "hgot", "held", "pay", "pgot", "on_pay",
-                 "drain", "dead")
+                 "drain", "dead", "ring_out", "ring_in")
 
     def __init__(self, peer, host, sock):
         self.peer = peer
@@ -104,6 +105,10 @@ class _Conn:
         self.on_pay = None
         self.drain = 0
         self.dead = None
+        # shared-memory rings replacing the socket's byte stream (same host): the
+        # socket then only carries doorbells and shows the peer's death
+        self.ring_out = None
+        self.ring_in = None
 
 
 class Engine:
@@ -299,6 +304,12 @@ class Engine:
             return False
         if conn.dead is not None:
             raise conn.dead
+        ring = conn.ring_out
+        if ring is not None:
+            n, asleep = ring.write(conn.out)
+            if asleep:
+                self._doorbell(conn)
+            return n > 0
         try:
             sent = conn.sock.sendmsg(list(conn.out)[:64])
         except (BlockingIOError, InterruptedError):
@@ -316,7 +327,29 @@ class Engine:
                 sent = 0
         return True
 
+    def _doorbell(self, conn) -> None:
+        try:
+            conn.sock.send(b"\x01")
+        except (BlockingIOError, InterruptedError):
+            pass  # doorbells already queued: the reader wakes anyway
+        except OSError as err:
+            raise self._lost(conn, err) from None
+
+    def _check_socket(self, conn) -> None:
+        """A ring peer's socket is readable: doorbells (drop them) or its end (it died or closed)."""
+        try:
+            got = conn.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as err:
+            raise self._lost(conn, err) from None
+        if not got and not conn.ring_in.available():
+            raise self._lost(conn, None)
+
     def _recv(self, conn, view) -> int:
+        ring = conn.ring_in
+        if ring is not None:
+            return ring.read_into(view) or -1
         try:
             n = conn.sock.recv_into(view)
         except (BlockingIOError, InterruptedError):
@@ -543,14 +576,40 @@ class Engine:
                     f"group {self.group_name!r}: {self.op.desc if self.op else 'collective'} timed out; "
                     f"ranks not heard from: {waiting}" + (f"; ranks not reading: {unsent}" if unsent else ""))
             poller = select.poll()
+            wait = min(left, 1.0)
+            sleeping = []
+            woke = False
             for e in expects:
                 if not e.done:
-                    poller.register(conns[e.peer].fd, _POLLIN)
+                    c = conns[e.peer]
+                    if c.ring_in is not None:
+                        if c.ring_in.sleep():  # data arrived while we set up: don't block
+                            woke = True
+                            break
+                        sleeping.append(c)
+                        wait = min(wait, _ring.MAX_SLEEP_S)
+                    poller.register(c.fd, _POLLIN)
+            if woke:
+                for c in sleeping:
+                    c.ring_in.wake()
+                continue
             for c in conns.values():
                 if c.out:
+                    if c.ring_out is not None:  # ring full: retry soon; POLLIN shows its death
+                        wait = min(wait, _ring.MAX_SLEEP_S)
+                        poller.register(c.fd, _POLLIN)
+                        continue
                     poller.register(c.fd, _POLLOUT | (_POLLIN if any(
                         e.peer == c.peer and not e.done for e in expects) else 0))
-            poller.poll(min(left, 1.0) * 1000.0)
+            ready = poller.poll(wait * 1000.0)
+            for c in sleeping:
+                c.ring_in.wake()
+            if ready:
+                ring_fds = {c.fd: c for c in conns.values() if c.ring_in is not None}
+                for fd, _ev in ready:
+                    c = ring_fds.get(fd)
+                    if c is not None:
+                        self._check_socket(c)
 
 
 def _abort_reader(engine, h, exp):

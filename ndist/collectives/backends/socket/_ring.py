@@ -1,0 +1,194 @@
+"""Shared-memory byte rings between two ranks of one host: the collective
+stream of a pair without a system call per frame.
+
+Each rank owns one file in ``/dev/shm`` (``<shm prefix>-ring``) holding one
+single-producer single-consumer ring per destination rank. The owner writes
+frames into the ring of a peer; that peer maps the file and reads its ring.
+The ring replaces the socket's byte stream for that direction exactly (same
+frames, same order), so the engine's framing, checks and failure handling are
+unchanged. The socket stays open: it carries one-byte doorbells to a reader
+that went to sleep in ``poll``, and its end-of-file is how the death of the
+writer is seen.
+
+Layout of one ring (all counters are byte totals, never reset)::
+
+    0    head   u64  bytes written   (writer)
+    64   tail   u64  bytes consumed  (reader)
+    128  sleep  u64  reader is about to block in poll: ring the doorbell (reader)
+    256  data   ``capacity`` bytes
+
+Ordering: the writer copies the bytes, then stores ``head``; the reader loads
+``head``, then copies. x86-64 keeps stores in order and loads in order (TSO),
+which is all this needs; the rings are only used there. The sleep handshake
+(reader: store ``sleep``, load ``head``; writer: store ``head``, load
+``sleep``) also needs the store before the load, which TSO does not promise:
+both sides put a locked instruction between them (a ``threading.Lock``
+round trip), and the reader never sleeps longer than ``MAX_SLEEP_S`` anyway.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import platform
+import threading
+
+from ._shm import SHM_DIR
+
+__all__ = ["available", "capacity_from_env", "RingFile", "Ring", "MAX_SLEEP_S", "RING_ENV"]
+
+RING_ENV = "NDIST_SHM_RING"
+#: default bytes per ring: several inline frames (inline payloads are < 32 KiB),
+#: fewer in big groups so that one rank's rings stay within ``_BUDGET``
+DEFAULT_CAPACITY = 256 << 10
+_MIN_DEFAULT = 64 << 10
+_BUDGET = 4 << 20
+_CTRL = 256
+_HEAD, _TAIL, _SLEEP = 0, 8, 16  # u64 indexes
+#: longest a reader blocks in poll before it looks at its rings again (covers a
+#: doorbell the writer did not send)
+MAX_SLEEP_S = 0.005
+_fence_lock = threading.Lock()
+
+
+def _fence() -> None:
+    # a lock round trip is a locked read-modify-write: a full barrier on x86-64
+    _fence_lock.acquire()
+    _fence_lock.release()
+
+
+def available() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64") and os.path.isdir(SHM_DIR)
+
+
+def capacity_from_env(size: int = 2) -> int:
+    """Bytes per ring from ``NDIST_SHM_RING`` (0 turns rings off); if unset, the
+    default for a group of ``size`` ranks (256 KiB, less above 16 ranks: 4 MiB per rank)."""
+    raw = os.environ.get(RING_ENV, "").strip()
+    if not raw:
+        return max(_MIN_DEFAULT, min(DEFAULT_CAPACITY, _BUDGET // max(size, 1) // 4096 * 4096))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{RING_ENV}: expected a byte count (0 turns the rings off), got {raw!r}") from None
+    if value < 0 or (value and value < 4096):
+        raise ValueError(f"{RING_ENV}: expected 0 or at least 4096 bytes, got {value}")
+    return value
+
+
+class Ring:
+    """One direction of one pair: ``write`` (owner side) or ``read`` (peer side)."""
+
+    __slots__ = ("ctl", "data", "cap", "pos", "_mm")
+
+    def __init__(self, mm, offset: int, capacity: int) -> None:
+        self._mm = mm
+        base = memoryview(mm)[offset: offset + _CTRL + capacity]
+        self.ctl = base[:_CTRL].cast("Q")
+        self.data = base[_CTRL:]
+        self.cap = capacity
+        # this side's own counter (head for the writer, tail for the reader), kept
+        # locally: only this side changes it
+        self.pos = 0
+
+    # ----------------------------------------------------------- writer
+    def write(self, out) -> tuple[int, bool]:
+        """Copy what fits of the memoryviews in deque ``out`` (consumed in place);
+        return ``(bytes written, reader asleep)``."""
+        head = self.pos
+        free = self.cap - (head - self.ctl[_TAIL])
+        written = 0
+        data, cap = self.data, self.cap
+        while out and free:
+            mv = out[0]
+            n = len(mv)
+            if n > free:
+                n = free
+            at = head % cap
+            first = min(n, cap - at)
+            data[at: at + first] = mv[:first]
+            if first < n:
+                data[: n - first] = mv[first:n]
+            head += n
+            free -= n
+            written += n
+            if n == len(mv):
+                out.popleft()
+            else:
+                out[0] = mv[n:]
+        if not written:
+            return 0, False
+        self.pos = head
+        self.ctl[_HEAD] = head
+        _fence()
+        return written, bool(self.ctl[_SLEEP])
+
+    # ----------------------------------------------------------- reader
+    def available(self) -> int:
+        return self.ctl[_HEAD] - self.pos
+
+    def read_into(self, view) -> int:
+        """Copy up to ``len(view)`` bytes into ``view``; 0 when the ring is empty."""
+        tail = self.pos
+        n = self.ctl[_HEAD] - tail
+        if n <= 0:
+            return 0
+        if n > len(view):
+            n = len(view)
+        cap = self.cap
+        at = tail % cap
+        first = min(n, cap - at)
+        view[:first] = self.data[at: at + first]
+        if first < n:
+            view[first:n] = self.data[: n - first]
+        tail += n
+        self.pos = tail
+        self.ctl[_TAIL] = tail
+        return n
+
+    def sleep(self) -> bool:
+        """About to block: raise the flag, then True if data came meanwhile (don't block)."""
+        self.ctl[_SLEEP] = 1
+        _fence()
+        if self.ctl[_HEAD] != self.pos:
+            self.ctl[_SLEEP] = 0
+            return True
+        return False
+
+    def wake(self) -> None:
+        self.ctl[_SLEEP] = 0
+
+
+class RingFile:
+    """This rank's rings (one per destination) or a mapping of a peer's file."""
+
+    def __init__(self, path: str, size: int, capacity: int, create: bool) -> None:
+        self.path = path
+        self.capacity = capacity
+        self.stride = _CTRL + capacity
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o600)
+        self._mm = None
+        try:
+            if create:
+                # allocate now: a full /dev/shm then fails here (the backend falls back to
+                # the sockets), not later with SIGBUS on the first write to a page
+                os.posix_fallocate(fd, 0, size * self.stride)
+            elif os.fstat(fd).st_size < size * self.stride:
+                raise ValueError(f"{path}: ring file is smaller than {size} rings of {capacity} bytes")
+            self._mm = mmap.mmap(fd, size * self.stride)
+        except BaseException:
+            if create:
+                os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+
+    def ring(self, index: int) -> Ring:
+        return Ring(self._mm, index * self.stride, self.capacity)
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
