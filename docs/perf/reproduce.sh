@@ -1,7 +1,7 @@
 #!/bin/sh
 # Re-run the measurements of docs/performance.md from the repository root:
 #   sh docs/perf/reproduce.sh            (needs mpi4py + the mpich wheel, torch, matplotlib)
-# Writes docs/perf/{sweep,targets}_n{2,4}.{txt,json,md} and sweep_n{2,4}.png; the .md tables
+# Writes docs/perf/{sweep,targets,latency}_n{2,4}.{txt,json,md} and sweep_n{2,4}.png; the .md tables
 # and the header of the .txt files go into docs/performance.md.
 set -e
 PY=${PYTHON:-python}
@@ -16,5 +16,10 @@ for n in 2 4; do
   $PY -m ndist.bench all_reduce all_to_all -b 4K -e 16M -f 16 -n 20 -w 5 --rounds 11 --stat min --nproc $n \
       --backend socket,mpi --compare mpi4py,torch -q \
       --json $OUT/targets_n$n.json --markdown $OUT/targets_n$n.md > $OUT/targets_n$n.txt
+  # The latency target (4 KiB) with enough iterations per round that one scheduler
+  # hiccup does not decide it (20 calls take ~0.4 ms; 500 take ~10 ms).
+  $PY -m ndist.bench all_reduce -b 4K -e 4K -n 500 -w 50 --rounds 11 --stat min --nproc $n \
+      --backend socket,mpi --compare mpi4py,torch -q \
+      --json $OUT/latency_n$n.json --markdown $OUT/latency_n$n.md > $OUT/latency_n$n.txt
 done
 $PY docs/perf/render.py    # fills docs/performance.md from docs/perf/performance.md.in and these runs
