@@ -23,7 +23,7 @@ from ._executor import Executor
 from ._p2p import P2P
 from ._reduce import check_op, finalize
 from . import _ring
-from ._shm import SHM_DIR, OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
+from ._shm import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
 from ._tcp import Mesh
 from ._work import SocketWork
 
@@ -49,6 +49,11 @@ def _transport_mode(options) -> str:
 
 def info_has_cma(info: dict) -> bool:
     return info.get("transport") == "auto" and info.get("cma") is not None
+
+
+def _trivial(op: str, blocking: bool, outputs=None) -> Work:
+    """A one-rank group's op, already done here: the shared DONE for a blocking call."""
+    return DONE if blocking else Work.completed(op, -1, outputs)
 
 
 def _u8(a: np.ndarray) -> np.ndarray:
@@ -88,8 +93,7 @@ class SocketBackend(Algorithms, Backend):
         self._rings = None
         if cap and ctx.size > 1:
             try:
-                self._rings = _ring.RingFile(os.path.join(SHM_DIR, self._prefix + "-ring"), ctx.size, cap,
-                                             create=True)
+                self._rings = _ring.RingFile(_ring.path_for(self._prefix), ctx.size, cap, create=True)
             except OSError as err:  # e.g. /dev/shm full: the sockets carry everything
                 log.warning("no shared-memory rings (%s); collectives use the sockets only", err)
         self._seq = 0
@@ -148,7 +152,7 @@ class SocketBackend(Algorithms, Backend):
             if not cap or not self._shm_peers.get(p):
                 continue
             try:
-                theirs = _ring.RingFile(os.path.join(SHM_DIR, info["shm"] + "-ring"), self.size, cap, create=False)
+                theirs = _ring.RingFile(_ring.path_for(info["shm"]), self.size, cap, create=False)
             except (OSError, ValueError) as err:
                 raise DistNetworkError(f"group {self.ctx.group_name!r}: cannot map rank {p}'s shared-memory "
                                        f"rings: {err}", rank=p, host=self._mesh.host_of(p)) from None
@@ -251,7 +255,7 @@ class SocketBackend(Algorithms, Backend):
         check_op(buf.dtype, op, scale)
         if self.size == 1:
             finalize(buf, op, scale, 1)
-            return DONE if blocking else Work.completed("all_reduce", -1, [buf])
+            return _trivial("all_reduce", blocking, [buf])
         return self._submit("all_reduce", buf, buf.size, None,
                             lambda: self._do_all_reduce(buf, op, scale), blocking, [buf])
 
@@ -263,7 +267,7 @@ class SocketBackend(Algorithms, Backend):
             self._direct_reduce(buf, op, scale, root=dst)
         if self.size == 1:
             finalize(buf, op, scale, 1)
-            return DONE if blocking else Work.completed("reduce", -1, [buf])
+            return _trivial("reduce", blocking, [buf])
         return self._submit("reduce", buf, buf.size, dst, body, blocking, [buf])
 
     def reduce_scatter(self, out, inputs, op=ReduceOp.SUM, scale=None, *, blocking=False) -> Work:
@@ -275,7 +279,7 @@ class SocketBackend(Algorithms, Backend):
         if self.size == 1:
             np.copyto(_u8(out), _u8(inputs[0]))
             finalize(out, op, scale, 1)
-            return DONE if blocking else Work.completed("reduce_scatter", -1, [out])
+            return _trivial("reduce_scatter", blocking, [out])
         return self._submit("reduce_scatter", out, out.size, None,
                             lambda: self._do_reduce_scatter(out, inputs, op, scale), blocking, [out])
 
@@ -283,7 +287,7 @@ class SocketBackend(Algorithms, Backend):
     def broadcast(self, buf, src, *, blocking=False) -> Work:
         src = self._root("src", src)
         if self.size == 1:
-            return DONE if blocking else Work.completed("broadcast", -1, [buf])
+            return _trivial("broadcast", blocking, [buf])
         return self._submit("broadcast", buf, buf.size, src, lambda: self._do_broadcast(buf, src), blocking,
                             [buf])
 
@@ -326,7 +330,7 @@ class SocketBackend(Algorithms, Backend):
 
     def barrier(self, *, blocking=False) -> Work:
         if self.size == 1:
-            return DONE if blocking else Work.completed("barrier", -1)
+            return _trivial("barrier", blocking)
         return self._submit("barrier", None, 0, None, self._do_barrier, blocking)
 
     # ------------------------------------------------------------ point to point

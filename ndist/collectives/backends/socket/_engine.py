@@ -119,6 +119,7 @@ class Engine:
         self.group_name = group_name
         self.ghash = F.group_hash(group_name)
         self.conns = {p: _Conn(p, hosts[p], s) for p, s in socks.items()}
+        self._by_fd = {c.fd: c for c in self.conns.values()}
         self.prefixes = shm_prefixes
         self.peer_segs = peer_segs
         self.own_seg = own_seg
@@ -157,8 +158,7 @@ class Engine:
             self.refs_out.add(peer)
             return
         n = 0 if data is None else data.nbytes
-        op = self.op
-        conn.out.append(F.pack(F.DATA, op.code, op.dtype, step, 0, self.ghash, 0, op.seq, op.root, op.count, n))
+        conn.out.append(self.frame(F.DATA, step, n))
         if n:
             conn.out.append(memoryview(data).cast("B"))
 
@@ -289,7 +289,7 @@ class Engine:
         msg = str(exc)
         msg = msg.split(": ", 1)[1] if msg.startswith("group ") else msg
         body = F.pack_abort("lost", msg, exc.rank, exc.host)
-        head = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, self.op.seq if self.op else 0, -1, 0, len(body))
+        head = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, self.op.seq, -1, 0, len(body))
         for conn in self.conns.values():
             if conn.dead is None:
                 conn.out.append(memoryview(head))
@@ -417,22 +417,27 @@ class Engine:
         op = self.op
         if nb < 0 or exp.kind != F.DATA or op is None:
             return False
-        want = F.pack(F.DATA, op.code, op.dtype, exp.step, 0, self.ghash, 0, op.seq, op.root, op.count, nb)
+        want = self.frame(F.DATA, exp.step, nb)
         hdr = conn.hdr
         if op.code in _EXACT_COUNT:
             if hdr != want:
                 return False
         elif hdr[:32] != want[:32] or hdr[40:] != want[40:] or int.from_bytes(hdr[32:40], "little") > F.MAX_NBYTES:
             return False  # (the sender's count may differ: it only names its call in errors)
-        dest = exp.into if exp.into is not None else self.scratch(conn.peer, nb)
+        self._start_payload(conn, exp, nb)
+        return True
+
+    def _start_payload(self, conn, exp: Expect, nbytes: int) -> None:
+        """An inline DATA frame for ``exp`` was accepted: read its payload into
+        ``exp.into`` (or this peer's scratch buffer)."""
+        dest = exp.into if exp.into is not None else self.scratch(conn.peer, nbytes)
         exp.result = dest
-        if nb == 0:
+        if nbytes == 0:
             exp.done = True
-            return True
+            return
         conn.pay = memoryview(dest).cast("B")
         conn.pgot = 0
         conn.on_pay = exp
-        return True
 
     def _dispatch(self, conn, h, exp: Expect) -> None:
         op = self.op
@@ -513,14 +518,7 @@ class Engine:
             exp.result = view
             exp.done = True
             return
-        dest = exp.into if exp.into is not None else self.scratch(conn.peer, h.nbytes)
-        exp.result = dest
-        if h.nbytes == 0:
-            exp.done = True
-            return
-        conn.pay = memoryview(dest).cast("B")
-        conn.pgot = 0
-        conn.on_pay = exp
+        self._start_payload(conn, exp, h.nbytes)
 
     # ----------------------------------------------------------- the loop
     def step(self, expects=()) -> None:
@@ -604,12 +602,10 @@ class Engine:
             ready = poller.poll(wait * 1000.0)
             for c in sleeping:
                 c.ring_in.wake()
-            if ready:
-                ring_fds = {c.fd: c for c in conns.values() if c.ring_in is not None}
-                for fd, _ev in ready:
-                    c = ring_fds.get(fd)
-                    if c is not None:
-                        self._check_socket(c)
+            for fd, _ev in ready:
+                c = self._by_fd[fd]
+                if c.ring_in is not None:
+                    self._check_socket(c)
 
 
 def _abort_reader(engine, h, exp):

@@ -64,24 +64,24 @@ def reduce_ordered(out: np.ndarray, contribs: list, op: ReduceOp) -> None:
             np.copyto(out, contribs[0])
         return
     if out.dtype.kind in "biu":  # integer ufuncs wrap without warnings
-        f(contribs[0], contribs[1], out=out)
-        for c in contribs[2:]:
-            f(out, c, out=out)
+        _fold(f, out, contribs)
         return
     # overflow to inf is a result, as in torch: no warning
     if _ERRVAR is None:  # pragma: no cover - other NumPy versions
         with np.errstate(all="ignore"):
-            f(contribs[0], contribs[1], out=out)
-            for c in contribs[2:]:
-                f(out, c, out=out)
+            _fold(f, out, contribs)
         return
     token = _ERRVAR.set(_IGNORE)
     try:
-        f(contribs[0], contribs[1], out=out)
-        for c in contribs[2:]:
-            f(out, c, out=out)
+        _fold(f, out, contribs)
     finally:
         _ERRVAR.reset(token)
+
+
+def _fold(f, out: np.ndarray, contribs: list) -> None:
+    f(contribs[0], contribs[1], out=out)
+    for c in contribs[2:]:
+        f(out, c, out=out)
 
 
 def finalize(out: np.ndarray, op: ReduceOp, scale, size: int) -> None:

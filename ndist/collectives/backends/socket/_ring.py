@@ -35,7 +35,7 @@ import threading
 
 from ._shm import SHM_DIR
 
-__all__ = ["available", "capacity_from_env", "RingFile", "Ring", "MAX_SLEEP_S", "RING_ENV"]
+__all__ = ["available", "capacity_from_env", "path_for", "RingFile", "Ring", "MAX_SLEEP_S", "RING_ENV"]
 
 RING_ENV = "NDIST_SHM_RING"
 #: default bytes per ring: several inline frames (inline payloads are < 32 KiB),
@@ -59,6 +59,11 @@ def _fence() -> None:
 
 def available() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64") and os.path.isdir(SHM_DIR)
+
+
+def path_for(shm_prefix: str) -> str:
+    """The ring file of the rank whose shared-memory prefix is ``shm_prefix``."""
+    return os.path.join(SHM_DIR, shm_prefix + "-ring")
 
 
 def capacity_from_env(size: int = 2) -> int:
