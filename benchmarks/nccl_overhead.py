@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     import cupy as cp
     from cupy.cuda import nccl
 
-    from ndist.collectives import ReduceOp
+    from ndist.collectives import Call, Op, ReduceOp
     from ndist.runtime import BackendContext, HashStore, get_backend_spec
 
     ctx = BackendContext(store=HashStore(), rank=0, size=1, timeout=timedelta(minutes=5), group_name="bench",
@@ -93,8 +93,10 @@ def main(argv=None) -> int:
             def raw_call(buf=buf):
                 raw.allReduce(buf.data.ptr, buf.data.ptr, buf.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)
 
-            def ndist_call(buf=buf):
-                backend.all_reduce(buf, ReduceOp.SUM)
+            call = Call(Op.ALL_REDUCE, "cuda", buf.dtype, out=buf, redop=ReduceOp.SUM)
+
+            def ndist_call(call=call):
+                backend.all_reduce(call)
 
             t_raw = _time_gpu(cp, raw_call, args.iters, args.warmup)
             t_nd = _time_gpu(cp, ndist_call, args.iters, args.warmup)
@@ -105,7 +107,8 @@ def main(argv=None) -> int:
         small = cp.ones(1, dtype=cp.float32)
         h_raw = _time_host(cp, lambda: raw.allReduce(small.data.ptr, small.data.ptr, 1, nccl.NCCL_FLOAT32,
                                                      nccl.NCCL_SUM, stream.ptr), 1000, 100)
-        h_nd = _time_host(cp, lambda: backend.all_reduce(small, ReduceOp.SUM), 1000, 100)
+        small_call = Call(Op.ALL_REDUCE, "cuda", small.dtype, out=small, redop=ReduceOp.SUM)
+        h_nd = _time_host(cp, lambda: backend.all_reduce(small_call), 1000, 100)
     overhead = (h_nd - h_raw) * 1e6
     results["overhead_us"] = overhead
     results["raw_enqueue_us"] = h_raw * 1e6

@@ -42,7 +42,7 @@ def _iters(nbytes):
 
 
 def _rank(rank, n, d, transport, q):
-    from ndist.collectives import ReduceOp
+    from ndist.collectives import Call, Op, ReduceOp
     from ndist.collectives.backends.socket import SocketBackend
     from ndist.runtime import BackendContext
 
@@ -60,12 +60,14 @@ def _rank(rank, n, d, transport, q):
         x = np.ones(nbytes // 4, np.float32)
         ins = [np.ones(nbytes // 4 // n, np.float32) for _ in range(n)]
         outs = [np.empty(nbytes // 4 // n, np.float32) for _ in range(n)]
-        for name, call in (("all_reduce", lambda: b.all_reduce(x, ReduceOp.SUM, blocking=True)),
-                           ("all_to_all", lambda: b.all_to_all(outs, ins, blocking=True))):
+        ar = Call(Op.ALL_REDUCE, "cpu", x.dtype, out=x, redop=ReduceOp.SUM)
+        a2a = Call(Op.ALL_TO_ALL, "cpu", x.dtype, outputs=outs, inputs=ins)
+        for name, call in (("all_reduce", lambda: b.all_reduce(ar, blocking=True)),
+                           ("all_to_all", lambda: b.all_to_all(a2a, blocking=True))):
             it = _iters(nbytes)
             for _ in range(max(3, it // 10)):
                 call().wait()
-            b.barrier(blocking=True).wait()
+            b.barrier(Call(Op.BARRIER, "cpu"), blocking=True).wait()
             t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(it):
                 call().wait()

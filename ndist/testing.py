@@ -1,5 +1,5 @@
 """ndist.testing: helpers for testing distributed code (run a function on N ranks)."""
 
-from .runtime._testing import RankFailedError, run_ranks
+from ._testing._run import RankFailedError, run_ranks
 
 __all__ = ["run_ranks", "RankFailedError"]

@@ -1,5 +1,6 @@
 """ndist.collectives: public collective functions, argument checking, ReduceOp,
-the Backend interface and the backends (socket, mpi, nccl)."""
+the backend interface (``CollectiveBackend``, ``Call``, ``Op``) and the
+backends (socket, mpi, nccl)."""
 
 from . import backends  # noqa: F401  (registers the built-in backends)
 from ._api import (
@@ -17,7 +18,7 @@ from ._api import (
     reduce_scatter_tensor,
     scatter,
 )
-from ._backend import Backend
+from ._backend import Call, CollectiveBackend, Op  # noqa: F401  (the backend interface)
 from ._debug import flight_recorder
 from ._objects import (
     all_gather_object,
@@ -30,8 +31,10 @@ from ._objects import (
 from ._p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from ._reduce_op import ReduceOp, _make_nccl_premul_sum
 
+# The backend interface (CollectiveBackend, Call, Op) is imported from here by
+# backend authors; it is not part of ``__all__``, so ``ndist.distributed`` (torch's
+# namespace) does not re-export it.
 __all__ = [
-    "Backend",
     "ReduceOp",
     "_make_nccl_premul_sum",
     "all_reduce",

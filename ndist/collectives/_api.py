@@ -3,9 +3,11 @@
 Each function checks every argument (``_check``) before anything is sent,
 turns the tensors into contiguous arrays over the caller's memory
 (``_convert``; non-contiguous outputs are staged and written back), maps
-global ranks to group ranks, and calls the group's backend for the tensors'
-device. ``src`` / ``dst`` are global ranks; ``group_src`` / ``group_dst``
-give the rank within ``group`` instead (torch 2.5+).
+global ranks to group ranks, builds one ``Call`` record and hands it to the
+backend method of the same name through ``_common.submit``. ``src`` / ``dst``
+are global ranks; ``group_src`` / ``group_dst`` give the rank within
+``group`` instead (torch 2.5+). On a group this process is not a member of,
+every function does nothing and returns ``None``, as in torch.
 
 Unlike torch's Gloo backend, the list forms (``all_gather``, ``gather``,
 ``scatter``, ``all_to_all``, ``reduce_scatter``) accept tensors of different
@@ -15,9 +17,9 @@ sizes per rank.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from . import _check
+from ._backend import Call, Op
 from ._common import member_group, submit
 from ._convert import contiguous_input, contiguous_output, device_type, unaliased
 from ._reduce_op import ReduceOp
@@ -29,46 +31,40 @@ __all__ = [
 ]
 
 
-def _flat_rows(arr, sizes):
-    """Views of the contiguous ``arr`` split along dim 0 into ``sizes`` rows."""
-    row = 1
-    for d in arr.shape[1:]:
-        row *= d
-    flat = arr.reshape(-1)
-    views, pos = [], 0
-    for s in sizes:
-        views.append(flat[pos:pos + s * row])
-        pos += s * row
-    return views
-
-
 def _flat(arr):
     """``arr`` as 1-D (itself when it already is: reshape costs a view per call)."""
     return arr if arr.ndim == 1 else arr.reshape(-1)
 
 
-def _chunks(arr, n: int):
-    flat = arr.reshape(-1)
-    k = flat.size // n
-    return [flat[i * k:(i + 1) * k] for i in range(n)]
+def _rows_to_elements(splits: list[int], shape) -> list[int]:
+    row = 1
+    for d in shape[1:]:
+        row *= d
+    return splits if row == 1 else [s * row for s in splits]
 
 
 # ------------------------------------------------------------------ reductions
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``tensor`` over every rank of ``group``, in place on every rank."""
-    pg = member_group(group)
+    pg = member_group(group, "all_reduce")
+    if pg is None:
+        return None
     arr = _check.output(tensor, "tensor")
     rop, scale = _check.reduce_op(op, arr.dtype)
     if async_op is not False:
         _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(arr, post)
-    return submit(pg, device_type(arr), "all_reduce", (buf, rop, scale), async_op, post, [tensor])
+    dev = device_type(arr)
+    call = Call(Op.ALL_REDUCE, dev, buf.dtype, out=buf, redop=rop, scale=scale)
+    return submit(pg, pg.backend_for(dev).all_reduce, call, async_op, post, [tensor])
 
 
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
     """Reduce ``tensor`` over ``group`` into ``dst``'s ``tensor``; other ranks' tensors are unchanged."""
-    pg = member_group(group)
+    pg = member_group(group, "reduce")
+    if pg is None:
+        return None
     root = _check.root_rank(pg, "dst", dst, "group_dst", group_dst)
     arr = _check.output(tensor, "tensor")
     rop, scale = _check.reduce_op(op, arr.dtype)
@@ -76,13 +72,16 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
         _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(arr, post) if pg.rank() == root else contiguous_input(arr)
-    return submit(pg, _check.same_device([("tensor", arr)]), "reduce", (buf, root, rop, scale), async_op,
-                  post, [tensor])
+    dev = device_type(arr)
+    call = Call(Op.REDUCE, dev, buf.dtype, out=buf, root=root, redop=rop, scale=scale)
+    return submit(pg, pg.backend_for(dev).reduce, call, async_op, post, [tensor])
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
     """``output`` on rank i = reduction over ranks of their ``input_list[i]``."""
-    pg = member_group(group)
+    pg = member_group(group, "reduce_scatter")
+    if pg is None:
+        return None
     out = _check.output(output, "output")
     ins = _check.tensor_list(input_list, "input_list", pg.size())
     dev = _check.common([out] + ins, lambda i: f"input_list[{i - 1}]" if i else "output")
@@ -95,13 +94,16 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
         _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
-    inputs = unaliased([contiguous_input(a).reshape(-1) for a in ins], [buf])
-    return submit(pg, dev, "reduce_scatter", (buf, inputs, rop, scale), async_op, post, [output])
+    inputs = unaliased([_flat(contiguous_input(a)) for a in ins], [buf])
+    call = Call(Op.REDUCE_SCATTER, dev, buf.dtype, out=_flat(buf), inputs=inputs, redop=rop, scale=scale)
+    return submit(pg, pg.backend_for(dev).reduce_scatter, call, async_op, post, [output])
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """``input`` holds ``group.size()`` equal chunks; rank i's ``output`` = reduction of chunk i."""
-    pg = member_group(group)
+    pg = member_group(group, "reduce_scatter_tensor")
+    if pg is None:
+        return None
     out = _check.output(output, "output")
     inp = _check.tensor(input, "input")
     dev = _check.common((out, inp), ("output", "input").__getitem__)
@@ -114,30 +116,32 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     post: list = []
     buf = contiguous_output(out, post)
     (src,) = unaliased([contiguous_input(inp)], [buf])
-    backend = pg.backend_for(dev)
-    if hasattr(backend, "reduce_scatter_even"):  # equal chunks on every rank: MPI_Reduce_scatter_block
-        return submit(pg, dev, "reduce_scatter_even", (_flat(buf), _flat(src), rop, scale), async_op,
-                      post, [output], backend)
-    return submit(pg, dev, "reduce_scatter", (buf, _chunks(src, pg.size()), rop, scale),
-                  async_op, post, [output], backend)
+    call = Call(Op.REDUCE_SCATTER_FROM, dev, buf.dtype, out=_flat(buf), inp=_flat(src), redop=rop, scale=scale)
+    return submit(pg, pg.backend_for(dev).reduce_scatter_from, call, async_op, post, [output])
 
 
 # --------------------------------------------------------------- data movement
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     """Copy ``src``'s ``tensor`` into every rank's ``tensor``."""
-    pg = member_group(group)
+    pg = member_group(group, "broadcast")
+    if pg is None:
+        return None
     root = _check.root_rank(pg, "src", src, "group_src", group_src)
     arr = _check.output(tensor, "tensor") if pg.rank() != root else _check.tensor(tensor, "tensor")
     if async_op is not False:
         _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(arr, post) if pg.rank() != root else contiguous_input(arr)
-    return submit(pg, device_type(arr), "broadcast", (buf, root), async_op, post, [tensor])
+    dev = device_type(arr)
+    call = Call(Op.BROADCAST, dev, buf.dtype, out=buf, root=root)
+    return submit(pg, pg.backend_for(dev).broadcast, call, async_op, post, [tensor])
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """``tensor_list[i]`` receives rank i's ``tensor`` (sizes may differ per rank)."""
-    pg = member_group(group)
+    pg = member_group(group, "all_gather")
+    if pg is None:
+        return None
     inp = _check.tensor(tensor, "tensor")
     outs = _check.tensor_list(tensor_list, "tensor_list", pg.size(), out=True)
     dev = _check.common([inp] + outs, lambda i: f"tensor_list[{i - 1}]" if i else "tensor")
@@ -147,14 +151,17 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     if async_op is not False:
         _check.check_bool("async_op", async_op)
     post: list = []
-    bufs = [contiguous_output(a, post).reshape(-1) for a in outs]
-    (src,) = unaliased([contiguous_input(inp).reshape(-1)], bufs)
-    return submit(pg, dev, "all_gather", (bufs, src), async_op, post, list(tensor_list))
+    bufs = [_flat(contiguous_output(a, post)) for a in outs]
+    (src,) = unaliased([_flat(contiguous_input(inp))], bufs)
+    call = Call(Op.ALL_GATHER, dev, src.dtype, inp=src, outputs=bufs)
+    return submit(pg, pg.backend_for(dev).all_gather, call, async_op, post, list(tensor_list))
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """``output_tensor`` = every rank's ``input_tensor`` concatenated (or stacked) in rank order."""
-    pg = member_group(group)
+    pg = member_group(group, "all_gather_into_tensor")
+    if pg is None:
+        return None
     out = _check.output(output_tensor, "output_tensor")
     inp = _check.tensor(input_tensor, "input_tensor")
     dev = _check.common((out, inp), ("output_tensor", "input_tensor").__getitem__)
@@ -166,12 +173,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     post: list = []
     buf = contiguous_output(out, post)
     (src,) = unaliased([_flat(contiguous_input(inp))], [buf])
-    backend = pg.backend_for(dev)
-    if hasattr(backend, "all_gather_even"):  # every rank contributes alike: MPI_Allgather
-        return submit(pg, dev, "all_gather_even", (_flat(buf), src), async_op, post, [output_tensor],
-                      backend)
-    return submit(pg, dev, "all_gather", (_chunks(buf, pg.size()), src), async_op, post, [output_tensor],
-                  backend)
+    call = Call(Op.ALL_GATHER_INTO, dev, src.dtype, out=_flat(buf), inp=src)
+    return submit(pg, pg.backend_for(dev).all_gather_into, call, async_op, post, [output_tensor])
 
 
 def _root_list(pg, root: int, objs, name: str, out: bool):
@@ -189,7 +192,9 @@ def _root_list(pg, root: int, objs, name: str, out: bool):
 
 def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
     """On ``dst``, ``gather_list[i]`` receives rank i's ``tensor`` (sizes may differ)."""
-    pg = member_group(group)
+    pg = member_group(group, "gather")
+    if pg is None:
+        return None
     root = _check.root_rank(pg, "dst", dst, "group_dst", group_dst, default=0)
     inp = _check.tensor(tensor, "tensor")
     outs = _root_list(pg, root, gather_list, "gather_list", out=True)
@@ -202,15 +207,18 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     if async_op is not False:
         _check.check_bool("async_op", async_op)
     post: list = []
-    bufs = None if outs is None else [contiguous_output(a, post).reshape(-1) for a in outs]
-    (src,) = unaliased([contiguous_input(inp).reshape(-1)], bufs or [])
-    return submit(pg, dev, "gather", (bufs, src, root), async_op, post,
+    bufs = None if outs is None else [_flat(contiguous_output(a, post)) for a in outs]
+    (src,) = unaliased([_flat(contiguous_input(inp))], bufs or [])
+    call = Call(Op.GATHER, dev, src.dtype, inp=src, outputs=bufs, root=root)
+    return submit(pg, pg.backend_for(dev).gather, call, async_op, post,
                   list(gather_list) if outs is not None else [])
 
 
 def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
     """Rank i's ``tensor`` receives ``src``'s ``scatter_list[i]`` (sizes may differ)."""
-    pg = member_group(group)
+    pg = member_group(group, "scatter")
+    if pg is None:
+        return None
     root = _check.root_rank(pg, "src", src, "group_src", group_src, default=0)
     out = _check.output(tensor, "tensor")
     ins = _root_list(pg, root, scatter_list, "scatter_list", out=False)
@@ -223,14 +231,17 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     if async_op is not False:
         _check.check_bool("async_op", async_op)
     post: list = []
-    buf = contiguous_output(out, post).reshape(-1)
-    inputs = None if ins is None else unaliased([contiguous_input(a).reshape(-1) for a in ins], [buf])
-    return submit(pg, dev, "scatter", (buf, inputs, root), async_op, post, [tensor])
+    buf = _flat(contiguous_output(out, post))
+    inputs = None if ins is None else unaliased([_flat(contiguous_input(a)) for a in ins], [buf])
+    call = Call(Op.SCATTER, dev, buf.dtype, out=buf, inputs=inputs, root=root)
+    return submit(pg, pg.backend_for(dev).scatter, call, async_op, post, [tensor])
 
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
     """Rank i's ``input_tensor_list[j]`` lands in rank j's ``output_tensor_list[i]``."""
-    pg = member_group(group)
+    pg = member_group(group, "all_to_all")
+    if pg is None:
+        return None
     outs = _check.tensor_list(output_tensor_list, "output_tensor_list", pg.size(), out=True)
     ins = _check.tensor_list(input_tensor_list, "input_tensor_list", pg.size())
     n = len(ins)
@@ -242,15 +253,18 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
     if async_op is not False:
         _check.check_bool("async_op", async_op)
     post: list = []
-    bufs = [contiguous_output(a, post).reshape(-1) for a in outs]
-    inputs = unaliased([contiguous_input(a).reshape(-1) for a in ins], bufs)
-    return submit(pg, dev, "all_to_all", (bufs, inputs), async_op, post, list(output_tensor_list))
+    bufs = [_flat(contiguous_output(a, post)) for a in outs]
+    inputs = unaliased([_flat(contiguous_input(a)) for a in ins], bufs)
+    call = Call(Op.ALL_TO_ALL, dev, ins[0].dtype, outputs=bufs, inputs=inputs)
+    return submit(pg, pg.backend_for(dev).all_to_all, call, async_op, post, list(output_tensor_list))
 
 
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
                       async_op=False):
     """Split ``input`` along dim 0 by ``input_split_sizes``, exchange, and concatenate into ``output``."""
-    pg = member_group(group)
+    pg = member_group(group, "all_to_all_single")
+    if pg is None:
+        return None
     out = _check.output(output, "output")
     inp = _check.tensor(input, "input")
     dev = _check.common((out, inp), ("output", "input").__getitem__)
@@ -262,42 +276,41 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
         raise ValueError(f"output: expected trailing dimensions {tuple(ishape[1:])} (those of input), "
                          f"got shape {tuple(oshape)}")
     n = len(pg.ranks)
+    # Even (no split sizes: torch's promise that every rank splits evenly): the record
+    # carries no splits, and a backend may use its even primitive (MPI_Alltoall).
     even = (output_split_sizes is None and input_split_sizes is None and oshape == ishape
             and not oshape[0] % n)
-    if not even:  # (even: every check below passes; skip building the size lists)
+    osz = isz = None
+    if not even:
         osz = _check.split_sizes("output_split_sizes", output_split_sizes, out.shape[0], n, "output")
         isz = _check.split_sizes("input_split_sizes", input_split_sizes, inp.shape[0], n, "input")
         me = pg.rank()
         if osz[me] != isz[me]:
             raise ValueError(f"output_split_sizes[{me}]: expected {isz[me]} (input_split_sizes[{me}], what this "
                              f"rank sends itself), got {osz[me]}")
+        osz, isz = _rows_to_elements(osz, oshape), _rows_to_elements(isz, ishape)
     if async_op is not False:
         _check.check_bool("async_op", async_op)
     post: list = []
     buf = contiguous_output(out, post)
     (src,) = unaliased([contiguous_input(inp)], [buf])
-    backend = pg.backend_for(dev)
-    if even and getattr(backend, "all_to_all_even", None) is not None:
-        # Every rank splits evenly (torch's contract for no split sizes): the backend's
-        # even fast path (MPI_Alltoall rather than Alltoallv).
-        return submit(pg, dev, "all_to_all_even", (_flat(buf), _flat(src)), async_op, post, [output],
-                      backend)
-    if even:
-        osz = isz = [out.shape[0] // n] * n
-    return submit(pg, dev, "all_to_all", (_flat_rows(buf, osz), _flat_rows(src, isz)), async_op, post, [output],
-                  backend)
+    call = Call(Op.ALL_TO_ALL_SINGLE, dev, src.dtype, out=_flat(buf), inp=_flat(src), out_splits=osz,
+                in_splits=isz)
+    return submit(pg, pg.backend_for(dev).all_to_all_single, call, async_op, post, [output])
 
 
 # ----------------------------------------------------------------- barriers
 def barrier(group=None, async_op=False, device_ids=None):
     """Block until every rank of ``group`` entered the barrier."""
-    pg = member_group(group)
+    pg = member_group(group, "barrier")
+    if pg is None:
+        return None
     if device_ids is not None and not isinstance(device_ids, (list, tuple)):
         raise TypeError(f"device_ids: expected a list of ints or None, got {type(device_ids).__name__}")
     if async_op is not False:
         _check.check_bool("async_op", async_op)
     device = "cuda" if device_ids else "cpu"
-    return submit(pg, device, "barrier", (), async_op)
+    return submit(pg, pg.backend_for(device).barrier, Call(Op.BARRIER, device), async_op)
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
@@ -314,7 +327,9 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
 
     from ..runtime import DistTimeoutError
 
-    pg = member_group(group)
+    pg = member_group(group, "monitored_barrier")
+    if pg is None:
+        return None
     _check.check_bool("wait_all_ranks", wait_all_ranks)
     if timeout is None:
         timeout = pg.timeout
@@ -332,9 +347,13 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     if size == 1:
         return None
     deadline = time.monotonic() + seconds
+
+    def token(make, op: Op, peer: int) -> Call:
+        return Call(op, "cpu", np.dtype(np.uint8), out=make(1, np.uint8), root=peer, tag=tag)
+
     if me != 0:
-        backend.send(np.ones(1, np.uint8), 0, tag).wait(seconds)
-        release = backend.recv(np.zeros(1, np.uint8), 0, tag)
+        backend.send(token(np.ones, Op.SEND, 0)).wait(seconds)
+        release = backend.recv(token(np.zeros, Op.RECV, 0))
         try:
             release.wait(max(deadline - time.monotonic(), 0.0) + seconds)
         except DistTimeoutError:
@@ -343,7 +362,7 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
                 f"{seconds:g} s (rank {pg.ranks[0]} reports the ranks that did not arrive)"
             ) from None
         return None
-    works = {r: backend.recv(np.zeros(1, np.uint8), r, tag) for r in range(1, size)}
+    works = {r: backend.recv(token(np.zeros, Op.RECV, r)) for r in range(1, size)}
     missing = []
     for r, work in works.items():
         try:
@@ -359,5 +378,5 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
             f"in {seconds:g} s (group {pg.group_name!r})"
         )
     for r in range(1, size):
-        backend.send(np.ones(1, np.uint8), r, tag).wait(seconds)
+        backend.send(token(np.ones, Op.SEND, r)).wait(seconds)
     return None

@@ -1,32 +1,44 @@
-"""What every public collective shares: resolving the group, choosing the
-backend for the tensors' device, submitting, writing staged outputs back and
-waiting (``async_op=False``) or returning the Work (``async_op=True``)."""
+"""What every public collective shares: the group it runs on, and ``submit``:
+number and record the call, run it on the backend, write staged outputs back,
+and wait (``async_op=False``) or return the Work (``async_op=True``)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import logging
+import threading
+from typing import Any, Callable
 
 from ..runtime import resolve_group
 from . import _check, _debug
-from ._backend import DONE
+from ._backend import DONE, P2P_OPS, Call
 
-__all__ = ["member_group", "submit", "Post"]
+__all__ = ["member_group", "submit", "wait_sync"]
 
-_P2P = frozenset(("send", "recv"))
+log = logging.getLogger("ndist.collectives")
 
-Post = list  # list[Callable[[], None]]: write-backs run after the backend finished
+_warned_groups: set = set()
+_warned_lock = threading.Lock()
 
 
-def member_group(group: Any):
-    """The ProcessGroup for ``group``; ValueError when this process is not in it."""
+def member_group(group: Any, what: str = "collective"):
+    """The ProcessGroup for ``group``, or ``None`` when this process is not a member.
+
+    torch's semantics: an operation on a group this rank is not in does nothing
+    and returns ``None`` (``recv``: -1), with a warning, once per group here.
+    """
     pg = resolve_group(group)
-    if not pg.is_member:
+    if pg.is_member:
+        return pg
+    key = (id(pg), pg.group_name)
+    with _warned_lock:
+        first = key not in _warned_groups
+        _warned_groups.add(key)
+    if first:
         me = resolve_group(None).rank()
-        raise ValueError(
-            f"group: this process (global rank {me}) is not a member of group {pg.group_name!r} "
-            f"with ranks {list(pg.ranks)}"
-        )
-    return pg
+        log.warning("%s on group %r (ranks %s) called by global rank %d, which is not a member: it does "
+                    "nothing and returns None, as in torch (warned once per group)", what, pg.group_name,
+                    list(pg.ranks), me)
+    return None
 
 
 def _failed(rec, slot, seq: int, exc: BaseException | None) -> None:
@@ -38,36 +50,32 @@ def _failed(rec, slot, seq: int, exc: BaseException | None) -> None:
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
 
 
-def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
-           post: list[Callable[[], None]] | None = None, outputs: Any = None, backend: Any = None):
-    """Call ``backend.method(*args)``; wait unless ``async_op``; return the Work or None.
+def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,
+           post: list[Callable[[], None]] | None = None, outputs: Any = None):
+    """Run ``method(call)`` (a bound method of ``pg``'s backend); wait unless ``async_op``.
 
-    Every call is recorded in the group's flight recorder; with
-    ``NDIST_DEBUG=DETAIL`` collectives first compare call signatures across
-    ranks through the group's store (``_debug``).
+    Returns the Work (``async_op=True``) or None. Every call is numbered and
+    recorded in the group's flight recorder; with ``NDIST_DEBUG=DETAIL``
+    collectives first compare their records across ranks through the group's
+    store (``_debug``). ``post`` are write-backs of staged outputs, run once
+    the backend is done; ``outputs`` is what the async Work's ``result()`` gives.
     """
     if async_op is not False:
         async_op = _check.check_bool("async_op", async_op)
-    if backend is None:
-        backend = pg.backend_for(device)
     rec = _debug.recorder_for(pg)
-    seq = rec.next_seq(device if method not in _P2P else device + ":p2p")  # p2p numbered apart, as backends do
-    described = _debug.describe_args(method, args)
-    dtype, cin, cout, root, _redop, _ins, _outs = described
-    slot = rec.issue(seq, method, device, dtype, cin, cout, root)
+    p2p = call.op in P2P_OPS
+    seq = rec.next_seq(call.device + ":p2p" if p2p else call.device)  # p2p numbered apart, as backends do
+    slot = rec.issue(seq, call, pg.size())
     try:
-        if rec.detail and method not in _P2P:
-            _debug.check_signature(pg, device, seq, method, described)
-        if not async_op and getattr(backend, "blocking_calls", False):
-            work = getattr(backend, method)(*args, blocking=True)
-            if work is DONE:  # finished and succeeded: nothing to wait on
-                if post:
-                    for step in post:
-                        step()
-                rec.done(slot, seq, None)
-                return None
-        else:
-            work = getattr(backend, method)(*args)
+        if rec.detail and not p2p:
+            _debug.check_signature(pg, seq, call)
+        work = method(call, blocking=not async_op)
+        if work is DONE:  # finished and succeeded: nothing to wait on
+            if post:
+                for step in post:
+                    step()
+            rec.done(slot, seq, None)
+            return None if not async_op else _completed(call, seq, outputs)
     except BaseException as exc:
         _failed(rec, slot, seq, exc)
         raise
@@ -81,12 +89,11 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
         work = work.then(_write_back)
     if async_op:
         if outputs is not None:
-            work._outputs = outputs
-        fut = getattr(work, "_future", None)  # CUDA works make theirs lazily: not forced here
-        if fut is not None:
-            fut.add_done_callback(lambda f: _failed(rec, slot, seq, f.exception()))
-        work._on_timeout = lambda exc: _debug.dump_all(
-            f"{method} #{seq} in group {rec.group_name!r}: Work.wait timed out: {exc}")
+            work.outputs = outputs
+        if not getattr(work, "stream_ordered", False):  # CUDA works make their Future lazily: not forced
+            work.add_done_callback(lambda w: _failed(rec, slot, seq, w.exception()))
+        work.on_timeout = lambda exc: _debug.dump_all(
+            f"{call.op} #{seq} in group {rec.group_name!r}: Work.wait timed out: {exc}")
         return work
     try:
         wait_sync(work, pg)
@@ -95,6 +102,12 @@ def submit(pg, device: str, method: str, args: Sequence[Any], async_op: Any,
         raise
     rec.done(slot, seq, None)
     return None
+
+
+def _completed(call: Call, seq: int, outputs: Any):
+    from ..runtime import Work
+
+    return Work.completed(str(call.op), seq, outputs)
 
 
 def wait_sync(work, pg) -> None:

@@ -32,14 +32,13 @@ import time
 import weakref
 from typing import Any
 
-__all__ = ["FlightRecorder", "recorder_for", "flight_recorder", "dump_all", "describe_args", "check_signature"]
+__all__ = ["FlightRecorder", "recorder_for", "flight_recorder", "dump_all", "check_signature"]
 
 log = logging.getLogger("ndist.collectives.debug")
 
 SIZE_ENV = "NDIST_FLIGHT_RECORDER_SIZE"
 DIR_ENV = "NDIST_FLIGHT_RECORDER_DIR"
 _DEFAULT_SIZE = 64
-_P2P = frozenset(("send", "recv"))
 
 
 # ------------------------------------------------------------------ recorder
@@ -82,14 +81,16 @@ class FlightRecorder:
             self._seqs[device] = seq
             return seq
 
-    def issue(self, seq, op, device, dtype, count_in, count_out, root) -> _Slot | None:
+    def issue(self, seq: int, call, group_size: int) -> _Slot | None:
+        """Record ``call`` (a ``Call``) as issued with sequence number ``seq``."""
         if not self.size:
             return None
         with self._lock:
             slot = self._slots[self._next]
             self._next = (self._next + 1) % self.size
-        slot.seq, slot.op, slot.device, slot.dtype = seq, op, device, dtype
-        slot.count_in, slot.count_out, slot.root = count_in, count_out, root
+        count_in, count_out, _ins, _outs = call.counts(group_size)
+        slot.seq, slot.op, slot.device, slot.dtype = seq, call.op.value, call.device, call.dtype
+        slot.count_in, slot.count_out, slot.root = count_in, count_out, call.root
         slot.state, slot.t_issued, slot.t_done, slot.error = "issued", time.time(), None, None
         return slot
 
@@ -171,60 +172,6 @@ def dump_all(reason: str) -> str | None:
 
 
 # --------------------------------------------------------------- signatures
-def _sizes(lst) -> list[int] | None:
-    return None if lst is None else [int(a.size) for a in lst]
-
-
-def describe_args(method: str, args) -> tuple:
-    """``(dtype, count_in, count_out, root, redop, ins, outs)`` of a backend call.
-
-    ``ins[j]`` / ``outs[j]``: elements this rank sends to / receives from group
-    rank ``j`` (``None`` where the op has no per-rank sizes here).
-    """
-    dtype = root = redop = ins = outs = None
-    cin = cout = 0
-    if method == "all_reduce":
-        buf, redop = args[0], args[1]
-        dtype, cin = buf.dtype, buf.size
-        cout = cin
-    elif method == "reduce":
-        buf, root, redop = args[0], args[1], args[2]
-        dtype, cin = buf.dtype, buf.size
-        cout = cin
-    elif method == "broadcast":
-        buf, root = args
-        dtype, cin = buf.dtype, buf.size
-        cout = cin
-    elif method == "reduce_scatter":
-        buf, inputs, redop = args[0], args[1], args[2]
-        ins = _sizes(inputs)
-        dtype, cin, cout = buf.dtype, sum(ins), buf.size
-    elif method == "all_gather":
-        bufs, src = args
-        outs = _sizes(bufs)
-        dtype, cin, cout = src.dtype, src.size, sum(outs)
-    elif method == "gather":
-        bufs, src, root = args
-        outs = _sizes(bufs)
-        dtype, cin, cout = src.dtype, src.size, sum(outs) if outs else 0
-    elif method == "scatter":
-        buf, inputs, root = args
-        ins = _sizes(inputs)
-        dtype, cin, cout = buf.dtype, sum(ins) if ins else 0, buf.size
-    elif method == "all_to_all":
-        bufs, inputs = args
-        outs, ins = _sizes(bufs), _sizes(inputs)
-        dtype, cin, cout = bufs[0].dtype if bufs else None, sum(ins), sum(outs)
-    elif method == "all_to_all_even":
-        buf, src = args
-        dtype, cin, cout = src.dtype, src.size, buf.size
-    elif method in ("send", "recv"):
-        buf = args[0]
-        dtype, cin = buf.dtype, buf.size
-        root = args[1]
-    return dtype, int(cin), int(cout), root, redop, ins, outs
-
-
 def _call(rank: int, sig: dict) -> str:
     text = f"rank {rank}: {sig['op']} {sig['dtype']}[{sig['count']}]"
     if sig.get("root") is not None:
@@ -234,12 +181,13 @@ def _call(rank: int, sig: dict) -> str:
     return f"{text} #{sig['seq']}"
 
 
-_EXACT = ("all_reduce", "reduce", "broadcast", "all_to_all_even")
+#: ops whose element count must be the same on every rank (the others are checked per peer)
+_EXACT = ("all_reduce", "reduce", "broadcast")
 _warned_no_store: set = set()
 
 
-def check_signature(pg, device: str, seq: int, method: str, described: tuple) -> None:
-    """``NDIST_DEBUG=DETAIL``: compare this call with every rank's through the store."""
+def check_signature(pg, seq: int, call) -> None:
+    """``NDIST_DEBUG=DETAIL``: compare ``call`` (a ``Call``) with every rank's through the store."""
     from ..runtime import DistMismatchError, DistTimeoutError
 
     store = getattr(pg, "store", None)
@@ -249,9 +197,10 @@ def check_signature(pg, device: str, seq: int, method: str, described: tuple) ->
             log.warning("NDIST_DEBUG=DETAIL: group %r has no store; collective signatures are not checked",
                         pg.group_name)
         return
-    dtype, cin, _cout, root, redop, ins, outs = described
     me, size = pg.rank(), pg.size()
-    count = _cout if method in ("scatter", "reduce_scatter") else cin
+    method, device, dtype, root, redop = call.op.value, call.device, call.dtype, call.root, call.redop
+    cin, cout, ins, outs = call.counts(size)
+    count = cout if method in _COUNT_OUT else cin
     sig = {"op": method, "dtype": None if dtype is None else str(dtype), "count": count, "root": root,
            "redop": None if redop is None else getattr(redop, "name", str(redop)), "seq": seq,
            "ins": ins, "outs": outs}
@@ -300,21 +249,27 @@ def check_signature(pg, device: str, seq: int, method: str, described: tuple) ->
                 f"{sent} elements to rank {pg.ranks[r]}; {theirs} expects {want}")
 
 
+#: ops whose signature counts what the rank receives (its output), not what it contributes
+_COUNT_OUT = ("scatter", "reduce_scatter", "reduce_scatter_from")
+_PER_PEER_IN = ("all_gather", "all_gather_into", "all_to_all", "all_to_all_single")
+_PER_PEER_OUT = ("all_to_all", "all_to_all_single", "reduce_scatter", "reduce_scatter_from")
+
+
 def _expected_from(method, sig, src, me, root):
     """Elements the rank with signature ``sig`` (group rank ``me``) receives from ``src``."""
-    if method in ("all_gather", "all_to_all") or (method == "gather" and me == root):
+    if method in _PER_PEER_IN or (method == "gather" and me == root):
         outs = sig["outs"]
         return outs[src] if outs else None
-    if method == "reduce_scatter" or (method == "scatter" and src == root):
+    if method in ("reduce_scatter", "reduce_scatter_from") or (method == "scatter" and src == root):
         return sig["count"]
     return None
 
 
 def _sent_to(method, sig, dst, me, root):
     """Elements the rank with signature ``sig`` (group rank ``me``) sends to ``dst``."""
-    if method in ("all_to_all", "reduce_scatter") or (method == "scatter" and me == root):
+    if method in _PER_PEER_OUT or (method == "scatter" and me == root):
         ins = sig["ins"]
         return ins[dst] if ins else None
-    if method == "all_gather" or (method == "gather" and dst == root):
+    if method in ("all_gather", "all_gather_into") or (method == "gather" and dst == root):
         return sig["count"]
     return None

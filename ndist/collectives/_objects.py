@@ -47,7 +47,9 @@ def _check_device(device: Any) -> None:
 
 def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None) -> None:
     """Replace ``object_list``'s items on every rank by ``src``'s items (same length everywhere)."""
-    pg = member_group(group)
+    pg = member_group(group, "broadcast_object_list")
+    if pg is None:
+        return None
     root = _check.root_rank(pg, "src", src, "group_src", group_src)
     _check_list("object_list", object_list)
     _check_device(device)
@@ -69,7 +71,9 @@ def broadcast_object_list(object_list, src=None, group=None, device=None, group_
 
 def all_gather_object(object_list, obj, group=None) -> None:
     """``object_list[i]`` = rank i's ``obj``; ``object_list`` must have the group's size."""
-    pg = member_group(group)
+    pg = member_group(group, "all_gather_object")
+    if pg is None:
+        return None
     _check_list("object_list", object_list)
     if len(object_list) != pg.size():
         raise ValueError(f"object_list: expected a list of {pg.size()} items (the group size), "
@@ -85,7 +89,9 @@ def all_gather_object(object_list, obj, group=None) -> None:
 
 def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None) -> None:
     """On ``dst``, ``object_gather_list[i]`` = rank i's ``obj``; None / absent elsewhere."""
-    pg = member_group(group)
+    pg = member_group(group, "gather_object")
+    if pg is None:
+        return None
     root = _check.root_rank(pg, "dst", dst, "group_dst", group_dst, default=0)
     is_root = pg.rank() == root
     if is_root:
@@ -106,7 +112,9 @@ def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=
 def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
                         group_src=None) -> None:
     """``scatter_object_output_list[0]`` = ``src``'s ``scatter_object_input_list[rank]``."""
-    pg = member_group(group)
+    pg = member_group(group, "scatter_object_list")
+    if pg is None:
+        return None
     root = _check.root_rank(pg, "src", src, "group_src", group_src, default=0)
     out_list = _check_list("scatter_object_output_list", scatter_object_output_list)
     if len(out_list) < 1:
@@ -128,7 +136,9 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
 
 def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None) -> None:
     """Send the objects of ``object_list`` to ``dst`` (sizes, then bytes)."""
-    pg = member_group(group)
+    pg = member_group(group, "send_object_list")
+    if pg is None:
+        return None
     peer = _check.peer_rank(pg, "dst", dst, "group_dst", group_dst)
     _check_list("object_list", object_list)
     _check_device(device)
@@ -140,7 +150,9 @@ def send_object_list(object_list, dst=None, group=None, device=None, group_dst=N
 
 def recv_object_list(object_list, src=None, group=None, device=None, group_src=None) -> int:
     """Fill ``object_list`` with objects sent by ``src`` (any rank when None); return the sender's rank."""
-    pg = member_group(group)
+    pg = member_group(group, "recv_object_list")
+    if pg is None:
+        return -1
     peer = _check.peer_rank(pg, "src", src, "group_src", group_src, allow_none=True)
     _check_list("object_list", object_list)
     _check_device(device)

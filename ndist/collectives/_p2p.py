@@ -12,6 +12,8 @@ import contextlib
 from typing import Any
 
 from . import _check
+from ..runtime import resolve_group
+from ._backend import Call, Op
 from ._common import member_group, submit, wait_sync
 from ._convert import contiguous_input, contiguous_output, device_type
 
@@ -19,45 +21,36 @@ __all__ = ["send", "recv", "isend", "irecv", "P2POp", "batch_isend_irecv"]
 
 
 def _send(tensor, dst, group, tag, group_dst, async_op):
-    pg = member_group(group)
+    pg = member_group(group, "send")
+    if pg is None:
+        return None
     peer = _check.peer_rank(pg, "dst", dst, "group_dst", group_dst)
     arr = _check.tensor(tensor, "tensor")
     tag = _check.check_tag(tag)
     dev = device_type(arr)
-    return submit(pg, dev, "send", (contiguous_input(arr), peer, tag), async_op, None, [tensor])
+    buf = contiguous_input(arr)
+    call = Call(Op.SEND, dev, buf.dtype, out=buf, root=peer, tag=tag)
+    return submit(pg, pg.backend_for(dev).send, call, async_op, None, [tensor])
 
 
 def _recv(tensor, src, group, tag, group_src, async_op):
-    pg = member_group(group)
+    pg = member_group(group, "recv")
+    if pg is None:
+        return None if async_op else -1  # torch: recv on a non-member group returns -1
     peer = _check.peer_rank(pg, "src", src, "group_src", group_src, allow_none=True)
     arr = _check.output(tensor, "tensor")
     tag = _check.check_tag(tag)
+    async_op = _check.check_bool("async_op", async_op)
     dev = device_type(arr)
     post: list = []
     buf = contiguous_output(arr, post)
-    backend = pg.backend_for(dev)
-    _check.check_bool("async_op", async_op)
-    if not async_op and getattr(backend, "blocking_calls", False):
-        work = backend.recv(buf, peer, tag, blocking=True)
-    else:
-        work = backend.recv(buf, peer, tag)
-    done = work
-    if post:
-        chained: list = []
-
-        def _write_back() -> None:
-            for step in post:
-                step()
-            if chained:  # the sender's rank, for done.result()
-                chained[0]._outputs = work._outputs
-
-        done = work.then(_write_back)
-        chained.append(done)
-        if done.is_completed():  # then() ran _write_back before ``done`` existed
-            done._outputs = work._outputs
+    call = Call(Op.RECV, dev, buf.dtype, out=buf, root=peer, tag=tag)
+    # Always a Work from submit: it carries the sender's rank (``result()``), known
+    # only at completion; write-backs chained by then() keep it.
+    work = submit(pg, pg.backend_for(dev).recv, call, True, post)
     if async_op:
-        return done
-    wait_sync(done, pg)
+        return work
+    wait_sync(work, pg)
     (source,) = work.result()
     return pg.global_rank(source)
 
@@ -116,7 +109,10 @@ def batch_isend_irecv(p2p_op_list: Any) -> list:
     for i, p in enumerate(p2p_op_list):
         if not isinstance(p, P2POp):
             raise TypeError(f"p2p_op_list[{i}]: expected a P2POp, got {type(p).__name__}")
-        pg = member_group(p.group)
+        pg = member_group(p.group, "batch_isend_irecv")
+        if pg is None:
+            raise ValueError(f"p2p_op_list[{i}].group: this process is not a member of group "
+                             f"{resolve_group(p.group).group_name!r}")
         if p.op is isend:
             _check.peer_rank(pg, f"p2p_op_list[{i}].peer", p.peer, "group_peer", p.group_peer)
             arr = _check.tensor(p.tensor, f"p2p_op_list[{i}].tensor")
@@ -127,12 +123,14 @@ def batch_isend_irecv(p2p_op_list: Any) -> list:
         places.add((pg, _check.same_device([(f"p2p_op_list[{i}].tensor", arr)])))
     # A backend that can group point-to-point ops (nccl: one NCCL group, as torch
     # does) gets the whole batch in one block, so opposite sends cannot deadlock.
-    coalescing = None
+    block = contextlib.nullcontext()
     if len(places) == 1:
         ((pg, dev),) = places
-        coalescing = getattr(pg.backend_for(dev), "coalescing", None)
+        backend = pg.backend_for(dev)
+        if backend.coalesces:
+            block = backend.coalescing()
     works = []
-    with coalescing() if coalescing is not None else contextlib.nullcontext():
+    with block:
         for p in p2p_op_list:
             if p.op is isend:
                 works.append(isend(p.tensor, p.peer, p.group, p.tag, p.group_peer))

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
 from ..runtime import Work
-from ._backend import Backend
-from ._reduce_op import ReduceOp
+from ._backend import DONE, Call, CollectiveBackend, Op
 
 __all__ = ["HostStagingBackend", "wrap_for_cuda", "ArrayModule", "CupyArrays", "HostArrays", "PinnedPool"]
 
@@ -219,38 +218,71 @@ class _Staging:
             self.buffer = None
 
 
-class HostStagingBackend(Backend):
-    """Runs a CPU backend's collectives on device arrays through host buffers."""
+def _roles(call: Call, rank: int) -> tuple[list, list]:
+    """``(reads, writes)``: the device arrays ``call`` reads and writes on ``rank``."""
+    op, root = call.op, call.root
+    if op in (Op.ALL_REDUCE,):
+        return [call.out], [call.out]
+    if op is Op.REDUCE:
+        return [call.out], [call.out] if rank == root else []
+    if op is Op.BROADCAST:
+        return ([call.out], []) if rank == root else ([], [call.out])
+    if op is Op.SEND:
+        return [call.out], []
+    if op is Op.RECV:
+        return [], [call.out]
+    if op is Op.BARRIER:
+        return [], []
+    reads = [call.inp] if call.inp is not None else list(call.inputs or ())
+    writes = [call.out] if call.out is not None else list(call.outputs or ())
+    return reads, writes
 
-    def __init__(self, inner: Backend, arrays: ArrayModule | None = None, pool: PinnedPool | None = None) -> None:
+
+class HostStagingBackend(CollectiveBackend):
+    """Runs a CPU backend's operations on device arrays through host buffers.
+
+    Each call's device arrays get host twins in one pooled pinned buffer; the
+    same record, with the twins in place of the device arrays, goes to the
+    wrapped backend's method of the same op.
+    """
+
+    def __init__(self, inner: CollectiveBackend, arrays: ArrayModule | None = None,
+                 pool: PinnedPool | None = None) -> None:
         super().__init__(inner.ctx)
         self.inner = inner
         self.arrays = arrays if arrays is not None else CupyArrays()
         self.pool = pool if pool is not None else PinnedPool(self.arrays.alloc_host)
-        self.name = getattr(inner, "name", "cpu")
-        # The public API passes ``blocking=True`` to backends that declare
-        # ``blocking_calls``; it is forwarded to the wrapped backend.
-        self.blocking_calls = bool(getattr(inner, "blocking_calls", False))
+        self.name = inner.name
 
     # -------------------------------------------------------------- machinery
-    def _check(self, a: Any, name: str) -> None:
-        if not self.arrays.is_device_array(a):
-            raise TypeError(f"{name}: expected a {self.arrays.name} array (the staging backend serves "
-                            f"{self.ctx.device} tensors), got {type(a).__module__}.{type(a).__name__}")
-
-    def _run(self, op: str, reads: Sequence[Any], writes: Sequence[Any], call: Callable[[_Staging], Work]) -> Work:
-        staging = _Staging(self.arrays, self.pool, list(reads), list(writes))
+    def _staged(self, method, call: Call, blocking: bool) -> Work:
+        reads, writes = _roles(call, self.rank)
+        if not reads and not writes:
+            return method(call, blocking=blocking)
+        staging = _Staging(self.arrays, self.pool, reads, writes)
+        twin = staging.twin
+        host = call._replace(
+            out=twin(call.out), inp=twin(call.inp),
+            outputs=None if call.outputs is None else [twin(a) for a in call.outputs],
+            inputs=None if call.inputs is None else [twin(a) for a in call.inputs],
+            scale=self._scale(call.scale))
         try:
             staging.copy_in()
-            inner = call(staging)
+            inner = method(host, blocking=blocking)
         except BaseException:
             staging.release()
             raise
-        done = Work(op, inner.seq, None, inner._pending)
+        if inner is DONE:  # the wrapped backend finished inline
+            try:
+                staging.copy_out()
+            finally:
+                staging.release()
+            return DONE
+        done = Work(str(call.op), inner.seq, None, inner.pending)
 
-        def finish(fut) -> None:
+        def finish(w: Work) -> None:
             # Runs on whichever thread completed the inner work (at once if it already had).
-            exc = fut.exception()
+            exc = w.exception()
             if exc is None:
                 try:
                     staging.copy_out()
@@ -258,93 +290,62 @@ class HostStagingBackend(Backend):
                     exc = err
             staging.release()  # before completing: a waiter may reuse the buffer at once
             if exc is None:
-                done._outputs = fut.result()  # e.g. recv's [source], known only at completion
-                done._complete()
+                done.outputs = w.outputs  # e.g. recv's [source], known only at completion
+                done.complete()
             else:
-                done._fail(exc)
+                done.fail(exc)
 
-        inner.get_future().add_done_callback(finish)
+        inner.add_done_callback(finish)
         return done
 
     def _scale(self, scale: Any) -> Any:
         data = getattr(scale, "_data", scale)
-        if self.arrays.is_device_array(data) and not isinstance(data, np.ndarray):
+        if scale is not None and self.arrays.is_device_array(data) and not isinstance(data, np.ndarray):
             return self.arrays.to_numpy(data)
         return scale
 
-    # ------------------------------------------------------------ reductions
-    def all_reduce(self, buf, op: ReduceOp, scale: Any = None, **kw) -> Work:
-        self._check(buf, "tensor")
-        scale = self._scale(scale)
-        return self._run("all_reduce", [buf], [buf], lambda s: self.inner.all_reduce(s.twin(buf), op, scale, **kw))
+    # ---------------------------------------------------------- every op: staged
+    def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.all_reduce, call, blocking)
 
-    def reduce(self, buf, dst: int, op: ReduceOp, scale: Any = None, **kw) -> Work:
-        self._check(buf, "tensor")
-        scale = self._scale(scale)
-        writes = [buf] if self.rank == dst else []
-        return self._run("reduce", [buf], writes, lambda s: self.inner.reduce(s.twin(buf), dst, op, scale, **kw))
+    def reduce(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.reduce, call, blocking)
 
-    def reduce_scatter(self, out, inputs: Sequence[Any], op: ReduceOp, scale: Any = None, **kw) -> Work:
-        self._check(out, "output")
-        for i, a in enumerate(inputs):
-            self._check(a, f"input_list[{i}]")
-        scale = self._scale(scale)
-        return self._run("reduce_scatter", list(inputs), [out],
-                         lambda s: self.inner.reduce_scatter(s.twin(out), [s.twin(a) for a in inputs], op, scale,
-                                                             **kw))
+    def reduce_scatter(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.reduce_scatter, call, blocking)
 
-    # ---------------------------------------------------------- data movement
-    def broadcast(self, buf, src: int, **kw) -> Work:
-        self._check(buf, "tensor")
-        root = self.rank == src
-        return self._run("broadcast", [buf] if root else [], [] if root else [buf],
-                         lambda s: self.inner.broadcast(s.twin(buf), src, **kw))
+    def reduce_scatter_from(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.reduce_scatter_from, call, blocking)
 
-    def all_gather(self, outputs: Sequence[Any], inp, **kw) -> Work:
-        self._check(inp, "tensor")
-        for i, a in enumerate(outputs):
-            self._check(a, f"tensor_list[{i}]")
-        return self._run("all_gather", [inp], list(outputs),
-                         lambda s: self.inner.all_gather([s.twin(a) for a in outputs], s.twin(inp), **kw))
+    def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.broadcast, call, blocking)
 
-    def gather(self, outputs: Sequence[Any] | None, inp, dst: int, **kw) -> Work:
-        self._check(inp, "tensor")
-        outs = list(outputs) if outputs is not None else []
-        for i, a in enumerate(outs):
-            self._check(a, f"gather_list[{i}]")
-        return self._run("gather", [inp], outs,
-                         lambda s: self.inner.gather(None if outputs is None else [s.twin(a) for a in outs],
-                                                     s.twin(inp), dst, **kw))
+    def all_gather(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.all_gather, call, blocking)
 
-    def scatter(self, out, inputs: Sequence[Any] | None, src: int, **kw) -> Work:
-        self._check(out, "tensor")
-        ins = list(inputs) if inputs is not None else []
-        for i, a in enumerate(ins):
-            self._check(a, f"scatter_list[{i}]")
-        return self._run("scatter", ins, [out],
-                         lambda s: self.inner.scatter(s.twin(out), None if inputs is None else
-                                                      [s.twin(a) for a in ins], src, **kw))
+    def all_gather_into(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.all_gather_into, call, blocking)
 
-    def all_to_all(self, outputs: Sequence[Any], inputs: Sequence[Any], **kw) -> Work:
-        for i, a in enumerate(outputs):
-            self._check(a, f"output_tensor_list[{i}]")
-        for i, a in enumerate(inputs):
-            self._check(a, f"input_tensor_list[{i}]")
-        return self._run("all_to_all", list(inputs), list(outputs),
-                         lambda s: self.inner.all_to_all([s.twin(a) for a in outputs],
-                                                         [s.twin(a) for a in inputs], **kw))
+    def gather(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.gather, call, blocking)
 
-    def barrier(self, **kw) -> Work:
-        return self.inner.barrier(**kw)
+    def scatter(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.scatter, call, blocking)
 
-    # ---------------------------------------------------------- point to point
-    def send(self, buf, dst: int, tag: int = 0, **kw) -> Work:
-        self._check(buf, "tensor")
-        return self._run("send", [buf], [], lambda s: self.inner.send(s.twin(buf), dst, tag, **kw))
+    def all_to_all(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.all_to_all, call, blocking)
 
-    def recv(self, buf, src: int | None, tag: int = 0, **kw) -> Work:
-        self._check(buf, "tensor")
-        return self._run("recv", [], [buf], lambda s: self.inner.recv(s.twin(buf), src, tag, **kw))
+    def all_to_all_single(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.all_to_all_single, call, blocking)
+
+    def barrier(self, call: Call, *, blocking: bool = False) -> Work:
+        return self.inner.barrier(call, blocking=blocking)
+
+    def send(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.send, call, blocking)
+
+    def recv(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._staged(self.inner.recv, call, blocking)
 
     # -------------------------------------------------------------- lifetime
     def close(self) -> None:
@@ -359,6 +360,6 @@ class HostStagingBackend(Backend):
         return f"<HostStagingBackend over {self.inner!r} ({self.arrays.name})>"
 
 
-def wrap_for_cuda(backend: Backend) -> HostStagingBackend:
+def wrap_for_cuda(backend: CollectiveBackend) -> HostStagingBackend:
     """``backend`` (a CPU backend) serving CuPy arrays through pinned host buffers."""
     return HostStagingBackend(backend, CupyArrays())

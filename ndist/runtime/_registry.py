@@ -3,9 +3,12 @@
 A backend registers a factory under a name (``"socket"``, ``"mpi"``,
 ``"nccl"``), the device types it serves and a cheap availability probe. The
 factory may be given as ``"package.module:attr"`` so that registering costs no
-import; it is resolved on first use. Third-party backends can also register
-through the ``ndist.backends`` entry-point group (value ``module:attr`` of a
-callable that performs the registration).
+import; it is resolved on first use. The built-in backends are a table of such
+entries in ``ndist.collectives.backends``, registered when ``ndist.collectives``
+is imported (every facade imports it: ``ndist.distributed`` first of all), so
+this module never names a layer above it. Third-party backends can also
+register through the ``ndist.backends`` entry-point group (value ``module:attr``
+of a callable that performs the registration).
 """
 
 from __future__ import annotations
@@ -97,33 +100,6 @@ def register_backend(
         _specs[name.lower()] = BackendSpec(name.lower(), factory, devices, is_available, needs_store)
 
 
-# The built-in backends register themselves when this module is imported. It is
-# named by string and imported on the first lookup, like a ``"module:attr"``
-# factory, so that a process that only imported ``ndist.runtime`` (a rank started
-# by ``run_ranks`` or ``ndistrun``) still finds "socket", "mpi" and "nccl" while
-# runtime never imports the collectives layer statically.
-BUILTIN_BACKENDS_MODULE = "ndist.collectives.backends"
-
-
-_builtins_loaded = False
-
-
-def _load_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    _builtins_loaded = True
-    # The built-in backends register themselves when ndist.collectives is imported;
-    # a program that only called the runtime (ndistrun's rank bootstrap, run_ranks)
-    # has not imported it yet. Imported by name, so runtime still imports no backend.
-    try:
-        importlib.import_module(BUILTIN_BACKENDS_MODULE)
-    except ImportError:
-        import logging
-
-        logging.getLogger("ndist.runtime").warning("cannot import the built-in backends", exc_info=True)
-
-
 def _load_entry_points() -> None:
     """Built-ins, then the ``ndist.backends`` entry points of installed plugins.
 
@@ -132,7 +108,6 @@ def _load_entry_points() -> None:
     an unknown name or the full list (``registered_backends``) loads plugins.
     """
     global _entry_points_loaded
-    _load_builtins()
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
@@ -151,9 +126,7 @@ def is_registered(name: str) -> bool:
     """Whether backend ``name`` is registered (plugins are loaded only if it is not a built-in)."""
     key = name.lower()
     if key not in _specs:
-        _load_builtins()
-        if key not in _specs:
-            _load_entry_points()
+        _load_entry_points()
     return key in _specs
 
 

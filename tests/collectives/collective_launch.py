@@ -71,9 +71,11 @@ def unavailable(name: str, world_size: int = 1) -> str | None:
     return None
 
 
-def launch(name: str, module, world_size: int, timeout: float) -> list:
-    """Every rank's ``module.entry()`` result, in rank order."""
+def launch(name: str, module, world_size: int, timeout: float, env: dict | None = None) -> list:
+    """Every rank's ``module.entry()`` result, in rank order (``env``: added to the entry's)."""
     entry = BACKENDS[name]
+    if env:
+        entry = BackendEntry(entry.backend, entry.launcher, {**entry.env, **env}, entry.device)
     if entry.launcher == "mpiexec":
         with tempfile.TemporaryDirectory(prefix="ndist-launch-") as tmp:
             out = Path(tmp) / "result.json"

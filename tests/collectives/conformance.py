@@ -433,12 +433,16 @@ def subgroup_of_even_ranks(dist):
         else:
             raise AssertionError("broadcast from a non-member src did not raise")
     else:
-        try:
-            dist.all_reduce(np.zeros(1), group=group)
-        except ValueError as err:
-            assert str(rank) in str(err) and str(evens) in str(err), err
-        else:
-            raise AssertionError("a collective on a group this rank is not in did not raise")
+        # torch's semantics: a collective on a group this rank is not in does nothing and
+        # returns None (recv: -1), leaving the tensor unchanged
+        t = np.array([7.0])
+        assert dist.all_reduce(t, group=group) is None and t[0] == 7.0
+        assert dist.all_reduce(t, group=group, async_op=True) is None and t[0] == 7.0
+        outs = [np.zeros(1) for _ in evens]
+        assert dist.all_gather(outs, t, group=group) is None and not any(o[0] for o in outs)
+        assert dist.recv(t, src=0, group=group) == -1
+        obj = [None]
+        assert dist.broadcast_object_list(obj, src=0, group=group) is None and obj == [None]
     dist.barrier()
 
 

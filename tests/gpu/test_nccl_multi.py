@@ -18,6 +18,7 @@ from _gpu import require_gpu
 
 cp = require_gpu(min_devices=2, nccl=True)
 
+from backend_driver import Driver  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
 from ndist.runtime import (BackendContext, DistBackendError, DistTimeoutError, HashStore,  # noqa: E402
                            get_backend_spec)
@@ -38,7 +39,7 @@ def run_nccl(fn, n=N, timeout=60.0):
                 ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout),
                                      group_name="multi", global_ranks=tuple(range(n)), device="cuda",
                                      options={"device_id": r})
-                backends[r] = get_backend_spec("nccl").create(ctx)
+                backends[r] = Driver(get_backend_spec("nccl").create(ctx))
                 results[r] = fn(backends[r])
                 cp.cuda.get_current_stream().synchronize()
         except BaseException:  # noqa: BLE001

@@ -8,6 +8,7 @@ from _gpu import require_gpu
 
 cp = require_gpu(nccl=True)
 
+from backend_driver import Driver  # noqa: E402
 from ndist.testing import run_ranks  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
@@ -39,7 +40,7 @@ def _nccl_through_the_group(rank, world_size):
     from ndist.collectives import ReduceOp
 
     def fn(pg):
-        be = pg.backend_for("cuda")
+        be = Driver(pg.backend_for("cuda"))
         x = cupy.arange(6, dtype=cupy.float32)
         be.all_reduce(x, ReduceOp.PREMUL_SUM, scale=2.0).synchronize()
         be.barrier().wait()

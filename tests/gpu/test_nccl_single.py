@@ -13,6 +13,7 @@ from _gpu import require_gpu, single_rank_ctx
 
 cp = require_gpu(nccl=True)
 
+from backend_driver import Driver  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
 from ndist.runtime import DistBackendError, get_backend_spec  # noqa: E402
 
@@ -25,7 +26,7 @@ NUMERIC = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint
 
 @pytest.fixture(scope="module")
 def be():
-    backend = get_backend_spec("nccl").create(single_rank_ctx("gpu-single"))
+    backend = Driver(get_backend_spec("nccl").create(single_rank_ctx("gpu-single")))
     yield backend
     backend.close()
 
@@ -245,7 +246,7 @@ def test_then_write_back_is_stream_ordered(be):
 
 
 def test_options_select_the_device():
-    backend = get_backend_spec("nccl").create(single_rank_ctx("gpu-options", options={"device_id": 0}))
+    backend = Driver(get_backend_spec("nccl").create(single_rank_ctx("gpu-options", options={"device_id": 0})))
     try:
         x = cp.ones(4, dtype=cp.float32)
         backend.all_reduce(x, ReduceOp.SUM).synchronize()
@@ -255,7 +256,7 @@ def test_options_select_the_device():
 
 
 def test_closed_backend_refuses_ops():
-    backend = get_backend_spec("nccl").create(single_rank_ctx("gpu-closed"))
+    backend = Driver(get_backend_spec("nccl").create(single_rank_ctx("gpu-closed")))
     backend.close()
     backend.close()  # idempotent
     with pytest.raises(DistBackendError, match="closed"):

@@ -15,6 +15,7 @@ from _gpu import require_gpu
 cp = require_gpu()
 pytest.importorskip("ndist.collectives.backends.socket")
 
+from backend_driver import Driver  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
 from ndist.collectives._staging import HostStagingBackend, wrap_for_cuda  # noqa: E402
 from ndist.runtime import BackendContext, HashStore, get_backend_spec  # noqa: E402
@@ -34,7 +35,7 @@ def run_staged(n, fn, timeout=60.0):
         try:
             ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
                                  global_ranks=tuple(range(n)), device="cuda")
-            backends[r] = wrap_for_cuda(get_backend_spec("socket").create(ctx))
+            backends[r] = Driver(wrap_for_cuda(get_backend_spec("socket").create(ctx)))
             results[r] = fn(backends[r])
         except BaseException:  # noqa: BLE001
             errors[r] = traceback.format_exc()
@@ -58,7 +59,7 @@ def run_staged(n, fn, timeout=60.0):
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_all_reduce_on_a_side_stream(n):
     def fn(be):
-        assert isinstance(be, HostStagingBackend)
+        assert isinstance(be.backend, HostStagingBackend)
         s = cp.cuda.Stream(non_blocking=True)
         with s:
             x = cp.ones(1 << 16, dtype=cp.float32)
@@ -121,7 +122,7 @@ def _cupy_ranks(rank, world_size):
     from ndist.collectives._staging import wrap_for_cuda as wrap
     from ndist.runtime import resolve_group
 
-    be = wrap(resolve_group(None).backend_for("cpu"))
+    be = Driver(wrap(resolve_group(None).backend_for("cpu")))
     s = cupy.cuda.Stream(non_blocking=True)
     with s:
         x = cupy.full(1 << 18, rank + 1, dtype=cupy.float64)

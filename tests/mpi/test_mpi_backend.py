@@ -15,8 +15,10 @@ def _backend(comm, ranks=None, name="world"):
     from ndist.collectives.backends.mpi._backend import MPIBackend
 
     ranks = tuple(range(comm.size)) if ranks is None else tuple(ranks)
+    from backend_driver import Driver
+
     ctx = BackendContext(None, ranks.index(comm.rank), len(ranks), timedelta(seconds=30), name, ranks, "cpu")
-    return MPIBackend(ctx)
+    return Driver(MPIBackend(ctx))
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +92,28 @@ def test_uneven_all_to_all_packed_and_flat(be, blocking):
     be.all_to_all(outputs, inputs, blocking=blocking).wait()
     for i, out in enumerate(outputs):
         np.testing.assert_array_equal(out, np.full(i + be.rank, 100 * i + be.rank))
-    # the same through one flat buffer (what all_to_all_single passes): no packing
+    # the same through the single-buffer form (what all_to_all_single passes): one Alltoallv
     flat_out = np.empty(sum(i + be.rank for i in range(n)), np.int64)
-    views, pos = [], 0
-    for i in range(n):
-        views.append(flat_out[pos:pos + i + be.rank])
-        pos += i + be.rank
-    be.all_to_all(views, inputs, blocking=blocking).wait()
+    flat_in = np.concatenate(inputs)
+    be.all_to_all_single(flat_out, flat_in, [i + be.rank for i in range(n)], [be.rank + j for j in range(n)],
+                         blocking=blocking).wait()
     np.testing.assert_array_equal(np.concatenate([o for o in outputs]), flat_out)
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_even_single_buffer_forms(be, blocking):
+    """No splits: MPI_Alltoall / Allgather / Reduce_scatter_block on the caller's buffers."""
+    n, r = be.size, be.rank
+    inp = np.arange(3 * n, dtype=np.float64) + 100 * r
+    out = np.empty(3 * n)
+    be.all_to_all_single(out, inp, blocking=blocking).wait()
+    np.testing.assert_array_equal(out, np.concatenate([np.arange(3 * r, 3 * r + 3) + 100 * s for s in range(n)]))
+    gathered = np.empty(2 * n, np.int32)
+    be.all_gather_into(gathered, np.full(2, r, np.int32), blocking=blocking).wait()
+    np.testing.assert_array_equal(gathered, np.repeat(np.arange(n, dtype=np.int32), 2))
+    mine = np.empty(2, np.int64)
+    be.reduce_scatter_from(mine, np.arange(2 * n, dtype=np.int64), ReduceOp.SUM, blocking=blocking).wait()
+    np.testing.assert_array_equal(mine, n * np.arange(2 * r, 2 * r + 2))
 
 
 def test_bfloat16_moves_as_bytes(be):

@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from ndist.collectives._debug import FlightRecorder, describe_args
-from ndist.collectives import ReduceOp
+from ndist.collectives import Call, Op, ReduceOp
+from ndist.collectives._debug import FlightRecorder
 from ndist.testing import run_ranks
 
 
@@ -17,7 +17,8 @@ def test_ring_keeps_the_last_n_in_order_and_tracks_state():
     slots = []
     for i in range(1, 7):
         seq = rec.next_seq("cpu")
-        slots.append((rec.issue(seq, "all_reduce", "cpu", np.dtype("float32"), i, i, None), seq))
+        call = Call(Op.ALL_REDUCE, "cpu", np.dtype("float32"), out=np.zeros(i, np.float32), redop=ReduceOp.SUM)
+        slots.append((rec.issue(seq, call, 4), seq))
     FlightRecorder.done(*slots[-1], None)
     FlightRecorder.done(*slots[-2], RuntimeError("boom"))
     FlightRecorder.done(*slots[0], None)  # reused slot: must not touch the newer entry
@@ -32,28 +33,36 @@ def test_ring_keeps_the_last_n_in_order_and_tracks_state():
 
 def test_size_zero_records_nothing():
     rec = FlightRecorder("g", 0, 0)
-    assert rec.issue(1, "barrier", "cpu", None, 0, 0, None) is None
+    assert rec.issue(1, Call(Op.BARRIER, "cpu"), 1) is None
     FlightRecorder.done(None, 1, None)
     assert rec.entries() == []
 
 
 def test_recording_is_cheap():
     rec = FlightRecorder("g", 0, 64)
-    dt = np.dtype("float32")
+    x = np.zeros(4, np.float32)
+    call = Call(Op.ALL_REDUCE, "cpu", x.dtype, out=x, redop=ReduceOp.SUM)
     t0 = time.perf_counter()
     for _ in range(20000):
         seq = rec.next_seq("cpu")
-        FlightRecorder.done(rec.issue(seq, "all_reduce", "cpu", dt, 4, 4, None), seq, None)
+        FlightRecorder.done(rec.issue(seq, call, 2), seq, None)
     per_op = (time.perf_counter() - t0) / 20000
     assert per_op < 50e-6, per_op  # a few microseconds; generous for a loaded machine
 
 
-def test_describe_args_counts_per_peer_sizes():
+def test_call_counts_per_peer_sizes():
     a, b = np.zeros(3, np.int32), np.zeros(5, np.int32)
-    assert describe_args("all_to_all", ([a, b], [b, a]))[:3] == (np.dtype("int32"), 8, 8)
-    dtype, cin, cout, root, redop, ins, outs = describe_args("reduce", (a, 1, ReduceOp.MAX, None))
-    assert (cin, cout, root, redop) == (3, 3, 1, ReduceOp.MAX)
-    assert describe_args("gather", (None, a, 0))[1:3] == (3, 0)
+    dt = a.dtype
+    assert Call(Op.ALL_TO_ALL, "cpu", dt, outputs=[a, b], inputs=[b, a]).counts(2) == (8, 8, [5, 3], [3, 5])
+    assert Call(Op.REDUCE, "cpu", dt, out=a, root=1, redop=ReduceOp.MAX).counts(2) == (3, 3, None, None)
+    assert Call(Op.GATHER, "cpu", dt, inp=a, root=0).counts(2)[:2] == (3, 0)
+    # the single-buffer forms: even (no splits) and uneven
+    flat = np.zeros(8, np.int32)
+    assert Call(Op.ALL_TO_ALL_SINGLE, "cpu", dt, out=flat, inp=flat).counts(2) == (8, 8, [4, 4], [4, 4])
+    assert Call(Op.ALL_TO_ALL_SINGLE, "cpu", dt, out=flat, inp=flat, out_splits=[3, 5],
+                in_splits=[6, 2]).counts(2) == (8, 8, [6, 2], [3, 5])
+    assert Call(Op.ALL_GATHER_INTO, "cpu", dt, out=flat, inp=a[:2]).counts(4) == (2, 8, None, [2, 2, 2, 2])
+    assert Call(Op.REDUCE_SCATTER_FROM, "cpu", dt, out=a[:2], inp=flat).counts(4) == (8, 2, [2, 2, 2, 2], None)
 
 
 def _ring(rank, size):
@@ -74,7 +83,7 @@ def test_public_reader_per_group_across_processes():
     for world, sub in res:
         assert len(world) == 8
         assert [e["seq"] for e in world] == list(range(6, 14))
-        assert world[-1]["op"] == "all_gather" and world[-1]["count_out"] == 4 and world[-1]["state"] == "completed"
+        assert world[-1]["op"] == "all_gather_into" and world[-1]["count_out"] == 4 and world[-1]["state"] == "completed"
         assert world[-2]["count_in"] == 12 and world[-2]["dtype"] == "float32"
         assert all(e["state"] == "completed" for e in world)
         assert [(e["op"], e["root"], e["seq"], e["dtype"]) for e in sub] == [("broadcast", 1, 1, "int64")]

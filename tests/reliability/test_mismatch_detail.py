@@ -83,7 +83,7 @@ def test_detail_catches_reduce_op_and_split_mismatches_on_every_rank():
         assert "SUM" in msgs[0] and "MAX" in msgs[0], msgs[0]
         assert "all_to_all" in msgs[1] and "3" in msgs[1] and "2" in msgs[1], msgs[1]
         assert y == [1, 1]
-    assert "rank 0: all_to_all int32[3] #2 expects 3 elements from rank 1; rank 1: all_to_all int32[3] #2 sends 2" \
+    assert "rank 0: all_to_all_single int32[3] #2 expects 3 elements from rank 1; rank 1: all_to_all_single int32[3] #2 sends 2" \
         in res[0][0][1]
 
 

@@ -15,10 +15,10 @@ backend = None if sys.argv[1] == "default" else sys.argv[1]
 dist.init_process_group(backend, timeout=60)
 r, n = dist.get_rank(), dist.get_world_size()
 x = np.array([float(r + 1)])
-dist.resolve_group(None).backend_for("cpu").all_reduce(x, dist.ReduceOp.SUM).wait()
+dist.all_reduce(x)
 pair = dist.new_group([0, 1])
 y = np.array([1.0])
 if pair.is_member:
-    pair.backend_for("cpu").all_reduce(y, dist.ReduceOp.SUM).wait()
+    dist.all_reduce(y, group=pair)
 print(f"rank {r}/{n} backend {dist.get_backend()} sum {x[0]:g} pair {y[0]:g}", flush=True)
 dist.destroy_process_group()

@@ -13,7 +13,7 @@ import ndist.distributed as dist  # noqa: E402
 timeout, mode = float(sys.argv[1]), sys.argv[2]
 dist.init_process_group("storetest", timeout=timeout)
 pg = dist.resolve_group(None)
-pg.backend_for("cpu").barrier().wait()
+dist.barrier()
 if dist.get_rank() == 1:
     pg.store.set("pid1", str(os.getpid()))
     if mode == "die":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ndist.collectives import Backend, ReduceOp
+from ndist.collectives import CollectiveBackend, ReduceOp
 from ndist.runtime import Work, register_backend
 
 NAME = "storetest"
@@ -24,7 +24,7 @@ _REDUCE = {
 }
 
 
-class StoreBackend(Backend):
+class StoreBackend(CollectiveBackend):
     name = NAME
 
     def __init__(self, ctx):
@@ -49,17 +49,20 @@ class StoreBackend(Backend):
         self._put(f"{base}/{self.rank}", arr)
         return [self._get(f"{base}/{i}", arr) for i in range(self.size)]
 
-    def all_reduce(self, buf, op, scale=None):
+    def all_reduce(self, call, *, blocking=False):
+        buf, op = call.out, call.redop
         buf[...] = _REDUCE[op](np.stack(self._exchange("all_reduce", buf))).astype(buf.dtype)
         return Work.completed("all_reduce", self.seq)
 
-    def reduce(self, buf, dst, op, scale=None):
+    def reduce(self, call, *, blocking=False):
+        buf, dst, op = call.out, call.root, call.redop
         vals = self._exchange("reduce", buf)
         if self.rank == dst:
             buf[...] = _REDUCE[op](np.stack(vals)).astype(buf.dtype)
         return Work.completed("reduce", self.seq)
 
-    def reduce_scatter(self, out, inputs, op, scale=None):
+    def reduce_scatter(self, call, *, blocking=False):
+        out, inputs, op = call.out, call.inputs, call.redop
         base = self._next("reduce_scatter")
         for j, x in enumerate(inputs):
             self._put(f"{base}/{self.rank}/{j}", x)
@@ -67,7 +70,8 @@ class StoreBackend(Backend):
         out[...] = _REDUCE[op](np.stack(vals)).astype(out.dtype)
         return Work.completed("reduce_scatter", self.seq)
 
-    def broadcast(self, buf, src):
+    def broadcast(self, call, *, blocking=False):
+        buf, src = call.out, call.root
         base = self._next("broadcast")
         if self.rank == src:
             self._put(base, buf)
@@ -75,14 +79,16 @@ class StoreBackend(Backend):
             buf[...] = self._get(base, buf)
         return Work.completed("broadcast", self.seq)
 
-    def all_gather(self, outputs, inp):
+    def all_gather(self, call, *, blocking=False):
+        outputs, inp = call.outputs, call.inp
         base = self._next("all_gather")
         self._put(f"{base}/{self.rank}", inp)
         for i, out in enumerate(outputs):
             out[...] = self._get(f"{base}/{i}", out)
         return Work.completed("all_gather", self.seq)
 
-    def gather(self, outputs, inp, dst):
+    def gather(self, call, *, blocking=False):
+        outputs, inp, dst = call.outputs, call.inp, call.root
         base = self._next("gather")
         self._put(f"{base}/{self.rank}", inp)
         if self.rank == dst:
@@ -90,7 +96,8 @@ class StoreBackend(Backend):
                 out[...] = self._get(f"{base}/{i}", out)
         return Work.completed("gather", self.seq)
 
-    def scatter(self, out, inputs, src):
+    def scatter(self, call, *, blocking=False):
+        out, inputs, src = call.out, call.inputs, call.root
         base = self._next("scatter")
         if self.rank == src:
             for i, x in enumerate(inputs):
@@ -98,7 +105,8 @@ class StoreBackend(Backend):
         out[...] = self._get(f"{base}/{self.rank}", out)
         return Work.completed("scatter", self.seq)
 
-    def all_to_all(self, outputs, inputs):
+    def all_to_all(self, call, *, blocking=False):
+        outputs, inputs = call.outputs, call.inputs
         base = self._next("all_to_all")
         for j, x in enumerate(inputs):
             self._put(f"{base}/{self.rank}/{j}", x)
@@ -106,19 +114,21 @@ class StoreBackend(Backend):
             out[...] = self._get(f"{base}/{i}/{self.rank}", out)
         return Work.completed("all_to_all", self.seq)
 
-    def barrier(self):
+    def barrier(self, call, *, blocking=False):
         base = self._next("barrier")
         if self.store.add(base, 1) == self.size:
             self.store.set(base + "/done", b"1")
         self.store.wait([base + "/done"])
         return Work.completed("barrier", self.seq)
 
-    def send(self, buf, dst, tag=0):
+    def send(self, call, *, blocking=False):
+        buf, dst, tag = call.out, call.root, call.tag
         n = self._p2p[("s", dst, tag)] = self._p2p.get(("s", dst, tag), 0) + 1
         self._put(f"p2p/{self.rank}/{dst}/{tag}/{n}", buf)
         return Work.completed("send")
 
-    def recv(self, buf, src, tag=0):
+    def recv(self, call, *, blocking=False):
+        buf, src, tag = call.out, call.root, call.tag
         if src is None:
             raise ValueError("src: the test store backend needs an explicit source")
         n = self._p2p[("r", src, tag)] = self._p2p.get(("r", src, tag), 0) + 1

@@ -129,6 +129,9 @@ def test_builtin_backend_lookup_does_not_scan_installed_plugins():
     code = (
         "import sys\n"
         "from ndist.runtime import _registry\nfrom ndist.runtime._group import parse_backend\n"
+        "assert not _registry._specs, 'runtime alone registers no backend: it imports nothing above it'\n"
+        "import ndist.collectives\n"
+        "assert 'ndist.collectives.backends.socket' not in sys.modules, 'registering imported a backend'\n"
         "assert parse_backend('socket')['cpu'] == 'socket'\n"
         "assert _registry.is_registered('mpi') and _registry.get_backend_spec('socket').name == 'socket'\n"
         "assert not _registry._entry_points_loaded, 'plugins scanned for a built-in name'\n"

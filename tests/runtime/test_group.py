@@ -37,7 +37,7 @@ def _free_port_published(rank, key):
 def _basics(rank, ws):
     pg = dist.resolve_group(None)
     x = np.array([rank + 1.0, 10.0 * rank])
-    pg.backend_for("cpu").all_reduce(x, dist.ReduceOp.SUM).wait()
+    dist.all_reduce(x, group=pg)
     return dict(
         rank=dist.get_rank(), ws=dist.get_world_size(), backend=dist.get_backend(), init=dist.is_initialized(),
         sum=x.tolist(), world_ranks=dist.get_process_group_ranks(dist.group.WORLD), world_rank=dist.group.WORLD.rank(),
@@ -64,7 +64,7 @@ def _env_init_rank0_hosts(rank, ws):
     from ndist.runtime._world import _world
 
     hosted = _world.rdzv.store.is_master
-    pg.backend_for("cpu").barrier().wait()
+    dist.barrier(group=pg)
     dist.destroy_process_group()
     return rank, hosted
 
@@ -78,7 +78,7 @@ def _tcp_init(rank, ws):
     port = _free_port_published(rank, "tcp-port")
     dist.init_process_group(B, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ws, timeout=30)
     x = np.array([float(rank)])
-    dist.resolve_group(None).backend_for("cpu").all_gather([np.zeros(1) for _ in range(ws)], x).wait()
+    dist.all_gather([np.zeros(1) for _ in range(ws)], x)
     r = dist.get_rank(), dist.get_world_size()
     dist.destroy_process_group()
     return r
@@ -154,7 +154,7 @@ def _lifecycle_errors(rank, ws):
     errs["init_after"] = dist.is_initialized()
     # and init again after destroy works (fresh keys: no clash with the first round)
     dist.init_process_group(B, timeout=30)
-    dist.resolve_group(None).backend_for("cpu").barrier().wait()
+    dist.barrier()
     dist.destroy_process_group()
     return errs
 
@@ -175,7 +175,7 @@ def _subgroups(rank, ws):
     mine = odd if rank % 2 else even
     other = even if rank % 2 else odd
     x = np.array([float(rank)])
-    mine.backend_for("cpu").all_reduce(x, dist.ReduceOp.SUM).wait()
+    dist.all_reduce(x, group=mine)
     res = dict(
         sum=x[0], grank=mine.rank(), other_rank=other.rank(), other_ws=dist.get_world_size(other),
         ranks=dist.get_process_group_ranks(mine), g2g=dist.get_global_rank(mine, 1),
@@ -191,7 +191,7 @@ def _subgroups(rank, ws):
         res["not_in"] = str(e)
     cur, subs = dist.new_subgroups(2)
     y = np.array([1.0])
-    cur.backend_for("cpu").all_reduce(y, dist.ReduceOp.SUM).wait()
+    dist.all_reduce(y, group=cur)
     res["sub"] = (cur.ranks, [s.ranks for s in subs], y[0])
     cur2, subs2 = dist.new_subgroups()  # LOCAL_WORLD_SIZE (= 4 under run_ranks)
     res["sub_default"] = cur2.ranks
@@ -275,7 +275,7 @@ def test_new_group_in_different_orders_is_detected():
 
 
 def _barrier_and_rank(rank, ws):
-    dist.resolve_group(None).backend_for("cpu").barrier().wait()
+    dist.barrier()
     return dist.get_rank()
 
 

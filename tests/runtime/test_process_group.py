@@ -3,6 +3,8 @@
 from datetime import timedelta
 
 import numpy as np
+
+from backend_driver import Driver
 import pytest
 
 import _runtime_store_backend
@@ -24,7 +26,7 @@ def test_backend_created_once_with_a_prefixed_store_and_closed_on_shutdown():
     ctx = b.ctx
     assert (ctx.rank, ctx.size, ctx.group_name, ctx.global_ranks, ctx.device) == (0, 1, "g", (0,), "cpu")
     x = np.array([2.0])
-    b.all_reduce(x, _runtime_store_backend.ReduceOp.SUM).wait()
+    Driver(b).all_reduce(x, _runtime_store_backend.ReduceOp.SUM).wait()
     assert x[0] == 2.0
     ctx.store.set("probe", "1")
     assert store.get("storetest/cpu/probe") == b"1"  # namespaced per backend and device

@@ -1,10 +1,17 @@
-"""Built-in backends, registered by name without importing them."""
+"""The built-in backends: a table of names, factories and probes, registered
+without importing any backend (each ``"module:attr"`` is resolved on first use)."""
 
 from ...runtime import register_backend
 
-register_backend("socket", "ndist.collectives.backends.socket:create", devices=("cpu", "cuda"))
-register_backend("gloo", "ndist.collectives.backends.socket:create", devices=("cpu", "cuda"))
-register_backend("mpi", "ndist.collectives.backends.mpi:create", devices=("cpu", "cuda"),
-                 is_available="ndist.collectives.backends.mpi:is_available", needs_store=False)
-register_backend("nccl", "ndist.collectives.backends.nccl:create", devices=("cuda",),
-                 is_available="ndist.collectives.backends.nccl:is_available")
+#: name -> (factory, devices, availability probe, needs a store)
+BUILTIN = {
+    "socket": ("ndist.collectives.backends.socket:create", ("cpu", "cuda"), None, True),
+    "gloo": ("ndist.collectives.backends.socket:create", ("cpu", "cuda"), None, True),
+    "mpi": ("ndist.collectives.backends.mpi:create", ("cpu", "cuda"),
+            "ndist.collectives.backends.mpi:is_available", False),
+    "nccl": ("ndist.collectives.backends.nccl:create", ("cuda",),
+             "ndist.collectives.backends.nccl:is_available", True),
+}
+
+for _name, (_factory, _devices, _probe, _needs_store) in BUILTIN.items():
+    register_backend(_name, _factory, devices=_devices, is_available=_probe, needs_store=_needs_store)

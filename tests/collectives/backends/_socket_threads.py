@@ -9,6 +9,8 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 from ndist.collectives.backends.socket import SocketBackend
+
+from backend_driver import Driver
 from ndist.runtime import BackendContext, HashStore
 
 _ids = itertools.count()
@@ -23,7 +25,7 @@ def make_backends(n, transport="auto", timeout=30.0, store=None, name=None):
         ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
                              global_ranks=tuple(range(n)), device="cpu",
                              options=SimpleNamespace(transport=transport))
-        out[r] = SocketBackend(ctx)
+        out[r] = Driver(SocketBackend(ctx))
     return out
 
 

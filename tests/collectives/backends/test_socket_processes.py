@@ -22,8 +22,10 @@ def _backend():
     import ndist.collectives  # noqa: F401  registers the socket backend
     from ndist.runtime import init_process_group, resolve_group
 
+    from backend_driver import Driver
+
     init_process_group(backend="socket")
-    return resolve_group(None).backend_for("cpu")
+    return Driver(resolve_group(None).backend_for("cpu"))
 
 
 def _all_ops(rank, world_size, count):
@@ -75,7 +77,9 @@ def _member(rank, size, port, secret, q, transport, die):
     store = TCPStore("127.0.0.1", port, timeout=60, secret=secret)
     ctx = BackendContext(store, rank, size, timedelta(seconds=120), "death", tuple(range(size)), "cpu",
                          SimpleNamespace(transport=transport))
-    b = SocketBackend(ctx)
+    from backend_driver import Driver
+
+    b = Driver(SocketBackend(ctx))
     x = np.ones(100_000)
     b.all_reduce(x, ReduceOp.SUM, blocking=True).wait()
     q.put(("prefix", rank, b._prefix))
@@ -140,11 +144,13 @@ def _groups_async(rank, world_size):
     from ndist.collectives import ReduceOp
     from ndist.runtime import destroy_process_group, new_group, resolve_group
 
+    from backend_driver import Driver
+
     world = _backend()
     try:
-        g_all = resolve_group(new_group()).backend_for("cpu")
+        g_all = Driver(resolve_group(new_group()).backend_for("cpu"))
         g_odd = resolve_group(new_group([1, 2])) if world_size > 2 else None
-        sub = g_odd.backend_for("cpu") if g_odd is not None and g_odd.is_member else None
+        sub = Driver(g_odd.backend_for("cpu")) if g_odd is not None and g_odd.is_member else None
         x = np.full(70_000, rank, np.float64)
         y = np.full(5, rank, np.int64)
         z = np.full(3, rank, np.int32)

@@ -14,6 +14,7 @@ from ndist.collectives.backends.socket import _engine, _ring
 from ndist.collectives._reduce_op import ReduceOp
 
 from _socket_threads import make_backends, run_group, run_threads
+from backend_driver import Driver
 
 pytestmark = pytest.mark.skipif(not _ring.available(), reason="shared-memory rings need x86-64 and /dev/shm")
 
@@ -166,7 +167,7 @@ def test_a_pair_uses_rings_only_when_both_ranks_offer_them(monkeypatch):
         monkeypatch.setenv(_ring.RING_ENV, "0" if r == 0 else "65536")
         ctx = BackendContext(store=store, rank=r, size=3, timeout=timedelta(seconds=30), group_name="ringmix",
                              global_ranks=(0, 1, 2), device="cpu", options=SimpleNamespace(transport="auto"))
-        backends.append(SocketBackend(ctx))
+        backends.append(Driver(SocketBackend(ctx)))
     try:
         def fn(b):
             x = np.full(4, b.rank + 1.0)

@@ -3,11 +3,12 @@
 Blocking calls (``blocking=True``, what the public functions ask for when
 ``async_op=False``) use MPI's blocking collectives; otherwise the non-blocking
 variant (``Iallreduce``, ``Ialltoallv``, ...) starts and an ``MPIWork`` wraps
-its request. Lists of arrays (uneven all_gather / gather / scatter /
-all_to_all) become one v-collective: when the arrays already lie back to back
-in one buffer (the views ``all_to_all_single`` / ``all_gather_into_tensor``
-pass) that buffer is used directly, otherwise they are packed / unpacked
-once.
+its request. MPI's collectives take one buffer with counts, so this backend
+implements the single-buffer forms (``all_to_all_single``, ``all_gather_into``,
+``reduce_scatter_from``): without splits (every rank's promise of equal chunks)
+they are ``MPI_Alltoall`` / ``Allgather`` / ``Reduce_scatter_block``, with
+splits the v-variants. The list forms are the interface's defaults (packed
+into one buffer, then the single-buffer form).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ....runtime import DistBackendError, Work
-from ..._backend import DONE, Backend
+from ..._backend import DONE, Call, CollectiveBackend
 from ..._reduce_op import ReduceOp
 from ._types import move_type, reduce_plan
 from ._work import MPIWork, _as_dist_error
@@ -40,12 +41,19 @@ def _ptr(arr) -> int:
     return arr.data.ptr  # cupy
 
 
-def _xp(arr):
+def _module_of(arr):
     if _is_numpy(arr):
         return np
     import cupy
 
     return cupy
+
+
+def _unpack(flat, arrays) -> None:
+    pos = 0
+    for a in arrays:
+        a.reshape(-1)[...] = flat[pos:pos + a.size]
+        pos += a.size
 
 
 # What a blocking call returns: completed, succeeded, no outputs (shared, never mutated).
@@ -54,83 +62,15 @@ _PLAIN_REDUCE = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX,
                  ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
 
 
-def _span(arrays: Sequence[Any]):
-    """A 1-D view covering ``arrays`` if they lie back to back, in order, in one buffer."""
-    nonempty = [a for a in arrays if a.size]
-    if len(nonempty) == 1:
-        return nonempty[0].reshape(-1)  # the only bytes there are (contiguous, as every array here)
-    if len(nonempty) > 1 and _is_numpy(nonempty[0]):
-        base = nonempty[0].base
-        if base is None or any(a.base is not base for a in nonempty):
-            return None  # separate arrays (the usual list of tensors): no pointer needed to tell
-    anchor = None
-    offset = 0
-    for arr in arrays:
-        if arr.size == 0:
-            continue
-        if anchor is None:
-            if offset:
-                return None
-            anchor = arr
-            p0 = _ptr(arr)
-        elif _ptr(arr) != p0 + offset:
-            return None
-        offset += arr.nbytes
-    if anchor is None:
-        return None
-    base = anchor.base
-    if (
-        _is_numpy(anchor) and isinstance(base, np.ndarray) and base.nbytes == offset and base.dtype == anchor.dtype
-        and base.flags.c_contiguous and _ptr(base) == p0
-    ):
-        return base.reshape(-1)  # the chunks of one whole array (all_gather_into_tensor ...): no as_strided
-    itemsize = anchor.itemsize
-    flat = anchor.reshape(-1)
-    xp = _xp(anchor)
-    return xp.lib.stride_tricks.as_strided(flat, shape=(offset // itemsize,), strides=(itemsize,))
-
-
-def _pack(arrays: Sequence[Any], dtype):
-    """``(flat, None)``: one contiguous buffer holding ``arrays`` back to back."""
-    span = _span(arrays)
-    if span is not None:
-        return span
-    if not arrays or all(a.size == 0 for a in arrays):
-        return np.empty(0, dtype) if not arrays or _is_numpy(arrays[0]) else _xp(arrays[0]).empty(0, dtype)
-    xp = _xp(arrays[0])
-    return xp.concatenate([a.reshape(-1) for a in arrays])
-
-
-def _unpacker(arrays: Sequence[Any], dtype):
-    """``(flat, post)``: a receive buffer for ``arrays`` and the copy-out (or None)."""
-    span = _span(arrays)
-    if span is not None or all(a.size == 0 for a in arrays):
-        if span is None:
-            span = (np if not arrays or _is_numpy(arrays[0]) else _xp(arrays[0])).empty(0, dtype)
-        return span, None
-    xp = _xp(arrays[0])
-    total = sum(a.size for a in arrays)
-    flat = xp.empty(total, dtype)
-
-    def post() -> None:
-        pos = 0
-        for a in arrays:
-            a.reshape(-1)[...] = flat[pos:pos + a.size]
-            pos += a.size
-
-    return flat, post
-
-
-def _counts(arrays: Sequence[Any], unit: int):
-    counts = [a.size * unit for a in arrays]
+def _counts_of(sizes: Sequence[int], unit: int):
+    counts = [int(c) * unit for c in sizes]
     return counts, ([0, *accumulate(counts[:-1])] if counts else [])
 
 
-class MPIBackend(Backend):
+class MPIBackend(CollectiveBackend):
     """Collectives over ``MPI_COMM_WORLD`` or a sub-communicator of it."""
 
     name = "mpi"
-    blocking_calls = True
 
     def __init__(self, ctx, comm=None) -> None:
         super().__init__(ctx)
@@ -203,7 +143,8 @@ class MPIBackend(Backend):
             post.insert(0, lambda: np.true_divide(wbuf, size, out=wbuf, casting="unsafe"))
         return wbuf, mtype, mop
 
-    def all_reduce(self, buf, op: ReduceOp, scale=None, *, blocking: bool = False) -> Work:
+    def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, op = call.out, call.redop
         if blocking and type(buf) is np.ndarray and op in _PLAIN_REDUCE:
             # The synchronous hot path: one MPI call on the caller's buffer.
             work_dtype, mtype, mop = reduce_plan(self.MPI, buf.dtype, op)
@@ -214,43 +155,29 @@ class MPIBackend(Backend):
                     return Work.failed("all_reduce", _as_dist_error("all_reduce", err))
                 return DONE
         post: list = []
-        wbuf, mtype, mop = self._prepare_reduce(buf, op, scale, True, post)
+        wbuf, mtype, mop = self._prepare_reduce(buf, op, call.scale, True, post)
         return self._run("all_reduce", "Allreduce", (self.MPI.IN_PLACE, [wbuf, mtype], mop),
                          blocking, self._finisher(post))
 
-    def reduce(self, buf, dst: int, op: ReduceOp, scale=None, *, blocking: bool = False) -> Work:
+    def reduce(self, call: Call, *, blocking: bool = False) -> Work:
         post: list = []
+        dst = call.root
         root = dst == self.rank
-        wbuf, mtype, mop = self._prepare_reduce(buf, op, scale, root, post)
+        wbuf, mtype, mop = self._prepare_reduce(call.out, call.redop, call.scale, root, post)
         if root:
             args = (self.MPI.IN_PLACE, [wbuf, mtype], mop, dst)
         else:
             args = ([wbuf, mtype], None, mop, dst)
         return self._run("reduce", "Reduce", args, blocking, self._finisher(post))
 
-    def reduce_scatter(self, out, inputs: Sequence[Any], op: ReduceOp, scale=None, *,
-                       blocking: bool = False) -> Work:
-        post: list = []
-        inputs = self._host(list(inputs), post, out=False)
-        send = _pack(inputs, out.dtype)
-        # The send side is never written: _prepare_reduce copies it when it must scale or convert.
-        swork, mtype, mop = self._prepare_reduce(send, op, scale, False, [])
-        rwork, _, _ = self._prepare_reduce(out, ReduceOp.SUM if op is ReduceOp.PREMUL_SUM else op,
-                                           None, True, post)
-        counts = [a.size for a in inputs]
-        if len(set(counts)) == 1:  # every rank knows every count: the same choice everywhere
-            return self._run("reduce_scatter", "Reduce_scatter_block", ([swork, mtype], [rwork, mtype], mop),
-                             blocking, self._finisher(post))
-        args = ([swork, mtype], [rwork, mtype], counts, mop)
-        return self._run("reduce_scatter", "Reduce_scatter", args, blocking, self._finisher(post))
-
-    def reduce_scatter_even(self, out, inp, op: ReduceOp, scale=None, *, blocking: bool = False) -> Work:
-        """``reduce_scatter`` of the flat ``inp`` cut in ``size`` chunks the size of ``out``.
-
-        Called by ``reduce_scatter_tensor``, whose contract gives every rank equal
-        chunks: one ``MPI_Reduce_scatter_block`` on the caller's buffers.
-        """
-        if blocking and type(inp) is np.ndarray and type(out) is np.ndarray and op in _PLAIN_REDUCE:
+    def reduce_scatter_from(self, call: Call, *, blocking: bool = False) -> Work:
+        """One ``MPI_Reduce_scatter_block`` when every chunk has the same size (every
+        rank knows every chunk's size: the same choice everywhere), else
+        ``MPI_Reduce_scatter``."""
+        out, inp, op = call.out, call.inp, call.redop
+        splits = call.in_splits
+        even = splits is None or len(set(splits)) <= 1
+        if blocking and even and type(inp) is np.ndarray and type(out) is np.ndarray and op in _PLAIN_REDUCE:
             work_dtype, mtype, mop = reduce_plan(self.MPI, out.dtype, op)
             if work_dtype == out.dtype:
                 try:
@@ -258,12 +185,21 @@ class MPIBackend(Backend):
                 except Exception as err:  # noqa: BLE001 - delivered through the Work
                     return Work.failed("reduce_scatter", _as_dist_error("reduce_scatter", err))
                 return DONE
-        k = out.size
-        return self.reduce_scatter(out, [inp[i * k:(i + 1) * k] for i in range(self.size)], op, scale,
-                                   blocking=blocking)
+        post: list = []
+        (inp,) = self._host([inp], post, out=False)
+        # The send side is never written: _prepare_reduce copies it when it must scale or convert.
+        swork, mtype, mop = self._prepare_reduce(inp, op, call.scale, False, [])
+        rwork, _, _ = self._prepare_reduce(out, ReduceOp.SUM if op is ReduceOp.PREMUL_SUM else op,
+                                           None, True, post)
+        if even:
+            return self._run("reduce_scatter", "Reduce_scatter_block", ([swork, mtype], [rwork, mtype], mop),
+                             blocking, self._finisher(post))
+        args = ([swork, mtype], [rwork, mtype], [int(c) for c in splits], mop)
+        return self._run("reduce_scatter", "Reduce_scatter", args, blocking, self._finisher(post))
 
     # ---------------------------------------------------------- data movement
-    def broadcast(self, buf, src: int, *, blocking: bool = False) -> Work:
+    def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, src = call.out, call.root
         if blocking and type(buf) is np.ndarray:
             mtype, unit = move_type(self.MPI, buf.dtype)
             try:
@@ -277,28 +213,12 @@ class MPIBackend(Backend):
         return self._run("broadcast", "Bcast", ([buf, buf.size * unit, mtype], src),
                          blocking, self._finisher(post))
 
-    def all_gather(self, outputs, inp, *, blocking: bool = False) -> Work:
-        post: list = []
-        (inp,) = self._host([inp], post, out=False)
-        outputs = self._host(list(outputs), post, out=True)
-        mtype, unit = move_type(self.MPI, inp.dtype)
-        rbuf, unpack = _unpacker(outputs, inp.dtype)
-        if unpack is not None:
-            post.insert(0, unpack)
-        counts, displs = _counts(outputs, unit)
-        if len(set(counts)) == 1:  # MPI_Allgather beats Allgatherv; every rank sees the same counts
-            args = ([inp, inp.size * unit, mtype], [rbuf, counts[0], mtype])
-            return self._run("all_gather", "Allgather", args, blocking, self._finisher(post))
-        args = ([inp, inp.size * unit, mtype], [rbuf, counts, displs, mtype])
-        return self._run("all_gather", "Allgatherv", args, blocking, self._finisher(post))
-
-    def all_gather_even(self, out, inp, *, blocking: bool = False) -> Work:
-        """``all_gather`` into the flat ``out`` of ``size`` chunks the size of ``inp`` (``MPI_Allgather``).
-
-        Called by ``all_gather_into_tensor``, whose contract makes every rank's
-        contribution the same size.
-        """
-        if blocking and type(inp) is np.ndarray and type(out) is np.ndarray:
+    def all_gather_into(self, call: Call, *, blocking: bool = False) -> Work:
+        """``MPI_Allgather`` when every rank contributes alike (every rank knows every
+        contribution's size: the same choice everywhere), else ``MPI_Allgatherv``."""
+        out, inp, splits = call.out, call.inp, call.out_splits
+        even = splits is None or len(set(splits)) <= 1
+        if blocking and even and type(inp) is np.ndarray and type(out) is np.ndarray:
             mtype, unit = move_type(self.MPI, inp.dtype)
             count = inp.size * unit
             try:
@@ -310,60 +230,51 @@ class MPIBackend(Backend):
         (inp,) = self._host([inp], post, out=False)
         (out,) = self._host([out], post, out=True)
         mtype, unit = move_type(self.MPI, inp.dtype)
-        count = inp.size * unit
-        args = ([inp, count, mtype], [out, count, mtype])
-        return self._run("all_gather", "Allgather", args, blocking, self._finisher(post))
+        if even:
+            count = inp.size * unit
+            args = ([inp, count, mtype], [out, count, mtype])
+            return self._run("all_gather", "Allgather", args, blocking, self._finisher(post))
+        counts, displs = _counts_of(splits, unit)
+        args = ([inp, inp.size * unit, mtype], [out, counts, displs, mtype])
+        return self._run("all_gather", "Allgatherv", args, blocking, self._finisher(post))
 
-    def gather(self, outputs, inp, dst: int, *, blocking: bool = False) -> Work:
+    def gather(self, call: Call, *, blocking: bool = False) -> Work:
         post: list = []
-        (inp,) = self._host([inp], post, out=False)
+        dst = call.root
+        (inp,) = self._host([call.inp], post, out=False)
         mtype, unit = move_type(self.MPI, inp.dtype)
         rspec = None
         if self.rank == dst:
-            outputs = self._host(list(outputs), post, out=True)
-            rbuf, unpack = _unpacker(outputs, inp.dtype)
-            if unpack is not None:
-                post.insert(0, unpack)
-            counts, displs = _counts(outputs, unit)
+            outputs = call.outputs
+            flat = _module_of(outputs[0]).empty(sum(a.size for a in outputs), inp.dtype)
+            (rbuf,) = self._host([flat], post, out=True)
+            post.append(lambda: _unpack(flat, outputs))
+            counts, displs = _counts_of([a.size for a in outputs], unit)
             rspec = [rbuf, counts, displs, mtype]
         args = ([inp, inp.size * unit, mtype], rspec, dst)
         return self._run("gather", "Gatherv", args, blocking, self._finisher(post))
 
-    def scatter(self, out, inputs, src: int, *, blocking: bool = False) -> Work:
+    def scatter(self, call: Call, *, blocking: bool = False) -> Work:
         post: list = []
-        (out,) = self._host([out], post, out=True)
+        src = call.root
+        (out,) = self._host([call.out], post, out=True)
         mtype, unit = move_type(self.MPI, out.dtype)
         sspec = None
         if self.rank == src:
-            inputs = self._host(list(inputs), post, out=False)
-            counts, displs = _counts(inputs, unit)
-            sspec = [_pack(inputs, out.dtype), counts, displs, mtype]
+            inputs = call.inputs
+            flat = _module_of(inputs[0]).concatenate([a.reshape(-1) for a in inputs])
+            (sbuf,) = self._host([flat], post, out=False)
+            counts, displs = _counts_of([a.size for a in inputs], unit)
+            sspec = [sbuf, counts, displs, mtype]
         args = (sspec, [out, out.size * unit, mtype], src)
         return self._run("scatter", "Scatterv", args, blocking, self._finisher(post))
 
-    def all_to_all(self, outputs, inputs, *, blocking: bool = False) -> Work:
-        post: list = []
-        inputs = self._host(list(inputs), post, out=False)
-        outputs = self._host(list(outputs), post, out=True)
-        dtype = (inputs or outputs)[0].dtype
-        mtype, unit = move_type(self.MPI, dtype)
-        sbuf = _pack(inputs, dtype)
-        rbuf, unpack = _unpacker(outputs, dtype)
-        if unpack is not None:
-            post.insert(0, unpack)
-        scounts, sdispls = _counts(inputs, unit)
-        rcounts, rdispls = _counts(outputs, unit)
-        args = ([sbuf, scounts, sdispls, mtype], [rbuf, rcounts, rdispls, mtype])
-        return self._run("all_to_all", "Alltoallv", args, blocking, self._finisher(post))
-
-    def all_to_all_even(self, out, inp, *, blocking: bool = False) -> Work:
-        """``all_to_all`` of equal chunks of the flat ``inp`` / ``out`` (``MPI_Alltoall``).
-
-        Called by ``all_to_all_single`` when no split sizes were given, i.e. when
-        every rank sends equal chunks (a choice MPI needs every rank to make alike,
-        which per-rank counts alone cannot tell).
-        """
-        if blocking and type(inp) is np.ndarray and type(out) is np.ndarray:
+    def all_to_all_single(self, call: Call, *, blocking: bool = False) -> Work:
+        """``MPI_Alltoall`` without splits (every rank's promise of equal chunks: the
+        same choice everywhere), else ``MPI_Alltoallv``."""
+        out, inp = call.out, call.inp
+        even = call.in_splits is None and call.out_splits is None
+        if blocking and even and type(inp) is np.ndarray and type(out) is np.ndarray:
             mtype, unit = move_type(self.MPI, inp.dtype)
             count = inp.size // self.size * unit
             try:
@@ -375,25 +286,32 @@ class MPIBackend(Backend):
         (inp,) = self._host([inp], post, out=False)
         (out,) = self._host([out], post, out=True)
         mtype, unit = move_type(self.MPI, inp.dtype)
-        count = inp.size // self.size * unit
-        args = ([inp, count, mtype], [out, count, mtype])
-        return self._run("all_to_all", "Alltoall", args, blocking, self._finisher(post))
+        if even:
+            count = inp.size // self.size * unit
+            args = ([inp, count, mtype], [out, count, mtype])
+            return self._run("all_to_all", "Alltoall", args, blocking, self._finisher(post))
+        n = self.size
+        scounts, sdispls = _counts_of(call.in_splits or [inp.size // n] * n, unit)
+        rcounts, rdispls = _counts_of(call.out_splits or [out.size // n] * n, unit)
+        args = ([inp, scounts, sdispls, mtype], [out, rcounts, rdispls, mtype])
+        return self._run("all_to_all", "Alltoallv", args, blocking, self._finisher(post))
 
-    def barrier(self, *, blocking: bool = False) -> Work:
+    def barrier(self, call: Call, *, blocking: bool = False) -> Work:
         return self._run("barrier", "Barrier", (), blocking)
 
     # ---------------------------------------------------------- point to point
-    def send(self, buf, dst: int, tag: int = 0, *, blocking: bool = False) -> Work:
+    def send(self, call: Call, *, blocking: bool = False) -> Work:
         post: list = []
-        (buf,) = self._host([buf], post, out=False)
+        (buf,) = self._host([call.out], post, out=False)
         mtype, unit = move_type(self.MPI, buf.dtype)
-        return self._run("send", "Send", ([buf, buf.size * unit, mtype], dst, tag), blocking)
+        return self._run("send", "Send", ([buf, buf.size * unit, mtype], call.root, call.tag), blocking)
 
-    def recv(self, buf, src: int | None, tag: int = 0, *, blocking: bool = False) -> Work:
+    def recv(self, call: Call, *, blocking: bool = False) -> Work:
         post: list = []
-        (buf,) = self._host([buf], post, out=True)
+        (buf,) = self._host([call.out], post, out=True)
         mtype, unit = move_type(self.MPI, buf.dtype)
         status = self.MPI.Status()
+        src, tag = call.root, call.tag
         source = self.MPI.ANY_SOURCE if src is None else src
 
         def finish():

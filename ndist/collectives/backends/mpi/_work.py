@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from ....runtime import DistBackendError, Work
+from ....runtime._work import OK, PENDING
 
 __all__ = ["MPIWork"]
 
@@ -28,7 +29,7 @@ class MPIWork(Work):
     return ``True``; ``poll(False)`` returns whether it has completed.
     """
 
-    __slots__ = ("_poll", "_finish", "_progress_lock", "_thread")
+    __slots__ = ("_poll", "_finish", "_progress_lock", "_thread_lock", "_thread")
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class MPIWork(Work):
         self._poll = poll
         self._finish = finish
         self._progress_lock = threading.Lock()
+        self._thread_lock = threading.Lock()
         self._thread = None
 
     @classmethod
@@ -55,14 +57,14 @@ class MPIWork(Work):
 
     # ------------------------------------------------------------ progress
     def _progress(self, block: bool) -> bool:
-        if self._future.done():
+        if self._state != PENDING:
             return True
         # A non-blocking probe never waits behind a thread blocked in Request.Wait
         # (get_future's helper): it reports "not yet" instead.
         if not self._progress_lock.acquire(blocking=block):
-            return self._future.done()
+            return self._state != PENDING
         try:
-            if self._future.done():
+            if self._state != PENDING:
                 return True
             try:
                 if not self._poll(block):
@@ -70,11 +72,11 @@ class MPIWork(Work):
                 if self._finish is not None:
                     result = self._finish()
                     if result is not None:
-                        self._outputs = result
+                        self.outputs = result
             except BaseException as err:  # noqa: BLE001 - delivered to the waiter
-                self._fail(_as_dist_error(self.op, err))
+                self.fail(_as_dist_error(self.op, err))
             else:
-                self._complete()
+                self.complete()
             return True
         finally:
             self._progress_lock.release()
@@ -93,7 +95,7 @@ class MPIWork(Work):
         return self._progress(False)
 
     def is_success(self) -> bool:
-        return self._progress(False) and self._future.exception() is None
+        return self._progress(False) and self._state == OK
 
     def exception(self) -> BaseException | None:
         self._progress(False)
@@ -101,13 +103,14 @@ class MPIWork(Work):
 
     def get_future(self) -> Future:
         """A Future resolved by a helper thread that waits on the request."""
-        with self._lock:
-            if self._thread is None and not self._future.done():
+        fut = self._future
+        with self._thread_lock:
+            if self._thread is None and self._state == PENDING:
                 self._thread = threading.Thread(
                     target=self._progress, args=(True,), name=f"ndist-mpi-{self.op}", daemon=True
                 )
                 self._thread.start()
-        return self._future
+        return fut
 
     def then(self, fn: Callable[[], None], op: str | None = None) -> "MPIWork":
         parent = self
@@ -120,9 +123,9 @@ class MPIWork(Work):
 
         def finish():
             fn()
-            return parent._outputs
+            return parent.outputs
 
-        return MPIWork(op or self.op, poll, finish, self._outputs)
+        return MPIWork(op or self.op, poll, finish, self.outputs)
 
 
 def _as_dist_error(op: str, err: BaseException) -> BaseException:

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Sequence
+from typing import Any
 
 from ....runtime import BackendContext, DistBackendError, Work
-from ..._backend import Backend
+from ..._backend import Call, CollectiveBackend, Op, split_views
 from ..._reduce_op import ReduceOp
 from . import _plan
 from ._comm import device_from_options, exchange_unique_id, init_communicator
@@ -33,8 +33,9 @@ log = logging.getLogger("ndist.collectives.nccl")
 _D2D = 3  # cudaMemcpyDeviceToDevice
 
 
-class NcclBackend(Backend):
+class NcclBackend(CollectiveBackend):
     name = "nccl"
+    coalesces = True  # coalescing(): one NCCL group (batch_isend_irecv)
 
     def __init__(self, ctx: BackendContext) -> None:
         super().__init__(ctx)
@@ -268,7 +269,8 @@ class NcclBackend(Backend):
         if plan.view == "upcast":
             self._cp.copyto(buf, recv, casting="unsafe")
 
-    def all_reduce(self, buf, op: ReduceOp, scale: Any = None) -> Work:
+    def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, op, scale = call.out, call.redop, call.scale
         self._array(buf, "tensor")
         plan = self._plan(buf.dtype, op)
         if plan.premul:
@@ -284,7 +286,8 @@ class NcclBackend(Backend):
 
         return self._launch("all_reduce", body)
 
-    def reduce(self, buf, dst: int, op: ReduceOp, scale: Any = None) -> Work:
+    def reduce(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, dst, op, scale = call.out, call.root, call.redop, call.scale
         self._array(buf, "tensor")
         plan = self._plan(buf.dtype, op)
         if plan.premul:
@@ -303,30 +306,23 @@ class NcclBackend(Backend):
 
         return self._launch("reduce", body)
 
-    def reduce_scatter(self, out, inputs: Sequence[Any], op: ReduceOp, scale: Any = None) -> Work:
+    def reduce_scatter_from(self, call: Call, *, blocking: bool = False) -> Work:
+        """Equal chunks: one ncclReduceScatter on the caller's buffers; else the list form."""
+        if call.in_splits is not None and len(set(call.in_splits)) > 1:
+            return self.reduce_scatter(call._replace(op=Op.REDUCE_SCATTER, inp=None, in_splits=None,
+                                                     inputs=split_views(call.inp, call.in_splits, self.size)))
+        return self._reduce_scatter_flat(call.out, call.inp, call.redop, call.scale)
+
+    def reduce_scatter(self, call: Call, *, blocking: bool = False) -> Work:
+        out, inputs, op, scale = call.out, call.inputs, call.redop, call.scale
         self._array(out, "output")
         for i, a in enumerate(inputs):
             self._array(a, f"input_list[{i}]")
-            if a.dtype != out.dtype:
-                raise TypeError(f"input_list[{i}]: expected dtype {out.dtype} (the output's), got {a.dtype}")
+        if all(a.nbytes == out.nbytes for a in inputs):
+            return self._reduce_scatter_flat(out, None, op, scale, inputs)
         plan = self._plan(out.dtype, op)
         if plan.premul:
             self._scale(scale)
-        if all(a.nbytes == out.nbytes for a in inputs):
-            def body(stream):
-                if not out.size:
-                    return None
-                flat = _adjacent_flat(self._cp, inputs)
-                if flat is None:
-                    flat = self._cp.concatenate([a.reshape(-1) for a in inputs])
-                send, _ = self._reduction_buffers(plan, flat, scale)
-                recv = self._nccl_view(plan, out)
-                self._comm.reduceScatter(send.data.ptr, recv.data.ptr, recv.size, plan.nccl_dtype, plan.nccl_op,
-                                         stream)
-                self._finish(plan, out, recv)
-                return flat, send, recv
-
-            return self._launch("reduce_scatter", body)
 
         def body_uneven(stream):
             # One ncclReduce per destination rank, all in one NCCL group.
@@ -348,8 +344,33 @@ class NcclBackend(Backend):
 
         return self._launch("reduce_scatter", body_uneven)
 
+    def _reduce_scatter_flat(self, out, flat_in, op, scale, inputs=None) -> Work:
+        """ncclReduceScatter of ``flat_in`` (or of ``inputs`` packed) into ``out``."""
+        self._array(out, "output")
+        if flat_in is not None:
+            self._array(flat_in, "input")
+        plan = self._plan(out.dtype, op)
+        if plan.premul:
+            self._scale(scale)
+
+        def body(stream):
+            if not out.size:
+                return None
+            flat = flat_in
+            if flat is None:
+                flat = self._cp.concatenate([a.reshape(-1) for a in inputs])
+            send, _ = self._reduction_buffers(plan, flat, scale)
+            recv = self._nccl_view(plan, out)
+            self._comm.reduceScatter(send.data.ptr, recv.data.ptr, recv.size, plan.nccl_dtype, plan.nccl_op,
+                                     stream)
+            self._finish(plan, out, recv)
+            return flat, send, recv
+
+        return self._launch("reduce_scatter", body)
+
     # ---------------------------------------------------------- data movement
-    def broadcast(self, buf, src: int) -> Work:
+    def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, src = call.out, call.root
         self._array(buf, "tensor")
 
         def body(stream):
@@ -358,7 +379,24 @@ class NcclBackend(Backend):
 
         return self._launch("broadcast", body)
 
-    def all_gather(self, outputs: Sequence[Any], inp) -> Work:
+    def all_gather_into(self, call: Call, *, blocking: bool = False) -> Work:
+        """Equal contributions: one ncclAllGather into the caller's buffer; else the list form."""
+        out, inp = call.out, call.inp
+        if call.out_splits is not None and len(set(call.out_splits)) > 1:
+            return self.all_gather(call._replace(op=Op.ALL_GATHER, out=None, out_splits=None,
+                                                 outputs=split_views(out, call.out_splits, self.size)))
+        self._array(inp, "tensor")
+        self._array(out, "output")
+        n = inp.nbytes
+
+        def body(stream):
+            if n:
+                self._comm.allGather(inp.data.ptr, out.data.ptr, n, _plan.BYTES, stream)
+
+        return self._launch("all_gather", body)
+
+    def all_gather(self, call: Call, *, blocking: bool = False) -> Work:
+        outputs, inp = call.outputs, call.inp
         self._array(inp, "tensor")
         for i, a in enumerate(outputs):
             self._array(a, f"tensor_list[{i}]")
@@ -367,13 +405,11 @@ class NcclBackend(Backend):
             def body(stream):
                 if not n:
                     return None
-                flat = _adjacent_flat(self._cp, outputs)
-                target = flat if flat is not None else self._cp.empty(n * self.size, dtype=self._cp.uint8)
+                target = self._cp.empty(n * self.size, dtype=self._cp.uint8)
                 self._comm.allGather(inp.data.ptr, target.data.ptr, n, _plan.BYTES, stream)
-                if flat is None:
-                    base = target.data.ptr
-                    for i, a in enumerate(outputs):
-                        self._cp.cuda.runtime.memcpyAsync(a.data.ptr, base + i * n, n, _D2D, stream)
+                base = target.data.ptr
+                for i, a in enumerate(outputs):
+                    self._cp.cuda.runtime.memcpyAsync(a.data.ptr, base + i * n, n, _D2D, stream)
                 return target
 
             return self._launch("all_gather", body)
@@ -385,12 +421,10 @@ class NcclBackend(Backend):
 
         return self._launch("all_gather", body_uneven)
 
-    def gather(self, outputs: Sequence[Any] | None, inp, dst: int) -> Work:
+    def gather(self, call: Call, *, blocking: bool = False) -> Work:
+        outputs, inp, dst = call.outputs, call.inp, call.root
         self._array(inp, "tensor")
         if self.rank == dst:
-            if outputs is None or len(outputs) != self.size:
-                raise ValueError(f"gather_list: expected {self.size} tensors on the destination rank {dst}, "
-                                 f"got {None if outputs is None else len(outputs)}")
             for i, a in enumerate(outputs):
                 self._array(a, f"gather_list[{i}]")
 
@@ -404,12 +438,10 @@ class NcclBackend(Backend):
 
         return self._launch("gather", body)
 
-    def scatter(self, out, inputs: Sequence[Any] | None, src: int) -> Work:
+    def scatter(self, call: Call, *, blocking: bool = False) -> Work:
+        out, inputs, src = call.out, call.inputs, call.root
         self._array(out, "tensor")
         if self.rank == src:
-            if inputs is None or len(inputs) != self.size:
-                raise ValueError(f"scatter_list: expected {self.size} tensors on the source rank {src}, "
-                                 f"got {None if inputs is None else len(inputs)}")
             for i, a in enumerate(inputs):
                 self._array(a, f"scatter_list[{i}]")
 
@@ -423,7 +455,8 @@ class NcclBackend(Backend):
 
         return self._launch("scatter", body)
 
-    def all_to_all(self, outputs: Sequence[Any], inputs: Sequence[Any]) -> Work:
+    def all_to_all(self, call: Call, *, blocking: bool = False) -> Work:
+        outputs, inputs = call.outputs, call.inputs
         for i, a in enumerate(outputs):
             self._array(a, f"output_tensor_list[{i}]")
         for i, a in enumerate(inputs):
@@ -436,7 +469,7 @@ class NcclBackend(Backend):
 
         return self._launch("all_to_all", body)
 
-    def barrier(self) -> Work:
+    def barrier(self, call: Call, *, blocking: bool = False) -> Work:
         """A one-element all_reduce, then the host waits for it (bounded by the group timeout)."""
         import time
 
@@ -445,7 +478,7 @@ class NcclBackend(Backend):
             raise RuntimeError("nccl barrier: not allowed inside a coalescing block")
         with self._device:
             token = self._cp.zeros(1, dtype=self._cp.int32)
-        work = self.all_reduce(token, ReduceOp.SUM)
+        work = self.all_reduce(Call(Op.ALL_REDUCE, "cuda", token.dtype, out=token, redop=ReduceOp.SUM))
         if not isinstance(work, CudaWork):
             return work
         work.op = "barrier"
@@ -459,7 +492,8 @@ class NcclBackend(Backend):
         return Work.completed("barrier", work.seq)
 
     # ---------------------------------------------------------- point to point
-    def send(self, buf, dst: int, tag: int = 0) -> Work:
+    def send(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, dst, tag = call.out, call.root, call.tag
         self._array(buf, "tensor")
         if dst == self.rank:
             def body_self(stream):
@@ -475,7 +509,8 @@ class NcclBackend(Backend):
 
         return self._launch("send", body)
 
-    def recv(self, buf, src: int | None, tag: int = 0) -> Work:
+    def recv(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, src, tag = call.out, call.root, call.tag
         self._array(buf, "tensor")
         if src is None:
             raise NotImplementedError(
@@ -529,17 +564,3 @@ class NcclBackend(Backend):
         self._abort_comm(exc)
         self._watchdog.fail_all(exc)
         self.close()
-
-
-def _adjacent_flat(cp: Any, arrays: Sequence[Any]) -> Any:
-    """A flat uint8-free view over ``arrays`` if they lie back to back in one allocation, else None."""
-    if not arrays:
-        return None
-    first = arrays[0]
-    n = first.nbytes
-    mem = first.data.mem
-    base = first.data.ptr
-    for i, a in enumerate(arrays):
-        if a.dtype != first.dtype or a.nbytes != n or a.data.mem is not mem or a.data.ptr != base + i * n:
-            return None
-    return cp.ndarray((first.size * len(arrays),), dtype=first.dtype, memptr=first.data)

@@ -22,10 +22,10 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
 from typing import Any, Callable
 
 from ....runtime import DistTimeoutError, Work
+from ....runtime._work import FAILED, OK, PENDING
 
 __all__ = ["CudaWork", "Watchdog"]
 
@@ -35,78 +35,41 @@ log = logging.getLogger("ndist.collectives.nccl")
 class CudaWork(Work):
     """A Work completed by a CUDA event (see the module docstring).
 
-    Its ``concurrent.futures.Future`` is created only when someone asks for it
-    (``get_future()``, ``wait(timeout)``, ``then``): enqueueing an operation
-    and completing it from the watchdog then cost a flag, not a Future.
+    Like every ``Work``, its ``concurrent.futures.Future`` is made only when
+    someone asks for it: enqueueing an operation and completing it from the
+    watchdog cost a flag, not a Future.
     """
 
-    __slots__ = ("_event", "_check", "_state", "_error", "_after")
+    __slots__ = ("_event", "_check", "_after")
 
     #: ``wait()`` without a timeout does not block the host (torch semantics):
     #: callers with ``async_op=False`` should call ``wait()`` without one.
     stream_ordered = True
 
-    _PENDING, _OK, _FAILED = 0, 1, 2
-
     def __init__(self, op: str, seq: int, event: Any, check: Callable[[], BaseException | None],
                  outputs: Any = None, pending: Callable[[], str] | None = None) -> None:
-        # Not Work.__init__: the Future is made lazily (see get_future).
-        self.op = op
-        self.seq = seq
-        self._outputs = outputs
-        self._pending = pending
-        self._future = None
-        self._lock = threading.Lock()
+        super().__init__(op, seq, outputs, pending)
         self._event = event
         self._check = check
-        self._state = self._PENDING
-        self._error: BaseException | None = None
         self._after: list | None = None  # then() steps deferred while a coalescing block is open
 
     # ------------------------------------------------------------ completion
-    def _complete(self) -> None:
-        with self._lock:
-            if self._state:
-                return
-            self._state = self._OK
-            fut = self._future
-        if fut is not None:
-            fut.set_result(self._outputs)
-
-    def _fail(self, exc: BaseException) -> None:
-        with self._lock:
-            if self._state:
-                return
-            self._state = self._FAILED
-            self._error = exc
-            fut = self._future
-        if fut is not None:
-            fut.set_exception(exc)
-
     def _poll(self) -> bool:
         """Complete (or fail) the work if its event fired; True once done."""
-        if self._state:
+        if self._state != PENDING:
             return True
         if self._event is None or not self._event.done:  # None: its coalescing block is open
             return False
         err = self._check()
         if err is None:
-            self._complete()
+            self.complete()
         else:
-            self._fail(err)
+            self.fail(err)
         return True
 
-    def get_future(self) -> Future:
-        with self._lock:
-            if self._future is None:
-                fut: Future = Future()
-                fut.set_running_or_notify_cancel()
-                if self._state == self._OK:
-                    fut.set_result(self._outputs)
-                elif self._state == self._FAILED:
-                    fut.set_exception(self._error)
-                self._future = fut
-            return self._future
+    def event_done(self) -> bool:
+        """Whether the GPU finished the work; False while its coalescing block is open."""
+        return self._event is not None and bool(self._event.done)
 
     def then(self, fn: Callable[[], None], op: str | None = None) -> Work:
         """Run ``fn`` now, stream-ordered, and return a Work that also covers it.
@@ -119,7 +82,7 @@ class CudaWork(Work):
         if self._event is None:
             # Issued inside a coalescing block: NCCL launches the op at groupEnd, so the
             # step runs then (the backend calls run_deferred) and shares the block's event.
-            chained = CudaWork(op or self.op, self.seq, None, self._check, self._outputs, self._pending)
+            chained = CudaWork(op or self.op, self.seq, None, self._check, self.outputs, self.pending)
             if self._after is None:
                 self._after = []
             self._after.append((fn, chained))
@@ -132,17 +95,17 @@ class CudaWork(Work):
             return Work.failed(op or self.op, err, self.seq)
         event = cupy.cuda.Event(block=False, disable_timing=True)
         event.record()
-        chained = CudaWork(op or self.op, self.seq, event, self._check, self._outputs, self._pending)
+        chained = CudaWork(op or self.op, self.seq, event, self._check, self.outputs, self.pending)
 
         def _done(fut) -> None:
             exc = fut.exception()
             if exc is not None:
-                chained._fail(exc)
+                chained.fail(exc)
             else:
                 event.synchronize()  # only the write-back copies remain
                 chained._poll()
 
-        self.get_future().add_done_callback(_done)
+        self._future.add_done_callback(_done)
         return chained
 
     def run_deferred(self) -> list["CudaWork"]:
@@ -152,7 +115,7 @@ class CudaWork(Work):
             try:
                 fn()
             except BaseException as err:  # noqa: BLE001 - delivered to the waiter
-                chained._fail(err)
+                chained.fail(err)
             chained_works.append(chained)
             chained_works.extend(chained.run_deferred())
         self._after = None
@@ -162,11 +125,10 @@ class CudaWork(Work):
     def wait(self, timeout=None) -> bool:
         if timeout is not None:
             # torch: an explicit timeout blocks the host until completion.
-            self.get_future()
             return super().wait(timeout)
-        if self._state == self._FAILED:
-            raise self._error
-        if self._state == self._PENDING:
+        if self._state == FAILED:
+            raise self._exc
+        if self._state == PENDING:
             if self._event is None:
                 raise RuntimeError(f"{self.op} (#{self.seq}): cannot wait inside the coalescing block that issued it")
             import cupy
@@ -176,23 +138,23 @@ class CudaWork(Work):
 
     def synchronize(self) -> None:
         """Block the host until the operation finished on the GPU; raise its error."""
-        if not self._state:
+        if self._state == PENDING:
             if self._event is None:
                 raise RuntimeError(f"{self.op} (#{self.seq}): cannot wait inside the coalescing block that issued it")
             self._event.synchronize()
             self._poll()
-        if self._state == self._FAILED:
-            raise self._error
+        if self._state == FAILED:
+            raise self._exc
 
     def is_completed(self) -> bool:
         return self._poll()
 
     def is_success(self) -> bool:
-        return self._poll() and self._state == self._OK
+        return self._poll() and self._state == OK
 
     def exception(self) -> BaseException | None:
         self._poll()
-        return self._error
+        return super().exception()
 
     def __repr__(self) -> str:
         state = ("pending", "ok", "failed")[self._state]
@@ -258,7 +220,7 @@ class Watchdog:
                 except IndexError:
                     break
         for e in entries:
-            e.work._fail(exc)
+            e.work.fail(exc)
 
     def stop(self) -> None:
         with self._cond:
@@ -301,13 +263,13 @@ class Watchdog:
                 if not work._state:
                     if not work._event.done:
                         break
-                    work._complete()
+                    work.complete()
                 with self._cond:
                     if self._entries and self._entries[0] is head:  # fail_all() may have emptied it
                         self._entries.popleft()
                 head = self._head()
             if err is None and head is not None and time.monotonic() > head.deadline:
-                detail = head.work._pending() if head.work._pending is not None else ""
+                detail = head.work.pending() if head.work.pending is not None else ""
                 err = DistTimeoutError(
                     f"nccl {head.work.op} (#{head.work.seq}) on {self._name} did not complete within "
                     f"the group timeout; the NCCL communicator was aborted{'; ' + detail if detail else ''}"

@@ -13,19 +13,17 @@ import numpy as np
 
 from ....runtime import BackendContext, DistNetworkError, Work
 from ....runtime import _net
-from ..._backend import DONE, Backend
-from ..._reduce_op import ReduceOp
+from ..._backend import DONE, Call, CollectiveBackend
 from . import _cma
 from . import _frame as F
 from ._algorithms import CHUNK, Algorithms
 from ._engine import Engine, OpInfo
 from ._executor import Executor
 from ._p2p import P2P
-from ._reduce import check_op, finalize
+from ._reduce import finalize
 from . import _ring
 from ._shm import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
 from ._tcp import Mesh
-from ._work import SocketWork
 
 __all__ = ["SocketBackend", "TRANSPORT_ENV", "SHM_MIN"]
 
@@ -60,7 +58,7 @@ def _u8(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
-class SocketBackend(Algorithms, Backend):
+class SocketBackend(Algorithms, CollectiveBackend):
     """Gloo-style backend: full TCP mesh, shared-memory payloads between ranks on one host.
 
     Collectives run in issue order, inline on the caller's thread when it
@@ -70,7 +68,6 @@ class SocketBackend(Algorithms, Backend):
     """
 
     name = "socket"
-    blocking_calls = True
 
     def __init__(self, ctx: BackendContext) -> None:
         super().__init__(ctx)
@@ -214,15 +211,15 @@ class SocketBackend(Algorithms, Backend):
                 raise
 
         if self._closed:
-            work = SocketWork(name, seq, outputs)
-            work._fail(DistNetworkError(f"{self!r} is closed"))
+            work = Work(name, seq, outputs)
+            work.fail(DistNetworkError(f"{self!r} is closed"))
             return work
         # a blocking call on an idle group runs on this thread and returns the shared
         # DONE (no Work, no Future): its errors propagate from here
         if blocking and self._exec.run_inline(job):
             return DONE
-        work = SocketWork(name, seq, outputs)
-        work._pending = self._pending(work)
+        work = Work(name, seq, outputs)
+        work.pending = self._pending(work)
         return self._exec.submit(work, job, blocking)
 
     def _peer_died(self, peer: int) -> None:
@@ -235,47 +232,25 @@ class SocketBackend(Algorithms, Backend):
         if n:
             log.info("unlinked %d shared-memory segment(s) of dead rank %d", n, peer)
 
-    def _root(self, name: str, value: int) -> int:
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value < self.size:
-            raise ValueError(f"{name}: expected a group rank in [0, {self.size}), got {value!r}")
-        return int(value)
-
-    def _list(self, name: str, arrays, ref=None) -> list:
-        if arrays is None or len(arrays) != self.size:
-            raise ValueError(f"{name}: expected a list of {self.size} arrays (one per rank), got "
-                             f"{None if arrays is None else len(arrays)}")
-        if ref is not None:
-            for i, a in enumerate(arrays):
-                if a.dtype != ref.dtype:
-                    raise TypeError(f"{name}[{i}]: expected dtype {ref.dtype}, got {a.dtype}")
-        return list(arrays)
-
     # ------------------------------------------------------------ reductions
-    def all_reduce(self, buf, op=ReduceOp.SUM, scale=None, *, blocking=False) -> Work:
-        check_op(buf.dtype, op, scale)
+    def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, op, scale = call.out, call.redop, call.scale
         if self.size == 1:
             finalize(buf, op, scale, 1)
             return _trivial("all_reduce", blocking, [buf])
         return self._submit("all_reduce", buf, buf.size, None,
                             lambda: self._do_all_reduce(buf, op, scale), blocking, [buf])
 
-    def reduce(self, buf, dst, op=ReduceOp.SUM, scale=None, *, blocking=False) -> Work:
-        check_op(buf.dtype, op, scale)
-        dst = self._root("dst", dst)
-
-        def body():
-            self._direct_reduce(buf, op, scale, root=dst)
+    def reduce(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, op, scale, dst = call.out, call.redop, call.scale, call.root
         if self.size == 1:
             finalize(buf, op, scale, 1)
             return _trivial("reduce", blocking, [buf])
-        return self._submit("reduce", buf, buf.size, dst, body, blocking, [buf])
+        return self._submit("reduce", buf, buf.size, dst, lambda: self._direct_reduce(buf, op, scale, root=dst),
+                            blocking, [buf])
 
-    def reduce_scatter(self, out, inputs, op=ReduceOp.SUM, scale=None, *, blocking=False) -> Work:
-        check_op(out.dtype, op, scale)
-        inputs = self._list("inputs", inputs, out)
-        if inputs[self.rank].size != out.size:
-            raise ValueError(f"inputs[{self.rank}]: expected {out.size} elements (the size of out), "
-                             f"got {inputs[self.rank].size}")
+    def reduce_scatter(self, call: Call, *, blocking: bool = False) -> Work:
+        out, inputs, op, scale = call.out, call.inputs, call.redop, call.scale
         if self.size == 1:
             np.copyto(_u8(out), _u8(inputs[0]))
             finalize(out, op, scale, 1)
@@ -284,73 +259,54 @@ class SocketBackend(Algorithms, Backend):
                             lambda: self._do_reduce_scatter(out, inputs, op, scale), blocking, [out])
 
     # ------------------------------------------------------------ movement
-    def broadcast(self, buf, src, *, blocking=False) -> Work:
-        src = self._root("src", src)
+    def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, src = call.out, call.root
         if self.size == 1:
             return _trivial("broadcast", blocking, [buf])
         return self._submit("broadcast", buf, buf.size, src, lambda: self._do_broadcast(buf, src), blocking,
                             [buf])
 
-    def all_gather(self, outputs, inp, *, blocking=False) -> Work:
-        outputs = self._list("outputs", outputs, inp)
-        if outputs[self.rank].nbytes != inp.nbytes:
-            raise ValueError(f"outputs[{self.rank}]: expected {inp.size} elements (the size of this rank's "
-                             f"input), got {outputs[self.rank].size}")
+    def all_gather(self, call: Call, *, blocking: bool = False) -> Work:
+        outputs, inp = call.outputs, call.inp
         return self._submit("all_gather", inp, inp.size, None, lambda: self._do_all_gather(outputs, inp),
                             blocking, outputs)
 
-    def gather(self, outputs, inp, dst, *, blocking=False) -> Work:
-        dst = self._root("dst", dst)
-        if self.rank == dst:
-            outputs = self._list("outputs", outputs, inp)
-            if outputs[dst].nbytes != inp.nbytes:
-                raise ValueError(f"outputs[{dst}]: expected {inp.size} elements, got {outputs[dst].size}")
+    def gather(self, call: Call, *, blocking: bool = False) -> Work:
+        outputs, inp, dst = call.outputs, call.inp, call.root
         return self._submit("gather", inp, inp.size, dst, lambda: self._do_gather(outputs, inp, dst), blocking,
                             outputs if self.rank == dst else [])
 
-    def scatter(self, out, inputs, src, *, blocking=False) -> Work:
-        src = self._root("src", src)
-        if self.rank == src:
-            inputs = self._list("inputs", inputs, out)
-            if inputs[src].nbytes != out.nbytes:
-                raise ValueError(f"inputs[{src}]: expected {out.size} elements, got {inputs[src].size}")
+    def scatter(self, call: Call, *, blocking: bool = False) -> Work:
+        out, inputs, src = call.out, call.inputs, call.root
         return self._submit("scatter", out, out.size, src, lambda: self._do_scatter(out, inputs, src), blocking,
                             [out])
 
-    def all_to_all(self, outputs, inputs, *, blocking=False) -> Work:
-        outputs = self._list("outputs", outputs)
-        inputs = self._list("inputs", inputs)
-        if outputs[self.rank].nbytes != inputs[self.rank].nbytes:
-            raise ValueError(f"outputs[{self.rank}]: expected {inputs[self.rank].nbytes} bytes (this rank's "
-                             f"inputs[{self.rank}]), got {outputs[self.rank].nbytes}")
-        ref = inputs[0] if inputs else None
+    def all_to_all(self, call: Call, *, blocking: bool = False) -> Work:
+        outputs, inputs = call.outputs, call.inputs
         count = sum(a.size for a in inputs)
-        return self._submit("all_to_all", ref, count, None, lambda: self._do_all_to_all(outputs, inputs),
+        return self._submit("all_to_all", inputs[0], count, None, lambda: self._do_all_to_all(outputs, inputs),
                             blocking, outputs)
 
-    def barrier(self, *, blocking=False) -> Work:
+    def barrier(self, call: Call, *, blocking: bool = False) -> Work:
         if self.size == 1:
             return _trivial("barrier", blocking)
         return self._submit("barrier", None, 0, None, self._do_barrier, blocking)
 
     # ------------------------------------------------------------ point to point
-    def send(self, buf, dst, tag=0, *, blocking=False) -> Work:
-        dst = self._root("dst", dst)
-        tag = int(tag)
+    def send(self, call: Call, *, blocking: bool = False) -> Work:
+        buf, dst, tag = call.out, call.root, call.tag
         work = Work("send", -1, [])
         if self._closed:
-            work._fail(DistNetworkError(f"{self!r} is closed", rank=dst))
+            work.fail(DistNetworkError(f"{self!r} is closed", rank=dst))
             return work
         return self._p2p_exec.submit(work, lambda: self._p2p.send(buf, dst, tag), blocking)
 
-    def recv(self, buf, src=None, tag=0, *, blocking=False) -> Work:
-        if src is not None:
-            src = self._root("src", src)
+    def recv(self, call: Call, *, blocking: bool = False) -> Work:
         work = Work("recv", -1, None)
         if self._closed:
-            work._fail(DistNetworkError(f"{self!r} is closed", rank=src))
+            work.fail(DistNetworkError(f"{self!r} is closed", rank=call.root))
             return work
-        self._p2p.post(buf, src, int(tag), work)
+        self._p2p.post(call.out, call.root, call.tag, work)
         return work
 
     # ------------------------------------------------------------ lifetime

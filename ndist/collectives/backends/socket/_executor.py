@@ -23,9 +23,9 @@ def _run(work: Work, job) -> None:
     try:
         job()
     except BaseException as err:  # noqa: BLE001 - delivered through the Work
-        work._fail(err)
+        work.fail(err)
     else:
-        work._complete()
+        work.complete()
 
 
 class Executor:
@@ -58,7 +58,7 @@ class Executor:
     def submit(self, work: Work, job, blocking: bool) -> Work:
         with self._cond:
             if self._closed:
-                work._fail(DistBackendError(f"{self.name}: backend is closed"))
+                work.fail(DistBackendError(f"{self.name}: backend is closed"))
                 return work
             inline = blocking and not self._busy and not self._queue
             if inline:
@@ -106,7 +106,7 @@ class Executor:
             self._queue.clear()
             self._cond.notify_all()
         for work, _ in queued:
-            work._fail(DistBackendError(f"{self.name}: {reason}"))
+            work.fail(DistBackendError(f"{self.name}: {reason}"))
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout=2.0)

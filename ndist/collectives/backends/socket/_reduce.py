@@ -15,7 +15,7 @@ import numpy as np
 
 from ..._reduce_op import ReduceOp
 
-__all__ = ["check_op", "reduce_ordered", "finalize"]
+__all__ = ["reduce_ordered", "finalize"]
 
 _UFUNC = {
     ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PREMUL_SUM: np.add,
@@ -35,21 +35,6 @@ try:
     _IGNORE = _make_extobj(all="ignore")
 except (ImportError, AttributeError, TypeError):  # pragma: no cover - other NumPy versions
     _ERRVAR = _IGNORE = None
-
-
-def check_op(dtype: np.dtype, op: ReduceOp, scale=None) -> None:
-    """Raise ``TypeError``/``ValueError`` before any byte is sent if ``op`` cannot apply."""
-    if not isinstance(op, ReduceOp):
-        raise TypeError(f"op: expected ndist.distributed.ReduceOp, got {op!r}")
-    kind = dtype.kind
-    if op in _BITWISE and kind not in "biu":
-        raise TypeError(f"op: {op} needs an integer or bool dtype, got {dtype.name}")
-    if kind == "c" and op in (ReduceOp.MIN, ReduceOp.MAX):
-        raise TypeError(f"op: {op} is not defined for complex dtype {dtype.name}")
-    if kind == "b" and op in (ReduceOp.AVG, ReduceOp.PREMUL_SUM):
-        raise TypeError(f"op: {op} is not supported for dtype bool")
-    if op == ReduceOp.PREMUL_SUM and scale is None:
-        raise ValueError("scale: PREMUL_SUM needs a factor, got None")
 
 
 def reduce_ordered(out: np.ndarray, contribs: list, op: ReduceOp) -> None:

@@ -2,7 +2,7 @@
 
 The parent hosts a ``TCPStoreServer`` on loopback (port 0, a fresh job
 secret) and starts ``world_size`` interpreters (``python -m
-ndist.runtime._rank_main``), each in its own session so that the whole tree
+ndist._testing._rank_main``), each in its own session so that the whole tree
 of a rank can be killed. The function and its arguments travel through the
 store (cloudpickle, so closures and lambdas work); each rank writes its
 outcome back there. The first rank to fail, by exception or by exit, ends the
@@ -23,8 +23,8 @@ import sys
 import time
 from typing import Any, Callable, Mapping
 
-from ._errors import DistError, DistTimeoutError
-from .store import TCPStore, TCPStoreServer
+from ..runtime import DistError, DistTimeoutError
+from ..runtime.store import TCPStore, TCPStoreServer
 
 __all__ = ["run_ranks", "RankFailedError"]
 
@@ -174,7 +174,7 @@ def run_ranks(
             child_env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "ndist.runtime._rank_main"],
+                    [sys.executable, "-m", "ndist._testing._rank_main"],
                     env=child_env, start_new_session=True, stdin=subprocess.DEVNULL,
                 )
             )

@@ -28,9 +28,9 @@ def _watch_parent(parent: int) -> None:
 
 
 def main() -> int:
-    from . import _testing
-    from ._world import destroy_process_group, init_process_group, is_initialized
-    from .store import TCPStore
+    from . import _run
+    from ..distributed import destroy_process_group, init_process_group, is_initialized  # registers backends
+    from ..runtime.store import TCPStore
 
     import cloudpickle
 
@@ -38,7 +38,7 @@ def main() -> int:
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     host, _, port = os.environ["NDIST_STORE"].rpartition(":")
     store = TCPStore(host, int(port), timeout=60)
-    prefix = _testing.PREFIX
+    prefix = _run.PREFIX
     for p in reversed(json.loads(store.get(prefix + "sys_path"))):
         if p not in sys.path:
             sys.path.insert(0, p)
