@@ -82,3 +82,53 @@ def test_then_carries_outputs_known_only_at_completion():
     w._outputs = [3]  # a backend learns recv's source when the message arrives
     w._complete()
     assert chained.result() == [3]
+
+
+# ---------------------------------------------------------------- the lazy Future
+def test_completed_work_makes_no_future_until_asked():
+    w = Work("all_reduce", 3, ["x"])
+    assert not w.is_completed() and w.exception() is None
+    w.complete()
+    w.fail(RuntimeError("late"))  # completion happens once
+    assert w._fut is None
+    assert w.wait() and w.wait(5) and w.is_completed() and w.is_success() and w.exception() is None
+    assert w.result() == ["x"] and w._fut is None
+    with pytest.raises(TypeError, match="timeout"):
+        w.wait("soon")
+    fut = w.get_future()  # made on demand, already resolved like the work
+    assert fut.done() and fut.result() == ["x"] and w.get_future() is fut
+    assert repr(w) == "<Work all_reduce #3 ok>"
+
+
+def test_failed_work_raises_and_its_future_carries_the_error():
+    w = Work("barrier", 1)
+    err = DistNetworkError("rank 1 lost", rank=1)
+    w.fail(err)
+    w.complete()
+    with pytest.raises(DistNetworkError, match="rank 1 lost"):
+        w.wait()
+    assert w.exception() is err and not w.is_success()
+    assert w.get_future().exception() is err
+
+
+def test_future_taken_before_completion_resolves_and_waiters_wake():
+    w = Work("all_gather", 2, [1])
+    fut = w.get_future()
+    chained = w.then(lambda: None)
+    seen = []
+    w.add_done_callback(lambda done: seen.append(done.outputs))
+    got = []
+    t = threading.Thread(target=lambda: got.append(w.wait(10)))
+    t.start()
+    w.complete()
+    t.join(10)
+    assert got == [True] and fut.result() == [1] and chained.wait(5) and seen == [[1]]
+
+
+def test_on_timeout_hook_sees_the_error_before_it_is_raised():
+    w = Work("all_reduce", 7, pending=lambda: "ranks not heard from: [1]")
+    hooked = []
+    w.on_timeout = hooked.append
+    with pytest.raises(DistTimeoutError) as info:
+        w.wait(0.05)
+    assert hooked == [info.value]
