@@ -267,7 +267,7 @@ def test_pipelined_rs_ag_in_many_chunks(transport, n, many_cores, monkeypatch):
     def fn(b):
         x = np.random.default_rng(b.rank).standard_normal(count).astype(np.float64)
         b.all_reduce(x, ReduceOp.SUM, blocking=True).wait()
-        assert b._pipeline and b._chunk == 64 << 10
+        assert b._links.pipeline and b._links.chunk == 64 << 10
         return x
     out = run_group(n, fn, transport)
     ref = sum(np.random.default_rng(r).standard_normal(count) for r in range(n))
@@ -326,7 +326,7 @@ def test_all_to_all_large_messages_read_from_the_senders_memory(monkeypatch):
             for i in range(n):
                 exp = (np.arange(size(i, r), dtype=np.int64) % 251 + i * 7 + r + it).astype(np.uint8)
                 assert np.array_equal(outs[i], exp), (i, it)
-        assert b._cma_to == set(range(n)) - {r} and set(b._eng.cma_pids) == set(range(n)) - {r}
+        assert b._links.cma_to == set(range(n)) - {r} and set(b._links.cma_from) == set(range(n)) - {r}
     run_group(n, fn, "auto")
     big = sum(1 for i in range(n) for j in range(n) if i != j and size(i, j) >= CMA_MIN)
     probes = [x for x in reads if x == 16]  # each rank probed each peer once
@@ -340,7 +340,7 @@ def test_transport_shm_does_not_read_peer_memory():
         outs = [np.empty(1 << 20, np.uint8) for _ in range(2)]
         b.all_to_all(outs, ins, blocking=True).wait()
         assert (outs[0] == 0).all() and (outs[1] == 1).all()
-        return (b._cma_to, dict(b._eng.cma_pids))
+        return (b._links.cma_to, dict(b._links.cma_from))
     assert run_group(2, fn, "shm") == [(set(), {})] * 2
 
 

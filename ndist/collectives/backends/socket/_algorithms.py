@@ -46,9 +46,16 @@ def _bytes(a: np.ndarray) -> np.ndarray:
 
 
 class Algorithms:
-    """Mixin: needs ``self._eng``, ``self._seg``, ``self.rank``, ``self.size``, ``self._shm_for``,
-    ``self._pipeline`` (whole group on one host with a core per rank: the same on every
-    rank) and ``self._chunk``."""
+    """The collectives of one backend, over its engine (``eng``), its shared-memory
+    segment (``seg``) and its per-peer transport choice (``links``)."""
+
+    def __init__(self, eng, seg, links, rank: int, size: int) -> None:
+        self.eng = eng
+        self.seg = seg
+        self.links = links
+        self.rank = rank
+        self.size = size
+        self.peers = tuple(p for p in range(size) if p != rank)
 
     # ---------------------------------------------------------- staging
     def _stage(self, arrays: list) -> list:
@@ -57,7 +64,7 @@ class Algorithms:
         for a in arrays:
             offs.append(total)
             total += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-        seg = self._eng.segment(total)
+        seg = self.eng.segment(total)
         for a, o in zip(arrays, offs):
             if a.nbytes:
                 np.copyto(seg[o : o + a.nbytes], a)
@@ -69,25 +76,25 @@ class Algorithms:
         for a in arrays:
             offs.append(total)
             total += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-        self._eng.segment(total)
+        self.eng.segment(total)
         return offs
 
     def _send_same(self, peers, data: np.ndarray, step: int = 0) -> None:
         """Send the same bytes to every peer in ``peers`` (staged once if any uses shm)."""
-        eng = self._eng
+        eng = self.eng
         off = None
-        if data.nbytes >= self._shm_min and any(self._shm_for(p, data.nbytes) for p in peers):
+        if data.nbytes >= self.links.shm_min and any(self.links.shm(p, data.nbytes) for p in peers):
             off = self._stage([data])[0]
         for p in peers:
-            if off is not None and self._shm_for(p, data.nbytes):
+            if off is not None and self.links.shm(p, data.nbytes):
                 eng.send(p, step, shm_offset=off, nbytes=data.nbytes)
             else:
                 eng.send(p, step, data)
 
     def _send_each(self, parts: dict, step: int = 0) -> None:
         """Send ``parts[p]`` (uint8) to each peer ``p``."""
-        eng = self._eng
-        shm = [p for p, a in parts.items() if self._shm_for(p, a.nbytes)]
+        eng = self.eng
+        shm = [p for p, a in parts.items() if self.links.shm(p, a.nbytes)]
         offs = dict(zip(shm, self._stage([parts[p] for p in shm]))) if shm else {}
         for p, a in parts.items():
             if p in offs:
@@ -100,25 +107,22 @@ class Algorithms:
         ticket the other way, so that a mismatched call (other op, dtype, count or
         root) is seen by both sides instead of completing silently or hanging."""
         for p in peers:
-            self._eng.send(p, TICKET)
-
-    def _peers(self) -> tuple:
-        return self._peer_list
+            self.eng.send(p, TICKET)
 
     # ---------------------------------------------------------- reductions
-    def _do_all_reduce(self, buf, op, scale):
+    def all_reduce(self, buf, op, scale):
         if buf.nbytes <= DIRECT_MAX or buf.size < self.size:
-            return self._direct_reduce(buf, op, scale, root=None)
-        return self._rs_ag(buf, op, scale)
+            return self.direct_reduce(buf, op, scale, root=None)
+        return self.rs_ag(buf, op, scale)
 
-    def _direct_reduce(self, buf, op, scale, root):
-        eng, r, dt = self._eng, self.rank, buf.dtype
+    def direct_reduce(self, buf, op, scale, root):
+        eng, r, dt = self.eng, self.rank, buf.dtype
         data = _bytes(buf)
         if root is not None and r != root:
             self._send_same([root], data)
             eng.step([Expect(root, F.DATA, TICKET, 0)])
             return
-        peers = self._peers()
+        peers = self.peers
         if root is None:
             self._send_same(peers, data)
         else:
@@ -134,23 +138,23 @@ class Algorithms:
         reduce_ordered(flat, contribs, op)
         finalize(flat, op, scale, self.size)
 
-    def _rs_ag(self, buf, op, scale):
+    def rs_ag(self, buf, op, scale):
         """Reduce-scatter + all-gather, pipelined in chunks of ``CHUNK`` bytes so that
         what one rank writes is still in the shared cache when a peer reads it.
 
         A peer that can read our memory reads its slices straight from ``buf``
         (no copy into the segment; our own slice is reduced in place when the
         rank order allows it); it says "done" once at the end, before we return."""
-        eng, n, dt = self._eng, self.size, buf.dtype
+        eng, n, dt = self.eng, self.size, buf.dtype
         flat = buf.reshape(-1)
         item = dt.itemsize
-        per = max(n, self._chunk // item)
+        per = max(n, self.links.chunk // item)
         k = -(-flat.size // per)
-        peers = self._peers()
+        peers = self.peers
         small = per * item // n
-        cma_out = {p for p in peers if p in self._cma_to and self._shm_for(p, small)}
-        cma_in = [p for p in peers if p in eng.cma_pids and self._shm_for(p, small)]
-        shm_all = any(p not in cma_out and self._shm_for(p, small) for p in peers)
+        cma_out = {p for p in peers if p in self.links.cma_to and self.links.shm(p, small)}
+        cma_in = [p for p in peers if p in self.links.cma_from and self.links.shm(p, small)]
+        shm_all = any(p not in cma_out and self.links.shm(p, small) for p in peers)
         seg = eng.segment(flat.size * item) if shm_all else None
         for c in range(k):
             lo = c * flat.size // k
@@ -162,14 +166,14 @@ class Algorithms:
             eng.step([Expect(p, F.DATA, CMA_DONE, 0) for p in sorted(cma_out)])
 
     def _rs_ag_chunk(self, flat, a, b, op, scale, seg, step, cma_out):
-        eng, r, n, dt = self._eng, self.rank, self.size, flat.dtype
+        eng, r, n, dt = self.eng, self.rank, self.size, flat.dtype
         item = dt.itemsize
         bounds = [a + (b - a) * i // n for i in range(n + 1)]
         lo, hi = bounds[r], bounds[r + 1]
         data = flat.view(np.uint8)
         chunk = lambda i: data[bounds[i] * item : bounds[i + 1] * item]  # noqa: E731
-        peers = self._peers()
-        shm = [p for p in peers if seg is not None and p not in cma_out and self._shm_for(p, chunk(p).nbytes)]
+        peers = self.peers
+        shm = [p for p in peers if seg is not None and p not in cma_out and self.links.shm(p, chunk(p).nbytes)]
         for p in shm:
             # the segment mirrors buf: peers read their slice; ours will hold the result
             np.copyto(seg[bounds[p] * item : bounds[p + 1] * item], chunk(p))
@@ -205,9 +209,9 @@ class Algorithms:
             mine[...] = out
         eng.step(exps)
 
-    def _do_reduce_scatter(self, out, inputs, op, scale):
-        eng, r, dt = self._eng, self.rank, out.dtype
-        peers = self._peers()
+    def reduce_scatter(self, out, inputs, op, scale):
+        eng, r, dt = self.eng, self.rank, out.dtype
+        peers = self.peers
         self._send_each({p: _bytes(inputs[p]) for p in peers})
         exps = [Expect(p, F.DATA, 0, out.nbytes) for p in peers]
         eng.step(exps)
@@ -221,67 +225,67 @@ class Algorithms:
         finalize(out, op, scale, self.size)
 
     # ---------------------------------------------------------- movement
-    def _do_broadcast(self, buf, src):
+    def broadcast(self, buf, src):
         data = _bytes(buf)
         if self.rank == src:
-            self._send_same(self._peers(), data)
-            self._eng.step([Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
+            self._send_same(self.peers, data)
+            self.eng.step([Expect(p, F.DATA, TICKET, 0) for p in self.peers])
         else:
             self._tickets([src])
-            self._eng.step([Expect(src, F.DATA, 0, data.nbytes, into=data)])
+            self.eng.step([Expect(src, F.DATA, 0, data.nbytes, into=data)])
 
-    def _do_all_gather(self, outputs, inp):
+    def all_gather(self, outputs, inp):
         data = _bytes(inp)
-        peers = self._peers()
+        peers = self.peers
         self._send_same(peers, data)
-        self._eng.step([Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p])) for p in peers])
+        self.eng.step([Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p])) for p in peers])
         np.copyto(_bytes(outputs[self.rank]), data)
 
-    def _do_gather(self, outputs, inp, dst):
+    def gather(self, outputs, inp, dst):
         data = _bytes(inp)
         if self.rank != dst:
             self._send_same([dst], data)
-            self._eng.step([Expect(dst, F.DATA, TICKET, 0)])
+            self.eng.step([Expect(dst, F.DATA, TICKET, 0)])
             return
-        self._tickets(self._peers())
-        self._eng.step([Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p]))
-                              for p in self._peers()])
+        self._tickets(self.peers)
+        self.eng.step([Expect(p, F.DATA, 0, outputs[p].nbytes, into=_bytes(outputs[p]))
+                              for p in self.peers])
         np.copyto(_bytes(outputs[dst]), data)
 
-    def _do_scatter(self, out, inputs, src):
+    def scatter(self, out, inputs, src):
         data = _bytes(out)
         if self.rank != src:
             self._tickets([src])
-            self._eng.step([Expect(src, F.DATA, 0, data.nbytes, into=data)])
+            self.eng.step([Expect(src, F.DATA, 0, data.nbytes, into=data)])
             return
-        self._send_each({p: _bytes(inputs[p]) for p in self._peers()})
-        self._eng.step([Expect(p, F.DATA, TICKET, 0) for p in self._peers()])
+        self._send_each({p: _bytes(inputs[p]) for p in self.peers})
+        self.eng.step([Expect(p, F.DATA, TICKET, 0) for p in self.peers])
         np.copyto(data, _bytes(inputs[src]))
 
-    def _do_all_to_all(self, outputs, inputs):
+    def all_to_all(self, outputs, inputs):
         """Pairwise exchange, every pair at once. A large message to a peer that can
         read our memory is read by it straight from ``inputs`` (one copy; we wait
         for its "done" before returning). Other messages above ``A2A_CHUNK`` go in
         pieces (count from the message size, so both sides agree) so that a peer
         copies each piece out of our segment while it is still in the shared cache."""
-        eng = self._eng
-        peers = self._peers()
+        eng = self.eng
+        peers = self.peers
         ins = {p: _bytes(inputs[p]) for p in peers}
         outs = {p: _bytes(outputs[p]) for p in peers}
-        small = self._shm_min  # below it every message is inline, one piece, no CMA (either side)
+        small = self.links.shm_min  # below it every message is inline, one piece, no CMA (either side)
         if all(ins[p].nbytes < small and outs[p].nbytes < small for p in peers):
             for p in peers:
                 eng.send(p, 0, ins[p])
             eng.step([Expect(p, F.DATA, 0, outs[p].nbytes, into=outs[p]) for p in peers])
             np.copyto(_bytes(outputs[self.rank]), _bytes(inputs[self.rank]))
             return
-        cma_out = [p for p in peers if p in self._cma_to and ins[p].nbytes >= CMA_MIN]
-        cma_in = [p for p in peers if p in eng.cma_pids and outs[p].nbytes >= CMA_MIN]
-        pieces = lambda p, nb: max(1, -(-nb // A2A_CHUNK)) if self._pipeline else 1  # noqa: E731
-        shm = [p for p in peers if p not in cma_out and self._shm_for(p, ins[p].nbytes)]
+        cma_out = [p for p in peers if p in self.links.cma_to and ins[p].nbytes >= CMA_MIN]
+        cma_in = [p for p in peers if p in self.links.cma_from and outs[p].nbytes >= CMA_MIN]
+        pieces = lambda p, nb: max(1, -(-nb // A2A_CHUNK)) if self.links.pipeline else 1  # noqa: E731
+        shm = [p for p in peers if p not in cma_out and self.links.shm(p, ins[p].nbytes)]
         offs = dict(zip(shm, self._reserve_layout([ins[p] for p in shm]))) \
             if shm else {}
-        seg = self._seg.buf
+        seg = self.seg.buf
         k_in = {p: 1 if p in cma_out else pieces(p, ins[p].nbytes) for p in peers}
         k_out = {p: 1 if p in cma_in else pieces(p, outs[p].nbytes) for p in peers}
         for s in range(max([*k_in.values(), *k_out.values(), 1])):
@@ -312,8 +316,8 @@ class Algorithms:
         np.copyto(_bytes(outputs[self.rank]), _bytes(inputs[self.rank]))
         eng.step([Expect(p, F.DATA, CMA_DONE, 0) for p in cma_out])
 
-    def _do_barrier(self):
-        peers = self._peers()
+    def barrier(self):
+        peers = self.peers
         for p in peers:
-            self._eng.send(p, 0)
-        self._eng.step([Expect(p, F.DATA, 0, 0) for p in peers])
+            self.eng.send(p, 0)
+        self.eng.step([Expect(p, F.DATA, 0, 0) for p in peers])

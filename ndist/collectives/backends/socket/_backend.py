@@ -17,6 +17,7 @@ from ..._backend import DONE, Call, CollectiveBackend
 from . import _cma
 from . import _frame as F
 from ._algorithms import CHUNK, Algorithms
+from ._links import Links, connect
 from ._engine import Engine, OpInfo
 from ._executor import Executor
 from ._p2p import P2P
@@ -45,10 +46,6 @@ def _transport_mode(options) -> str:
     return mode
 
 
-def info_has_cma(info: dict) -> bool:
-    return info.get("transport") == "auto" and info.get("cma") is not None
-
-
 def _trivial(op: str, blocking: bool, outputs=None) -> Work:
     """A one-rank group's op, already done here: the shared DONE for a blocking call."""
     return DONE if blocking else Work.completed(op, -1, outputs)
@@ -58,7 +55,7 @@ def _u8(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
-class SocketBackend(Algorithms, CollectiveBackend):
+class SocketBackend(CollectiveBackend):
     """Gloo-style backend: full TCP mesh, shared-memory payloads between ranks on one host.
 
     Collectives run in issue order, inline on the caller's thread when it
@@ -74,9 +71,8 @@ class SocketBackend(Algorithms, CollectiveBackend):
         if not 0 <= ctx.rank < ctx.size:
             raise ValueError(f"rank: expected 0 <= rank < size={ctx.size}, got {ctx.rank}")
         self._timeout = ctx.timeout.total_seconds()
-        self._peer_list = tuple(p for p in range(ctx.size) if p != ctx.rank)
         self._mode = _transport_mode(ctx.options)
-        self._shm_min = 1 if self._mode == "shm" else SHM_MIN
+        self._links = Links(1 if self._mode == "shm" else SHM_MIN)
         secret = _net.job_secret()
         self._prefix = f"{job_prefix(secret, ctx.group_name)}-r{ctx.rank}-p{os.getpid()}-i{next(_instances)}"
         self._seg = OwnSegment(self._prefix)
@@ -96,10 +92,7 @@ class SocketBackend(Algorithms, CollectiveBackend):
         self._seq = 0
         self._seq_lock = threading.Lock()
         self._eng: Engine | None = None
-        self._shm_peers: dict[int, bool] = {}
-        self._pipeline = False
-        self._cma_to: set = set()  # peers that read our buffers directly (process_vm_readv)
-        self._chunk = 1 << 62
+        self._alg: Algorithms | None = None
         self._closed = False
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
@@ -111,78 +104,21 @@ class SocketBackend(Algorithms, CollectiveBackend):
                           on_p2p=self._p2p.incoming)
 
     # ------------------------------------------------------------ plumbing
-    def _shm_for(self, peer: int, nbytes: int) -> bool:
-        return nbytes >= self._shm_min and self._shm_peers.get(peer, False)
-
     def _engine(self) -> Engine:
+        """Connect the group on its first collective: the engine over the collective
+        sockets, every peer's path (``Links``), and the algorithms over both."""
         if self._eng is None:
             socks = self._mesh.collective_sockets(time.monotonic() + self._timeout)
             hosts = {p: self._mesh.host_of(p) for p in socks}
-            prefixes = {}
-            for p in socks:
-                info = self._mesh.peer(p)
-                prefixes[p] = info["shm"]
-                self._shm_peers[p] = self._mode != "tcp" and info["hostid"] == self._mesh.hostid
+            prefixes = {p: self._mesh.peer(p)["shm"] for p in socks}
             spin = self.size <= (os.cpu_count() or 1)
-            # Pipelining pays when every rank has a core and shares the cache; every
-            # rank computes this from the same published facts, so all agree.
-            infos = [self._mesh.info] + [self._mesh.peer(p) for p in socks]
-            self._pipeline = (all(i["hostid"] == self._mesh.hostid for i in infos)
-                              and all(self.size <= i.get("ncpu", 1) for i in infos))
-            self._chunk = CHUNK if self._pipeline else 1 << 62
             eng = Engine(self.rank, self.size, self.ctx.group_name, socks, hosts, prefixes,
                          self._peer_segs, self._seg, spin)
-            self._setup_cma(eng)
-            self._setup_rings(eng)
+            connect(self._links, eng, self._mesh, self.ctx.store, self.rank, self.size, self._mode, self._rings,
+                    CHUNK, self.ctx.group_name)
+            self._alg = Algorithms(eng, self._seg, self._links, self.rank, self.size)
             self._eng = eng
         return self._eng
-
-    def _setup_rings(self, eng: Engine) -> None:
-        """Same-host pairs where both ranks offer rings exchange frames through them
-        (both sides decide from the same published facts)."""
-        if self._rings is None:
-            return
-        used = []
-        for p, conn in eng.conns.items():
-            info = self._mesh.peer(p)
-            cap = int(info.get("ring") or 0)
-            if not cap or not self._shm_peers.get(p):
-                continue
-            try:
-                theirs = _ring.RingFile(_ring.path_for(info["shm"]), self.size, cap, create=False)
-            except (OSError, ValueError) as err:
-                raise DistNetworkError(f"group {self.ctx.group_name!r}: cannot map rank {p}'s shared-memory "
-                                       f"rings: {err}", rank=p, host=self._mesh.host_of(p)) from None
-            conn.ring_out = self._rings.ring(p)
-            conn.ring_in = theirs.ring(self.rank)
-            used.append(p)
-        if used:
-            log.debug("rank %d: shared-memory rings with ranks %s", self.rank, used)
-
-    def _setup_cma(self, eng: Engine) -> None:
-        """Probe which same-host peers' memory we can read; learn who can read ours.
-
-        Only in ``auto`` mode (``shm`` / ``tcp`` keep their single path). Both sides
-        of a pair must agree, so each rank publishes what it can read and a sender
-        names its buffer only to peers that said they can read it.
-        """
-        if self._mode != "auto" or self._mesh.info.get("cma") is None:
-            return
-        same = [p for p in eng.conns if self._shm_peers.get(p)]
-        for p in same:
-            info = self._mesh.peer(p)
-            if _cma.can_read(int(info["pid"]), info.get("cma")):
-                eng.cma_pids[p] = int(info["pid"])
-        store = self.ctx.store
-        store.set(f"sock/cma/{self.rank}", ",".join(map(str, sorted(eng.cma_pids))).encode())
-        for p in same:
-            if info_has_cma(self._mesh.peer(p)):
-                readable = store.get(f"sock/cma/{p}").decode()
-                if str(self.rank) in readable.split(","):
-                    self._cma_to.add(p)
-        if same:
-            log.debug("rank %d reads peers %s directly; peers %s read ours", self.rank, sorted(eng.cma_pids),
-                      sorted(self._cma_to))
 
     def _pending(self, work: Work):
         def describe() -> str:
@@ -206,7 +142,7 @@ class SocketBackend(Algorithms, CollectiveBackend):
                 eng.finish()
             except BaseException as err:
                 eng.fail(err)
-                if isinstance(err, DistNetworkError) and err.rank is not None and err.rank in self._shm_peers:
+                if isinstance(err, DistNetworkError) and err.rank is not None and err.rank in self._links.same_host:
                     self._peer_died(err.rank)
                 raise
 
@@ -239,14 +175,14 @@ class SocketBackend(Algorithms, CollectiveBackend):
             finalize(buf, op, scale, 1)
             return _trivial("all_reduce", blocking, [buf])
         return self._submit("all_reduce", buf, buf.size, None,
-                            lambda: self._do_all_reduce(buf, op, scale), blocking, [buf])
+                            lambda: self._alg.all_reduce(buf, op, scale), blocking, [buf])
 
     def reduce(self, call: Call, *, blocking: bool = False) -> Work:
         buf, op, scale, dst = call.out, call.redop, call.scale, call.root
         if self.size == 1:
             finalize(buf, op, scale, 1)
             return _trivial("reduce", blocking, [buf])
-        return self._submit("reduce", buf, buf.size, dst, lambda: self._direct_reduce(buf, op, scale, root=dst),
+        return self._submit("reduce", buf, buf.size, dst, lambda: self._alg.direct_reduce(buf, op, scale, root=dst),
                             blocking, [buf])
 
     def reduce_scatter(self, call: Call, *, blocking: bool = False) -> Work:
@@ -256,41 +192,41 @@ class SocketBackend(Algorithms, CollectiveBackend):
             finalize(out, op, scale, 1)
             return _trivial("reduce_scatter", blocking, [out])
         return self._submit("reduce_scatter", out, out.size, None,
-                            lambda: self._do_reduce_scatter(out, inputs, op, scale), blocking, [out])
+                            lambda: self._alg.reduce_scatter(out, inputs, op, scale), blocking, [out])
 
     # ------------------------------------------------------------ movement
     def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
         buf, src = call.out, call.root
         if self.size == 1:
             return _trivial("broadcast", blocking, [buf])
-        return self._submit("broadcast", buf, buf.size, src, lambda: self._do_broadcast(buf, src), blocking,
+        return self._submit("broadcast", buf, buf.size, src, lambda: self._alg.broadcast(buf, src), blocking,
                             [buf])
 
     def all_gather(self, call: Call, *, blocking: bool = False) -> Work:
         outputs, inp = call.outputs, call.inp
-        return self._submit("all_gather", inp, inp.size, None, lambda: self._do_all_gather(outputs, inp),
+        return self._submit("all_gather", inp, inp.size, None, lambda: self._alg.all_gather(outputs, inp),
                             blocking, outputs)
 
     def gather(self, call: Call, *, blocking: bool = False) -> Work:
         outputs, inp, dst = call.outputs, call.inp, call.root
-        return self._submit("gather", inp, inp.size, dst, lambda: self._do_gather(outputs, inp, dst), blocking,
+        return self._submit("gather", inp, inp.size, dst, lambda: self._alg.gather(outputs, inp, dst), blocking,
                             outputs if self.rank == dst else [])
 
     def scatter(self, call: Call, *, blocking: bool = False) -> Work:
         out, inputs, src = call.out, call.inputs, call.root
-        return self._submit("scatter", out, out.size, src, lambda: self._do_scatter(out, inputs, src), blocking,
+        return self._submit("scatter", out, out.size, src, lambda: self._alg.scatter(out, inputs, src), blocking,
                             [out])
 
     def all_to_all(self, call: Call, *, blocking: bool = False) -> Work:
         outputs, inputs = call.outputs, call.inputs
         count = sum(a.size for a in inputs)
-        return self._submit("all_to_all", inputs[0], count, None, lambda: self._do_all_to_all(outputs, inputs),
+        return self._submit("all_to_all", inputs[0], count, None, lambda: self._alg.all_to_all(outputs, inputs),
                             blocking, outputs)
 
     def barrier(self, call: Call, *, blocking: bool = False) -> Work:
         if self.size == 1:
             return _trivial("barrier", blocking)
-        return self._submit("barrier", None, 0, None, self._do_barrier, blocking)
+        return self._submit("barrier", None, 0, None, lambda: self._alg.barrier(), blocking)
 
     # ------------------------------------------------------------ point to point
     def send(self, call: Call, *, blocking: bool = False) -> Work:
