@@ -66,11 +66,34 @@ def cupy_or_none():
     return cupy
 
 
+_setup_error: list[str] = []  # a GPU that cannot be used (e.g. a driver too old for CuPy), see _cuda_probe
+
+
+def _version(read) -> int:
+    try:
+        return int(read())
+    except Exception:  # noqa: BLE001 - no driver / no runtime: unknown
+        return 0
+
+
+def count_error(cp, exc: BaseException) -> str | None:
+    """None if ``exc`` (from cudaGetDeviceCount) means no GPU, else what is broken (``_cuda_probe``)."""
+    from ._cuda_probe import classify_count_error  # noqa: PLC0415 - only on the failure path
+
+    rt = cp.cuda.runtime
+    return classify_count_error(exc, _version(rt.driverGetVersion), _version(rt.runtimeGetVersion))
+
+
 def _raw_count(cp) -> int:
     try:
         return int(cp.cuda.runtime.getDeviceCount())
-    except Exception as exc:  # CUDARuntimeError: no driver / no device
-        _log.debug("cudaGetDeviceCount failed: %s", exc)
+    except Exception as exc:  # CUDARuntimeError: no driver / no device, or a driver too old
+        broken = count_error(cp, exc)
+        if broken is None:
+            _log.debug("cudaGetDeviceCount failed (no GPU): %s", exc)
+        elif not _setup_error:
+            _setup_error.append(broken)
+            _log.warning("CUDA is not usable: %s", broken)
         return 0
 
 
@@ -97,9 +120,11 @@ def require_cupy():
         why = _import_failed[0] if _import_failed else "unknown"
         if why == "missing":
             raise RuntimeError("CUDA is not available: CuPy is not installed "
-                               "(install the 'cuda' extra: pip install 'ndist[cuda]', i.e. cupy-cuda13x)")
+                               "(install the 'cuda' extra: pip install 'ndist[cuda]', i.e. cupy-cuda13x[ctk] and NCCL)")
         raise RuntimeError(f"CUDA is not available: CuPy is installed but failed to import ({why})")
     if device_count() == 0:
+        if _setup_error:
+            raise RuntimeError(f"CUDA is not available: {_setup_error[0]}")
         raise RuntimeError("CUDA is not available: CuPy is installed but no CUDA GPU was found")
     return cp
 
