@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from ndist.collectives.backends.nccl._work import CudaWork, Watchdog
+from ndist.collectives.backends.nccl._work import CudaWork, Watchdog, settle_at_close, unfinished
 from ndist.runtime import DistBackendError, DistTimeoutError
 
 pytestmark = pytest.mark.timeout(60)
@@ -175,3 +175,42 @@ def test_wait_with_timeout_blocks_until_done(comm, dog):
     assert w.is_success()
     with pytest.raises(DistTimeoutError, match=r"all_reduce \(#3\)"):
         _work(comm, seq=3)[0].wait(timeout=0.01)
+
+
+# ------------------------------------------------------------------ close()
+# NcclBackend.close() takes the watchdog's pending works plus the works of an open
+# coalescing block; the latter have no event until the block's groupEnd.
+
+def _unlaunched(comm, op="send", seq=1):
+    return CudaWork(op, seq, None, comm.check, None)
+
+
+def test_a_work_without_event_counts_as_unfinished(comm):
+    done, ev = _work(comm)
+    ev.fire()
+    assert unfinished([done]) is False
+    assert unfinished([done, _unlaunched(comm)]) is True  # no AttributeError on the missing event
+    failed = _unlaunched(comm)
+    failed._fail(DistBackendError("x"))
+    assert unfinished([failed]) is False
+
+
+def test_close_fails_works_of_an_open_block_and_their_deferred_steps(comm):
+    send, recv = _unlaunched(comm, "send", 1), _unlaunched(comm, "recv", 2)
+    ran = []
+    chained = recv.then(lambda: ran.append(1))  # deferred to the block's end
+    exc = DistBackendError("nccl: the backend of group 'g' was closed")
+    settle_at_close([send, recv], unfinished([send, recv]), exc)
+    for w in (send, recv, chained):
+        with pytest.raises(DistBackendError, match="closed"):
+            w.wait()
+    assert ran == []  # the write-back of an op that never ran is not run
+
+
+def test_close_after_a_clean_finish_completes_and_busy_close_fails(comm, dog):
+    (ok, e1), (stuck, _) = _work(comm, seq=1), _work(comm, seq=2)
+    e1.fire()
+    settle_at_close([ok], unfinished([ok]), DistBackendError("closed"))
+    assert ok.is_success()
+    settle_at_close([stuck], unfinished([stuck]), DistBackendError("closed"))
+    assert isinstance(stuck.exception(), DistBackendError)

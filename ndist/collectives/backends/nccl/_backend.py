@@ -24,7 +24,7 @@ from ..._backend import Backend
 from ..._reduce_op import ReduceOp
 from . import _plan
 from ._comm import device_from_options, exchange_unique_id, init_communicator
-from ._work import CudaWork, Watchdog
+from ._work import CudaWork, Watchdog, settle_at_close, unfinished
 
 __all__ = ["NcclBackend"]
 
@@ -200,15 +200,16 @@ class NcclBackend(Backend):
                     raise exc from err
                 # Also when the block raised: what it issued was launched by groupEnd.
                 # Deferred write-backs (then) go on the stream after it, before the event.
-                tracked = []
-                for work, keep in works:
-                    tracked.append((work, keep))
-                    tracked.extend((chained, None) for chained in work.run_deferred())
-                event = cp.cuda.Event(block=False, disable_timing=True)
-                event.record(cp.cuda.get_current_stream())
-                for work, keep in tracked:
-                    work._event = event
-                    self._watchdog.add(work, self._timeout_s, keep)
+                if not self._closed:  # close() inside the block failed its works (settle_at_close)
+                    tracked = []
+                    for work, keep in works:
+                        tracked.append((work, keep))
+                        tracked.extend((chained, None) for chained in work.run_deferred())
+                    event = cp.cuda.Event(block=False, disable_timing=True)
+                    event.record(cp.cuda.get_current_stream())
+                    for work, keep in tracked:
+                        work._event = event
+                        self._watchdog.add(work, self._timeout_s, keep)
 
     def _copy(self, dst: Any, src: Any, stream_ptr: int) -> None:
         if src.nbytes:
@@ -504,8 +505,9 @@ class NcclBackend(Backend):
     def close(self) -> None:
         if self._closed:
             return
-        pending = self._watchdog.pending()
-        busy = any(not w._event.done for w in pending)
+        # Works of an open coalescing block have no event yet (see _work.unfinished).
+        pending = self._watchdog.pending() + [w for w, _ in self._coalesced or ()]
+        busy = unfinished(pending)
         self._watchdog.stop()
         self._closed = True
         try:
@@ -517,11 +519,7 @@ class NcclBackend(Backend):
         except Exception:  # noqa: BLE001 - closing must not raise
             log.debug("closing the NCCL communicator failed", exc_info=True)
         exc = DistBackendError(f"nccl: the backend of group {self.ctx.group_name!r} was closed")
-        for w in pending:
-            if busy:
-                w._fail(exc)
-            else:
-                w._poll()
+        settle_at_close(pending, busy, exc)
         self._watchdog.fail_all(exc)
 
     def abort(self) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from ....runtime import DistTimeoutError, Work
 
-__all__ = ["CudaWork", "Watchdog"]
+__all__ = ["CudaWork", "Watchdog", "unfinished", "settle_at_close"]
 
 log = logging.getLogger("ndist.collectives.nccl")
 
@@ -197,6 +197,34 @@ class CudaWork(Work):
     def __repr__(self) -> str:
         state = ("pending", "ok", "failed")[self._state]
         return f"<CudaWork {self.op} #{self.seq} {state}>"
+
+
+def unfinished(works) -> bool:
+    """True if any of ``works`` may still run on the GPU.
+
+    A Work issued inside an open coalescing block has no event yet (NCCL
+    launches the block at ``groupEnd``): it counts as unfinished.
+    """
+    return any(not w._state and (w._event is None or not w._event.done) for w in works)
+
+
+def settle_at_close(works, busy: bool, exc: BaseException) -> None:
+    """Complete or fail ``works`` when their backend closes.
+
+    After an abort (``busy``) every pending Work fails with ``exc``; after a
+    clean destroy the finished ones complete. A Work with no event (its
+    coalescing block never reached ``groupEnd``) was never launched: it fails,
+    and so do the ``then()`` steps it deferred to the end of the block.
+    """
+    for w in works:
+        if w._event is None:
+            w._fail(exc)
+            settle_at_close([chained for _, chained in w._after or ()], busy, exc)
+            w._after = None
+        elif busy:
+            w._fail(exc)
+        else:
+            w._poll()
 
 
 class _Entry:
