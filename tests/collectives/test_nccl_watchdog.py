@@ -9,7 +9,9 @@ covered by tests/gpu.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
+import time
 
 import pytest
 
@@ -214,3 +216,48 @@ def test_close_after_a_clean_finish_completes_and_busy_close_fails(comm, dog):
     assert ok.is_success()
     settle_at_close([stuck], unfinished([stuck]), DistBackendError("closed"))
     assert isinstance(stuck.exception(), DistBackendError)
+
+
+# ------------------------------------------------------ a call that blocks the host
+# NCCL >= 2.22 connects to peers inside the first call that needs them, so a missing peer
+# blocks the enqueue itself, before any Work exists. The backend arms the group timeout
+# before the call (enter_call / leave_call); here the call is a plain callable that blocks
+# until the abort releases it (as ncclCommAbort releases a call stuck connecting).
+
+def test_a_call_blocked_on_the_host_is_aborted_at_the_deadline(comm):
+    released = threading.Event()
+    aborted = []
+
+    def on_fatal(exc):
+        aborted.append(exc)
+        released.set()
+
+    dog = Watchdog("group 'g' rank 0", contextlib.nullcontext, comm.check, on_fatal, poll_s=0.001)
+    queued, _ = _work(comm, "broadcast", 4)
+    dog.add(queued, timeout_s=60)  # an earlier op, still running
+    try:
+        t0 = time.monotonic()
+        dog.enter_call("all_reduce", 5, timeout_s=0.3)
+        try:
+            assert released.wait(30), "the deadline never fired: the call would block forever"
+        finally:
+            dog.leave_call()
+        assert 0.25 <= time.monotonic() - t0 < 20
+        assert len(aborted) == 1 and isinstance(aborted[0], DistTimeoutError)
+        assert re.search(r"all_reduce \(#5\).*group 'g' rank 0.*blocked.*aborted", str(aborted[0]))
+        with pytest.raises(DistTimeoutError, match=r"all_reduce \(#5\)"):
+            queued.wait(timeout=30)  # every pending Work fails with it
+    finally:
+        dog.stop()
+
+
+def test_a_call_that_returns_in_time_is_not_aborted(comm, dog):
+    for seq in range(50):
+        dog.enter_call("all_reduce", seq, timeout_s=0.2)
+        dog.leave_call()
+    time.sleep(0.5)  # past every deadline armed above
+    w, ev = _work(comm)
+    dog.add(w, 30)
+    ev.fire()
+    assert w.wait(timeout=30) is True
+    assert comm.aborted == []

@@ -144,14 +144,21 @@ class NcclBackend(Backend):
             self._device.__enter__()
         try:
             stream = cp.cuda.get_current_stream()
+            # The group timeout holds from here: the enqueue can block (NCCL connects lazily).
+            self._watchdog.enter_call(op, seq, self._timeout_s)
             try:
                 extra = body(stream.ptr)
             except self._nccl.NcclError as err:
-                exc = DistBackendError(f"nccl {op} (#{seq}) failed on rank {self.rank} of group "
-                                       f"{self.ctx.group_name!r}: {err}")
+                exc = self._fatal or DistBackendError(f"nccl {op} (#{seq}) failed on rank {self.rank} of group "
+                                                      f"{self.ctx.group_name!r}: {err}")
                 self._abort_comm(exc)
                 self._watchdog.fail_all(exc)
                 return Work.failed(op, exc, seq)
+            finally:
+                self._watchdog.leave_call()
+            if self._fatal is not None:  # aborted while the call blocked (an aborted call may return success)
+                self._watchdog.fail_all(self._fatal)
+                return Work.failed(op, self._fatal, seq)
             if self._coalesced is not None:
                 # Inside an NCCL group nothing is launched before groupEnd: the event
                 # is recorded when the coalescing block closes.
@@ -188,11 +195,17 @@ class NcclBackend(Backend):
                 yield self
             finally:
                 works, self._coalesced = self._coalesced, None
+                self._watchdog.enter_call(f"coalesced group of {len(works)} ops", self._seq, self._timeout_s)
                 try:
-                    nccl.groupEnd()
-                except nccl.NcclError as err:
-                    exc = DistBackendError(f"nccl coalesced group of {len(works)} ops failed on rank {self.rank} "
-                                           f"of group {self.ctx.group_name!r}: {err}")
+                    nccl.groupEnd()  # launches the block: may block connecting to peers, like _launch
+                    err = None
+                except nccl.NcclError as raised:
+                    err = raised
+                finally:
+                    self._watchdog.leave_call()
+                if err is not None or (self._fatal is not None and not self._closed):
+                    exc = self._fatal or DistBackendError(f"nccl coalesced group of {len(works)} ops failed on rank "
+                                                          f"{self.rank} of group {self.ctx.group_name!r}: {err}")
                     self._abort_comm(exc)
                     for work, _ in works:
                         work._fail(exc)

@@ -259,6 +259,7 @@ class Watchdog:
         self._stopped = False
         self._idle = False
         self._thread: threading.Thread | None = None
+        self._call: tuple[float, str, int] | None = None  # (deadline, op, seq) of the NCCL call in progress
 
     def add(self, work: CudaWork, timeout_s: float, keepalive: Any = None) -> None:
         entry = _Entry(work, time.monotonic() + timeout_s, keepalive)
@@ -267,11 +268,36 @@ class Watchdog:
         self._entries.append(entry)  # deque.append is atomic; the loop only pops from the left
         if self._idle or self._thread is None:
             with self._cond:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name=f"ndist-nccl-watchdog-{self._name}",
-                                                    daemon=True)
-                    self._thread.start()
+                self._start()
                 self._cond.notify()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"ndist-nccl-watchdog-{self._name}", daemon=True)
+            self._thread.start()
+
+    def enter_call(self, op: str, seq: int, timeout_s: float) -> None:
+        """Arm the group timeout for an NCCL call about to be made on this thread.
+
+        The enqueue itself can block the host: NCCL >= 2.22 connects to peers
+        inside the first operation that needs them, and waits there for a peer
+        that never arrives. If the call has not returned (``leave_call``) by the
+        deadline, the watchdog aborts the communicator, which makes the call
+        return, and fails every pending Work. One call at a time per backend.
+        """
+        self._call = (time.monotonic() + timeout_s, op, seq)
+        if self._thread is None:
+            with self._cond:
+                self._start()
+
+    def leave_call(self) -> None:
+        self._call = None
+
+    def _call_expired(self) -> tuple[float, str, int] | None:
+        call = self._call
+        if call is not None and time.monotonic() > call[0]:
+            return call
+        return None
 
     def pending(self) -> list[CudaWork]:
         with self._cond:
@@ -313,9 +339,10 @@ class Watchdog:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._entries and not self._stopped:
+                while not self._entries and not self._stopped and self._call_expired() is None:
                     self._idle = True
-                    # The timeout covers an add() that saw _idle still False just before it was set.
+                    # The timeout covers an add() that saw _idle still False just before it was set,
+                    # and a call armed by enter_call() (which does not notify: it must stay cheap).
                     self._cond.wait(0.05)
                 self._idle = False
                 if self._stopped:
@@ -339,6 +366,14 @@ class Watchdog:
                 err = DistTimeoutError(
                     f"nccl {head.work.op} (#{head.work.seq}) on {self._name} did not complete within "
                     f"the group timeout; the NCCL communicator was aborted{'; ' + detail if detail else ''}"
+                )
+            call = self._call_expired() if err is None else None
+            if call is not None:
+                self._call = None  # fires once
+                err = DistTimeoutError(
+                    f"nccl {call[1]} (#{call[2]}) on {self._name} did not return within the group timeout: the "
+                    f"call blocked on the host (NCCL connects to peers inside the first operation that needs "
+                    f"them, and waits for a peer that does not join); the NCCL communicator was aborted"
                 )
             if err is not None:
                 log.error("nccl %s: %s", self._name, err)
