@@ -23,7 +23,7 @@ from ....runtime import BackendContext, DistBackendError, Work
 from ..._backend import Backend
 from ..._reduce_op import ReduceOp
 from . import _plan
-from ._comm import device_from_options, exchange_unique_id, init_communicator
+from ._comm import communicator_device, exchange_unique_id, init_communicator
 from ._work import CudaWork, Watchdog, settle_at_close, unfinished
 
 __all__ = ["NcclBackend"]
@@ -44,7 +44,7 @@ class NcclBackend(Backend):
         self._cp = cupy
         self._nccl = nccl
         self._check_abi(nccl)
-        dev = device_from_options(ctx.options)
+        dev = communicator_device(ctx)
         self._device = cupy.cuda.Device(dev) if dev is not None else cupy.cuda.Device()
         self._dev_id = self._device.id
         self._version = nccl.get_version()
