@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any, Mapping
 
 from ._errors import DistBackendError, DistMismatchError
+from ._device import backend_device_index
 from ._registry import BackendContext, get_backend_spec, is_registered, registered_backends
 from .store import PrefixStore, Store
 
@@ -117,7 +118,7 @@ class ProcessGroup:
         self.group_name = group_name
         self.timeout = timeout
         self.options = options
-        self.device_id: Any = None  # init_process_group(device_id=...), as torch's bound device
+        self.device_id: int | None = None  # init_process_group(device_id=...), as torch's bound device
         self.group_desc = ""
         self._global_rank = my_global_rank
         self._index = {r: i for i, r in enumerate(self.ranks)}
@@ -248,6 +249,7 @@ class ProcessGroup:
             global_ranks=self.ranks,
             device=dev,
             options=self.options,
+            device_index=backend_device_index(self.device_id) if dev == "cuda" else None,
         )
         log.info("creating %s backend for %s in group %r (rank %d of %d)", name, dev, self.group_name, self._rank, len(self.ranks))
         return spec.create(ctx)

@@ -30,7 +30,9 @@ class BackendContext:
     ``store`` is already prefixed for this group and backend; ``rank`` and
     ``size`` are the rank in the group and its size; ``global_ranks[i]`` is
     the global rank of group rank ``i``; ``device`` is the device type
-    (``"cpu"`` or ``"cuda"``) this instance serves.
+    (``"cpu"`` or ``"cuda"``) this instance serves; ``device_index`` is the
+    CUDA ordinal a ``"cuda"`` backend uses (the bound ``device_id``, else the
+    rank's current / launch-default device; None without a GPU).
     """
 
     store: Any
@@ -41,6 +43,7 @@ class BackendContext:
     global_ranks: tuple[int, ...]
     device: str
     options: Any = None
+    device_index: int | None = None
 
 
 Factory = Callable[[BackendContext], Any]

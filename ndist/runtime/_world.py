@@ -14,10 +14,12 @@ from datetime import timedelta
 from typing import Any, Sequence
 
 from . import _env, _log
+from ._device import parse_device_id
 from ._group import ProcessGroup, parse_backend
 from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
 from .store import HashStore, PrefixStore, Store
+from ..tensor import _cuda
 
 __all__ = [
     "init_process_group",
@@ -160,6 +162,7 @@ def init_process_group(
             raise TypeError(f"group_name: expected str, got {type(group_name).__name__}")
         if store is not None and init_method is not None:
             raise ValueError("init_method: cannot specify both init_method and store")
+        bound = parse_device_id(device_id)
         env = _env.detect()
         _log.configure_from_env(rank if rank >= 0 else env.rank)
         if store is not None:
@@ -208,7 +211,8 @@ def init_process_group(
         pg = ProcessGroup(
             tuple(range(rdzv.world_size)), rdzv.rank, name, PrefixStore(name, job_store), backends, timeout, pg_options
         )
-        pg.device_id = device_id
+        pg.device_id = bound  # the CUDA backend's device (docs/gpu.md, runtime/_device.py)
+        _cuda.set_launch_local_rank(env.local_rank)  # 'cuda' on a launched rank: LOCAL_RANK % device_count()
         _world.default = pg
         _world.groups = {name: pg}
         _world.group_count = 1
@@ -310,6 +314,7 @@ def new_group(
             pg_options if pg_options is not None else world.options,
         )
         pg.group_desc = group_desc or ""
+        pg.device_id = world.device_id  # subgroups use the bound device too, as in torch
         _world.groups[name] = pg
         return pg
 

@@ -66,11 +66,34 @@ def cupy_or_none():
     return cupy
 
 
+_setup_error: list[str] = []  # a GPU that cannot be used (e.g. a driver too old for CuPy), see _cuda_probe
+
+
+def _version(read) -> int:
+    try:
+        return int(read())
+    except Exception:  # noqa: BLE001 - no driver / no runtime: unknown
+        return 0
+
+
+def count_error(cp, exc: BaseException) -> str | None:
+    """None if ``exc`` (from cudaGetDeviceCount) means no GPU, else what is broken (``_cuda_probe``)."""
+    from ._cuda_probe import classify_count_error  # noqa: PLC0415 - only on the failure path
+
+    rt = cp.cuda.runtime
+    return classify_count_error(exc, _version(rt.driverGetVersion), _version(rt.runtimeGetVersion))
+
+
 def _raw_count(cp) -> int:
     try:
         return int(cp.cuda.runtime.getDeviceCount())
-    except Exception as exc:  # CUDARuntimeError: no driver / no device
-        _log.debug("cudaGetDeviceCount failed: %s", exc)
+    except Exception as exc:  # CUDARuntimeError: no driver / no device, or a driver too old
+        broken = count_error(cp, exc)
+        if broken is None:
+            _log.debug("cudaGetDeviceCount failed (no GPU): %s", exc)
+        elif not _setup_error:
+            _setup_error.append(broken)
+            _log.warning("CUDA is not usable: %s", broken)
         return 0
 
 
@@ -97,9 +120,11 @@ def require_cupy():
         why = _import_failed[0] if _import_failed else "unknown"
         if why == "missing":
             raise RuntimeError("CUDA is not available: CuPy is not installed "
-                               "(install the 'cuda' extra: pip install 'ndist[cuda]', i.e. cupy-cuda13x)")
+                               "(install the 'cuda' extra: pip install 'ndist[cuda]', i.e. cupy-cuda13x[ctk] and NCCL)")
         raise RuntimeError(f"CUDA is not available: CuPy is installed but failed to import ({why})")
     if device_count() == 0:
+        if _setup_error:
+            raise RuntimeError(f"CUDA is not available: {_setup_error[0]}")
         raise RuntimeError("CUDA is not available: CuPy is installed but no CUDA GPU was found")
     return cp
 
@@ -112,10 +137,66 @@ def check_ordinal(index: int, *, arg: str = "device") -> int:
     return index
 
 
+# ------------------------------------------------------------ which GPU a rank uses
+_launch_local_rank: list[int] = []  # LOCAL_RANK of a launched rank, set by init_process_group (runtime)
+_chosen: list[bool] = []  # the program chose a device (set_device, ndist.cuda.device)
+_announced: list[int] = []
+
+
+def choose_device(bound: int | None, current: int, chosen: bool, local_rank: int | None,
+                  count: int) -> tuple[int, str]:
+    """The CUDA device a rank uses, and why (pure: every input is passed in).
+
+    ``bound``: ``init_process_group(device_id=...)``, as torch's bound device;
+    ``current``: the current device of the calling thread; ``chosen``: whether
+    the program chose a device itself; ``local_rank``: this rank's local rank
+    when a launcher started it (ndistrun, torchrun, mpiexec, srun), else None;
+    ``count``: the number of visible GPUs.
+
+    A bound device wins; then a device the program chose (or a current device
+    other than 0, which only a choice makes); then, on a launched rank,
+    ``local_rank % count`` (ranks on one node get different GPUs, as NCCL
+    needs); else the current device.
+    """
+    if bound is not None:
+        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 0 or (count and bound >= count):
+            raise ValueError(f"device_id: expected a CUDA ordinal in [0, {count}) ({count} visible GPU(s)), "
+                             f"got {bound!r}")
+        return bound, f"device_id=cuda:{bound}"
+    if chosen or current != 0:
+        return current, "the current device"
+    if local_rank is not None and count > 0:
+        return local_rank % count, f"LOCAL_RANK {local_rank} % {count} visible GPU(s)"
+    return current, "the current device"
+
+
+def set_launch_local_rank(local_rank: int | None) -> None:
+    """Called by init_process_group with the launcher's local rank (None: not launched)."""
+    _launch_local_rank[:] = [] if local_rank is None else [int(local_rank)]
+
+
+def device_was_chosen() -> bool:
+    return bool(_chosen)
+
+
 def current_device() -> int:
-    """Index of the current CUDA device."""
+    """Index of the current CUDA device.
+
+    On a rank started by a launcher that has not chosen a device, that is
+    ``LOCAL_RANK % device_count()`` (made current on the calling thread and
+    logged at INFO once); see ``choose_device`` and docs/gpu.md.
+    """
     cp = require_cupy()
-    return int(cp.cuda.runtime.getDevice())
+    idx = int(cp.cuda.runtime.getDevice())
+    if idx == 0 and _launch_local_rank and not _chosen:
+        idx, why = choose_device(None, 0, False, _launch_local_rank[0], device_count())
+        if idx != 0:
+            cp.cuda.Device(idx).use()
+        if not _announced:
+            _announced.append(idx)
+            _log.info("using cuda:%d (%s): this rank did not choose a device; call ndist.cuda.set_device() "
+                      "or pass init_process_group(device_id=...) to choose another", idx, why)
+    return idx
 
 
 def _index_of(dev: Any, *, arg: str = "device", optional: bool = True) -> int:
@@ -148,6 +229,7 @@ def set_device(dev: Any) -> None:
         return
     cp = require_cupy()
     cp.cuda.Device(_index_of(dev, arg="device", optional=False)).use()
+    _chosen[:] = [True]
 
 
 class device:
@@ -161,6 +243,7 @@ class device:
     def __enter__(self):
         if self.idx >= 0:
             self.prev_idx = current_device()
+            _chosen[:] = [True]  # inside the block the program's choice holds, also for device 0
             if self.prev_idx != self.idx:
                 set_device(self.idx)
         return self

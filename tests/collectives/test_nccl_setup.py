@@ -101,3 +101,13 @@ def test_missing_rank_is_a_timeout_naming_its_key():
     store = HashStore()
     with pytest.raises(DistTimeoutError, match="nccl_joined/1"):
         _comm.exchange_unique_id(_ctx(store, 0, 2, timeout=0.3), lambda: bytes(128))
+
+
+def test_communicator_device_takes_options_then_the_groups_device_index():
+    def ctx(options=None, device_index=None):
+        return BackendContext(store=HashStore(), rank=0, size=1, timeout=timedelta(seconds=1), group_name="g",
+                              global_ranks=(0,), device="cuda", options=options, device_index=device_index)
+
+    assert _comm.communicator_device(ctx()) is None  # the device current at construction
+    assert _comm.communicator_device(ctx(device_index=3)) == 3  # bound device_id / LOCAL_RANK default
+    assert _comm.communicator_device(ctx(options={"device_id": 1}, device_index=3)) == 1

@@ -9,11 +9,13 @@ covered by tests/gpu.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
+import time
 
 import pytest
 
-from ndist.collectives.backends.nccl._work import CudaWork, Watchdog
+from ndist.collectives.backends.nccl._work import CudaWork, Watchdog, settle_at_close, unfinished
 from ndist.runtime import DistBackendError, DistTimeoutError
 
 pytestmark = pytest.mark.timeout(60)
@@ -175,3 +177,87 @@ def test_wait_with_timeout_blocks_until_done(comm, dog):
     assert w.is_success()
     with pytest.raises(DistTimeoutError, match=r"all_reduce \(#3\)"):
         _work(comm, seq=3)[0].wait(timeout=0.01)
+
+
+# ------------------------------------------------------------------ close()
+# NcclBackend.close() takes the watchdog's pending works plus the works of an open
+# coalescing block; the latter have no event until the block's groupEnd.
+
+def _unlaunched(comm, op="send", seq=1):
+    return CudaWork(op, seq, None, comm.check, None)
+
+
+def test_a_work_without_event_counts_as_unfinished(comm):
+    done, ev = _work(comm)
+    ev.fire()
+    assert unfinished([done]) is False
+    assert unfinished([done, _unlaunched(comm)]) is True  # no AttributeError on the missing event
+    failed = _unlaunched(comm)
+    failed._fail(DistBackendError("x"))
+    assert unfinished([failed]) is False
+
+
+def test_close_fails_works_of_an_open_block_and_their_deferred_steps(comm):
+    send, recv = _unlaunched(comm, "send", 1), _unlaunched(comm, "recv", 2)
+    ran = []
+    chained = recv.then(lambda: ran.append(1))  # deferred to the block's end
+    exc = DistBackendError("nccl: the backend of group 'g' was closed")
+    settle_at_close([send, recv], unfinished([send, recv]), exc)
+    for w in (send, recv, chained):
+        with pytest.raises(DistBackendError, match="closed"):
+            w.wait()
+    assert ran == []  # the write-back of an op that never ran is not run
+
+
+def test_close_after_a_clean_finish_completes_and_busy_close_fails(comm, dog):
+    (ok, e1), (stuck, _) = _work(comm, seq=1), _work(comm, seq=2)
+    e1.fire()
+    settle_at_close([ok], unfinished([ok]), DistBackendError("closed"))
+    assert ok.is_success()
+    settle_at_close([stuck], unfinished([stuck]), DistBackendError("closed"))
+    assert isinstance(stuck.exception(), DistBackendError)
+
+
+# ------------------------------------------------------ a call that blocks the host
+# NCCL >= 2.22 connects to peers inside the first call that needs them, so a missing peer
+# blocks the enqueue itself, before any Work exists. The backend arms the group timeout
+# before the call (enter_call / leave_call); here the call is a plain callable that blocks
+# until the abort releases it (as ncclCommAbort releases a call stuck connecting).
+
+def test_a_call_blocked_on_the_host_is_aborted_at_the_deadline(comm):
+    released = threading.Event()
+    aborted = []
+
+    def on_fatal(exc):
+        aborted.append(exc)
+        released.set()
+
+    dog = Watchdog("group 'g' rank 0", contextlib.nullcontext, comm.check, on_fatal, poll_s=0.001)
+    queued, _ = _work(comm, "broadcast", 4)
+    dog.add(queued, timeout_s=60)  # an earlier op, still running
+    try:
+        t0 = time.monotonic()
+        dog.enter_call("all_reduce", 5, timeout_s=0.3)
+        try:
+            assert released.wait(30), "the deadline never fired: the call would block forever"
+        finally:
+            dog.leave_call()
+        assert 0.25 <= time.monotonic() - t0 < 20
+        assert len(aborted) == 1 and isinstance(aborted[0], DistTimeoutError)
+        assert re.search(r"all_reduce \(#5\).*group 'g' rank 0.*blocked.*aborted", str(aborted[0]))
+        with pytest.raises(DistTimeoutError, match=r"all_reduce \(#5\)"):
+            queued.wait(timeout=30)  # every pending Work fails with it
+    finally:
+        dog.stop()
+
+
+def test_a_call_that_returns_in_time_is_not_aborted(comm, dog):
+    for seq in range(50):
+        dog.enter_call("all_reduce", seq, timeout_s=0.2)
+        dog.leave_call()
+    time.sleep(0.5)  # past every deadline armed above
+    w, ev = _work(comm)
+    dog.add(w, 30)
+    ev.fire()
+    assert w.wait(timeout=30) is True
+    assert comm.aborted == []

@@ -7,12 +7,9 @@ import ndist.multiprocessing as mp
 
 
 def _gpu_count():
-    try:
-        import cupy
+    from _gpu import gpu_count  # fails the run on a GPU that cannot be used
 
-        return cupy.cuda.runtime.getDeviceCount()
-    except Exception:
-        return 0
+    return gpu_count()
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_gpu_count() == 0, reason="needs CuPy and a CUDA GPU")]

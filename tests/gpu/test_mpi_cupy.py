@@ -16,12 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gpu_count():
-    try:
-        import cupy
+    from _gpu import gpu_count  # fails the run on a GPU that cannot be used
 
-        return cupy.cuda.runtime.getDeviceCount()
-    except Exception:
-        return 0
+    return gpu_count()
 
 
 def _mpiexec():

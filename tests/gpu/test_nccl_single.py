@@ -263,6 +263,18 @@ def test_closed_backend_refuses_ops():
         backend.all_reduce(cp.ones(2), ReduceOp.SUM)
 
 
+def test_close_inside_an_open_coalescing_block_fails_its_works():
+    backend = get_backend_spec("nccl").create(single_rank_ctx("gpu-close-in-block"))
+    a, got = cp.arange(3, dtype=cp.float32), cp.zeros(3, dtype=cp.float32)
+    with backend.coalescing():
+        ws = backend.send(a, 0, tag=1)
+        wr = backend.recv(got, 0, tag=1)
+        backend.close()  # these works have no event yet: failed, not read
+    for w in (ws, wr):
+        with pytest.raises(DistBackendError, match="closed"):
+            w.wait()
+
+
 def test_ndist_cuda_stream_is_where_the_op_runs(be):
     import ndist
 

@@ -23,8 +23,8 @@ from ....runtime import BackendContext, DistBackendError, Work
 from ..._backend import Call, CollectiveBackend, Op, split_views
 from ..._reduce_op import ReduceOp
 from . import _plan
-from ._comm import device_from_options, exchange_unique_id, init_communicator
-from ._work import CudaWork, Watchdog
+from ._comm import communicator_device, exchange_unique_id, init_communicator
+from ._work import CudaWork, Watchdog, settle_at_close, unfinished
 
 __all__ = ["NcclBackend"]
 
@@ -45,7 +45,7 @@ class NcclBackend(CollectiveBackend):
         self._cp = cupy
         self._nccl = nccl
         self._check_abi(nccl)
-        dev = device_from_options(ctx.options)
+        dev = communicator_device(ctx)
         self._device = cupy.cuda.Device(dev) if dev is not None else cupy.cuda.Device()
         self._dev_id = self._device.id
         self._version = nccl.get_version()
@@ -145,14 +145,21 @@ class NcclBackend(CollectiveBackend):
             self._device.__enter__()
         try:
             stream = cp.cuda.get_current_stream()
+            # The group timeout holds from here: the enqueue can block (NCCL connects lazily).
+            self._watchdog.enter_call(op, seq, self._timeout_s)
             try:
                 extra = body(stream.ptr)
             except self._nccl.NcclError as err:
-                exc = DistBackendError(f"nccl {op} (#{seq}) failed on rank {self.rank} of group "
-                                       f"{self.ctx.group_name!r}: {err}")
+                exc = self._fatal or DistBackendError(f"nccl {op} (#{seq}) failed on rank {self.rank} of group "
+                                                      f"{self.ctx.group_name!r}: {err}")
                 self._abort_comm(exc)
                 self._watchdog.fail_all(exc)
                 return Work.failed(op, exc, seq)
+            finally:
+                self._watchdog.leave_call()
+            if self._fatal is not None:  # aborted while the call blocked (an aborted call may return success)
+                self._watchdog.fail_all(self._fatal)
+                return Work.failed(op, self._fatal, seq)
             if self._coalesced is not None:
                 # Inside an NCCL group nothing is launched before groupEnd: the event
                 # is recorded when the coalescing block closes.
@@ -189,11 +196,17 @@ class NcclBackend(CollectiveBackend):
                 yield self
             finally:
                 works, self._coalesced = self._coalesced, None
+                self._watchdog.enter_call(f"coalesced group of {len(works)} ops", self._seq, self._timeout_s)
                 try:
-                    nccl.groupEnd()
-                except nccl.NcclError as err:
-                    exc = DistBackendError(f"nccl coalesced group of {len(works)} ops failed on rank {self.rank} "
-                                           f"of group {self.ctx.group_name!r}: {err}")
+                    nccl.groupEnd()  # launches the block: may block connecting to peers, like _launch
+                    err = None
+                except nccl.NcclError as raised:
+                    err = raised
+                finally:
+                    self._watchdog.leave_call()
+                if err is not None or (self._fatal is not None and not self._closed):
+                    exc = self._fatal or DistBackendError(f"nccl coalesced group of {len(works)} ops failed on rank "
+                                                          f"{self.rank} of group {self.ctx.group_name!r}: {err}")
                     self._abort_comm(exc)
                     for work, _ in works:
                         work._fail(exc)
@@ -201,15 +214,16 @@ class NcclBackend(CollectiveBackend):
                     raise exc from err
                 # Also when the block raised: what it issued was launched by groupEnd.
                 # Deferred write-backs (then) go on the stream after it, before the event.
-                tracked = []
-                for work, keep in works:
-                    tracked.append((work, keep))
-                    tracked.extend((chained, None) for chained in work.run_deferred())
-                event = cp.cuda.Event(block=False, disable_timing=True)
-                event.record(cp.cuda.get_current_stream())
-                for work, keep in tracked:
-                    work._event = event
-                    self._watchdog.add(work, self._timeout_s, keep)
+                if not self._closed:  # close() inside the block failed its works (settle_at_close)
+                    tracked = []
+                    for work, keep in works:
+                        tracked.append((work, keep))
+                        tracked.extend((chained, None) for chained in work.run_deferred())
+                    event = cp.cuda.Event(block=False, disable_timing=True)
+                    event.record(cp.cuda.get_current_stream())
+                    for work, keep in tracked:
+                        work._event = event
+                        self._watchdog.add(work, self._timeout_s, keep)
 
     def _copy(self, dst: Any, src: Any, stream_ptr: int) -> None:
         if src.nbytes:
@@ -539,8 +553,9 @@ class NcclBackend(CollectiveBackend):
     def close(self) -> None:
         if self._closed:
             return
-        pending = self._watchdog.pending()
-        busy = any(not w._event.done for w in pending)
+        # Works of an open coalescing block have no event yet (see _work.unfinished).
+        pending = self._watchdog.pending() + [w for w, _ in self._coalesced or ()]
+        busy = unfinished(pending)
         self._watchdog.stop()
         self._closed = True
         try:
@@ -552,11 +567,7 @@ class NcclBackend(CollectiveBackend):
         except Exception:  # noqa: BLE001 - closing must not raise
             log.debug("closing the NCCL communicator failed", exc_info=True)
         exc = DistBackendError(f"nccl: the backend of group {self.ctx.group_name!r} was closed")
-        for w in pending:
-            if busy:
-                w._fail(exc)
-            else:
-                w._poll()
+        settle_at_close(pending, busy, exc)
         self._watchdog.fail_all(exc)
 
     def abort(self) -> None:

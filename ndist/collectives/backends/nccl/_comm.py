@@ -8,7 +8,8 @@ from typing import Any
 
 from ....runtime import BackendContext
 
-__all__ = ["uid_to_bytes", "uid_from_bytes", "exchange_unique_id", "init_communicator", "device_from_options"]
+__all__ = ["uid_to_bytes", "uid_from_bytes", "exchange_unique_id", "init_communicator", "device_from_options",
+           "communicator_device"]
 
 log = logging.getLogger("ndist.collectives.nccl")
 
@@ -51,6 +52,19 @@ def device_from_options(options: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"options.device_id: expected an int, got {type(value).__name__}")
     return value
+
+
+def communicator_device(ctx: BackendContext) -> int | None:
+    """The CUDA ordinal the communicator is created on; None: the device current at construction.
+
+    ``ctx.options`` naming a device wins (this backend's own option); then
+    ``ctx.device_index``, which the process group sets to the bound
+    ``device_id`` or, without one, the rank's current device, which on a rank
+    started by a launcher that chose none is ``LOCAL_RANK % device_count()``
+    (``ndist/runtime/_device.py``).
+    """
+    dev = device_from_options(ctx.options)
+    return dev if dev is not None else ctx.device_index
 
 
 def _seconds(timeout: timedelta | float) -> float:

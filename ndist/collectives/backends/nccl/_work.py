@@ -27,7 +27,7 @@ from typing import Any, Callable
 from ....runtime import DistTimeoutError, Work
 from ....runtime._work import FAILED, OK, PENDING
 
-__all__ = ["CudaWork", "Watchdog"]
+__all__ = ["CudaWork", "Watchdog", "unfinished", "settle_at_close"]
 
 log = logging.getLogger("ndist.collectives.nccl")
 
@@ -161,6 +161,34 @@ class CudaWork(Work):
         return f"<CudaWork {self.op} #{self.seq} {state}>"
 
 
+def unfinished(works) -> bool:
+    """True if any of ``works`` may still run on the GPU.
+
+    A Work issued inside an open coalescing block has no event yet (NCCL
+    launches the block at ``groupEnd``): it counts as unfinished.
+    """
+    return any(not w._state and (w._event is None or not w._event.done) for w in works)
+
+
+def settle_at_close(works, busy: bool, exc: BaseException) -> None:
+    """Complete or fail ``works`` when their backend closes.
+
+    After an abort (``busy``) every pending Work fails with ``exc``; after a
+    clean destroy the finished ones complete. A Work with no event (its
+    coalescing block never reached ``groupEnd``) was never launched: it fails,
+    and so do the ``then()`` steps it deferred to the end of the block.
+    """
+    for w in works:
+        if w._event is None:
+            w._fail(exc)
+            settle_at_close([chained for _, chained in w._after or ()], busy, exc)
+            w._after = None
+        elif busy:
+            w._fail(exc)
+        else:
+            w._poll()
+
+
 class _Entry:
     __slots__ = ("work", "deadline", "keepalive")
 
@@ -193,6 +221,7 @@ class Watchdog:
         self._stopped = False
         self._idle = False
         self._thread: threading.Thread | None = None
+        self._call: tuple[float, str, int] | None = None  # (deadline, op, seq) of the NCCL call in progress
 
     def add(self, work: CudaWork, timeout_s: float, keepalive: Any = None) -> None:
         entry = _Entry(work, time.monotonic() + timeout_s, keepalive)
@@ -201,11 +230,36 @@ class Watchdog:
         self._entries.append(entry)  # deque.append is atomic; the loop only pops from the left
         if self._idle or self._thread is None:
             with self._cond:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name=f"ndist-nccl-watchdog-{self._name}",
-                                                    daemon=True)
-                    self._thread.start()
+                self._start()
                 self._cond.notify()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"ndist-nccl-watchdog-{self._name}", daemon=True)
+            self._thread.start()
+
+    def enter_call(self, op: str, seq: int, timeout_s: float) -> None:
+        """Arm the group timeout for an NCCL call about to be made on this thread.
+
+        The enqueue itself can block the host: NCCL >= 2.22 connects to peers
+        inside the first operation that needs them, and waits there for a peer
+        that never arrives. If the call has not returned (``leave_call``) by the
+        deadline, the watchdog aborts the communicator, which makes the call
+        return, and fails every pending Work. One call at a time per backend.
+        """
+        self._call = (time.monotonic() + timeout_s, op, seq)
+        if self._thread is None:
+            with self._cond:
+                self._start()
+
+    def leave_call(self) -> None:
+        self._call = None
+
+    def _call_expired(self) -> tuple[float, str, int] | None:
+        call = self._call
+        if call is not None and time.monotonic() > call[0]:
+            return call
+        return None
 
     def pending(self) -> list[CudaWork]:
         with self._cond:
@@ -247,9 +301,10 @@ class Watchdog:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._entries and not self._stopped:
+                while not self._entries and not self._stopped and self._call_expired() is None:
                     self._idle = True
-                    # The timeout covers an add() that saw _idle still False just before it was set.
+                    # The timeout covers an add() that saw _idle still False just before it was set,
+                    # and a call armed by enter_call() (which does not notify: it must stay cheap).
                     self._cond.wait(0.05)
                 self._idle = False
                 if self._stopped:
@@ -273,6 +328,14 @@ class Watchdog:
                 err = DistTimeoutError(
                     f"nccl {head.work.op} (#{head.work.seq}) on {self._name} did not complete within "
                     f"the group timeout; the NCCL communicator was aborted{'; ' + detail if detail else ''}"
+                )
+            call = self._call_expired() if err is None else None
+            if call is not None:
+                self._call = None  # fires once
+                err = DistTimeoutError(
+                    f"nccl {call[1]} (#{call[2]}) on {self._name} did not return within the group timeout: the "
+                    f"call blocked on the host (NCCL connects to peers inside the first operation that needs "
+                    f"them, and waits for a peer that does not join); the NCCL communicator was aborted"
                 )
             if err is not None:
                 log.error("nccl %s: %s", self._name, err)
