@@ -8,7 +8,9 @@
   function's real parameters, in order;
 * every environment variable the code reads is in the table of
   ``docs/troubleshooting.md``;
-* ``docs/README.md`` indexes every file of ``docs/``.
+* ``docs/README.md`` indexes every file of ``docs/``;
+* a page that tells users to run ``mpiexec`` names the ``[mpi]`` extra that
+  brings it (``pip install -e .`` alone has no MPI).
 """
 
 from __future__ import annotations
@@ -160,3 +162,20 @@ def test_docs_index_lists_every_doc():
     docs = sorted(f for f in os.listdir(DOCS) if f.endswith(".md") and f != "README.md")
     missing = [f for f in docs if f"({f})" not in index]
     assert not missing, f"docs/README.md does not index: {missing}"
+
+
+def _mpi_pages_without_the_extra() -> list[str]:
+    """Pages that show an ``mpiexec`` command but never name the ``[mpi]`` extra."""
+    pages = {"README.md": os.path.join(ROOT, "README.md")}
+    pages.update({f"docs/{n}": os.path.join(DOCS, n) for n in os.listdir(DOCS) if n.endswith(".md")})
+    bad = []
+    for name, path in sorted(pages.items()):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if re.search(r"\bmpiexec -n\b", text) and "[mpi]" not in text:
+            bad.append(name)
+    return bad
+
+
+def test_pages_showing_mpiexec_name_the_mpi_extra():
+    assert not _mpi_pages_without_the_extra()

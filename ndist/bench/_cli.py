@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from ._config import parse_args
@@ -19,6 +20,22 @@ def _progress(row: Row) -> None:
     sys.stderr.flush()
 
 
+def check_outputs(cfg) -> None:
+    """``ValueError`` for an output that could only fail after the whole run: a missing
+    directory, ``--plot`` without matplotlib or without an op that moves bytes."""
+    for name, path in (("json", cfg.json_path), ("markdown", cfg.markdown_path), ("plot", cfg.plot_path)):
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise ValueError(f"{name}: the directory {folder!r} of {path!r} does not exist")
+    if cfg.plot_path:
+        from ._plot import require_matplotlib
+
+        require_matplotlib()
+        if all(op == "barrier" for op in cfg.ops):
+            raise ValueError("plot: barrier moves no bytes: nothing to plot against size; add an op or drop --plot")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark described by ``argv`` (``sys.argv[1:]`` by default).
 
@@ -29,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(full[1:])
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     try:
+        check_outputs(cfg)
         res = run_bench(cfg, progress=None if cfg.quiet else _progress)
     except ValueError as e:
         sys.stderr.write(f"ndist-bench: error: {e}\n")

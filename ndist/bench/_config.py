@@ -120,7 +120,7 @@ examples:
   ndist-bench all_reduce                             32 MiB float32 all_reduce, 2 ranks, socket
   ndist-bench all_reduce all_to_all -b 4K -e 64M -f 4 --nproc 4
   ndist-bench all_reduce -b 1K -e 16M --backend socket,mpi --compare mpi4py,torch \\
-      --rounds 5 --markdown table.md --plot busbw.png
+      --rounds 5 --markdown table.md --plot sweep.png
   ndist-bench all --backend none --compare mpi4py    the comparators only
 
 Columns as nccl-tests: time per iteration, algbw = size / time, busbw = algbw
@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one size may take before the run is aborted")
     p = parser.add_argument_group("output")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write machine-readable results")
-    p.add_argument("--plot", dest="plot_path", metavar="PATH", help="plot busbw against size (needs matplotlib)")
+    p.add_argument("--plot", dest="plot_path", metavar="PATH",
+                   help="plot time (log-log) and busbw (log) against size (needs matplotlib: pip install 'ndist[bench]')")
     p.add_argument("--markdown", dest="markdown_path", metavar="PATH", help="write the libraries side by side as Markdown")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     return parser

@@ -6,7 +6,10 @@ user's program with the semantics of plain ``python script.py args`` /
 ``__name__ == "__main__"`` in the real ``__main__`` module, ``__file__``.
 An unhandled exception is written to ``$NDIST_ERROR_FILE`` (JSON) before it
 propagates, so the launcher can show its traceback in the failure summary;
-tracebacks printed to stderr do not show the bootstrap's frames.
+tracebacks printed to stderr do not show the bootstrap's frames, and frames
+inside the ``ndist`` package are folded into one line (``[... 14 frames inside
+ndist ...]``) unless ``NDIST_DEBUG`` is INFO, DETAIL or DEBUG; the error file
+keeps the full traceback and the short one.
 
 Only the standard library is imported here, and only what is needed: this
 runs in every rank before the user's first line. The launcher imports this
@@ -20,12 +23,13 @@ on the rank's behalf.
 import os
 import sys
 
-__all__ = ["main", "write_error_file", "ERROR_FILE_ENV"]
+__all__ = ["main", "write_error_file", "format_exception", "ERROR_FILE_ENV"]
 
 ERROR_FILE_ENV = "NDIST_ERROR_FILE"
 _PR_SET_PDEATHSIG = 1
 _SIGKILL = 9  # Linux; not signal.SIGKILL: importing signal imports enum, ~1 ms per rank
 _THIS = __file__
+_DEBUG_LEVELS = ("INFO", "DETAIL", "DEBUG")  # NDIST_DEBUG values that show every frame
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -58,10 +62,12 @@ def write_error_file(exc: BaseException, path: str | None = None) -> None:
     import time
     import traceback
 
+    tb = _user_tb(exc.__traceback__)
     record = {
         "exc_type": type(exc).__qualname__,
         "message": str(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, _user_tb(exc.__traceback__))),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, tb)),
+        "short_traceback": format_exception(exc, tb, full=False),
         "rank": _int_env("RANK"),
         "local_rank": _int_env("LOCAL_RANK"),
         "pid": os.getpid(),
@@ -94,10 +100,109 @@ def _user_tb(tb):
     return tb
 
 
+def _show_all_frames() -> bool:
+    return os.environ.get("NDIST_DEBUG", "").strip().upper() in _DEBUG_LEVELS
+
+
+def _ndist_dir() -> str:
+    # This file is <ndist>/launch/_bootstrap.py.
+    return os.path.dirname(os.path.dirname(os.path.realpath(_THIS))) + os.sep
+
+
+def format_exception(exc: BaseException, tb=None, full: bool = False) -> str:
+    """``exc`` as plain Python prints it, with each run of frames inside the ``ndist``
+    package folded into one line, unless ``full``.
+
+    Chained exceptions that happened entirely inside ndist (an ``OSError`` behind a
+    ``DistNetworkError``) are left out of the short form: the ndist error's message says
+    what they were. Returns ``""`` when nothing would be folded (the caller then prints
+    what plain Python prints).
+    """
+    import traceback
+
+    if tb is None:
+        tb = exc.__traceback__
+    te = traceback.TracebackException(type(exc), exc, tb, compact=True)
+    if full:
+        return "".join(te.format())
+    root = _ndist_dir()
+    cache: dict = {}
+
+    def inside(filename: str) -> bool:
+        if filename not in cache:
+            cache[filename] = os.path.realpath(filename).startswith(root) if filename else False
+        return cache[filename]
+
+    folded = False
+    seen, todo = set(), [te]
+    while todo:
+        t = todo.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if any(inside(fs.filename) for fs in t.stack):
+            folded = True
+            t.stack = _Folded(t.stack, inside)
+        for attr in ("__cause__", "__context__"):
+            linked = getattr(t, attr)
+            if linked is None:
+                continue
+            if linked.stack and all(inside(fs.filename) for fs in linked.stack):
+                setattr(t, attr, None)  # raised and handled inside ndist: its message says enough
+                folded = True
+            else:
+                todo.append(linked)
+        todo.extend(getattr(t, "exceptions", None) or ())
+    return "".join(te.format()) if folded else ""
+
+
+_folded_class = None
+
+
+def _Folded(frames, inside):  # noqa: N802 - builds the class on first use: traceback is imported lazily
+    """A StackSummary of ``frames`` whose runs of frames inside ndist print as one line."""
+    global _folded_class
+    if _folded_class is None:
+        import traceback
+
+        class Folded(traceback.StackSummary):
+            def format(self, **kwargs):  # kwargs: Python 3.13's colorize
+                lines, hidden = [], 0
+                for fs in self:
+                    if self.inside(fs.filename):
+                        hidden += 1
+                        continue
+                    if hidden:
+                        lines.append(_fold_line(hidden))
+                        hidden = 0
+                    lines.extend(traceback.StackSummary.from_list([fs]).format(**kwargs))
+                if hidden:
+                    lines.append(_fold_line(hidden))
+                return lines
+
+        _folded_class = Folded
+    stack = _folded_class(frames)
+    stack.inside = inside
+    return stack
+
+
+def _fold_line(n: int) -> str:
+    return f"  [... {n} frame{'s' if n != 1 else ''} inside ndist (NDIST_DEBUG=INFO shows them) ...]\n"
+
+
 def _excepthook(exc_type, exc, tb, _prev=sys.excepthook):
     tb = _user_tb(tb)
     if exc is not None:
         exc.__traceback__ = tb  # the default hook prints the exception's own traceback
+        if not _show_all_frames():
+            try:
+                text = format_exception(exc, tb)
+            except Exception:  # noqa: BLE001 - never lose the error over its formatting
+                text = ""
+            if text:
+                sys.stderr.write(text)  # one write: the lines of two ranks do not interleave
+                sys.stderr.flush()
+                return
     _prev(exc_type, exc, tb)
 
 

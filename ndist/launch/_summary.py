@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+
 from ._workers import Failure, GroupResult, signal_name
 
 __all__ = ["format_summary"]
 
 _RULE = "=" * 72
+
+
+def _show_all_frames() -> bool:
+    """``NDIST_DEBUG=INFO`` (or DETAIL / DEBUG): the ranks' full tracebacks, frames inside ndist included.
+    Otherwise the rank's short traceback (its error file keeps the full one)."""
+    return os.environ.get("NDIST_DEBUG", "").strip().upper() in ("INFO", "DETAIL", "DEBUG")
 
 
 def _indent(text: str, pad: str) -> str:
@@ -23,9 +31,10 @@ def _root_lines(f: Failure, show_error_file: bool) -> list[str]:
     rec = f.record if isinstance(f.record, dict) else None
     if show_error_file and f.error_file and rec is not None:
         lines.append(f"  error file : {f.error_file}")
-    if rec is not None and rec.get("traceback"):
+    text = rec and (rec.get("traceback") if _show_all_frames() else rec.get("short_traceback") or rec.get("traceback"))
+    if text:
         lines.append("  traceback  :")
-        lines.append(_indent(str(rec["traceback"]), "    "))
+        lines.append(_indent(str(text), "    "))
     elif f.returncode < 0:
         lines.append(f"  traceback  : none (the rank was killed by {signal_name(-f.returncode)} before it could write one)")
     else:

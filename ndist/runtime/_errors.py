@@ -61,3 +61,10 @@ class DistTimeoutError(DistError, TimeoutError):
 class DistMismatchError(DistBackendError):
     """Ranks called different collectives, or the same one with incompatible
     arguments (dtype, count, root). The message names both ranks and both calls."""
+
+
+# Tracebacks, reprs and pickles name the errors where users import them from, as torch's
+# ``torch.distributed.DistBackendError`` does, not this private module.
+for _cls in (DistError, DistBackendError, DistNetworkError, DistStoreError, DistTimeoutError, DistMismatchError):
+    _cls.__module__ = "ndist.distributed"
+del _cls

@@ -19,12 +19,17 @@ from ._device import backend_device_index
 from ._registry import BackendContext, get_backend_spec, is_registered, registered_backends
 from .store import PrefixStore, Store
 
-__all__ = ["ProcessGroup", "Backend", "parse_backend", "format_backend", "DEVICE_TYPES"]
+__all__ = ["ProcessGroup", "Backend", "parse_backend", "format_backend", "require_available", "DEVICE_TYPES"]
 
 log = logging.getLogger("ndist.runtime.group")
 
 DEVICE_TYPES = ("cpu", "cuda")
 _ALIASES = {"gloo": "socket"}  # ported torch code says gloo; our CPU backend is socket
+# What a built-in backend needs that a plain ``pip install ndist`` does not bring.
+_NEEDS = {
+    "mpi": "mpi4py and an MPI library (pip install 'ndist[mpi]' installs mpi4py and MPICH)",
+    "nccl": "CuPy with NCCL and a CUDA GPU (pip install 'ndist[cuda]')",
+}
 
 
 class Backend(str):
@@ -92,6 +97,26 @@ def parse_backend(backend: str, default_devices: Mapping[str, str] | None = None
             raise ValueError(f"backend: device {dev!r} named twice in {backend!r}")
         result[dev] = name
     return result
+
+
+def unavailable_message(name: str, where: str) -> str:
+    """Why backend ``name`` cannot run here and what to install, for ``DistBackendError``."""
+    needs = _NEEDS.get(name)
+    why = f"it needs {needs}" if needs else "its availability check failed"
+    return f"{where}: backend {name!r} cannot run on this machine: {why}"
+
+
+def require_available(mapping: Mapping[str, str], where: str) -> None:
+    """``DistBackendError`` (what to install) if a backend of ``mapping`` cannot run here.
+
+    Called when a group is created (``init_process_group``, ``new_group``), before any
+    communication, so that a missing package is reported there rather than at the first
+    collective; torch fails at init too.
+    """
+    for dev in DEVICE_TYPES:
+        name = mapping.get(dev)
+        if name is not None and not get_backend_spec(name).available():
+            raise DistBackendError(unavailable_message(name, f"{where} ({dev} tensors)"))
 
 
 def format_backend(mapping: Mapping[str, str]) -> str:
@@ -236,10 +261,7 @@ class ProcessGroup:
         name = self._backend_names[dev]
         spec = get_backend_spec(name)
         if not spec.available():
-            raise DistBackendError(
-                f"backend {name!r} (for {dev!r} tensors in group {self.group_name!r}) is not available on this "
-                f"machine; registered backends: {registered_backends()}"
-            )
+            raise DistBackendError(unavailable_message(name, f"group {self.group_name!r} ({dev} tensors)"))
         ctx = BackendContext(
             store=PrefixStore(f"{name}/{dev}", self._store),
             rank=self._rank,

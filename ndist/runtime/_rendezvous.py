@@ -190,7 +190,7 @@ def mpi_rendezvous(rank: int, world_size: int, timeout: timedelta) -> Rendezvous
     except ImportError as err:
         raise ValueError(
             "MASTER_ADDR: running under an MPI launcher without MASTER_ADDR needs mpi4py to agree on a store "
-            f"address ({err}); install mpi4py or set MASTER_ADDR/MASTER_PORT"
+            f"address ({err}); install it (pip install 'ndist[mpi]') or set MASTER_ADDR/MASTER_PORT"
         ) from None
     comm = MPI.COMM_WORLD
     me, size = comm.Get_rank(), comm.Get_size()

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from . import _env, _log
 from ._device import parse_device_id
-from ._group import ProcessGroup, parse_backend
+from ._group import ProcessGroup, parse_backend, require_available
 from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
 from .store import HashStore, PrefixStore, Store
@@ -180,6 +180,7 @@ def init_process_group(
             and env.agent_store is None
         )
         backends = _default_backends(use_mpi) if backend is None else parse_backend(backend)
+        require_available(backends, "init_process_group")  # DistBackendError: what to install
 
         singleton = (
             store is None
@@ -307,6 +308,8 @@ def new_group(
             members.sort()
         timeout = _check_timeout(timeout, world.timeout)
         mapping = world.backend_names if backend is None else parse_backend(backend)
+        if backend is not None:
+            require_available(mapping, "new_group")
         name = str(_world.group_count)
         _world.group_count += 1
         pg = ProcessGroup(
