@@ -190,13 +190,18 @@ class Mesh:
         if sock is None:
             host = "127.0.0.1" if info["hostid"] == self.hostid else info["host"]
             sock = _net.connect(host, info["port"], deadline, what=f"rank {peer}", rank=peer)
+        hostname = info.get("hostname") or info.get("host")
+        what = f"rank {peer} ({hostname}) of group {self.group_name!r}"
         try:
             _tune(sock)
             _net.client_handshake(sock, self.secret, timeout=max(1.0, deadline - time.monotonic()),
-                                  what=f"rank {peer} ({info.get('hostname')})")
+                                  what=what, rank=peer, host=hostname)
             _net.send_all(sock, _HELLO.pack(_HELLO_MAGIC, channel, self.rank, self.size,
                                             bytes.fromhex(info["token"])))
             sock.settimeout(None)
+        except OSError as err:  # the hello: the peer died right after the handshake
+            sock.close()
+            raise DistNetworkError(f"connecting to {what} failed: {err}", rank=peer, host=hostname) from None
         except BaseException:
             sock.close()
             raise
