@@ -175,3 +175,43 @@ def _sweep_on_init(rank, size):
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_init_sweeps_rings_and_segments_of_dead_owners(transport):
     assert run_ranks(_sweep_on_init, 2, init=False, transport=transport, timeout=60) == [[], []]
+
+
+_WAITING = """
+import os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+
+dist.init_process_group("socket", timeout=timedelta(seconds=30))
+rank = dist.get_rank()
+for _ in range(3):
+    dist.all_reduce(np.ones(1 << 16))
+    dist.all_reduce(np.ones(4))
+if rank == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the launcher's SIGKILL ends it
+with open(f"secret{rank}", "w") as f:
+    f.write(os.environ["NDIST_SECRET"])
+time.sleep(60)
+"""
+
+
+def test_a_launcher_stopped_by_sigterm_removes_the_job_files(tmp_path):
+    (tmp_path / "job.py").write_text(textwrap.dedent(_WAITING))
+    proc = subprocess.Popen([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "2", "--term-timeout", "1",
+                             "job.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_files(tmp_path, ["secret0", "secret1"])
+        secret = (tmp_path / "secret0").read_text()
+        assert _job_files(secret), "the job made no files: this test could not fail"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    leftovers = _job_files(secret)
+    for path in leftovers:
+        os.unlink(path)
+    assert leftovers == []
