@@ -132,6 +132,8 @@ with open(f"secret{rank}", "w") as f:
 dist.barrier()
 if rank == 1:
     time.sleep(0.5)
+    if sys.argv[2] == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError("rank 1 fails; the launcher tears the others down")
 if sys.argv[1] == "ignore":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the launcher's SIGKILL ends it
@@ -139,12 +141,13 @@ time.sleep(60)
 """
 
 
+@pytest.mark.parametrize("failure", ["raise", "sigkill"])
 @pytest.mark.parametrize("sigterm", ["default", "ignore"])
-def test_launcher_removes_the_job_files_after_a_teardown(tmp_path, sigterm):
+def test_launcher_removes_the_job_files_after_a_teardown(tmp_path, sigterm, failure):
     (tmp_path / "job.py").write_text(textwrap.dedent(_LAUNCHED))
     r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "1",
-                        "job.py", sigterm], cwd=tmp_path, capture_output=True, text=True, timeout=90)
-    assert r.returncode == 1, r.stderr
+                        "job.py", sigterm, failure], cwd=tmp_path, capture_output=True, text=True, timeout=90)
+    assert r.returncode == (1 if failure == "raise" else 128 + signal.SIGKILL), r.stderr
     secret = (tmp_path / "secret0").read_text()
     leftovers = _job_files(secret)
     for path in leftovers:
