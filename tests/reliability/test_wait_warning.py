@@ -37,12 +37,13 @@ def _late_rank(rank, size, late):
 def test_a_long_wait_is_logged_once_naming_op_seq_and_missing_ranks(transport):
     res = run_ranks(_late_rank, 3, args=(2,), env={"NDIST_WAIT_WARNING": "0.5"}, transport=transport, timeout=60)
     for rank in (0, 1):
-        warned = [m for name, m in res[rank] if "has waited" in m]
+        # (the barrier may warn too when a rank starts late on a busy machine: not counted)
+        warned = [m for name, m in res[rank] if "has waited" in m and "all_reduce" in m]
         assert len(warned) == 1, res[rank]  # one a minute: the next would come at 60.5 s
         msg = warned[0]
         assert f"rank {rank}: all_reduce float64[4] #2" in msg, msg
         assert "ranks not heard from: [2]" in msg, msg
-    assert not [m for name, m in res[2] if "has waited" in m], res[2]
+    assert not [m for name, m in res[2] if "has waited" in m and "all_reduce" in m], res[2]
 
 
 def test_no_warning_below_the_default_threshold():
