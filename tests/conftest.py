@@ -6,3 +6,81 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 os.environ["PYTHONPATH"] = _ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+
+# ---------------------------------------------------------------- /dev/shm
+# The suite must leave /dev/shm as it found it. Other processes on this machine
+# (other test runs) create and remove ndist files at the same time, so a file counts
+# as this run's only if the process that owns it (the pid in its name) carries this
+# run's token in its environment: every process the tests start inherits it. A
+# watcher looks at new files while their owners are alive (five times a second; a
+# file whose owner was created and gone in between is not attributed).
+import re  # noqa: E402
+import threading  # noqa: E402
+
+import pytest  # noqa: E402
+
+_SHM = "/dev/shm"
+_TOKEN_VAR = "NDIST_TEST_SESSION"
+_TOKEN = os.environ.setdefault(_TOKEN_VAR, os.urandom(8).hex())
+_OWNER = re.compile(r"-p(\d+)-|^ndist_mp_(\d+)_")
+
+
+class _ShmWatch(threading.Thread):
+    def __init__(self) -> None:
+        super().__init__(name="shm-watch", daemon=True)
+        self.seen: set = set()
+        self.ours: set = set()
+        self.stop = threading.Event()
+        self._mark = f"{_TOKEN_VAR}={_TOKEN}".encode()
+
+    def scan(self) -> None:
+        try:
+            names = os.listdir(_SHM)
+        except OSError:
+            return
+        for name in names:
+            if name in self.seen or not name.startswith("ndist"):
+                continue
+            self.seen.add(name)
+            m = _OWNER.search(name)
+            if m is None:
+                continue
+            pid = int(m.group(1) or m.group(2))
+            if pid == os.getpid():  # (this process's own environ block predates the token)
+                self.ours.add(name)
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if self._mark in env:
+                self.ours.add(name)
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            self.scan()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _leaves_dev_shm_as_found():
+    if not os.path.isdir(_SHM):
+        yield
+        return
+    before = set(os.listdir(_SHM))
+    watch = _ShmWatch()
+    watch.seen |= before
+    watch.start()
+    yield
+    watch.stop.set()
+    watch.join(5)
+    watch.scan()
+    leaked = sorted(n for n in watch.ours if os.path.exists(os.path.join(_SHM, n)))
+    for n in leaked:
+        try:
+            os.unlink(os.path.join(_SHM, n))
+        except OSError:
+            pass
+    if leaked:
+        pytest.fail(f"the tests left {len(leaked)} file(s) of their own in {_SHM} (now removed): {leaked[:20]}",
+                    pytrace=False)

@@ -9,6 +9,8 @@ outcome back there. The first rank to fail, by exception or by exit, ends the
 run: every rank is killed and ``RankFailedError`` carries the failed rank's
 number, exit code and traceback. A run that outlives ``timeout`` is killed
 and reported as ``DistTimeoutError`` naming the ranks that had not finished.
+Whatever the ranks left in ``/dev/shm`` (files named from this run's secret)
+is removed at the end.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sys
 import time
 from typing import Any, Callable, Mapping
 
-from ..runtime import DistError, DistTimeoutError
+from ..runtime import DistError, DistTimeoutError, _shmfiles
 from ..runtime.store import TCPStore, TCPStoreServer
 
 __all__ = ["run_ranks", "RankFailedError"]
@@ -191,6 +193,8 @@ def run_ranks(
             except subprocess.TimeoutExpired:
                 log.warning("rank process %d did not exit after SIGKILL", p.pid)
         server.close()
+        # the secret is this run's alone: whatever the ranks left in /dev/shm is ours
+        _shmfiles.unlink_prefix(_shmfiles.job_prefix(secret) + "-")
     return results
 
 

@@ -173,6 +173,7 @@ class Agent:
         rdzv = None
         result = GroupResult("failed")
         attempt = 0
+        secret = None
         try:
             secret = _job_secret(c)
             self.job_dir = self._make_job_dir()
@@ -193,6 +194,7 @@ class Agent:
                     raise
                 result = group.monitor()
                 self._raise_on_signal = True
+                _remove_job_files(secret, everything=False)  # the ranks are gone: their files go too
                 if result.state == "succeeded":
                     rdzv.report_success(attempt)
                     return AgentResult(0, result, attempt + 1, self._kept_dir())
@@ -230,6 +232,8 @@ class Agent:
             self._restore_signals()
             if subreaper:
                 set_child_subreaper(False)
+            if secret is not None:
+                _remove_job_files(secret, everything=c.single_node)
             if self.job_dir is not None and not self._keep_dir:
                 shutil.rmtree(self.job_dir, ignore_errors=True)
 
@@ -244,6 +248,23 @@ class Agent:
 
     def _kept_dir(self) -> str | None:
         return self.job_dir if self._keep_dir else None
+
+
+def _remove_job_files(secret: str, everything: bool) -> None:
+    """Unlink the job's shared-memory files on this host once its ranks are gone, whatever
+    ended them (a rank unlinks its own at exit and on SIGTERM, not on SIGKILL).
+
+    ``everything``: the secret is this launcher's own (single node), so every file of
+    the job is ours. Otherwise the secret may be shared with other jobs or with another
+    node's launcher on this host: only files whose owner process is dead go."""
+    try:
+        from ndist.runtime._shmfiles import job_prefix, sweep_dead, unlink_prefix
+    except ImportError:  # pragma: no cover - a partial installation: nothing was created
+        return
+    job = job_prefix(secret)
+    n = unlink_prefix(job + "-") if everything else sweep_dead(job)
+    if n:
+        log.info("removed %d shared-memory file(s) the ranks of this job left in /dev/shm", n)
 
 
 def _job_secret(config: LaunchConfig) -> str:

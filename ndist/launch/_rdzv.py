@@ -17,7 +17,8 @@ the node ranks in order. A failing node publishes its root cause under
 ``stop``; a watcher thread in each agent waits on its own wake key and wakes
 the monitor loop, which stops the local ranks (an agent ending the attempt
 sets its key to ``done`` to release its watcher). Node 0 keeps the store up until every node reported its end of the
-attempt. Ranks use the same store under their own keys; the runtime keys
+attempt; after a failure at most ``--term-timeout`` + 10 s (a node that has not
+reported by then is dead or cut off). Ranks use the same store under their own keys; the runtime keys
 them by ``NDIST_RESTART_COUNT``.
 """
 
@@ -29,6 +30,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 
 __all__ = ["LaunchError", "Round", "make_rendezvous"]
@@ -38,6 +40,9 @@ log = logging.getLogger("ndist.launch")
 _PREFIX = "ndistrun"
 #: how long a node other than node 0 tries to report the end of an attempt to the store
 _END_TIMEOUT = 15.0
+#: after an attempt failed, how long node 0 waits for the other nodes' reports beyond
+#: ``--term-timeout`` (a live node stops its ranks within that, then reports at once)
+_END_GRACE = 10.0
 
 
 class LaunchError(Exception):
@@ -151,6 +156,7 @@ class _StoreRendezvous:
         self._watch_store = None
         self._ended: set[int] = set()
         self._lost = False  # node 0's store stopped answering while an attempt ended (see _bounded)
+        self._idents: list = []  # each node's agent as the store server names its connections
 
     def serve(self) -> None:
         pass  # node 0's server is up from the start: the other agents need it to rendezvous
@@ -175,7 +181,9 @@ class _StoreRendezvous:
         c = self.config
         self.store.set_timeout(c.rdzv_timeout)
         # The nonce tells two agents on one host with the same --node-rank apart.
-        me = json.dumps({"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex()}).encode()
+        # "ident": how node 0's store server names this agent's connections (host:pid)
+        me = json.dumps({"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex(),
+                         "ident": f"{self.host}:{os.getpid()}"}).encode()
         got = self.store.compare_set(self._key(attempt, "node", c.node_rank), b"", me)
         if got != me:
             other = json.loads(got)
@@ -193,6 +201,7 @@ class _StoreRendezvous:
                 f"(start ndistrun on them with --node-rank and --master-addr {self.addr} --master-port {self.port})"
             ) from None
         infos = [json.loads(v) for v in self.store.multi_get(keys)]
+        self._idents = [i.get("ident") for i in infos]
         # From here on, a lost store (node 0 gone) must not hold this agent for
         # the whole rendezvous timeout.
         self.store.set_timeout(min(c.rdzv_timeout, 10.0))
@@ -282,7 +291,7 @@ class _StoreRendezvous:
                 self._quietly(self.store.compare_set, self._key(attempt, "failed"), b"", info)
             self._quietly(self._wake_all, attempt)
             self._end(attempt, "failed")
-            self._wait_all_ended(attempt)
+            self._wait_all_ended(attempt, self._after_failure(), failed=True)
 
         self._bounded(attempt, report)
 
@@ -339,7 +348,7 @@ class _StoreRendezvous:
             keys = (self._key(attempt, "failed"), self._key(attempt, "interrupted"))
             got = self._quietly(lambda: [self.store.get(k) if self.store.check([k]) else None for k in keys])
             self._end(attempt, "stopped")
-            self._wait_all_ended(attempt)
+            self._wait_all_ended(attempt, self._after_failure(), failed=True)
             return got
 
         raw = self._bounded(attempt, fetch)
@@ -350,18 +359,51 @@ class _StoreRendezvous:
             return int(info["node"]), int(info["signal"])
         return None
 
-    def _wait_all_ended(self, attempt: int, timeout: float | None = None) -> None:
-        """Node 0 hosts the store: it leaves only after every node is done with it."""
+    def _after_failure(self) -> float:
+        """How long node 0 waits for the other nodes to report the end of a failed attempt.
+
+        Every node has been woken: a live one stops its ranks within ``--term-timeout`` and
+        reports; one that does not by then is dead or cut off (its own agent gives up on
+        the store after ``_END_TIMEOUT``), and waiting for it the whole ``--rdzv-timeout``
+        (600 s by default) would only keep this launcher alive after its ranks are gone."""
+        return min(self.config.rdzv_timeout, self.config.term_timeout + _END_GRACE)
+
+    def _wait_all_ended(self, attempt: int, timeout: float | None = None, failed: bool = False) -> None:
+        """Node 0 hosts the store: it leaves only after every node is done with it.
+
+        ``failed``: the attempt failed; a node whose agent has no connection to the store
+        any more (it died) cannot report and is not waited for."""
         if self.server is None:
             return
-        from ndist.runtime import DistError
+        from ndist.runtime import DistError, DistTimeoutError
 
         keys = [self._key(attempt, "end", n) for n in range(self.config.nnodes)]
+        deadline = time.monotonic() + (timeout or self.config.rdzv_timeout)
         try:
-            self.store.wait(keys, timeout=timeout or self.config.rdzv_timeout)
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    self.store.wait(keys, timeout=max(0.001, min(left, 0.5) if failed else left))
+                    return
+                except DistTimeoutError:
+                    if left <= 0.5 or not failed:
+                        raise
+                missing = [n for n, k in enumerate(keys) if not self.store.check([k])]
+                if missing and not self._agents_connected(missing):
+                    log.warning("the agents of nodes %s are gone (no connection to the store); not waiting "
+                                "for their end of attempt %d", missing, attempt)
+                    return
         except DistError:
             missing = [n for n, k in enumerate(keys) if not self._quietly(self.store.check, [k])]
             log.warning("nodes %s did not report the end of attempt %d; closing the store anyway", missing, attempt)
+
+    def _agents_connected(self, nodes) -> bool:
+        """True if any of ``nodes``' agents still has a connection to the store (or we cannot tell)."""
+        idents = [self._idents[n] if n < len(self._idents) else None for n in nodes]
+        if None in idents:
+            return True
+        clients = set(self.server.connected_clients())
+        return any(i in clients for i in idents)
 
     def close(self) -> None:
         if not self._lost:  # else the watcher's release would wait on the lost store again

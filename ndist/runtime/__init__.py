@@ -3,6 +3,7 @@ registry and multiprocessing. Imports nothing above it (no collectives, no
 backends)."""
 
 from ._errors import (
+    DistAuthenticationError,
     DistBackendError,
     DistError,
     DistMismatchError,
@@ -51,5 +52,6 @@ __all__ = [
     "DistStoreError",
     "DistTimeoutError",
     "DistMismatchError",
+    "DistAuthenticationError",
     *_LAZY,
 ]

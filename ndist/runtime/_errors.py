@@ -14,6 +14,7 @@ __all__ = [
     "DistStoreError",
     "DistTimeoutError",
     "DistMismatchError",
+    "DistAuthenticationError",
 ]
 
 
@@ -44,6 +45,19 @@ class DistNetworkError(DistError):
 
 def _rebuild_network_error(message, rank, host):
     return DistNetworkError(message, rank=rank, host=host)
+
+
+class DistAuthenticationError(DistNetworkError):
+    """The handshake that starts every connection failed on the job secret: the peer
+    (``rank`` / ``host`` when known) answered with another secret, or is not an ndist
+    process. The message says the secret did not match."""
+
+    def __reduce__(self):
+        return (_rebuild_authentication_error, (str(self), self.rank, self.host))
+
+
+def _rebuild_authentication_error(message, rank, host):
+    return DistAuthenticationError(message, rank=rank, host=host)
 
 
 class DistStoreError(DistError):

@@ -6,7 +6,9 @@
 * ``connect`` retries with jittered back-off until one deadline.
 * ``server_handshake`` / ``client_handshake``: mutual HMAC-SHA256
   challenge-response on the job secret, constant-time comparison, before any
-  other byte is read from the peer.
+  other byte is read from the peer, within one deadline for the whole exchange.
+  A wrong secret raises ``DistAuthenticationError``; a connection that fails
+  meanwhile ``DistNetworkError`` (both ``DistError``s naming the peer).
 * ``job_secret()``: the secret of this job (``NDIST_SECRET``).
 """
 
@@ -20,7 +22,7 @@ import random
 import socket
 import time
 
-from ._errors import DistNetworkError, DistTimeoutError
+from ._errors import DistAuthenticationError, DistNetworkError, DistTimeoutError
 
 __all__ = [
     "recv_exact",
@@ -32,6 +34,8 @@ __all__ = [
     "job_secret",
     "set_job_secret",
     "AuthenticationError",
+    "ServerChallenge",
+    "recv_exact_before",
     "SECRET_ENV",
 ]
 
@@ -44,8 +48,9 @@ _MAC = 32
 _warned_no_secret = False
 
 
-class AuthenticationError(ConnectionError):
-    """The peer did not prove knowledge of the job secret (or we could not)."""
+#: the name this module used (a ``ConnectionError`` then); now the ``DistError`` of a
+#: wrong secret, so ``except dist.DistError`` sees every failed handshake
+AuthenticationError = DistAuthenticationError
 
 
 _process_secret: bytes | None = None
@@ -142,48 +147,102 @@ def _mac(secret: bytes, label: bytes, a: bytes, b: bytes) -> bytes:
     return hmac.new(secret, label + a + b, hashlib.sha256).digest()
 
 
-def server_handshake(sock: socket.socket, secret: bytes, timeout: float = 10.0) -> None:
-    """Authenticate a client that just connected. Raises ``AuthenticationError``."""
-    old = sock.gettimeout()
-    sock.settimeout(timeout)
-    try:
-        nonce_s = os.urandom(_NONCE)
-        send_all(sock, _MAGIC, nonce_s)
-        reply = recv_exact(sock, len(_MAGIC) + _NONCE + _MAC)
+def recv_exact_before(sock: socket.socket, n: int, deadline: float) -> bytes:
+    """``n`` bytes from a blocking ``sock`` before ``deadline`` (monotonic), however
+    they trickle in; ``socket.timeout`` after it."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout(f"timed out: {got} of {n} bytes arrived before the deadline")
+        sock.settimeout(left)
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionResetError(f"connection closed by peer after {got} of {n} bytes")
+        got += k
+    return bytes(buf)
+
+
+class ServerChallenge:
+    """The server's side of the handshake as data, for a caller that does its own I/O
+    (the socket backend drives many handshakes from one thread): send ``hello``, read
+    ``REPLY`` bytes, send what ``answer`` returns, then raise its error if there is one."""
+
+    REPLY = len(_MAGIC) + _NONCE + _MAC
+
+    def __init__(self, secret: bytes) -> None:
+        self.secret = secret
+        self.nonce = os.urandom(_NONCE)
+        self.hello = _MAGIC + self.nonce
+
+    def answer(self, reply: bytes, what: str = "client") -> tuple[bytes, DistAuthenticationError | None]:
+        """``(bytes to send, error)``: the server's proof, or a refusal and the error."""
         if reply[: len(_MAGIC)] != _MAGIC:
-            raise AuthenticationError("peer is not an ndist client (bad magic)")
+            return b"", DistAuthenticationError(f"{what} is not an ndist client (bad magic)")
         nonce_c = reply[len(_MAGIC) : len(_MAGIC) + _NONCE]
-        if not hmac.compare_digest(reply[-_MAC:], _mac(secret, b"client", nonce_s, nonce_c)):
-            send_all(sock, b"\0" * _MAC)
-            raise AuthenticationError("client failed the job-secret challenge (NDIST_SECRET differs)")
-        send_all(sock, _mac(secret, b"server", nonce_c, nonce_s))
-    except (OSError, socket.timeout) as err:
-        if isinstance(err, AuthenticationError):
-            raise
-        raise AuthenticationError(f"handshake failed: {err}") from err
-    finally:
-        sock.settimeout(old)
+        if not hmac.compare_digest(reply[-_MAC:], _mac(self.secret, b"client", self.nonce, nonce_c)):
+            return b"\0" * _MAC, DistAuthenticationError(
+                f"{what} failed the job-secret challenge: the secret did not match (its NDIST_SECRET differs "
+                "from this job's)")
+        return _mac(self.secret, b"server", nonce_c, self.nonce), None
 
 
-def client_handshake(sock: socket.socket, secret: bytes, timeout: float = 10.0, what: str = "server") -> None:
-    """Prove the job secret to a server and check its proof. Raises ``AuthenticationError``."""
+def server_handshake(sock: socket.socket, secret: bytes, timeout: float = 10.0, what: str = "client") -> None:
+    """Authenticate a client that just connected, within ``timeout`` seconds in all
+    (a client trickling bytes cannot hold it longer). Raises ``DistAuthenticationError``
+    (wrong secret, not ndist) or ``DistNetworkError`` (closed, reset, too slow)."""
+    deadline = time.monotonic() + timeout
     old = sock.gettimeout()
-    sock.settimeout(timeout)
     try:
-        hello = recv_exact(sock, len(_MAGIC) + _NONCE)
+        challenge = ServerChallenge(secret)
+        sock.settimeout(max(0.001, timeout))
+        send_all(sock, challenge.hello)
+        out, refused = challenge.answer(recv_exact_before(sock, ServerChallenge.REPLY, deadline), what)
+        if out:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            send_all(sock, out)
+        if refused is not None:
+            raise refused
+    except DistNetworkError:
+        raise
+    except OSError as err:
+        raise DistNetworkError(f"handshake with {what} failed: {err}") from err
+    finally:
+        try:
+            sock.settimeout(old)
+        except OSError:
+            pass
+
+
+def client_handshake(sock: socket.socket, secret: bytes, timeout: float = 10.0, what: str = "server",
+                     rank: int | None = None, host: str | None = None) -> None:
+    """Prove the job secret to a server and check its proof, within ``timeout`` seconds.
+
+    Raises ``DistAuthenticationError`` when the secrets differ (or the server is not
+    ndist) and ``DistNetworkError`` when the connection fails meanwhile (the peer died:
+    reset, closed, timed out); both carry ``rank`` / ``host`` of the peer when given."""
+    deadline = time.monotonic() + timeout
+    old = sock.gettimeout()
+    try:
+        hello = recv_exact_before(sock, len(_MAGIC) + _NONCE, deadline)
         if hello[: len(_MAGIC)] != _MAGIC:
-            raise AuthenticationError(f"{what} is not an ndist server (bad magic)")
+            raise DistAuthenticationError(f"{what} is not an ndist server (bad magic)", rank=rank, host=host)
         nonce_s = hello[len(_MAGIC) :]
         nonce_c = os.urandom(_NONCE)
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
         send_all(sock, _MAGIC, nonce_c, _mac(secret, b"client", nonce_s, nonce_c))
-        proof = recv_exact(sock, _MAC)
+        proof = recv_exact_before(sock, _MAC, deadline)
         if not hmac.compare_digest(proof, _mac(secret, b"server", nonce_c, nonce_s)):
-            raise AuthenticationError(
-                f"{what} refused the job secret: this process's NDIST_SECRET does not match the job's"
-            )
-    except AuthenticationError:
+            raise DistAuthenticationError(
+                f"{what} refused the job secret: the secret did not match (this process's NDIST_SECRET "
+                "differs from the job's)", rank=rank, host=host)
+    except DistNetworkError:
         raise
-    except (OSError, socket.timeout) as err:
-        raise AuthenticationError(f"handshake with {what} failed: {err}") from err
+    except OSError as err:
+        raise DistNetworkError(f"handshake with {what} failed: {err}", rank=rank, host=host) from err
     finally:
-        sock.settimeout(old)
+        try:
+            sock.settimeout(old)
+        except OSError:
+            pass

@@ -124,7 +124,7 @@ def test_data_listener_refuses_strangers_and_bounds_forged_frames(tmp_path):
         assert r["bound"] == "127.0.0.1" and r["advertised"] == "127.0.0.1", r  # single node: loopback only
         assert r["after"] == [6.0] * 3
         assert not r["bomb"]
-    assert res[0]["wrong_secret"] == "AuthenticationError", res[0]
+    assert res[0]["wrong_secret"] == "DistAuthenticationError", res[0]
     r1 = res[1]
     assert len(r1["rejections"]) >= 2, r1["rejections"]
     assert all("127.0.0.1" in m for m in r1["rejections"]), r1["rejections"]

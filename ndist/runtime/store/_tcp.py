@@ -20,8 +20,8 @@ import time
 from datetime import timedelta
 from typing import Iterable, Sequence
 
-from .._errors import DistNetworkError, DistStoreError, DistTimeoutError
-from .._net import AuthenticationError, client_handshake, connect, job_secret
+from .._errors import DistAuthenticationError, DistNetworkError, DistStoreError, DistTimeoutError
+from .._net import client_handshake, connect, job_secret
 from ._base import DEFAULT_TIMEOUT, Store, as_bytes, as_timedelta, check_key
 from ._tcp_server import TCPStoreServer
 from ._wire import FrameError, Op, Status, recv_frame, send_frame
@@ -115,12 +115,12 @@ class TCPStore(Store):
         _keepalive(sock)
         try:
             client_handshake(sock, self._secret, timeout=max(1.0, min(30.0, deadline - time.monotonic())), what=self._where)
-        except AuthenticationError as err:
+        except DistNetworkError as err:  # a wrong secret, or the server went away meanwhile
             sock.close()
             msg = str(err)
             if self._where not in msg:
                 msg = f"{self._where}: {msg}"
-            if "NDIST_SECRET" not in msg:
+            if isinstance(err, DistAuthenticationError) and "NDIST_SECRET" not in msg:
                 msg += " (is NDIST_SECRET the same as the job's? or is something else listening there?)"
             raise DistStoreError(msg) from None
         return _Conn(sock)

@@ -19,12 +19,16 @@ import threading
 import time
 
 from .._errors import DistNetworkError
-from .._net import AuthenticationError, job_secret, server_handshake
+from .._net import job_secret, server_handshake
 from ._wire import FrameError, Op, Status, recv_frame, send_frame
 
 __all__ = ["TCPStoreServer"]
 
 log = logging.getLogger("ndist.runtime.store")
+
+#: seconds a client has to complete the handshake, in all (one thread per client:
+#: a slow or silent one delays nobody else, and holds its thread this long at most)
+_HANDSHAKE_S = 10.0
 
 
 class _Closed(Exception):
@@ -210,8 +214,8 @@ class TCPStoreServer:
             self._conns.add(conn)
         try:
             try:
-                server_handshake(conn, self._secret)
-            except AuthenticationError as err:
+                server_handshake(conn, self._secret, timeout=_HANDSHAKE_S, what=f"client {peer[0]}:{peer[1]}")
+            except DistNetworkError as err:  # (a wrong secret is a DistAuthenticationError)
                 log.warning("store server %s:%d refused a client from %s: %s", self.host, self.port, peer, err)
                 return
             key = id(conn)

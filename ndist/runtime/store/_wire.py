@@ -3,9 +3,12 @@
 A frame is ``u32 length`` followed by ``length`` bytes of payload; the
 payload is one byte (an op code in requests, a status in replies) followed by
 zero or more byte strings, each ``u32 length`` + bytes. Lengths are checked
-against ``MAX_FRAME`` before anything is allocated, so a forged length
-cannot exhaust memory: the reader raises ``FrameError`` and the connection is
-dropped. Values are opaque bytes; nothing is ever unpickled.
+against ``MAX_FRAME`` before anything is allocated, and a frame's buffer
+grows only with the bytes that actually arrive (1 MiB at a time), so a
+forged length cannot exhaust memory: a length over the cap raises
+``FrameError`` and the connection is dropped; a client that announces 1 GiB
+and sends nothing costs nothing. Values are opaque bytes; nothing is ever
+unpickled.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from .._net import recv_exact, send_all
 __all__ = ["Op", "Status", "MAX_FRAME", "FrameError", "send_frame", "recv_frame", "encode", "decode"]
 
 MAX_FRAME = 1 << 30  # 1 GiB: larger frames are refused, not allocated
+#: frames up to this size are read into one buffer allocated up front; larger ones
+#: in pieces of this size, as they arrive
+_PIECE = 1 << 20
 _U32 = struct.Struct("!I")
 
 
@@ -87,4 +93,18 @@ def recv_frame(sock: socket.socket) -> tuple[int, list[bytes]]:
     (length,) = _U32.unpack(recv_exact(sock, 4))
     if length == 0 or length > MAX_FRAME:
         raise FrameError(f"frame length {length} outside 1..{MAX_FRAME}")
-    return decode(recv_exact(sock, length))
+    return decode(_recv_payload(sock, length))
+
+
+def _recv_payload(sock: socket.socket, length: int) -> bytes:
+    """``length`` bytes; memory grows with what arrived (never with what was announced)."""
+    if length <= _PIECE:
+        return recv_exact(sock, length)
+    parts, got = [], 0
+    while got < length:
+        part = sock.recv(min(length - got, _PIECE))  # (the unused tail of a short read is freed)
+        if not part:
+            raise ConnectionResetError(f"connection closed by peer after {got} of {length} bytes")
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)

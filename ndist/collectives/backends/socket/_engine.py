@@ -50,7 +50,25 @@ SPIN_S = 15e-6
 #: (with 4 ranks on 2 cores this halved a 4 KiB all_reduce: 280-340 -> 140-230 us).
 YIELD_S = 2e-3
 _yield = os.sched_yield
+WAIT_WARNING_ENV = "NDIST_WAIT_WARNING"
+#: a collective waiting longer than this logs a warning, then one a minute
+DEFAULT_WAIT_WARNING = 60.0
+WARNING_EVERY = 60.0
 _POLLERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
+
+
+def wait_warning_from_env() -> float:
+    """Seconds from ``NDIST_WAIT_WARNING`` (default 60; 0 turns the warning off)."""
+    raw = os.environ.get(WAIT_WARNING_ENV, "").strip()
+    if not raw:
+        return DEFAULT_WAIT_WARNING
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{WAIT_WARNING_ENV}: expected a number of seconds (0: no warning), got {raw!r}") from None
+    if value != value or value < 0:
+        raise ValueError(f"{WAIT_WARNING_ENV}: expected a number of seconds >= 0, got {raw!r}")
+    return value if value > 0 else float("inf")
 
 
 class OpInfo:
@@ -140,6 +158,9 @@ class Engine:
         self.spin_s = SPIN_S if spin else 0.0
         self.yield_s = YIELD_S
         self._waiting: list = []
+        self.wait_warning = wait_warning_from_env()
+        self._began = 0.0
+        self._warn_at = float("inf")
 
     # ----------------------------------------------------------- helpers
     def frame(self, kind, step, nbytes, flags=0, offset=0) -> bytes:
@@ -182,12 +203,26 @@ class Engine:
         left = sorted({e.peer for e in self._waiting if not e.done})
         return f"running {self.op.desc}; ranks not heard from: {left}"
 
+    def _warn_stall(self, expects, now: float) -> None:
+        """The op has waited ``NDIST_WAIT_WARNING`` seconds (then each minute): say on what."""
+        self._warn_at = now + WARNING_EVERY
+        if self.op is None:
+            return
+        waiting = sorted({e.peer for e in expects if not e.done})
+        unsent = sorted(c.peer for c in self.conns.values() if c.out)
+        log.warning("group %r: %s has waited %.0f s; ranks not heard from: %s%s (it fails at the group "
+                    "timeout, in %.0f s)", self.group_name, self.op.desc, now - self._began, waiting,
+                    f"; ranks not reading: {unsent}" if unsent else "", max(0.0, self.deadline - now))
+
     # ----------------------------------------------------------- op frame
     def begin(self, op: OpInfo, timeout: float) -> None:
         if self.broken is not None:
             raise self.broken
         self.op = op
-        self.deadline = time.monotonic() + timeout
+        now = time.monotonic()
+        self.deadline = now + timeout
+        self._began = now
+        self._warn_at = now + self.wait_warning
         if self.refs_out:
             self.refs_out = set()
         if self.refs_in:
@@ -566,7 +601,10 @@ class Engine:
                 if now < yield_end:
                     _yield()
                     continue
-            left = self.deadline - time.monotonic()
+            now = time.monotonic()
+            left = self.deadline - now
+            if now >= self._warn_at:  # (only here, where the loop is about to block)
+                self._warn_stall(expects, now)
             if left <= 0:
                 waiting = sorted({e.peer for e in expects if not e.done})
                 unsent = sorted(c.peer for c in conns.values() if c.out)

@@ -33,7 +33,8 @@ import os
 import platform
 import threading
 
-from ._shm import SHM_DIR
+from ....runtime import _shmfiles
+from ._shm import SHM_DIR, _job_of
 
 __all__ = ["available", "capacity_from_env", "path_for", "RingFile", "Ring", "MAX_SLEEP_S", "RING_ENV"]
 
@@ -174,6 +175,8 @@ class RingFile:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o600)
         self._mm = None
+        if create:  # unlinked at exit / on SIGTERM if close() does not come first
+            _shmfiles.track(path, _job_of(os.path.basename(path)))
         try:
             if create:
                 # allocate now: a full /dev/shm then fails here (the backend falls back to
@@ -184,6 +187,7 @@ class RingFile:
             self._mm = mmap.mmap(fd, size * self.stride)
         except BaseException:
             if create:
+                _shmfiles.untrack(path)
                 os.unlink(path)
             raise
         finally:
@@ -193,6 +197,7 @@ class RingFile:
         return Ring(self._mm, index * self.stride, self.capacity)
 
     def unlink(self) -> None:
+        _shmfiles.untrack(self.path)
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -5,43 +5,36 @@ payloads of large messages into; peers on the same host map it and read (or
 reduce) straight from it. Names carry a job-unique prefix
 (``ndist-<job>-<group>-r<rank>-p<pid>-i<instance>-g<generation>``) so that a
 survivor can unlink the segments of a peer that died, and the owner unlinks
-its own on ``close()``, on garbage collection and at interpreter exit; a new
-backend also unlinks segments of its job whose owner pid no longer exists.
+its own on ``close()``, on garbage collection, at interpreter exit and on
+SIGTERM; a new backend, and every rank at exit, also unlinks segments of its
+job whose owner pid no longer exists (see ``ndist.runtime._shmfiles``).
 """
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import logging
 import mmap
 import os
-import re
 import weakref
 
 import numpy as np
+
+from ....runtime import _shmfiles
+from ....runtime._shmfiles import SHM_DIR, job_prefix, sweep_dead, unlink_prefix
 
 __all__ = ["SHM_DIR", "job_prefix", "OwnSegment", "PeerSegments", "unlink_prefix", "sweep_dead"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
-SHM_DIR = "/dev/shm"
 _MIN_SEGMENT = 1 << 20
-
-
-def job_prefix(secret: bytes, group_name: str | None = None) -> str:
-    """``ndist-<job>-<group>`` (``ndist-<job>`` without a group); the job part is
-    derived from the job secret."""
-    job = f"ndist-{hashlib.sha256(b'ndist-job' + secret).hexdigest()[:10]}"
-    if group_name is None:
-        return job
-    return f"{job}-{hashlib.sha256(group_name.encode()).hexdigest()[:8]}"
 
 
 def _unlink(names: list) -> None:
     for name in list(names):
+        path = os.path.join(SHM_DIR, name)
+        _shmfiles.untrack(path)
         try:
-            os.unlink(os.path.join(SHM_DIR, name))
+            os.unlink(path)
         except FileNotFoundError:
             pass
         except OSError:  # pragma: no cover - diagnostics only
@@ -49,40 +42,9 @@ def _unlink(names: list) -> None:
     names.clear()
 
 
-def unlink_prefix(prefix: str) -> int:
-    """Unlink every segment whose name starts with ``prefix`` (a dead peer's)."""
-    n = 0
-    for path in glob.glob(os.path.join(SHM_DIR, glob.escape(prefix) + "*")):
-        try:
-            os.unlink(path)
-            n += 1
-        except OSError:
-            pass
-    return n
-
-
-_PID = re.compile(r"-p(\d+)-")
-
-
-def sweep_dead(job: str) -> int:
-    """Unlink this job's segments whose owner process is gone (a rank killed before
-    it or a peer could clean up, e.g. an earlier attempt of a restarted job)."""
-    n = 0
-    for path in glob.glob(os.path.join(SHM_DIR, glob.escape(job) + "-*")):
-        m = _PID.search(os.path.basename(path))
-        if m is None:
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-        except ProcessLookupError:
-            try:
-                os.unlink(path)
-                n += 1
-            except OSError:
-                pass
-        except (PermissionError, OverflowError):
-            pass
-    return n
+def _job_of(prefix: str) -> str:
+    """``ndist-<job>`` of a segment prefix ``ndist-<job>-<group>-r...``."""
+    return "-".join(prefix.split("-")[:2])
 
 
 class OwnSegment:
@@ -94,6 +56,11 @@ class OwnSegment:
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
+        # every backend's start, whatever its transport: segments and rings of this
+        # job whose owner is dead (a SIGKILLed rank, an earlier attempt) go now
+        n = sweep_dead(_job_of(prefix))
+        if n:
+            log.info("unlinked %d shared-memory file(s) left by dead processes of this job", n)
         self.gen = 0
         self.buf: np.ndarray | None = None
         self._mm: mmap.mmap | None = None
@@ -115,8 +82,10 @@ class OwnSegment:
         self.release()
         self.gen += 1
         name = self.name
-        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        path = os.path.join(SHM_DIR, name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         self._names.append(name)
+        _shmfiles.track(path, _job_of(self.prefix))
         try:
             os.ftruncate(fd, size)
             self._mm = mmap.mmap(fd, size)

@@ -7,7 +7,8 @@ Each rank listens on port 0 and publishes ``host:port``, its host identity
 ``sock/peer/<rank>`` in the group's store. Connections start with the job
 secret handshake of ``ndist.runtime._net`` and a hello naming channel, rank
 and the listener's instance token, so a connection can only reach the
-backend instance it was meant for.
+backend instance it was meant for. The listeners' side of that runs in
+``_accept``: every handshake at once, each within a total deadline.
 
 Channel 0 carries collectives: one connection per pair, opened by the higher
 rank on the first collective. Channel 1 carries point-to-point messages: rank
@@ -21,20 +22,19 @@ import json
 import logging
 import os
 import socket
-import struct
 import threading
 import time
 
 from ....runtime import DistNetworkError, DistTimeoutError
 from ....runtime import _net
+from ._accept import HELLO, HELLO_MAGIC, Acceptor
 
 __all__ = ["Mesh", "host_identity", "COLL", "P2P_CH"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
 COLL, P2P_CH = 0, 1
-_HELLO = struct.Struct("<4sBII16s")
-_HELLO_MAGIC = b"NDH1"
+_HELLO, _HELLO_MAGIC = HELLO, HELLO_MAGIC
 _SOCKBUF = 4 << 20
 
 
@@ -145,13 +145,10 @@ class Mesh:
                 self._ulistener, unix = None, None
         self.info = dict(extra, host=advertised, port=port, hostid=self.hostid, pid=os.getpid(),
                          hostname=socket.gethostname(), token=self.token.hex(), unix=unix)
-        self._threads = []
-        for lst in (self._listener, self._ulistener):
-            if lst is not None:
-                t = threading.Thread(target=self._accept_loop, args=(lst,), daemon=True,
-                                     name=f"ndist-accept-{group_name}-{rank}")
-                t.start()
-                self._threads.append(t)
+        # handshakes run concurrently on one thread, each within a total deadline:
+        # a slow or silent stranger cannot hold up a peer's connection
+        self._acceptor = Acceptor((self._listener, self._ulistener), secret, self._check_hello, self._take,
+                                  name=f"ndist-accept-{group_name}-{rank}")
         store.set(f"sock/peer/{rank}", json.dumps(self.info))
 
     # ------------------------------------------------------------ peers
@@ -190,47 +187,42 @@ class Mesh:
         if sock is None:
             host = "127.0.0.1" if info["hostid"] == self.hostid else info["host"]
             sock = _net.connect(host, info["port"], deadline, what=f"rank {peer}", rank=peer)
+        hostname = info.get("hostname") or info.get("host")
+        what = f"rank {peer} ({hostname}) of group {self.group_name!r}"
         try:
             _tune(sock)
             _net.client_handshake(sock, self.secret, timeout=max(1.0, deadline - time.monotonic()),
-                                  what=f"rank {peer} ({info.get('hostname')})")
+                                  what=what, rank=peer, host=hostname)
             _net.send_all(sock, _HELLO.pack(_HELLO_MAGIC, channel, self.rank, self.size,
                                             bytes.fromhex(info["token"])))
             sock.settimeout(None)
+        except OSError as err:  # the hello: the peer died right after the handshake
+            sock.close()
+            raise DistNetworkError(f"connecting to {what} failed: {err}", rank=peer, host=hostname) from None
         except BaseException:
             sock.close()
             raise
         return sock
 
-    def _accept_loop(self, listener) -> None:
-        while not self._closed:
-            try:
-                sock, addr = listener.accept()
-            except OSError:
-                return
-            try:
-                _tune(sock)
-                _net.server_handshake(sock, self.secret, timeout=10.0)
-                sock.settimeout(10.0)
-                magic, channel, rank, size, token = _HELLO.unpack(_net.recv_exact(sock, _HELLO.size))
-                if magic != _HELLO_MAGIC or token != self.token or size != self.size:
-                    raise ConnectionError(f"hello from {addr} is not for this group instance")
-                if channel not in (COLL, P2P_CH) or not 0 <= rank < self.size or rank == self.rank:
-                    raise ConnectionError(f"bad hello from {addr}: channel {channel}, rank {rank}")
-                sock.settimeout(None)
-            except Exception as err:  # noqa: BLE001 - a bad client must not kill the listener
-                log.warning("rejected connection from %s: %s", addr, err)
-                sock.close()
-                continue
-            if channel == P2P_CH and self._on_p2p is not None:
-                self._on_p2p(rank, sock)
-                continue
-            with self._cond:
-                old = self._conns.pop((channel, rank), None)
-                self._conns[(channel, rank)] = sock
-                self._cond.notify_all()
-            if old is not None:
-                old.close()
+    def _check_hello(self, channel: int, rank: int, size: int, token: bytes) -> str | None:
+        if token != self.token or size != self.size:
+            return "hello is not for this group instance"
+        if channel not in (COLL, P2P_CH) or not 0 <= rank < self.size or rank == self.rank:
+            return f"bad hello: channel {channel}, rank {rank}"
+        return None
+
+    def _take(self, sock: socket.socket, addr, channel: int, rank: int) -> None:
+        """A peer's connection passed the handshake and the hello (the acceptor's thread)."""
+        _tune(sock)
+        if channel == P2P_CH and self._on_p2p is not None:
+            self._on_p2p(rank, sock)
+            return
+        with self._cond:
+            old = self._conns.pop((channel, rank), None)
+            self._conns[(channel, rank)] = sock
+            self._cond.notify_all()
+        if old is not None:
+            old.close()
 
     def collective_sockets(self, deadline: float) -> dict[int, socket.socket]:
         """Connect the collective channel to every peer (higher rank dials)."""
@@ -275,6 +267,7 @@ class Mesh:
 
     def close(self) -> None:
         self._closed = True
+        self._acceptor.close()
         listeners = [self._listener] + ([self._ulistener] if self._ulistener is not None else [])
         for s in [*listeners, *self._p2p_out.values(), *self._conns.values()]:
             try:
@@ -284,5 +277,3 @@ class Mesh:
             s.close()
         with self._cond:
             self._cond.notify_all()
-        for t in self._threads:
-            t.join(timeout=2.0)

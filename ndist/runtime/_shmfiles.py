@@ -1,0 +1,165 @@
+"""The files a job keeps in ``/dev/shm``: their names, and who removes them.
+
+The socket backend's segments and rings are named
+``ndist-<job>-<group>-r<rank>-p<pid>-...``: ``<job>`` is derived from the job
+secret, so every process that knows the secret (a rank, its launcher,
+``run_ranks``) can find the job's files, and ``<pid>`` is the owner, so a file
+whose owner is gone can be told apart from one in use.
+
+Who unlinks them, so that none outlives the job whatever ends a rank:
+
+* the owner, on ``close()`` (``destroy_process_group``), on garbage collection,
+  at interpreter exit (``atexit``: a normal end without ``destroy``, an
+  unhandled exception) and on SIGTERM (a launcher's teardown: the handler
+  unlinks, then dies of the signal as before);
+* the job's other processes: at interpreter exit and at every backend's start
+  they unlink the job's files whose owner pid is dead (a SIGKILLed rank);
+* the launcher (``ndistrun``, ``run_ranks``) once its ranks are gone.
+
+This module lives in the runtime so the launcher can use it without the
+collectives layer; it imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import atexit
+import glob
+import hashlib
+import logging
+import os
+import re
+import signal
+import threading
+
+__all__ = ["SHM_DIR", "job_prefix", "owner_pid", "unlink_prefix", "sweep_dead", "track", "untrack",
+           "cleanup_now"]
+
+log = logging.getLogger("ndist.runtime.shm")
+
+SHM_DIR = "/dev/shm"
+_PID = re.compile(r"-p(\d+)-")
+
+#: path -> pid of the process that created it (a forked child must not unlink its parent's files)
+_tracked: dict[str, int] = {}
+#: job prefixes this process made files for (swept for dead owners at exit)
+_jobs: set[str] = set()
+_lock = threading.Lock()
+_installed = False
+
+
+def job_prefix(secret: bytes | str, group_name: str | None = None) -> str:
+    """``ndist-<job>-<group>`` (``ndist-<job>`` without a group); the job part is
+    derived from the job secret."""
+    if isinstance(secret, str):
+        secret = secret.encode()
+    job = f"ndist-{hashlib.sha256(b'ndist-job' + secret).hexdigest()[:10]}"
+    if group_name is None:
+        return job
+    return f"{job}-{hashlib.sha256(group_name.encode()).hexdigest()[:8]}"
+
+
+def owner_pid(name: str) -> int | None:
+    """The owner pid in a file name of the job (``...-p<pid>-...``), or None."""
+    m = _PID.search(os.path.basename(name))
+    return int(m.group(1)) if m else None
+
+
+def unlink_prefix(prefix: str) -> int:
+    """Unlink every file in ``/dev/shm`` whose name starts with ``prefix``; how many."""
+    n = 0
+    for path in glob.glob(os.path.join(SHM_DIR, glob.escape(prefix) + "*")):
+        try:
+            os.unlink(path)
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+def _dead(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
+
+
+def sweep_dead(job: str) -> int:
+    """Unlink the files of job ``job`` (a ``job_prefix(secret)``) whose owner process
+    is gone: a rank killed before it or a peer could clean up, or an earlier attempt
+    of a restarted job. Segments and rings alike."""
+    n = 0
+    for path in glob.glob(os.path.join(SHM_DIR, glob.escape(job) + "-*")):
+        pid = owner_pid(path)
+        if pid is None or not _dead(pid):
+            continue
+        try:
+            os.unlink(path)
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+def track(path: str, job: str | None = None) -> None:
+    """``path`` was created by this process: unlink it at interpreter exit or on
+    SIGTERM unless ``untrack`` came first; at exit also sweep ``job``'s dead owners."""
+    with _lock:
+        _tracked[path] = os.getpid()
+        if job:
+            _jobs.add(job)
+    _install()
+
+
+def untrack(path: str) -> None:
+    with _lock:
+        _tracked.pop(path, None)
+
+
+def cleanup_now() -> None:
+    """Unlink every tracked file of this process and sweep its jobs' dead owners."""
+    me = os.getpid()
+    with _lock:
+        mine = [p for p, pid in _tracked.items() if pid == me]
+        for p in mine:
+            del _tracked[p]
+        jobs = list(_jobs)
+    for path in mine:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    for job in jobs:
+        try:
+            sweep_dead(job)
+        except OSError:  # pragma: no cover - /dev/shm vanished
+            pass
+
+
+def _on_sigterm(signum, frame) -> None:
+    try:
+        cleanup_now()
+    finally:
+        # die of the signal as if no handler had been installed (the exit status a
+        # launcher reports stays "killed by SIGTERM")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install() -> None:
+    """Once per process: the atexit hook, and a SIGTERM handler where SIGTERM has its
+    default action and this is the main thread (a program's own handler is left alone)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    atexit.register(cleanup_now)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+        pass

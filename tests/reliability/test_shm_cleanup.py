@@ -1,0 +1,220 @@
+"""No file of a job is left in /dev/shm, whatever ends its ranks (issue 14, item 5).
+
+The ranks here are plain processes (not ``run_ranks``, whose own clean-up would
+hide theirs) or ranks of ``ndistrun``; each test counts the files of its job,
+found by the job secret's prefix, after the ranks are gone."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from ndist.runtime._shmfiles import SHM_DIR, job_prefix
+from ndist.runtime.store import TCPStoreServer
+from ndist.testing import run_ranks
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="no /dev/shm")]
+
+_RANK = """
+import glob, os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+from ndist.runtime._shmfiles import SHM_DIR, job_prefix
+
+mode, out = sys.argv[1], sys.argv[2]
+dist.init_process_group("socket", timeout=timedelta(seconds=30))
+rank = dist.get_rank()
+for _ in range(3):
+    x = np.ones(1 << 16)  # 512 KiB: payloads through the shared-memory segments
+    dist.all_reduce(x)
+    dist.all_reduce(np.ones(4))  # small frames: through the rings
+# this job does have files now (else the test could not fail)
+n = len(glob.glob(os.path.join(SHM_DIR, job_prefix(os.environ["NDIST_SECRET"]) + "*")))
+with open(os.path.join(out, f"count{rank}"), "w") as f:
+    f.write(str(n))
+dist.barrier()
+if mode == "exception":
+    raise RuntimeError("boom")
+if mode == "sigkill":
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        dist.all_reduce(np.ones(4))
+    except dist.DistError as err:
+        print("survivor", rank, type(err).__name__, flush=True)
+if mode == "sigterm":
+    open(os.path.join(out, f"ready{rank}"), "w").close()
+    time.sleep(60)
+# normal end (and the survivors of sigkill): no destroy_process_group()
+"""
+
+
+def _job_files(secret: str) -> list:
+    return sorted(glob.glob(os.path.join(SHM_DIR, job_prefix(secret) + "*")))
+
+
+def _run_plain_ranks(tmp_path, mode: str, n: int, secret: str, on_start=None):
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent(_RANK))
+    server = TCPStoreServer("127.0.0.1", 0, secret)
+    procs = []
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "SLURM_"))}
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(server.port), NDIST_STORE=f"127.0.0.1:{server.port}",
+                   NDIST_SECRET=secret, WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n), NDIST_TRANSPORT="auto")
+        for r in range(n):
+            procs.append(subprocess.Popen([sys.executable, str(script), mode, str(tmp_path)],
+                                          env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), start_new_session=True))
+        if on_start is not None:
+            on_start(procs)
+        codes = [p.wait(timeout=90) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        server.close()
+    counts = [int((tmp_path / f"count{r}").read_text()) for r in range(n) if (tmp_path / f"count{r}").exists()]
+    return codes, counts
+
+
+def _wait_files(tmp_path, names, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not all((tmp_path / n).exists() for n in names):
+        assert time.monotonic() < deadline, f"ranks did not get ready: {names}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("mode", ["normal", "exception", "sigkill", "sigterm"])
+def test_no_job_file_left_when_ranks_end_without_destroy(tmp_path, mode):
+    secret = uuid.uuid4().hex
+    n = 3
+
+    def sigterm_all(procs):
+        if mode == "sigterm":
+            _wait_files(tmp_path, [f"ready{r}" for r in range(n)])
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+
+    try:
+        codes, counts = _run_plain_ranks(tmp_path, mode, n, secret, sigterm_all)
+        assert len(counts) == n and all(c >= 2 for c in counts), counts  # segments and rings existed
+        want = {"normal": [0, 0, 0], "exception": [1, 1, 1], "sigkill": [0, -signal.SIGKILL, 0],
+                "sigterm": [-signal.SIGTERM] * 3}[mode]
+        assert codes == want, codes  # (SIGTERM still ends a rank by that signal)
+        assert _job_files(secret) == []
+    finally:
+        for path in _job_files(secret):
+            os.unlink(path)
+
+
+_LAUNCHED = """
+import os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+
+dist.init_process_group("socket", timeout=timedelta(seconds=30))
+rank = dist.get_rank()
+for _ in range(3):
+    dist.all_reduce(np.ones(1 << 16))
+    dist.all_reduce(np.ones(4))
+with open(f"secret{rank}", "w") as f:
+    f.write(os.environ["NDIST_SECRET"])
+dist.barrier()
+if rank == 1:
+    time.sleep(0.5)
+    if sys.argv[2] == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError("rank 1 fails; the launcher tears the others down")
+if sys.argv[1] == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the launcher's SIGKILL ends it
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("failure", ["raise", "sigkill"])
+@pytest.mark.parametrize("sigterm", ["default", "ignore"])
+def test_launcher_removes_the_job_files_after_a_teardown(tmp_path, sigterm, failure):
+    (tmp_path / "job.py").write_text(textwrap.dedent(_LAUNCHED))
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "1",
+                        "job.py", sigterm, failure], cwd=tmp_path, capture_output=True, text=True, timeout=90)
+    assert r.returncode == (1 if failure == "raise" else 128 + signal.SIGKILL), r.stderr
+    secret = (tmp_path / "secret0").read_text()
+    leftovers = _job_files(secret)
+    for path in leftovers:
+        os.unlink(path)
+    assert leftovers == []
+
+
+def _sweep_on_init(rank, size):
+    import ndist.distributed as dist
+    from ndist.runtime import _net
+
+    secret = _net.job_secret()
+    p = subprocess.Popen(["true"])
+    p.wait()  # a pid that is gone
+    names = [f"{job_prefix(secret, 'old')}-r{rank}-p{p.pid}-i0-ring",
+             f"{job_prefix(secret, 'old')}-r{rank}-p{p.pid}-i0-g1"]
+    for n in names:
+        open(os.path.join(SHM_DIR, n), "wb").close()
+    dist.init_process_group("socket")
+    dist.barrier()  # the backend starts on first use
+    left = [n for n in names if os.path.exists(os.path.join(SHM_DIR, n))]
+    dist.destroy_process_group()
+    for n in left:
+        os.unlink(os.path.join(SHM_DIR, n))
+    return left
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_init_sweeps_rings_and_segments_of_dead_owners(transport):
+    assert run_ranks(_sweep_on_init, 2, init=False, transport=transport, timeout=60) == [[], []]
+
+
+_WAITING = """
+import os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+
+dist.init_process_group("socket", timeout=timedelta(seconds=30))
+rank = dist.get_rank()
+for _ in range(3):
+    dist.all_reduce(np.ones(1 << 16))
+    dist.all_reduce(np.ones(4))
+if rank == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the launcher's SIGKILL ends it
+with open(f"secret{rank}", "w") as f:
+    f.write(os.environ["NDIST_SECRET"])
+time.sleep(60)
+"""
+
+
+def test_a_launcher_stopped_by_sigterm_removes_the_job_files(tmp_path):
+    (tmp_path / "job.py").write_text(textwrap.dedent(_WAITING))
+    proc = subprocess.Popen([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "2", "--term-timeout", "1",
+                             "job.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_files(tmp_path, ["secret0", "secret1"])
+        secret = (tmp_path / "secret0").read_text()
+        assert _job_files(secret), "the job made no files: this test could not fail"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    leftovers = _job_files(secret)
+    for path in leftovers:
+        os.unlink(path)
+    assert leftovers == []
