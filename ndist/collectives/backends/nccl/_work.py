@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from ....runtime._future import Future  # torch.futures API on a concurrent.futures.Future
 from typing import Any, Callable
 
 from ....runtime import DistTimeoutError, Work

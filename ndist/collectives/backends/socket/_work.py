@@ -11,7 +11,7 @@ so it always resolves exactly like the work did.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from ....runtime._future import Future  # torch.futures API on a concurrent.futures.Future
 from typing import Any
 
 from ....runtime import Work
