@@ -14,6 +14,7 @@ __all__ = [
     "DistStoreError",
     "DistTimeoutError",
     "DistMismatchError",
+    "QueueEmptyError",
 ]
 
 
@@ -61,3 +62,9 @@ class DistTimeoutError(DistError, TimeoutError):
 class DistMismatchError(DistBackendError):
     """Ranks called different collectives, or the same one with incompatible
     arguments (dtype, count, root). The message names both ranks and both calls."""
+
+
+class QueueEmptyError(DistStoreError):
+    """torch's error for popping an empty store queue. ndist's stores have no
+    queues (``queue_push`` / ``queue_pop``), so nothing raises it yet; it exists so
+    that ported ``except QueueEmptyError`` clauses resolve."""
