@@ -182,3 +182,21 @@ def test_split_group_pg_count_backend_config_and_device_mesh():
     # the default group and new_group([1, 2, 3]) everywhere, plus the splits each rank is in
     # (rank 0: [0, 2]; ranks 1, 2: one of each split_group; rank 3: only the inner [3])
     assert [o["pg_count"] for o in out] == [3, 4, 4, 3]
+
+
+def test_init_device_mesh_checks_arguments_before_anything_else():
+    cases = [
+        (("cuda:0", (2,)), {}, ValueError, "device_type: expected a device type without an index"),
+        (("cpu", (2, 0)), {}, ValueError, "mesh_shape: expected a tuple of positive ints"),
+        (("cpu", 4), {}, TypeError, "mesh_shape: expected a tuple of int"),
+        (("cpu", (2, 2)), {"mesh_dim_names": ("dp",)}, ValueError, "mesh_dim_names: expected 2 names"),
+        (("cpu", (2, 2)), {"mesh_dim_names": ("dp", "dp")}, ValueError, "mesh_dim_names: expected unique"),
+        (("cpu", (2, 2)), {"mesh_dim_names": ("dp", "tp"), "backend_override": {"pp": "socket"}}, ValueError,
+         "backend_override: 'pp' is not a mesh dimension name"),
+        (("cpu", (2, 2)), {"backend_override": {0: "socket", -2: "socket"}}, ValueError,
+         "backend_override: dimension 0 is given twice"),
+    ]
+    for args, kwargs, exc, text in cases:
+        with pytest.raises(exc, match=text):
+            dist.init_device_mesh(*args, **kwargs)
+    assert not dist.is_initialized()
