@@ -16,7 +16,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("distributed", "multiprocessing", "cuda", "testing", "runtime", "collectives", "launch")
+_SUBMODULES = ("distributed", "multiprocessing", "cuda", "futures", "testing", "runtime", "collectives", "launch")
 
 
 def _tensor_pkg():

@@ -12,13 +12,13 @@ from ._api import (
     barrier,
     broadcast,
     gather,
-    monitored_barrier,
     reduce,
     reduce_scatter,
     reduce_scatter_tensor,
     scatter,
 )
 from ._backend import Call, CollectiveBackend, Op  # noqa: F401  (the backend interface)
+from ._coalesced import all_gather_coalesced, all_gather_single, all_reduce_coalesced, reduce_scatter_single
 from ._debug import flight_recorder
 from ._objects import (
     all_gather_object,
@@ -28,8 +28,10 @@ from ._objects import (
     scatter_object_list,
     send_object_list,
 )
+from ._monitored import monitored_barrier
 from ._p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from ._reduce_op import ReduceOp, _make_nccl_premul_sum
+from ._support import supports_complex
 
 # The backend interface (CollectiveBackend, Call, Op) is imported from here by
 # backend authors; it is not part of ``__all__``, so ``ndist.distributed`` (torch's
@@ -42,10 +44,14 @@ __all__ = [
     "broadcast",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
+    "all_gather_coalesced",
+    "all_reduce_coalesced",
     "gather",
     "scatter",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "reduce_scatter_single",
     "all_to_all",
     "all_to_all_single",
     "barrier",
@@ -63,4 +69,5 @@ __all__ = [
     "send_object_list",
     "recv_object_list",
     "flight_recorder",
+    "supports_complex",
 ]

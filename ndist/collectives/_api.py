@@ -16,7 +16,6 @@ sizes per rank.
 
 from __future__ import annotations
 
-from datetime import timedelta
 
 from . import _check
 from ._backend import Call, Op
@@ -27,7 +26,6 @@ from ._reduce_op import ReduceOp
 __all__ = [
     "all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "gather", "scatter",
     "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
-    "monitored_barrier",
 ]
 
 
@@ -311,72 +309,3 @@ def barrier(group=None, async_op=False, device_ids=None):
         _check.check_bool("async_op", async_op)
     device = "cuda" if device_ids else "cpu"
     return submit(pg, pg.backend_for(device).barrier, Call(Op.BARRIER, device), async_op)
-
-
-def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
-    """A barrier that names the ranks that did not arrive within ``timeout``.
-
-    Rank 0 of the group collects a token from every other rank and then
-    releases them; a rank missing at the deadline raises ``DistTimeoutError``
-    on rank 0 naming it (all missing ranks when ``wait_all_ranks``), like
-    torch's Gloo ``monitored_barrier``. CPU only, point to point.
-    """
-    import time
-
-    import numpy as np
-
-    from ..runtime import DistTimeoutError
-
-    pg = member_group(group, "monitored_barrier")
-    if pg is None:
-        return None
-    _check.check_bool("wait_all_ranks", wait_all_ranks)
-    if timeout is None:
-        timeout = pg.timeout
-    if isinstance(timeout, timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise TypeError(f"timeout: expected a datetime.timedelta, seconds or None, got {type(timeout).__name__}")
-    if seconds <= 0:
-        raise ValueError(f"timeout: expected a positive duration, got {timeout!r}")
-    backend = pg.backend_for("cpu")
-    tag = _check.RESERVED_TAG
-    me, size = pg.rank(), pg.size()
-    if size == 1:
-        return None
-    deadline = time.monotonic() + seconds
-
-    def token(make, op: Op, peer: int) -> Call:
-        return Call(op, "cpu", np.dtype(np.uint8), out=make(1, np.uint8), root=peer, tag=tag)
-
-    if me != 0:
-        backend.send(token(np.ones, Op.SEND, 0)).wait(seconds)
-        release = backend.recv(token(np.zeros, Op.RECV, 0))
-        try:
-            release.wait(max(deadline - time.monotonic(), 0.0) + seconds)
-        except DistTimeoutError:
-            raise DistTimeoutError(
-                f"monitored_barrier: rank {pg.ranks[me]} was not released by rank {pg.ranks[0]} within "
-                f"{seconds:g} s (rank {pg.ranks[0]} reports the ranks that did not arrive)"
-            ) from None
-        return None
-    works = {r: backend.recv(token(np.zeros, Op.RECV, r)) for r in range(1, size)}
-    missing = []
-    for r, work in works.items():
-        try:
-            work.wait(max(deadline - time.monotonic(), 0.0))
-        except DistTimeoutError:
-            missing.append(pg.ranks[r])
-            if not wait_all_ranks:
-                break
-    if missing:
-        which = "Ranks" if len(missing) > 1 else "Rank"
-        raise DistTimeoutError(
-            f"monitored_barrier: {which} {', '.join(map(str, missing))} failed to pass monitoredBarrier "
-            f"in {seconds:g} s (group {pg.group_name!r})"
-        )
-    for r in range(1, size):
-        backend.send(token(np.ones, Op.SEND, r)).wait(seconds)
-    return None

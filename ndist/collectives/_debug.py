@@ -73,7 +73,9 @@ class FlightRecorder:
         self._lock = threading.Lock()
         # read once per group, like the rest of NDIST_DEBUG (a per-call os.environ lookup
         # cost ~0.8 us, more than recording the op)
-        self.detail = os.environ.get("NDIST_DEBUG", "").upper() == "DETAIL"
+        from ..runtime._debug_level import DebugLevel, get_debug_level  # NDIST_DEBUG or set_debug_level()
+
+        self.detail = get_debug_level() is DebugLevel.DETAIL
 
     def next_seq(self, device: str) -> int:
         with self._lock:

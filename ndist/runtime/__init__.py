@@ -10,6 +10,7 @@ from ._errors import (
     DistNetworkError,
     DistStoreError,
     DistTimeoutError,
+    QueueEmptyError,
 )
 # Everything but the errors loads on first access (PEP 562): ndistrun's agent
 # imports ``ndist.runtime.store`` for its store server and needs none of the
@@ -26,6 +27,15 @@ _LAZY = {
         "init_process_group", "is_available", "is_initialized", "new_group", "new_subgroups",
         "new_subgroups_by_enumeration", "resolve_group",
     ), "_world"),
+    **dict.fromkeys(("DebugLevel", "get_debug_level", "set_debug_level", "set_debug_level_from_env"),
+                    "_debug_level"),
+    **dict.fromkeys((
+        "BackendConfig", "get_backend_config", "get_default_backend_for_device", "get_node_local_rank",
+        "get_pg_count", "is_backend_available", "is_gloo_available", "is_mpi_available", "is_nccl_available",
+        "is_torchelastic_launched", "is_ucc_available", "is_xccl_available",
+    ), "_query"),
+    "split_group": "_split",
+    "DeviceMesh": "_device_mesh", "init_device_mesh": "_device_mesh",
     **dict.fromkeys(("FileStore", "HashStore", "PrefixStore", "Store", "TCPStore", "TCPStoreServer"), "store"),
 }
 
@@ -53,5 +63,6 @@ __all__ = [
     "DistTimeoutError",
     "DistMismatchError",
     "DistAuthenticationError",
+    "QueueEmptyError",
     *_LAZY,
 ]

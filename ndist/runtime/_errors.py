@@ -15,6 +15,7 @@ __all__ = [
     "DistTimeoutError",
     "DistMismatchError",
     "DistAuthenticationError",
+    "QueueEmptyError",
 ]
 
 
@@ -77,8 +78,15 @@ class DistMismatchError(DistBackendError):
     arguments (dtype, count, root). The message names both ranks and both calls."""
 
 
+class QueueEmptyError(DistStoreError):
+    """torch's error for popping an empty store queue. ndist's stores have no
+    queues (``queue_push`` / ``queue_pop``), so nothing raises it yet; it exists so
+    that ported ``except QueueEmptyError`` clauses resolve."""
+
+
 # Tracebacks, reprs and pickles name the errors where users import them from, as torch's
 # ``torch.distributed.DistBackendError`` does, not this private module.
-for _cls in (DistError, DistBackendError, DistNetworkError, DistStoreError, DistTimeoutError, DistMismatchError):
+for _cls in (DistError, DistBackendError, DistNetworkError, DistStoreError, DistTimeoutError, DistMismatchError,
+             DistAuthenticationError, QueueEmptyError):
     _cls.__module__ = "ndist.distributed"
 del _cls

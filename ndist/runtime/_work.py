@@ -18,11 +18,11 @@ an MPI request, ``CudaWork`` polls a CUDA event).
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any, Callable
 
 from ._errors import DistTimeoutError
+from ._future import Future  # a concurrent.futures.Future with torch.futures' API
 
 __all__ = ["Work"]
 
@@ -200,7 +200,8 @@ class Work:
         return self._exc if self._state == FAILED else None
 
     def get_future(self) -> Future:
-        """A ``concurrent.futures.Future`` that resolves to ``result()``."""
+        """An ``ndist.futures.Future`` (torch's ``wait/value/then`` on a
+        ``concurrent.futures.Future``) that resolves to ``result()``."""
         return self._future
 
     def result(self) -> Any:

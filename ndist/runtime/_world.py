@@ -354,15 +354,21 @@ def new_subgroups(
     pg_options: Any = None,
     group_desc: str | None = None,
 ) -> tuple[ProcessGroup, list[ProcessGroup]]:
-    """Split the world into consecutive groups of ``group_size`` ranks (default: ranks
-    per node). Returns (this rank's subgroup, all subgroups)."""
+    """Split the world into consecutive groups of ``group_size`` ranks (default, as
+    torch: the number of CUDA devices; ``ValueError`` without CUDA). Returns (this
+    rank's subgroup, all subgroups)."""
     n = _world_size()
     if group is not None and resolve_group(group) is not resolve_group(None):
         raise ValueError("group: new_subgroups splits the default group only")
     if group_size is None:
-        group_size = _env.detect().local_world_size
-        if group_size is None:
-            raise ValueError("group_size: not given and the ranks per node are unknown (no LOCAL_WORLD_SIZE)")
+        from ..tensor import _cuda
+
+        if not _cuda.is_available():
+            raise ValueError(
+                "group_size: not given, and the default (the number of CUDA devices, as in torch) only takes "
+                "effect when CUDA is available; pass group_size for CPU subgroups"
+            )
+        group_size = _cuda.device_count()
     group_size = _check_int("group_size", group_size)
     if group_size <= 0 or group_size > n or n % group_size:
         raise ValueError(f"group_size: expected a positive divisor of the world size {n}, got {group_size}")

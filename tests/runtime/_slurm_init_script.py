@@ -13,6 +13,10 @@ import ndist.distributed as dist  # noqa: E402
 dist.init_process_group("storetest", timeout=60)
 x = np.array([1.0])
 dist.all_reduce(x)
-cur, _ = dist.new_subgroups()  # group size: ranks per node from SLURM_STEP_TASKS_PER_NODE
+from ndist.runtime import _env  # noqa: E402
+
+# ranks per node from SLURM_STEP_TASKS_PER_NODE (new_subgroups() itself defaults, as torch,
+# to the CUDA device count)
+cur, _ = dist.new_subgroups(_env.detect().local_world_size)
 print(f"rank {dist.get_rank()}/{dist.get_world_size()} sum {x[0]:g} sub {list(cur.ranks)}", flush=True)
 dist.destroy_process_group()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
+from ....runtime._future import Future  # torch.futures API on a concurrent.futures.Future
 from typing import Any, Callable
 
 from ....runtime import DistBackendError, Work

@@ -1,0 +1,595 @@
+"""torch 2.13's docstring examples for the collectives, ported to ndist.
+
+Each example is a small program (``torch`` -> ``ndist``, CUDA devices -> CPU)
+run on real processes with ``run_ranks`` at the world size its docstring
+assumes. Each returns, per rank, the ``repr`` of what the docstring displays,
+and the test compares it with the docstring's own output, transcribed below
+(``device='cuda:N'`` removed). Values are always compared; the text is compared
+too, except where the docstring's text is not what torch itself prints (marked
+``exact=False`` with the reason). torch is not needed to run these.
+
+Examples that need torch-only features, and how they are ported:
+* ``new_subgroups()`` (default group size = CUDA device count, 8 per machine):
+  needs CUDA; ported with ``group_size=8`` (without CUDA, torch and ndist raise).
+* ``new_subgroups(ranks=[[0, 2], [1, 3]])`` (new_subgroups_by_enumeration's
+  docstring): ``new_subgroups`` has no ``ranks``; ported to
+  ``new_subgroups_by_enumeration``, which the docstring documents.
+* ``all_reduce`` / ``all_gather`` / ``gather`` / ``scatter`` / ``*_single``:
+  the docstrings place tensors on ``cuda:<rank>``; ported to CPU.
+``reduce``, ``broadcast``, ``reduce_scatter``, ``all_reduce_coalesced`` and
+``new_group`` have no example in torch 2.13; ``all_gather_into_tensor`` and
+``reduce_scatter_tensor`` point to the ``*_single`` examples, which are run
+under both names.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ndist.testing import run_ranks
+
+
+def _values(text: str):
+    """The data the docstring's text shows: ``tensor([1, 2])`` -> ``[1, 2]``."""
+    return eval(text, {"tensor": lambda data, **kw: data, "None": None})  # noqa: S307 - our own literals
+
+
+def check(out, expected, exact=True):
+    assert len(out) == len(expected), out
+    for rank, (got, want) in enumerate(zip(out, expected)):
+        assert [_values(g) for g in got] == [_values(w) for w in want], f"rank {rank}: {got} != {want}"
+        if exact:
+            assert got == want, f"rank {rank}: {got} != {want}"
+
+
+def run(fn, world_size, *args):
+    return run_ranks(fn, world_size, args=args, timeout=120)
+
+
+# ------------------------------------------------------------------ all_reduce
+def _all_reduce_int(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+    from ndist.distributed import ReduceOp
+
+    tensor = ndist.arange(2, dtype=ndist.int64) + 1 + 2 * rank
+    before = repr(tensor)
+    dist.all_reduce(tensor, op=ReduceOp.SUM)
+    return [before, repr(tensor)]
+
+
+@pytest.mark.timeout(150)
+def test_all_reduce_int64():
+    check(run(_all_reduce_int, 2), [["tensor([1, 2])", "tensor([4, 6])"], ["tensor([3, 4])", "tensor([4, 6])"]])
+
+
+def _all_reduce_cfloat(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+    from ndist.distributed import ReduceOp
+
+    tensor = ndist.tensor([1 + 1j, 2 + 2j], dtype=ndist.cfloat) + 2 * rank * (1 + 1j)
+    before = repr(tensor)
+    dist.all_reduce(tensor, op=ReduceOp.SUM)
+    return [before, repr(tensor)]
+
+
+@pytest.mark.timeout(150)
+def test_all_reduce_cfloat():
+    check(run(_all_reduce_cfloat, 2), [["tensor([1.+1.j, 2.+2.j])", "tensor([4.+4.j, 6.+6.j])"],
+                                       ["tensor([3.+3.j, 4.+4.j])", "tensor([4.+4.j, 6.+6.j])"]])
+
+
+# ------------------------------------------------------------------ all_gather
+def _all_gather_int(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    tensor_list = [ndist.zeros(2, dtype=ndist.int64) for _ in range(2)]
+    first = repr(tensor_list)
+    tensor = ndist.arange(2, dtype=ndist.int64) + 1 + 2 * rank
+    dist.all_gather(tensor_list, tensor)
+    return [first, repr(tensor), repr(tensor_list)]
+
+
+@pytest.mark.timeout(150)
+def test_all_gather_int64():
+    check(run(_all_gather_int, 2), [
+        ["[tensor([0, 0]), tensor([0, 0])]", "tensor([1, 2])", "[tensor([1, 2]), tensor([3, 4])]"],
+        ["[tensor([0, 0]), tensor([0, 0])]", "tensor([3, 4])", "[tensor([1, 2]), tensor([3, 4])]"]])
+
+
+def _all_gather_cfloat(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    tensor_list = [ndist.zeros(2, dtype=ndist.cfloat) for _ in range(2)]
+    first = repr(tensor_list)
+    tensor = ndist.tensor([1 + 1j, 2 + 2j], dtype=ndist.cfloat) + 2 * rank * (1 + 1j)
+    dist.all_gather(tensor_list, tensor)
+    return [first, repr(tensor), repr(tensor_list)]
+
+
+@pytest.mark.timeout(150)
+def test_all_gather_cfloat():
+    zeros = "[tensor([0.+0.j, 0.+0.j]), tensor([0.+0.j, 0.+0.j])]"
+    gathered = "[tensor([1.+1.j, 2.+2.j]), tensor([3.+3.j, 4.+4.j])]"
+    check(run(_all_gather_cfloat, 2), [[zeros, "tensor([1.+1.j, 2.+2.j])", gathered],
+                                       [zeros, "tensor([3.+3.j, 4.+4.j])", gathered]])
+
+
+# ---------------------------------------------- all_gather_single (+ old name)
+def _all_gather_single(rank, world_size, name):
+    import ndist
+    import ndist.distributed as dist
+
+    op = getattr(dist, name)
+    tensor_in = ndist.arange(2, dtype=ndist.int64) + 1 + 2 * rank
+    tensor_out = ndist.zeros(world_size * 2, dtype=ndist.int64)
+    op(tensor_out, tensor_in)
+    tensor_out2 = ndist.zeros(world_size, 2, dtype=ndist.int64)
+    op(tensor_out2, tensor_in)
+    return [repr(tensor_in), repr(tensor_out), repr(tensor_out2)]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", ["all_gather_single", "all_gather_into_tensor"])
+def test_all_gather_single_concat_and_stack(name):
+    stacked = "tensor([[1, 2],\n        [3, 4]])"
+    check(run(_all_gather_single, 2, name), [["tensor([1, 2])", "tensor([1, 2, 3, 4])", stacked],
+                                             ["tensor([3, 4])", "tensor([1, 2, 3, 4])", stacked]])
+
+
+# ------------------------------------------------------------- gather, scatter
+def _gather(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    tensor_size = 2
+    tensor = ndist.ones(tensor_size) + rank
+    if dist.get_rank() == 0:
+        gather_list = [ndist.zeros_like(tensor) for i in range(2)]
+    else:
+        gather_list = None
+    dist.gather(tensor, gather_list, dst=0)
+    return [repr(gather_list)]
+
+
+@pytest.mark.timeout(150)
+def test_gather():
+    check(run(_gather, 2), [["[tensor([1., 1.]), tensor([2., 2.])]"], ["None"]])
+
+
+def _scatter(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    tensor_size = 2
+    output_tensor = ndist.zeros(tensor_size)
+    if dist.get_rank() == 0:
+        t_ones = ndist.ones(tensor_size)
+        t_fives = ndist.ones(tensor_size) * 5
+        scatter_list = [t_ones, t_fives]
+    else:
+        scatter_list = None
+    dist.scatter(output_tensor, scatter_list, src=0)
+    return [repr(output_tensor)]
+
+
+@pytest.mark.timeout(150)
+def test_scatter():
+    check(run(_scatter, 2), [["tensor([1., 1.])"], ["tensor([5., 5.])"]])
+
+
+# ---------------------------------------- reduce_scatter_single (+ old name)
+def _reduce_scatter_single(rank, world_size, name):
+    import ndist
+    import ndist.distributed as dist
+
+    op = getattr(dist, name)
+    tensor_out = ndist.zeros(2, dtype=ndist.int64)
+    tensor_in = ndist.arange(world_size * 2, dtype=ndist.int64)
+    shown = [repr(tensor_in)]
+    op(tensor_out, tensor_in)
+    shown.append(repr(tensor_out))
+    tensor_in = ndist.reshape(tensor_in, (world_size, 2))
+    shown.append(repr(tensor_in))
+    op(tensor_out, tensor_in)
+    shown.append(repr(tensor_out))
+    return shown
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", ["reduce_scatter_single", "reduce_scatter_tensor"])
+def test_reduce_scatter_single_concat_and_stack(name):
+    stacked = "tensor([[0, 1],\n        [2, 3]])"
+    check(run(_reduce_scatter_single, 2, name), [
+        ["tensor([0, 1, 2, 3])", "tensor([0, 2])", stacked, "tensor([0, 2])"],
+        ["tensor([0, 1, 2, 3])", "tensor([4, 6])", stacked, "tensor([4, 6])"]])
+
+
+# ------------------------------------------------------------------ all_to_all
+_EVEN_OUT = ["[tensor([0]), tensor([4]), tensor([8]), tensor([12])]",
+             "[tensor([1]), tensor([5]), tensor([9]), tensor([13])]",
+             "[tensor([2]), tensor([6]), tensor([10]), tensor([14])]",
+             "[tensor([3]), tensor([7]), tensor([11]), tensor([15])]"]
+
+
+def _all_to_all_even(rank, world_size, via_scatter):
+    import ndist
+    import ndist.distributed as dist
+
+    input = ndist.arange(4) + rank * 4
+    input = list(input.chunk(4))
+    shown = [repr(input)]
+    output = list(ndist.empty([4], dtype=ndist.int64).chunk(4))
+    if via_scatter:  # "Essentially, it is similar to following operation"
+        scatter_list = input
+        gather_list = output
+        for i in range(world_size):
+            dist.scatter(gather_list[i], scatter_list if i == rank else [], src=i)
+    else:
+        dist.all_to_all(output, input)
+    return shown + [repr(output)]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("via_scatter", [False, True], ids=["all_to_all", "scatter_loop"])
+def test_all_to_all_even(via_scatter):
+    inputs = ["[tensor([0]), tensor([1]), tensor([2]), tensor([3])]",
+              "[tensor([4]), tensor([5]), tensor([6]), tensor([7])]",
+              "[tensor([8]), tensor([9]), tensor([10]), tensor([11])]",
+              "[tensor([12]), tensor([13]), tensor([14]), tensor([15])]"]
+    check(run(_all_to_all_even, 4, via_scatter), [[i, o] for i, o in zip(inputs, _EVEN_OUT)])
+
+
+_UNEVEN_IN = [[0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 15, 16, 17, 18], [20, 21, 22, 23, 24],
+              [30, 31, 32, 33, 34, 35, 36]]
+_IN_SPLITS = [[2, 2, 1, 1], [3, 2, 2, 2], [2, 1, 1, 1], [2, 2, 2, 1]]
+_OUT_SPLITS = [[2, 3, 2, 2], [2, 2, 1, 2], [1, 2, 1, 2], [1, 2, 1, 1]]
+
+
+def _all_to_all_uneven(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    input = ndist.tensor(_UNEVEN_IN[rank])
+    input_splits, output_splits = _IN_SPLITS[rank], _OUT_SPLITS[rank]
+    input = list(input.split(input_splits))
+    shown = [repr(input)]
+    output = [ndist.empty(n, dtype=ndist.int64) for n in output_splits]  # the docstring's "output = ..."
+    dist.all_to_all(output, input)
+    return shown + [repr(output)]
+
+
+@pytest.mark.timeout(150)
+def test_all_to_all_uneven():
+    check(run(_all_to_all_uneven, 4), [
+        ["[tensor([0, 1]), tensor([2, 3]), tensor([4]), tensor([5])]",
+         "[tensor([0, 1]), tensor([10, 11, 12]), tensor([20, 21]), tensor([30, 31])]"],
+        ["[tensor([10, 11, 12]), tensor([13, 14]), tensor([15, 16]), tensor([17, 18])]",
+         "[tensor([2, 3]), tensor([13, 14]), tensor([22]), tensor([32, 33])]"],
+        ["[tensor([20, 21]), tensor([22]), tensor([23]), tensor([24])]",
+         "[tensor([4]), tensor([15, 16]), tensor([23]), tensor([34, 35])]"],
+        ["[tensor([30, 31]), tensor([32, 33]), tensor([34, 35]), tensor([36])]",
+         "[tensor([5]), tensor([17, 18]), tensor([24]), tensor([36])]"]])
+
+
+def _all_to_all_cfloat(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    input = ndist.tensor([1 + 1j, 2 + 2j, 3 + 3j, 4 + 4j], dtype=ndist.cfloat) + 4 * rank * (1 + 1j)
+    input = list(input.chunk(4))
+    shown = [repr(input)]
+    # the docstring's `output = list(torch.empty([4], dtype=torch.int64).chunk(4))` cannot receive
+    # cfloat (torch raises too); the output it shows is cfloat
+    output = list(ndist.empty([4], dtype=ndist.cfloat).chunk(4))
+    dist.all_to_all(output, input)
+    return shown + [repr(output)]
+
+
+@pytest.mark.timeout(150)
+def test_all_to_all_cfloat():
+    # exact=False: the docstring writes 1+1j where torch prints 1.+1.j
+    check(run(_all_to_all_cfloat, 4), [
+        ["[tensor([1+1j]), tensor([2+2j]), tensor([3+3j]), tensor([4+4j])]",
+         "[tensor([1+1j]), tensor([5+5j]), tensor([9+9j]), tensor([13+13j])]"],
+        ["[tensor([5+5j]), tensor([6+6j]), tensor([7+7j]), tensor([8+8j])]",
+         "[tensor([2+2j]), tensor([6+6j]), tensor([10+10j]), tensor([14+14j])]"],
+        ["[tensor([9+9j]), tensor([10+10j]), tensor([11+11j]), tensor([12+12j])]",
+         "[tensor([3+3j]), tensor([7+7j]), tensor([11+11j]), tensor([15+15j])]"],
+        ["[tensor([13+13j]), tensor([14+14j]), tensor([15+15j]), tensor([16+16j])]",
+         "[tensor([4+4j]), tensor([8+8j]), tensor([12+12j]), tensor([16+16j])]"]], exact=False)
+
+
+# ----------------------------------------------------------- all_to_all_single
+def _all_to_all_single_even(rank, world_size, via_scatter):
+    import ndist
+    import ndist.distributed as dist
+
+    input = ndist.arange(4) + rank * 4
+    shown = [repr(input)]
+    output = ndist.empty([4], dtype=ndist.int64)
+    if via_scatter:
+        scatter_list = list(input.chunk(world_size))
+        gather_list = list(output.chunk(world_size))
+        for i in range(world_size):
+            dist.scatter(gather_list[i], scatter_list if i == rank else [], src=i)
+    else:
+        dist.all_to_all_single(output, input)
+    return shown + [repr(output)]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("via_scatter", [False, True], ids=["all_to_all_single", "scatter_loop"])
+def test_all_to_all_single_even(via_scatter):
+    # exact=False: torch pads to equal width (tensor([ 8,  9, 10, 11])); the docstring does not
+    check(run(_all_to_all_single_even, 4, via_scatter), [
+        ["tensor([0, 1, 2, 3])", "tensor([0, 4, 8, 12])"], ["tensor([4, 5, 6, 7])", "tensor([1, 5, 9, 13])"],
+        ["tensor([8, 9, 10, 11])", "tensor([2, 6, 10, 14])"],
+        ["tensor([12, 13, 14, 15])", "tensor([3, 7, 11, 15])"]], exact=False)
+
+
+def _all_to_all_single_uneven(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    input = ndist.tensor(_UNEVEN_IN[rank])
+    input_splits, output_splits = _IN_SPLITS[rank], _OUT_SPLITS[rank]
+    output = ndist.empty(sum(output_splits), dtype=ndist.int64)  # the docstring's "output = ..."
+    dist.all_to_all_single(output, input, output_splits, input_splits)
+    return [repr(output)]
+
+
+@pytest.mark.timeout(150)
+def test_all_to_all_single_uneven():
+    check(run(_all_to_all_single_uneven, 4), [
+        ["tensor([ 0,  1, 10, 11, 12, 20, 21, 30, 31])"], ["tensor([ 2,  3, 13, 14, 22, 32, 33])"],
+        ["tensor([ 4, 15, 16, 23, 34, 35])"], ["tensor([ 5, 17, 18, 24, 36])"]])
+
+
+def _all_to_all_single_cfloat(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    input = ndist.tensor([1 + 1j, 2 + 2j, 3 + 3j, 4 + 4j], dtype=ndist.cfloat) + 4 * rank * (1 + 1j)
+    shown = [repr(input)]
+    output = ndist.empty([4], dtype=ndist.cfloat)  # the docstring's int64 output cannot hold cfloat
+    dist.all_to_all_single(output, input)
+    return shown + [repr(output)]
+
+
+@pytest.mark.timeout(150)
+def test_all_to_all_single_cfloat():
+    check(run(_all_to_all_single_cfloat, 4), [
+        ["tensor([1+1j, 2+2j, 3+3j, 4+4j])", "tensor([1+1j, 5+5j, 9+9j, 13+13j])"],
+        ["tensor([5+5j, 6+6j, 7+7j, 8+8j])", "tensor([2+2j, 6+6j, 10+10j, 14+14j])"],
+        ["tensor([9+9j, 10+10j, 11+11j, 12+12j])", "tensor([3+3j, 7+7j, 11+11j, 15+15j])"],
+        ["tensor([13+13j, 14+14j, 15+15j, 16+16j])", "tensor([4+4j, 8+8j, 12+12j, 16+16j])"]], exact=False)
+
+
+# --------------------------------------------------------- object collectives
+def _broadcast_object_list(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    if dist.get_rank() == 0:
+        objects = ["foo", 12, {1: 2}]
+    else:
+        objects = [None, None, None]
+    device = ndist.device("cpu")
+    dist.broadcast_object_list(objects, src=0, device=device)
+    return [repr(objects)]
+
+
+@pytest.mark.timeout(150)
+def test_broadcast_object_list():
+    check(run(_broadcast_object_list, 3), [["['foo', 12, {1: 2}]"]] * 3)
+
+
+def _all_gather_object(rank, ws):
+    import ndist.distributed as dist
+
+    gather_objects = ["foo", 12, {1: 2}]
+    output = [None for _ in gather_objects]
+    dist.all_gather_object(output, gather_objects[dist.get_rank()])
+    return [repr(output)]
+
+
+@pytest.mark.timeout(150)
+def test_all_gather_object():
+    check(run(_all_gather_object, 3), [["['foo', 12, {1: 2}]"]] * 3)
+
+
+def _gather_object(rank, ws):
+    import ndist.distributed as dist
+
+    gather_objects = ["foo", 12, {1: 2}]
+    output = [None for _ in gather_objects]
+    dist.gather_object(gather_objects[dist.get_rank()], output if dist.get_rank() == 0 else None, dst=0)
+    return [repr(output)] if rank == 0 else []
+
+
+@pytest.mark.timeout(150)
+def test_gather_object():
+    check(run(_gather_object, 3), [["['foo', 12, {1: 2}]"], [], []])
+
+
+def _scatter_object_list(rank, ws):
+    import ndist.distributed as dist
+
+    if dist.get_rank() == 0:
+        objects = ["foo", 12, {1: 2}]
+    else:
+        objects = [None, None, None]
+    output_list = [None]
+    dist.scatter_object_list(output_list, objects, src=0)
+    return [repr(output_list)]
+
+
+@pytest.mark.timeout(150)
+def test_scatter_object_list():
+    # the docstring shows rank 2 ([{1: 2}]); rank i gets objects[i]
+    check(run(_scatter_object_list, 3), [["['foo']"], ["[12]"], ["[{1: 2}]"]])
+
+
+def _send_recv_object_list(rank, ws, barrier):
+    import ndist
+    import ndist.distributed as dist
+
+    device = ndist.device("cpu")
+    if dist.get_rank() == 0:
+        objects = ["foo", 12, {1: 2}]
+        dist.send_object_list(objects, dst=1, device=device)
+    else:
+        objects = [None, None, None]
+        dist.recv_object_list(objects, src=0, device=device)
+    if barrier:
+        dist.barrier()
+    return [repr(objects)]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.xfail(strict=False, reason="socket backend: rank 0 sends and exits at once; rank 1 can see the "
+                                        "connection close before the data and fail the receive (reported)")
+def test_send_object_list_recv_object_list():
+    check(run(_send_recv_object_list, 2, False), [["['foo', 12, {1: 2}]"]] * 2)
+
+
+@pytest.mark.timeout(150)
+def test_send_object_list_recv_object_list_then_barrier():
+    # the same program, with a barrier before the ranks exit
+    check(run(_send_recv_object_list, 2, True), [["['foo', 12, {1: 2}]"]] * 2)
+
+
+# ---------------------------------------------------------- batch_isend_irecv
+def _batch_isend_irecv(rank, world_size):
+    import ndist
+    import ndist.distributed as dist
+    from ndist.distributed import batch_isend_irecv
+
+    send_tensor = ndist.arange(2, dtype=ndist.float32) + 2 * rank
+    recv_tensor = ndist.randn(2, dtype=ndist.float32)
+    send_op = dist.P2POp(dist.isend, send_tensor, (rank + 1) % world_size)
+    recv_op = dist.P2POp(dist.irecv, recv_tensor, (rank - 1 + world_size) % world_size)
+    reqs = batch_isend_irecv([send_op, recv_op])
+    for req in reqs:
+        req.wait()
+    return [repr(recv_tensor)]
+
+
+@pytest.mark.timeout(150)
+def test_batch_isend_irecv():
+    # exact=False: recv_tensor is float32; the docstring prints it as integers
+    check(run(_batch_isend_irecv, 2), [["tensor([2, 3])"], ["tensor([0, 1])"]], exact=False)
+
+
+# ----------------------------------------------------------- all_gather_coalesced
+def _all_gather_coalesced(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    if rank == 0:
+        input_tensor_list = [ndist.tensor([[1, 1], [1, 1]]), ndist.tensor([2]), ndist.tensor([3, 3])]
+    else:
+        input_tensor_list = [ndist.tensor([[3, 3], [3, 3]]), ndist.tensor([5]), ndist.tensor([1, 1])]
+    output_tensor_lists = [[ndist.tensor([[-1, -1], [-1, -1]]), ndist.tensor([-1]), ndist.tensor([-1, -1])]
+                           for _ in range(2)]
+    dist.all_gather_coalesced(output_tensor_lists, input_tensor_list)
+    return [repr([[t.tolist() for t in row] for row in output_tensor_lists])]
+
+
+@pytest.mark.timeout(150)
+def test_all_gather_coalesced():
+    both = "[[[[1, 1], [1, 1]], [2], [3, 3]], [[[3, 3], [3, 3]], [5], [1, 1]]]"
+    check(run(_all_gather_coalesced, 2), [[both], [both]])
+
+
+# ------------------------------------------------------------------- subgroups
+def _new_subgroups(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    cur_subgroup, subgroups = dist.new_subgroups(group_size=8)  # torch: the CUDA device count
+    rank = dist.get_rank()
+    tensor = ndist.ones(1, dtype=ndist.int64) * rank  # torch.ones(1, device=rank): see below
+    dist.all_reduce(tensor, group=cur_subgroup)
+    for subgroup in subgroups:
+        dist.destroy_process_group(subgroup)
+    return [repr(tensor)]
+
+
+@pytest.mark.timeout(200)
+def test_new_subgroups():
+    # the docstring prints tensor([28]) for a float tensor; an int64 one prints exactly that
+    check(run(_new_subgroups, 8), [["tensor([28])"]] * 8)
+
+
+def _new_subgroups_by_enumeration(rank, ws):
+    import ndist
+    import ndist.distributed as dist
+
+    cur_subgroup, subgroups = dist.new_subgroups_by_enumeration([[0, 2], [1, 3]])
+    rank = dist.get_rank()
+    tensor = ndist.ones(1) * rank
+    dist.all_reduce(tensor, group=cur_subgroup)
+    return [repr(tensor)]
+
+
+@pytest.mark.timeout(150)
+def test_new_subgroups_by_enumeration():
+    # exact=False: ones(1) * rank is float (tensor([2.])); the docstring prints tensor([2])
+    check(run(_new_subgroups_by_enumeration, 4), [["tensor([2])"], ["tensor([4])"], ["tensor([2])"],
+                                                  ["tensor([4])"]], exact=False)
+
+
+# ---------------------------------------------------------- monitored_barrier
+def _monitored_barrier(rank, ws, part):
+    import time
+    from datetime import timedelta
+
+    import ndist.distributed as dist
+
+    timeout = timedelta(seconds=2)  # the docstring uses the default (30 min)
+    calls = dist.get_rank() != 1 if part == 1 else dist.get_rank() == 0
+    if not calls:
+        time.sleep(6)
+        return []
+    try:
+        dist.monitored_barrier(timeout=timeout, wait_all_ranks=part == 2)
+        return ["passed"]
+    except dist.DistTimeoutError as err:
+        return [repr(str(err).split(": ", 1)[1])]
+
+
+@pytest.mark.timeout(150)
+def test_monitored_barrier():
+    out = run(_monitored_barrier, 3, 1)
+    assert "Rank 1 failed to pass monitoredBarrier" in out[0][0], out  # "rank 1 did not call into"
+    assert "Rank 1 failed" in out[2][0], out
+    out = run(_monitored_barrier, 3, 2)
+    assert "Ranks 1, 2 failed to pass monitoredBarrier" in out[0][0], out  # "ranks 1, 2, ... world_size - 1"
+
+
+# ----------------------------------------------------------------- DeviceMesh
+def _device_mesh(rank, ws):
+    import ndist.distributed as dist
+    from ndist.distributed import init_device_mesh
+
+    mesh_2d = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    tp_mesh = mesh_2d["tp"]
+    dp_mesh = mesh_2d["dp"]
+    return [repr(tp_mesh.mesh.tolist()), repr(dp_mesh.mesh.tolist()),
+            repr([mesh_2d.get_local_rank(mesh_dim=0), mesh_2d.get_local_rank(mesh_dim=1)]),
+            repr(dist.get_process_group_ranks(tp_mesh.get_group()))]
+
+
+@pytest.mark.timeout(240)
+def test_device_mesh_getitem_and_get_local_rank():
+    # DeviceMesh.__getitem__ / get_local_rank docstrings (world size 8): mesh_2d["tp"] on ranks 0-3
+    # is [0, 1, 2, 3], on 4-7 [4, 5, 6, 7]; mesh_2d["dp"] on ranks 0, 4 is [0, 4], ...;
+    # get_local_rank(mesh_dim=0) is 0 on ranks 0-3, 1 on 4-7; mesh_dim=1 is rank % 4
+    expected = [[repr([r // 4 * 4 + i for i in range(4)]), repr([r % 4, r % 4 + 4]), repr([r // 4, r % 4]),
+                 repr([r // 4 * 4 + i for i in range(4)])] for r in range(8)]
+    check(run_ranks(_device_mesh, 8, timeout=200), expected)
