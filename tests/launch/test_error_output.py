@@ -99,7 +99,7 @@ def test_short_form_folds_ndist_frames_and_leaves_out_chains_raised_inside_ndist
     b.close()
 
     def users_handshake():
-        _net.client_handshake(a, b"secret", timeout=5)  # the peer is gone: OSError -> AuthenticationError
+        _net.client_handshake(a, b"secret", timeout=5)  # the peer is gone: OSError -> DistNetworkError
 
     try:
         users_handshake()
@@ -113,7 +113,7 @@ def test_short_form_folds_ndist_frames_and_leaves_out_chains_raised_inside_ndist
     assert "in users_handshake" in short and "in test_short_form_folds" in short
     assert NDIST_DIR not in short and "direct cause" not in short, short
     assert "[... 1 frame inside ndist (NDIST_DEBUG=INFO shows them) ...]" in short
-    assert "AuthenticationError: handshake with server failed" in short.rstrip().splitlines()[-1]
+    assert "DistNetworkError: handshake with server failed" in short.rstrip().splitlines()[-1]
     # Nothing to fold: "" (the hook then prints what plain Python prints).
     try:
         raise ValueError("user's own")
