@@ -40,7 +40,7 @@ class Stats:
         self.heard = [0] * n  # bit q set: rank q's arrival is known to this rank
 
 
-def _region(bufs: dict, sch, ref: int, off: int, nbytes: int) -> np.ndarray:
+def _region(bufs: dict, ref: int, off: int, nbytes: int) -> np.ndarray:
     b = bufs.get(ref)
     if b is None:
         raise ScheduleError(f"buffer {ref} is not defined for this op")
@@ -49,10 +49,10 @@ def _region(bufs: dict, sch, ref: int, off: int, nbytes: int) -> np.ndarray:
     return b[off:off + nbytes]
 
 
-def _copies(bufs: dict, sch, copies) -> None:
+def _copies(bufs: dict, copies) -> None:
     for c in copies:
-        src = _region(bufs, sch, c.src, c.src_off, c.nbytes)
-        np.copyto(_region(bufs, sch, c.dst, c.dst_off, c.nbytes), src)
+        src = _region(bufs, c.src, c.src_off, c.nbytes)
+        np.copyto(_region(bufs, c.dst, c.dst_off, c.nbytes), src)
 
 
 def _overlap(a, b) -> bool:
@@ -68,7 +68,7 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None) -> Stats:
     heard = [1 << r for r in range(n)]
     for r, sch in enumerate(schedules):
         buffers[r][S.TMP] = np.zeros(sch.tmp, np.uint8)
-        _copies(buffers[r], sch, sch.pre)
+        _copies(buffers[r], sch.pre)
     links: dict = {}
     depth = max((len(s.rounds) for s in schedules), default=0)
     for t in range(depth):
@@ -88,7 +88,7 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None) -> Stats:
                 peer, nb = s.peer, s.nbytes
                 if not 0 <= peer < n or peer == r:
                     raise ScheduleError(f"rank {r} round {t}: send to {peer}")
-                data = _region(bufs, sch, s.buf, s.off, nb).copy()
+                data = _region(bufs, s.buf, s.off, nb).copy()
                 q = links.get((r, peer))
                 if q is None:
                     q = links[(r, peer)] = deque()
@@ -118,7 +118,7 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None) -> Stats:
                 mrecv[r] += 1
                 brecv[r] += v.nbytes
                 if v.nbytes:
-                    dst = _region(bufs, sch, v.buf, v.off, v.nbytes)
+                    dst = _region(bufs, v.buf, v.off, v.nbytes)
                     if v.mode == S.COPY:
                         dst[...] = data
                     else:
@@ -132,7 +132,7 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None) -> Stats:
     if left:
         raise ScheduleError(f"messages never received on links (sender, receiver): {left[:5]}")
     for r, sch in enumerate(schedules):
-        _copies(buffers[r], sch, sch.post)
+        _copies(buffers[r], sch.post)
     st = Stats(n)
     st.rounds[:], st.msgs_sent[:], st.bytes_sent[:], st.msgs_recv[:], st.bytes_recv[:] = \
         rounds, msent, bsent, mrecv, brecv
