@@ -16,14 +16,18 @@ import conformance
 from collective_launch import BACKENDS, launch, unavailable
 
 WORLD_SIZES = (1, 2, 3, 4)
+#: the socket backend's scheduled algorithms (more than four ranks, or forced):
+#: (backend entry, world size, NDIST_ALGO)
+SCHEDULED = (("socket", 5, "auto"), ("socket", 8, "auto"), ("socket-shm", 5, "auto"), ("socket-tcp", 8, "auto"),
+             ("socket", 3, "sched"))
 LAUNCH_TIMEOUT = 240
 
 
 @functools.lru_cache(maxsize=None)
-def _results(name: str, world_size: int) -> dict:
+def _results(name: str, world_size: int, algo: str | None = None) -> dict:
     """Launch once per (backend, world size); a failed launch fails every combo without relaunching."""
     try:
-        per_rank = launch(name, conformance, world_size, LAUNCH_TIMEOUT)
+        per_rank = launch(name, conformance, world_size, LAUNCH_TIMEOUT, env={"NDIST_ALGO": algo} if algo else None)
     except BaseException as err:  # noqa: BLE001 - reported by every test of this launch
         text = f"launch failed: {type(err).__name__}: {err}"
         return {combo: text for combo in conformance.combos()}
@@ -44,3 +48,14 @@ def test_conformance(backend, world_size, combo):
         pytest.skip(reason)
     failure = _results(backend, world_size)[combo]
     assert failure is None, f"{backend} on {world_size} ranks, {combo}:\n{failure}"
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
+@pytest.mark.parametrize("combo", conformance.combos())
+@pytest.mark.parametrize("backend,world_size,algo", SCHEDULED)
+def test_conformance_scheduled(backend, world_size, algo, combo):
+    reason = unavailable(backend, world_size)
+    if reason:
+        pytest.skip(reason)
+    failure = _results(backend, world_size, algo)[combo]
+    assert failure is None, f"{backend} on {world_size} ranks (NDIST_ALGO={algo}), {combo}:\n{failure}"

@@ -15,17 +15,30 @@ on (op, byte size, group size, transport), so all ranks choose alike.
 * all_to_all, reduce_scatter, all_gather: one pairwise exchange step.
 
 Floating-point results are identical on every rank (same order of reduction).
+
+Groups of more than ``_schedule.DIRECT_MAX_RANKS`` ranks run the log-depth
+schedules of ``_schedule.py`` instead (``_scheduled.py`` executes them);
+``choose`` decides per (op, bytes, group size), alike on every rank.
+``NDIST_ALGO=direct|sched|auto`` (every rank alike) forces one family.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
 from . import _frame as F
 from ._engine import Expect
 from ._reduce import finalize, reduce_ordered
+from ._schedule import choose
+from ._scheduled import Scheduled
 
-__all__ = ["Algorithms", "DIRECT_MAX"]
+__all__ = ["Algorithms", "DIRECT_MAX", "ALGO_ENV", "algo_mode"]
+
+#: ``direct``: one-step exchanges at every group size; ``sched``: the schedules at
+#: every size > 1; ``auto`` (default): direct up to ``DIRECT_MAX_RANKS`` ranks.
+ALGO_ENV = "NDIST_ALGO"
 
 DIRECT_MAX = 256 << 10
 #: bytes of the buffer per pipelined reduce-scatter + all-gather round
@@ -45,6 +58,13 @@ def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
+def algo_mode() -> str:
+    mode = os.environ.get(ALGO_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "direct", "sched"):
+        raise ValueError(f"{ALGO_ENV}: expected 'auto', 'direct' or 'sched', got {mode!r}")
+    return mode
+
+
 class Algorithms:
     """The collectives of one backend, over its engine (``eng``), its shared-memory
     segment (``seg``) and its per-peer transport choice (``links``)."""
@@ -56,6 +76,12 @@ class Algorithms:
         self.rank = rank
         self.size = size
         self.peers = tuple(p for p in range(size) if p != rank)
+        self.mode = algo_mode()
+        self.sched = Scheduled(eng, links, rank, size)
+
+    def _algo(self, op: str, nbytes: int = 0, count: int = 0):
+        """The schedule's algorithm for this call, or None for the direct exchange."""
+        return choose(op, nbytes, self.size, count, self.mode)
 
     # ---------------------------------------------------------- staging
     def _stage(self, arrays: list) -> list:
@@ -111,11 +137,18 @@ class Algorithms:
 
     # ---------------------------------------------------------- reductions
     def all_reduce(self, buf, op, scale):
+        algo = self._algo("all_reduce", buf.nbytes, buf.size)
+        if algo is not None:
+            return self.sched.all_reduce(buf, op, scale, algo)
         if buf.nbytes <= DIRECT_MAX or buf.size < self.size:
             return self.direct_reduce(buf, op, scale, root=None)
         return self.rs_ag(buf, op, scale)
 
     def direct_reduce(self, buf, op, scale, root):
+        if root is not None:
+            algo = self._algo("reduce", buf.nbytes)
+            if algo is not None:
+                return self.sched.reduce(buf, op, scale, root, algo)
         eng, r, dt = self.eng, self.rank, buf.dtype
         data = _bytes(buf)
         if root is not None and r != root:
@@ -210,6 +243,9 @@ class Algorithms:
         eng.step(exps)
 
     def reduce_scatter(self, out, inputs, op, scale):
+        algo = self._algo("reduce_scatter", out.nbytes)
+        if algo is not None:
+            return self.sched.reduce_scatter(out, inputs, op, scale, algo)
         eng, r, dt = self.eng, self.rank, out.dtype
         peers = self.peers
         self._send_each({p: _bytes(inputs[p]) for p in peers})
@@ -226,6 +262,9 @@ class Algorithms:
 
     # ---------------------------------------------------------- movement
     def broadcast(self, buf, src):
+        algo = self._algo("broadcast", buf.nbytes)
+        if algo is not None:
+            return self.sched.broadcast(buf, src, algo)
         data = _bytes(buf)
         if self.rank == src:
             self._send_same(self.peers, data)
@@ -235,6 +274,9 @@ class Algorithms:
             self.eng.step([Expect(src, F.DATA, 0, data.nbytes, into=data)])
 
     def all_gather(self, outputs, inp):
+        algo = self._algo("all_gather", inp.nbytes)
+        if algo is not None:
+            return self.sched.all_gather(outputs, inp, algo)
         data = _bytes(inp)
         peers = self.peers
         self._send_same(peers, data)
@@ -242,6 +284,9 @@ class Algorithms:
         np.copyto(_bytes(outputs[self.rank]), data)
 
     def gather(self, outputs, inp, dst):
+        algo = self._algo("gather", inp.nbytes)
+        if algo is not None:
+            return self.sched.gather(outputs, inp, dst, algo)
         data = _bytes(inp)
         if self.rank != dst:
             self._send_same([dst], data)
@@ -253,6 +298,9 @@ class Algorithms:
         np.copyto(_bytes(outputs[dst]), data)
 
     def scatter(self, out, inputs, src):
+        algo = self._algo("scatter", out.nbytes)
+        if algo is not None:
+            return self.sched.scatter(out, inputs, src, algo)
         data = _bytes(out)
         if self.rank != src:
             self._tickets([src])
@@ -268,6 +316,9 @@ class Algorithms:
         for its "done" before returning). Other messages above ``A2A_CHUNK`` go in
         pieces (count from the message size, so both sides agree) so that a peer
         copies each piece out of our segment while it is still in the shared cache."""
+        algo = self._algo("all_to_all")
+        if algo is not None:
+            return self.sched.all_to_all(outputs, inputs, algo)
         eng = self.eng
         peers = self.peers
         ins = {p: _bytes(inputs[p]) for p in peers}
@@ -317,6 +368,9 @@ class Algorithms:
         eng.step([Expect(p, F.DATA, CMA_DONE, 0) for p in cma_out])
 
     def barrier(self):
+        algo = self._algo("barrier")
+        if algo is not None:
+            return self.sched.barrier(algo)
         peers = self.peers
         for p in peers:
             self.eng.send(p, 0)

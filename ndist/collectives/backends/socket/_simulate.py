@@ -1,0 +1,141 @@
+"""Run the ranks' schedules in one process over simulated links (no sockets).
+
+``simulate(schedules, buffers, dtype, op)`` plays every rank's ``Schedule`` round
+by round: the sends of round t are captured first (as the engine reads them when
+the round starts), then each rank's receives take the oldest message on the
+(sender, receiver) link, which must be of the same round and length, COPY
+receives land and the reductions run after them, in list order, with the real
+kernels (``_reduce.reduce_ordered``). It checks the rules of ``_schedule`` on
+the way and counts, per rank, the rounds it was active in, the messages and the
+bytes it sent and received. It also tracks which ranks' arrival each rank has
+heard of (directly or through others), so a barrier can be checked.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from . import _schedule as S
+from ._reduce import reduce_ordered
+
+__all__ = ["simulate", "Stats", "ScheduleError"]
+
+
+class ScheduleError(AssertionError):
+    """The schedules broke a rule, or do not match between ranks."""
+
+
+class Stats:
+    """Per-rank counts of one simulated op (NumPy arrays indexed by rank)."""
+
+    def __init__(self, n: int) -> None:
+        self.rounds = np.zeros(n, np.int64)
+        self.msgs_sent = np.zeros(n, np.int64)
+        self.bytes_sent = np.zeros(n, np.int64)
+        self.msgs_recv = np.zeros(n, np.int64)
+        self.bytes_recv = np.zeros(n, np.int64)
+        self.depth = 0  # global rounds
+        self.heard = [0] * n  # bit q set: rank q's arrival is known to this rank
+
+
+def _region(bufs: dict, ref: int, off: int, nbytes: int) -> np.ndarray:
+    b = bufs.get(ref)
+    if b is None:
+        raise ScheduleError(f"buffer {ref} is not defined for this op")
+    if off < 0 or nbytes < 0 or off + nbytes > b.nbytes:
+        raise ScheduleError(f"region [{off}, {off + nbytes}) outside buffer {ref} of {b.nbytes} bytes")
+    return b[off:off + nbytes]
+
+
+def _copies(bufs: dict, copies) -> None:
+    for c in copies:
+        src = _region(bufs, c.src, c.src_off, c.nbytes)
+        np.copyto(_region(bufs, c.dst, c.dst_off, c.nbytes), src)
+
+
+def _overlap(a, b) -> bool:
+    return a.buf == b.buf and a.nbytes and b.nbytes and a.off < b.off + b.nbytes and b.off < a.off + a.nbytes
+
+
+def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None) -> Stats:
+    """Run ``schedules[r]`` over ``buffers[r]`` (``{buffer id: uint8 array}``; TMP is
+    made here) for every rank r; return the per-rank ``Stats``."""
+    n = len(schedules)
+    dt = np.dtype(dtype)
+    rounds, msent, bsent, mrecv, brecv = ([0] * n for _ in range(5))
+    heard = [1 << r for r in range(n)]
+    for r, sch in enumerate(schedules):
+        buffers[r][S.TMP] = np.zeros(sch.tmp, np.uint8)
+        _copies(buffers[r], sch.pre)
+    links: dict = {}
+    depth = max((len(s.rounds) for s in schedules), default=0)
+    for t in range(depth):
+        for r, sch in enumerate(schedules):
+            if t >= len(sch.rounds):
+                continue
+            rnd = sch.rounds[t]
+            sends, recvs = rnd
+            if not sends and not recvs:
+                continue
+            rounds[r] += 1
+            bufs = buffers[r]
+            if len(sends) > 1 and len({s.peer for s in sends}) != len(sends) or \
+                    len(recvs) > 1 and len({v.peer for v in recvs}) != len(recvs):
+                raise ScheduleError(f"rank {r} round {t}: more than one message per peer and direction")
+            for s in sends:
+                peer, nb = s.peer, s.nbytes
+                if not 0 <= peer < n or peer == r:
+                    raise ScheduleError(f"rank {r} round {t}: send to {peer}")
+                data = _region(bufs, s.buf, s.off, nb).copy()
+                q = links.get((r, peer))
+                if q is None:
+                    q = links[(r, peer)] = deque()
+                q.append((t, data, heard[r]))
+                msent[r] += 1
+                bsent[r] += nb
+                for v in recvs:
+                    if v.mode == S.COPY and _overlap(v, s):
+                        raise ScheduleError(f"rank {r} round {t}: COPY receive {v} overlaps a send")
+        for r, sch in enumerate(schedules):
+            if t >= len(sch.rounds):
+                continue
+            recvs = sch.rounds[t].recvs
+            if not recvs:
+                continue
+            bufs = buffers[r]
+            reductions = []
+            for v in recvs:
+                q = links.get((v.peer, r))
+                if not q:
+                    raise ScheduleError(f"rank {r} round {t}: expects {v.nbytes} bytes from {v.peer}, none sent")
+                t0, data, h = q.popleft()
+                if t0 != t or data.nbytes != v.nbytes:
+                    raise ScheduleError(f"rank {r} round {t}: expects {v.nbytes} bytes from {v.peer}, which sent "
+                                        f"{data.nbytes} bytes in round {t0}")
+                heard[r] |= h
+                mrecv[r] += 1
+                brecv[r] += v.nbytes
+                if v.nbytes:
+                    dst = _region(bufs, v.buf, v.off, v.nbytes)
+                    if v.mode == S.COPY:
+                        dst[...] = data
+                    else:
+                        if v.nbytes % dt.itemsize:
+                            raise ScheduleError(f"rank {r} round {t}: reduces {v.nbytes} bytes of {dt}")
+                        reductions.append((v.mode, dst, data))
+            for mode, dst, data in reductions:
+                d, m = dst.view(dt), data.view(dt)
+                reduce_ordered(d, [d, m] if mode == S.REDUCE else [m, d], op)
+    left = [k for k, q in links.items() if q]
+    if left:
+        raise ScheduleError(f"messages never received on links (sender, receiver): {left[:5]}")
+    for r, sch in enumerate(schedules):
+        _copies(buffers[r], sch.post)
+    st = Stats(n)
+    st.rounds[:], st.msgs_sent[:], st.bytes_sent[:], st.msgs_recv[:], st.bytes_recv[:] = \
+        rounds, msent, bsent, mrecv, brecv
+    st.depth = depth
+    st.heard = heard
+    return st

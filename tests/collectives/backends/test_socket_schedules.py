@@ -1,0 +1,154 @@
+"""The socket backend's scheduled algorithms (groups of more than four ranks, or
+``NDIST_ALGO=sched``) on real processes: every op, both transports, the choice
+of algorithm, and float results bit-identical on every rank."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ndist.testing import run_ranks
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _backend():
+    import ndist.collectives  # noqa: F401  registers the socket backend
+    from ndist.runtime import init_process_group, resolve_group
+
+    from backend_driver import Driver
+
+    init_process_group(backend="socket")
+    return Driver(resolve_group(None).backend_for("cpu"))
+
+
+def _spy():
+    """Record the algorithm of every schedule this rank runs (instrumentation only:
+    the real executor still runs)."""
+    from ndist.collectives.backends.socket import _scheduled
+
+    seen = []
+    run = _scheduled.Scheduled.run
+
+    def recorded(self, sch, *args, **kwargs):
+        seen.append(sch.algo)
+        return run(self, sch, *args, **kwargs)
+
+    _scheduled.Scheduled.run = recorded
+    return seen
+
+
+def _all_ops(rank, world_size, count):
+    from ndist.runtime import destroy_process_group
+
+    from _socket_bodies import all_ops
+
+    seen = _spy()
+    b = _backend()
+    try:
+        return all_ops(b, count) and (b._prefix, sorted(set(seen)))
+    finally:
+        destroy_process_group()
+
+
+@pytest.mark.parametrize("transport,n", [("auto", 5), ("shm", 5), ("tcp", 8), ("auto", 8)])
+def test_every_op_scheduled(transport, n):
+    res = run_ranks(_all_ops, n, args=(70_000,), transport=None if transport == "auto" else transport,
+                    init=False, timeout=200)
+    big = "ring" if n & (n - 1) else "rabenseifner"
+    # (70,000 float32 is above the recursive-doubling size)
+    assert res[0][1] == sorted({big, "binomial", "bruck", "pairwise", "ring" if n & (n - 1) else "recursive_halving",
+                                "dissemination"})
+    assert not any(glob.glob(f"/dev/shm/{p}*") for p, _ in res)
+
+
+def test_forced_schedules_on_three_ranks_small_counts():
+    res = run_ranks(_all_ops, 3, args=(1,), init=False, timeout=200, env={"NDIST_ALGO": "sched"})
+    assert "recursive_doubling" in res[0][1] and "ring" in res[0][1]
+
+
+def test_forced_direct_on_five_ranks_runs_no_schedule():
+    res = run_ranks(_all_ops, 5, args=(1,), init=False, timeout=200, env={"NDIST_ALGO": "direct"})
+    assert all(seen == [] for _, seen in res)
+
+
+def _float_sums(rank, world_size):
+    import ndist.distributed as dist
+
+    seen = _spy()
+    out = []
+    for count in (1001, 300_001):  # recursive doubling; ring / rabenseifner
+        x = np.random.default_rng(rank).standard_normal(count).astype(np.float32)
+        dist.all_reduce(x)
+        out.append(x.view(np.uint32).copy())
+    return out, seen
+
+
+@pytest.mark.parametrize("n", [5, 8])
+def test_float_all_reduce_is_bit_identical_on_every_rank(n):
+    res = run_ranks(_float_sums, n, timeout=200)
+    for i in range(2):
+        assert all((r[0][i] == res[0][0][i]).all() for r in res)
+    want = sum(np.random.default_rng(r).standard_normal(1001).astype(np.float64) for r in range(n))
+    np.testing.assert_allclose(res[0][0][0].view(np.float32), want, rtol=1e-4, atol=1e-4)
+    assert res[0][1] == ["recursive_doubling", "ring" if n == 5 else "rabenseifner"]
+
+
+def test_bad_algo_mode_names_the_variable(monkeypatch):
+    from ndist.collectives.backends.socket._algorithms import algo_mode
+
+    monkeypatch.setenv("NDIST_ALGO", "fastest")
+    with pytest.raises(ValueError, match="NDIST_ALGO.*'fastest'"):
+        algo_mode()
+    monkeypatch.setenv("NDIST_ALGO", "SCHED")
+    assert algo_mode() == "sched"
+
+
+_KILL_JOB = """
+import json, os, signal, sys, time
+import numpy as np
+import ndist.distributed as dist
+
+out, op = sys.argv[1], sys.argv[2]
+signal.signal(signal.SIGTERM, lambda *a: None)  # stay alive to report; the launcher SIGKILLs after the grace
+dist.init_process_group("socket")
+rank, size = dist.get_rank(), dist.get_world_size()
+x = np.arange(512 * size, dtype=np.float32)
+y = np.empty_like(x)
+for i in range(100000):
+    if rank == 2 and i == 20:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        if op == "all_reduce":
+            dist.all_reduce(x)
+        else:
+            dist.all_to_all_single(y, x)
+    except dist.DistNetworkError as err:
+        with open(os.path.join(out, f"r{rank}.json"), "w") as f:
+            json.dump({"peer": err.rank, "msg": str(err)}, f)
+        deadline = time.time() + 10
+        while time.time() < deadline and len([n for n in os.listdir(out) if n.startswith("r")]) < size - 1:
+            time.sleep(0.01)
+        sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_to_all"])
+def test_sigkill_mid_schedule_fails_every_survivor_naming_the_rank(tmp_path, op):
+    """Rank 2 of 6 dies mid-schedule: every survivor (most wait on other survivors,
+    not on rank 2) gets a DistNetworkError naming rank 2, never a hang."""
+    job = tmp_path / "job.py"
+    job.write_text(_KILL_JOB)
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "6", "--term-timeout", "20",
+                        str(job), str(tmp_path), op], capture_output=True, text=True, timeout=200,
+                       env=dict(os.environ))
+    assert r.returncode != 0, r.stderr
+    for rank in (0, 1, 3, 4, 5):
+        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        assert rec["peer"] == 2 and "rank 2" in rec["msg"], rec
