@@ -17,7 +17,9 @@ runs it in the background and the Work completes with it.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import weakref
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
@@ -34,6 +36,20 @@ __all__ = ["ProcessGroupNdist", "BACKEND_NAME"]
 log = logging.getLogger("ndist.torch")
 
 BACKEND_NAME = "ndist"
+
+_live: "weakref.WeakSet[ProcessGroupNdist]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """A program that exits without ``destroy_process_group`` (an exception from a
+    failed op, say) still releases its shared memory; never waits on a dead peer."""
+    for pg in list(_live):
+        try:
+            pg.abort()
+        except Exception:  # noqa: BLE001 - exit must go on
+            log.warning("closing %r at exit failed", pg, exc_info=True)
+
 
 _RED = tdist.ReduceOp.RedOpType
 _REDUCE_OPS = {
@@ -106,6 +122,7 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         # init_process_group / new_group (the mpi engine's communicator creation is
         # collective), and a peer that cannot be reached fails here.
         self._nd_group.backend_for("cpu")
+        _live.add(self)
         log.info("torch process group %r: ndist %s backend, rank %d of %d", group_name, engine, rank, size)
 
     # ---------------------------------------------------------- identity

@@ -48,6 +48,22 @@ def as_torch_error(exc: BaseException) -> BaseException:
     return err
 
 
+class _Failed:
+    """The value a failed op's inner future completes with (see ``NdistWork``)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _unwrap(fut: torch.futures.Future):
+    value = fut.value()
+    if isinstance(value, _Failed):
+        raise value.error
+    return value
+
+
 def _seconds(timeout: Any) -> float | None:
     """torch's timeouts: a timedelta (<= 0 or torch's "unset" mean none), or seconds."""
     if timeout is None:
@@ -77,7 +93,12 @@ class NdistWork(tdist.Work):
         self._timeout = default_timeout
         self._op = op
         self._error: BaseException | None = None
-        self._fut = torch.futures.Future()
+        self._done = False
+        # torch.futures.Future.set_exception only stores the exception as the value, which
+        # C++ consumers (DDP's reducer) then read as tensors and crash on. A callback that
+        # raises marks a chained future failed in C++, so the error reaches them as one.
+        self._inner = torch.futures.Future()
+        self._fut = self._inner.then(_unwrap)
         self._lock = threading.Lock()
         self._left = len(self._works)
         if error is not None:
@@ -99,18 +120,13 @@ class NdistWork(tdist.Work):
 
     def _finish(self, exc: BaseException | None) -> None:
         with self._lock:
-            if self._fut.done():
+            if self._done:
                 return
+            self._done = True
             if exc is not None:
                 self._error = as_torch_error(exc)
-                fut_exc = self._error
-            else:
-                fut_exc = None
         # outside the lock: torch runs the future's callbacks (DDP's) right here
-        if fut_exc is not None:
-            self._fut.set_exception(fut_exc)
-        else:
-            self._fut.set_result(self._outputs)
+        self._inner.set_result(_Failed(self._error) if self._error is not None else self._outputs)
 
     # -------------------------------------------------------------- torch API
     def wait(self, timeout: timedelta | None = None) -> bool:
@@ -133,10 +149,10 @@ class NdistWork(tdist.Work):
         return self._fut
 
     def is_completed(self) -> bool:
-        return self._fut.done()
+        return self._done
 
     def is_success(self) -> bool:
-        return self._fut.done() and self._error is None
+        return self._done and self._error is None
 
     def exception(self):
         return self._error
@@ -158,5 +174,5 @@ class NdistWork(tdist.Work):
         return self._source_rank()
 
     def __repr__(self) -> str:
-        state = "pending" if not self._fut.done() else ("failed" if self._error is not None else "ok")
+        state = "pending" if not self._done else ("failed" if self._error is not None else "ok")
         return f"<NdistWork {self._op} {state}>"
