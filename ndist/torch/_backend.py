@@ -20,6 +20,7 @@ import torch.distributed as tdist
 
 from ..runtime import _net
 from ._group import BACKEND_NAME, ProcessGroupNdist
+from . import _rendezvous
 from ._store import TorchStore
 
 __all__ = ["Options", "create", "register", "ENGINE_ENV", "ENGINES"]
@@ -62,6 +63,13 @@ class Options:
         return engine
 
 
+def use_secret(secret: str) -> None:
+    """The secret a rendezvous already agreed on (``ndist://``): proposed first."""
+    global _secret
+    with _lock:
+        _secret = secret
+
+
 def _agree_secret(store: TorchStore) -> None:
     """Every member proposes its secret; the first one stored wins, on every rank."""
     global _secret
@@ -88,8 +96,10 @@ def create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupNdist:
 
 
 def register() -> None:
-    """Register backend ``"ndist"`` with torch.distributed for CPU tensors (once)."""
+    """Register backend ``"ndist"`` with torch.distributed for CPU tensors, and the
+    ``ndist://`` rendezvous (once)."""
     with _lock:
         if hasattr(tdist.Backend, BACKEND_NAME.upper()):
             return
         tdist.Backend.register_backend(BACKEND_NAME, create, extended_api=True, devices=["cpu"])
+        _rendezvous.register()

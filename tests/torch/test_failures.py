@@ -107,3 +107,24 @@ def test_bad_arguments_raise_before_sending_and_the_group_stays_usable(tmp_path)
     for errors, t in run_torch(_bad_arguments, 2, "ndist", tmp_path):
         assert len(errors) == 1 and "split" in errors[0], errors
         assert t == [2.0, 2.0, 2.0]
+
+
+def _mismatched_ddp(rank, n):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = torch.nn.Linear(4, 3 if rank == 0 else 5)  # rank 1's parameters have other shapes
+    try:
+        DDP(model)
+    except RuntimeError as err:
+        return str(err)
+    return None
+
+
+def test_ddp_shape_verification_goes_through_the_backend_and_names_the_ranks(tmp_path):
+    first, second = run_torch(_mismatched_ddp, 2, "ndist", tmp_path)
+    # rank 1 compares its shapes with rank 0's (gathered through the backend) and raises
+    assert "appears not to match" in second and "process 0" in second, second
+    # rank 0, whose shapes match what it gathered, goes on to DDP's initial broadcast and
+    # loses rank 1 there (or sees the mismatch too): either way an error that names rank 1
+    assert first is not None and ("rank 1" in first or "process 1" in first), first
