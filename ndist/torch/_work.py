@@ -94,11 +94,12 @@ class NdistWork(tdist.Work):
         self._op = op
         self._error: BaseException | None = None
         self._done = False
+        # The future is made on the first get_future() (a blocking call never asks).
         # torch.futures.Future.set_exception only stores the exception as the value, which
         # C++ consumers (DDP's reducer) then read as tensors and crash on. A callback that
         # raises marks a chained future failed in C++, so the error reaches them as one.
-        self._inner = torch.futures.Future()
-        self._fut = self._inner.then(_unwrap)
+        self._inner: torch.futures.Future | None = None
+        self._fut: torch.futures.Future | None = None
         self._lock = threading.Lock()
         self._left = len(self._works)
         if error is not None:
@@ -125,8 +126,12 @@ class NdistWork(tdist.Work):
             self._done = True
             if exc is not None:
                 self._error = as_torch_error(exc)
-        # outside the lock: torch runs the future's callbacks (DDP's) right here
-        self._inner.set_result(_Failed(self._error) if self._error is not None else self._outputs)
+            inner = self._inner
+        if inner is not None:  # outside the lock: torch runs the future's callbacks (DDP's) here
+            self._settle(inner)
+
+    def _settle(self, inner: torch.futures.Future) -> None:
+        inner.set_result(_Failed(self._error) if self._error is not None else self._outputs)
 
     # -------------------------------------------------------------- torch API
     def wait(self, timeout: timedelta | None = None) -> bool:
@@ -146,7 +151,16 @@ class NdistWork(tdist.Work):
         return True
 
     def get_future(self) -> torch.futures.Future:
-        return self._fut
+        with self._lock:
+            fut = self._fut
+            if fut is not None:
+                return fut
+            inner = self._inner = torch.futures.Future()
+            fut = self._fut = inner.then(_unwrap)
+            done = self._done  # else _finish settles it
+        if done:
+            self._settle(inner)
+        return fut
 
     def is_completed(self) -> bool:
         return self._done

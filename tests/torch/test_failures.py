@@ -128,3 +128,40 @@ def test_ddp_shape_verification_goes_through_the_backend_and_names_the_ranks(tmp
     # rank 0, whose shapes match what it gathered, goes on to DDP's initial broadcast and
     # loses rank 1 there (or sees the mismatch too): either way an error that names rank 1
     assert first is not None and ("rank 1" in first or "process 1" in first), first
+
+
+def _lost_peer(rank, n):
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()  # connects the pair
+    if rank == 1:
+        return None  # leaves: destroy_process_group closes its connections
+    t = torch.ones(4)
+    work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future()
+    out = {}
+    try:
+        work.wait()
+    except Exception as err:  # noqa: BLE001 - what torch code sees
+        out["wait"] = (type(err).__name__, isinstance(err, dist.DistError), str(err))
+    out["state"] = (work.is_completed(), work.is_success(), type(work.exception()).__name__)
+    try:
+        fut.wait()
+    except Exception as err:  # noqa: BLE001
+        out["future"] = (type(err).__name__, str(err))
+    ok = torch.ones(2)
+    try:
+        dist.all_reduce(ok)  # a blocking call on the broken group: raised, not hung
+    except Exception as err:  # noqa: BLE001
+        out["blocking"] = (type(err).__name__, str(err))
+    return out
+
+
+def test_a_lost_peer_fails_work_future_and_blocking_calls_as_torch_errors_naming_it(tmp_path):
+    out, _ = run_torch(_lost_peer, 2, "ndist", tmp_path, group_timeout=30)
+    name, is_dist_error, msg = out["wait"]
+    assert name == "DistNetworkError" and is_dist_error and "rank 1" in msg, out
+    assert out["state"] == (True, False, "DistNetworkError"), out
+    assert out["future"][0] == "RuntimeError" and "rank 1" in out["future"][1], out
+    assert "rank 1" in out["blocking"][1], out
