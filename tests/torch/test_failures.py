@@ -165,3 +165,24 @@ def test_a_lost_peer_fails_work_future_and_blocking_calls_as_torch_errors_naming
     assert out["state"] == (True, False, "DistNetworkError"), out
     assert out["future"][0] == "RuntimeError" and "rank 1" in out["future"][1], out
     assert "rank 1" in out["blocking"][1], out
+
+
+def _mismatch(rank, n):
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()
+    t = torch.ones(4 if rank == 0 else 8)  # the same op with different sizes
+    try:
+        dist.all_reduce(t)
+    except Exception as err:  # noqa: BLE001 - what torch code sees
+        return type(err).__name__, str(err)
+    return None
+
+
+def test_a_mismatched_collective_raises_on_every_rank_naming_the_other(tmp_path):
+    results = run_torch(_mismatch, 2, "ndist", tmp_path, group_timeout=30)
+    for rank, res in enumerate(results):
+        assert res is not None, results
+        name, msg = res
+        assert name == "DistBackendError" and f"rank {1 - rank}" in msg, results
