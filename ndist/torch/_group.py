@@ -116,6 +116,7 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         self._nd_timeout = timeout.total_seconds()
         self._nd_engine = engine
         self._nd_coalesced: list | None = None
+        self._nd_name, self._nd_desc = group_name, ""
         self._nd_group = NdistGroup(ranks, ranks[rank], f"torch-{group_name}", store, {"cpu": engine}, timeout,
                                  options)
         # Created now, not on the first op: every rank builds its backend during
@@ -128,6 +129,20 @@ class ProcessGroupNdist(tdist.ProcessGroup):
     # ---------------------------------------------------------- identity
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND_NAME
+
+    # torch sets and reads a group's name and description through these (functional
+    # collectives find the group by name); a Python group keeps them itself.
+    def getGroupName(self) -> str:  # noqa: N802 - torch's names
+        return self._nd_name
+
+    def setGroupName(self, name: str) -> None:  # noqa: N802
+        self._nd_name = name
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return self._nd_desc
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
+        self._nd_desc = desc
 
     @property
     def ndist_group(self) -> NdistGroup:

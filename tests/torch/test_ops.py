@@ -214,3 +214,44 @@ def test_every_op_matches_gloo(tmp_path):
         assert ours[rank]["all_reduce/non_contiguous"].tolist() == [[33.0, 36.0], [45.0, 48.0], [57.0, 60.0]]
     assert ours[0]["recv_any_source"] == [(1, 100.0), (2, 200.0)]
     assert ours[1]["all_to_all_single/uneven"][:, 0].tolist()[:2] == [2.0, 4.0]  # rank 0 rows 1-2
+
+
+def _functional(rank, n):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+
+    g = dist.group.WORLD
+    t = torch.arange(2 * n, dtype=torch.float32) + 10 * rank
+    c = torch.complex(t, -t)
+    out = {
+        "all_reduce": fc.all_reduce(t, "sum", g),
+        "all_reduce/max": fc.all_reduce(t, "max", g),
+        "all_gather_tensor": fc.all_gather_tensor(t, 0, g),
+        "reduce_scatter_tensor": fc.reduce_scatter_tensor(t, "sum", 0, g),
+        "all_to_all_single": fc.all_to_all_single(t, None, None, g),
+        "all_to_all_single/uneven": fc.all_to_all_single(
+            torch.arange(rank + 1 + rank + 2, dtype=torch.float32) + 10 * rank,
+            [rank + 1 + j for j in range(n)], [rank + 1 + j for j in range(n)], g) if n == 2 else None,
+        "broadcast": fc.broadcast(t, 1, g),
+        "all_reduce_coalesced": fc.all_reduce_coalesced([t, t * 2], "sum", g),
+        "all_gather_into_tensor_coalesced": fc.all_gather_into_tensor_coalesced([t, t + 1], g),
+        "reduce_scatter_tensor_coalesced": fc.reduce_scatter_tensor_coalesced([t, t * 3], "sum", [0, 0], g),
+        "all_gather_tensor/complex64": fc.all_gather_tensor(c, 0, g),
+    }
+
+    def done(x):  # functional collectives return AsyncCollectiveTensors: wait (wait_tensor) first
+        if isinstance(x, (list, tuple)):
+            return [done(y) for y in x]
+        return None if x is None else fc.wait_tensor(x).clone()
+
+    return {k: done(v) for k, v in out.items()}
+
+
+def test_functional_collectives_match_gloo(tmp_path):
+    ours = run_torch(_functional, 2, "ndist", tmp_path)
+    gloo = run_torch(_functional, 2, "gloo", tmp_path)
+    for rank in range(2):
+        for key in ours[rank]:
+            _equal(ours[rank][key], gloo[rank][key], f"rank {rank}: {key}")
+    assert ours[0]["all_reduce"].tolist() == [10.0, 12.0, 14.0, 16.0]
