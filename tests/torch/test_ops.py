@@ -29,6 +29,10 @@ def _ops(rank, n):  # noqa: PLR0915 - one program, every op
             t = val(5, dtype=dtype) % 7 if dtype == torch.uint8 else val(5, dtype=dtype)
             dist.all_reduce(t, op=getattr(dist.ReduceOp, name))
             out[f"all_reduce/{dtype}/{name}"] = t
+    for name in ("SUM", "MAX", "MIN"):  # small integers: exact in bfloat16 whatever the order
+        t = val(5, dtype=torch.bfloat16)
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, name))
+        out[f"all_reduce/bfloat16/{name}"] = t
     for dtype in (torch.int32, torch.bool):
         for name in ("BAND", "BOR", "BXOR"):
             t = (val(6) % 3 == 0) if dtype == torch.bool else val(6, dtype=dtype)
