@@ -62,14 +62,14 @@ _REDUCE_OPS = {
 def _reduce_op(op) -> Any:
     """torch's ``ReduceOp`` (or its ``RedOpType``) -> ndist's."""
     kind = getattr(op, "op", op)
+    ours = _REDUCE_OPS.get(kind)
+    if ours is not None:
+        return ours
     if kind == _RED.PREMUL_SUM:
         factor = op.factor
         if isinstance(factor, torch.Tensor):
             factor = factor.item()
         return nd._make_nccl_premul_sum(factor)
-    for red, ours in _REDUCE_OPS.items():
-        if kind == red:
-            return ours
     raise ValueError(f"op: expected a torch.distributed.ReduceOp, got {op!r}")
 
 

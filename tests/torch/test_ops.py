@@ -259,3 +259,26 @@ def test_functional_collectives_match_gloo(tmp_path):
         for key in ours[rank]:
             _equal(ours[rank][key], gloo[rank][key], f"rank {rank}: {key}")
     assert ours[0]["all_reduce"].tolist() == [10.0, 12.0, 14.0, 16.0]
+
+
+def _beyond_gloo(rank, n):
+    import torch
+    import torch.distributed as dist
+
+    avg = torch.tensor([1.0, 2.0]) * (rank + 1)
+    dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+    pre = torch.tensor([1.0, 2.0]) * (rank + 1)
+    dist.all_reduce(pre, op=dist._make_nccl_premul_sum(0.5))
+    c = torch.complex(torch.ones(2), torch.ones(2)) * (rank + 1)
+    dist.all_reduce(torch.view_as_real(c), op=dist.ReduceOp.AVG)
+    outs = [torch.zeros(r + 1) for r in range(n)]  # a different size per rank
+    dist.all_gather(outs, torch.full((rank + 1,), float(rank)))
+    return avg.tolist(), pre.tolist(), c.tolist(), [o.tolist() for o in outs]
+
+
+def test_ops_gloo_does_not_have_follow_their_definition(tmp_path):
+    for avg, pre, c, outs in run_torch(_beyond_gloo, 2, "ndist", tmp_path):
+        assert avg == [1.5, 3.0]
+        assert pre == [1.5, 3.0]  # 0.5 * (1 + 2), 0.5 * (2 + 4)
+        assert c == [1.5 + 1.5j, 1.5 + 1.5j]
+        assert outs == [[0.0], [1.0, 1.0]]
