@@ -142,10 +142,13 @@ class NdistWork(tdist.Work):
             try:
                 w.wait(max(deadline - time.monotonic(), 0.0))
             except BaseException as exc:  # noqa: BLE001 - re-raised as torch's type
-                err = as_torch_error(exc)
+                if w.is_completed():  # failed (not just late): settled now, not when the callback runs
+                    self._finish(exc)
+                err = self._error if self._error is not None else as_torch_error(exc)
                 if err is exc:
                     raise
                 raise err from exc
+        self._finish(None)  # every work succeeded (the callbacks may not have run yet)
         if self._error is not None:
             raise self._error
         return True
