@@ -191,16 +191,19 @@ class _DistApiAdapter(Adapter):
 
 
 class TorchAdapter(_DistApiAdapter):
-    """torch.distributed with Gloo; tensors share the NumPy buffers
+    """torch.distributed with Gloo (``torch``) or ndist's backend "ndist" (``torch:ndist``,
+    registered by ``import ndist.torch``); tensors share the NumPy buffers
     (``torch.from_numpy``). Rank 0 hosts a TCPStore on a free port and publishes it."""
 
-    name = "torch"
-
-    def __init__(self, rank, size, rendezvous, timeout=300.0):
+    def __init__(self, rank, size, rendezvous, timeout=300.0, backend="gloo"):
         import datetime
 
         import torch
         import torch.distributed as dist
+
+        if backend == "ndist":
+            import ndist.torch  # noqa: F401 - registers the backend
+        self.name = "torch" if backend == "gloo" else f"torch:{backend}"
 
         torch.set_num_threads(1)
         self.torch, self.dist = torch, dist
@@ -211,7 +214,7 @@ class TorchAdapter(_DistApiAdapter):
         else:
             port = rendezvous(None)
             store = dist.TCPStore("127.0.0.1", port, size, False, timeout=td)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=td)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=td)
         R = dist.ReduceOp
         self._ops = {"sum": R.SUM, "avg": R.SUM, "prod": R.PRODUCT, "max": R.MAX, "min": R.MIN}
         self.size, self.rank = size, rank
@@ -304,14 +307,16 @@ class NdistAdapter(_DistApiAdapter):
 
 
 def make_adapter(lib: str, rank: int, size: int, rendezvous, timeout: float) -> Adapter:
-    """The adapter for ``lib`` (``mpi4py``, ``torch``, ``ndist[socket]``, ``ndist[mpi]``)."""
+    """The adapter for ``lib`` (``mpi4py``, ``torch``, ``torch:ndist``, ``ndist[socket]``, ``ndist[mpi]``)."""
     if lib == "mpi4py":
         return Mpi4pyAdapter(rank, size, rendezvous)
     if lib == "torch":
         return TorchAdapter(rank, size, rendezvous, timeout=timeout)
+    if lib == "torch:ndist":
+        return TorchAdapter(rank, size, rendezvous, timeout=timeout, backend="ndist")
     if lib.startswith("ndist[") and lib.endswith("]"):
         return NdistAdapter(rank, size, rendezvous, backend=lib[6:-1], timeout=timeout)
-    raise ValueError(f"library: expected mpi4py, torch or ndist[<backend>]; got {lib!r}")
+    raise ValueError(f"library: expected mpi4py, torch, torch:ndist or ndist[<backend>]; got {lib!r}")
 
 
 def library_versions(lib: str) -> dict:
@@ -325,11 +330,11 @@ def library_versions(lib: str) -> dict:
 
         out["mpi4py"] = mpi4py.__version__
         out["mpi"] = " ".join(MPI.Get_library_version().split("\n")[0].replace("Version:", "").split())
-    if lib == "torch":
+    if lib.startswith("torch"):
         import torch
 
         out["torch"] = torch.__version__
-    if lib.startswith("ndist"):
+    if lib.startswith("ndist") or lib == "torch:ndist":
         import ndist
 
         out["ndist"] = ndist.__version__

@@ -11,7 +11,9 @@ from ._ops import DTYPES, OPS, REDOPS, resolve_dtype
 __all__ = ["BenchConfig", "parse_size", "size_sweep", "build_parser", "parse_args", "LIBRARIES", "NDIST_BACKENDS"]
 
 # Comparators accepted by --compare, and the ndist backends accepted by --backend.
-LIBRARIES = ("mpi4py", "torch")
+# ``torch`` is torch.distributed on Gloo, ``torch:ndist`` torch.distributed on backend "ndist"
+# (ndist.torch): the same torch calls, so the pair shows what going through torch costs.
+LIBRARIES = ("mpi4py", "torch", "torch:ndist")
 NDIST_BACKENDS = ("socket", "mpi")
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -77,7 +79,7 @@ class BenchConfig:
 
     @property
     def libraries(self) -> tuple[str, ...]:
-        """Every run, as ``ndist[socket]``, ``ndist[mpi]``, ``mpi4py``, ``torch``."""
+        """Every run, as ``ndist[socket]``, ``ndist[mpi]``, ``mpi4py``, ``torch``, ``torch:ndist``."""
         return tuple(f"ndist[{b}]" for b in self.backends) + self.compare
 
 
@@ -122,12 +124,14 @@ examples:
   ndist-bench all_reduce -b 1K -e 16M --backend socket,mpi --compare mpi4py,torch \\
       --rounds 5 --markdown table.md --plot sweep.png
   ndist-bench all --backend none --compare mpi4py    the comparators only
+  ndist-bench all_reduce -b 4K -e 16M --compare torch,torch:ndist
+                                                     torch.distributed on Gloo and on backend "ndist"
 
 Columns as nccl-tests: time per iteration, algbw = size / time, busbw = algbw
 scaled by the op's traffic factor (all_reduce: 2(n-1)/n), #wrong = elements
 that failed the check. The ranks run on this machine only. The mpi backend and
 mpi4py need mpi4py and an mpiexec (the mpich wheel's, next to python, or on
-PATH); torch needs torch installed.
+PATH); torch and torch:ndist need torch installed.
 Exit status: 0; 1 when a result was wrong; 2 for bad arguments or a library
 that is not installed; 3 when a library failed or timed out. See
 docs/performance.md.
@@ -161,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", type=_list_arg("backend", NDIST_BACKENDS + ("none",)), default=("socket",),
                    help="ndist backend(s): socket, mpi, comma separated (default socket); 'none' runs only --compare")
     p.add_argument("--compare", type=_list_arg("compare", LIBRARIES), default=(),
-                   help="also run raw mpi4py (MPICH) and/or torch.distributed (Gloo), comma separated")
+                   help="also run raw mpi4py (MPICH), torch.distributed on Gloo (torch) and/or on backend "
+                        "\"ndist\" (torch:ndist), comma separated")
     p.add_argument("--rounds", type=_positive("rounds"), default=1,
                    help="measure each size this many times per library, interleaved (see --stat)")
     p.add_argument("--stat", choices=("median", "min"), default="median",

@@ -101,7 +101,9 @@ def format_table(rows: list[Row], title: str = "") -> str:
 
 
 def _subjects(libs: tuple[str, ...]) -> list[str]:
-    nd = [lib for lib in libs if lib.startswith("ndist")]
+    """ndist's runs, and torch on backend "ndist" (``torch:ndist``: it is compared with
+    Gloo; ndist's own runs are compared with it, which shows what torch's layer costs)."""
+    nd = [lib for lib in libs if lib.startswith("ndist") or lib == "torch:ndist"]
     return nd or list(libs[:1])
 
 
@@ -118,8 +120,8 @@ def ratio_rows(res: RunResult, op: str) -> list[dict]:
         entry = {"size": size}
         for s in subjects:
             for other in libs:
-                if other in subjects:  # ndist against the anchors, not against itself
-                    continue
+                if other in subjects and not (other == "torch:ndist" and s != other):
+                    continue  # ndist against the anchors (and torch:ndist), not against itself
                 a, b = by.get((s, size)), by.get((other, size))
                 if a is None or b is None:
                     continue

@@ -67,7 +67,7 @@ def check_available(libs) -> None:
             if find_mpiexec() is None:
                 raise ValueError(f"{lib}: needs mpiexec (the mpich wheel), found neither next to "
                                  f"{sys.executable} nor on PATH (pip install mpich)")
-        if lib == "torch" and importlib.util.find_spec("torch") is None:
+        if lib.startswith("torch") and importlib.util.find_spec("torch") is None:
             raise ValueError(f"compare: torch is not installed for {sys.executable} "
                              "(pip install torch, or leave it out of --compare)")
 

@@ -1,0 +1,21 @@
+"""ndist.torch: ndist's engines as a torch.distributed backend.
+
+``import ndist.torch`` registers backend ``"ndist"`` for CPU tensors, so a
+torch program (DDP included) runs its collectives on ndist with
+``torch.distributed.init_process_group("ndist")``; ``init_method="ndist://"``
+rendezvous through ndist's launcher detection (ndistrun, mpiexec, srun). See
+docs/torch.md.
+
+This is the only part of ndist that imports torch; ``import ndist`` never does.
+"""
+
+from ._backend import ENGINE_ENV, Options, create, register
+from ._group import BACKEND_NAME, ProcessGroupNdist
+from ._rendezvous import StoreForTorch
+from ._store import TorchStore
+from ._work import NdistWork, as_torch_error
+
+register()
+
+__all__ = ["BACKEND_NAME", "ENGINE_ENV", "Options", "ProcessGroupNdist", "TorchStore", "StoreForTorch", "NdistWork",
+           "as_torch_error", "create", "register"]

@@ -1,0 +1,105 @@
+"""The creator torch calls for backend ``"ndist"``, its options and the registration.
+
+``torch.distributed.init_process_group("ndist")`` (and ``new_group``) calls
+``create`` with torch's ``_DistributedBackendOptions`` (the group's store,
+rank, size, timeout, name and global ranks) and the ``pg_options`` the user
+passed. The job secret that authenticates ndist's data connections is agreed
+through that store: ``$NDIST_SECRET`` when set (ndistrun sets it), else the
+first rank's random one; it is as private as torch's store is.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as tdist
+
+from ..runtime import _net
+from ._group import BACKEND_NAME, ProcessGroupNdist
+from . import _rendezvous
+from ._store import TorchStore
+
+__all__ = ["Options", "create", "register", "ENGINE_ENV", "ENGINES"]
+
+#: picks the engine when no ``pg_options`` are given (``socket`` or ``mpi``)
+ENGINE_ENV = "NDIST_TORCH_ENGINE"
+ENGINES = ("socket", "mpi")
+_SECRET_KEY = "ndist/secret"
+
+_lock = threading.Lock()
+_secret: str | None = None
+
+
+@dataclass(frozen=True)
+class Options:
+    """``pg_options`` for backend ``"ndist"``.
+
+    ``engine``: ndist's backend underneath, ``"socket"`` (shared memory on one
+    host, TCP across hosts) or ``"mpi"`` (mpi4py; run under ``mpiexec``, with
+    torch's global ranks equal to ``MPI_COMM_WORLD``'s). ``None`` reads
+    ``$NDIST_TORCH_ENGINE``, default ``"socket"``. ``transport``: the socket
+    engine's ``"auto"`` / ``"tcp"`` / ``"shm"`` (``None``: ``$NDIST_TRANSPORT``).
+    """
+
+    engine: str | None = None
+    transport: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine is not None and self.engine not in ENGINES:
+            raise ValueError(f"engine: expected one of {list(ENGINES)}, got {self.engine!r}")
+        if self.transport is not None and self.transport not in ("auto", "tcp", "shm"):
+            raise ValueError(f"transport: expected 'auto', 'tcp' or 'shm', got {self.transport!r}")
+
+    def resolved_engine(self) -> str:
+        if self.engine is not None:
+            return self.engine
+        engine = os.environ.get(ENGINE_ENV, "socket").strip().lower() or "socket"
+        if engine not in ENGINES:
+            raise ValueError(f"{ENGINE_ENV}: expected one of {list(ENGINES)}, got {engine!r}")
+        return engine
+
+
+def use_secret(secret: str) -> None:
+    """The secret a rendezvous already agreed on (``ndist://``): proposed first."""
+    global _secret
+    with _lock:
+        _secret = secret
+
+
+def _agree_secret(store: TorchStore) -> None:
+    """Every member proposes its secret; the first one stored wins, on every rank."""
+    global _secret
+    with _lock:
+        mine = os.environ.get(_net.SECRET_ENV) or _secret or secrets.token_hex(16)
+        agreed = store.compare_set(_SECRET_KEY, "", mine).decode()
+        _net.set_job_secret(agreed)
+        _secret = agreed
+
+
+def create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupNdist:
+    """torch's creator for backend ``"ndist"`` (``extended_api=True``)."""
+    if pg_options is None:
+        pg_options = Options()
+    if not isinstance(pg_options, Options):
+        raise TypeError(f"pg_options: expected ndist.torch.Options or None, got {type(pg_options).__name__}")
+    engine = pg_options.resolved_engine()
+    store = TorchStore(dist_opts.store, dist_opts.timeout)
+    _agree_secret(store)
+    return ProcessGroupNdist(
+        store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout, str(dist_opts.group_id),
+        list(dist_opts.global_ranks_in_group), engine, pg_options,
+    )
+
+
+def register() -> None:
+    """Register backend ``"ndist"`` with torch.distributed for CPU tensors, and the
+    ``ndist://`` rendezvous (once)."""
+    with _lock:
+        if hasattr(tdist.Backend, BACKEND_NAME.upper()):
+            return
+        tdist.Backend.register_backend(BACKEND_NAME, create, extended_api=True, devices=["cpu"])
+        _rendezvous.register()

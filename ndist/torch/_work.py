@@ -1,0 +1,195 @@
+"""``NdistWork``: a torch ``Work`` over one or more ndist Works.
+
+torch (and DDP's C++ reducer) use a backend's Work through ``wait()``,
+``get_future()`` (a ``torch.futures.Future`` whose value is the op's output
+tensors), ``is_completed()``, ``is_success()``, ``exception()``,
+``result()`` and, for a receive from any rank, ``_source_rank()``.
+
+ndist's errors reach torch as torch's own types (``as_torch_error``), with
+ndist's message (which names the failed peer) and the ndist error as
+``__cause__``: a lost peer is ``torch.distributed.DistNetworkError``, a store
+failure ``DistStoreError``, every other failure ``DistBackendError``. Bad
+arguments stay ``ValueError`` / ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as tdist
+
+from ..runtime import DistError, DistNetworkError, DistStoreError
+
+__all__ = ["NdistWork", "as_torch_error"]
+
+
+def as_torch_error(exc: BaseException) -> BaseException:
+    """The exception torch code expects for ndist's ``exc`` (itself if it is not a DistError)."""
+    if not isinstance(exc, DistError) or isinstance(exc, tdist.DistError):
+        return exc
+    if isinstance(exc, DistNetworkError):
+        cls = tdist.DistNetworkError
+    elif isinstance(exc, DistStoreError):
+        cls = tdist.DistStoreError
+    else:
+        cls = tdist.DistBackendError
+    err = cls(f"{type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    for attr in ("rank", "host"):  # the lost peer, when ndist knows it
+        if hasattr(exc, attr):
+            try:
+                setattr(err, attr, getattr(exc, attr))
+            except AttributeError:
+                pass
+    return err
+
+
+class _Failed:
+    """The value a failed op's inner future completes with (see ``NdistWork``)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _unwrap(fut: torch.futures.Future):
+    value = fut.value()
+    if isinstance(value, _Failed):
+        raise value.error
+    return value
+
+
+def _seconds(timeout: Any) -> float | None:
+    """torch's timeouts: a timedelta (<= 0 or torch's "unset" mean none), or seconds."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        s = timeout.total_seconds()
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        s = float(timeout)
+    else:
+        raise TypeError(f"timeout: expected datetime.timedelta or None, got {type(timeout).__name__}")
+    return s if s > 0 else None
+
+
+class NdistWork(tdist.Work):
+    """One torch Work for the ndist ``works`` of a call; ``outputs`` is its result.
+
+    ``default_timeout`` (seconds) bounds ``wait()`` without a timeout, so a
+    wait never outlives the group timeout. ``source`` maps the receive's
+    sender (a group rank) for ``_source_rank()``.
+    """
+
+    def __init__(self, works: Sequence[Any], outputs: list, default_timeout: float, op: str,
+                 error: BaseException | None = None) -> None:
+        super().__init__()
+        self._works = list(works)
+        self._outputs = outputs
+        self._timeout = default_timeout
+        self._op = op
+        self._error: BaseException | None = None
+        self._done = False
+        # The future is made on the first get_future() (a blocking call never asks).
+        # torch.futures.Future.set_exception only stores the exception as the value, which
+        # C++ consumers (DDP's reducer) then read as tensors and crash on. A callback that
+        # raises marks a chained future failed in C++, so the error reaches them as one.
+        self._inner: torch.futures.Future | None = None
+        self._fut: torch.futures.Future | None = None
+        self._lock = threading.Lock()
+        self._left = len(self._works)
+        if error is not None:
+            self._finish(error)
+        elif not self._works:
+            self._finish(None)
+        else:
+            for w in self._works:
+                w.get_future().add_done_callback(self._one_done)
+
+    # ------------------------------------------------------------ completion
+    def _one_done(self, fut) -> None:
+        exc = fut.exception()
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if exc is not None or last:
+            self._finish(exc)
+
+    def _finish(self, exc: BaseException | None) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            if exc is not None:
+                self._error = as_torch_error(exc)
+            inner = self._inner
+        if inner is not None:  # outside the lock: torch runs the future's callbacks (DDP's) here
+            self._settle(inner)
+
+    def _settle(self, inner: torch.futures.Future) -> None:
+        inner.set_result(_Failed(self._error) if self._error is not None else self._outputs)
+
+    # -------------------------------------------------------------- torch API
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        seconds = _seconds(timeout)
+        limit = self._timeout if seconds is None else seconds
+        deadline = time.monotonic() + limit
+        for w in self._works:
+            try:
+                w.wait(max(deadline - time.monotonic(), 0.0))
+            except BaseException as exc:  # noqa: BLE001 - re-raised as torch's type
+                if w.is_completed():  # failed (not just late): settled now, not when the callback runs
+                    self._finish(exc)
+                err = self._error if self._error is not None else as_torch_error(exc)
+                if err is exc:
+                    raise
+                raise err from exc
+        self._finish(None)  # every work succeeded (the callbacks may not have run yet)
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        with self._lock:
+            fut = self._fut
+            if fut is not None:
+                return fut
+            inner = self._inner = torch.futures.Future()
+            fut = self._fut = inner.then(_unwrap)
+            done = self._done  # else _finish settles it
+        if done:
+            self._settle(inner)
+        return fut
+
+    def is_completed(self) -> bool:
+        return self._done
+
+    def is_success(self) -> bool:
+        return self._done and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self) -> list:
+        self.wait()
+        return list(self._outputs)
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def _source_rank(self) -> int:
+        """The group rank a receive from any rank got its message from."""
+        self.wait()
+        (source,) = self._works[0].result()
+        return int(source)
+
+    def source_rank(self) -> int:
+        return self._source_rank()
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._done else ("failed" if self._error is not None else "ok")
+        return f"<NdistWork {self._op} {state}>"

@@ -1,0 +1,59 @@
+"""ndist-bench's ``torch:ndist`` comparator: torch.distributed on backend "ndist",
+beside ``torch`` (Gloo). A real tiny sweep (nothing about speed) and the ratios."""
+
+import importlib.util
+
+import pytest
+
+from ndist.bench import Row, RunResult, main, parse_args
+from ndist.bench._report import ratio_rows
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def _table(out: str, lib: str, op: str) -> list[list[str]]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"# {op} -- {lib} --"))
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("# Avg bus bandwidth"):
+            return rows
+        if not line.startswith("#"):
+            rows.append(line.split())
+    raise AssertionError(f"no footer after the {lib} table:\n{out}")
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed")
+@pytest.mark.parametrize("op", ["all_reduce", "all_to_all", "all_gather", "reduce_scatter"])
+def test_tiny_sweep_through_torch_on_ndist_checks_out(op, capsys):
+    rc = main([op, "-b", "1K", "-e", "4K", "-n", "2", "-w", "1", "--nproc", "2", "-q",
+               "--backend", "none", "--compare", "torch:ndist"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = _table(out, "torch:ndist", op)
+    assert [int(r[0]) for r in rows] == [1024, 2048, 4096]
+    assert all(r[-1] == "0" for r in rows), rows  # every result checked and right
+    assert "#  torch:ndist" in out and "torch 2." in out and "ndist " in out  # versions in the header
+
+
+def _row(lib, size, time_us, busbw):
+    return Row(lib=lib, op="all_reduce", size=size, count=size // 4, type="float32", redop="sum", root=-1,
+               time_us=time_us, algbw=busbw, busbw=busbw, wrong=0, samples_us=[time_us])
+
+
+def test_ratios_compare_torch_on_ndist_with_gloo_and_ndist_with_torch_on_ndist():
+    cfg = parse_args(["all_reduce", "-b", "8", "-e", "8", "--compare", "torch,torch:ndist"])
+    assert cfg.libraries == ("ndist[socket]", "torch", "torch:ndist")
+    rows = [_row("ndist[socket]", 8, 9.0, 2.0), _row("torch", 8, 40.0, 0.5), _row("torch:ndist", 8, 10.0, 1.8)]
+    (r,) = ratio_rows(RunResult(config=cfg, rows=rows, ranks={}, versions={}, commands={}), "all_reduce")
+    assert set(r) == {"size", "ndist[socket]/torch", "ndist[socket]/torch:ndist", "torch:ndist/torch"}
+    assert r["torch:ndist/torch"] == {"busbw": pytest.approx(3.6), "time": 0.25}
+    assert r["ndist[socket]/torch:ndist"]["time"] == pytest.approx(0.9)  # torch's layer: 10 % here
+
+
+def test_compare_accepts_torch_ndist_and_rejects_unknown_backends():
+    assert parse_args(["all_reduce", "--backend", "none", "--compare", "torch:ndist"]).libraries == ("torch:ndist",)
+    with pytest.raises(SystemExit):
+        parse_args(["all_reduce", "--compare", "torch:nccl"])

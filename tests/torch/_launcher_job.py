@@ -1,0 +1,26 @@
+"""A torch program for tests/torch/test_launchers.py: joins through ``ndist://``,
+runs a DDP step, an all_reduce and an object collective, prints one line."""
+
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ndist.torch
+
+engine = sys.argv[1]
+torch.set_num_threads(1)
+if engine == "gloo":  # torch's own backend on the ndist:// store
+    dist.init_process_group("gloo", init_method="ndist://")
+else:
+    dist.init_process_group("ndist", init_method="ndist://", pg_options=ndist.torch.Options(engine=engine))
+rank, world = dist.get_rank(), dist.get_world_size()
+model = DDP(torch.nn.Linear(4, 2))
+model(torch.randn(3, 4)).sum().backward()
+t = torch.ones(3) * (rank + 1)
+dist.all_reduce(t)
+objs = [None] * world
+dist.all_gather_object(objs, rank)
+print(f"rank {rank}/{world} engine {engine} sum {t[0].item():g} objs {objs}", flush=True)
+dist.destroy_process_group()

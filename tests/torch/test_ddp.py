@@ -1,0 +1,76 @@
+"""DDP on backend "ndist": the same parameters as on Gloo after 5 SGD steps."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_helpers import run_torch  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
+
+
+def _train(rank, world_size, steps):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(100 + rank)  # different on every rank: DDP's initial broadcast must fix that
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+        torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4),
+    )
+    calls = _count_allreduce()
+    ddp = DDP(model, bucket_cap_mb=0.004)  # ~4 KB buckets: several per backward (from step 2)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(steps):
+        calls.clear()
+        x = torch.randn(8, 16, generator=gen)
+        y = torch.randn(8, 4, generator=gen)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()], len(calls)
+
+
+def _count_allreduce():
+    """The all-reduces DDP's reducer sends to backend "ndist" (one per bucket)."""
+    import torch.distributed as dist
+
+    from ndist.torch import ProcessGroupNdist
+
+    calls = []
+    if dist.get_backend() == "ndist":
+        original = ProcessGroupNdist.allreduce
+
+        def counted(self, tensors, opts=None):
+            calls.append(tensors[0].numel())
+            return original(self, tensors, opts)
+
+        ProcessGroupNdist.allreduce = counted
+    return calls
+
+
+def _params(tmp_path, backend, n):
+    return run_torch(_train, n, backend, tmp_path, args=(5,))
+
+
+def test_ddp_two_ranks_bitwise_equal_to_gloo(tmp_path):
+    ours = _params(tmp_path, "ndist", 2)
+    gloo = _params(tmp_path, "gloo", 2)
+    for rank in range(2):
+        assert len(ours[rank][0]) == 8
+        assert ours[rank][1] >= 3, ours[rank][1]  # several gradient buckets in the last step
+        for a, b in zip(ours[rank][0], gloo[rank][0]):
+            assert torch.equal(a, b), (a - b).abs().max()
+    for a, b in zip(ours[0][0], ours[1][0]):
+        assert torch.equal(a, b)
+
+
+def test_ddp_four_ranks_close_to_gloo_and_equal_across_ranks(tmp_path):
+    ours = _params(tmp_path, "ndist", 4)
+    gloo = _params(tmp_path, "gloo", 4)
+    for rank in range(4):
+        for a, b in zip(ours[rank][0], gloo[rank][0]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        for a, b in zip(ours[rank][0], ours[0][0]):
+            assert torch.equal(a, b)

@@ -1,0 +1,188 @@
+"""Failures on backend "ndist" reach the torch program as exceptions naming the
+peer: a rank SIGKILLed in the middle of DDP training, a bad argument."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_helpers import run_torch, shm_files  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+_DDP_KILL = """
+import json, os, signal, sys, threading, time
+from datetime import timedelta
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import ndist.torch
+from ndist.collectives.backends.socket._shm import job_prefix
+from ndist.runtime import _net
+
+rank, size, folder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+torch.set_num_threads(1)
+dist.init_process_group("ndist", init_method="file://" + os.path.join(folder, "store"), rank=rank,
+                        world_size=size, timeout=timedelta(seconds=GROUP_TIMEOUT))
+if rank == 0:
+    with open(os.path.join(folder, "prefix"), "w") as f:
+        f.write(job_prefix(_net.job_secret()))
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                            torch.nn.ReLU(), torch.nn.Linear(256, 8))
+ddp = DDP(model, bucket_cap_mb=0.1)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+x, y = torch.randn(32, 64), torch.randn(32, 8)
+for step in range(1000):
+    if rank == size - 1 and step == 20:
+        # die in the middle of a backward pass: while the reducer's all-reduces are in flight
+        def die():
+            time.sleep(0.002)
+            with open(os.path.join(folder, "killed"), "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        threading.Thread(target=die, daemon=True).start()
+    try:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    except Exception as err:
+        with open(os.path.join(folder, f"r{rank}.json"), "w") as f:
+            json.dump({"t": time.time(), "type": type(err).__name__, "msg": str(err), "step": step}, f)
+        sys.exit(3)
+"""
+
+GROUP_TIMEOUT = 60
+
+
+@pytest.mark.timeout(180)
+def test_sigkilled_rank_mid_ddp_fails_survivors_naming_it(tmp_path):
+    size = 3
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(_DDP_KILL).replace("GROUP_TIMEOUT", str(GROUP_TIMEOUT)))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(LOCAL_WORLD_SIZE=str(size), WORLD_SIZE=str(size))
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(size), str(tmp_path)],
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), start_new_session=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(size)]
+    try:
+        logs = [p.communicate(timeout=GROUP_TIMEOUT + 60)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    assert procs[-1].returncode == -signal.SIGKILL, logs[-1][-3000:]
+    killed = float((tmp_path / "killed").read_text())
+    for rank in range(size - 1):
+        assert procs[rank].returncode == 3, logs[rank][-3000:]
+        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        assert f"rank {size - 1}" in rec["msg"], rec
+        assert rec["t"] - killed < GROUP_TIMEOUT, rec
+    assert shm_files((tmp_path / "prefix").read_text()) == []
+
+
+def _bad_arguments(rank, n):
+    import torch
+    import torch.distributed as dist
+
+    errors = []
+    try:
+        dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 1, 1], [2, 2])  # splits of the wrong length
+    except (ValueError, RuntimeError) as err:
+        errors.append(str(err))
+    t = torch.ones(3)
+    dist.all_reduce(t)  # the group is still usable
+    return errors, t.tolist()
+
+
+def test_bad_arguments_raise_before_sending_and_the_group_stays_usable(tmp_path):
+    for errors, t in run_torch(_bad_arguments, 2, "ndist", tmp_path):
+        assert len(errors) == 1 and "split" in errors[0], errors
+        assert t == [2.0, 2.0, 2.0]
+
+
+def _mismatched_ddp(rank, n):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = torch.nn.Linear(4, 3 if rank == 0 else 5)  # rank 1's parameters have other shapes
+    try:
+        DDP(model)
+    except RuntimeError as err:
+        return str(err)
+    return None
+
+
+def test_ddp_shape_verification_goes_through_the_backend_and_names_the_ranks(tmp_path):
+    first, second = run_torch(_mismatched_ddp, 2, "ndist", tmp_path)
+    # rank 1 compares its shapes with rank 0's (gathered through the backend) and raises
+    assert "appears not to match" in second and "process 0" in second, second
+    # rank 0, whose shapes match what it gathered, goes on to DDP's initial broadcast and
+    # loses rank 1 there (or sees the mismatch too): either way an error that names rank 1
+    assert first is not None and ("rank 1" in first or "process 1" in first), first
+
+
+def _lost_peer(rank, n):
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()  # connects the pair
+    if rank == 1:
+        return None  # leaves: destroy_process_group closes its connections
+    t = torch.ones(4)
+    work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future()
+    out = {}
+    try:
+        work.wait()
+    except Exception as err:  # noqa: BLE001 - what torch code sees
+        out["wait"] = (type(err).__name__, isinstance(err, dist.DistError), str(err))
+    out["state"] = (work.is_completed(), work.is_success(), type(work.exception()).__name__)
+    try:
+        fut.wait()
+    except Exception as err:  # noqa: BLE001
+        out["future"] = (type(err).__name__, str(err))
+    ok = torch.ones(2)
+    try:
+        dist.all_reduce(ok)  # a blocking call on the broken group: raised, not hung
+    except Exception as err:  # noqa: BLE001
+        out["blocking"] = (type(err).__name__, str(err))
+    return out
+
+
+def test_a_lost_peer_fails_work_future_and_blocking_calls_as_torch_errors_naming_it(tmp_path):
+    out, _ = run_torch(_lost_peer, 2, "ndist", tmp_path, group_timeout=30)
+    name, is_dist_error, msg = out["wait"]
+    assert name == "DistNetworkError" and is_dist_error and "rank 1" in msg, out
+    assert out["state"] == (True, False, "DistNetworkError"), out
+    assert out["future"][0] == "RuntimeError" and "rank 1" in out["future"][1], out
+    assert "rank 1" in out["blocking"][1], out
+
+
+def _mismatch(rank, n):
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()
+    t = torch.ones(4 if rank == 0 else 8)  # the same op with different sizes
+    try:
+        dist.all_reduce(t)
+    except Exception as err:  # noqa: BLE001 - what torch code sees
+        return type(err).__name__, str(err)
+    return None
+
+
+def test_a_mismatched_collective_raises_on_every_rank_naming_the_other(tmp_path):
+    results = run_torch(_mismatch, 2, "ndist", tmp_path, group_timeout=30)
+    for rank, res in enumerate(results):
+        assert res is not None, results
+        name, msg = res
+        assert name == "DistBackendError" and f"rank {1 - rank}" in msg, results
