@@ -24,6 +24,7 @@ def _results(backend: str) -> dict:
 @pytest.mark.timeout(230)
 @pytest.mark.parametrize("case_id", IDS)
 @pytest.mark.parametrize("backend", ["socket", "mpi"])
+@pytest.mark.torch
 def test_interop(backend, case_id):
     pytest.importorskip("torch")
     reason = unavailable(backend)

@@ -50,6 +50,7 @@ def test_pickle_roundtrip():
     assert u.equal(t) and u.dtype is t.dtype
 
 
+@pytest.mark.torch
 def test_torch_interop_both_ways():
     torch = pytest.importorskip("torch")
     t = ndist.arange(4, dtype=ndist.float32)
@@ -66,6 +67,7 @@ def test_torch_interop_both_ways():
     assert ndist.float32 is ndist.tensor([1], dtype=torch.float32).dtype
 
 
+@pytest.mark.torch
 def test_torch_bfloat16_shares_memory():
     torch = pytest.importorskip("torch")
     pytest.importorskip("ml_dtypes")

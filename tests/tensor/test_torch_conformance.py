@@ -7,6 +7,7 @@ import pytest
 import ndist
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
          "complex64", "complex128"]
