@@ -120,6 +120,25 @@ class Call(NamedTuple):
     tag: int = 0
 
     # -------------------------------------------------------- what it moves
+    def totals(self) -> tuple[int, int]:
+        """``(count_in, count_out)``: elements this rank contributes and receives in all
+        (what the flight recorder keeps on every call: no per-peer lists)."""
+        op, out, inp = self.op, self.out, self.inp
+        if inp is None:
+            if op is Op.SCATTER or op is Op.REDUCE_SCATTER:
+                ins = self.inputs
+                return (0 if ins is None else sum(a.size for a in ins)), out.size
+            if out is None:
+                if op is Op.BARRIER:
+                    return 0, 0
+                outs, ins = self.outputs, self.inputs  # all_to_all
+                return sum(a.size for a in ins), sum(a.size for a in outs)
+            return out.size, out.size  # in place: all_reduce, reduce, broadcast, send, recv
+        if out is not None:
+            return inp.size, out.size  # the single-buffer forms
+        outs = self.outputs  # all_gather; gather (None off the root)
+        return inp.size, (0 if outs is None else sum(a.size for a in outs))
+
     def counts(self, size: int) -> tuple[int, int, list[int] | None, list[int] | None]:
         """``(count_in, count_out, ins, outs)``: elements this rank contributes and
         receives in all, and per peer (``ins[j]`` sent to / ``outs[j]`` received

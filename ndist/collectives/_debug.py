@@ -51,7 +51,7 @@ class _Slot:
 
     def as_dict(self) -> dict:
         return {
-            "seq": self.seq, "op": self.op, "device": self.device,
+            "seq": self.seq, "op": str(self.op), "device": self.device,
             "dtype": None if self.dtype is None else str(self.dtype),
             "count_in": self.count_in, "count_out": self.count_out, "root": self.root,
             "state": self.state, "time_issued": self.t_issued, "time_done": self.t_done,
@@ -90,8 +90,8 @@ class FlightRecorder:
         with self._lock:
             slot = self._slots[self._next]
             self._next = (self._next + 1) % self.size
-        count_in, count_out, _ins, _outs = call.counts(group_size)
-        slot.seq, slot.op, slot.device, slot.dtype = seq, call.op.value, call.device, call.dtype
+        count_in, count_out = call.totals()
+        slot.seq, slot.op, slot.device, slot.dtype = seq, call.op, call.device, call.dtype
         slot.count_in, slot.count_out, slot.root = count_in, count_out, call.root
         slot.state, slot.t_issued, slot.t_done, slot.error = "issued", time.time(), None, None
         return slot

@@ -75,6 +75,7 @@ def entry(rank=None, world_size=None, device="cpu") -> list:
         if rank < 2:
             e = dist.flight_recorder()[-1]
             out.append(["p2p", {k: e[k] for k in ("op", "dtype", "count_in", "count_out", "state")}])
+        dist.barrier()  # (delivery of a send before the sender exits is tests/reliability's subject)
     return out
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ....runtime import BackendContext, DistNetworkError, Work
 from ....runtime import _net
-from ..._backend import DONE, Call, CollectiveBackend
+from ..._backend import DONE, Call, CollectiveBackend, split_views
 from . import _cma
 from . import _frame as F
 from ._algorithms import CHUNK, Algorithms
@@ -186,7 +186,13 @@ class SocketBackend(CollectiveBackend):
                             blocking, [buf])
 
     def reduce_scatter(self, call: Call, *, blocking: bool = False) -> Work:
-        out, inputs, op, scale = call.out, call.inputs, call.redop, call.scale
+        return self._reduce_scatter(call.out, call.inputs, call.redop, call.scale, blocking)
+
+    def reduce_scatter_from(self, call: Call, *, blocking: bool = False) -> Work:
+        return self._reduce_scatter(call.out, split_views(call.inp, call.in_splits, self.size), call.redop,
+                                    call.scale, blocking)
+
+    def _reduce_scatter(self, out, inputs, op, scale, blocking: bool) -> Work:
         if self.size == 1:
             np.copyto(_u8(out), _u8(inputs[0]))
             finalize(out, op, scale, 1)
@@ -203,7 +209,13 @@ class SocketBackend(CollectiveBackend):
                             [buf])
 
     def all_gather(self, call: Call, *, blocking: bool = False) -> Work:
-        outputs, inp = call.outputs, call.inp
+        return self._all_gather(call.outputs, call.inp, blocking)
+
+    def all_gather_into(self, call: Call, *, blocking: bool = False) -> Work:
+        # natively too: per-rank views of ``out`` (no second record, no _replace)
+        return self._all_gather(split_views(call.out, call.out_splits, self.size), call.inp, blocking)
+
+    def _all_gather(self, outputs, inp, blocking: bool) -> Work:
         return self._submit("all_gather", inp, inp.size, None, lambda: self._alg.all_gather(outputs, inp),
                             blocking, outputs)
 
@@ -218,7 +230,14 @@ class SocketBackend(CollectiveBackend):
                             [out])
 
     def all_to_all(self, call: Call, *, blocking: bool = False) -> Work:
-        outputs, inputs = call.outputs, call.inputs
+        return self._all_to_all(call.outputs, call.inputs, blocking)
+
+    def all_to_all_single(self, call: Call, *, blocking: bool = False) -> Work:
+        n = self.size
+        return self._all_to_all(split_views(call.out, call.out_splits, n), split_views(call.inp, call.in_splits, n),
+                                blocking)
+
+    def _all_to_all(self, outputs, inputs, blocking: bool) -> Work:
         count = sum(a.size for a in inputs)
         return self._submit("all_to_all", inputs[0], count, None, lambda: self._alg.all_to_all(outputs, inputs),
                             blocking, outputs)
