@@ -209,7 +209,7 @@ class NcclBackend(CollectiveBackend):
                                                           f"{self.rank} of group {self.ctx.group_name!r}: {err}")
                     self._abort_comm(exc)
                     for work, _ in works:
-                        work._fail(exc)
+                        work.fail(exc)
                     self._watchdog.fail_all(exc)
                     raise exc from err
                 # Also when the block raised: what it issued was launched by groupEnd.

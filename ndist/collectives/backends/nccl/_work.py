@@ -67,10 +67,6 @@ class CudaWork(Work):
             self.fail(err)
         return True
 
-    def event_done(self) -> bool:
-        """Whether the GPU finished the work; False while its coalescing block is open."""
-        return self._event is not None and bool(self._event.done)
-
     def then(self, fn: Callable[[], None], op: str | None = None) -> Work:
         """Run ``fn`` now, stream-ordered, and return a Work that also covers it.
 
@@ -180,11 +176,11 @@ def settle_at_close(works, busy: bool, exc: BaseException) -> None:
     """
     for w in works:
         if w._event is None:
-            w._fail(exc)
+            w.fail(exc)
             settle_at_close([chained for _, chained in w._after or ()], busy, exc)
             w._after = None
         elif busy:
-            w._fail(exc)
+            w.fail(exc)
         else:
             w._poll()
 
