@@ -65,7 +65,7 @@ def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,
     rec = _debug.recorder_for(pg)
     p2p = call.op in P2P_OPS
     seq = rec.next_seq(call.device + ":p2p" if p2p else call.device)  # p2p numbered apart, as backends do
-    slot = rec.issue(seq, call, pg.size())
+    slot = rec.issue(seq, call)
     try:
         if rec.detail and not p2p:
             _debug.check_signature(pg, seq, call)

@@ -83,7 +83,7 @@ class FlightRecorder:
             self._seqs[device] = seq
             return seq
 
-    def issue(self, seq: int, call, group_size: int) -> _Slot | None:
+    def issue(self, seq: int, call) -> _Slot | None:
         """Record ``call`` (a ``Call``) as issued with sequence number ``seq``."""
         if not self.size:
             return None

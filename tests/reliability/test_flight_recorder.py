@@ -18,7 +18,7 @@ def test_ring_keeps_the_last_n_in_order_and_tracks_state():
     for i in range(1, 7):
         seq = rec.next_seq("cpu")
         call = Call(Op.ALL_REDUCE, "cpu", np.dtype("float32"), out=np.zeros(i, np.float32), redop=ReduceOp.SUM)
-        slots.append((rec.issue(seq, call, 4), seq))
+        slots.append((rec.issue(seq, call), seq))
     FlightRecorder.done(*slots[-1], None)
     FlightRecorder.done(*slots[-2], RuntimeError("boom"))
     FlightRecorder.done(*slots[0], None)  # reused slot: must not touch the newer entry
@@ -33,7 +33,7 @@ def test_ring_keeps_the_last_n_in_order_and_tracks_state():
 
 def test_size_zero_records_nothing():
     rec = FlightRecorder("g", 0, 0)
-    assert rec.issue(1, Call(Op.BARRIER, "cpu"), 1) is None
+    assert rec.issue(1, Call(Op.BARRIER, "cpu")) is None
     FlightRecorder.done(None, 1, None)
     assert rec.entries() == []
 
@@ -45,7 +45,7 @@ def test_recording_is_cheap():
     t0 = time.perf_counter()
     for _ in range(20000):
         seq = rec.next_seq("cpu")
-        FlightRecorder.done(rec.issue(seq, call, 2), seq, None)
+        FlightRecorder.done(rec.issue(seq, call), seq, None)
     per_op = (time.perf_counter() - t0) / 20000
     assert per_op < 50e-6, per_op  # a few microseconds; generous for a loaded machine
 
@@ -87,3 +87,23 @@ def test_public_reader_per_group_across_processes():
         assert world[-2]["count_in"] == 12 and world[-2]["dtype"] == "float32"
         assert all(e["state"] == "completed" for e in world)
         assert [(e["op"], e["root"], e["seq"], e["dtype"]) for e in sub] == [("broadcast", 1, 1, "int64")]
+
+
+def test_totals_agree_with_counts_for_every_op():
+    a, b, flat = np.zeros(3, np.int32), np.zeros(5, np.int32), np.zeros(8, np.int32)
+    dt = a.dtype
+    calls = [
+        Call(Op.ALL_REDUCE, "cpu", dt, out=a, redop=ReduceOp.SUM), Call(Op.REDUCE, "cpu", dt, out=a, root=0),
+        Call(Op.BROADCAST, "cpu", dt, out=a, root=1), Call(Op.SEND, "cpu", dt, out=a, root=1),
+        Call(Op.RECV, "cpu", dt, out=a), Call(Op.BARRIER, "cpu"),
+        Call(Op.REDUCE_SCATTER, "cpu", dt, out=a, inputs=[a, a]),
+        Call(Op.REDUCE_SCATTER_FROM, "cpu", dt, out=flat[:4], inp=flat),
+        Call(Op.ALL_GATHER, "cpu", dt, inp=a, outputs=[a, b]), Call(Op.ALL_GATHER_INTO, "cpu", dt, out=flat, inp=flat[:4]),
+        Call(Op.GATHER, "cpu", dt, inp=a, outputs=[a, a], root=0), Call(Op.GATHER, "cpu", dt, inp=a, root=0),
+        Call(Op.SCATTER, "cpu", dt, out=a, inputs=[a, a], root=0), Call(Op.SCATTER, "cpu", dt, out=a, root=0),
+        Call(Op.ALL_TO_ALL, "cpu", dt, outputs=[a, b], inputs=[b, a]),
+        Call(Op.ALL_TO_ALL_SINGLE, "cpu", dt, out=flat, inp=flat, out_splits=[3, 5], in_splits=[6, 2]),
+    ]
+    assert {c.op for c in calls} == set(Op)
+    for c in calls:
+        assert c.totals() == c.counts(2)[:2], c.op
