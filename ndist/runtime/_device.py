@@ -13,11 +13,10 @@ The chosen ordinal reaches a backend as ``BackendContext.device_index``.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
-from ..tensor import _cuda
-
-__all__ = ["parse_device_id", "backend_device_index"]
+__all__ = ["parse_device_id", "backend_device_index", "announce_local_rank"]
 
 
 def parse_device_id(value: Any) -> int | None:
@@ -50,8 +49,25 @@ def parse_device_id(value: Any) -> int | None:
 
 def backend_device_index(bound: int | None) -> int | None:
     """The ordinal a group's CUDA backend uses (None without a usable GPU: the backend decides)."""
+    from ..tensor import _cuda  # only for a CUDA backend: importing the tensor layer costs ~60 ms
+
     if not _cuda.is_available():
         return None
     if bound is not None:
         return _cuda.choose_device(bound, 0, True, None, _cuda.device_count())[0]
     return _cuda.current_device()  # the program's choice, else the launch default (LOCAL_RANK % count)
+
+
+def announce_local_rank(local_rank: int | None) -> None:
+    """Tell the CUDA layer the launch's local rank ('cuda' then means LOCAL_RANK % device_count()).
+
+    Only where CuPy is installed: without it there is no CUDA device to choose, and
+    ``import ndist.distributed`` / ``init_process_group`` stay clear of the tensor layer.
+    """
+    import sys
+
+    if "ndist.tensor._cuda" not in sys.modules and importlib.util.find_spec("cupy") is None:
+        return
+    from ..tensor import _cuda
+
+    _cuda.set_launch_local_rank(local_rank)

@@ -14,12 +14,11 @@ from datetime import timedelta
 from typing import Any, Sequence
 
 from . import _env, _log
-from ._device import parse_device_id
+from ._device import announce_local_rank, parse_device_id
 from ._group import ProcessGroup, parse_backend, require_available
 from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
 from .store import HashStore, PrefixStore, Store
-from ..tensor import _cuda
 
 __all__ = [
     "init_process_group",
@@ -213,7 +212,7 @@ def init_process_group(
             tuple(range(rdzv.world_size)), rdzv.rank, name, PrefixStore(name, job_store), backends, timeout, pg_options
         )
         pg.device_id = bound  # the CUDA backend's device (docs/gpu.md, runtime/_device.py)
-        _cuda.set_launch_local_rank(env.local_rank)  # 'cuda' on a launched rank: LOCAL_RANK % device_count()
+        announce_local_rank(env.local_rank)  # 'cuda' on a launched rank: LOCAL_RANK % device_count()
         _world.default = pg
         _world.groups = {name: pg}
         _world.group_count = 1

@@ -68,3 +68,12 @@ def test_star_import_keeps_builtins_and_stays_lazy():
             "print(sorted(m for m in ('ndist.distributed', 'ndist.launch', 'mpi4py') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_distributed_does_not_load_the_tensor_layer():
+    """``import ndist.distributed`` (and a CPU init) stays clear of the tensor layer and
+    ml_dtypes (~60 ms): a CPU program with NumPy arrays never needs them."""
+    code = ("import sys, ndist.distributed; "
+            "print(sorted(m for m in ('ndist.tensor', 'ml_dtypes', 'cupy', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr
