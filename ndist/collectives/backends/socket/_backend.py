@@ -106,7 +106,7 @@ class SocketBackend(Algorithms, Backend):
         self._closed = False
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
-        self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh)
+        self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
@@ -189,12 +189,17 @@ class SocketBackend(Algorithms, Backend):
 
     def _pending(self, work: Work):
         def describe() -> str:
-            if self._exec.current is work and self._eng is not None:
-                return self._eng.pending()
-            return "queued behind earlier operations on this group" if not work.is_completed() else "done"
+            if work.is_completed():
+                return "done"
+            if self._exec.current is work:
+                return self._eng.pending() if self._eng is not None else "connecting to the group's ranks"
+            n = self._exec.ahead(work)
+            if n:
+                return f"queued behind {n} earlier operation{'s' if n > 1 else ''} on this group"
+            return "starting; no earlier operation is pending on this group"
         return describe
 
-    def _submit(self, name: str, arr, count: int, root, body, blocking: bool, outputs=None) -> Work:
+    def _submit(self, name: str, arr, count: int, root, body, blocking: bool, outputs=None, redop=None) -> Work:
         with self._seq_lock:
             self._seq += 1
             seq = self._seq
@@ -203,7 +208,7 @@ class SocketBackend(Algorithms, Backend):
 
         def job():
             eng = self._eng or self._engine()
-            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank), self._timeout)
+            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop)), self._timeout)
             try:
                 body()
                 eng.finish()
@@ -257,7 +262,7 @@ class SocketBackend(Algorithms, Backend):
             finalize(buf, op, scale, 1)
             return _trivial("all_reduce", blocking, [buf])
         return self._submit("all_reduce", buf, buf.size, None,
-                            lambda: self._do_all_reduce(buf, op, scale), blocking, [buf])
+                            lambda: self._do_all_reduce(buf, op, scale), blocking, [buf], op)
 
     def reduce(self, buf, dst, op=ReduceOp.SUM, scale=None, *, blocking=False) -> Work:
         check_op(buf.dtype, op, scale)
@@ -268,7 +273,7 @@ class SocketBackend(Algorithms, Backend):
         if self.size == 1:
             finalize(buf, op, scale, 1)
             return _trivial("reduce", blocking, [buf])
-        return self._submit("reduce", buf, buf.size, dst, body, blocking, [buf])
+        return self._submit("reduce", buf, buf.size, dst, body, blocking, [buf], op)
 
     def reduce_scatter(self, out, inputs, op=ReduceOp.SUM, scale=None, *, blocking=False) -> Work:
         check_op(out.dtype, op, scale)
@@ -281,7 +286,7 @@ class SocketBackend(Algorithms, Backend):
             finalize(out, op, scale, 1)
             return _trivial("reduce_scatter", blocking, [out])
         return self._submit("reduce_scatter", out, out.size, None,
-                            lambda: self._do_reduce_scatter(out, inputs, op, scale), blocking, [out])
+                            lambda: self._do_reduce_scatter(out, inputs, op, scale), blocking, [out], op)
 
     # ------------------------------------------------------------ movement
     def broadcast(self, buf, src, *, blocking=False) -> Work:
@@ -358,6 +363,7 @@ class SocketBackend(Algorithms, Backend):
         if self._closed:
             return
         self._closed = True
+        self._p2p.flush()  # what this rank sent is read before its connections close
         ex = self._exec
         if self._eng is not None and not ex._busy and not ex._queue:
             # a peer may not have mapped our segment yet for the last op
