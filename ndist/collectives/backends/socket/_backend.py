@@ -196,7 +196,7 @@ class SocketBackend(Algorithms, Backend):
             n = self._exec.ahead(work)
             if n:
                 return f"queued behind {n} earlier operation{'s' if n > 1 else ''} on this group"
-            return "starting; no earlier operation is pending on this group"
+            return "starting (nothing is queued before it on this group)"
         return describe
 
     def _submit(self, name: str, arr, count: int, root, body, blocking: bool, outputs=None, redop=None) -> Work:
