@@ -92,7 +92,7 @@ def _destroy_loop(rank, size, source, pattern, runs):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("pattern,size", [("send_destroy", 2), ("objects", 2), ("batch", 3)])
+@pytest.mark.parametrize("pattern,size", [("send_destroy", 2), ("objects", 2), ("batch", 2), ("batch", 3)])
 def test_destroy_right_after_a_completed_send_delivers_it(pattern, size):
     res = run_ranks(_destroy_loop, size, args=(_PATTERNS, pattern, 40), init=False, timeout=200)
     assert res == [[]] * size, "\n".join(f"rank {r}: {f}" for r, fs in enumerate(res) for f in fs)
@@ -108,7 +108,8 @@ def _launch(job, pattern, then):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("pattern,then", [("isend", "exit"), ("objects", "destroy"), ("send_destroy", "exit")])
+@pytest.mark.parametrize("pattern,then", [("isend", "exit"), ("objects", "destroy"), ("send_destroy", "exit"),
+                                          ("batch", "destroy")])
 def test_a_sender_that_exits_right_after_sending_delivers_it(tmp_path, pattern, then):
     job = tmp_path / "job.py"
     job.write_text(textwrap.dedent(_JOB))

@@ -341,19 +341,21 @@ class P2P:
             self._fill(r, peer, data, h.dtype, h.count)  # copies, or fails the receive on a mismatch
 
     def _on_bye(self, st: _Stream) -> None:
+        """The peer is leaving. On its stream to us, the bye follows everything it sent
+        there: acknowledge, so it may close. Receives waiting on it fail only when its
+        streams end (it closes once every stream it sent on was acknowledged; it may
+        have two to us, one opened to send and one to watch us)."""
         st.bye_in = True
-        if st.outgoing:  # the peer is leaving; its messages to us come on its own stream
-            with self._lock:
-                self._leaving.add(st.peer)
+        with self._lock:
+            self._leaving.add(st.peer)
+        if st.outgoing:
             return
-        # the peer's last frame on its stream to us: all it sent us has been read
         if st.wlock.acquire(timeout=1.0):
             try:
                 _send_ctl(st.sock, F.pack(F.ACK, _OP_BYE, 0, 0, 0, self.ghash, 0, 0, -1, 0, 0),
                           time.monotonic() + 1.0)
             finally:
                 st.wlock.release()
-        self._left(st.peer)
 
     def _end(self, st: _Stream, err) -> None:
         """``st`` ended (end of stream, connection error, corrupt frame)."""
