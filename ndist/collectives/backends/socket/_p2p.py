@@ -102,6 +102,7 @@ class P2P:
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=f"ndist-p2p-{group_name}-{rank}", daemon=True)
         self._thread.start()
+        self._pid = os.getpid()
         _LIVE.add(self)
 
     def _host(self, peer) -> str:
@@ -576,6 +577,8 @@ _LIVE: "weakref.WeakSet[P2P]" = weakref.WeakSet()
 @atexit.register
 def _flush_at_exit() -> None:
     for p2p in list(_LIVE):
+        if p2p._pid != os.getpid():
+            continue  # a forked child's copy: its sockets are the parent's
         try:
             p2p.flush()
         except Exception as err:  # noqa: BLE001 - exiting: never raise from here
