@@ -9,6 +9,7 @@ group stays usable: nothing has been communicated when a check fails.
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -18,7 +19,7 @@ from ._reduce_op import ReduceOp, _PremulSum
 
 __all__ = [
     "check_bool", "tensor", "output", "tensor_list", "same_dtype", "same_device", "reduce_op",
-    "root_rank", "peer_rank", "split_sizes", "check_tag", "common",
+    "root_rank", "peer_rank", "split_sizes", "check_tag", "common", "dtype_ok",
 ]
 
 _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
@@ -36,11 +37,46 @@ def check_bool(name: str, value: Any) -> bool:
     return bool(value)
 
 
+#: NumPy's own (singleton) dtypes that every backend carries: the common case is one
+#: identity lookup. Others (bfloat16, float8, byte-swapped or exotic dtypes) go
+#: through ``dtype_ok``.
+_PLAIN = frozenset(id(np.dtype(t)) for t in (
+    np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+    np.float16, np.float32, np.float64, np.complex64, np.complex128))
+#: extension float types (ml_dtypes) that NumPy reports as kind "V"
+_EXT_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
+_NATIVE = "little-endian" if sys.byteorder == "little" else "big-endian"
+
+
+def dtype_ok(arr: Any, name: str):
+    """``arr`` when its dtype can be communicated; TypeError naming ``name`` otherwise.
+
+    Only bool, integer, floating-point and complex elements in native byte order
+    travel: strings, bytes, objects (pointers), datetimes, timedeltas and void /
+    structured types would reach the peers as raw bytes, and a byte-swapped
+    array would be read with the peers' byte order. torch has no such tensors,
+    so they are refused rather than converted (a copy the caller did not ask for).
+    """
+    dt = arr.dtype
+    if id(dt) in _PLAIN:
+        return arr
+    kind = dt.kind
+    if not (kind in "biufc" or (kind == "V" and dt.name in _EXT_FLOATS and dt.fields is None)):
+        raise TypeError(f"{name}: expected a tensor of a bool, integer, floating-point or complex dtype, "
+                        f"got dtype {dt}")
+    if not dt.isnative:
+        raise TypeError(f"{name}: expected native byte order ({_NATIVE}), got dtype {dt.str!r} "
+                        f"({'big-endian' if dt.byteorder == '>' else 'little-endian'}); convert it first: "
+                        f"arr.astype({dt.newbyteorder('=').str!r})")
+    return arr
+
+
 def tensor(obj: Any, name: str):
-    """The array behind a tensor argument (any strides)."""
-    if type(obj) is np.ndarray:
-        return obj
-    return as_array(obj, name)
+    """The array behind a tensor argument (any strides), of a dtype that can be sent."""
+    arr = obj if type(obj) is np.ndarray else as_array(obj, name)
+    if id(arr.dtype) not in _PLAIN:
+        dtype_ok(arr, name)
+    return arr
 
 
 def output(obj: Any, name: str):
@@ -48,6 +84,8 @@ def output(obj: Any, name: str):
         arr = obj
     else:
         arr = as_array(obj, name)
+    if id(arr.dtype) not in _PLAIN:
+        dtype_ok(arr, name)
     if isinstance(arr, np.ndarray) and not arr.flags.writeable:
         raise ValueError(f"{name}: expected a writable tensor, got a read-only array of shape {arr.shape}")
     return arr
@@ -61,10 +99,11 @@ def tensor_list(objs: Any, name: str, size: int | None, *, out: bool = False) ->
     if size is not None and len(objs) != size:
         raise ValueError(f"{name}: expected a list of {size} tensors (the group size), got {len(objs)}")
     if out:
-        # writable plain ndarrays pass as they are: no per-element name built
-        return [o if type(o) is np.ndarray and o.flags.writeable else output(o, f"{name}[{i}]")
-                for i, o in enumerate(objs)]
-    return [o if type(o) is np.ndarray else as_array(o, f"{name}[{i}]") for i, o in enumerate(objs)]
+        # writable plain ndarrays of common dtypes pass as they are: no per-element name built
+        return [o if type(o) is np.ndarray and o.flags.writeable and id(o.dtype) in _PLAIN
+                else output(o, f"{name}[{i}]") for i, o in enumerate(objs)]
+    return [o if type(o) is np.ndarray and id(o.dtype) in _PLAIN else tensor(o, f"{name}[{i}]")
+            for i, o in enumerate(objs)]
 
 
 def common(arrays: Sequence[Any], name_of: Callable[[int], str]) -> str:

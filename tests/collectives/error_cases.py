@@ -326,6 +326,54 @@ def _(d, r, n):
     d.init_process_group(d.get_backend())
 
 
+_NUMERIC = r"expected a tensor of a bool, integer, floating-point or complex dtype, got dtype "
+
+
+@bad("dtype-unicode", TypeError, r"tensor: " + _NUMERIC + r"<U3")
+def _(d, r, n):
+    d.all_reduce(np.array(["abc", "def"]))
+
+
+@bad("dtype-object", TypeError, r"tensor: " + _NUMERIC + r"object")
+def _(d, r, n):
+    d.broadcast(np.array([1, None], dtype=object), src=0)
+
+
+@bad("dtype-datetime", TypeError, r"tensor: " + _NUMERIC + r"datetime64\[s\]")
+def _(d, r, n):
+    d.all_gather([Z(2, "M8[s]"), Z(2, "M8[s]")], Z(2, "M8[s]"))
+
+
+@bad("dtype-timedelta-send", TypeError, r"tensor: " + _NUMERIC + r"timedelta64\[ms\]")
+def _(d, r, n):
+    d.send(Z(2, "m8[ms]"), dst=1 - r)
+
+
+@bad("dtype-void-recv", TypeError, r"tensor: " + _NUMERIC + r"\|V8")
+def _(d, r, n):
+    d.recv(Z(2, "V8"), src=1 - r)
+
+
+@bad("dtype-structured-list", TypeError, r"output_tensor_list\[1\]: " + _NUMERIC + r"\[\('a', '<f4'\)\]")
+def _(d, r, n):
+    d.all_to_all([Z(1, np.float32), Z(1, [("a", "<f4")])], [Z(1, np.float32), Z(1, np.float32)])
+
+
+@bad("dtype-bytes-batch", TypeError, r"p2p_op_list\[0\].tensor: " + _NUMERIC + r"\|S2")
+def _(d, r, n):
+    d.batch_isend_irecv([d.P2POp(d.isend, np.array([b"ab"]), 1 - r)])
+
+
+@bad("big-endian-broadcast", TypeError, r"tensor: expected native byte order \(little-endian\), got dtype '>f8' \(big-endian\); convert it first: arr.astype\('<f8'\)")
+def _(d, r, n):
+    d.broadcast(np.zeros(2, ">f8"), src=0)
+
+
+@bad("big-endian-in-list", TypeError, r"tensor_list\[1\]: expected native byte order \(little-endian\), got dtype '>i4'")
+def _(d, r, n):
+    d.all_gather([Z(2, np.int32), np.zeros(2, ">i4")], Z(2, np.int32))
+
+
 def run_cases(dist) -> dict:
     """``{case_id: None or what went wrong}``, on this rank."""
     rank, size = dist.get_rank(), dist.get_world_size()

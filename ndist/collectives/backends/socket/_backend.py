@@ -96,7 +96,7 @@ class SocketBackend(CollectiveBackend):
         self._closed = False
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
-        self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh)
+        self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
@@ -122,12 +122,17 @@ class SocketBackend(CollectiveBackend):
 
     def _pending(self, work: Work):
         def describe() -> str:
-            if self._exec.current is work and self._eng is not None:
-                return self._eng.pending()
-            return "queued behind earlier operations on this group" if not work.is_completed() else "done"
+            if work.is_completed():
+                return "done"
+            if self._exec.current is work:
+                return self._eng.pending() if self._eng is not None else "connecting to the group's ranks"
+            n = self._exec.ahead(work)
+            if n:
+                return f"queued behind {n} earlier operation{'s' if n > 1 else ''} on this group"
+            return "starting (nothing is queued before it on this group)"
         return describe
 
-    def _submit(self, name: str, arr, count: int, root, body, blocking: bool, outputs=None) -> Work:
+    def _submit(self, name: str, arr, count: int, root, body, blocking: bool, outputs=None, redop=None) -> Work:
         with self._seq_lock:
             self._seq += 1
             seq = self._seq
@@ -136,7 +141,7 @@ class SocketBackend(CollectiveBackend):
 
         def job():
             eng = self._eng or self._engine()
-            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank), self._timeout)
+            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop)), self._timeout)
             try:
                 body()
                 eng.finish()
@@ -175,7 +180,7 @@ class SocketBackend(CollectiveBackend):
             finalize(buf, op, scale, 1)
             return _trivial("all_reduce", blocking, [buf])
         return self._submit("all_reduce", buf, buf.size, None,
-                            lambda: self._alg.all_reduce(buf, op, scale), blocking, [buf])
+                            lambda: self._alg.all_reduce(buf, op, scale), blocking, [buf], op)
 
     def reduce(self, call: Call, *, blocking: bool = False) -> Work:
         buf, op, scale, dst = call.out, call.redop, call.scale, call.root
@@ -183,7 +188,7 @@ class SocketBackend(CollectiveBackend):
             finalize(buf, op, scale, 1)
             return _trivial("reduce", blocking, [buf])
         return self._submit("reduce", buf, buf.size, dst, lambda: self._alg.direct_reduce(buf, op, scale, root=dst),
-                            blocking, [buf])
+                            blocking, [buf], op)
 
     def reduce_scatter(self, call: Call, *, blocking: bool = False) -> Work:
         return self._reduce_scatter(call.out, call.inputs, call.redop, call.scale, blocking)
@@ -198,7 +203,7 @@ class SocketBackend(CollectiveBackend):
             finalize(out, op, scale, 1)
             return _trivial("reduce_scatter", blocking, [out])
         return self._submit("reduce_scatter", out, out.size, None,
-                            lambda: self._alg.reduce_scatter(out, inputs, op, scale), blocking, [out])
+                            lambda: self._alg.reduce_scatter(out, inputs, op, scale), blocking, [out], op)
 
     # ------------------------------------------------------------ movement
     def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
@@ -269,6 +274,7 @@ class SocketBackend(CollectiveBackend):
         if self._closed:
             return
         self._closed = True
+        self._p2p.flush()  # what this rank sent is read before its connections close
         ex = self._exec
         if self._eng is not None and not ex._busy and not ex._queue:
             # a peer may not have mapped our segment yet for the last op

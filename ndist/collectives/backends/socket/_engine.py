@@ -72,9 +72,9 @@ def wait_warning_from_env() -> float:
 
 
 class OpInfo:
-    __slots__ = ("name", "code", "dtype", "count", "root", "seq", "rank")
+    __slots__ = ("name", "code", "dtype", "count", "root", "seq", "rank", "redop")
 
-    def __init__(self, name, dtype_code, count, root, seq, rank):
+    def __init__(self, name, dtype_code, count, root, seq, rank, redop=0):
         self.name = name
         self.code = F.op_code(name)
         self.dtype = dtype_code
@@ -82,10 +82,11 @@ class OpInfo:
         self.root = root
         self.seq = seq
         self.rank = rank
+        self.redop = redop  # F.redop_code of a reduction's op: every frame carries it
 
     @property
     def desc(self) -> str:
-        return F.describe(self.rank, self.code, self.dtype, self.count, self.seq, self.root)
+        return F.describe(self.rank, self.code, self.dtype, self.count, self.seq, self.root, self.redop)
 
 
 class Expect:
@@ -167,7 +168,7 @@ class Engine:
         op = self.op
         gen = self.own_seg.gen if flags & F.F_SHM else 0
         return F.pack(kind, op.code, op.dtype, step, flags, self.ghash, gen, op.seq, op.root, op.count,
-                      nbytes, offset)
+                      nbytes, offset, op.redop)
 
     def send(self, peer, step, data: np.ndarray | None = None, shm_offset: int | None = None,
              nbytes: int = 0) -> None:
@@ -507,23 +508,23 @@ class Engine:
                 return
             raise DistMismatchError(
                 f"collective mismatch in group {self.group_name!r}: {op.desc}; "
-                f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)} "
+                f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root, h.redop)} "
                 f"(rank {conn.peer} did not take part in #{cur})")
         # same op number: must be what we expect
         bad = (h.op != op.code or h.dtype != op.dtype or (h.op in _ROOTED and h.root != op.root)
-               or (h.op in _EXACT_COUNT and h.count != op.count) or h.kind != exp.kind)
+               or (h.op in _EXACT_COUNT and h.count != op.count) or h.kind != exp.kind or h.redop != op.redop)
         if not bad and exp.nbytes >= 0 and h.nbytes != exp.nbytes:
             if not h.flags:
                 conn.drain = h.nbytes
             raise DistMismatchError(
                 f"collective mismatch in group {self.group_name!r}: {op.desc} expects {exp.nbytes} bytes "
-                f"from rank {conn.peer}; {F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)} sends "
+                f"from rank {conn.peer}; {F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root, h.redop)} sends "
                 f"{h.nbytes} bytes")
         if bad or h.step != exp.step:
             if not h.flags and h.kind == F.DATA:
                 conn.drain = h.nbytes
             raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; "
-                                    f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root)}")
+                                    f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root, h.redop)}")
         if h.flags & F.F_CMA:
             pid = self.cma_pids.get(conn.peer)
             if pid is None:

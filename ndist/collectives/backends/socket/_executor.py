@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 
 from ....runtime import DistBackendError, Work
@@ -98,6 +99,27 @@ class Executor:
                     self._busy = False
                     self.current = None
                     self._cond.notify_all()
+
+    def ahead(self, work: Work) -> int | None:
+        """How many operations run or wait before ``work`` (None: it is not queued)."""
+        with self._lock:
+            for i, (queued, _) in enumerate(self._queue):
+                if queued is work:
+                    return i + (1 if self._busy else 0)
+        return None
+
+    def drain(self, deadline: float) -> bool:
+        """Wait until every queued job has run (or ``deadline``, a ``time.monotonic()``
+        value, passed); True when idle."""
+        with self._cond:
+            while self._busy or self._queue:
+                if self._closed:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))  # (an inline job does not notify)
+            return not (self._busy or self._queue)
 
     def close(self, reason: str) -> None:
         with self._cond:

@@ -2,15 +2,17 @@
 
 Every message on a data connection starts with one fixed 56-byte header::
 
-    magic u16 | kind u8 | op u8 | dtype u8 | step u8 | flags u8 | pad u8
+    magic u16 | kind u8 | op u8 | dtype u8 | step u8 | flags u8 | redop u8
     group u32 | shm_gen u32 | seq u64 | root i64 | count u64 | nbytes u64 | offset u64
 
 ``kind`` is DATA (a collective's payload, inline or as a reference into the
 sender's shared-memory segment when ``flags & SHM``, or the address of the
 sender's own buffer, to read with ``process_vm_readv``, when ``flags & CMA``),
 ACK (the receiver is done reading the sender's segment), ABORT (the sender failed this op; a short JSON
-reason follows) or P2P (a send; ``root`` is the tag). ``count`` is the element
-count of the sender's call, used only to describe it in a mismatch error.
+reason follows) or P2P (a send, ``root`` is the tag; or with op ``bye`` the
+sender's last frame on that stream, see ``_p2p``). ``count`` is the element
+count of the sender's call; ``redop`` the reduce op of a reduction (0 for other
+ops), so ranks that reduce with different ops fail instead of mixing them.
 Every field is checked by ``unpack`` before anything is allocated for it.
 """
 
@@ -25,7 +27,7 @@ import numpy as np
 __all__ = [
     "HEADER", "HDR_SIZE", "DATA", "ACK", "ABORT", "P2P", "F_SHM", "F_CMA", "OPS", "op_code",
     "dtype_code", "dtype_name", "Header", "pack", "unpack", "FrameError", "MAX_NBYTES",
-    "MAX_ABORT", "describe", "pack_abort", "unpack_abort", "group_hash",
+    "MAX_ABORT", "describe", "pack_abort", "unpack_abort", "group_hash", "REDOPS", "redop_code",
 ]
 
 HEADER = struct.Struct("<HBBBBBBIIQqQQQ")
@@ -44,8 +46,12 @@ MAX_NBYTES = 1 << 40
 MAX_ABORT = 1 << 16
 
 OPS = ("", "all_reduce", "reduce", "reduce_scatter", "broadcast", "all_gather", "gather",
-       "scatter", "all_to_all", "barrier", "send")
+       "scatter", "all_to_all", "barrier", "send", "bye")
 _OP_CODES = {name: i for i, name in enumerate(OPS)}
+
+#: reduce op codes (by ``ReduceOp.name``); fixed, as they travel between processes
+REDOPS = ("", "SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR", "PREMUL_SUM")
+_REDOP_CODES = {name: i for i, name in enumerate(REDOPS)}
 
 # Fixed table: codes must agree between processes, so never use dtype.num
 # (extension dtypes such as bfloat16 get process-dependent numbers).
@@ -72,10 +78,16 @@ class Header(NamedTuple):
     count: int
     nbytes: int
     offset: int
+    redop: int = 0
 
 
 def op_code(name: str) -> int:
     return _OP_CODES[name]
+
+
+def redop_code(op) -> int:
+    """The code of a ``ReduceOp`` (0 for None: not a reduction)."""
+    return 0 if op is None else _REDOP_CODES[op.name]
 
 
 _dtype_cache: dict = {}
@@ -98,13 +110,14 @@ def group_hash(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-def pack(kind, op, dtype, step, flags, group, shm_gen, seq, root, count, nbytes, offset=0) -> bytes:
-    return HEADER.pack(_MAGIC, kind, op, dtype, step, flags, 0, group, shm_gen, seq, root, count, nbytes, offset)
+def pack(kind, op, dtype, step, flags, group, shm_gen, seq, root, count, nbytes, offset=0, redop=0) -> bytes:
+    return HEADER.pack(_MAGIC, kind, op, dtype, step, flags, redop, group, shm_gen, seq, root, count, nbytes,
+                       offset)
 
 
 def unpack(raw) -> Header:
     """Parse and bounds-check one header (raises ``FrameError``)."""
-    magic, kind, op, dt, step, flags, _pad, group, gen, seq, root, count, nbytes, offset = HEADER.unpack(raw)
+    magic, kind, op, dt, step, flags, redop, group, gen, seq, root, count, nbytes, offset = HEADER.unpack(raw)
     if magic != _MAGIC:
         raise FrameError(f"bad frame magic {magic:#06x}")
     if kind not in _KINDS:
@@ -113,6 +126,8 @@ def unpack(raw) -> Header:
         raise FrameError(f"bad op code {op}")
     if dt >= len(_DTYPES):
         raise FrameError(f"bad dtype code {dt}")
+    if redop >= len(REDOPS):
+        raise FrameError(f"bad reduce op code {redop}")
     if flags & ~(F_SHM | F_CMA) or flags == F_SHM | F_CMA or (flags == F_CMA and kind != DATA):
         raise FrameError(f"bad frame flags {flags:#x}")
     if nbytes > MAX_NBYTES or (offset > MAX_NBYTES and flags != F_CMA) or count > MAX_NBYTES:
@@ -121,13 +136,17 @@ def unpack(raw) -> Header:
         raise FrameError(f"abort reason of {nbytes} bytes is above the limit {MAX_ABORT}")
     if kind in (ACK, ABORT) and flags:
         raise FrameError("ACK/ABORT frames carry no shared-memory reference")
-    return Header(kind, op, dt, step, flags, group, gen, seq, root, count, nbytes, offset)
+    return Header(kind, op, dt, step, flags, group, gen, seq, root, count, nbytes, offset, redop)
 
 
-def describe(rank: int, op: int, dtype: int, count: int, seq: int, root: int | None = None) -> str:
-    """``"rank 1: all_gather float32[4] #17"`` (root shown for rooted ops)."""
+def describe(rank: int, op: int, dtype: int, count: int, seq: int, root: int | None = None,
+             redop: int = 0) -> str:
+    """``"rank 1: all_gather float32[4] #17"`` (root shown for rooted ops, the reduce
+    op for reductions: ``"rank 0: reduce float64[3] SUM root=0 #4"``)."""
     name = OPS[op] if 0 <= op < len(OPS) else f"op#{op}"
     text = f"rank {rank}: {name} {dtype_name(dtype)}[{count}]"
+    if redop:
+        text += f" {REDOPS[redop] if 0 <= redop < len(REDOPS) else f'redop#{redop}'}"
     if root is not None and name in ("reduce", "broadcast", "gather", "scatter"):
         text += f" root={root}"
     return f"{text} #{seq}"

@@ -6,27 +6,59 @@ overtake each other). One reader thread per backend drains every incoming
 stream as soon as data arrives: into the buffer of a matching posted receive
 (zero copy), else into an unexpected-message buffer that a later ``recv``
 copies from. The sender therefore never waits for the receiver to post, and
-``isend``/``irecv`` may be issued in any order on either side.
+``isend``/``irecv`` may be issued in any order on either side. A receive
+checks the dtype and element count the sender's frame names, as collectives
+check each other's frames: a mismatch fails the receive (DistMismatchError
+naming the sender) and writes nothing into its buffer.
+
+Delivery. A send that returned (or whose Work completed) is delivered even
+if the sender then destroys the group or exits: before its connections
+close (``flush``: backend close, and interpreter exit for backends still
+open), a rank lets its queued sends go out, writes a ``bye`` frame on every
+point-to-point stream and waits, up to the group timeout, until each peer it
+has a stream to confirms (ACK) that it read everything before the bye. A
+peer's end of stream after its bye is a departure, not a failure: receives
+waiting on that peer fail with DistNetworkError saying it left.
+
+Failure. An end of stream without a bye, or a connection error, is a lost
+peer: the group's point-to-point traffic is broken. Every posted receive
+fails with DistNetworkError naming the lost rank and its host, later sends
+and receives fail with it too, and the rank tells every peer it has a stream
+to (ABORT of kind ``lost``, after any message it sent them) which does the
+same once: a survivor waiting on a live rank fails at once, not at the
+group timeout.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import selectors
 import socket
 import threading
 import time
+import weakref
 
 import numpy as np
 
 from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError, Work
 from ....runtime import _net
 from . import _frame as F
+from ._p2p_stream import Stream as _Stream
+from ._p2p_stream import recv_payload as _recv_payload
+from ._p2p_stream import send_ctl as _send_ctl
+from ._tcp import P2P_CH
 
 __all__ = ["P2P"]
 
 log = logging.getLogger("ndist.collectives.socket")
+
+_OP_SEND = F.op_code("send")
+_OP_BYE = F.op_code("bye")
+#: a relayed notice is written within this long (a peer that does not read in that
+#: time learns of the loss by other means: its own streams, or its timeout)
+_RELAY_S = 5.0
 
 
 class _Recv:
@@ -40,20 +72,29 @@ class _Recv:
 
 
 class P2P:
-    def __init__(self, rank: int, size: int, group_name: str, timeout: float, mesh_ref) -> None:
+    def __init__(self, rank: int, size: int, group_name: str, timeout: float, mesh_ref, executor=None) -> None:
         self.rank = rank
         self.size = size
         self.group_name = group_name
         self.ghash = F.group_hash(group_name)
         self.timeout = timeout
         self._mesh = mesh_ref  # callable returning the Mesh
+        self._executor = executor  # where sends queue (drained before the byes)
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._posted: list[_Recv] = []
-        self._unexpected: list[tuple[int, int, np.ndarray]] = []
-        self._dead: dict[int, DistNetworkError] = {}
-        self._new: list[tuple[int, socket.socket]] = []
-        self._send_locks: dict[int, threading.Lock] = {}
-        self._socks: list[socket.socket] = []
+        self._unexpected: list[tuple[int, int, np.ndarray, int, int]] = []  # src, tag, data, dtype, count
+        self._streams: dict[int, _Stream] = {}  # id(sock) -> stream
+        self._new: list[_Stream] = []
+        self._dead: dict[int, DistNetworkError] = {}  # peers lost (died)
+        self._gone: dict[int, DistNetworkError] = {}  # peers that left the group (bye, then end)
+        self._leaving: set[int] = set()  # peers that said bye on some stream
+        self._broken: DistNetworkError | None = None
+        self._acks: set[int] = set()  # outgoing streams whose ACK of our bye is awaited
+        self._dialing: set[int] = set()  # peers being dialled to watch them
+        self._flushing = False  # leaving: queued sends still go out
+        self._byes = False  # leaving, no more sends: every stream gets a bye, new ones at once
+        self._left_group = False  # flushed: streams now end because this rank closes them
         self._rd, self._wr = os.pipe()
         os.set_blocking(self._wr, False)
         self._sel = selectors.DefaultSelector()
@@ -61,102 +102,182 @@ class P2P:
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=f"ndist-p2p-{group_name}-{rank}", daemon=True)
         self._thread.start()
+        self._pid = os.getpid()
+        _LIVE.add(self)
+
+    def _host(self, peer) -> str:
+        try:
+            return self._mesh().host_of(peer)
+        except Exception:  # noqa: BLE001 - the mesh is not built yet, or gone
+            return "?"
 
     # ------------------------------------------------------------- sending
     def send(self, buf: np.ndarray, dst: int, tag: int) -> None:
         data = buf.reshape(-1).view(np.uint8)
         if dst == self.rank:
-            self._deliver_local(data, tag)
+            self._deliver_local(buf, data, tag)
             return
-        mesh = self._mesh()
-        sock = mesh.p2p_socket(dst, time.monotonic() + self.timeout)
-        self._watch(dst, sock)
-        hdr = F.pack(F.P2P, F.op_code("send"), F.dtype_code(buf.dtype), 0, 0, self.ghash, 0, 0, tag,
-                     buf.size, data.nbytes)
-        lock = self._send_locks.setdefault(dst, threading.Lock())
-        with lock:
+        err = self._dead.get(dst) or self._broken or self._gone.get(dst)
+        if err is not None:
+            raise err
+        try:
+            sock = self._mesh().p2p_socket(dst, time.monotonic() + self.timeout)
+        except DistTimeoutError:
+            raise
+        except Exception as err:  # noqa: BLE001 - refused, reset, failed handshake: unreachable
+            raise self._unreachable(dst, err) from None
+        st = self._watch(dst, sock, True)
+        hdr = F.pack(F.P2P, _OP_SEND, F.dtype_code(buf.dtype), 0, 0, self.ghash, 0, 0, tag, buf.size, data.nbytes)
+        with st.wlock:
             try:
                 _net.send_all(sock, hdr, data)
             except OSError as err:
-                raise DistNetworkError(
-                    f"group {self.group_name!r}: send to rank {dst} ({mesh.host_of(dst)}) failed: {err}",
-                    rank=dst, host=mesh.host_of(dst)) from None
+                raise self._unreachable(dst, err) from None
 
-    def _deliver_local(self, data, tag) -> None:
+    def _deliver_local(self, buf, data, tag) -> None:
+        dcode = F.dtype_code(buf.dtype)
         with self._lock:
             for i, r in enumerate(self._posted):
                 if r.matches(self.rank, tag):
                     del self._posted[i]
                     break
             else:
-                self._unexpected.append((self.rank, tag, data.copy()))
+                self._unexpected.append((self.rank, tag, data.copy(), dcode, buf.size))
                 return
-        self._fill(r, self.rank, data)
+        self._fill(r, self.rank, data, dcode, buf.size)
 
-    def _fill(self, r: _Recv, src: int, data) -> None:
-        dst = r.buf.reshape(-1).view(np.uint8)
-        if dst.nbytes != len(data):
-            r.work._fail(DistMismatchError(
-                f"group {self.group_name!r}: recv on rank {self.rank} (tag {r.tag}) expects {dst.nbytes} bytes; "
-                f"rank {src} sent {len(data)} bytes"))
+    def _mismatch(self, r: _Recv, src: int, dcode: int, count: int, nbytes: int) -> DistMismatchError | None:
+        buf = r.buf
+        if buf.nbytes == nbytes and buf.size == count and F.dtype_code(buf.dtype) == dcode:
+            return None
+        return DistMismatchError(
+            f"group {self.group_name!r}: recv on rank {self.rank} from "
+            f"{'any rank' if r.src is None else f'rank {r.src}'} (tag {r.tag}) expects "
+            f"{F.dtype_name(F.dtype_code(buf.dtype))}[{buf.size}] ({buf.nbytes} bytes); rank {src} sent "
+            f"{F.dtype_name(dcode)}[{count}] ({nbytes} bytes; host {self._host(src)})")
+
+    def _fill(self, r: _Recv, src: int, data: np.ndarray, dcode: int, count: int) -> None:
+        bad = self._mismatch(r, src, dcode, count, data.nbytes)
+        if bad is not None:
+            r.work._fail(bad)
             return
-        np.copyto(dst, np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data)
+        np.copyto(r.buf.reshape(-1).view(np.uint8), data)
         r.work._outputs = [src]
         r.work._complete()
 
     # ------------------------------------------------------------- receiving
     def post(self, buf: np.ndarray, src: int | None, tag: int, work: Work) -> None:
-        if src is not None and src != self.rank and src in self._dead:
-            work._fail(self._dead[src])
-            return
+        err = None
         with self._lock:
-            for i, (s, t, data) in enumerate(self._unexpected):
+            for i, (s, t, data, dcode, count) in enumerate(self._unexpected):
                 if (src is None or src == s) and t == tag:
                     del self._unexpected[i]
                     break
             else:
-                self._posted.append(_Recv(buf, src, tag, work, time.monotonic() + self.timeout))
                 data = None
+                # what arrived before a failure is still delivered (above); nothing more will
+                err = (None if src is None else self._dead.get(src)) or self._broken or (
+                    None if src is None else self._gone.get(src))
+                if err is None:
+                    self._posted.append(_Recv(buf, src, tag, work, time.monotonic() + self.timeout))
         if data is not None:
-            self._fill(_Recv(buf, src, tag, work, 0), s, data)
+            self._fill(_Recv(buf, src, tag, work, 0), s, data, dcode, count)
             return
-        # watch the peers we wait on, so that their death fails this receive
-        mesh = self._mesh()
+        if err is not None:
+            work._fail(err)
+            return
+        # watch the peers we wait on, so that their death fails this receive: a peer
+        # we have no stream with yet is dialled, in the background (the receive may
+        # complete meanwhile, and a peer that sends and leaves closes its listener)
         for p in ([src] if src is not None else range(self.size)):
-            if p != self.rank and not mesh.has_p2p(p):
+            if p != self.rank and self._needs_watch(p):
+                with self._lock:
+                    if p in self._dialing:
+                        continue
+                    self._dialing.add(p)
+                threading.Thread(target=self._dial, args=(p,), daemon=True,
+                                 name=f"ndist-p2p-watch-{self.group_name}-{self.rank}").start()
+
+    def _needs_watch(self, peer: int) -> bool:
+        """No stream shows ``peer``'s end yet (and it has not left or died)."""
+        with self._lock:
+            if peer in self._leaving or peer in self._dead or self._closed:
+                return False
+            return not any(st.peer == peer and not st.ended for st in self._streams.values())
+
+    def _dial(self, peer: int) -> None:
+        """Open a stream to ``peer`` only to see its end. Short attempts, outside the
+        mesh's lock (sends to other peers never wait on this), given up as soon as
+        no receive waits on ``peer`` any more or it has left."""
+        end = time.monotonic() + self.timeout
+        err = None
+        try:
+            while self._waits_on(peer) and self._needs_watch(peer):
+                now = time.monotonic()
+                if now >= end:
+                    self._unreachable(peer, err)
+                    return
                 try:
-                    self._watch(p, mesh.p2p_socket(p, time.monotonic() + self.timeout))
-                except Exception as err:  # noqa: BLE001 - reported through the receive
-                    self._peer_lost(p, err)
+                    mesh = self._mesh()
+                    sock = mesh._connect(peer, P2P_CH, min(end, now + 1.0))
+                except DistTimeoutError as e:  # the peer never published its address
+                    if not self._closed and self._waits_on(peer):
+                        self._unreachable(peer, e)
+                    return
+                except Exception as e:  # noqa: BLE001 - refused, reset: retried until the deadline
+                    err = e
+                    continue
+                with mesh._p2p_lock:  # our sends to it may use it too (one ordered stream)
+                    mesh._p2p_out.setdefault(peer, sock)
+                self._watch(peer, sock, True)
+                return
+        finally:
+            with self._lock:
+                self._dialing.discard(peer)
+
+    def _waits_on(self, peer: int) -> bool:
+        with self._lock:
+            return not self._closed and any(r.src == peer or r.src is None for r in self._posted)
 
     def incoming(self, peer: int, sock: socket.socket) -> None:
         """Called by the listener for a peer's new point-to-point connection."""
-        self._watch(peer, sock)
+        self._watch(peer, sock, False)
 
-    def _watch(self, peer, sock) -> None:
+    def _watch(self, peer: int, sock: socket.socket, outgoing: bool) -> _Stream:
         with self._lock:
-            if any(s is sock for s in self._socks):
-                return
-            self._socks.append(sock)
-            self._new.append((peer, sock))
+            st = self._streams.get(id(sock))
+            if st is not None and st.sock is sock:
+                return st
+            st = _Stream(peer, sock, outgoing)
+            closed = self._closed
+            if not closed:
+                self._streams[id(sock)] = st
+                self._new.append(st)
+            # a stream made while this rank is leaving: a peer's (it carries no data of
+            # ours), or after the last send a dial to watch a peer
+            late = self._byes or (self._flushing and not outgoing)
+        if closed:  # too late to read it: the peer sees this rank leave
+            self._say_bye(st, time.monotonic() + 1.0)
+            sock.close()
+            return st
+        if late:  # a peer connected while this rank is leaving: tell it at once
+            self._say_bye(st, time.monotonic() + 1.0)
         try:
             os.write(self._wr, b"x")
         except OSError:
             pass
+        return st
 
     # ------------------------------------------------------------- reader
     def _loop(self) -> None:
-        watched = set()
         while not self._closed:
             with self._lock:
                 new, self._new = self._new, []
-            for peer, sock in new:
-                if id(sock) not in watched:
-                    watched.add(id(sock))
-                    try:
-                        self._sel.register(sock, selectors.EVENT_READ, peer)
-                    except (ValueError, KeyError, OSError):
-                        pass
+            for st in new:
+                try:
+                    self._sel.register(st.sock, selectors.EVENT_READ, st)
+                except (ValueError, KeyError, OSError) as err:
+                    self._end(st, err)
             try:
                 events = self._sel.select(timeout=0.5)
             except OSError:
@@ -169,24 +290,30 @@ class P2P:
                         pass
                     continue
                 try:
-                    self._read_frame(key.data, key.fileobj)
-                except Exception as err:  # noqa: BLE001 - OSError, FrameError, MemoryError: the stream is lost
-                    try:
-                        self._sel.unregister(key.fileobj)
-                    except (KeyError, ValueError):
-                        pass
-                    try:
-                        key.fileobj.shutdown(socket.SHUT_RDWR)  # a corrupt stream is not read again
-                    except OSError:
-                        pass
-                    if not self._closed:
-                        self._peer_lost(key.data, err)
+                    self._read_frame(key.data)
+                except Exception as err:  # noqa: BLE001 - OSError, FrameError, MemoryError: the stream ended
+                    self._end(key.data, err)
             self._expire()
 
-    def _read_frame(self, peer: int, sock: socket.socket) -> None:
+    def _read_frame(self, st: _Stream) -> None:
+        sock, peer = st.sock, st.peer
         h = F.unpack(_net.recv_exact(sock, F.HDR_SIZE))
-        if h.kind != F.P2P or h.group != self.ghash:
-            raise F.FrameError(f"unexpected frame kind {h.kind} on a point-to-point stream")
+        if h.group != self.ghash:
+            raise F.FrameError(f"frame of another group (hash {h.group:#x}) on a point-to-point stream")
+        if h.kind == F.P2P and h.op == _OP_SEND and not st.outgoing and not st.bye_in:
+            self._read_message(peer, sock, h)
+        elif h.kind == F.P2P and h.op == _OP_BYE:
+            self._on_bye(st)
+        elif h.kind == F.ACK and h.op == _OP_BYE and st.outgoing:
+            with self._cond:
+                self._acks.discard(id(st))
+                self._cond.notify_all()
+        elif h.kind == F.ABORT:
+            self._on_notice(st, F.unpack_abort(_net.recv_exact(sock, h.nbytes)))
+        else:
+            raise F.FrameError(f"unexpected frame (kind {h.kind}, op {h.op}) on a point-to-point stream")
+
+    def _read_message(self, peer: int, sock: socket.socket, h) -> None:
         with self._lock:
             for i, r in enumerate(self._posted):
                 if r.matches(peer, h.root):
@@ -194,7 +321,7 @@ class P2P:
                     break
             else:
                 r = None
-        if r is not None and r.buf.nbytes == h.nbytes:
+        if r is not None and self._mismatch(r, peer, h.dtype, h.count, h.nbytes) is None:
             if h.nbytes:
                 _net.recv_into_exact(sock, memoryview(r.buf.reshape(-1).view(np.uint8)))
             r.work._outputs = [peer]
@@ -210,22 +337,149 @@ class P2P:
                         break
                 else:
                     r = None
-                    self._unexpected.append((peer, h.root, data))
+                    self._unexpected.append((peer, h.root, data, h.dtype, h.count))
         if r is not None:
-            self._fill(r, peer, data)  # copies, or fails the receive on a size mismatch
+            self._fill(r, peer, data, h.dtype, h.count)  # copies, or fails the receive on a mismatch
 
-    def _peer_lost(self, peer: int, err) -> None:
-        mesh = self._mesh()
-        host = mesh.host_of(peer)
-        exc = err if isinstance(err, DistNetworkError) else DistNetworkError(
+    def _on_bye(self, st: _Stream) -> None:
+        """The peer is leaving. On its stream to us, the bye follows everything it sent
+        there: acknowledge, so it may close. Receives waiting on it fail only when its
+        streams end (it closes once every stream it sent on was acknowledged; it may
+        have two to us, one opened to send and one to watch us)."""
+        st.bye_in = True
+        with self._lock:
+            self._leaving.add(st.peer)
+        if st.outgoing:
+            return
+        if st.wlock.acquire(timeout=1.0):
+            try:
+                _send_ctl(st.sock, F.pack(F.ACK, _OP_BYE, 0, 0, 0, self.ghash, 0, 0, -1, 0, 0),
+                          time.monotonic() + 1.0)
+            finally:
+                st.wlock.release()
+
+    def _end(self, st: _Stream, err) -> None:
+        """``st`` ended (end of stream, connection error, corrupt frame)."""
+        try:
+            self._sel.unregister(st.sock)
+        except (KeyError, ValueError):
+            pass
+        try:
+            st.sock.shutdown(socket.SHUT_RDWR)  # a corrupt stream is not read again
+        except OSError:
+            pass
+        with self._cond:
+            st.ended = True
+            self._acks.discard(id(st))
+            self._cond.notify_all()
+        if self._closed or self._left_group:
+            return  # (this rank's own close ends its streams)
+        log.debug("rank %d: %s stream with rank %d ended (bye %s): %s", self.rank,
+                  "outgoing" if st.outgoing else "incoming", st.peer, st.bye_in, err)
+        if st.bye_in or st.peer in self._leaving:
+            self._left(st.peer)  # (a peer that said bye on one stream is leaving: all its streams end)
+        else:
+            self._peer_lost(st.peer, err)
+
+    # ------------------------------------------------------------- departures and failures
+    def _left(self, peer: int) -> None:
+        """``peer`` left the group (destroy or exit) and will send nothing more."""
+        host = self._host(peer)
+        with self._lock:
+            self._leaving.add(peer)
+            self._gone.setdefault(peer, DistNetworkError(
+                f"group {self.group_name!r}: rank {peer} ({host}) has left the group "
+                f"(destroy_process_group() or exit)", rank=peer, host=host))
+            failed = [r for r in self._posted if r.src == peer]
+            self._posted = [r for r in self._posted if r.src != peer]
+        for r in failed:
+            r.work._fail(DistNetworkError(
+                f"group {self.group_name!r}: recv on rank {self.rank} from rank {peer} (tag {r.tag}): rank "
+                f"{peer} ({host}) left the group (destroy_process_group() or exit) without sending a matching "
+                f"message", rank=peer, host=host))
+
+    def _unreachable(self, peer: int, err) -> DistNetworkError:
+        """A send to, or a connection with, ``peer`` failed: it left, or it is lost."""
+        with self._lock:
+            gone = self._gone.get(peer) or (peer in self._leaving or None)
+        if gone is not None:
+            host = self._host(peer)
+            return gone if gone is not True else DistNetworkError(
+                f"group {self.group_name!r}: rank {peer} ({host}) has left the group "
+                f"(destroy_process_group() or exit): {err}", rank=peer, host=host)
+        return self._peer_lost(peer, err)
+
+    def _peer_lost(self, peer: int, err) -> DistNetworkError:
+        host = self._host(peer)
+        exc = err if isinstance(err, DistNetworkError) and err.rank == peer else DistNetworkError(
             f"group {self.group_name!r}: lost point-to-point connection to rank {peer} ({host}): "
             f"{err or 'connection closed'}", rank=peer, host=host)
-        self._dead[peer] = exc
         with self._lock:
-            failed = [r for r in self._posted if r.src == peer or r.src is None]
-            self._posted = [r for r in self._posted if not (r.src == peer or r.src is None)]
+            exc = self._dead.setdefault(peer, exc)
+            first = self._broken is None
+            if first:
+                self._broken = exc
+            failed, self._posted = self._posted, []
         for r in failed:
             r.work._fail(exc)
+        if first:
+            self._relay(exc, skip={peer})
+        return exc
+
+    def _on_notice(self, st: _Stream, info: dict) -> None:
+        """A peer tells us the group lost a rank: fail everything pending, tell ours."""
+        if info.get("kind") != "lost":
+            return
+        dead, host = info.get("rank"), info.get("host")
+        if not isinstance(dead, int) or not 0 <= dead < self.size:
+            dead = None
+        host = host if isinstance(host, str) else None
+        exc = DistNetworkError(
+            f"group {self.group_name!r}: rank {dead} ({host}) is lost; rank {st.peer} ({self._host(st.peer)}) "
+            f"reported: {info.get('msg')}", rank=dead, host=host)
+        with self._lock:
+            first = self._broken is None
+            if not first:
+                return
+            self._broken = exc
+            if dead is not None:
+                self._dead.setdefault(dead, exc)
+            failed, self._posted = self._posted, []
+        for r in failed:
+            r.work._fail(exc)
+        self._relay(exc, skip={st.peer, dead})
+
+    def _relay(self, exc: DistNetworkError, skip: set) -> None:
+        """Tell each live peer this rank has a stream to that the group lost
+        ``exc.rank``: on our own stream to it when there is one (after the messages
+        we sent it), else on its stream to us. Never blocks the caller."""
+        if self._closed:
+            return
+        msg = str(exc)
+        msg = msg.split(": ", 1)[1] if msg.startswith("group ") else msg
+        body = F.pack_abort("lost", msg, exc.rank, exc.host)
+        frame = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, 0, -1, 0, len(body)) + body
+        with self._lock:
+            targets: dict[int, _Stream] = {}
+            for st in self._streams.values():
+                if st.ended or st.peer in skip or st.peer in self._dead or st.peer in self._gone:
+                    continue
+                if st.peer not in targets or (st.outgoing and not targets[st.peer].outgoing):
+                    targets[st.peer] = st
+        if not targets:
+            return
+
+        def tell() -> None:
+            deadline = time.monotonic() + _RELAY_S
+            for st in targets.values():
+                if st.wlock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    try:
+                        _send_ctl(st.sock, frame, deadline)
+                    finally:
+                        st.wlock.release()
+            log.debug("rank %d told ranks %s that rank %s is lost", self.rank, sorted(targets), exc.rank)
+
+        threading.Thread(target=tell, name=f"ndist-p2p-relay-{self.group_name}-{self.rank}", daemon=True).start()
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -238,8 +492,57 @@ class P2P:
                 f"{'any rank' if r.src is None else f'rank {r.src}'} (tag {r.tag}) did not complete "
                 f"within {self.timeout:g} s"))
 
+    # ------------------------------------------------------------- leaving
+    def _say_bye(self, st: _Stream, deadline: float) -> bool:
+        """Write our bye on ``st`` once; True when it is written (now or before)."""
+        if not st.wlock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return False
+        try:
+            if not st.bye_out and not st.ended:
+                st.bye_out = True
+                st.bye_ok = _send_ctl(st.sock, F.pack(F.P2P, _OP_BYE, 0, 0, 0, self.ghash, 0, 0, -1, 0, 0),
+                                      deadline)
+            return st.bye_ok
+        finally:
+            st.wlock.release()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Before this rank's streams close: let queued sends go out, say bye on
+        every stream and wait (up to ``timeout``, default the group timeout) until
+        each peer we send to confirmed it read everything. True when all did."""
+        with self._lock:
+            if self._flushing or self._closed:
+                return True
+            self._flushing = True
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        if self._executor is not None and not self._executor.drain(deadline):
+            log.warning("group %r rank %d: leaving with point-to-point sends still queued", self.group_name,
+                        self.rank)
+        with self._lock:
+            self._byes = True
+            streams = [st for st in self._streams.values() if not st.ended]
+            self._acks = {id(st) for st in streams if st.outgoing}
+        for st in streams:
+            if not self._say_bye(st, deadline) and st.outgoing:
+                with self._lock:
+                    self._acks.discard(id(st))
+        with self._cond:
+            while self._acks and self._thread.is_alive():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.5))
+            missing = sorted(st.peer for st in streams if id(st) in self._acks)
+        self._left_group = True
+        if missing:
+            log.warning("group %r rank %d: leaving before ranks %s confirmed they read its point-to-point "
+                        "messages (%g s)", self.group_name, self.rank, missing, self.timeout)
+        return not missing
+
     def close(self) -> None:
-        self._closed = True
+        with self._lock:
+            self._closed = True
+        _LIVE.discard(self)
         try:
             os.write(self._wr, b"x")
         except OSError:
@@ -248,16 +551,17 @@ class P2P:
             self._thread.join(timeout=2.0)
         with self._lock:
             pending, self._posted = self._posted, []
+            streams = list(self._streams.values())
         for r in pending:
             r.work._fail(DistNetworkError(f"group {self.group_name!r}: backend closed before the receive "
                                           f"completed", rank=r.src))
         self._sel.close()
-        for sock in self._socks:
+        for st in streams:
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                st.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            sock.close()
+            st.sock.close()
         for fd in (self._rd, self._wr):
             try:
                 os.close(fd)
@@ -265,28 +569,17 @@ class P2P:
                 pass
 
 
-#: an unmatched payload is buffered in pieces of at most this many bytes, so memory
-#: follows the bytes that actually arrive, not the length a header announces.
-_PIECE = 64 << 20
+#: backends still open: the interpreter's exit flushes them (a rank need not
+#: call destroy_process_group, as in torch)
+_LIVE: "weakref.WeakSet[P2P]" = weakref.WeakSet()
 
 
-def _recv_payload(sock: socket.socket, nbytes: int) -> np.ndarray:
-    """Read an ``nbytes`` payload nobody posted a buffer for.
-
-    Up to ``_PIECE`` it is one buffer; above, pieces are allocated as bytes
-    arrive (a corrupt or forged header announcing a terabyte costs nothing
-    until the bytes come, and a peer that closes early is a connection error).
-    """
-    if nbytes <= _PIECE:
-        data = np.empty(nbytes, dtype=np.uint8)
-        if nbytes:
-            _net.recv_into_exact(sock, memoryview(data))
-        return data
-    pieces, left = [], nbytes
-    while left:
-        piece = np.empty(min(left, _PIECE), dtype=np.uint8)
-        _net.recv_into_exact(sock, memoryview(piece))
-        pieces.append(piece)
-        left -= piece.nbytes
-    return np.concatenate(pieces)
-
+@atexit.register
+def _flush_at_exit() -> None:
+    for p2p in list(_LIVE):
+        if p2p._pid != os.getpid():
+            continue  # a forked child's copy: its sockets are the parent's
+        try:
+            p2p.flush()
+        except Exception as err:  # noqa: BLE001 - exiting: never raise from here
+            log.debug("flushing point-to-point streams at exit failed: %s", err)
