@@ -215,18 +215,6 @@ class Work:
     def synchronize(self) -> None:
         self.wait()
 
-    # Transitional names, kept while other branches still call them.
-    _complete = complete
-    _fail = fail
-
-    @property
-    def _outputs(self) -> Any:
-        return self.outputs
-
-    @_outputs.setter
-    def _outputs(self, value: Any) -> None:
-        self.outputs = value
-
     def __repr__(self) -> str:
         state = ("pending", "ok", "failed")[self._state]
         return f"<Work {self.op} #{self.seq} {state}>"

@@ -137,7 +137,7 @@ def test_synchronize_waits_for_the_event_and_raises_its_error(comm):
 
 def test_wait_without_timeout_reraises_a_known_failure(comm):
     w, _ = _work(comm)
-    w._fail(DistBackendError("aborted"))
+    w.fail(DistBackendError("aborted"))
     with pytest.raises(DistBackendError, match="aborted"):
         w.wait()
 
@@ -163,9 +163,9 @@ def test_future_made_before_or_after_completion_resolves(comm):
     assert late.get_future().result(timeout=5) == ["b"]
 
     failed, _ = _work(comm)
-    failed._fail(DistBackendError("x"))
+    failed.fail(DistBackendError("x"))
     assert isinstance(failed.get_future().exception(timeout=5), DistBackendError)
-    failed._complete()  # completes once: the failure stays
+    failed.complete()  # completes once: the failure stays
     assert not failed.is_success()
 
 
@@ -193,7 +193,7 @@ def test_a_work_without_event_counts_as_unfinished(comm):
     assert unfinished([done]) is False
     assert unfinished([done, _unlaunched(comm)]) is True  # no AttributeError on the missing event
     failed = _unlaunched(comm)
-    failed._fail(DistBackendError("x"))
+    failed.fail(DistBackendError("x"))
     assert unfinished([failed]) is False
 
 

@@ -35,7 +35,7 @@ def test_wait_timeout_names_op_seq_and_pending():
 
 def test_completion_from_another_thread_wakes_waiter():
     w = Work("barrier", 0)
-    threading.Timer(0.05, w._complete).start()
+    threading.Timer(0.05, w.complete).start()
     assert w.wait(timeout=5)
 
 
@@ -44,12 +44,12 @@ def test_then_runs_after_completion_and_propagates_errors():
     w = Work("gather", 1)
     chained = w.then(lambda: ran.append(1))
     assert not chained.is_completed()
-    w._complete()
+    w.complete()
     assert chained.wait(1) and ran == [1]
 
     w2 = Work("gather", 2)
     c2 = w2.then(lambda: 1 / 0)
-    w2._complete()
+    w2.complete()
     with pytest.raises(ZeroDivisionError):
         c2.wait(1)
 
@@ -79,8 +79,8 @@ def test_hash_store_semantics():
 def test_then_carries_outputs_known_only_at_completion():
     w = Work("recv", 4)
     chained = w.then(lambda: None)
-    w._outputs = [3]  # a backend learns recv's source when the message arrives
-    w._complete()
+    w.outputs = [3]  # a backend learns recv's source when the message arrives
+    w.complete()
     assert chained.result() == [3]
 
 

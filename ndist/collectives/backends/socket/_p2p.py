@@ -159,11 +159,11 @@ class P2P:
     def _fill(self, r: _Recv, src: int, data: np.ndarray, dcode: int, count: int) -> None:
         bad = self._mismatch(r, src, dcode, count, data.nbytes)
         if bad is not None:
-            r.work._fail(bad)
+            r.work.fail(bad)
             return
         np.copyto(r.buf.reshape(-1).view(np.uint8), data)
-        r.work._outputs = [src]
-        r.work._complete()
+        r.work.outputs = [src]
+        r.work.complete()
 
     # ------------------------------------------------------------- receiving
     def post(self, buf: np.ndarray, src: int | None, tag: int, work: Work) -> None:
@@ -184,7 +184,7 @@ class P2P:
             self._fill(_Recv(buf, src, tag, work, 0), s, data, dcode, count)
             return
         if err is not None:
-            work._fail(err)
+            work.fail(err)
             return
         # watch the peers we wait on, so that their death fails this receive: a peer
         # we have no stream with yet is dialled, in the background (the receive may
@@ -324,8 +324,8 @@ class P2P:
         if r is not None and self._mismatch(r, peer, h.dtype, h.count, h.nbytes) is None:
             if h.nbytes:
                 _net.recv_into_exact(sock, memoryview(r.buf.reshape(-1).view(np.uint8)))
-            r.work._outputs = [peer]
-            r.work._complete()
+            r.work.outputs = [peer]
+            r.work.complete()
             return
         data = _recv_payload(sock, h.nbytes)
         if r is None:
@@ -393,7 +393,7 @@ class P2P:
             failed = [r for r in self._posted if r.src == peer]
             self._posted = [r for r in self._posted if r.src != peer]
         for r in failed:
-            r.work._fail(DistNetworkError(
+            r.work.fail(DistNetworkError(
                 f"group {self.group_name!r}: recv on rank {self.rank} from rank {peer} (tag {r.tag}): rank "
                 f"{peer} ({host}) left the group (destroy_process_group() or exit) without sending a matching "
                 f"message", rank=peer, host=host))
@@ -421,7 +421,7 @@ class P2P:
                 self._broken = exc
             failed, self._posted = self._posted, []
         for r in failed:
-            r.work._fail(exc)
+            r.work.fail(exc)
         if first:
             self._relay(exc, skip={peer})
         return exc
@@ -446,7 +446,7 @@ class P2P:
                 self._dead.setdefault(dead, exc)
             failed, self._posted = self._posted, []
         for r in failed:
-            r.work._fail(exc)
+            r.work.fail(exc)
         self._relay(exc, skip={st.peer, dead})
 
     def _relay(self, exc: DistNetworkError, skip: set) -> None:
@@ -487,7 +487,7 @@ class P2P:
             late = [r for r in self._posted if r.deadline <= now]
             self._posted = [r for r in self._posted if r.deadline > now]
         for r in late:
-            r.work._fail(DistTimeoutError(
+            r.work.fail(DistTimeoutError(
                 f"group {self.group_name!r}: recv on rank {self.rank} from "
                 f"{'any rank' if r.src is None else f'rank {r.src}'} (tag {r.tag}) did not complete "
                 f"within {self.timeout:g} s"))
@@ -553,7 +553,7 @@ class P2P:
             pending, self._posted = self._posted, []
             streams = list(self._streams.values())
         for r in pending:
-            r.work._fail(DistNetworkError(f"group {self.group_name!r}: backend closed before the receive "
+            r.work.fail(DistNetworkError(f"group {self.group_name!r}: backend closed before the receive "
                                           f"completed", rank=r.src))
         self._sel.close()
         for st in streams:
