@@ -83,5 +83,8 @@ def test_fifty_slow_clients_per_listener_do_not_stall_p2p_or_new_groups(transpor
     for r in res:
         assert r["ok"] and r["z"] == [2.0] * 4, r
         assert r["connected"] >= 100, r  # TCP listener and store at least; Unix too with auto
-        assert r["p2p_s"] < 1.0, res
-        assert r["group_s"] < 1.0, res
+        # Alone this takes ~10 ms; a stall (one client holding the listener) took the whole
+        # 40 s run timeout. The bound leaves room for a loaded 2-core CI machine, where the
+        # receiver's background watch connection (1 s per attempt) can need a second try.
+        assert r["p2p_s"] < 3.0, res
+        assert r["group_s"] < 3.0, res

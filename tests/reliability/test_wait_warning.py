@@ -41,7 +41,7 @@ def test_a_long_wait_is_logged_once_naming_op_seq_and_missing_ranks(transport):
         warned = [m for name, m in res[rank] if "has waited" in m and "all_reduce" in m]
         assert len(warned) == 1, res[rank]  # one a minute: the next would come at 60.5 s
         msg = warned[0]
-        assert f"rank {rank}: all_reduce float64[4] #2" in msg, msg
+        assert f"rank {rank}: all_reduce float64[4] SUM #2" in msg, msg
         assert "ranks not heard from: [2]" in msg, msg
     assert not [m for name, m in res[2] if "has waited" in m and "all_reduce" in m], res[2]
 
