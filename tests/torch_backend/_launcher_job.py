@@ -1,4 +1,4 @@
-"""A torch program for tests/torch/test_launchers.py: joins through ``ndist://``,
+"""A torch program for tests/torch_backend/test_launchers.py: joins through ``ndist://``,
 runs a DDP step, an all_reduce and an object collective, prints one line."""
 
 import sys
