@@ -197,7 +197,8 @@ def split_views(flat: Array, splits: Sequence[int] | None, n: int) -> list:
     return views
 
 
-def _module_of(arr: Array):
+def array_module(arr: Array):
+    """NumPy or CuPy: the module of ``arr``."""
     import numpy
 
     if isinstance(arr, numpy.ndarray):
@@ -209,24 +210,26 @@ def _module_of(arr: Array):
 
 def _packed(arrays: Sequence[Array], dtype, like: Array) -> Array:
     """``arrays`` back to back in one new 1-D buffer."""
-    xp = _module_of(like)
+    xp = array_module(like)
     if not arrays:
         return xp.empty(0, dtype)
     return xp.concatenate([a.reshape(-1) for a in arrays]) if len(arrays) > 1 else arrays[0].reshape(-1)
 
 
+def unpack(flat: Array, arrays: Sequence[Array]) -> None:
+    """Copy the 1-D ``flat`` into ``arrays``, back to back."""
+    pos = 0
+    for a in arrays:
+        a.reshape(-1)[...] = flat[pos:pos + a.size]
+        pos += a.size
+
+
 def _unpack_after(work: Work, flat: Array, arrays: Sequence[Array]) -> Work:
     """Copy ``flat`` back into ``arrays`` once ``work`` is done; the Work that covers it."""
-    def unpack() -> None:
-        pos = 0
-        for a in arrays:
-            a.reshape(-1)[...] = flat[pos:pos + a.size]
-            pos += a.size
-
     if work is DONE:
-        unpack()
+        unpack(flat, arrays)
         return DONE
-    return work.then(unpack)
+    return work.then(lambda: unpack(flat, arrays))
 
 
 def _overrides(cls: type, name: str) -> bool:
@@ -297,7 +300,7 @@ class CollectiveBackend(ABC):
 
         Default: ``all_gather_into`` a new buffer, then copied into the outputs.
         """
-        xp = _module_of(call.inp)
+        xp = array_module(call.inp)
         sizes = _sizes(call.outputs)
         flat = xp.empty(sum(sizes), call.dtype)
         work = self.all_gather_into(call._replace(op=Op.ALL_GATHER_INTO, out=flat, outputs=None,
@@ -331,7 +334,7 @@ class CollectiveBackend(ABC):
         new one, then copied into the outputs.
         """
         like = call.inputs[0] if call.inputs else call.outputs[0]
-        xp = _module_of(like)
+        xp = array_module(like)
         flat_in = _packed(call.inputs, call.dtype, like)
         out_sizes = _sizes(call.outputs)
         flat_out = xp.empty(sum(out_sizes), call.dtype)

@@ -32,8 +32,6 @@ import time
 import weakref
 from typing import Any
 
-from ._backend import Op
-
 __all__ = ["FlightRecorder", "recorder_for", "flight_recorder", "dump_all", "check_signature"]
 
 log = logging.getLogger("ndist.collectives.debug")
@@ -41,7 +39,6 @@ log = logging.getLogger("ndist.collectives.debug")
 SIZE_ENV = "NDIST_FLIGHT_RECORDER_SIZE"
 DIR_ENV = "NDIST_FLIGHT_RECORDER_DIR"
 _DEFAULT_SIZE = 64
-_SCATTER = Op.SCATTER
 
 
 # ------------------------------------------------------------------ recorder
@@ -93,13 +90,9 @@ class FlightRecorder:
         with self._lock:
             slot = self._slots[self._next]
             self._next = (self._next + 1) % self.size
-        op, device, dtype, out, inp, outputs, inputs, _o, _i, root = call[:10]  # one unpack: hot path
-        if inp is None and outputs is None and inputs is None and out is not None and op is not _SCATTER:
-            count_in = count_out = out.size  # in place (all_reduce, reduce, broadcast, send, recv)
-        else:
-            count_in, count_out = call.totals()
-        slot.seq, slot.op, slot.device, slot.dtype = seq, op, device, dtype
-        slot.count_in, slot.count_out, slot.root = count_in, count_out, root
+        count_in, count_out = call.totals()
+        slot.seq, slot.op, slot.device, slot.dtype = seq, call.op, call.device, call.dtype
+        slot.count_in, slot.count_out, slot.root = count_in, count_out, call.root
         slot.state, slot.t_issued, slot.t_done, slot.error = "issued", time.time(), None, None
         return slot
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ....runtime import DistBackendError, Work
-from ..._backend import DONE, Call, CollectiveBackend
+from ..._backend import DONE, Call, CollectiveBackend, array_module, unpack
 from ..._reduce_op import ReduceOp
 from ._types import move_type, reduce_plan
 from ._work import MPIWork, _as_dist_error
@@ -41,19 +41,6 @@ def _ptr(arr) -> int:
     return arr.data.ptr  # cupy
 
 
-def _module_of(arr):
-    if _is_numpy(arr):
-        return np
-    import cupy
-
-    return cupy
-
-
-def _unpack(flat, arrays) -> None:
-    pos = 0
-    for a in arrays:
-        a.reshape(-1)[...] = flat[pos:pos + a.size]
-        pos += a.size
 
 
 # What a blocking call returns: completed, succeeded, no outputs (shared, never mutated).
@@ -246,9 +233,9 @@ class MPIBackend(CollectiveBackend):
         rspec = None
         if self.rank == dst:
             outputs = call.outputs
-            flat = _module_of(outputs[0]).empty(sum(a.size for a in outputs), inp.dtype)
+            flat = array_module(outputs[0]).empty(sum(a.size for a in outputs), inp.dtype)
             (rbuf,) = self._host([flat], post, out=True)
-            post.append(lambda: _unpack(flat, outputs))
+            post.append(lambda: unpack(flat, outputs))
             counts, displs = _counts_of([a.size for a in outputs], unit)
             rspec = [rbuf, counts, displs, mtype]
         args = ([inp, inp.size * unit, mtype], rspec, dst)
@@ -262,7 +249,7 @@ class MPIBackend(CollectiveBackend):
         sspec = None
         if self.rank == src:
             inputs = call.inputs
-            flat = _module_of(inputs[0]).concatenate([a.reshape(-1) for a in inputs])
+            flat = array_module(inputs[0]).concatenate([a.reshape(-1) for a in inputs])
             (sbuf,) = self._host([flat], post, out=False)
             counts, displs = _counts_of([a.size for a in inputs], unit)
             sspec = [sbuf, counts, displs, mtype]
