@@ -320,7 +320,8 @@ def make_adapter(lib: str, rank: int, size: int, rendezvous, timeout: float) -> 
 
 
 def library_versions(lib: str) -> dict:
-    """Versions that describe ``lib`` in the header (called inside a rank)."""
+    """Versions that describe ``lib`` in the header (called inside a rank, after its adapter
+    initialized the group), and for ndist the engine under the group's CPU collectives."""
     import numpy
 
     out = {"numpy": numpy.__version__}
@@ -338,4 +339,11 @@ def library_versions(lib: str) -> dict:
         import ndist
 
         out["ndist"] = ndist.__version__
+    if lib.startswith("ndist"):
+        import ndist.distributed as dist
+
+        try:
+            out["engine"] = dist.get_engine()
+        except Exception as err:  # noqa: BLE001 - the header must not stop the run
+            out["engine"] = f"unknown ({err})"
     return out

@@ -32,6 +32,7 @@ from ._monitored import monitored_barrier
 from ._p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from ._reduce_op import ReduceOp, _make_nccl_premul_sum
 from ._support import supports_complex
+from ._engine_query import get_engine
 
 # The backend interface (CollectiveBackend, Call, Op) is imported from here by
 # backend authors; it is not part of ``__all__``, so ``ndist.distributed`` (torch's
@@ -69,5 +70,6 @@ __all__ = [
     "send_object_list",
     "recv_object_list",
     "flight_recorder",
+    "get_engine",
     "supports_complex",
 ]

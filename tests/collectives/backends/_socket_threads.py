@@ -16,15 +16,16 @@ from ndist.runtime import BackendContext, HashStore
 _ids = itertools.count()
 
 
-def make_backends(n, transport="auto", timeout=30.0, store=None, name=None):
-    """Construct ``n`` backends of one group concurrently; returns them by rank."""
+def make_backends(n, transport="auto", timeout=30.0, store=None, name=None, engine=None):
+    """Construct ``n`` backends of one group concurrently; returns them by rank. ``engine``:
+    ``"python"`` / ``"native"`` pins the socket backend's engine (default: ``NDIST_ENGINE``)."""
     store = store or HashStore()
     name = name or f"tg{next(_ids)}"
     out = [None] * n
     for r in range(n):
         ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
                              global_ranks=tuple(range(n)), device="cpu",
-                             options=SimpleNamespace(transport=transport))
+                             options=SimpleNamespace(transport=transport, engine=engine))
         out[r] = Driver(SocketBackend(ctx))
     return out
 
@@ -53,8 +54,8 @@ def run_threads(backends, fn, timeout=60.0):
     return results
 
 
-def run_group(n, fn, transport="auto", timeout=30.0):
-    backends = make_backends(n, transport, timeout)
+def run_group(n, fn, transport="auto", timeout=30.0, engine=None):
+    backends = make_backends(n, transport, timeout, engine=engine)
     try:
         return run_threads(backends, fn, timeout=timeout * 2)
     finally:

@@ -16,6 +16,7 @@ from ....runtime import _net
 from ..._backend import DONE, Call, CollectiveBackend, split_views
 from . import _cma
 from . import _frame as F
+from . import _native
 from ._algorithms import CHUNK, Algorithms
 from ._links import Links, connect
 from ._engine import Engine, OpInfo
@@ -89,6 +90,15 @@ class SocketBackend(CollectiveBackend):
                 self._rings = _ring.RingFile(_ring.path_for(self._prefix), ctx.size, cap, create=True)
             except OSError as err:  # e.g. /dev/shm full: the sockets carry everything
                 log.warning("no shared-memory rings (%s); collectives use the sockets only", err)
+        # the native engine (same-host groups): this rank's file now, the group at first use
+        self._native_mod = _native.module_for(self._mode, ctx.options) if ctx.size > 1 else None
+        self._nfile = None
+        if self._native_mod is not None:
+            try:
+                self._nfile = _native.NativeFile(self._prefix, ctx.size, _native.slot_bytes(ctx.size))
+            except OSError as err:  # e.g. /dev/shm full: the Python engine runs everything
+                log.warning("no native engine (%s); collectives run on the Python engine", err)
+        self._native: _native.NativeAlgorithms | None = None
         self._seq = 0
         self._seq_lock = threading.Lock()
         self._eng: Engine | None = None
@@ -100,7 +110,8 @@ class SocketBackend(CollectiveBackend):
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
-                           "ring": self._rings.capacity if self._rings is not None else 0},
+                           "ring": self._rings.capacity if self._rings is not None else 0,
+                           "native": self._nfile.slot if self._nfile is not None else 0},
                           on_p2p=self._p2p.incoming)
 
     # ------------------------------------------------------------ plumbing
@@ -117,8 +128,33 @@ class SocketBackend(CollectiveBackend):
             connect(self._links, eng, self._mesh, self.ctx.store, self.rank, self.size, self._mode, self._rings,
                     CHUNK, self.ctx.group_name)
             self._alg = Algorithms(eng, self._seg, self._links, self.rank, self.size)
+            self._attach_native(socks)
             self._eng = eng
         return self._eng
+
+    def _attach_native(self, peers) -> None:
+        """Every rank on this host with the same native slots: collectives go native. Every
+        rank decides from the same published facts, so all decide alike."""
+        if self._nfile is None:
+            return
+        infos = {p: self._mesh.peer(p) for p in peers}
+        if not all(self._links.same_host.get(p) and infos[p].get("native") == self._nfile.slot for p in peers):
+            return
+        group, maps = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
+                                     {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
+                                     self.size <= (os.cpu_count() or 1))
+        self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, maps, self.rank, self.size)
+        # every rank has mapped every file before any rank may finish an op and unlink its own
+        group.barrier()
+        log.debug("rank %d: group %r runs on the native engine", self.rank, self.ctx.group_name)
+
+    @property
+    def engine(self) -> str:
+        """``"native"`` or ``"python"``: the engine that runs this group's collectives
+        (decided at the first collective; before it, the engine it will use)."""
+        if self._eng is None:
+            return "native" if self._nfile is not None and self.size > 1 else "python"
+        return "native" if self._native is not None else "python"
 
     def _pending(self, work: Work):
         def describe() -> str:
@@ -141,6 +177,18 @@ class SocketBackend(CollectiveBackend):
 
         def job():
             eng = self._eng or self._engine()
+            if self._native is not None:
+                self._native.g.seq = seq
+                try:
+                    body()
+                except self._native_mod.Error as err:
+                    desc = F.describe(self.rank, F.op_code(name), dcode, count, seq, root_v, F.redop_code(redop))
+                    hosts = {p: c.host for p, c in self._eng.conns.items()}
+                    exc = self._native.error(err, self.ctx.group_name, desc, hosts, self._timeout)
+                    if err.args[0] == "dead":
+                        self._peer_died(err.args[1])
+                    raise exc from None
+                return
             eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop)), self._timeout)
             try:
                 body()
@@ -297,6 +345,10 @@ class SocketBackend(CollectiveBackend):
         self._seg.close()
         if self._rings is not None:
             self._rings.unlink()
+        if self._native is not None:
+            self._native.g.close()  # a peer still waiting on this rank fails instead of waiting
+        if self._nfile is not None:
+            self._nfile.unlink()  # peers keep their mappings: what was posted stays readable
         self._peer_segs.clear()
 
     def __del__(self):

@@ -1,0 +1,284 @@
+"""The native same-host engine, Python side: which engine runs, the shared files, the ops.
+
+When every rank of a group is on this host (and none forced ``NDIST_TRANSPORT=tcp``),
+the socket backend runs its collectives on the compiled engine (``_cnative``, source in
+``_native/cnative.c``): one call into C per collective, the GIL released while it
+copies, reduces and waits. Each rank owns one file in ``/dev/shm``
+(``<shm prefix>-nat``: a control block and two slots) that every peer maps; the C
+source describes the protocol. Point-to-point traffic, and groups that span hosts,
+stay on the Python engine (``_engine.py``), which is also the reference the
+conformance suite holds the native engine to.
+
+``NDIST_ENGINE=python|auto|native`` (every rank alike) picks the engine: ``python``
+(the default for now: docs/native.md lists what the native engine still lacks before it
+becomes the default), ``auto`` (native where it can run; without the extension, one
+warning at first use saying what to install, then the Python engine) or ``native``
+(the same, but a missing extension is an error). ``dist.get_engine(group)`` tells which
+engine a group's CPU collectives run on.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import weakref
+
+import numpy as np
+
+from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+from ....runtime import _shmfiles
+from . import _frame as F
+from ._reduce import _ERRVAR, _IGNORE, _UFUNC, finalize
+from ._shm import SHM_DIR, _job_of
+
+__all__ = ["ENGINE_ENV", "SLOT_ENV", "engine_mode", "module_for", "slot_bytes", "NativeFile", "NativeAlgorithms",
+           "attach"]
+
+log = logging.getLogger("ndist.collectives.socket")
+
+ENGINE_ENV = "NDIST_ENGINE"
+#: the engine when NDIST_ENGINE is unset (see the module docstring)
+DEFAULT = "python"
+SLOT_ENV = "NDIST_NATIVE_SLOT"
+SPIN_ENV = "NDIST_NATIVE_SPIN_US"
+#: all_reduce above this many bytes: reduce-scatter + all-gather through the slots
+RSAG_MIN = 256 << 10
+#: how long a waiting rank spins before it sleeps (when every rank has a core)
+SPIN_US = 20.0
+_CTL = 4096
+_HDR = 64
+
+# op codes of the C engine, for messages
+_OPS = {1: "all_reduce", 2: "reduce", 3: "broadcast", 4: "all_gather", 5: "gather", 6: "scatter",
+        7: "all_to_all", 8: "reduce_scatter", 9: "barrier"}
+
+_state = {"tried": False, "mod": None, "error": None, "warned": False}
+
+
+def engine_mode(options=None) -> str:
+    """``auto`` / ``native`` / ``python``: the backend option ``engine``, else ``NDIST_ENGINE``."""
+    mode = getattr(options, "engine", None) or os.environ.get(ENGINE_ENV, DEFAULT)
+    mode = str(mode).strip().lower() or DEFAULT
+    if mode not in ("auto", "native", "python"):
+        raise ValueError(f"{ENGINE_ENV}: expected 'auto', 'native' or 'python', got {mode!r}")
+    return mode
+
+
+def _load():
+    if not _state["tried"]:
+        _state["tried"] = True
+        try:
+            from . import _cnative
+        except ImportError as err:
+            _state["error"] = err
+        else:
+            _state["mod"] = _cnative
+    return _state["mod"]
+
+
+def module_for(transport: str, options=None):
+    """The extension module if this backend runs the native engine, else None."""
+    mode = engine_mode(options)
+    if mode == "python" or transport == "tcp" or not os.path.isdir(SHM_DIR):
+        return None
+    mod = _load()
+    if mod is None:
+        hint = ("install a C compiler and the Python headers (e.g. `apt install gcc python3-dev`) and "
+                "reinstall ndist (`pip install -e .` or `pip install ndist`)")
+        if mode == "native":
+            raise RuntimeError(f"{ENGINE_ENV}=native: ndist's native engine is not built ({_state['error']}); "
+                               f"{hint}, or set {ENGINE_ENV}=python")
+        if not _state["warned"]:
+            _state["warned"] = True
+            log.warning("ndist's native engine is not built (%s); collectives run on the Python engine. "
+                        "For the native engine, %s.", _state["error"], hint)
+    return mod
+
+
+def slot_bytes(size: int) -> int:
+    """Data bytes per slot: ``NDIST_NATIVE_SLOT``, else 1 MiB up to 8 ranks, then less
+    (at least 256 KiB) so that a rank's file stays near 8 MiB... times two slots."""
+    raw = os.environ.get(SLOT_ENV, "").strip()
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"{SLOT_ENV}: expected a byte count, got {raw!r}") from None
+        if value < 4096 or value % 64:
+            raise ValueError(f"{SLOT_ENV}: expected a multiple of 64 of at least 4096 bytes, got {value}")
+        return value
+    return max(256 << 10, min(1 << 20, (8 << 20) // max(size, 1) // 4096 * 4096))
+
+
+def _file_bytes(size: int, slot: int) -> int:
+    data_off = (_HDR + 8 * size + 63) // 64 * 64
+    stride = (data_off + slot + 4095) // 4096 * 4096
+    return _CTL + 2 * stride
+
+
+def _unlink(path: str) -> None:
+    _shmfiles.untrack(path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class NativeFile:
+    """This rank's control block and slots in ``/dev/shm``, mapped read-write."""
+
+    def __init__(self, prefix: str, size: int, slot: int) -> None:
+        self.slot = slot
+        self.path = os.path.join(SHM_DIR, prefix + "-nat")
+        nbytes = _file_bytes(size, slot)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        _shmfiles.track(self.path, _job_of(prefix))
+        try:
+            os.posix_fallocate(fd, 0, nbytes)  # a full /dev/shm fails here, not with SIGBUS later
+            self.mm = mmap.mmap(fd, nbytes)
+        except BaseException:
+            _unlink(self.path)
+            raise
+        finally:
+            os.close(fd)
+        self._finalizer = weakref.finalize(self, _unlink, self.path)
+
+    def unlink(self) -> None:
+        self._finalizer()
+
+
+def attach(mod, own: NativeFile, prefixes: dict, pids: dict, rank: int, size: int, timeout: float, spin: bool):
+    """The C group over every rank's file (peers' mapped here; they live while mapped)."""
+    maps = []
+    nbytes = _file_bytes(size, own.slot)
+    for r in range(size):
+        if r == rank:
+            maps.append(own.mm)
+            continue
+        fd = os.open(os.path.join(SHM_DIR, prefixes[r] + "-nat"), os.O_RDWR)
+        try:
+            maps.append(mmap.mmap(fd, nbytes))
+        finally:
+            os.close(fd)
+    pid_list = [os.getpid() if r == rank else int(pids[r]) for r in range(size)]
+    spin_us = float(os.environ.get(SPIN_ENV, SPIN_US)) if spin else 0.0
+    return mod.Group(rank, size, maps, own.slot, pid_list, timeout, spin_us), maps
+
+
+def _u8(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+def _fallback(op, dtype):
+    """NumPy's ufunc for a (dtype, op) without a C kernel (float8, longdouble, ...)."""
+    f = _UFUNC[op]
+
+    def reduce(d, a, b):
+        out = np.frombuffer(d, dtype)
+        token = _ERRVAR.set(_IGNORE) if _ERRVAR is not None else None
+        try:
+            f(np.frombuffer(a, dtype), np.frombuffer(b, dtype), out=out)
+        finally:
+            if token is not None:
+                _ERRVAR.reset(token)
+    return reduce
+
+
+class NativeAlgorithms:
+    """The socket backend's collectives on the native engine (the methods of ``Algorithms``)."""
+
+    def __init__(self, mod, group, maps, rank: int, size: int) -> None:
+        self.mod = mod
+        self.g = group
+        self._maps = maps  # the C group holds buffer exports of them; kept for clarity
+        self.rank = rank
+        self.size = size
+        self._red: dict = {}
+
+    def _redinfo(self, dtype, op):
+        key = (dtype, op)
+        info = self._red.get(key)
+        if info is None:
+            code, rc = F.dtype_code(dtype), F.redop_code(op)
+            fb = None if code and self.mod.supports(code, rc) else _fallback(op, dtype)
+            info = self._red[key] = (code, rc, np.dtype(dtype).itemsize, fb)
+        return info
+
+    # ---------------------------------------------------------- reductions
+    def all_reduce(self, buf, op, scale) -> None:
+        code, rc, es, fb = self._redinfo(buf.dtype, op)
+        self.g.all_reduce(buf, code, rc, es, fb, buf.nbytes > RSAG_MIN)
+        if rc == 5 or rc == 9:  # AVG, PREMUL_SUM
+            finalize(buf, op, scale, self.size)
+
+    def direct_reduce(self, buf, op, scale, root) -> None:
+        code, rc, es, fb = self._redinfo(buf.dtype, op)
+        self.g.reduce(buf, code, rc, es, fb, root)
+        if self.rank == root and (rc == 5 or rc == 9):
+            finalize(buf, op, scale, self.size)
+
+    def reduce_scatter(self, out, inputs, op, scale) -> None:
+        code, rc, es, fb = self._redinfo(out.dtype, op)
+        self.g.reduce_scatter(out, inputs, code, rc, es, fb)
+        if rc == 5 or rc == 9:
+            finalize(out, op, scale, self.size)
+
+    # ---------------------------------------------------------- movement
+    def broadcast(self, buf, src) -> None:
+        self.g.broadcast(buf, F.dtype_code(buf.dtype), src)
+
+    def all_gather(self, outputs, inp) -> None:
+        self.g.all_gather(outputs, inp, F.dtype_code(inp.dtype))
+
+    def gather(self, outputs, inp, dst) -> None:
+        self.g.gather(outputs if self.rank == dst else None, inp, F.dtype_code(inp.dtype), dst)
+
+    def scatter(self, out, inputs, src) -> None:
+        self.g.scatter(out, inputs if self.rank == src else None, F.dtype_code(out.dtype), src)
+
+    def all_to_all(self, outputs, inputs) -> None:
+        self.g.all_to_all(outputs, inputs, F.dtype_code(inputs[0].dtype))
+
+    def barrier(self) -> None:
+        self.g.barrier()
+
+    # ---------------------------------------------------------- failures
+    def error(self, err, group_name: str, desc: str, hosts: dict, timeout: float) -> Exception:
+        """The typed error of a ``_cnative.Error(kind, peer, cause, detail)`` raised in ``desc``."""
+        kind, peer, cause, detail = err.args
+        host = hosts.get(peer, "?")
+        g = f"group {group_name!r}"
+        if kind == "timeout":
+            word = "its data" if detail[0] == 0 else "it to finish reading this rank's data"
+            return DistTimeoutError(f"{g}: {desc} timed out after {timeout:g} s; ranks not heard from: [{peer}] "
+                                    f"(waiting for {word})")
+        if kind == "dead":
+            return DistNetworkError(f"{g}: lost connection to rank {peer} ({host}) during {desc}: its process "
+                                    f"exited", rank=peer, host=host)
+        if kind == "failed":
+            chost = hosts.get(cause, "?")
+            if cause == peer:
+                return DistNetworkError(f"{g}: rank {peer} ({host}) failed during {desc}", rank=peer, host=host)
+            return DistNetworkError(f"{g}: rank {cause} ({chost}) is lost, during {desc}; rank {peer} ({host}) "
+                                    f"reported it", rank=cause, host=chost)
+        if kind == "closed":
+            return DistNetworkError(f"{g}: rank {peer} ({host}) closed the group (destroy_process_group or exit) "
+                                    f"during {desc}", rank=peer, host=host)
+        if kind == "self_closed":
+            return DistNetworkError(f"{g}: backend closed during {desc}", rank=peer, host=host)
+        if kind == "mismatch":
+            op, dtype, redop, root, nbytes, seq, esize, sends, wants = detail
+            name = _OPS.get(op, f"op#{op}")
+            if not esize:
+                try:
+                    esize = np.dtype(F.dtype_name(dtype)).itemsize
+                except TypeError:
+                    esize = 1
+            theirs = F.describe(peer, F.op_code(name), dtype, nbytes // max(esize, 1), seq,
+                                root if name in ("reduce", "broadcast", "gather", "scatter") else -1, redop)
+            if sends >= 0:
+                return DistMismatchError(f"collective mismatch in group {group_name!r}: {desc} expects {wants} "
+                                         f"bytes from rank {peer}; {theirs} sends {sends} bytes")
+            return DistMismatchError(f"collective mismatch in group {group_name!r}: {desc}; {theirs}")
+        return DistNetworkError(f"{g}: {desc}: native engine error {kind} (rank {peer})", rank=peer, host=host)

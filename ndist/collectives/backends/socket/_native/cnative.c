@@ -1,0 +1,1269 @@
+/* ndist's native same-host engine (module ``_cnative``): the hot path of a collective
+ * between ranks of one host, end to end, in one call with the GIL released.
+ *
+ * Every rank owns one file in /dev/shm (made and mapped by ``_native.py``) that every
+ * peer maps too:
+ *
+ *     0       control block (one cache line per word: post, done, bell/sleepers, state)
+ *     4096    slot 0: header (64 bytes), lens table (n x u64), data (``slot`` bytes)
+ *     ...     slot 1: the same
+ *
+ * A collective is one or more *pieces*; every rank numbers them alike (``g->piece``),
+ * piece ``p`` uses slot ``p % 2``. In a piece a rank stages its contribution (a copy
+ * into its slot; the header carries the call's signature), publishes ``post``, waits
+ * for the peers it reads from, reads or reduces straight from their slots (the same
+ * rank order on every rank: bit-identical results), then publishes ``done = p``.
+ * Before staging piece ``p`` a rank waits until every peer's ``done >= p - 2``: nobody
+ * still reads the slot it is about to overwrite.
+ *
+ * Memory ordering is C11 atomics only (release stores / acquire loads of ``post`` and
+ * ``done``), so the protocol holds on weakly ordered CPUs (aarch64) as on x86-64.
+ * Waiting spins for ``spin_us`` (0 when ranks outnumber cores), then sleeps on the
+ * peer's ``bell`` futex; a writer bumps its bell after every store and wakes it only
+ * when someone sleeps on it (seq_cst on both sides: no lost wake-up). A sleeping
+ * waiter looks every 20 ms at the peer's state word (closed / failed, with the
+ * root-cause rank), its pid (dead or zombie), its own state (closed from another
+ * thread), pending Python signals (main thread) and its deadline.
+ */
+#define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE
+#include <Python.h>
+#include <pythread.h>
+#include <structmember.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels.h"
+
+/* ------------------------------------------------------------------ layout */
+#define CTL_BYTES 4096
+#define HDR_BYTES 64
+#define ALIGN 64
+
+enum { ST_ALIVE = 0, ST_CLOSED = 1, ST_FAILED = 2 };
+
+typedef struct {
+    _Atomic uint64_t post;
+    char pad0[56];
+    _Atomic uint64_t done;
+    char pad1[56];
+    _Atomic uint32_t bell;     /* futex word: bumped after every post / done / state change */
+    _Atomic uint32_t sleepers; /* processes asleep on ``bell`` */
+    char pad2[56];
+    _Atomic uint32_t state;
+    _Atomic int32_t cause;     /* root-cause rank of a failure (-1: this rank itself) */
+    int32_t pid;
+} ctl_t;
+
+typedef struct {
+    uint64_t piece;
+    int32_t op, dtype, redop, root;
+    uint64_t nbytes; /* op-specific: the buffer (all_reduce, reduce, broadcast), this rank's part */
+    uint64_t pieces; /* pieces this rank needs (all_to_all) or the op has (gather/scatter root) */
+    uint64_t esize;
+    uint64_t seq;    /* the collective's sequence number on its group (for messages) */
+    uint64_t spare;
+} hdr_t;
+
+_Static_assert(sizeof(hdr_t) == HDR_BYTES, "header is one cache line");
+_Static_assert(sizeof(ctl_t) <= CTL_BYTES, "control block fits");
+
+/* op codes (the signature; names live in _native.py) */
+enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_SCATTER, OP_ALL_TO_ALL,
+       OP_REDUCE_SCATTER, OP_BARRIER };
+
+/* error kinds raised to Python as _cnative.Error(kind, peer, cause, theirs) */
+enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSED, E_SIGNAL, E_PY };
+static const char *E_NAMES[] = {"ok", "timeout", "dead", "failed", "closed", "mismatch", "self_closed",
+                                "signal", "python"};
+
+static PyObject *Error; /* _cnative.Error */
+static unsigned long main_thread;
+
+typedef struct {
+    PyObject_HEAD
+    int rank, size;
+    Py_ssize_t slot;      /* data bytes per slot */
+    Py_ssize_t stride;    /* bytes from one slot to the next */
+    Py_ssize_t data_off;  /* data's offset in a slot */
+    double timeout;
+    double spin_us;
+    uint64_t piece;
+    int broken;
+    uint64_t op_first;    /* the current op's first piece */
+    uint64_t op_pieces;   /* and how many this rank knows it has (1: a mismatch is recoverable) */
+    unsigned long long seq; /* set by the caller before each op: its sequence number */
+    int64_t err_sends, err_wants; /* a per-peer length mismatch: what the peer sends, what this rank expects */
+    Py_buffer *maps;      /* one per rank, own included */
+    char **base;
+    int32_t *pids;
+    /* the failure being reported */
+    int err_kind, err_peer, err_cause;
+    hdr_t err_theirs;
+    uint64_t err_waited;  /* what was waited for (post / done value) */
+    int err_word;         /* 0 post, 1 done */
+} Group;
+
+static inline ctl_t *CTL(Group *g, int r) { return (ctl_t *)g->base[r]; }
+static inline char *SLOT(Group *g, int r, uint64_t p) { return g->base[r] + CTL_BYTES + (p & 1) * g->stride; }
+static inline hdr_t *HDR(Group *g, int r, uint64_t p) { return (hdr_t *)SLOT(g, r, p); }
+static inline uint64_t *LENS(Group *g, int r, uint64_t p) { return (uint64_t *)(SLOT(g, r, p) + HDR_BYTES); }
+static inline char *DATA(Group *g, int r, uint64_t p) { return SLOT(g, r, p) + g->data_off; }
+
+/* ------------------------------------------------------------------ time, futex */
+static inline double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val, long ns)
+{
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *addr)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static inline void ring_bell(ctl_t *c)
+{
+    atomic_fetch_add(&c->bell, 1); /* seq_cst: ordered before the sleepers load */
+    if (atomic_load(&c->sleepers))
+        futex_wake(&c->bell);
+}
+
+static inline void publish(Group *g, _Atomic uint64_t *word, uint64_t v)
+{
+    atomic_store_explicit(word, v, memory_order_release);
+    ring_bell(CTL(g, g->rank));
+}
+
+/* 1 when pid is gone or a zombie */
+static int pid_dead(int32_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    if (kill(pid, 0) == -1 && errno == ESRCH)
+        return 1;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+/* Wait until peer's word (0 post, 1 done) >= v. Runs without the GIL; *save is the
+ * thread state, restored briefly to look at Python signals on the main thread. */
+static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, PyThreadState **save)
+{
+    ctl_t *c = CTL(g, peer);
+    _Atomic uint64_t *w = which ? &c->done : &c->post;
+    if (atomic_load_explicit(w, memory_order_acquire) >= v)
+        return E_OK;
+    ctl_t *me = CTL(g, g->rank);
+    if (g->spin_us > 0) {
+        double until = now_s() + g->spin_us * 1e-6;
+        for (;;) {
+            for (int i = 0; i < 64; i++) {
+                if (atomic_load_explicit(w, memory_order_acquire) >= v)
+                    return E_OK;
+                cpu_relax();
+            }
+            if (now_s() > until)
+                break;
+        }
+    } else {
+        for (int i = 0; i < 8; i++) { /* a peer that is running needs no wake-up */
+            sched_yield();
+            if (atomic_load_explicit(w, memory_order_acquire) >= v)
+                return E_OK;
+        }
+    }
+    double next_check = 0;
+    for (;;) {
+        atomic_fetch_add(&c->sleepers, 1);
+        uint32_t b = atomic_load(&c->bell);
+        if (atomic_load_explicit(w, memory_order_acquire) >= v) {
+            atomic_fetch_sub(&c->sleepers, 1);
+            return E_OK;
+        }
+        uint32_t st = atomic_load(&c->state);
+        if (st == ST_ALIVE && atomic_load(&me->state) == ST_ALIVE)
+            futex_wait(&c->bell, b, 20 * 1000 * 1000L);
+        atomic_fetch_sub(&c->sleepers, 1);
+        if (atomic_load_explicit(w, memory_order_acquire) >= v)
+            return E_OK;
+        g->err_peer = peer;
+        g->err_waited = v;
+        g->err_word = which;
+        st = atomic_load(&c->state);
+        if (st == ST_FAILED) {
+            g->err_cause = atomic_load(&c->cause);
+            return E_FAILED;
+        }
+        if (st == ST_CLOSED)
+            return E_CLOSED;
+        if (atomic_load(&me->state) != ST_ALIVE)
+            return E_SELF_CLOSED;
+        double t = now_s();
+        if (t >= next_check) {
+            next_check = t + 0.1;
+            if (pid_dead(g->pids[peer]))
+                return E_DEAD;
+            if (t > deadline)
+                return E_TIMEOUT;
+            if (PyThread_get_thread_ident() == main_thread) {
+                PyEval_RestoreThread(*save);
+                int sig = PyErr_CheckSignals();
+                *save = PyEval_SaveThread();
+                if (sig)
+                    return E_SIGNAL;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ reductions */
+typedef struct {
+    int dtype, redop;
+    Py_ssize_t esize;
+    PyObject *fallback; /* fallback(dst, a, b): NumPy, for dtypes without a kernel */
+} Red;
+
+/* dst = a (op) b over count elements; GIL released (re-taken for the fallback) */
+static int do_reduce(Red *r, char *dst, const char *a, const char *b, size_t count, PyThreadState **save)
+{
+    if (!count)
+        return E_OK;
+    if (nd_reduce(dst, a, b, count, r->dtype, r->redop) == 0)
+        return E_OK;
+    if (!r->fallback || r->fallback == Py_None)
+        return E_PY; /* checked before any byte moved; cannot happen */
+    PyEval_RestoreThread(*save);
+    Py_ssize_t nb = (Py_ssize_t)count * r->esize;
+    PyObject *d = PyMemoryView_FromMemory(dst, nb, PyBUF_WRITE);
+    PyObject *x = PyMemoryView_FromMemory((char *)a, nb, PyBUF_READ);
+    PyObject *y = PyMemoryView_FromMemory((char *)b, nb, PyBUF_READ);
+    PyObject *res = NULL;
+    if (d && x && y)
+        res = PyObject_CallFunctionObjArgs(r->fallback, d, x, y, NULL);
+    Py_XDECREF(d);
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    int rc = res ? E_OK : E_PY;
+    Py_XDECREF(res);
+    *save = PyEval_SaveThread();
+    return rc;
+}
+
+/* dst = src[0] (op) src[1] (op) ... in rank order */
+static int fold(Group *g, Red *r, char *dst, Py_ssize_t peer_off, uint64_t p, size_t count, PyThreadState **save)
+{
+    int n = g->size, rc;
+    if (n == 1) {
+        memmove(dst, DATA(g, 0, p) + peer_off, count * r->esize);
+        return E_OK;
+    }
+    rc = do_reduce(r, dst, DATA(g, 0, p) + peer_off, DATA(g, 1, p) + peer_off, count, save);
+    for (int q = 2; q < n && rc == E_OK; q++)
+        rc = do_reduce(r, dst, dst, DATA(g, q, p) + peer_off, count, save);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ pieces */
+typedef struct {
+    int op, dtype, redop, root;
+    uint64_t nbytes, pieces, esize;
+} Sig;
+
+static int begin_piece(Group *g, double deadline, PyThreadState **save, uint64_t *pp)
+{
+    uint64_t p = ++g->piece;
+    if (!g->op_first)
+        g->op_first = p;
+    if (p > 2) {
+        for (int q = 0; q < g->size; q++) {
+            if (q == g->rank)
+                continue;
+            int rc = wait_ge(g, q, 1, p - 2, deadline, save);
+            if (rc)
+                return rc;
+        }
+    }
+    *pp = p;
+    return E_OK;
+}
+
+static inline void write_hdr(Group *g, uint64_t p, const Sig *s)
+{
+    hdr_t *h = HDR(g, g->rank, p);
+    h->piece = p;
+    h->op = s->op;
+    h->dtype = s->dtype;
+    h->redop = s->redop;
+    h->root = s->root;
+    h->nbytes = s->nbytes;
+    h->pieces = s->pieces;
+    h->esize = s->esize;
+    h->seq = g->seq;
+}
+
+/* after waiting for q's post of piece p: the same call? (nbytes compared when cmp_nbytes) */
+static int check_hdr(Group *g, int q, uint64_t p, const Sig *s, int cmp_nbytes, uint64_t want_nbytes)
+{
+    hdr_t *h = HDR(g, q, p);
+    if (h->piece != p || h->op != s->op || h->dtype != s->dtype || h->redop != s->redop || h->root != s->root ||
+        (cmp_nbytes && h->nbytes != want_nbytes)) {
+        g->err_peer = q;
+        memcpy(&g->err_theirs, h, sizeof(hdr_t));
+        return E_MISMATCH;
+    }
+    return E_OK;
+}
+
+static int wait_check(Group *g, int q, uint64_t v, uint64_t p, const Sig *s, int cmp, uint64_t want, double deadline,
+                      PyThreadState **save)
+{
+    int rc = wait_ge(g, q, 0, v, deadline, save);
+    return rc ? rc : check_hdr(g, q, p, s, cmp, want);
+}
+
+static inline Py_ssize_t min_ss(Py_ssize_t a, Py_ssize_t b) { return a < b ? a : b; }
+static inline Py_ssize_t pieces_of(Py_ssize_t nbytes, Py_ssize_t per) { return nbytes <= 0 ? 1 : (nbytes + per - 1) / per; }
+
+/* per-destination quota of a slot for the list ops */
+static inline Py_ssize_t quota(Group *g) { Py_ssize_t q = g->slot / g->size / ALIGN * ALIGN; return q < ALIGN ? ALIGN : q; }
+
+/* ------------------------------------------------------------------ the ops */
+static int run_all_reduce(Group *g, char *buf, Py_ssize_t nbytes, Red *r, int rsag, double dl, PyThreadState **sv)
+{
+    int n = g->size, me = g->rank, rc;
+    Py_ssize_t per = g->slot / r->esize * r->esize;
+    Py_ssize_t M = pieces_of(nbytes, per);
+    Sig s = {OP_ALL_REDUCE, r->dtype, r->redop, -1, (uint64_t)nbytes, (uint64_t)M, (uint64_t)r->esize};
+    g->op_pieces = s.pieces;
+    for (Py_ssize_t j = 0; j < M; j++) {
+        Py_ssize_t off = j * per, len = min_ss(per, nbytes - off);
+        size_t cnt = (size_t)(len / r->esize);
+        uint64_t p;
+        if ((rc = begin_piece(g, dl, sv, &p)))
+            return rc;
+        write_hdr(g, p, &s);
+        memcpy(DATA(g, me, p), buf + off, len);
+        if (!rsag) {
+            publish(g, &CTL(g, me)->post, 2 * p + 1);
+            for (int q = 0; q < n; q++)
+                if (q != me && (rc = wait_check(g, q, 2 * p + 1, p, &s, 1, (uint64_t)nbytes, dl, sv)))
+                    return rc;
+            if ((rc = fold(g, r, buf + off, 0, p, cnt, sv)))
+                return rc;
+        } else {
+            /* reduce-scatter + all-gather through the slots: rank me reduces block me */
+            publish(g, &CTL(g, me)->post, 2 * p);
+            for (int q = 0; q < n; q++)
+                if (q != me && (rc = wait_check(g, q, 2 * p, p, &s, 1, (uint64_t)nbytes, dl, sv)))
+                    return rc;
+            size_t b0 = cnt * me / n, b1 = cnt * (me + 1) / n;
+            Py_ssize_t o0 = (Py_ssize_t)b0 * r->esize, ob = (Py_ssize_t)(b1 - b0) * r->esize;
+            if ((rc = fold(g, r, buf + off + o0, o0, p, b1 - b0, sv)))
+                return rc;
+            memcpy(DATA(g, me, p) + o0, buf + off + o0, ob); /* only this rank reads block me */
+            publish(g, &CTL(g, me)->post, 2 * p + 1);
+            for (int q = 0; q < n; q++) {
+                if (q == me)
+                    continue;
+                if ((rc = wait_ge(g, q, 0, 2 * p + 1, dl, sv)))
+                    return rc;
+                size_t c0 = cnt * q / n, c1 = cnt * (q + 1) / n;
+                memcpy(buf + off + c0 * r->esize, DATA(g, q, p) + c0 * r->esize, (c1 - c0) * r->esize);
+            }
+        }
+        publish(g, &CTL(g, me)->done, p);
+    }
+    return E_OK;
+}
+
+static int run_reduce(Group *g, char *buf, Py_ssize_t nbytes, Red *r, int root, double dl, PyThreadState **sv)
+{
+    int n = g->size, me = g->rank, rc;
+    Py_ssize_t per = g->slot / r->esize * r->esize;
+    Py_ssize_t M = pieces_of(nbytes, per);
+    Sig s = {OP_REDUCE, r->dtype, r->redop, root, (uint64_t)nbytes, (uint64_t)M, (uint64_t)r->esize};
+    g->op_pieces = s.pieces;
+    for (Py_ssize_t j = 0; j < M; j++) {
+        Py_ssize_t off = j * per, len = min_ss(per, nbytes - off);
+        uint64_t p;
+        if ((rc = begin_piece(g, dl, sv, &p)))
+            return rc;
+        write_hdr(g, p, &s);
+        memcpy(DATA(g, me, p), buf + off, len);
+        publish(g, &CTL(g, me)->post, 2 * p + 1);
+        if (me == root) {
+            for (int q = 0; q < n; q++)
+                if (q != me && (rc = wait_check(g, q, 2 * p + 1, p, &s, 1, (uint64_t)nbytes, dl, sv)))
+                    return rc;
+            if ((rc = fold(g, r, buf + off, 0, p, (size_t)(len / r->esize), sv)))
+                return rc;
+        }
+        publish(g, &CTL(g, me)->done, p);
+    }
+    return E_OK;
+}
+
+static int run_broadcast(Group *g, char *buf, Py_ssize_t nbytes, int dtype, int root, double dl, PyThreadState **sv)
+{
+    int me = g->rank, rc;
+    Py_ssize_t per = g->slot;
+    Py_ssize_t M = pieces_of(nbytes, per);
+    Sig s = {OP_BROADCAST, dtype, 0, root, (uint64_t)nbytes, (uint64_t)M, 0};
+    g->op_pieces = s.pieces;
+    for (Py_ssize_t j = 0; j < M; j++) {
+        Py_ssize_t off = j * per, len = min_ss(per, nbytes - off);
+        uint64_t p;
+        if ((rc = begin_piece(g, dl, sv, &p)))
+            return rc;
+        write_hdr(g, p, &s);
+        if (me == root)
+            memcpy(DATA(g, me, p), buf + off, len);
+        publish(g, &CTL(g, me)->post, 2 * p + 1);
+        if (me != root) {
+            if ((rc = wait_check(g, root, 2 * p + 1, p, &s, 1, (uint64_t)nbytes, dl, sv)))
+                return rc;
+            memcpy(buf + off, DATA(g, root, p), len);
+        }
+        publish(g, &CTL(g, me)->done, p);
+    }
+    return E_OK;
+}
+
+static int run_barrier(Group *g, double dl, PyThreadState **sv)
+{
+    int me = g->rank, rc;
+    Sig s = {OP_BARRIER, 0, 0, -1, 0, 1, 0};
+    g->op_pieces = s.pieces;
+    uint64_t p;
+    if ((rc = begin_piece(g, dl, sv, &p)))
+        return rc;
+    write_hdr(g, p, &s);
+    publish(g, &CTL(g, me)->post, 2 * p + 1);
+    for (int q = 0; q < g->size; q++)
+        if (q != me && (rc = wait_check(g, q, 2 * p + 1, p, &s, 0, 0, dl, sv)))
+            return rc;
+    publish(g, &CTL(g, me)->done, p);
+    return E_OK;
+}
+
+/* buffers of a list op: bufs[q] (NULL/0 where absent) */
+typedef struct {
+    char **ptr;
+    Py_ssize_t *len;
+} List;
+
+static int run_all_gather(Group *g, List *outs, char *inp, Py_ssize_t inlen, int dtype, double dl,
+                          PyThreadState **sv)
+{
+    int n = g->size, me = g->rank, rc;
+    Py_ssize_t per = g->slot, mx = 0;
+    for (int q = 0; q < n; q++)
+        if (outs->len[q] > mx)
+            mx = outs->len[q];
+    Py_ssize_t M = pieces_of(mx, per);
+    Sig s = {OP_ALL_GATHER, dtype, 0, -1, (uint64_t)inlen, (uint64_t)M, 0};
+    g->op_pieces = s.pieces;
+    for (Py_ssize_t j = 0; j < M; j++) {
+        Py_ssize_t off = j * per;
+        uint64_t p;
+        if ((rc = begin_piece(g, dl, sv, &p)))
+            return rc;
+        write_hdr(g, p, &s);
+        if (inlen > off)
+            memcpy(DATA(g, me, p), inp + off, min_ss(per, inlen - off));
+        publish(g, &CTL(g, me)->post, 2 * p + 1);
+        if (j == 0 && outs->ptr[me] != inp)
+            memmove(outs->ptr[me], inp, min_ss(inlen, outs->len[me]));
+        for (int q = 0; q < n; q++) {
+            if (q == me)
+                continue;
+            if ((rc = wait_ge(g, q, 0, 2 * p + 1, dl, sv)))
+                return rc;
+            hdr_t *h = HDR(g, q, p);
+            if (h->piece != p || h->op != s.op || h->dtype != s.dtype || h->nbytes != (uint64_t)outs->len[q]) {
+                g->err_peer = q;
+                memcpy(&g->err_theirs, h, sizeof(hdr_t));
+                return E_MISMATCH;
+            }
+            if (outs->len[q] > off)
+                memcpy(outs->ptr[q] + off, DATA(g, q, p), min_ss(per, outs->len[q] - off));
+        }
+        publish(g, &CTL(g, me)->done, p);
+    }
+    return E_OK;
+}
+
+/* the list ops with one block per destination: all_to_all, reduce_scatter, scatter */
+static int stage_blocks(Group *g, uint64_t p, List *ins, Py_ssize_t off, Py_ssize_t Q, int skip_self)
+{
+    uint64_t *lens = LENS(g, g->rank, p);
+    char *d = DATA(g, g->rank, p);
+    for (int q = 0; q < g->size; q++) {
+        lens[q] = (uint64_t)ins->len[q];
+        if ((skip_self && q == g->rank) || ins->len[q] <= off)
+            continue;
+        memcpy(d + q * Q, ins->ptr[q] + off, min_ss(Q, ins->len[q] - off));
+    }
+    return E_OK;
+}
+
+static int lens_mismatch(Group *g, int q, uint64_t p, uint64_t want)
+{
+    if (LENS(g, q, p)[g->rank] != want) {
+        g->err_peer = q;
+        memcpy(&g->err_theirs, HDR(g, q, p), sizeof(hdr_t));
+        g->err_sends = (int64_t)LENS(g, q, p)[g->rank];
+        g->err_wants = (int64_t)want;
+        return E_MISMATCH;
+    }
+    return E_OK;
+}
+
+static int run_all_to_all(Group *g, List *outs, List *ins, int dtype, double dl, PyThreadState **sv)
+{
+    int n = g->size, me = g->rank, rc;
+    Py_ssize_t Q = quota(g), mx = 0;
+    for (int q = 0; q < n; q++) {
+        if (q == me)
+            continue;
+        if (ins->len[q] > mx)
+            mx = ins->len[q];
+        if (outs->len[q] > mx)
+            mx = outs->len[q];
+    }
+    uint64_t total = 0;
+    for (int q = 0; q < n; q++)
+        total += (uint64_t)ins->len[q];
+    Sig s = {OP_ALL_TO_ALL, dtype, 0, -1, total, (uint64_t)pieces_of(mx, Q), 0};
+    g->op_pieces = s.pieces;
+    uint64_t M = 1;
+    for (uint64_t j = 0; j < M; j++) {
+        Py_ssize_t off = (Py_ssize_t)j * Q;
+        uint64_t p;
+        if ((rc = begin_piece(g, dl, sv, &p)))
+            return rc;
+        write_hdr(g, p, &s);
+        stage_blocks(g, p, ins, off, Q, 1);
+        publish(g, &CTL(g, me)->post, 2 * p + 1);
+        if (j == 0 && outs->ptr[me] != ins->ptr[me])
+            memmove(outs->ptr[me], ins->ptr[me], min_ss(ins->len[me], outs->len[me]));
+        for (int q = 0; q < n; q++) {
+            if (q == me)
+                continue;
+            if ((rc = wait_check(g, q, 2 * p + 1, p, &s, 0, 0, dl, sv)))
+                return rc;
+            if (j == 0) {
+                if ((rc = lens_mismatch(g, q, p, (uint64_t)outs->len[q])))
+                    return rc;
+                if (HDR(g, q, p)->pieces > M)
+                    M = HDR(g, q, p)->pieces;
+            }
+            if (outs->len[q] > off)
+                memcpy(outs->ptr[q] + off, DATA(g, q, p) + me * Q, min_ss(Q, outs->len[q] - off));
+        }
+        if (j == 0 && s.pieces > M)
+            M = s.pieces;
+        publish(g, &CTL(g, me)->done, p);
+    }
+    return E_OK;
+}
+
+static int run_reduce_scatter(Group *g, char *out, Py_ssize_t outlen, List *ins, Red *r, double dl,
+                              PyThreadState **sv)
+{
+    int n = g->size, me = g->rank, rc;
+    Py_ssize_t Q = quota(g) / r->esize * r->esize, mx = 0;
+    if (Q < r->esize)
+        Q = r->esize;
+    for (int q = 0; q < n; q++)
+        if (ins->len[q] > mx)
+            mx = ins->len[q];
+    Py_ssize_t M = pieces_of(mx, Q);
+    Sig s = {OP_REDUCE_SCATTER, r->dtype, r->redop, -1, (uint64_t)outlen, (uint64_t)M, (uint64_t)r->esize};
+    g->op_pieces = s.pieces;
+    for (Py_ssize_t j = 0; j < M; j++) {
+        Py_ssize_t off = j * Q;
+        uint64_t p;
+        if ((rc = begin_piece(g, dl, sv, &p)))
+            return rc;
+        write_hdr(g, p, &s);
+        stage_blocks(g, p, ins, off, Q, 0);
+        publish(g, &CTL(g, me)->post, 2 * p + 1);
+        for (int q = 0; q < n; q++) {
+            if (q == me)
+                continue;
+            if ((rc = wait_check(g, q, 2 * p + 1, p, &s, 0, 0, dl, sv)))
+                return rc;
+            if (j == 0 && (rc = lens_mismatch(g, q, p, (uint64_t)outlen)))
+                return rc;
+        }
+        if (outlen > off) {
+            Py_ssize_t len = min_ss(Q, outlen - off);
+            if ((rc = fold(g, r, out + off, me * Q, p, (size_t)(len / r->esize), sv)))
+                return rc;
+        }
+        publish(g, &CTL(g, me)->done, p);
+    }
+    return E_OK;
+}
+
+static int run_scatter(Group *g, char *out, Py_ssize_t outlen, List *ins, int dtype, int root, double dl,
+                       PyThreadState **sv)
+{
+    int n = g->size, me = g->rank, rc;
+    Py_ssize_t Q = quota(g), mx = 0;
+    if (me == root)
+        for (int q = 0; q < n; q++)
+            if (q != me && ins->len[q] > mx)
+                mx = ins->len[q];
+    Sig s = {OP_SCATTER, dtype, 0, root, 0, (uint64_t)pieces_of(mx, Q), 0};
+    g->op_pieces = s.pieces;
+    uint64_t M = me == root ? s.pieces : 1;
+    for (uint64_t j = 0; j < M; j++) {
+        Py_ssize_t off = (Py_ssize_t)j * Q;
+        uint64_t p;
+        if ((rc = begin_piece(g, dl, sv, &p)))
+            return rc;
+        write_hdr(g, p, &s);
+        if (me == root)
+            stage_blocks(g, p, ins, off, Q, 1);
+        publish(g, &CTL(g, me)->post, 2 * p + 1);
+        if (me == root) {
+            if (j == 0 && out != ins->ptr[me])
+                memmove(out, ins->ptr[me], min_ss(outlen, ins->len[me]));
+        } else {
+            if ((rc = wait_ge(g, root, 0, 2 * p + 1, dl, sv)))
+                return rc;
+            hdr_t *h = HDR(g, root, p);
+            if (h->piece != p || h->op != s.op || h->dtype != s.dtype || h->root != root) {
+                g->err_peer = root;
+                memcpy(&g->err_theirs, h, sizeof(hdr_t));
+                return E_MISMATCH;
+            }
+            if (j == 0) {
+                if ((rc = lens_mismatch(g, root, p, (uint64_t)outlen)))
+                    return rc;
+                M = h->pieces;
+            }
+            if (outlen > off)
+                memcpy(out + off, DATA(g, root, p) + me * Q, min_ss(Q, outlen - off));
+        }
+        publish(g, &CTL(g, me)->done, p);
+    }
+    return E_OK;
+}
+
+static int run_gather(Group *g, List *outs, char *inp, Py_ssize_t inlen, int dtype, int root, double dl,
+                      PyThreadState **sv)
+{
+    int n = g->size, me = g->rank, rc;
+    Py_ssize_t per = g->slot, mx = 0;
+    if (me == root)
+        for (int q = 0; q < n; q++)
+            if (q != me && outs->len[q] > mx)
+                mx = outs->len[q];
+    Sig s = {OP_GATHER, dtype, 0, root, (uint64_t)inlen, (uint64_t)pieces_of(mx, per), 0};
+    g->op_pieces = s.pieces;
+    uint64_t M = me == root ? s.pieces : 1;
+    for (uint64_t j = 0; j < M; j++) {
+        Py_ssize_t off = (Py_ssize_t)j * per;
+        uint64_t p;
+        if ((rc = begin_piece(g, dl, sv, &p)))
+            return rc;
+        write_hdr(g, p, &s);
+        if (me != root && inlen > off)
+            memcpy(DATA(g, me, p), inp + off, min_ss(per, inlen - off));
+        publish(g, &CTL(g, me)->post, 2 * p + 1);
+        if (me == root) {
+            if (j == 0 && outs->ptr[me] != inp)
+                memmove(outs->ptr[me], inp, min_ss(inlen, outs->len[me]));
+            for (int q = 0; q < n; q++) {
+                if (q == me)
+                    continue;
+                if ((rc = wait_check(g, q, 2 * p + 1, p, &s, 1, (uint64_t)outs->len[q], dl, sv)))
+                    return rc;
+                if (outs->len[q] > off)
+                    memcpy(outs->ptr[q] + off, DATA(g, q, p), min_ss(per, outs->len[q] - off));
+            }
+        } else {
+            /* the root's header says how many pieces the op has */
+            if ((rc = wait_ge(g, root, 0, 2 * p + 1, dl, sv)))
+                return rc;
+            hdr_t *h = HDR(g, root, p);
+            if (h->piece != p || h->op != s.op || h->dtype != s.dtype || h->root != root) {
+                g->err_peer = root;
+                memcpy(&g->err_theirs, h, sizeof(hdr_t));
+                return E_MISMATCH;
+            }
+            if (j == 0)
+                M = h->pieces;
+        }
+        publish(g, &CTL(g, me)->done, p);
+    }
+    return E_OK;
+}
+
+/* ------------------------------------------------------------------ Python glue */
+static void fail_self(Group *g, int cause)
+{
+    ctl_t *c = CTL(g, g->rank);
+    uint32_t alive = ST_ALIVE;
+    atomic_store(&c->cause, cause);
+    atomic_compare_exchange_strong(&c->state, &alive, ST_FAILED);
+    ring_bell(c);
+    g->broken = 1;
+}
+
+static PyObject *raise_err(Group *g, int rc)
+{
+    /* a mismatch in the first piece of one-piece calls on both sides: both ranks are at the
+     * same piece, nothing of the op is pending: finish the piece and keep the group */
+    int recoverable = rc == E_MISMATCH && g->piece == g->op_first && g->op_pieces <= 1 && g->err_theirs.pieces <= 1;
+    if (recoverable) {
+        publish(g, &CTL(g, g->rank)->done, g->piece);
+    }
+    if (rc == E_SIGNAL || rc == E_PY) {
+        fail_self(g, -1);
+        return NULL; /* the Python exception is set */
+    }
+    int cause = rc == E_FAILED ? (g->err_cause >= 0 ? g->err_cause : g->err_peer) : g->err_peer;
+    if (rc != E_SELF_CLOSED && !recoverable)
+        fail_self(g, rc == E_TIMEOUT || rc == E_MISMATCH ? -1 : cause);
+    hdr_t *h = &g->err_theirs;
+    PyObject *theirs = rc == E_MISMATCH
+        ? Py_BuildValue("(iiiiKKKLL)", h->op, h->dtype, h->redop, h->root, (unsigned long long)h->nbytes,
+                        (unsigned long long)h->seq, (unsigned long long)h->esize, (long long)g->err_sends,
+                        (long long)g->err_wants)
+        : Py_BuildValue("(iK)", g->err_word, (unsigned long long)g->err_waited);
+    if (!theirs)
+        return NULL;
+    PyObject *args = Py_BuildValue("(siiN)", E_NAMES[rc], g->err_peer, cause, theirs);
+    if (args) {
+        PyErr_SetObject(Error, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
+
+static int get_buf(PyObject *o, Py_buffer *b, int writable)
+{
+    return PyObject_GetBuffer(o, b, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS);
+}
+
+static int check_usable(Group *g)
+{
+    if (g->broken) {
+        PyErr_SetString(PyExc_RuntimeError, "native group is broken by an earlier failure");
+        return -1;
+    }
+    return 0;
+}
+
+static void Group_dealloc(Group *g)
+{
+    if (g->maps) {
+        for (int r = 0; r < g->size; r++)
+            if (g->maps[r].obj)
+                PyBuffer_Release(&g->maps[r]);
+        PyMem_Free(g->maps);
+    }
+    PyMem_Free(g->base);
+    PyMem_Free(g->pids);
+    Py_TYPE(g)->tp_free((PyObject *)g);
+}
+
+static int Group_init(Group *g, PyObject *args, PyObject *kw)
+{
+    static char *kws[] = {"rank", "size", "maps", "slot", "pids", "timeout", "spin_us", NULL};
+    PyObject *maps, *pids;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiOnOdd", kws, &g->rank, &g->size, &maps, &g->slot, &pids,
+                                     &g->timeout, &g->spin_us))
+        return -1;
+    if (g->size < 1 || g->rank < 0 || g->rank >= g->size || g->slot < ALIGN || g->slot % ALIGN) {
+        PyErr_Format(PyExc_ValueError, "Group: bad geometry rank=%d size=%d slot=%zd", g->rank, g->size, g->slot);
+        return -1;
+    }
+    if (PySequence_Size(maps) != g->size || PySequence_Size(pids) != g->size) {
+        PyErr_Format(PyExc_ValueError, "Group: expected %d maps and pids", g->size);
+        return -1;
+    }
+    g->data_off = (HDR_BYTES + 8 * (Py_ssize_t)g->size + ALIGN - 1) / ALIGN * ALIGN;
+    g->stride = (g->data_off + g->slot + 4095) / 4096 * 4096;
+    g->maps = PyMem_Calloc(g->size, sizeof(Py_buffer));
+    g->base = PyMem_Calloc(g->size, sizeof(char *));
+    g->pids = PyMem_Calloc(g->size, sizeof(int32_t));
+    if (!g->maps || !g->base || !g->pids) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int r = 0; r < g->size; r++) {
+        PyObject *m = PySequence_GetItem(maps, r);
+        PyObject *pid = PySequence_GetItem(pids, r);
+        int bad = !m || !pid || get_buf(m, &g->maps[r], 1) < 0;
+        if (!bad)
+            g->pids[r] = (int32_t)PyLong_AsLong(pid);
+        Py_XDECREF(m);
+        Py_XDECREF(pid);
+        if (bad || PyErr_Occurred())
+            return -1;
+        if (g->maps[r].len < CTL_BYTES + 2 * g->stride) {
+            PyErr_Format(PyExc_ValueError, "Group: rank %d's map has %zd bytes, expected at least %zd", r,
+                         g->maps[r].len, CTL_BYTES + 2 * g->stride);
+            return -1;
+        }
+        g->base[r] = g->maps[r].buf;
+    }
+    CTL(g, g->rank)->pid = (int32_t)getpid();
+    return 0;
+}
+
+#define RUN(call)                                                                                                 \
+    do {                                                                                                          \
+        g->op_first = 0;                                                                                          \
+        g->err_sends = g->err_wants = -1;                                                                         \
+        g->op_pieces = 1;                                                                                         \
+        double dl_ = now_s() + g->timeout;                                                                        \
+        PyThreadState *sv_ = PyEval_SaveThread();                                                                 \
+        PyThreadState **sv = &sv_;                                                                                \
+        double dl = dl_;                                                                                          \
+        rc = (call);                                                                                              \
+        PyEval_RestoreThread(sv_);                                                                                \
+    } while (0)
+
+static int red_init(Red *r, int dtype, int redop, Py_ssize_t esize, PyObject *fallback)
+{
+    r->dtype = dtype;
+    r->redop = redop;
+    r->esize = esize;
+    r->fallback = fallback;
+    if (esize <= 0 || ALIGN % esize) {
+        PyErr_Format(PyExc_ValueError, "element size %zd does not divide %d", esize, ALIGN);
+        return -1;
+    }
+    if ((!fallback || fallback == Py_None) && nd_reduce(NULL, NULL, NULL, 0, dtype, redop) < 0) {
+        PyErr_Format(PyExc_ValueError, "no native kernel for dtype %d op %d and no fallback", dtype, redop);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Group_all_reduce(Group *g, PyObject *args)
+{
+    PyObject *o, *fb;
+    int dtype, redop, rsag, rc;
+    Py_ssize_t esize;
+    if (!PyArg_ParseTuple(args, "OiinOp", &o, &dtype, &redop, &esize, &fb, &rsag) || check_usable(g))
+        return NULL;
+    Red r;
+    Py_buffer b;
+    if (red_init(&r, dtype, redop, esize, fb) < 0 || get_buf(o, &b, 1) < 0)
+        return NULL;
+    RUN(run_all_reduce(g, b.buf, b.len, &r, rsag && g->size > 1, dl, sv));
+    PyBuffer_Release(&b);
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Group_reduce(Group *g, PyObject *args)
+{
+    PyObject *o, *fb;
+    int dtype, redop, root, rc;
+    Py_ssize_t esize;
+    if (!PyArg_ParseTuple(args, "OiinOi", &o, &dtype, &redop, &esize, &fb, &root) || check_usable(g))
+        return NULL;
+    Red r;
+    Py_buffer b;
+    if (red_init(&r, dtype, redop, esize, fb) < 0 || get_buf(o, &b, 1) < 0)
+        return NULL;
+    RUN(run_reduce(g, b.buf, b.len, &r, root, dl, sv));
+    PyBuffer_Release(&b);
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Group_broadcast(Group *g, PyObject *args)
+{
+    PyObject *o;
+    int dtype, root, rc;
+    if (!PyArg_ParseTuple(args, "Oii", &o, &dtype, &root) || check_usable(g))
+        return NULL;
+    Py_buffer b;
+    if (get_buf(o, &b, 1) < 0)
+        return NULL;
+    RUN(run_broadcast(g, b.buf, b.len, dtype, root, dl, sv));
+    PyBuffer_Release(&b);
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Group_barrier(Group *g, PyObject *noargs)
+{
+    int rc;
+    if (check_usable(g))
+        return NULL;
+    RUN(run_barrier(g, dl, sv));
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
+/* a list of n buffers (or None: all absent) -> List; releases on failure */
+typedef struct {
+    Py_buffer *views;
+    char **ptr;
+    Py_ssize_t *len;
+    int n;
+} Held;
+
+static void held_release(Held *h)
+{
+    if (h->views)
+        for (int i = 0; i < h->n; i++)
+            if (h->views[i].obj)
+                PyBuffer_Release(&h->views[i]);
+    PyMem_Free(h->views);
+    PyMem_Free(h->ptr);
+    PyMem_Free(h->len);
+    h->views = NULL;
+    h->ptr = NULL;
+    h->len = NULL;
+}
+
+static int held_get(Held *h, PyObject *seq, int n, int writable)
+{
+    h->n = n;
+    h->views = PyMem_Calloc(n, sizeof(Py_buffer));
+    h->ptr = PyMem_Calloc(n, sizeof(char *));
+    h->len = PyMem_Calloc(n, sizeof(Py_ssize_t));
+    if (!h->views || !h->ptr || !h->len) {
+        held_release(h);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (seq == Py_None)
+        return 0;
+    PyObject *fast = PySequence_Fast(seq, "expected a list of buffers");
+    if (!fast) {
+        held_release(h);
+        return -1;
+    }
+    if (PySequence_Fast_GET_SIZE(fast) != n) {
+        Py_DECREF(fast);
+        held_release(h);
+        PyErr_Format(PyExc_ValueError, "expected %d buffers", n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (get_buf(PySequence_Fast_GET_ITEM(fast, i), &h->views[i], writable) < 0) {
+            Py_DECREF(fast);
+            held_release(h);
+            return -1;
+        }
+        h->ptr[i] = h->views[i].buf;
+        h->len[i] = h->views[i].len;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+static PyObject *Group_all_gather(Group *g, PyObject *args)
+{
+    PyObject *outs, *inp;
+    int dtype, rc;
+    if (!PyArg_ParseTuple(args, "OOi", &outs, &inp, &dtype) || check_usable(g))
+        return NULL;
+    Held ho;
+    Py_buffer bi;
+    if (held_get(&ho, outs, g->size, 1) < 0)
+        return NULL;
+    if (get_buf(inp, &bi, 0) < 0) {
+        held_release(&ho);
+        return NULL;
+    }
+    List lo = {ho.ptr, ho.len};
+    RUN(run_all_gather(g, &lo, bi.buf, bi.len, dtype, dl, sv));
+    PyBuffer_Release(&bi);
+    held_release(&ho);
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Group_gather(Group *g, PyObject *args)
+{
+    PyObject *outs, *inp;
+    int dtype, root, rc;
+    if (!PyArg_ParseTuple(args, "OOii", &outs, &inp, &dtype, &root) || check_usable(g))
+        return NULL;
+    Held ho;
+    Py_buffer bi;
+    if (held_get(&ho, g->rank == root ? outs : Py_None, g->size, 1) < 0)
+        return NULL;
+    if (get_buf(inp, &bi, 0) < 0) {
+        held_release(&ho);
+        return NULL;
+    }
+    List lo = {ho.ptr, ho.len};
+    RUN(run_gather(g, &lo, bi.buf, bi.len, dtype, root, dl, sv));
+    PyBuffer_Release(&bi);
+    held_release(&ho);
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Group_scatter(Group *g, PyObject *args)
+{
+    PyObject *out, *ins;
+    int dtype, root, rc;
+    if (!PyArg_ParseTuple(args, "OOii", &out, &ins, &dtype, &root) || check_usable(g))
+        return NULL;
+    Held hi;
+    Py_buffer bo;
+    if (held_get(&hi, g->rank == root ? ins : Py_None, g->size, 0) < 0)
+        return NULL;
+    if (get_buf(out, &bo, 1) < 0) {
+        held_release(&hi);
+        return NULL;
+    }
+    List li = {hi.ptr, hi.len};
+    RUN(run_scatter(g, bo.buf, bo.len, &li, dtype, root, dl, sv));
+    PyBuffer_Release(&bo);
+    held_release(&hi);
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Group_all_to_all(Group *g, PyObject *args)
+{
+    PyObject *outs, *ins;
+    int dtype, rc;
+    if (!PyArg_ParseTuple(args, "OOi", &outs, &ins, &dtype) || check_usable(g))
+        return NULL;
+    Held ho, hi;
+    if (held_get(&ho, outs, g->size, 1) < 0)
+        return NULL;
+    if (held_get(&hi, ins, g->size, 0) < 0) {
+        held_release(&ho);
+        return NULL;
+    }
+    List lo = {ho.ptr, ho.len}, li = {hi.ptr, hi.len};
+    RUN(run_all_to_all(g, &lo, &li, dtype, dl, sv));
+    held_release(&hi);
+    held_release(&ho);
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Group_reduce_scatter(Group *g, PyObject *args)
+{
+    PyObject *out, *ins, *fb;
+    int dtype, redop, rc;
+    Py_ssize_t esize;
+    if (!PyArg_ParseTuple(args, "OOiinO", &out, &ins, &dtype, &redop, &esize, &fb) || check_usable(g))
+        return NULL;
+    Red r;
+    if (red_init(&r, dtype, redop, esize, fb) < 0)
+        return NULL;
+    Held hi;
+    Py_buffer bo;
+    if (held_get(&hi, ins, g->size, 0) < 0)
+        return NULL;
+    if (get_buf(out, &bo, 1) < 0) {
+        held_release(&hi);
+        return NULL;
+    }
+    List li = {hi.ptr, hi.len};
+    RUN(run_reduce_scatter(g, bo.buf, bo.len, &li, &r, dl, sv));
+    PyBuffer_Release(&bo);
+    held_release(&hi);
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Group_close(Group *g, PyObject *noargs)
+{
+    ctl_t *c = CTL(g, g->rank);
+    uint32_t alive = ST_ALIVE;
+    atomic_compare_exchange_strong(&c->state, &alive, ST_CLOSED);
+    ring_bell(c);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Group_fail(Group *g, PyObject *arg)
+{
+    long cause = PyLong_AsLong(arg);
+    if (cause == -1 && PyErr_Occurred())
+        return NULL;
+    fail_self(g, (int)cause);
+    Py_RETURN_NONE;
+}
+
+/* what this rank waits on, for a timeout's message: (piece, [(post, done, state), ...]) */
+static PyObject *Group_progress(Group *g, PyObject *noargs)
+{
+    PyObject *lst = PyList_New(g->size);
+    if (!lst)
+        return NULL;
+    for (int q = 0; q < g->size; q++) {
+        ctl_t *c = CTL(g, q);
+        PyObject *t = Py_BuildValue("(KKI)", (unsigned long long)atomic_load(&c->post),
+                                    (unsigned long long)atomic_load(&c->done), (unsigned)atomic_load(&c->state));
+        if (!t) {
+            Py_DECREF(lst);
+            return NULL;
+        }
+        PyList_SET_ITEM(lst, q, t);
+    }
+    return Py_BuildValue("(KN)", (unsigned long long)g->piece, lst);
+}
+
+static PyMethodDef Group_methods[] = {
+    {"all_reduce", (PyCFunction)Group_all_reduce, METH_VARARGS,
+     "all_reduce(buf, dtype, redop, esize, fallback, rsag): in place, rank-order reduction"},
+    {"reduce", (PyCFunction)Group_reduce, METH_VARARGS, "reduce(buf, dtype, redop, esize, fallback, root)"},
+    {"broadcast", (PyCFunction)Group_broadcast, METH_VARARGS, "broadcast(buf, dtype, root)"},
+    {"barrier", (PyCFunction)Group_barrier, METH_NOARGS, "barrier()"},
+    {"all_gather", (PyCFunction)Group_all_gather, METH_VARARGS, "all_gather(outs, inp, dtype)"},
+    {"gather", (PyCFunction)Group_gather, METH_VARARGS, "gather(outs or None, inp, dtype, root)"},
+    {"scatter", (PyCFunction)Group_scatter, METH_VARARGS, "scatter(out, ins or None, dtype, root)"},
+    {"all_to_all", (PyCFunction)Group_all_to_all, METH_VARARGS, "all_to_all(outs, ins, dtype)"},
+    {"reduce_scatter", (PyCFunction)Group_reduce_scatter, METH_VARARGS,
+     "reduce_scatter(out, ins, dtype, redop, esize, fallback)"},
+    {"close", (PyCFunction)Group_close, METH_NOARGS, "mark this rank closed (peers waiting on it fail)"},
+    {"fail", (PyCFunction)Group_fail, METH_O, "fail(cause_rank): mark this rank failed (peers relay it)"},
+    {"progress", (PyCFunction)Group_progress, METH_NOARGS, "(piece, [(post, done, state) per rank])"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Group_members[] = {
+    {"seq", T_ULONGLONG, offsetof(Group, seq), 0, "sequence number of the next op (goes into its header)"},
+    {"piece", T_ULONGLONG, offsetof(Group, piece), READONLY, "pieces run so far"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject GroupType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ndist._cnative.Group",
+    .tp_basicsize = sizeof(Group),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Group_init,
+    .tp_dealloc = (destructor)Group_dealloc,
+    .tp_methods = Group_methods,
+    .tp_members = Group_members,
+    .tp_doc = "One rank's view of a same-host group's shared-memory slots (see the module source).",
+};
+
+/* element bytes per dtype code (_frame._DTYPES) */
+static const Py_ssize_t ESIZE[] = {0, 1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 4, 8, 8, 16, 2, 1, 1};
+
+/* reduce(dst, a, b, dtype, op) -> int: the kernel alone; 0, or -1 when it has none for the pair */
+static PyObject *mod_reduce(PyObject *self, PyObject *args)
+{
+    PyObject *od, *oa, *ob;
+    int dtype, op;
+    if (!PyArg_ParseTuple(args, "OOOii", &od, &oa, &ob, &dtype, &op))
+        return NULL;
+    Py_ssize_t esize = dtype > 0 && dtype < (int)(sizeof ESIZE / sizeof ESIZE[0]) ? ESIZE[dtype] : 1;
+    Py_buffer d, a, b;
+    if (get_buf(od, &d, 1) < 0)
+        return NULL;
+    if (get_buf(oa, &a, 0) < 0) {
+        PyBuffer_Release(&d);
+        return NULL;
+    }
+    if (get_buf(ob, &b, 0) < 0) {
+        PyBuffer_Release(&d);
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    int rc = -2;
+    if (a.len == d.len && b.len == d.len && d.len % esize == 0)
+        rc = nd_reduce(d.buf, a.buf, b.buf, (size_t)(d.len / esize), dtype, op);
+    PyBuffer_Release(&d);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    if (rc == -2) {
+        PyErr_SetString(PyExc_ValueError, "reduce: buffers of equal length, whole elements, expected");
+        return NULL;
+    }
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *mod_supports(PyObject *self, PyObject *args)
+{
+    int dtype, op;
+    if (!PyArg_ParseTuple(args, "ii", &dtype, &op))
+        return NULL;
+    return PyBool_FromLong(nd_reduce(NULL, NULL, NULL, 0, dtype, op) == 0);
+}
+
+static PyMethodDef mod_methods[] = {
+    {"reduce", mod_reduce, METH_VARARGS, "reduce(dst, a, b, dtype, op) -> 0, or -1 without a kernel for the pair"},
+    {"supports", mod_supports, METH_VARARGS, "supports(dtype, op) -> bool: a native kernel exists"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_cnative", "ndist's native same-host engine", -1,
+                                    mod_methods};
+
+PyMODINIT_FUNC PyInit__cnative(void)
+{
+    main_thread = PyThread_get_thread_ident();
+    if (PyType_Ready(&GroupType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m)
+        return NULL;
+    Error = PyErr_NewException("ndist._cnative.Error", PyExc_RuntimeError, NULL);
+    Py_INCREF(&GroupType);
+    if (!Error || PyModule_AddObject(m, "Error", Error) < 0 ||
+        PyModule_AddObject(m, "Group", (PyObject *)&GroupType) < 0 ||
+        PyModule_AddIntConstant(m, "CTL_BYTES", CTL_BYTES) < 0 || PyModule_AddIntConstant(m, "HDR_BYTES", HDR_BYTES) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
