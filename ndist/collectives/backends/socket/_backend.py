@@ -161,6 +161,8 @@ class SocketBackend(CollectiveBackend):
             if work.is_completed():
                 return "done"
             if self._exec.current is work:
+                if self._native is not None:
+                    return self._native.pending()
                 return self._eng.pending() if self._eng is not None else "connecting to the group's ranks"
             n = self._exec.ahead(work)
             if n:

@@ -243,6 +243,14 @@ class NativeAlgorithms:
     def barrier(self) -> None:
         self.g.barrier()
 
+    def pending(self) -> str:
+        """For a timeout's message: the ranks that have not posted this rank's current piece,
+        or have not finished reading the piece before (what a waiting rank waits for)."""
+        piece, words = self.g.progress()
+        late = [q for q, (post, done, _state) in enumerate(words)
+                if q != self.rank and (post < 2 * piece or done + 2 < piece)]
+        return f"running piece {piece} in the native engine; ranks not heard from: {late}"
+
     # ---------------------------------------------------------- failures
     def error(self, err, group_name: str, desc: str, hosts: dict, timeout: float) -> Exception:
         """The typed error of a ``_cnative.Error(kind, peer, cause, detail)`` raised in ``desc``."""
