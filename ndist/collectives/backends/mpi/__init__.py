@@ -12,12 +12,15 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 
 __all__ = ["create", "is_available", "install_abort_hook"]
 
 log = logging.getLogger("ndist.collectives.mpi")
 _hook_lock = threading.Lock()
 _hook_installed = False
+#: seconds between flushing the traceback and MPI_Abort
+_FORWARD_S = 0.25
 
 
 def is_available() -> bool:
@@ -47,6 +50,10 @@ def install_abort_hook() -> None:
 
                     if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
                         sys.stderr.flush()
+                        # the launcher forwards this rank's stderr through a pipe that the abort
+                        # tears down: give it a moment to carry the traceback (seen cut after its
+                        # first frame in 1 of 5 full runs)
+                        time.sleep(_FORWARD_S)
                         MPI.COMM_WORLD.Abort(1)
                 except Exception:  # noqa: BLE001 - we are already failing
                     pass
