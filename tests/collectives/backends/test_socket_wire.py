@@ -95,8 +95,11 @@ def test_transport_env_is_read(monkeypatch):
         make_backends(1, transport=None)
 
 
-def test_pending_description_on_user_wait_timeout():
-    backends = make_backends(2, timeout=30)
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_pending_description_on_user_wait_timeout(engine):
+    if engine == "native":
+        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+    backends = make_backends(2, timeout=30, engine=engine)
     try:
         run_threads(backends, lambda b: b.barrier(blocking=True).wait())
         w = backends[0].all_reduce(np.ones(3), ReduceOp.SUM)
