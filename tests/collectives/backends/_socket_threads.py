@@ -25,7 +25,7 @@ def make_backends(n, transport="auto", timeout=30.0, store=None, name=None, engi
     for r in range(n):
         ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
                              global_ranks=tuple(range(n)), device="cpu",
-                             options=SimpleNamespace(transport=transport, engine=engine))
+                             options=SimpleNamespace(transport=transport, socket_engine=engine))
         out[r] = Driver(SocketBackend(ctx))
     return out
 

@@ -57,8 +57,8 @@ _state = {"tried": False, "mod": None, "error": None, "warned": False}
 
 
 def engine_mode(options=None) -> str:
-    """``auto`` / ``native`` / ``python``: the backend option ``engine``, else ``NDIST_ENGINE``."""
-    mode = getattr(options, "engine", None) or os.environ.get(ENGINE_ENV, DEFAULT)
+    """``auto`` / ``native`` / ``python``: the backend option ``socket_engine``, else ``NDIST_ENGINE``."""
+    mode = getattr(options, "socket_engine", None) or os.environ.get(ENGINE_ENV, DEFAULT)
     mode = str(mode).strip().lower() or DEFAULT
     if mode not in ("auto", "native", "python"):
         raise ValueError(f"{ENGINE_ENV}: expected 'auto', 'native' or 'python', got {mode!r}")
