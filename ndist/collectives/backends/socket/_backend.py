@@ -140,10 +140,10 @@ class SocketBackend(CollectiveBackend):
         infos = {p: self._mesh.peer(p) for p in peers}
         if not all(self._links.same_host.get(p) and infos[p].get("native") == self._nfile.slot for p in peers):
             return
-        group, maps = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
+        group = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
                                      {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
                                      self.size <= (os.cpu_count() or 1))
-        self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, maps, self.rank, self.size)
+        self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size)
         # every rank has mapped every file before any rank may finish an op and unlink its own
         group.barrier()
         log.debug("rank %d: group %r runs on the native engine", self.rank, self.ctx.group_name)

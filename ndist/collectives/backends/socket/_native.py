@@ -97,8 +97,8 @@ def module_for(transport: str, options=None):
 
 
 def slot_bytes(size: int) -> int:
-    """Data bytes per slot: ``NDIST_NATIVE_SLOT``, else 1 MiB up to 8 ranks, then less
-    (at least 256 KiB) so that a rank's file stays near 8 MiB... times two slots."""
+    """Data bytes per slot: ``NDIST_NATIVE_SLOT``, else 1 MiB up to 8 ranks, then 8 MiB
+    shared among the ranks (at least 256 KiB); each rank's file holds two slots."""
     raw = os.environ.get(SLOT_ENV, "").strip()
     if raw:
         try:
@@ -163,7 +163,7 @@ def attach(mod, own: NativeFile, prefixes: dict, pids: dict, rank: int, size: in
             os.close(fd)
     pid_list = [os.getpid() if r == rank else int(pids[r]) for r in range(size)]
     spin_us = float(os.environ.get(SPIN_ENV, SPIN_US)) if spin else 0.0
-    return mod.Group(rank, size, maps, own.slot, pid_list, timeout, spin_us), maps
+    return mod.Group(rank, size, maps, own.slot, pid_list, timeout, spin_us)
 
 
 def _u8(a: np.ndarray) -> np.ndarray:
@@ -188,10 +188,9 @@ def _fallback(op, dtype):
 class NativeAlgorithms:
     """The socket backend's collectives on the native engine (the methods of ``Algorithms``)."""
 
-    def __init__(self, mod, group, maps, rank: int, size: int) -> None:
+    def __init__(self, mod, group, rank: int, size: int) -> None:
         self.mod = mod
-        self.g = group
-        self._maps = maps  # the C group holds buffer exports of them; kept for clarity
+        self.g = group  # holds buffer exports of every rank's mapping: they live as long as it
         self.rank = rank
         self.size = size
         self._red: dict = {}
