@@ -1,0 +1,214 @@
+"""A call repeated with the same buffer objects is checked like the first one.
+
+The public layer keeps the repeated call cheap (docs/architecture.md, "The
+repeated call"); nothing it keeps may outlive what it was derived from. Each
+case first runs valid calls on some buffers, then changes those same objects
+in place (flags, shape, dtype, the array behind a Tensor) or passes them in a
+new combination, and expects what a first call with them gives: the same
+error before anything is sent, or the right result. Run on every rank of a
+2-rank job; a valid all_reduce follows each case.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+
+import numpy as np
+
+CASES: list = []
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+def _raises(exc: type, pattern: str, fn, *args, **kwargs) -> None:
+    try:
+        fn(*args, **kwargs)
+    except exc as err:
+        if not re.search(pattern, str(err)):
+            raise AssertionError(f"message {str(err)!r} does not match {pattern!r}") from None
+    else:
+        raise AssertionError(f"did not raise {exc.__name__}")
+
+
+def _warm(fn, *args, **kwargs) -> None:
+    for _ in range(3):
+        fn(*args, **kwargs)
+
+
+@case
+def read_only_after_writable(d, r, n):
+    a = np.ones(8, np.float32)
+    _warm(d.all_reduce, a)
+    a.flags.writeable = False
+    _raises(ValueError, r"tensor: expected a writable tensor", d.all_reduce, a)
+    out, inp = np.zeros(8, np.float32), np.ones(8 * n, np.float32)
+    _warm(d.reduce_scatter_tensor, out, inp)
+    out.flags.writeable = False
+    _raises(ValueError, r"output: expected a writable tensor", d.reduce_scatter_tensor, out, inp)
+    out = np.zeros(8 * n, np.float32)
+    _warm(d.all_to_all_single, out, inp)
+    out.flags.writeable = False
+    _raises(ValueError, r"output: expected a writable tensor", d.all_to_all_single, out, inp)
+
+
+@case
+def dtype_changed_in_place(d, r, n):
+    a = np.full(8, r + 1, np.float32)
+    _warm(d.all_reduce, a)
+    a.dtype = "S4"  # the same object, now of bytes
+    _raises(TypeError, r"tensor: expected a tensor of a bool, integer, floating-point or complex dtype, got dtype \|S4",
+            d.all_reduce, a)
+    b = np.full(4, r + 1, np.float64)
+    _warm(d.all_reduce, b)
+    b.dtype = np.int32  # 8 elements now
+    b[:] = r + 1
+    d.all_reduce(b)
+    assert b.shape == (8,) and (b == n * (n + 1) // 2).all(), b
+    out, inp = np.zeros(4 * n, np.float32), np.ones(4, np.float32)
+    _warm(d.all_gather_into_tensor, out, inp)
+    inp.dtype = np.float16  # 8 elements, another dtype than out's
+    _raises(TypeError, r"input_tensor: expected dtype float32 \(the dtype of output_tensor\), got float16",
+            d.all_gather_into_tensor, out, inp)
+
+
+@case
+def shape_changed_in_place(d, r, n):
+    out, inp = np.zeros(4 * n, np.int64), np.arange(4 * n, dtype=np.int64)
+    _warm(d.all_to_all_single, out, inp)
+    out.shape, inp.shape = (2 * n, 2), (n, 4)
+    _raises(ValueError, r"output: expected trailing dimensions \(4,\) \(those of input\), got shape", d.all_to_all_single,
+            out, inp)
+    out.shape = (n, 4)
+    inp[:] = r * 100 + np.arange(4 * n).reshape(n, 4)
+    d.all_to_all_single(out, inp)
+    want = np.stack([p * 100 + np.arange(4 * n).reshape(n, 4)[r] for p in range(n)])
+    assert (out == want).all(), (out, want)
+    small = np.ones(4, np.float32)
+    big = np.zeros(4 * n, np.float32)
+    _warm(d.all_gather_into_tensor, big, small)
+    small.shape = (2, 2)  # same size, other shape: still fine (flattened)
+    d.all_gather_into_tensor(big, small)
+    big.shape = (2 * n, 2)
+    d.all_gather_into_tensor(big, small)
+    assert (big == 1).all()
+
+
+@case
+def aliased_after_distinct(d, r, n):
+    out, inp = np.zeros(2 * n, np.int32), np.zeros(2 * n, np.int32)
+    _warm(d.all_to_all_single, out, inp)
+    out[:] = r * 10 + np.arange(2 * n)
+    d.all_to_all_single(out, out)  # in place: the input is copied first
+    want = np.concatenate([p * 10 + np.arange(2 * r, 2 * r + 2) for p in range(n)])
+    assert (out == want).all(), (out, want)
+    big = np.zeros(2 * n, np.int32)
+    _warm(d.all_gather_into_tensor, big, np.ones(2, np.int32))
+    big[:] = -1
+    big[2 * r:2 * r + 2] = r + 5
+    d.all_gather_into_tensor(big, big[2 * r:2 * r + 2])  # input inside the output
+    assert (big == np.repeat(np.arange(n) + 5, 2)).all(), big
+
+
+@case
+def staged_after_contiguous(d, r, n):
+    base = np.full((8, 2), r + 1, np.float64)
+    _warm(d.all_reduce, base[:, 0].copy())
+    col = base[:, 0]  # not contiguous: staged and written back
+    d.all_reduce(col)
+    assert (base[:, 0] == n * (n + 1) / 2).all() and (base[:, 1] == r + 1).all(), base
+    out, inp = np.zeros((4 * n, 2), np.float64), np.ones(4, np.float64)
+    _warm(d.all_gather_into_tensor, out[:, 0].copy(), inp)
+    d.all_gather_into_tensor(out[:, 0], inp)
+    assert (out[:, 0] == 1).all() and (out[:, 1] == 0).all(), out
+
+
+@case
+def arguments_changed(d, r, n):
+    a = np.ones(8, np.float32)
+    _warm(d.all_reduce, a)
+    _raises(ValueError, r"op: BAND needs an integer or bool tensor, got dtype float32", d.all_reduce, a,
+            op=d.ReduceOp.BAND)
+    _raises(TypeError, r"async_op: expected a bool, got str", d.all_reduce, a, async_op="yes")
+    _raises(TypeError, r"op: expected a ndist.distributed.ReduceOp, got str", d.all_reduce, a, op="sum")
+    _warm(d.broadcast, a, 0)
+    _raises(ValueError, r"src: expected a global rank in group \[0, 1\], got 7", d.broadcast, a, 7)
+    _raises(TypeError, r"group: expected a ProcessGroup", d.broadcast, a, 0, group="world")
+    out, inp = np.zeros(8 * n, np.float32), np.ones(8, np.float32)
+    _warm(d.all_gather_into_tensor, out, inp)
+    _raises(ValueError, r"output_tensor: expected \d+ elements", d.all_gather_into_tensor, out[:-1], inp)
+    _raises(TypeError, r"input_tensor: expected dtype float32 \(the dtype of output_tensor\), got float64",
+            d.all_gather_into_tensor, out, inp.astype(np.float64))
+
+
+@case
+def tensor_over_another_array(d, r, n):
+    import ndist
+
+    t = ndist.ones(8)
+    _warm(d.all_reduce, t)
+    t._data = np.ones(8, np.float32)
+    t._data.flags.writeable = False
+    _raises(ValueError, r"tensor: expected a writable tensor", d.all_reduce, t)
+    t._data = np.full(8, float(r + 1), np.float32)
+    d.all_reduce(t)
+    assert (t.numpy() == n * (n + 1) / 2).all()
+
+
+@case
+def destroyed_group(d, r, n):
+    g = d.new_group(list(range(n)))
+    a = np.ones(4, np.float32)
+    _warm(d.all_reduce, a, group=g)
+    d.destroy_process_group(g)
+    _raises(ValueError, r"destroyed", d.all_reduce, a, group=g)
+
+
+@case
+def every_repeat_is_recorded(d, r, n):
+    g = d.new_group(list(range(n)))
+    a, out = np.ones(4, np.float32), np.zeros(4 * n, np.float32)
+    for _ in range(5):
+        d.all_reduce(a, group=g)
+        d.all_gather_into_tensor(out, a, group=g)
+    d.broadcast(a, 0, group=g)
+    entries = d.flight_recorder(g)
+    got = [(e["seq"], e["op"], e["dtype"], e["count_in"], e["count_out"], e["root"], e["state"]) for e in entries]
+    want = []
+    for i in range(5):
+        want.append((2 * i + 1, "all_reduce", "float32", 4, 4, None, "completed"))
+        want.append((2 * i + 2, "all_gather_into", "float32", 4, 4 * n, None, "completed"))
+    want.append((11, "broadcast", "float32", 4, 4, 0, "completed"))
+    assert got == want, got
+    assert all(e["time_done"] >= e["time_issued"] for e in entries)
+    d.destroy_process_group(g)
+
+
+def run_cases(dist) -> dict:
+    """``{case name: None or what went wrong}``, on this rank."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    results = {}
+    for fn in CASES:
+        try:
+            fn(dist, rank, size)
+            problem = None
+        except Exception:  # noqa: BLE001
+            problem = traceback.format_exc()
+        t = np.full(3, float(rank + 1))
+        try:
+            dist.all_reduce(t)
+            if not np.array_equal(t, np.full(3, size * (size + 1) / 2)):
+                problem = (problem or "") + f"; the next all_reduce gave {t}"
+        except Exception:  # noqa: BLE001
+            problem = (problem or "") + f"; the next all_reduce failed:\n{traceback.format_exc()}"
+        results[fn.__name__] = problem
+    return results
+
+
+def entry(rank=None, world_size=None, device="cpu") -> dict:
+    import ndist.distributed as dist
+
+    return run_cases(dist)
