@@ -10,9 +10,10 @@ from typing import Any, Callable
 
 from ..runtime import resolve_group
 from . import _check, _debug
-from ._backend import DONE, P2P_OPS, Call
+from ._backend import DONE, Call, Op
+from ._debug import OP
 
-__all__ = ["member_group", "submit", "wait_sync"]
+__all__ = ["member_group", "submit", "lane_for", "Lane", "wait_sync"]
 
 log = logging.getLogger("ndist.collectives")
 
@@ -41,12 +42,47 @@ def member_group(group: Any, what: str = "collective"):
     return None
 
 
-def _failed(rec, slot, seq: int, exc: BaseException | None) -> None:
+class Lane:
+    """What a collective on one (group, device type) needs after its checks, in one
+    lookup (``pg.lanes[device]``): the group, its backend, its flight recorder, the
+    sequence counters and whether ``NDIST_DEBUG=DETAIL`` checks signatures."""
+
+    __slots__ = ("pg", "rank", "size", "group_rank", "backend", "rec", "seqs", "p2p_seqs", "detail", "ring",
+                 "ring_size", "tickets")
+
+    def __init__(self, pg, device: str) -> None:
+        self.pg = pg
+        self.rank, self.size = pg.rank(), pg.size()
+        self.group_rank = {r: i for i, r in enumerate(pg.ranks)}  # global rank -> group rank
+        self.backend = pg.backend_for(device)
+        self.rec = rec = _debug.recorder_for(pg)
+        self.seqs = rec.counter(device)
+        self.p2p_seqs = rec.counter(device + ":p2p")  # p2p numbered apart, as backends do
+        self.detail = rec.detail
+        self.ring, self.ring_size, self.tickets = rec.ring, rec.size, rec.tickets  # for ``run``
+
+
+def lane_for(pg, device: str) -> Lane:
+    """The Lane of ``pg`` (a group this process is a member of) for ``device``.
+
+    Made on the first call that passed its checks; the group forgets it when
+    destroyed (``ProcessGroup.lanes``), so a lane found there is live.
+    """
+    lane = pg.lanes.get(device)
+    if lane is None:
+        lane = pg.lanes.setdefault(device, Lane(pg, device))
+        if pg.destroyed:  # destroyed meanwhile by another thread: forget it again
+            pg.lanes.pop(device, None)
+            pg.require_alive()
+    return lane
+
+
+def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
     from ..runtime import DistNetworkError, DistTimeoutError
 
-    rec.done(slot, seq, exc)
+    rec.done(entry, seq, exc)
     if isinstance(exc, (DistTimeoutError, DistNetworkError)):
-        _debug.dump_all(f"{slot.op if slot is not None else 'operation'} #{seq} in group "
+        _debug.dump_all(f"{entry[OP] if entry is not None else 'operation'} #{seq} in group "
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
 
 
@@ -62,12 +98,13 @@ def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,
     """
     if async_op is not False:
         async_op = _check.check_bool("async_op", async_op)
-    rec = _debug.recorder_for(pg)
-    p2p = call.op in P2P_OPS
-    seq = rec.next_seq(call.device + ":p2p" if p2p else call.device)  # p2p numbered apart, as backends do
+    lane = lane_for(pg, call.device)
+    rec = lane.rec
+    p2p = call.op is Op.SEND or call.op is Op.RECV  # (not `in P2P_OPS`: Enum.__hash__ is Python code)
+    seq = next(lane.p2p_seqs if p2p else lane.seqs)
     slot = rec.issue(seq, call)
     try:
-        if rec.detail and not p2p:
+        if lane.detail and not p2p:
             _debug.check_signature(pg, seq, call)
         work = method(call, blocking=not async_op)
         if work is DONE:  # finished and succeeded: nothing to wait on

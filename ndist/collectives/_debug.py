@@ -2,10 +2,10 @@
 call-signature checks.
 
 Flight recorder: the last ``NDIST_FLIGHT_RECORDER_SIZE`` (default 64; 0 turns
-it off) operations per process group are kept in a ring of preallocated
-slots (op, device, dtype, element counts, root, sequence number, state
-issued / completed / failed, timestamps). Recording mutates a slot in place;
-nothing is formatted on the hot path. When an operation fails with a timeout
+it off) operations per process group are kept in a ring (op, device, dtype,
+element counts, root, sequence number, state issued / completed / failed,
+timestamps): one small list per operation, updated in place when it ends;
+no lock and nothing formatted on the hot path. When an operation fails with a timeout
 or a lost peer, the rings of every group are logged at ERROR and written to
 ``$NDIST_FLIGHT_RECORDER_DIR/rank<global rank>.json`` when that variable is
 set. ``ndist.distributed.flight_recorder(group)`` returns a group's entries.
@@ -24,6 +24,7 @@ through the public API on a (group, device) pair, as the socket backend does.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -42,75 +43,89 @@ _DEFAULT_SIZE = 64
 
 
 # ------------------------------------------------------------------ recorder
-class _Slot:
-    __slots__ = ("seq", "op", "device", "dtype", "count_in", "count_out", "root", "state", "t_issued",
-                 "t_done", "error")
+#: What an entry of the ring holds, by position: one list per operation, built
+#: when it is issued and updated in place when it ends (a list is several times
+#: cheaper to build and update than an object's attributes).
+FIELDS = ("ticket", "seq", "op", "device", "dtype", "count_in", "count_out", "root", "state", "time_issued",
+          "time_done", "error")
+OP, STATE, T_DONE, ERROR = 2, 8, 10, 11  # positions the collectives update in place
 
-    def __init__(self) -> None:
-        self.seq = -1
 
-    def as_dict(self) -> dict:
-        return {
-            "seq": self.seq, "op": str(self.op), "device": self.device,
-            "dtype": None if self.dtype is None else str(self.dtype),
-            "count_in": self.count_in, "count_out": self.count_out, "root": self.root,
-            "state": self.state, "time_issued": self.t_issued, "time_done": self.t_done,
-            "duration_s": None if self.t_done is None else round(self.t_done - self.t_issued, 6),
-            "error": self.error,
-        }
+def _as_dict(entry: list) -> dict:
+    d = dict(zip(FIELDS[1:], entry[1:]))
+    d["op"] = str(d["op"])
+    d["dtype"] = None if d["dtype"] is None else str(d["dtype"])
+    t_done = d["time_done"]
+    d["duration_s"] = None if t_done is None else round(t_done - d["time_issued"], 6)
+    return d
 
 
 class FlightRecorder:
-    """The ring of one process group (see the module docstring)."""
+    """The ring of one process group (see the module docstring).
+
+    Lock-free on the hot path: tickets and sequence numbers come from
+    ``itertools.count`` (one C call, atomic under the GIL), and each operation
+    gets its own entry list, stored at ``ticket % size``; an entry pushed out
+    of the ring by later operations is simply no longer listed.
+    """
 
     def __init__(self, group_name: str, global_rank: int, size: int) -> None:
         self.group_name = group_name
         self.global_rank = global_rank
         self.size = size
-        self._slots = [_Slot() for _ in range(size)]
-        self._next = 0
-        self._seqs: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self.ring: list = [None] * size
+        self.tickets = itertools.count()
+        self._seqs: dict[str, Any] = {}
         # read once per group, like the rest of NDIST_DEBUG (a per-call os.environ lookup
         # cost ~0.8 us, more than recording the op)
         from ..runtime._debug_level import DebugLevel, get_debug_level  # NDIST_DEBUG or set_debug_level()
 
         self.detail = get_debug_level() is DebugLevel.DETAIL
 
-    def next_seq(self, device: str) -> int:
-        with self._lock:
-            seq = self._seqs.get(device, 0) + 1
-            self._seqs[device] = seq
-            return seq
+    def counter(self, key: str):
+        """The ``itertools.count`` numbering the operations of ``key`` (a device, or
+        ``"<device>:p2p"``) from 1."""
+        c = self._seqs.get(key)
+        if c is None:
+            c = self._seqs.setdefault(key, itertools.count(1))
+        return c
 
-    def issue(self, seq: int, call) -> _Slot | None:
-        """Record ``call`` (a ``Call``) as issued with sequence number ``seq``."""
-        if not self.size:
+    def next_seq(self, device: str) -> int:
+        return next(self.counter(device))
+
+    def issue(self, seq: int, call, count_in: int | None = None, count_out: int | None = None) -> list | None:
+        """Record ``call`` (a ``Call``) as issued with sequence number ``seq``; the entry
+        (``None`` when the ring has size 0). ``count_in`` / ``count_out``: the call's
+        ``totals()``, when the caller knows them."""
+        size = self.size
+        if not size:
             return None
-        with self._lock:
-            slot = self._slots[self._next]
-            self._next = (self._next + 1) % self.size
-        count_in, count_out = call.totals()
-        slot.seq, slot.op, slot.device, slot.dtype = seq, call.op, call.device, call.dtype
-        slot.count_in, slot.count_out, slot.root = count_in, count_out, call.root
-        slot.state, slot.t_issued, slot.t_done, slot.error = "issued", time.time(), None, None
-        return slot
+        if count_in is None:
+            count_in, count_out = call.totals()
+        ticket = next(self.tickets)
+        entry = [ticket, seq, call.op, call.device, call.dtype, count_in, count_out, call.root, "issued", time.time(),
+                 None, None]
+        self.ring[ticket % size] = entry
+        return entry
 
     @staticmethod
-    def done(slot: _Slot | None, seq: int, exc: BaseException | None) -> None:
-        if slot is None or slot.seq != seq or slot.state != "issued":
-            return  # the slot was reused by a later op
-        slot.t_done = time.time()
+    def done(entry: list | None, seq: int, exc: BaseException | None) -> None:
+        if entry is None or entry[STATE] != "issued":
+            return
+        entry[T_DONE] = time.time()
         if exc is None:
-            slot.state = "completed"
+            entry[STATE] = "completed"
         else:
-            slot.state = "failed"
-            slot.error = f"{type(exc).__name__}: {exc}"
+            entry[ERROR] = f"{type(exc).__name__}: {exc}"
+            entry[STATE] = "failed"
 
     def entries(self) -> list[dict]:
-        with self._lock:
-            order = self._slots[self._next:] + self._slots[:self._next]
-        return [s.as_dict() for s in order if s.seq >= 0]
+        live = sorted((e for e in list(self.ring) if e is not None), key=_ticket)
+        return [_as_dict(e) for e in live]
+
+
+def _ticket(entry: list) -> int:
+    return entry[0]
 
 
 _recorders: "weakref.WeakKeyDictionary[Any, FlightRecorder]" = weakref.WeakKeyDictionary()

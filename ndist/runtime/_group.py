@@ -151,6 +151,11 @@ class ProcessGroup:
         self._store = store
         self._backend_names = dict(backends)
         self._backends: dict[str, Any] = {}
+        #: per device type, what the layer above keeps for its repeated-call path (the
+        #: collectives' lane: backend, flight recorder, sequence counter). Filled by that
+        #: layer once the backend exists, emptied when the group is destroyed, so an entry
+        #: found here belongs to a live group this process is a member of.
+        self.lanes: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._destroyed = False
         self._claimed = False
@@ -281,6 +286,7 @@ class ProcessGroup:
         with self._lock:
             self._destroyed = True
             backends, self._backends = list(self._backends.items()), {}
+            self.lanes = {}
         for dev, backend in backends:
             try:
                 backend.abort() if abort else backend.close()
