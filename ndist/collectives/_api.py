@@ -16,10 +16,15 @@ sizes per rank.
 
 from __future__ import annotations
 
+import numpy as np
 
+from ..runtime import resolve_group
+from ..runtime._world import _world  # its ``default`` group: group=None in one attribute load
+from ..tensor import Tensor
 from . import _check
 from ._backend import Call, Op
-from ._common import member_group, submit
+from ._check import PLAIN_DTYPES, PLAIN_OPS, PLAIN_SUM
+from ._common import member_group, run, submit
 from ._convert import contiguous_input, contiguous_output, device_type, unaliased
 from ._reduce_op import ReduceOp
 
@@ -41,9 +46,86 @@ def _rows_to_elements(splits: list[int], shape) -> list[int]:
     return splits if row == 1 else [s * row for s in splits]
 
 
+# ------------------------------------------------------------- repeated call
+# The repeated call (docs/architecture.md): all_reduce, broadcast,
+# all_gather_into_tensor, reduce_scatter_tensor and all_to_all_single first try
+# the common case through ``_plain_one`` / ``_plain_two``, a few checks on this
+# call's arguments only. Nothing about the buffers is remembered between calls:
+# what is kept (the group's lane, the op x dtype tables of ``_check``) depends on
+# no argument. Whatever does not pass, bad input included, takes the general
+# path, which checks everything in its own order and raises its own errors.
+_ndarray = np.ndarray
+_may_share = np.may_share_memory
+_SUM = ReduceOp.SUM
+_ALL_REDUCE, _BROADCAST, _ALL_GATHER_INTO, _REDUCE_SCATTER_FROM, _ALL_TO_ALL_SINGLE = (
+    Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM, Op.ALL_TO_ALL_SINGLE)
+# A Call from its fields in order, without NamedTuple's keyword-parsing __new__ (written
+# in Python): a third of the call record's cost. The order is checked here, once.
+_new_call = tuple.__new__
+if Call._fields != ("op", "device", "dtype", "out", "inp", "outputs", "inputs", "out_splits", "in_splits", "root",
+                    "redop", "scale", "tag"):  # pragma: no cover - a guard for whoever edits Call
+    raise ImportError(f"ndist.collectives._api builds Call positionally; its fields changed: {Call._fields}")
+
+
+def _plain_one(tensor, group, async_op):
+    """``(lane, array)`` for a blocking in-place call on one CPU buffer that needs no
+    staging: ``tensor`` a NumPy array (or an ndist.Tensor over one) that is writable
+    and C-contiguous, ``async_op`` False, and ``group`` a group whose CPU lane exists
+    (a member that ran a checked CPU collective). Else None. Raises only what
+    ``resolve_group`` raises, which the general path raises first too."""
+    arr = tensor._data if type(tensor) is Tensor else tensor
+    if type(arr) is _ndarray and async_op is False and arr.flags.carray:  # carray: C-contiguous, writable, aligned
+        pg = _world.default if group is None else resolve_group(group)
+        if pg is not None:
+            lane = pg.lanes.get("cpu")
+            if lane is not None:
+                return lane, arr
+    return None
+
+
+def _plain_two(output, input, group, async_op):
+    """``(lane, out, inp, dtype)`` for a blocking call from one CPU buffer into another
+    when neither needs staging or a copy: both NumPy arrays (or ndist.Tensors over
+    them) of one of NumPy's plain dtypes (``_check.PLAIN_DTYPES``), the same for
+    both, ``out`` writable and C-contiguous, ``inp`` C-contiguous and not
+    overlapping ``out`` (two arrays that each own their memory overlap only when
+    they are one array; views are asked ``np.may_share_memory``, as ``unaliased``
+    does), ``async_op`` False, and ``group``'s CPU lane exists. Else None."""
+    o = output._data if type(output) is Tensor else output
+    i = input._data if type(input) is Tensor else input
+    if type(o) is _ndarray and type(i) is _ndarray and async_op is False:
+        of, inf, dt = o.flags, i.flags, i.dtype
+        if (of.carray and inf.c_contiguous and (o.dtype is dt or o.dtype == dt) and dt in PLAIN_DTYPES
+                and (of.owndata and inf.owndata and o is not i or not _may_share(o, i))):
+            pg = _world.default if group is None else resolve_group(group)
+            if pg is not None:
+                lane = pg.lanes.get("cpu")
+                if lane is not None:
+                    return lane, o, i, dt
+    return None
+
+
+def _plain_op(op, dtype):
+    """``_check.reduce_op(op, dtype)`` for a ReduceOp other than PREMUL_SUM on a plain
+    dtype it applies to, from the table; None for anything else."""
+    if op is _SUM:
+        return PLAIN_SUM.get(dtype)
+    return PLAIN_OPS.get((op._value_, dtype)) if type(op) is ReduceOp else None
+
+
 # ------------------------------------------------------------------ reductions
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``tensor`` over every rank of ``group``, in place on every rank."""
+    plain = _plain_one(tensor, group, async_op)
+    if plain is not None:
+        lane, buf = plain
+        dt = buf.dtype
+        checked = _plain_op(op, dt)
+        if checked is not None:
+            n = buf.size
+            return run(lane, lane.all_reduce, _new_call(Call, (
+                _ALL_REDUCE, "cpu", dt, buf, None, None, None, None, None, None, checked[0], checked[1], 0)),
+                _ALL_REDUCE, dt, None, n, n)
     pg = member_group(group, "all_reduce")
     if pg is None:
         return None
@@ -99,6 +181,16 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """``input`` holds ``group.size()`` equal chunks; rank i's ``output`` = reduction of chunk i."""
+    plain = _plain_two(output, input, group, async_op)
+    if plain is not None:
+        lane, o, i, dt = plain
+        checked = _plain_op(op, dt)
+        n_out, n_in = o.size, i.size
+        if checked is not None and n_in == n_out * lane.size:
+            return run(lane, lane.reduce_scatter_from, _new_call(Call, (
+                _REDUCE_SCATTER_FROM, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, checked[0], checked[1], 0)),
+                _REDUCE_SCATTER_FROM, dt, None, n_in, n_out)
     pg = member_group(group, "reduce_scatter_tensor")
     if pg is None:
         return None
@@ -121,6 +213,16 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
 # --------------------------------------------------------------- data movement
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     """Copy ``src``'s ``tensor`` into every rank's ``tensor``."""
+    if type(src) is int and group_src is None:
+        plain = _plain_one(tensor, group, async_op)  # writable even on the root: narrower than needed
+        if plain is not None:
+            lane, buf = plain
+            root, dt = lane.group_rank.get(src), buf.dtype
+            if root is not None and dt in PLAIN_DTYPES:
+                n = buf.size
+                return run(lane, lane.broadcast, _new_call(Call, (
+                    _BROADCAST, "cpu", dt, buf, None, None, None, None, None, root, None, None, 0)),
+                    _BROADCAST, dt, root, n, n)
     pg = member_group(group, "broadcast")
     if pg is None:
         return None
@@ -157,6 +259,15 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """``output_tensor`` = every rank's ``input_tensor`` concatenated (or stacked) in rank order."""
+    plain = _plain_two(output_tensor, input_tensor, group, async_op)
+    if plain is not None:
+        lane, o, i, dt = plain
+        n_out, n_in = o.size, i.size
+        if n_out == n_in * lane.size:
+            return run(lane, lane.all_gather_into, _new_call(Call, (
+                _ALL_GATHER_INTO, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, None, None, 0)),
+                _ALL_GATHER_INTO, dt, None, n_in, n_out)
     pg = member_group(group, "all_gather_into_tensor")
     if pg is None:
         return None
@@ -260,6 +371,17 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
                       async_op=False):
     """Split ``input`` along dim 0 by ``input_split_sizes``, exchange, and concatenate into ``output``."""
+    plain = _plain_two(output, input, group, async_op) if output_split_sizes is None and input_split_sizes is None \
+        else None
+    if plain is not None:
+        lane, o, i, dt = plain
+        shape = o.shape
+        if shape == i.shape and shape and not shape[0] % lane.size:  # even: the record has no splits
+            n = o.size
+            return run(lane, lane.all_to_all_single, _new_call(Call, (
+                _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, None, None, 0)),
+                _ALL_TO_ALL_SINGLE, dt, None, n, n)
     pg = member_group(group, "all_to_all_single")
     if pg is None:
         return None

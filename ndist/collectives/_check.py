@@ -19,7 +19,8 @@ from ._reduce_op import ReduceOp, _PremulSum
 
 __all__ = [
     "check_bool", "tensor", "output", "tensor_list", "same_dtype", "same_device", "reduce_op",
-    "root_rank", "peer_rank", "split_sizes", "check_tag", "common", "dtype_ok",
+    "root_rank", "peer_rank", "split_sizes", "check_tag", "common", "dtype_ok", "PLAIN_DTYPES", "PLAIN_OPS",
+    "PLAIN_SUM",
 ]
 
 _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
@@ -40,9 +41,12 @@ def check_bool(name: str, value: Any) -> bool:
 #: NumPy's own (singleton) dtypes that every backend carries: the common case is one
 #: identity lookup. Others (bfloat16, float8, byte-swapped or exotic dtypes) go
 #: through ``dtype_ok``.
-_PLAIN = frozenset(id(np.dtype(t)) for t in (
-    np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
-    np.float16, np.float32, np.float64, np.complex64, np.complex128))
+_PLAIN_TYPES = (np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+                np.float16, np.float32, np.float64, np.complex64, np.complex128)
+_PLAIN = frozenset(id(np.dtype(t)) for t in _PLAIN_TYPES)
+#: the same dtypes, for the repeated call's check (``dt in PLAIN_DTYPES``: by equality,
+#: so ``'q'`` passes as ``'l'`` does; both pass ``dtype_ok`` too)
+PLAIN_DTYPES = frozenset(np.dtype(t) for t in _PLAIN_TYPES)
 #: extension float types (ml_dtypes) that NumPy reports as kind "V"
 _EXT_FLOATS = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2"))
 _NATIVE = "little-endian" if sys.byteorder == "little" else "big-endian"
@@ -285,3 +289,25 @@ def split_sizes(name: str, sizes: Any, length: int, size: int, tensor_name: str)
             f"{name}: sizes {out} sum to {sum(out)}, but dim 0 of {tensor_name} has {length} rows"
         )
     return out
+
+
+# ----------------------------------------------------- the repeated call's tables
+def _plain_ops() -> dict:
+    table = {}
+    for op in ReduceOp:
+        if op is ReduceOp.PREMUL_SUM:  # its factor is per call
+            continue
+        for dt in PLAIN_DTYPES:
+            try:
+                table[op._value_, dt] = _reduce_op(op, dt)
+            except ValueError:
+                pass
+    return table
+
+
+#: The repeated call's op check (``_api``), one lookup: ``(op value, dtype)`` ->
+#: ``reduce_op``'s result, for every ReduceOp but PREMUL_SUM and every dtype of
+#: ``PLAIN_DTYPES`` it applies to. A pair not in it takes the general path.
+PLAIN_OPS: dict = _plain_ops()
+#: ``PLAIN_OPS`` for ``ReduceOp.SUM``, the default, keyed by the dtype alone.
+PLAIN_SUM: dict = {dt: v for (name, dt), v in PLAIN_OPS.items() if name == ReduceOp.SUM._value_}

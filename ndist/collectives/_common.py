@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from time import time as _time
 from typing import Any, Callable
 
 from ..runtime import resolve_group
 from . import _check, _debug
 from ._backend import DONE, Call, Op
-from ._debug import OP
+from ._debug import OP, STATE, T_DONE
 
-__all__ = ["member_group", "submit", "lane_for", "Lane", "wait_sync"]
+__all__ = ["member_group", "submit", "run", "lane_for", "Lane", "wait_sync"]
 
 log = logging.getLogger("ndist.collectives")
 
@@ -48,7 +49,8 @@ class Lane:
     sequence counters and whether ``NDIST_DEBUG=DETAIL`` checks signatures."""
 
     __slots__ = ("pg", "rank", "size", "group_rank", "backend", "rec", "seqs", "p2p_seqs", "detail", "ring",
-                 "ring_size", "tickets")
+                 "ring_size", "tickets", "all_reduce", "broadcast", "all_gather_into", "reduce_scatter_from",
+                 "all_to_all_single")
 
     def __init__(self, pg, device: str) -> None:
         self.pg = pg
@@ -60,6 +62,11 @@ class Lane:
         self.p2p_seqs = rec.counter(device + ":p2p")  # p2p numbered apart, as backends do
         self.detail = rec.detail
         self.ring, self.ring_size, self.tickets = rec.ring, rec.size, rec.tickets  # for ``run``
+        # the backend's methods the repeated-call path calls, bound once
+        backend = self.backend
+        self.all_reduce, self.broadcast = backend.all_reduce, backend.broadcast
+        self.all_gather_into, self.reduce_scatter_from = backend.all_gather_into, backend.reduce_scatter_from
+        self.all_to_all_single = backend.all_to_all_single
 
 
 def lane_for(pg, device: str) -> Lane:
@@ -84,6 +91,34 @@ def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
     if isinstance(exc, (DistTimeoutError, DistNetworkError)):
         _debug.dump_all(f"{entry[OP] if entry is not None else 'operation'} #{seq} in group "
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
+
+
+def run(lane: Lane, method: Callable[..., Any], call: Call, op: Op, dtype: Any, root: int | None, count_in: int,
+        count_out: int) -> None:
+    """The repeated call's ``submit``: a collective on the CPU with ``async_op=False``
+    and nothing staged. The caller passes what the record holds (``call``'s op,
+    dtype and root, its ``totals()``): cheaper than reading them back. Numbered,
+    recorded and checked (DETAIL) as ``submit`` does."""
+    seq = next(lane.seqs)
+    size = lane.ring_size
+    if size:  # FlightRecorder.issue, inline
+        ticket = next(lane.tickets)
+        lane.ring[ticket % size] = entry = [ticket, seq, op, "cpu", dtype, count_in, count_out, root, "issued",
+                                            _time(), None, None]
+    else:
+        entry = None
+    try:
+        if lane.detail:
+            _debug.check_signature(lane.pg, seq, call)
+        work = method(call, blocking=True)
+        if work is not DONE:
+            wait_sync(work, lane.pg)
+    except BaseException as exc:
+        _failed(lane.rec, entry, seq, exc)
+        raise
+    if entry is not None:  # FlightRecorder.done, inline
+        entry[STATE] = "completed"
+        entry[T_DONE] = _time()
 
 
 def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,

@@ -187,6 +187,134 @@ def every_repeat_is_recorded(d, r, n):
     d.destroy_process_group(g)
 
 
+@case
+def every_reduce_op(d, r, n):
+    R = d.ReduceOp
+    ints = {R.SUM: n * (n + 1) // 2, R.PRODUCT: 1, R.MIN: 1, R.MAX: n, R.BAND: 0, R.BOR: 0, R.BXOR: 0}
+    for op, want in ints.items():
+        a = np.full(4, r + 1, np.int32)
+        _warm(d.all_reduce, np.ones(4, np.int32))
+        if op is R.PRODUCT:
+            for p in range(1, n + 1):
+                want *= p
+        if op in (R.BAND, R.BOR, R.BXOR):
+            want = 1
+            for p in range(2, n + 1):
+                want = want & p if op is R.BAND else want | p if op is R.BOR else want ^ p
+        d.all_reduce(a, op=op)
+        assert (a == want).all(), (op, a, want)
+        out, inp = np.zeros(2, np.int32), np.full(2 * n, r + 1, np.int32)
+        _warm(d.reduce_scatter_tensor, out, np.ones(2 * n, np.int32))
+        d.reduce_scatter_tensor(out, inp, op=op)
+        assert (out == want).all(), (op, out, want)
+    f = np.full(4, float(r + 1), np.float32)
+    d.all_reduce(f, op=R.AVG)
+    assert (f == (n + 1) / 2).all(), f
+    f[:] = r + 1
+    d.all_reduce(f, op=d._make_nccl_premul_sum(2.0))
+    assert (f == n * (n + 1)).all(), f
+
+
+@case
+def read_only_buffers(d, r, n):
+    a = np.full(4, float(r), np.float64)
+    _warm(d.broadcast, a, 0)
+    a.flags.writeable = False
+    if r != 0:
+        _raises(ValueError, r"tensor: expected a writable tensor", d.broadcast, a, 0)
+    b = np.full(4, float(r), np.float64)
+    b.flags.writeable = r != 0
+    d.broadcast(b, 0)  # read-only on the root is fine
+    assert (b == 0).all(), b
+    out, inp = np.zeros(4 * n, np.float32), np.ones(4, np.float32)
+    _warm(d.all_gather_into_tensor, out, inp)
+    out.flags.writeable = False
+    _raises(ValueError, r"output_tensor: expected a writable tensor", d.all_gather_into_tensor, out, inp)
+
+
+@case
+def async_after_sync(d, r, n):
+    a = np.full(4, float(r + 1), np.float32)
+    out, part = np.zeros(4 * n, np.float32), np.full(4, float(r), np.float32)
+    _warm(d.all_reduce, np.ones(4, np.float32))
+    _warm(d.all_gather_into_tensor, out, part)
+    _warm(d.reduce_scatter_tensor, part, out)
+    _warm(d.all_to_all_single, out, out.copy())
+    _warm(d.broadcast, a, 0)
+    a[:] = r + 1
+    works = [d.all_reduce(a, async_op=True)]
+    assert works[0] is not None and works[0].wait(), works
+    assert (a == n * (n + 1) / 2).all(), a
+    part[:] = r
+    for w in (d.all_gather_into_tensor(out, part, async_op=True), d.broadcast(a, 0, async_op=True),
+              d.reduce_scatter_tensor(part, out.copy(), async_op=True),
+              d.all_to_all_single(out, out.copy(), async_op=True)):
+        assert w is not None, "async_op=True returned None"
+        w.wait()
+
+
+@case
+def subgroups_of_one(d, r, n):
+    groups = [d.new_group([p]) for p in range(n)]
+    mine, other = groups[r], groups[(r + 1) % n]
+    a = np.full(4, float(r + 1), np.float32)
+    out, inp = np.zeros(4, np.float32), np.full(4, float(r), np.float32)
+    for _ in range(3):
+        d.all_reduce(a, group=mine)
+        d.broadcast(a, r, group=mine)
+        d.all_gather_into_tensor(out, inp, group=mine)
+        d.reduce_scatter_tensor(out, inp, group=mine)
+        d.all_to_all_single(out, inp, group=mine)
+        if n > 1:
+            assert d.all_reduce(a, group=other) is None  # not a member: nothing happens
+            assert d.broadcast(a, (r + 1) % n, group=other) is None
+    assert (a == r + 1).all() and (out == r).all(), (a, out)
+    assert [e["root"] for e in d.flight_recorder(mine) if e["op"] == "broadcast"] == [0, 0, 0]
+    if n > 1:
+        assert d.flight_recorder(other) == []
+        _raises(ValueError, rf"src: expected a global rank in group \[{r}\], got {(r + 1) % n}", d.broadcast, a,
+                (r + 1) % n, group=mine)
+        _raises(ValueError, r"output_tensor: expected 4 elements", d.all_gather_into_tensor, np.zeros(4 * n, np.float32),
+                inp, group=mine)
+        _raises(ValueError, r"input: expected 4 elements", d.reduce_scatter_tensor, out, np.zeros(4 * n, np.float32),
+                group=mine)
+        _raises(ValueError, r"output_split_sizes: not given, so dim 0 of output \(3\)", d.all_to_all_single,
+                np.zeros(3, np.float32), np.zeros(3, np.float32), group=groups[0] if n == 1 else d.group.WORLD)
+    for g in groups:
+        d.destroy_process_group(g)
+
+
+@case
+def reduce_scatter_into_its_input(d, r, n):
+    inp = np.zeros(4 * n, np.float64)
+    _warm(d.reduce_scatter_tensor, np.zeros(4, np.float64), inp)
+    inp[:] = r + 1
+    out = inp[4 * r:4 * r + 4]  # the output is this rank's chunk of the input
+    d.reduce_scatter_tensor(out, inp)
+    assert (out == n * (n + 1) / 2).all(), out
+
+
+@case
+def recorded_as_the_general_path_records(d, r, n):
+    g = d.new_group(list(range(n)))
+    a, part, full = np.ones(4, np.float32), np.ones(4, np.int16), np.ones(4 * n, np.int16)
+    calls = [lambda **k: d.all_reduce(a, op=d.ReduceOp.MAX, group=g, **k),
+             lambda **k: d.broadcast(a, n - 1, group=g, **k),
+             lambda **k: d.all_gather_into_tensor(full, part, group=g, **k),
+             lambda **k: d.reduce_scatter_tensor(part, full, group=g, **k),
+             lambda **k: d.all_to_all_single(full, full.copy(), group=g, **k)]
+    for call in calls:
+        _warm(call)  # the last two are repeated calls
+        call(async_op=True).wait()  # the general path
+    keys = ("op", "device", "dtype", "count_in", "count_out", "root", "state", "error")
+    entries = [tuple(e[k] for k in keys) for e in d.flight_recorder(g)]
+    assert [e["seq"] for e in d.flight_recorder(g)] == list(range(1, 21)), d.flight_recorder(g)
+    for i in range(5):
+        plain, general = entries[4 * i + 2], entries[4 * i + 3]
+        assert plain == general, (plain, general)
+    d.destroy_process_group(g)
+
+
 def run_cases(dist) -> dict:
     """``{case name: None or what went wrong}``, on this rank."""
     rank, size = dist.get_rank(), dist.get_world_size()
