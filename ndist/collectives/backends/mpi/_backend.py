@@ -45,6 +45,7 @@ def _ptr(arr) -> int:
 
 # What a blocking call returns: completed, succeeded, no outputs (shared, never mutated).
 _DONE = DONE
+_ndarray = np.ndarray
 _PLAIN_REDUCE = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX,
                  ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
 
@@ -67,6 +68,25 @@ class MPIBackend(CollectiveBackend):
         self.comm = comm if comm is not None else _make_comm(MPI, ctx)
         self._cuda_aware = _cuda_aware(MPI)
         self._closed = False
+        # The synchronous hot paths' tables, filled on first use: dtype -> (datatype, unit),
+        # and (op value, dtype) -> (datatype, op) where MPI reduces the dtype as it is.
+        self._moves: dict = {}
+        self._reductions: dict = {}
+        self._in_place = MPI.IN_PLACE
+
+    def _move(self, dtype) -> tuple:
+        entry = self._moves[dtype] = move_type(self.MPI, dtype)
+        return entry
+
+    def _reduction(self, dtype, op: ReduceOp):
+        """``(datatype, mpi_op)`` when MPI reduces ``dtype`` with ``op`` in place, else None."""
+        entry = None
+        if op in _PLAIN_REDUCE:
+            work_dtype, mtype, mop = reduce_plan(self.MPI, dtype, op)
+            if work_dtype == dtype:
+                entry = (mtype, mop)
+        self._reductions[op._value_, dtype] = entry
+        return entry
 
     # ------------------------------------------------------------ plumbing
     def _run(self, op: str, name: str, args: tuple, blocking: bool,
@@ -132,12 +152,16 @@ class MPIBackend(CollectiveBackend):
 
     def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
         buf, op = call.out, call.redop
-        if blocking and type(buf) is np.ndarray and op in _PLAIN_REDUCE:
+        if blocking and type(buf) is _ndarray:
             # The synchronous hot path: one MPI call on the caller's buffer.
-            work_dtype, mtype, mop = reduce_plan(self.MPI, buf.dtype, op)
-            if work_dtype is buf.dtype or work_dtype == buf.dtype:
+            dt = buf.dtype
+            try:
+                plan = self._reductions[op._value_, dt]
+            except KeyError:
+                plan = self._reduction(dt, op)
+            if plan is not None:
                 try:
-                    self.comm.Allreduce(self.MPI.IN_PLACE, [buf, mtype], mop)
+                    self.comm.Allreduce(self._in_place, [buf, plan[0]], plan[1])
                 except Exception as err:  # noqa: BLE001 - delivered through the Work
                     return Work.failed("all_reduce", _as_dist_error("all_reduce", err))
                 return DONE
@@ -164,11 +188,16 @@ class MPIBackend(CollectiveBackend):
         out, inp, op = call.out, call.inp, call.redop
         splits = call.in_splits
         even = splits is None or len(set(splits)) <= 1
-        if blocking and even and type(inp) is np.ndarray and type(out) is np.ndarray and op in _PLAIN_REDUCE:
-            work_dtype, mtype, mop = reduce_plan(self.MPI, out.dtype, op)
-            if work_dtype == out.dtype:
+        if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
+            dt = out.dtype
+            try:
+                plan = self._reductions[op._value_, dt]
+            except KeyError:
+                plan = self._reduction(dt, op)
+            if plan is not None:
+                mtype = plan[0]
                 try:
-                    self.comm.Reduce_scatter_block([inp, mtype], [out, mtype], mop)
+                    self.comm.Reduce_scatter_block([inp, mtype], [out, mtype], plan[1])
                 except Exception as err:  # noqa: BLE001 - delivered through the Work
                     return Work.failed("reduce_scatter", _as_dist_error("reduce_scatter", err))
                 return DONE
@@ -187,8 +216,12 @@ class MPIBackend(CollectiveBackend):
     # ---------------------------------------------------------- data movement
     def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
         buf, src = call.out, call.root
-        if blocking and type(buf) is np.ndarray:
-            mtype, unit = move_type(self.MPI, buf.dtype)
+        if blocking and type(buf) is _ndarray:
+            dt = buf.dtype
+            try:
+                mtype, unit = self._moves[dt]
+            except KeyError:
+                mtype, unit = self._move(dt)
             try:
                 self.comm.Bcast([buf, buf.size * unit, mtype], src)
             except Exception as err:  # noqa: BLE001 - delivered through the Work
@@ -205,8 +238,12 @@ class MPIBackend(CollectiveBackend):
         contribution's size: the same choice everywhere), else ``MPI_Allgatherv``."""
         out, inp, splits = call.out, call.inp, call.out_splits
         even = splits is None or len(set(splits)) <= 1
-        if blocking and even and type(inp) is np.ndarray and type(out) is np.ndarray:
-            mtype, unit = move_type(self.MPI, inp.dtype)
+        if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
+            dt = inp.dtype
+            try:
+                mtype, unit = self._moves[dt]
+            except KeyError:
+                mtype, unit = self._move(dt)
             count = inp.size * unit
             try:
                 self.comm.Allgather([inp, count, mtype], [out, count, mtype])
@@ -261,8 +298,12 @@ class MPIBackend(CollectiveBackend):
         same choice everywhere), else ``MPI_Alltoallv``."""
         out, inp = call.out, call.inp
         even = call.in_splits is None and call.out_splits is None
-        if blocking and even and type(inp) is np.ndarray and type(out) is np.ndarray:
-            mtype, unit = move_type(self.MPI, inp.dtype)
+        if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
+            dt = inp.dtype
+            try:
+                mtype, unit = self._moves[dt]
+            except KeyError:
+                mtype, unit = self._move(dt)
             count = inp.size // self.size * unit
             try:
                 self.comm.Alltoall([inp, count, mtype], [out, count, mtype])
