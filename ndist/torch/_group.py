@@ -3,16 +3,20 @@ ndist process group.
 
 torch calls one method per op with its own argument shapes (lists of tensors,
 ``*Options`` structs with group ranks); each method maps that onto ndist's
-public collectives (``ndist.distributed``), which take torch CPU tensors
-zero-copy (``tensor.numpy()`` views; non-contiguous outputs are staged and
-written back). Ranks in ``opts.rootRank`` / ``dstRank`` / ``srcRank`` are
-group ranks, passed on as ``group_src`` / ``group_dst``.
+public collectives (``ndist.distributed``) on NumPy views of the tensors
+(``Tensor.numpy()``: the same memory, no copy; ndist stages non-contiguous
+outputs and writes them back). Ranks in ``opts.rootRank`` / ``dstRank`` /
+``srcRank`` are group ranks, passed on as ``group_src`` / ``group_dst``.
 
 When torch will wait right away (``opts.asyncOp`` is False: a public
 function called without ``async_op``), the op runs synchronously in ndist
 (inline on the caller's thread) and the Work returned is already complete;
 otherwise (``async_op=True``, DDP's reducer, functional collectives) ndist
 runs it in the background and the Work completes with it.
+
+Per call this layer does little beyond torch's own Python: one ``numpy()``
+per tensor, the reduce op by its hash, a Work (see ``_work``); no closure,
+lock or future on a blocking call.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch.distributed as tdist
 from .. import distributed as nd
 from ..runtime import DistError
 from ..runtime import ProcessGroup as NdistGroup
+from ..collectives._convert import as_array
 from ._work import NdistWork
 
 __all__ = ["ProcessGroupNdist", "BACKEND_NAME"]
@@ -59,10 +64,30 @@ _REDUCE_OPS = {
 }
 
 
+def _by_hash() -> dict:
+    """ndist's op by ``hash()`` of torch's ``ReduceOp``, which torch 2.13 defines as the
+    kind's value: one C call, where ``op.op`` makes an enum object whose hash is a Python
+    call. Empty (so ``_reduce_op`` takes the long way) unless that holds for every kind."""
+    ops = {}
+    for kind, ours in _REDUCE_OPS.items():
+        h = hash(tdist.ReduceOp(kind))
+        if h != kind.value or h != hash(tdist.ReduceOp(kind)) or h in ops:
+            return {}
+        ops[h] = ours
+    return ops
+
+
+_REDUCE_BY_HASH = _by_hash()
+
+
 def _reduce_op(op) -> Any:
     """torch's ``ReduceOp`` (or its ``RedOpType``) -> ndist's."""
+    if type(op) is tdist.ReduceOp:
+        ours = _REDUCE_BY_HASH.get(hash(op))
+        if ours is not None:
+            return ours
     kind = getattr(op, "op", op)
-    ours = _REDUCE_OPS.get(kind)
+    ours = _REDUCE_OPS.get(kind) if isinstance(kind, _RED) else None
     if ours is not None:
         return ours
     if kind == _RED.PREMUL_SUM:
@@ -73,29 +98,41 @@ def _reduce_op(op) -> Any:
     raise ValueError(f"op: expected a torch.distributed.ReduceOp, got {op!r}")
 
 
-def _one(tensors: Sequence[torch.Tensor], name: str) -> torch.Tensor:
-    """The single tensor of torch's one-element lists (one device per process)."""
+_BF16 = torch.bfloat16
+
+
+def _one(tensors: Sequence[torch.Tensor], name: str):
+    """The single tensor of torch's one-element lists (one device per process), as an array."""
     if len(tensors) != 1:
         raise ValueError(f"{name}: expected a list of 1 tensor (the ndist backend takes one tensor per "
                          f"process), got {len(tensors)}")
-    return _cpu(tensors[0], f"{name}[0]")
+    return _cpu(tensors[0], name, 0)
 
 
-def _cpu(t: torch.Tensor, name: str) -> torch.Tensor:
+def _cpu(t: torch.Tensor, name: str, index: int = -1):
+    """``t``'s memory as a NumPy array (same memory, same strides), or ValueError naming
+    ``name`` (``name[index]`` for a list's element).
+
+    ndist takes torch tensors itself, but at several times the cost of
+    ``Tensor.numpy()`` (issue #16); what ``numpy()`` takes is a dense CPU tensor.
+    """
+    if not t.requires_grad and t.dtype is not _BF16:
+        try:
+            return t.numpy()
+        except (TypeError, RuntimeError):
+            pass  # not on the CPU, not strided, or conjugated: checked and named below
+    if index >= 0:
+        name = f"{name}[{index}]"
     if t.device.type != "cpu":
         raise ValueError(f"{name}: expected a CPU tensor (backend {BACKEND_NAME!r} serves 'cpu'), "
                          f"got one on {t.device}")
     if t.layout != torch.strided:
         raise ValueError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
-    return t
+    return as_array(t, name)  # detached; bfloat16 as ml_dtypes'
 
 
-def _cpus(tensors: Sequence[torch.Tensor], name: str) -> list[torch.Tensor]:
-    return [_cpu(t, f"{name}[{i}]") for i, t in enumerate(tensors)]
-
-
-def _async(opts: Any) -> bool:
-    return bool(getattr(opts, "asyncOp", True)) if opts is not None else True
+def _cpus(tensors: Sequence[torch.Tensor], name: str) -> list:
+    return [_cpu(t, name, i) for i, t in enumerate(tensors)]
 
 
 class ProcessGroupNdist(tdist.ProcessGroup):
@@ -157,54 +194,75 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return f"<ProcessGroupNdist rank={self.rank()} size={self.size()} engine={self._nd_engine!r}>"
 
     # --------------------------------------------------------- plumbing
-    def _run(self, op: str, call: Callable[[bool], Any], outputs: list, opts: Any = None) -> NdistWork:
-        """Run ``call(async_op)``; the Work torch gets back.
+    def _async(self, opts: Any) -> bool:
+        """Whether ndist runs the op in the background: torch will not wait at once
+        (``opts.asyncOp``; no options: yes), or the group is coalescing."""
+        return opts is None or self._nd_coalesced is not None or opts.asyncOp
+
+    def _run(self, op: str, outputs: list, async_op: bool, fn: Callable[..., Any], *args: Any) -> NdistWork:
+        """``fn(*args)``, an ndist collective whose ``args`` carry ``async_op``; the Work torch gets.
 
         Synchronous calls that fail return a failed Work (torch raises from
         ``wait()``); bad arguments raise here, before anything was sent.
         """
-        if _async(opts) or self._nd_coalesced is not None:
-            work = call(True)
+        if async_op:
+            work = fn(*args)
             if self._nd_coalesced is not None:
                 self._nd_coalesced.append(work)
             return NdistWork([work], outputs, self._nd_timeout, op)
         try:
-            call(False)
+            fn(*args)
         except DistError as exc:
-            return NdistWork([], outputs, self._nd_timeout, op, error=exc)
-        return NdistWork([], outputs, self._nd_timeout, op)
+            return NdistWork((), outputs, self._nd_timeout, op, error=exc)
+        return NdistWork((), outputs, self._nd_timeout, op)
 
-    def _run_each(self, op: str, calls: list[Callable[[bool], Any]], outputs: list, opts: Any = None) -> NdistWork:
-        """Several ops of one torch call (the coalesced forms): issued back to back, one Work."""
-        works = [call(True) for call in calls]
+    def _run_each(self, op: str, outputs: list, opts: Any, fn: Callable[..., Any], calls: list[tuple]) -> NdistWork:
+        """The coalesced forms: ``fn(*args, True)`` for each ``args`` of ``calls``, issued
+        back to back, one Work."""
+        works = [fn(*args, True) for args in calls]
         if self._nd_coalesced is not None:
             self._nd_coalesced.extend(works)
         work = NdistWork(works, outputs, self._nd_timeout, op)
-        if not _async(opts) and self._nd_coalesced is None:
+        if not self._async(opts):
             try:
                 work.wait()
             except tdist.DistError as err:
-                return NdistWork([], outputs, self._nd_timeout, op, error=err)
+                return NdistWork((), outputs, self._nd_timeout, op, error=err)
         return work
+
+    # The ndist collectives take positional arguments here (no closure or keyword
+    # dict per call); their order, from ndist.collectives._api:
+    #   all_reduce(tensor, op, group, async_op)
+    #   reduce(tensor, dst, op, group, async_op, group_dst)
+    #   reduce_scatter(output, input_list, op, group, async_op)
+    #   reduce_scatter_tensor(output, input, op, group, async_op)
+    #   broadcast(tensor, src, group, async_op, group_src)
+    #   all_gather(tensor_list, tensor, group, async_op)
+    #   all_gather_into_tensor(output_tensor, input_tensor, group, async_op)
+    #   gather(tensor, gather_list, dst, group, async_op, group_dst)
+    #   scatter(tensor, scatter_list, src, group, async_op, group_src)
+    #   all_to_all(output_tensor_list, input_tensor_list, group, async_op)
+    #   all_to_all_single(output, input, output_split_sizes, input_split_sizes, group, async_op)
+    #   barrier(group, async_op)
 
     # ----------------------------------------------------- reductions
     def allreduce(self, tensors, opts=None):
         t = _one(tensors, "tensors")
         op = _reduce_op(opts.reduceOp) if opts is not None else nd.ReduceOp.SUM
-        return self._run("allreduce", lambda a: nd.all_reduce(t, op, group=self._nd_group, async_op=a), tensors, opts)
+        a = self._async(opts)
+        return self._run("allreduce", tensors, a, nd.all_reduce, t, op, self._nd_group, a)
 
     def allreduce_coalesced(self, tensors, opts=None):
         ts = _cpus(tensors, "tensors")
         op = _reduce_op(opts.reduceOp) if opts is not None else nd.ReduceOp.SUM
-        calls = [lambda a, t=t: nd.all_reduce(t, op, group=self._nd_group, async_op=a) for t in ts]
-        return self._run_each("allreduce_coalesced", calls, tensors, opts)
+        g = self._nd_group
+        return self._run_each("allreduce_coalesced", tensors, opts, nd.all_reduce, [(t, op, g) for t in ts])
 
     def reduce(self, tensors, opts=None):
         t = _one(tensors, "tensors")
         op = _reduce_op(opts.reduceOp)
-        root = opts.rootRank
-        return self._run("reduce", lambda a: nd.reduce(t, op=op, group=self._nd_group, async_op=a, group_dst=root),
-                         tensors, opts)
+        a = self._async(opts)
+        return self._run("reduce", tensors, a, nd.reduce, t, None, op, self._nd_group, a, opts.rootRank)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         out = _one(output_tensors, "output_tensors")
@@ -212,16 +270,15 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             raise ValueError(f"input_tensors: expected a list of 1 list of tensors, got {len(input_tensors)}")
         ins = _cpus(input_tensors[0], "input_tensors[0]")
         op = _reduce_op(opts.reduceOp)
-        return self._run("reduce_scatter",
-                         lambda a: nd.reduce_scatter(out, ins, op=op, group=self._nd_group, async_op=a),
-                         output_tensors, opts)
+        a = self._async(opts)
+        return self._run("reduce_scatter", output_tensors, a, nd.reduce_scatter, out, ins, op, self._nd_group, a)
 
     def reduce_scatter_single(self, output, input, opts=None):  # noqa: A002 - torch's names
         out, inp = _cpu(output, "output"), _cpu(input, "input")
         op = _reduce_op(opts.reduceOp)
-        return self._run("reduce_scatter_single",
-                         lambda a: nd.reduce_scatter_tensor(out, inp, op=op, group=self._nd_group, async_op=a),
-                         [output], opts)
+        a = self._async(opts)
+        return self._run("reduce_scatter_single", [output], a, nd.reduce_scatter_tensor, out, inp, op,
+                         self._nd_group, a)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -230,9 +287,9 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         if len(outs) != len(ins):
             raise ValueError(f"inputs: expected {len(outs)} tensors (one per output), got {len(ins)}")
         op = _reduce_op(opts.reduceOp)
-        calls = [lambda a, o=o, i=i: nd.reduce_scatter_tensor(o, i, op=op, group=self._nd_group, async_op=a)
-                 for o, i in zip(outs, ins)]
-        return self._run_each("reduce_scatter_single_coalesced", calls, list(outputs), opts)
+        g = self._nd_group
+        return self._run_each("reduce_scatter_single_coalesced", list(outputs), opts, nd.reduce_scatter_tensor,
+                              [(o, i, op, g) for o, i in zip(outs, ins)])
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -240,21 +297,21 @@ class ProcessGroupNdist(tdist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         t = _one(tensors, "tensors")
         root = opts.rootRank if opts is not None else 0
-        return self._run("broadcast", lambda a: nd.broadcast(t, group=self._nd_group, async_op=a, group_src=root),
-                         tensors, opts)
+        a = self._async(opts)
+        return self._run("broadcast", tensors, a, nd.broadcast, t, None, self._nd_group, a, root)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         inp = _one(input_tensors, "input_tensors")
         if len(output_tensors) != 1:
             raise ValueError(f"output_tensors: expected a list of 1 list of tensors, got {len(output_tensors)}")
         outs = _cpus(output_tensors[0], "output_tensors[0]")
-        return self._run("allgather", lambda a: nd.all_gather(outs, inp, group=self._nd_group, async_op=a),
-                         output_tensors, opts)
+        a = self._async(opts)
+        return self._run("allgather", output_tensors, a, nd.all_gather, outs, inp, self._nd_group, a)
 
     def all_gather_single(self, output, input, opts=None):  # noqa: A002
         out, inp = _cpu(output, "output"), _cpu(input, "input")
-        return self._run("all_gather_single",
-                         lambda a: nd.all_gather_into_tensor(out, inp, group=self._nd_group, async_op=a), [output], opts)
+        a = self._async(opts)
+        return self._run("all_gather_single", [output], a, nd.all_gather_into_tensor, out, inp, self._nd_group, a)
 
     _allgather_base = all_gather_single
 
@@ -263,16 +320,17 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         if len(output_lists) != len(ins):
             raise ValueError(f"output_lists: expected {len(ins)} lists (one per input), got {len(output_lists)}")
         outs = [_cpus(o, f"output_lists[{i}]") for i, o in enumerate(output_lists)]
-        calls = [lambda a, o=o, i=i: nd.all_gather(o, i, group=self._nd_group, async_op=a) for o, i in zip(outs, ins)]
-        return self._run_each("allgather_coalesced", calls, list(output_lists), opts)
+        g = self._nd_group
+        return self._run_each("allgather_coalesced", list(output_lists), opts, nd.all_gather,
+                              [(o, i, g) for o, i in zip(outs, ins)])
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         outs, ins = _cpus(outputs, "outputs"), _cpus(inputs, "inputs")
         if len(outs) != len(ins):
             raise ValueError(f"inputs: expected {len(outs)} tensors (one per output), got {len(ins)}")
-        calls = [lambda a, o=o, i=i: nd.all_gather_into_tensor(o, i, group=self._nd_group, async_op=a)
-                 for o, i in zip(outs, ins)]
-        return self._run_each("all_gather_single_coalesced", calls, list(outputs), opts)
+        g = self._nd_group
+        return self._run_each("all_gather_single_coalesced", list(outputs), opts, nd.all_gather_into_tensor,
+                              [(o, i, g) for o, i in zip(outs, ins)])
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -286,8 +344,8 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             outs = _cpus(output_tensors[0], "output_tensors[0]")
         else:
             outs = None
-        return self._run("gather", lambda a: nd.gather(inp, outs, group=self._nd_group, async_op=a, group_dst=root),
-                         output_tensors, opts)
+        a = self._async(opts)
+        return self._run("gather", output_tensors, a, nd.gather, inp, outs, None, self._nd_group, a, root)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         out = _one(output_tensors, "output_tensors")
@@ -299,26 +357,27 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             ins = _cpus(input_tensors[0], "input_tensors[0]")
         else:
             ins = None
-        return self._run("scatter", lambda a: nd.scatter(out, ins, group=self._nd_group, async_op=a, group_src=root),
-                         output_tensors, opts)
+        a = self._async(opts)
+        return self._run("scatter", output_tensors, a, nd.scatter, out, ins, None, self._nd_group, a, root)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         outs, ins = _cpus(output_tensors, "output_tensors"), _cpus(input_tensors, "input_tensors")
-        return self._run("alltoall", lambda a: nd.all_to_all(outs, ins, group=self._nd_group, async_op=a),
-                         output_tensors, opts)
+        a = self._async(opts)
+        return self._run("alltoall", output_tensors, a, nd.all_to_all, outs, ins, self._nd_group, a)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
         out, inp = _cpu(output, "output"), _cpu(input, "input")
         osz = list(output_split_sizes) or None
         isz = list(input_split_sizes) or None
-        return self._run("all_to_all_single",
-                         lambda a: nd.all_to_all_single(out, inp, osz, isz, group=self._nd_group, async_op=a),
-                         [output], opts)
+        a = self._async(opts)
+        return self._run("all_to_all_single", [output], a, nd.all_to_all_single, out, inp, osz, isz,
+                         self._nd_group, a)
 
     alltoall_base = all_to_all_single
 
     def barrier(self, opts=None):
-        return self._run("barrier", lambda a: nd.barrier(group=self._nd_group, async_op=a), [], opts)
+        a = self._async(opts)
+        return self._run("barrier", [], a, nd.barrier, self._nd_group, a)
 
     # ------------------------------------------------- point to point
     def send(self, tensors, dstRank, tag):  # noqa: N803 - torch's names

@@ -83,34 +83,63 @@ class NdistWork(tdist.Work):
     ``default_timeout`` (seconds) bounds ``wait()`` without a timeout, so a
     wait never outlives the group timeout. ``source`` maps the receive's
     sender (a group rank) for ``_source_rank()``.
+
+    A Work with no ``works`` (a blocking call that already ran, or ``error``)
+    is complete when made, and costs no lock, callback or future: torch's
+    public functions make one per blocking call and drop it after ``wait()``.
+    A pending Work learns its state from its ndist works when asked
+    (``is_completed()``, ``wait()``), and registers callbacks on them only when
+    its future is asked for (DDP's reducer always asks).
     """
+
+    # What every Work sets lives in slots: a Python subclass of torch's Work otherwise
+    # stores each attribute in its __dict__ at several times the cost. What only a
+    # pending Work or a future needs stays a class default until set (in __dict__,
+    # kept so that torch code can still set attributes on a Work).
+    __slots__ = ("_outputs", "_timeout", "_op", "_works", "_error", "_done", "_lock", "__dict__")
+    _inner: torch.futures.Future | None = None
+    _fut: torch.futures.Future | None = None
+    _left = 0
 
     def __init__(self, works: Sequence[Any], outputs: list, default_timeout: float, op: str,
                  error: BaseException | None = None) -> None:
-        super().__init__()
-        self._works = list(works)
+        tdist.Work.__init__(self)
         self._outputs = outputs
         self._timeout = default_timeout
         self._op = op
-        self._error: BaseException | None = None
-        self._done = False
-        # The future is made on the first get_future() (a blocking call never asks).
-        # torch.futures.Future.set_exception only stores the exception as the value, which
-        # C++ consumers (DDP's reducer) then read as tensors and crash on. A callback that
-        # raises marks a chained future failed in C++, so the error reaches them as one.
-        self._inner: torch.futures.Future | None = None
-        self._fut: torch.futures.Future | None = None
-        self._lock = threading.Lock()
-        self._left = len(self._works)
         if error is not None:
-            self._finish(error)
-        elif not self._works:
-            self._finish(None)
+            self._works = ()
+            self._error = as_torch_error(error)
+            self._done = True
+            self._lock = None
+        elif not works:
+            self._works = ()
+            self._error = None
+            self._done = True
+            self._lock = None
         else:
-            for w in self._works:
-                w.get_future().add_done_callback(self._one_done)
+            self._works = works if type(works) is list else list(works)
+            self._error = None
+            self._done = False
+            self._lock = threading.Lock()
 
     # ------------------------------------------------------------ completion
+    def _poll(self) -> bool:
+        """Whether the Work is complete: settled when every ndist work succeeded or one failed."""
+        if self._done:
+            return True
+        pending = False
+        for w in self._works:
+            if not w.is_completed():
+                pending = True
+            elif (exc := w.exception()) is not None:
+                self._finish(exc)
+                return True
+        if pending:
+            return False
+        self._finish(None)
+        return True
+
     def _one_done(self, fut) -> None:
         exc = fut.exception()
         with self._lock:
@@ -123,9 +152,9 @@ class NdistWork(tdist.Work):
         with self._lock:
             if self._done:
                 return
-            self._done = True
             if exc is not None:
                 self._error = as_torch_error(exc)
+            self._done = True
             inner = self._inner
         if inner is not None:  # outside the lock: torch runs the future's callbacks (DDP's) here
             self._settle(inner)
@@ -135,6 +164,10 @@ class NdistWork(tdist.Work):
 
     # -------------------------------------------------------------- torch API
     def wait(self, timeout: timedelta | None = None) -> bool:
+        if self._done and timeout is None:  # a blocking call's Work: nothing to wait for
+            if self._error is not None:
+                raise self._error
+            return True
         seconds = _seconds(timeout)
         limit = self._timeout if seconds is None else seconds
         deadline = time.monotonic() + limit
@@ -148,12 +181,25 @@ class NdistWork(tdist.Work):
                 if err is exc:
                     raise
                 raise err from exc
-        self._finish(None)  # every work succeeded (the callbacks may not have run yet)
+        if not self._done:
+            self._finish(None)  # every work succeeded (the callbacks may not have run yet)
         if self._error is not None:
             raise self._error
         return True
 
     def get_future(self) -> torch.futures.Future:
+        # torch.futures.Future.set_exception only stores the exception as the value, which
+        # C++ consumers (DDP's reducer) then read as tensors and crash on. A callback that
+        # raises marks a chained future failed in C++ (inner.then(_unwrap)), so the error
+        # reaches them as one.
+        fut = self._fut
+        if fut is not None:
+            return fut
+        if self._lock is None:  # complete when made: settled at once, nothing races
+            inner = self._inner = torch.futures.Future()
+            fut = self._fut = inner.then(_unwrap)
+            self._settle(inner)
+            return fut
         with self._lock:
             fut = self._fut
             if fut is not None:
@@ -161,17 +207,23 @@ class NdistWork(tdist.Work):
             inner = self._inner = torch.futures.Future()
             fut = self._fut = inner.then(_unwrap)
             done = self._done  # else _finish settles it
+            if not done:
+                self._left = len(self._works)
         if done:
             self._settle(inner)
+        else:
+            for w in self._works:  # a work already complete calls back at once
+                w.get_future().add_done_callback(self._one_done)
         return fut
 
     def is_completed(self) -> bool:
-        return self._done
+        return self._poll()
 
     def is_success(self) -> bool:
-        return self._done and self._error is None
+        return self._poll() and self._error is None
 
     def exception(self):
+        self._poll()
         return self._error
 
     def result(self) -> list:
@@ -191,5 +243,5 @@ class NdistWork(tdist.Work):
         return self._source_rank()
 
     def __repr__(self) -> str:
-        state = "pending" if not self._done else ("failed" if self._error is not None else "ok")
+        state = "pending" if not self._poll() else ("failed" if self._error is not None else "ok")
         return f"<NdistWork {self._op} {state}>"

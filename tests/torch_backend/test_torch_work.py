@@ -1,0 +1,119 @@
+"""What one call through backend "ndist" costs and returns: a blocking call views each
+tensor with ``Tensor.numpy()`` and makes no lock, future or callback; a Work learns its
+state from ndist's when asked; tensors numpy() cannot view are refused by name."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_helpers import run_torch  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(180)]
+
+
+def _blocking_calls(rank, n):
+    import sys
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+
+    warnings.simplefilter("ignore", FutureWarning)
+    t, o = torch.ones(64), torch.empty(64 * n)
+    ops = {
+        "all_reduce": lambda: dist.all_reduce(t),
+        "all_to_all_single": lambda: dist.all_to_all_single(o[:64], t),
+        "all_gather_single": lambda: dist.all_gather_single(o, t),
+        "reduce_scatter_single": lambda: dist.reduce_scatter_single(t, o),
+        "broadcast": lambda: dist.broadcast(t, src=0),
+    }
+    seen = {}
+    for name, call in ops.items():
+        call()  # warm: first-call set-up is not what is counted
+        calls = set()
+
+        def prof(frame, event, arg, calls=calls):
+            if event == "call":
+                calls.add(frame.f_code.co_name)
+            elif event == "c_call" and "ndist/torch" in frame.f_code.co_filename.replace("\\", "/"):
+                calls.add(getattr(arg, "__qualname__", getattr(arg, "__name__", "?")))
+
+        sys.setprofile(prof)
+        try:
+            call()
+        finally:
+            sys.setprofile(None)
+        seen[name] = sorted(calls)
+    return seen
+
+
+def test_a_blocking_call_views_tensors_with_numpy_and_makes_no_future_or_lock(tmp_path):
+    (seen,) = run_torch(_blocking_calls, 1, "ndist", tmp_path)
+    for op, calls in seen.items():
+        assert "Tensor.numpy" in calls, (op, calls)
+        # ndist's general conversion (detach, module checks) is not on this path
+        assert "_from_torch" not in calls and "as_array" not in calls, (op, calls)
+        # the Work is complete when made: no lock, no future, no callback
+        assert "allocate_lock" not in calls and "get_future" not in calls, (op, calls)
+        assert "add_done_callback" not in calls and "_one_done" not in calls, (op, calls)
+
+
+def _work_states(rank, n):
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    out = {}
+    t = torch.full((1000,), float(rank + 1))
+    work = dist.all_reduce(t, async_op=True)
+    deadline = time.monotonic() + 30
+    while not work.is_completed():  # no future asked: the state comes from ndist's Work
+        assert time.monotonic() < deadline, "is_completed() never became True"
+        time.sleep(0.001)
+    out["polled"] = (work.is_success(), work.exception(), t[0].item())
+    fut = work.get_future()  # asked after completion: settled at once
+    out["late_future"] = (fut is work.get_future(), fut.wait()[0] is t, work.wait())
+
+    # a blocking call on the group itself: torch's public functions drop this Work
+    pg = dist.distributed_c10d._get_default_group()
+    opts = dist.distributed_c10d.AllreduceOptions()
+    opts.asyncOp = False
+    u = torch.ones(4)
+    done = pg.allreduce([u], opts)
+    out["blocking"] = (done.is_completed(), done.is_success(), done.exception(), done.wait(),
+                       done.get_future().wait()[0] is u, u.tolist(), done.result()[0] is u)
+    return out
+
+
+def test_a_work_reports_its_state_with_or_without_its_future(tmp_path):
+    for out in run_torch(_work_states, 2, "ndist", tmp_path):
+        assert out["polled"] == (True, None, 3.0), out
+        assert out["late_future"] == (True, True, True), out
+        assert out["blocking"] == (True, True, None, True, True, [2.0] * 4, True), out
+
+
+def _refused(rank, n):
+    import torch
+    import torch.distributed as dist
+
+    errors = []
+    for t in (torch.ones(4, device="meta"), torch.ones(4).to_sparse()):
+        try:
+            dist.all_reduce(t)
+        except (ValueError, RuntimeError) as err:
+            errors.append(str(err))
+    t = torch.ones(3, requires_grad=True)  # not viewable by numpy(): still zero-copy (detached)
+    with torch.no_grad():
+        dist.all_reduce(t)
+    b = torch.ones(3, dtype=torch.bfloat16)
+    dist.all_reduce(b)
+    return errors, t.tolist(), b.tolist()
+
+
+def test_tensors_numpy_cannot_view_are_refused_by_name_or_converted(tmp_path):
+    for errors, t, b in run_torch(_refused, 2, "ndist", tmp_path):
+        assert len(errors) == 2, errors
+        assert "tensors[0]: expected a CPU tensor" in errors[0] and "meta" in errors[0], errors
+        assert "tensors[0]: expected a dense (strided) tensor" in errors[1], errors
+        assert t == [2.0] * 3 and b == [2.0] * 3
