@@ -28,6 +28,12 @@ Counted per trial (any one fails the trial):
   procs      processes of the trial still alive after the launcher exits
   launcher   exit status 0, or (kill trials) its summary does not name the rank and SIGKILL
 
+Not counted as a failure, listed apart (``blocked``): a survivor that times out waiting,
+in a group without the victim, on another survivor that had already failed (> 1 s
+before) and stopped calling. That group is healthy; no runtime can name the dead rank
+there (torch and MPI would wait too). A real program exits on its error, and the waiter
+then fails at once naming that survivor.
+
 Stop trials (``--stop-trials``, the last ones): the harness SIGSTOPs the victim; the group
 timeout is ``--stop-group-timeout`` (3 s); survivors must raise ``DistTimeoutError`` naming
 it. Prints one line per trial and a summary table; exits 1 on any failure.
@@ -122,10 +128,12 @@ def job(spec_path: str) -> int:
     wrong: list[str] = []
     rec: dict = {"error": None}
     ops = 0
+    now = {"group": None, "op": None}  # what this rank is waiting on
 
     def settle():
         try:
-            for works, check in pending:
+            for works, check, ranks, what in pending:
+                now.update(group=ranks, op=what)
                 for w in works:
                     w.wait()
                 try:
@@ -151,14 +159,16 @@ def job(spec_path: str) -> int:
             if rank not in ranks:
                 continue
             ops += 1
+            now.update(group=ranks, op=P2P[0] if p2p else p["op"])
             if p2p:
                 kind = P2P[rng.integers(len(P2P))]
+                now.update(op=kind)
                 works, check = _p2p(dist, kind, ranks, pg, rank, seed, i, rng)
             else:
                 w, check = soak._run_one(dist, p, ranks, pg, rank, seed)
                 works = [w] if w is not None else []
             if works:
-                pending.append((works, check))
+                pending.append((works, check, ranks, now["op"]))
                 if len(pending) >= 4:
                     settle()
             else:
@@ -169,6 +179,7 @@ def job(spec_path: str) -> int:
         settle()
     except Exception as err:  # noqa: BLE001 - recorded: the survivor's error
         rec["error"] = _describe(err)
+        rec["waiting"] = dict(now)
     rec.update(t=time.time(), ops=ops, wrong=wrong[:5], n_wrong=len(wrong))
     (out / f"r{rank}.tmp").write_text(json.dumps(rec))
     os.replace(out / f"r{rank}.tmp", out / f"r{rank}.json")
@@ -220,7 +231,7 @@ def run_trial(n: int, seed: int, transport: str, engine: str, mode: str, a) -> d
     stop = mode == "stop"
     gt = a.stop_group_timeout if stop else a.group_timeout
     res = dict(trial=n, seed=seed, transport=transport, engine=engine, mode=mode, victim=victim, fails=[],
-               latencies=[], wall=0.0)
+               latencies=[], blocked=[], wall=0.0)
     token = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="ndist-kill-") as d:
         out = Path(d)
@@ -281,8 +292,12 @@ def run_trial(n: int, seed: int, transport: str, engine: str, mode: str, a) -> d
         if "hang" not in res["fails"]:
             if proc.returncode == 0:
                 res["fails"].append("launcher exited 0")
-            elif not stop and not (re.search(rf"\brank\W+{victim}\b", text, re.I) and "SIGKILL" in text):
+            elif not stop and not (re.search(rf"root cause.*\n\s*rank\s*:\s*{victim}\b", text)
+                                   and "killed by SIGKILL" in text):
                 res["fails"].append("launcher summary does not name the rank")
+        recs = {r: json.loads((out / f"r{r}.json").read_text()) for r in range(WORLD)
+                if r != victim and (out / f"r{r}.json").exists()}
+        earlier = lambda t: any(x["error"] and x["t"] < t - 1 for x in recs.values())  # noqa: E731
         for r in range(WORLD):
             if r == victim:
                 continue
@@ -298,8 +313,15 @@ def run_trial(n: int, seed: int, transport: str, engine: str, mode: str, a) -> d
                 res["fails"].append(f"survivor: rank {r} raised nothing")
                 continue
             lat = rec["t"] - killed_at if killed_at is not None else None
-            res["latencies"].append(lat)
             what = f"rank {r}: {err['type']}: {err['msg'][:300]}"
+            waiting = rec.get("waiting") or {}
+            if not stop and err["type"] == "DistTimeoutError" and waiting.get("group") is not None \
+                    and victim not in waiting["group"] and earlier(rec["t"]):
+                # waiting, in a group without the victim, on a survivor that had already
+                # failed and stopped calling: no runtime can tell (that group is healthy)
+                res["blocked"].append(f"{what} (waiting on {waiting['op']} in group {waiting['group']})")
+                continue
+            res["latencies"].append(lat)
             if not err["dist_error"]:
                 res["fails"].append(f"survivor: not a DistError: {what}")
             elif stop and err["type"] != "DistTimeoutError":
@@ -326,7 +348,7 @@ def _summary(results: list[dict], a) -> str:
         key = ("SIGSTOP" if r["mode"] == "stop" else "SIGKILL", r["transport"], r["engine"])
         rows.setdefault(key, []).append(r)
     lines = ["| signal | transport | engine | trials | hangs | wrong | survivor errors | late | files | procs "
-             "| launcher | survivors | latency median / max (s) |", "|" + "---|" * 13]
+             "| launcher | survivors | blocked | latency median / max (s) |", "|" + "---|" * 14]
     for key in sorted(rows):
         rs = rows[key]
         cnt = lambda pre: sum(any(f.startswith(pre) for f in r["fails"]) for r in rs)  # noqa: E731
@@ -334,7 +356,7 @@ def _summary(results: list[dict], a) -> str:
         med = f"{np.median(lats):.3f} / {max(lats):.3f}" if lats else "-"
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(rs)} | {cnt('hang')} | {cnt('wrong')} | "
                      f"{cnt('survivor') + cnt('rank ')} | {cnt('late')} | {cnt('files')} | {cnt('procs')} | "
-                     f"{cnt('launcher')} | {len(lats)} | {med} |")
+                     f"{cnt('launcher')} | {len(lats)} | {sum(len(r['blocked']) for r in rs)} | {med} |")
     bad = sum(bool(r["fails"]) for r in results)
     lines.append(f"trials={len(results)} failed={bad} load={os.getloadavg()[0]:.2f} (1-min, at the end)")
     return "\n".join(lines)
@@ -372,7 +394,8 @@ def main(argv=None) -> int:
         lats = [x for x in r["latencies"] if x is not None]
         print(f"trial {n:3d} seed {seed} {transport:4s} {engine:6s} {mode:5s} victim {r['victim']} "
               f"rc {r.get('rc')} wall {r['wall']:5.1f}s max latency {max(lats) if lats else float('nan'):.3f}s "
-              f"{'OK' if not r['fails'] else 'FAIL: ' + '; '.join(r['fails'])}", flush=True)
+              f"{'OK' if not r['fails'] else 'FAIL: ' + '; '.join(r['fails'])}"
+              f"{''.join('; blocked: ' + b for b in r['blocked'])}", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
     print(_summary(results, a))
