@@ -1,0 +1,409 @@
+"""Randomized kill trials: a random rank of 4 dies (SIGKILL) or stops (SIGSTOP) at a random
+point of a random mix of collectives and point-to-point traffic, under ndistrun.
+
+    python benchmarks/kill_trials.py [--trials 200] [--seed 0] [--transports tcp,shm,auto]
+                                     [--engines python,native] [--stop-trials 6] [--max-latency 1.0]
+
+Each trial starts ``ndistrun --nproc-per-node 4`` on this file (``--job``). Every rank draws
+the same op sequence from the trial's seed: the collectives of ``soak.py`` (8 dtypes, empty
+and uneven sizes, uneven ``all_to_all``, async ones waited in batches, the world and three
+subgroups, every result checked against NumPy) mixed with point-to-point rings (blocking
+send/recv, isend/irecv, ``batch_isend_irecv`` both ways) on the same groups, also checked.
+Trials cycle through the transports x engines given (``NDIST_TRANSPORT``, ``NDIST_ENGINE``).
+
+The victim dies in one of two ways, drawn per trial: it SIGKILLs itself before op K
+(``op``), or the harness SIGKILLs it a random delay after every rank is ready (``timer``,
+which lands anywhere, inside a C call of the native engine included). Both record the
+wall-clock time of the kill (same host). Each survivor records when it raised, what, and
+which rank it named, then waits for the other survivors and exits 3.
+
+Counted per trial (any one fails the trial):
+  hang       the launcher did not end within ``--hard-timeout``
+  wrong      a result differed from NumPy (before or after the kill)
+  survivor   a survivor raised no error, or one that is not a ``DistError``, or one whose
+             message / ``.rank`` does not name the victim, or none was recorded
+  late       kill -> raise longer than ``--max-latency`` (stop trials: not within the
+             group timeout + 2 s, or before it)
+  files      files of the job left in /dev/shm (found by the job's secret)
+  procs      processes of the trial still alive after the launcher exits
+  launcher   exit status 0, or (kill trials) its summary does not name the rank and SIGKILL
+
+Not counted as a failure, listed apart (``blocked``): a survivor that times out waiting,
+in a group without the victim, on another survivor that had already failed (> 1 s
+before) and stopped calling. That group is healthy; no runtime can name the dead rank
+there (torch and MPI would wait too). A real program exits on its error, and the waiter
+then fails at once naming that survivor.
+
+Stop trials (``--stop-trials``, the last ones): the harness SIGSTOPs the victim; the group
+timeout is ``--stop-group-timeout`` (3 s); survivors must raise ``DistTimeoutError`` naming
+it. Prints one line per trial and a summary table; exits 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import soak  # noqa: E402  (the op mix and the NumPy oracle)
+
+WORLD = 4
+TOKEN_ENV = "NDIST_KILL_TRIAL_TOKEN"
+P2P = ("ring", "iring", "batch")
+
+
+# ---------------------------------------------------------------- the rank's side
+
+def _p2p(dist, kind: str, ranks, pg, rank: int, seed: int, i: int, rng):
+    """A ring over ``ranks`` (global ranks; ``pg`` its group): returns (works, check)."""
+    dtype = soak.DTYPES[rng.integers(len(soak.DTYPES))]
+    count = int(rng.choice([0, 1, 5, 300, 4099, 20_000]))
+    tag = int(rng.integers(0, 5))
+    n, me = len(ranks), ranks.index(rank)
+    nxt, prv = ranks[(me + 1) % n], ranks[(me - 1) % n]
+    data = lambda r, salt=0: soak._data(seed, i * 2 + salt, r, dtype, count)  # noqa: E731
+    y = np.empty(count, dtype)
+    checks = [(y, data(prv))]
+    works = []
+    if kind == "ring":
+        dist.send(data(rank), dst=nxt, group=pg, tag=tag)
+        dist.recv(y, src=prv, group=pg, tag=tag)
+    elif kind == "iring":
+        works = [dist.isend(data(rank), dst=nxt, group=pg, tag=tag), dist.irecv(y, src=prv, group=pg, tag=tag)]
+    else:  # both directions at once
+        z = np.empty(count, dtype)
+        checks.append((z, data(nxt, 1)))
+        ops = [dist.P2POp(dist.isend, data(rank), nxt, group=pg, tag=tag),
+               dist.P2POp(dist.irecv, y, prv, group=pg, tag=tag),
+               dist.P2POp(dist.isend, data(rank, 1), prv, group=pg, tag=tag + 10),
+               dist.P2POp(dist.irecv, z, nxt, group=pg, tag=tag + 10)]
+        works = dist.batch_isend_irecv(ops)
+
+    def check():
+        for got, want in checks:
+            if not soak._close(got, want, dtype):
+                raise AssertionError(f"op {i} {kind} {dtype}[{count}] group {ranks}: wrong data from rank {prv}")
+    return works, check
+
+
+def _describe(err: BaseException) -> dict:
+    import ndist.distributed as dist
+    return {"type": type(err).__name__, "dist_error": isinstance(err, dist.DistError),
+            "peer": getattr(err, "rank", None), "host": getattr(err, "host", None), "msg": str(err)[:2000]}
+
+
+def job(spec_path: str) -> int:
+    """One rank of a trial (run by ndistrun)."""
+    from datetime import timedelta
+
+    import ndist.distributed as dist
+
+    spec = json.loads(Path(spec_path).read_text())
+    out, seed, victim, kill_op = Path(spec["out"]), spec["seed"], spec["victim"], spec["kill_op"]
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=spec["group_timeout"]))
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        (out / "secret").write_text(os.environ["NDIST_SECRET"])
+    groups = [(tuple(range(size)), None)]
+    for ranks in soak.SUBGROUPS:
+        groups.append((ranks, dist.new_group(list(ranks))))
+    dist.barrier()
+    (out / f"pid{rank}").write_text(str(os.getpid()))
+    plan = soak._Plan(seed, size)
+    pending: list = []
+    wrong: list[str] = []
+    rec: dict = {"error": None}
+    ops = 0
+    now = {"group": None, "op": None}  # what this rank is waiting on
+
+    def settle():
+        try:
+            for works, check, ranks, what in pending:
+                now.update(group=ranks, op=what)
+                for w in works:
+                    w.wait()
+                try:
+                    check()
+                except AssertionError as err:
+                    wrong.append(str(err))
+        finally:
+            pending.clear()
+
+    deadline = time.monotonic() + spec["max_seconds"]
+    try:
+        for i in range(10**9):
+            if rank == victim and i == kill_op:
+                (out / "killed").write_text(repr(time.time()))
+                os.kill(os.getpid(), signal.SIGKILL)
+            if time.monotonic() > deadline:
+                break
+            p = plan.draw(i, groups)  # every rank draws every op, in or out of its group
+            rng = np.random.default_rng([seed, i, 99])
+            p2p = rng.random() < 0.3
+            g = int(rng.integers(len(groups))) if p2p else p["group"]
+            ranks, pg = groups[g]
+            if rank not in ranks:
+                continue
+            ops += 1
+            now.update(group=ranks, op=P2P[0] if p2p else p["op"])
+            if p2p:
+                kind = P2P[rng.integers(len(P2P))]
+                now.update(op=kind)
+                works, check = _p2p(dist, kind, ranks, pg, rank, seed, i, rng)
+            else:
+                w, check = soak._run_one(dist, p, ranks, pg, rank, seed)
+                works = [w] if w is not None else []
+            if works:
+                pending.append((works, check, ranks, now["op"]))
+                if len(pending) >= 4:
+                    settle()
+            else:
+                try:
+                    check()
+                except AssertionError as err:
+                    wrong.append(str(err))
+        settle()
+    except Exception as err:  # noqa: BLE001 - recorded: the survivor's error
+        rec["error"] = _describe(err)
+        rec["waiting"] = dict(now)
+    rec.update(t=time.time(), ops=ops, wrong=wrong[:5], n_wrong=len(wrong))
+    (out / f"r{rank}.tmp").write_text(json.dumps(rec))
+    os.replace(out / f"r{rank}.tmp", out / f"r{rank}.json")
+    # stay until every other survivor has recorded: exiting resets this rank's connections,
+    # and a slower survivor could then see this rank vanish first
+    stay = time.monotonic() + spec["stay"]
+    while time.monotonic() < stay and len(glob.glob(str(out / "r*.json"))) < size - 1:
+        time.sleep(0.01)
+    return 3 if rec["error"] else 0
+
+
+# ---------------------------------------------------------------- the harness
+
+def _job_files(secret: str) -> list[str]:
+    from ndist.runtime._shmfiles import SHM_DIR, job_prefix
+    return sorted(glob.glob(os.path.join(SHM_DIR, job_prefix(secret) + "*")))
+
+
+def _token_pids(token: str) -> list[int]:
+    """Processes (of this user) whose environment carries the trial's token."""
+    found = []
+    needle = f"{TOKEN_ENV}={token}".encode()
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                with open(f"/proc/{d}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        found.append(int(d))
+            except OSError:
+                pass
+    return found
+
+
+def _names(rec_err: dict, victim: int) -> bool:
+    if rec_err.get("peer") == victim:
+        return True
+    msg = rec_err.get("msg", "")
+    if re.search(rf"\brank {victim}\b", msg):
+        return True
+    m = re.search(r"not heard from: \[([^\]]*)\]", msg)
+    return bool(m and str(victim) in [s.strip() for s in m.group(1).split(",")])
+
+
+def run_trial(n: int, seed: int, transport: str, engine: str, mode: str, a) -> dict:
+    rng = np.random.default_rng([seed, 12345])
+    victim = int(rng.integers(WORLD))
+    kill_op = int(rng.integers(0, a.max_kill_op)) if mode == "op" else -1
+    delay = float(rng.uniform(0, a.max_delay))
+    stop = mode == "stop"
+    gt = a.stop_group_timeout if stop else a.group_timeout
+    res = dict(trial=n, seed=seed, transport=transport, engine=engine, mode=mode, victim=victim, fails=[],
+               latencies=[], blocked=[], wall=0.0)
+    token = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory(prefix="ndist-kill-") as d:
+        out = Path(d)
+        spec = dict(out=d, seed=seed, victim=victim, kill_op=kill_op, group_timeout=gt,
+                    max_seconds=gt + 30, stay=gt + 5)
+        (out / "spec.json").write_text(json.dumps(spec))
+        env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine, **{TOKEN_ENV: token})
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+        term = gt + 10
+        cmd = [sys.executable, "-m", "ndist.launch", "--nproc-per-node", str(WORLD), "--term-timeout", str(term),
+               __file__, "--job", str(out / "spec.json")]
+        t0 = time.monotonic()
+        with open(out / "log", "w+") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            killed_at = None
+            try:
+                if mode in ("timer", "stop"):
+                    pidf = [out / f"pid{r}" for r in range(WORLD)]
+                    while not all(p.exists() for p in pidf) and proc.poll() is None \
+                            and time.monotonic() - t0 < a.hard_timeout:
+                        time.sleep(0.01)
+                    if proc.poll() is None and all(p.exists() for p in pidf):
+                        time.sleep(delay)
+                        pid = int(pidf[victim].read_text())
+                        killed_at = time.time()
+                        os.kill(pid, signal.SIGSTOP if stop else signal.SIGKILL)
+                proc.wait(timeout=max(1.0, a.hard_timeout - (time.monotonic() - t0)))
+            except subprocess.TimeoutExpired:
+                res["fails"].append("hang")
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            res["wall"] = time.monotonic() - t0
+            time.sleep(0.2)
+            left = _token_pids(token)
+            if left:
+                res["fails"].append(f"procs: {len(left)} left")
+                for pid in left:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            log.seek(0)
+            text = log.read()
+        res["rc"] = proc.returncode
+        if mode == "op" and (out / "killed").exists():
+            killed_at = float((out / "killed").read_text())
+        if killed_at is None:
+            res["fails"].append("no kill happened")
+        secret = (out / "secret").read_text() if (out / "secret").exists() else None
+        if secret is None:
+            res["fails"].append("no secret recorded")
+        else:
+            leaked = _job_files(secret)
+            if leaked:
+                res["fails"].append(f"files: {len(leaked)} left")
+                for f in leaked:
+                    os.unlink(f)
+        if "hang" not in res["fails"]:
+            if proc.returncode == 0:
+                res["fails"].append("launcher exited 0")
+            elif not stop and not (re.search(rf"root cause.*\n\s*rank\s*:\s*{victim}\b", text)
+                                   and "killed by SIGKILL" in text):
+                res["fails"].append("launcher summary does not name the rank")
+        recs = {r: json.loads((out / f"r{r}.json").read_text()) for r in range(WORLD)
+                if r != victim and (out / f"r{r}.json").exists()}
+        earlier = lambda t: any(x["error"] and x["t"] < t - 1 for x in recs.values())  # noqa: E731
+        for r in range(WORLD):
+            if r == victim:
+                continue
+            path = out / f"r{r}.json"
+            if not path.exists():
+                res["fails"].append(f"rank {r}: no record")
+                continue
+            rec = json.loads(path.read_text())
+            if rec["n_wrong"]:
+                res["fails"].append(f"wrong: rank {r}: {rec['wrong'][0]}")
+            err = rec["error"]
+            if err is None:
+                res["fails"].append(f"survivor: rank {r} raised nothing")
+                continue
+            lat = rec["t"] - killed_at if killed_at is not None else None
+            what = f"rank {r}: {err['type']}: {err['msg'][:300]}"
+            waiting = rec.get("waiting") or {}
+            if not stop and err["type"] == "DistTimeoutError" and waiting.get("group") is not None \
+                    and victim not in waiting["group"] and earlier(rec["t"]):
+                # waiting, in a group without the victim, on a survivor that had already
+                # failed and stopped calling: no runtime can tell (that group is healthy)
+                res["blocked"].append(f"{what} (waiting on {waiting['op']} in group {waiting['group']})")
+                continue
+            res["latencies"].append(lat)
+            if not err["dist_error"]:
+                res["fails"].append(f"survivor: not a DistError: {what}")
+            elif stop and err["type"] != "DistTimeoutError":
+                res["fails"].append(f"survivor: not a DistTimeoutError: {what}")
+            elif not _names(err, victim):
+                res["fails"].append(f"survivor: does not name rank {victim}: {what}")
+            if lat is not None:
+                if stop and not (gt - 0.5 <= lat <= gt + 2):
+                    res["fails"].append(f"late: rank {r} after {lat:.2f} s (group timeout {gt} s)")
+                elif not stop and lat > a.max_latency:
+                    res["fails"].append(f"late: rank {r} after {lat:.2f} s: {what}")
+        if res["fails"] and a.keep_logs:
+            keep = Path(a.keep_logs) / f"trial{n}-seed{seed}"
+            keep.mkdir(parents=True, exist_ok=True)
+            for f in out.iterdir():
+                if f.is_file():
+                    (keep / f.name).write_bytes(f.read_bytes())
+    return res
+
+
+def _summary(results: list[dict], a) -> str:
+    rows = {}
+    for r in results:
+        key = ("SIGSTOP" if r["mode"] == "stop" else "SIGKILL", r["transport"], r["engine"])
+        rows.setdefault(key, []).append(r)
+    lines = ["| signal | transport | engine | trials | hangs | wrong | survivor errors | late | files | procs "
+             "| launcher | survivors | blocked | latency median / max (s) |", "|" + "---|" * 14]
+    for key in sorted(rows):
+        rs = rows[key]
+        cnt = lambda pre: sum(any(f.startswith(pre) for f in r["fails"]) for r in rs)  # noqa: E731
+        lats = [x for r in rs for x in r["latencies"] if x is not None]
+        med = f"{np.median(lats):.3f} / {max(lats):.3f}" if lats else "-"
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(rs)} | {cnt('hang')} | {cnt('wrong')} | "
+                     f"{cnt('survivor') + cnt('rank ')} | {cnt('late')} | {cnt('files')} | {cnt('procs')} | "
+                     f"{cnt('launcher')} | {len(lats)} | {sum(len(r['blocked']) for r in rs)} | {med} |")
+    bad = sum(bool(r["fails"]) for r in results)
+    lines.append(f"trials={len(results)} failed={bad} load={os.getloadavg()[0]:.2f} (1-min, at the end)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=200, help="SIGKILL trials")
+    ap.add_argument("--stop-trials", type=int, default=6, help="SIGSTOP trials, after the SIGKILL ones")
+    ap.add_argument("--seed", type=int, default=0, help="trial n uses seed SEED + n")
+    ap.add_argument("--transports", default="tcp,shm,auto")
+    ap.add_argument("--engines", default="python,native")
+    ap.add_argument("--max-latency", type=float, default=1.0, help="kill -> survivor's error, seconds")
+    ap.add_argument("--group-timeout", type=float, default=20.0, help="of SIGKILL trials")
+    ap.add_argument("--stop-group-timeout", type=float, default=3.0)
+    ap.add_argument("--max-kill-op", type=int, default=120, help="op mode: the victim dies before op K < this")
+    ap.add_argument("--max-delay", type=float, default=1.5, help="timer/stop mode: seconds after all are ready")
+    ap.add_argument("--hard-timeout", type=float, default=120.0, help="per trial")
+    ap.add_argument("--keep-logs", default=None, metavar="DIR", help="copy failed trials' files here")
+    ap.add_argument("--json", default=None, metavar="FILE", help="write every trial's result here")
+    a = ap.parse_args(argv)
+    transports, engines = a.transports.split(","), a.engines.split(",")
+    combos = [(t, e) for t in transports for e in engines]
+    results = []
+    t_start = time.monotonic()
+    for n in range(a.trials + a.stop_trials):
+        seed = a.seed + n
+        transport, engine = combos[n % len(combos)]
+        if n >= a.trials:
+            mode = "stop"
+        else:
+            mode = ("op", "timer")[int(np.random.default_rng([seed, 54321]).integers(2))]
+        r = run_trial(n, seed, transport, engine, mode, a)
+        results.append(r)
+        lats = [x for x in r["latencies"] if x is not None]
+        print(f"trial {n:3d} seed {seed} {transport:4s} {engine:6s} {mode:5s} victim {r['victim']} "
+              f"rc {r.get('rc')} wall {r['wall']:5.1f}s max latency {max(lats) if lats else float('nan'):.3f}s "
+              f"{'OK' if not r['fails'] else 'FAIL: ' + '; '.join(r['fails'])}"
+              f"{''.join('; blocked: ' + b for b in r['blocked'])}", flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+    print(_summary(results, a))
+    print(f"total time {time.monotonic() - t_start:.0f} s")
+    return 1 if any(r["fails"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "--job":
+        sys.exit(job(sys.argv[2]))
+    sys.exit(main())
