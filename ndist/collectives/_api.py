@@ -16,11 +16,12 @@ sizes per rank.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..runtime import resolve_group
 from ..runtime._world import _world  # its ``default`` group: group=None in one attribute load
-from ..tensor import Tensor
 from . import _check
 from ._backend import Call, Op
 from ._check import PLAIN_DTYPES, PLAIN_OPS, PLAIN_SUM
@@ -55,6 +56,14 @@ def _rows_to_elements(splits: list[int], shape) -> list[int]:
 # no argument. Whatever does not pass, bad input included, takes the general
 # path, which checks everything in its own order and raises its own errors.
 _ndarray = np.ndarray
+
+
+def _unwrap(obj):
+    """An ndist.Tensor's array, else ``obj``. Looked up in ``sys.modules``: a Tensor
+    exists only once ndist.tensor is loaded, and ndist.distributed must not load it."""
+    mod = sys.modules.get("ndist.tensor")
+    return obj._data if mod is not None and type(obj) is mod.Tensor else obj
+
 _may_share = np.may_share_memory
 _SUM = ReduceOp.SUM
 _ALL_REDUCE, _BROADCAST, _ALL_GATHER_INTO, _REDUCE_SCATTER_FROM, _ALL_TO_ALL_SINGLE = (
@@ -73,7 +82,7 @@ def _plain_one(tensor, group, async_op):
     and C-contiguous, ``async_op`` False, and ``group`` a group whose CPU lane exists
     (a member that ran a checked CPU collective). Else None. Raises only what
     ``resolve_group`` raises, which the general path raises first too."""
-    arr = tensor._data if type(tensor) is Tensor else tensor
+    arr = tensor if type(tensor) is _ndarray else _unwrap(tensor)
     if type(arr) is _ndarray and async_op is False and arr.flags.carray:  # carray: C-contiguous, writable, aligned
         pg = _world.default if group is None else resolve_group(group)
         if pg is not None:
@@ -91,8 +100,8 @@ def _plain_two(output, input, group, async_op):
     overlapping ``out`` (two arrays that each own their memory overlap only when
     they are one array; views are asked ``np.may_share_memory``, as ``unaliased``
     does), ``async_op`` False, and ``group``'s CPU lane exists. Else None."""
-    o = output._data if type(output) is Tensor else output
-    i = input._data if type(input) is Tensor else input
+    o = output if type(output) is _ndarray else _unwrap(output)
+    i = input if type(input) is _ndarray else _unwrap(input)
     if type(o) is _ndarray and type(i) is _ndarray and async_op is False:
         of, inf, dt = o.flags, i.flags, i.dtype
         if (of.carray and inf.c_contiguous and (o.dtype is dt or o.dtype == dt) and dt in PLAIN_DTYPES
