@@ -50,6 +50,30 @@ _PLAIN_REDUCE = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX,
                  ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
 
 
+class _Plans(dict):
+    """A table that makes a missing entry with ``make(key)`` and keeps it: the hot paths
+    index it directly (one dict lookup once warm)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        entry = self[key] = self.make(key)
+        return entry
+
+
+def _in_place_reduction(MPI, op: ReduceOp, dtype):
+    """``(datatype, mpi_op)`` when MPI reduces ``dtype`` with ``op`` in place, else None."""
+    if op in _PLAIN_REDUCE:
+        work_dtype, mtype, mop = reduce_plan(MPI, dtype, op)
+        if work_dtype == dtype:
+            return mtype, mop
+    return None
+
+
 def _counts_of(sizes: Sequence[int], unit: int):
     counts = [int(c) * unit for c in sizes]
     return counts, ([0, *accumulate(counts[:-1])] if counts else [])
@@ -70,23 +94,11 @@ class MPIBackend(CollectiveBackend):
         self._closed = False
         # The synchronous hot paths' tables, filled on first use: dtype -> (datatype, unit),
         # and (op value, dtype) -> (datatype, op) where MPI reduces the dtype as it is.
-        self._moves: dict = {}
-        self._reductions: dict = {}
+        # the hot paths' plans, made on first use: dtype -> (datatype, units per element);
+        # (op value, dtype) -> (datatype, mpi_op) when MPI reduces in place, else None
+        self._moves = _Plans(lambda dtype: move_type(MPI, dtype))
+        self._reductions = _Plans(lambda key: _in_place_reduction(MPI, ReduceOp(key[0]), key[1]))
         self._in_place = MPI.IN_PLACE
-
-    def _move(self, dtype) -> tuple:
-        entry = self._moves[dtype] = move_type(self.MPI, dtype)
-        return entry
-
-    def _reduction(self, dtype, op: ReduceOp):
-        """``(datatype, mpi_op)`` when MPI reduces ``dtype`` with ``op`` in place, else None."""
-        entry = None
-        if op in _PLAIN_REDUCE:
-            work_dtype, mtype, mop = reduce_plan(self.MPI, dtype, op)
-            if work_dtype == dtype:
-                entry = (mtype, mop)
-        self._reductions[op._value_, dtype] = entry
-        return entry
 
     # ------------------------------------------------------------ plumbing
     def _run(self, op: str, name: str, args: tuple, blocking: bool,
@@ -155,10 +167,7 @@ class MPIBackend(CollectiveBackend):
         if blocking and type(buf) is _ndarray:
             # The synchronous hot path: one MPI call on the caller's buffer.
             dt = buf.dtype
-            try:
-                plan = self._reductions[op._value_, dt]
-            except KeyError:
-                plan = self._reduction(dt, op)
+            plan = self._reductions[op._value_, dt]
             if plan is not None:
                 try:
                     self.comm.Allreduce(self._in_place, [buf, plan[0]], plan[1])
@@ -190,10 +199,7 @@ class MPIBackend(CollectiveBackend):
         even = splits is None or len(set(splits)) <= 1
         if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
             dt = out.dtype
-            try:
-                plan = self._reductions[op._value_, dt]
-            except KeyError:
-                plan = self._reduction(dt, op)
+            plan = self._reductions[op._value_, dt]
             if plan is not None:
                 mtype = plan[0]
                 try:
@@ -218,10 +224,7 @@ class MPIBackend(CollectiveBackend):
         buf, src = call.out, call.root
         if blocking and type(buf) is _ndarray:
             dt = buf.dtype
-            try:
-                mtype, unit = self._moves[dt]
-            except KeyError:
-                mtype, unit = self._move(dt)
+            mtype, unit = self._moves[dt]
             try:
                 self.comm.Bcast([buf, buf.size * unit, mtype], src)
             except Exception as err:  # noqa: BLE001 - delivered through the Work
@@ -240,10 +243,7 @@ class MPIBackend(CollectiveBackend):
         even = splits is None or len(set(splits)) <= 1
         if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
             dt = inp.dtype
-            try:
-                mtype, unit = self._moves[dt]
-            except KeyError:
-                mtype, unit = self._move(dt)
+            mtype, unit = self._moves[dt]
             count = inp.size * unit
             try:
                 self.comm.Allgather([inp, count, mtype], [out, count, mtype])
@@ -300,10 +300,7 @@ class MPIBackend(CollectiveBackend):
         even = call.in_splits is None and call.out_splits is None
         if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
             dt = inp.dtype
-            try:
-                mtype, unit = self._moves[dt]
-            except KeyError:
-                mtype, unit = self._move(dt)
+            mtype, unit = self._moves[dt]
             count = inp.size // self.size * unit
             try:
                 self.comm.Alltoall([inp, count, mtype], [out, count, mtype])
