@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 from ..runtime import resolve_group
-from ..runtime._world import _world  # its ``default`` group: group=None in one attribute load
+from ..runtime import world as _world  # its ``default`` group: group=None in one attribute load
 from . import _check
 from ._backend import Call, Op
 from ._check import PLAIN_DTYPES, PLAIN_OPS, PLAIN_SUM

@@ -39,9 +39,12 @@ _LAZY = {
     **dict.fromkeys(("FileStore", "HashStore", "PrefixStore", "Store", "TCPStore", "TCPStoreServer"), "store"),
 }
 
+# For the layers above ndist.runtime, not part of ndist.distributed's API (not in __all__).
+_INTERNAL = {"world": "_world"}
+
 
 def __getattr__(name: str):
-    module = _LAZY.get(name)
+    module = _LAZY.get(name) or _INTERNAL.get(name)
     if module is None:
         raise AttributeError(f"module 'ndist.runtime' has no attribute {name!r}")
     from importlib import import_module

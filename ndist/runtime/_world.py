@@ -59,6 +59,9 @@ class _World:
 
 
 _world = _World()
+#: this process's group state, for the layers above: read ``world.default`` (the default
+#: group, or None) on a hot path instead of calling ``resolve_group(None)``; never write it
+world = _world
 
 
 class _WorldGroup:
