@@ -1,4 +1,5 @@
-"""Run tests/mpi under mpiexec (pytest-mpi) at several world sizes, from the plain pytest run."""
+"""Run the tests marked ``mpi`` (the MPI backend suites in tests/collectives/backends) under
+mpiexec (pytest-mpi) at several world sizes, from the plain pytest run."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+MPI_TESTS = sorted((ROOT / "tests" / "collectives" / "backends").glob("test_mpi_*.py"))
 
 
 def mpiexec() -> str | None:
@@ -26,7 +28,7 @@ def test_mpi_suite(nprocs):
         pytest.skip("mpiexec not found")
     pytest.importorskip("pytest_mpi")
     cmd = [exe, "-n", str(nprocs), sys.executable, "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider",
-           "-o", "addopts=", str(ROOT / "tests" / "mpi")]
+           "-o", "addopts=", "-m", "mpi", *map(str, MPI_TESTS)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collectives"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/collectives: conformance
 
 import conformance  # noqa: E402
 
