@@ -142,7 +142,8 @@ class Scheduled:
         return self.eng.segment(total) if total else None
 
     def _sched(self, op, algo, item, sizes, root=0):
-        return S.schedule(op, algo, item, sizes, self.size, self.rank, root)
+        topo = self.links.hosts if algo == S.TWO_LEVEL else None
+        return S.schedule(op, algo, item, sizes, self.size, self.rank, root, topo)
 
     # ------------------------------------------------------------ ops
     def all_reduce(self, buf, op, scale, algo: str) -> None:
