@@ -38,10 +38,25 @@ class Hosts:
         self.addr: list[str] = []
         self.switch: str | None = None
 
-    def netem(self, spec: list[str]) -> None:
-        """``tc netem`` on every host's interface (egress), e.g. ``["delay", "1ms", "rate", "1gbit"]``."""
+    def shape(self, delay: str | None, rate: str | None) -> str:
+        """Delay and rate limit on every host's interface (egress): ``tc netem`` where the
+        kernel has it, else only the rate, with ``tbf``. Returns what was applied."""
+        spec = (["delay", delay] if delay else []) + (["rate", rate] if rate else [])
+        if not spec:
+            return "no shaping"
         for ns, dev in zip(self.ns, self.veth):
-            sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "netem", *spec)
+            r = sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "netem", *spec,
+                   check=False)
+            if r.returncode != 0:
+                break
+        else:
+            return "netem " + " ".join(spec)
+        if not rate:
+            return f"no shaping (netem unavailable: {r.stderr.strip()})"
+        for ns, dev in zip(self.ns, self.veth):
+            sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+               "burst", "256kb", "latency", "100ms")
+        return f"tbf rate {rate} (netem unavailable, no delay: {r.stderr.strip()})"
 
 
 def _kill_and_delete(names) -> None:
