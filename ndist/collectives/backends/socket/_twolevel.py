@@ -19,14 +19,16 @@ algorithm), idle rounds where a rank has nothing to do.
 
 * all_reduce: binomial reduce to the leader (relative rank v receives, in
   round k, the partial of v + 2^k and computes ``own op theirs``), the leaders'
-  all_reduce (recursive doubling up to ``SMALL_MAX`` bytes, else Rabenseifner
-  on a power-of-two number of hosts, else the ring), binomial broadcast of the
-  result from the leader. **Reduction order**: host h's partial P_h is its
-  ranks' values combined in rank order along the binomial tree,
-  ``x_0 op x_1``, ``(x_0 op x_1) op (x_2 op x_3)``, ...; the P_h are combined
-  by the leaders' algorithm in host order exactly as ``_schedule`` combines
-  ranks; every other rank copies its leader's bytes. Results are therefore
-  bit-identical on every rank, and equal from run to run for one topology.
+  all_reduce (up to ``SMALL_MAX`` bytes recursive doubling in ceil(log2 H)
+  rounds, ``_rd_leaders``; above, Rabenseifner on a power-of-two number of
+  hosts, else the ring), binomial broadcast of the result from the leader.
+  **Reduction order**: host h's partial P_h is its ranks' values combined in
+  rank order along the binomial tree, ``x_0 op x_1``,
+  ``(x_0 op x_1) op (x_2 op x_3)``, ...; the leaders combine the P_h as
+  ``_rd_leaders`` documents (small) or as ``_schedule``'s ring / Rabenseifner
+  combine ranks (large); every other rank copies its leader's bytes. Results
+  are therefore bit-identical on every rank, and equal from run to run for one
+  topology.
 * broadcast: binomial among the host representatives (the root on its host,
   the leader elsewhere), then binomial inside every host from it; tickets as in
   the flat tree, so both sides of every edge check the call.
@@ -118,6 +120,38 @@ def _tree_bcast(nb: int, n: int, v: int, buf: int) -> list:
     return rounds
 
 
+def _rd_leaders(nb: int, n: int, r: int) -> list:
+    """Recursive doubling among ``n`` leaders in ceil(log2 n) rounds, a non-power of two
+    included: with p = 2^floor(log2 n), leaders p.. ("extras") send their value in
+    round 0 to both ranks of pair i mod p/2 (2i, 2i + 1), which compute
+    ``((v_2i op v_2i+1) op x_e1) op x_e2 ...`` (extras in rank order) on both sides;
+    the doubling goes on among the p core ranks; a last round hands the result from
+    the pair's lower rank to its extras. Each message a rank receives in a round is
+    reduced in list order after all arrived, so both sides compute the same bits."""
+    p = 1 << (n.bit_length() - 1)
+    half = p // 2
+    extras = {j: [e for e in range(p, n) if (e - p) % half == j] for j in range(half)} if n > p else {}
+    rounds = []
+    if r >= p:
+        j = (r - p) % half
+        rounds.append(S.Round((S.Send(2 * j, S.BUF, 0, nb), S.Send(2 * j + 1, S.BUF, 0, nb)), ()))
+        rounds += [S.Round()] * (p.bit_length() - 2)
+        rounds.append(S.Round((), (S.Recv(2 * j, S.BUF, 0, nb, S.COPY),)))
+        return rounds
+    mask = 1
+    while mask < p:
+        q = r ^ mask
+        recvs = [S.Recv(q, S.BUF, 0, nb, S.REDUCE if r < q else S.REDUCE_REV)]
+        if mask == 1:
+            recvs += [S.Recv(e, S.BUF, 0, nb, S.REDUCE) for e in extras.get(r // 2, ())]
+        rounds.append(S.Round((S.Send(q, S.BUF, 0, nb),), tuple(recvs)))
+        mask <<= 1
+    if n > p:
+        mine = extras[r // 2] if r % 2 == 0 else []
+        rounds.append(S.Round(tuple(S.Send(e, S.BUF, 0, nb) for e in mine), ()))
+    return rounds
+
+
 def _local_depth(hosts) -> int:
     return max(S._log2(len(h)) for h in hosts)
 
@@ -153,8 +187,12 @@ def two_level(op: str, item: int, sizes: tuple, n: int, rank: int, root: int, to
         nb = sizes[0] * item
         up = _pad(_remap(_tree_reduce(nb, len(local), v, S.BUF), local), d1)
         algo = S.choose("all_reduce", nb, nh, sizes[0], force="sched")
-        cross_len = len(S.schedule("all_reduce", algo, item, sizes, nh, 0).rounds)
-        cross = _remap(S.schedule("all_reduce", algo, item, sizes, nh, me).rounds, leaders) if v == 0 else []
+        if algo == "recursive_doubling":
+            cross_len = S._log2(nh)
+            cross = _remap(_rd_leaders(nb, nh, me), leaders) if v == 0 else []
+        else:
+            cross_len = len(S.schedule("all_reduce", algo, item, sizes, nh, 0).rounds)
+            cross = _remap(S.schedule("all_reduce", algo, item, sizes, nh, me).rounds, leaders) if v == 0 else []
         down = _pad(_remap(_tree_bcast(nb, len(local), v, S.BUF), local), d1)
         return S.Schedule(f"two_level/{algo}", tuple(up + _pad(cross, cross_len) + down))
     if op == "barrier":
