@@ -33,7 +33,7 @@ import numpy as np
 from . import _frame as F
 from ._engine import Expect
 from ._reduce import finalize, reduce_ordered
-from ._schedule import choose
+from ._schedule import choose, spans_hosts
 from ._scheduled import Scheduled
 
 __all__ = ["Algorithms", "DIRECT_MAX", "ALGO_ENV", "algo_mode"]
@@ -80,11 +80,13 @@ class Algorithms:
         self.size = size
         self.peers = tuple(p for p in range(size) if p != rank)
         self.mode = algo_mode()
+        # the topology only where two levels may apply (one host: choose never looks)
+        self.topo = links.hosts if links.hosts is not None and spans_hosts(links.hosts) else None
         self.sched = Scheduled(eng, links, rank, size)
 
     def _algo(self, op: str, nbytes: int = 0, count: int = 0):
         """The schedule's algorithm for this call, or None for the direct exchange."""
-        return choose(op, nbytes, self.size, count, self.mode, self.links.hosts)
+        return choose(op, nbytes, self.size, count, self.mode, self.topo)
 
     # ---------------------------------------------------------- staging
     def _stage(self, arrays: list) -> list:

@@ -45,7 +45,7 @@ from typing import NamedTuple
 __all__ = [
     "COPY", "REDUCE", "REDUCE_REV", "BUF", "INP", "TMP", "OUTS", "INS", "OUT", "IN",
     "Send", "Recv", "Copy", "Round", "Schedule", "schedule", "choose", "ALGOS", "SMALL_MAX",
-    "DIRECT_MAX_RANKS", "subtree", "TWO_LEVEL", "TWO_LEVEL_OPS",
+    "DIRECT_MAX_RANKS", "subtree", "TWO_LEVEL", "TWO_LEVEL_OPS", "spans_hosts",
 ]
 
 COPY, REDUCE, REDUCE_REV = 0, 1, 2
@@ -392,8 +392,9 @@ TWO_LEVEL = "two_level"
 TWO_LEVEL_OPS = ("all_reduce", "broadcast", "barrier", "all_gather")
 
 
-def _spans(topo) -> bool:
-    """More than one host, and fewer hosts than ranks (``_twolevel.spans_hosts``)."""
+def spans_hosts(topo) -> bool:
+    """More than one host, and at least one host with more than one rank (with one
+    rank per host, two levels are the flat algorithm): ``choose``'s test."""
     nh = max(topo) + 1 if topo else 0
     return 1 < nh < len(topo)
 
@@ -469,7 +470,7 @@ def choose(op: str, nbytes: int, n: int, count: int = 0, force: str = "auto", to
     ``direct`` or ``flat``: ``flat`` is ``auto`` as if every rank were on one host)."""
     if force == "direct" or n <= 1:
         return None
-    if force != "flat" and topo is not None and op in TWO_LEVEL_OPS and _spans(topo):
+    if force != "flat" and topo is not None and op in TWO_LEVEL_OPS and spans_hosts(topo):
         return TWO_LEVEL
     if force != "sched" and n <= DIRECT_MAX_RANKS:
         return None

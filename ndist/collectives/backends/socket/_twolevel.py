@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from . import _schedule as S
 
-__all__ = ["topology", "spans_hosts", "OPS", "two_level"]
+__all__ = ["topology", "OPS", "two_level"]
 
 #: the ops that have a two-level schedule
 OPS = S.TWO_LEVEL_OPS
@@ -55,12 +55,6 @@ def topology(hostids) -> tuple:
     hosts numbered in order of their lowest rank."""
     index: dict = {}
     return tuple(index.setdefault(h, len(index)) for h in hostids)
-
-
-def spans_hosts(topo) -> bool:
-    """More than one host, and at least one host with more than one rank (with one
-    rank per host, two levels are the flat algorithm): what ``choose`` asks."""
-    return S._spans(topo)
 
 
 def _hosts(topo) -> list:
