@@ -131,15 +131,17 @@ def ndist_env(**extra) -> dict:
     return env
 
 
-def launch_nodes(hosts: Hosts, nproc: int, argv: list[str], env: dict, logdir: Path,
+def launch_nodes(hosts: Hosts, nproc, argv: list[str], env: dict, logdir: Path,
                  extra: tuple = ("--rdzv-timeout", "30", "--term-timeout", "5")) -> list:
-    """``ndistrun --nnodes H`` in every namespace (node i in ``hosts.ns[i]``), output in
-    ``logdir/node<i>.out|err`` (files, not pipes: nobody reads a pipe while we wait)."""
+    """``ndistrun --nnodes H`` in every namespace (node i in ``hosts.ns[i]``, with
+    ``nproc`` ranks, or ``nproc[i]``), output in ``logdir/node<i>.out|err`` (files,
+    not pipes: nobody reads a pipe while we wait)."""
     port = free_port_in(hosts.ns[0], hosts.addr[0])
+    counts = [nproc] * len(hosts.ns) if isinstance(nproc, int) else list(nproc)
     procs = []
     for node, ns in enumerate(hosts.ns):
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "ndist.launch", "--nnodes", str(len(hosts.ns)),
-               "--node-rank", str(node), "--nproc-per-node", str(nproc), "--master-addr", hosts.addr[0],
+               "--node-rank", str(node), "--nproc-per-node", str(counts[node]), "--master-addr", hosts.addr[0],
                "--master-port", str(port), *extra, *argv]
         logs = (open(logdir / f"node{node}.out", "w"), open(logdir / f"node{node}.err", "w"))
         procs.append(subprocess.Popen(cmd, env=dict(env, NDIST_TEST_NODE=ns), stdout=logs[0], stderr=logs[1]))

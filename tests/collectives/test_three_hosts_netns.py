@@ -1,4 +1,4 @@
-"""A 3-host job: three network namespaces x 2 ranks, ``ndistrun --nnodes 3``, the
+"""A 3-host job: three network namespaces x 2 ranks (and 3, 1, 2), ``ndistrun --nnodes 3``, the
 socket backend's two-level collectives (all_reduce small and large, broadcast from
 every root, barrier, all_gather) checked against their expected values, float
 results bit-identical on every rank, and the flat algorithms (``NDIST_ALGO=flat``)
@@ -19,7 +19,7 @@ import pytest
 from ndist.runtime._shmfiles import job_prefix
 from netns_hosts import launch_nodes, make_hosts, ndist_env, outputs
 
-HOSTS, PER_HOST = 3, 2
+HOSTS = 3
 
 _JOB = """
 import hashlib, json, os, sys
@@ -72,14 +72,14 @@ dist.destroy_process_group()
 """
 
 
-def _run_job(hosts, tmp_path, algo: str) -> dict:
-    folder = tmp_path / algo
+def _run_job(hosts, tmp_path, algo: str, per_host) -> dict:
+    folder = tmp_path / f"{algo}-{'-'.join(map(str, per_host))}"
     folder.mkdir()
     job = tmp_path / "job.py"
     job.write_text(textwrap.dedent(_JOB))
     env = ndist_env(NDIST_ALGO=algo)
     secret = env["NDIST_SECRET"]
-    procs = launch_nodes(hosts, PER_HOST, [str(job), str(folder)], env, folder)
+    procs = launch_nodes(hosts, per_host, [str(job), str(folder)], env, folder)
     codes = []
     try:
         deadline = time.monotonic() + 150
@@ -95,7 +95,7 @@ def _run_job(hosts, tmp_path, algo: str) -> dict:
             p.wait(timeout=30)
     logs = outputs(folder, HOSTS)
     assert codes == [0] * HOSTS, (codes, [e[-3000:] for _, e in logs])
-    res = {r: json.loads((folder / f"r{r}.json").read_text()) for r in range(HOSTS * PER_HOST)}
+    res = {r: json.loads((folder / f"r{r}.json").read_text()) for r in range(sum(per_host))}
     left = glob.glob(f"/dev/shm/{job_prefix(secret)}*")
     assert not left, left
     return res
@@ -104,15 +104,19 @@ def _run_job(hosts, tmp_path, algo: str) -> dict:
 @pytest.mark.timeout(420)
 def test_three_hosts_two_level_collectives(tmp_path):
     with make_hosts(HOSTS, pytest.skip) as hosts:
-        two = _run_job(hosts, tmp_path, "auto")
-        flat = _run_job(hosts, tmp_path, "flat")
+        two = _run_job(hosts, tmp_path, "auto", (2, 2, 2))
+        flat = _run_job(hosts, tmp_path, "flat", (2, 2, 2))
+        uneven = _run_job(hosts, tmp_path, "auto", (3, 1, 2))
         for ns in hosts.ns:  # every rank and launcher is gone before the namespaces are
             assert subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split() == []
-    assert {r["node"] for r in two.values()} == set(hosts.ns)  # three hosts really run ranks
-    assert all(r["digests"] == two[0]["digests"] for r in two.values())  # bit-identical on every rank
+    algos = ["pairwise", "two_level/binomial", "two_level/bruck", "two_level/dissemination",
+             "two_level/recursive_doubling", "two_level/ring"]
+    for res, layout in ((two, (2, 2, 2)), (uneven, (3, 1, 2))):
+        nodes = [hosts.ns[h] for h, k in enumerate(layout) for _ in range(k)]
+        assert [res[r]["node"] for r in range(len(nodes))] == nodes  # the ranks really sit on 3 hosts
+        assert all(r["digests"] == res[0]["digests"] for r in res.values())  # bit-identical on every rank
+        assert res[0]["algos"] == algos
     assert all(r["digests"] == flat[0]["digests"] for r in flat.values())
-    assert two[0]["algos"] == ["pairwise", "two_level/binomial", "two_level/bruck", "two_level/dissemination",
-                               "two_level/recursive_doubling", "two_level/ring"]
     assert not any(a.startswith("two_level") for r in flat.values() for a in r["algos"])
     after = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert hosts.tag not in after
