@@ -10,6 +10,9 @@ round's payload after this rank went on to the next one. COPY receives land in
 place (``Expect.into``); the reductions of a round run after all its messages
 arrived, in the schedule's order, with ``_reduce.reduce_ordered``.
 
+Two-level schedules (``_twolevel.py``, a group on several hosts) get the
+group's topology from ``links.hosts``; they run like every other schedule.
+
 The op methods map their arguments onto the schedule's buffers (``BUF``,
 ``INP``, ``TMP``, the output / input lists) and finalize reductions (AVG,
 PREMUL_SUM) once, after the last round. Gather and scatter run two schedules:
