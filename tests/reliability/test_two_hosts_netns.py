@@ -7,8 +7,6 @@ Needs root, iproute2 and CAP_NET_ADMIN; skips otherwise (installs nothing)."""
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from netns_hosts import free_port_in, make_hosts, outputs, sh
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,50 +59,21 @@ print("rank", rank, "finished without an error", ok, flush=True)
 
 
 def _sh(*args, check=True):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=30, check=check)
+    return sh(*args, check=check)
 
 
 @pytest.fixture
 def two_hosts():
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 ('ip') is not installed")
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    tag = uuid.uuid4().hex[:6]
-    ns = (f"ndist-{tag}-a", f"ndist-{tag}-b")
-    veth = (f"nd{tag}a", f"nd{tag}b")
-    made = []
-    try:
-        for n in ns:
-            r = _sh("ip", "netns", "add", n, check=False)
-            if r.returncode != 0:
-                pytest.skip(f"cannot create a network namespace (no CAP_NET_ADMIN?): {r.stderr.strip()}")
-            made.append(n)
-        _sh("ip", "link", "add", veth[0], "netns", ns[0], "type", "veth", "peer", "name", veth[1], "netns", ns[1])
-        for n, v, addr in ((ns[0], veth[0], "10.77.0.1/24"), (ns[1], veth[1], "10.77.0.2/24")):
-            _sh("ip", "-n", n, "addr", "add", addr, "dev", v)
-            _sh("ip", "-n", n, "link", "set", v, "up")
-            _sh("ip", "-n", n, "link", "set", "lo", "up")
-        yield ns, veth
-    finally:
-        for n in made:
-            subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True)
-            pids = subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), 9)
-                except (OSError, ValueError):
-                    pass
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    with make_hosts(2, pytest.skip) as hosts:
+        yield tuple(hosts.ns), tuple(hosts.veth)
 
 
 def _outputs(folder):
-    return [((folder / f"node{n}.out").read_text(), (folder / f"node{n}.err").read_text()) for n in (0, 1)]
+    return outputs(folder, 2)
 
 
 def _free_port_in(ns: str) -> int:
-    code = "import socket; s = socket.socket(); s.bind(('10.77.0.1', 0)); print(s.getsockname()[1])"
-    return int(_sh("ip", "netns", "exec", ns, sys.executable, "-c", code).stdout)
+    return free_port_in(ns)
 
 
 @pytest.mark.timeout(180)

@@ -17,9 +17,11 @@ on (op, byte size, group size, transport), so all ranks choose alike.
 Floating-point results are identical on every rank (same order of reduction).
 
 Groups of more than ``_schedule.DIRECT_MAX_RANKS`` ranks run the log-depth
-schedules of ``_schedule.py`` instead (``_scheduled.py`` executes them);
-``choose`` decides per (op, bytes, group size), alike on every rank.
-``NDIST_ALGO=direct|sched|auto`` (every rank alike) forces one family.
+schedules of ``_schedule.py`` instead (``_scheduled.py`` executes them), and a
+group on several hosts the two-level ones of ``_twolevel.py`` for all_reduce,
+broadcast, barrier and all_gather; ``choose`` decides per (op, bytes, group
+size, hosts), alike on every rank. ``NDIST_ALGO=direct|sched|flat|auto`` (every
+rank alike) forces one family (``flat``: the single-level choice across hosts).
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ import numpy as np
 from . import _frame as F
 from ._engine import Expect
 from ._reduce import finalize, reduce_ordered
-from ._schedule import choose
+from ._schedule import choose, spans_hosts
 from ._scheduled import Scheduled
 
 __all__ = ["Algorithms", "DIRECT_MAX", "ALGO_ENV", "algo_mode"]
 
 #: ``direct``: one-step exchanges at every group size; ``sched``: the schedules at
-#: every size > 1; ``auto`` (default): direct up to ``DIRECT_MAX_RANKS`` ranks.
+#: every size > 1; ``flat``: as ``auto`` but never two levels; ``auto`` (default):
+#: direct up to ``DIRECT_MAX_RANKS`` ranks on one host, two levels across hosts.
 ALGO_ENV = "NDIST_ALGO"
 
 DIRECT_MAX = 256 << 10
@@ -60,8 +63,8 @@ def _bytes(a: np.ndarray) -> np.ndarray:
 
 def algo_mode() -> str:
     mode = os.environ.get(ALGO_ENV, "auto").strip().lower() or "auto"
-    if mode not in ("auto", "direct", "sched"):
-        raise ValueError(f"{ALGO_ENV}: expected 'auto', 'direct' or 'sched', got {mode!r}")
+    if mode not in ("auto", "direct", "sched", "flat"):
+        raise ValueError(f"{ALGO_ENV}: expected 'auto', 'direct', 'sched' or 'flat', got {mode!r}")
     return mode
 
 
@@ -77,11 +80,13 @@ class Algorithms:
         self.size = size
         self.peers = tuple(p for p in range(size) if p != rank)
         self.mode = algo_mode()
+        # the topology only where two levels may apply (one host: choose never looks)
+        self.topo = links.hosts if links.hosts is not None and spans_hosts(links.hosts) else None
         self.sched = Scheduled(eng, links, rank, size)
 
     def _algo(self, op: str, nbytes: int = 0, count: int = 0):
         """The schedule's algorithm for this call, or None for the direct exchange."""
-        return choose(op, nbytes, self.size, count, self.mode)
+        return choose(op, nbytes, self.size, count, self.mode, self.topo)
 
     # ---------------------------------------------------------- staging
     def _stage(self, arrays: list) -> list:

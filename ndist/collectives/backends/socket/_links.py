@@ -21,6 +21,7 @@ import logging
 
 from ....runtime import DistNetworkError
 from . import _cma, _ring
+from ._twolevel import topology
 
 __all__ = ["Links", "connect"]
 
@@ -32,7 +33,7 @@ NO_CHUNKS = 1 << 62
 class Links:
     """The per-peer transport choice of one backend (see the module docstring)."""
 
-    __slots__ = ("shm_min", "same_host", "cma_to", "cma_from", "rings", "pipeline", "chunk")
+    __slots__ = ("shm_min", "same_host", "cma_to", "cma_from", "rings", "pipeline", "chunk", "hosts")
 
     def __init__(self, shm_min: int) -> None:
         self.shm_min = shm_min
@@ -42,6 +43,7 @@ class Links:
         self.rings: list[int] = []
         self.pipeline = False
         self.chunk = NO_CHUNKS
+        self.hosts: tuple | None = None  # host index of every rank (_twolevel.topology), any transport
 
     def shm(self, peer: int, nbytes: int) -> bool:
         return nbytes >= self.shm_min and self.same_host.get(peer, False)
@@ -53,6 +55,7 @@ def connect(links: Links, eng, mesh, store, rank: int, size: int, mode: str, rin
     peers = list(eng.conns)
     for p in peers:
         links.same_host[p] = mode != "tcp" and mesh.peer(p)["hostid"] == mesh.hostid
+    links.hosts = topology(mesh.hostid if p == rank else mesh.peer(p)["hostid"] for p in range(size))
     # Pipelining pays when every rank has a core and shares the cache; every
     # rank computes this from the same published facts, so all agree.
     infos = [mesh.info] + [mesh.peer(p) for p in peers]

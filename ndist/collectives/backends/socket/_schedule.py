@@ -45,7 +45,7 @@ from typing import NamedTuple
 __all__ = [
     "COPY", "REDUCE", "REDUCE_REV", "BUF", "INP", "TMP", "OUTS", "INS", "OUT", "IN",
     "Send", "Recv", "Copy", "Round", "Schedule", "schedule", "choose", "ALGOS", "SMALL_MAX",
-    "DIRECT_MAX_RANKS", "subtree",
+    "DIRECT_MAX_RANKS", "subtree", "TWO_LEVEL", "TWO_LEVEL_OPS", "spans_hosts",
 ]
 
 COPY, REDUCE, REDUCE_REV = 0, 1, 2
@@ -387,6 +387,18 @@ def _pairwise_all_to_all(ins: tuple, outs: tuple, item: int, n: int, r: int) -> 
     return Schedule("pairwise", tuple(rounds), (Copy(IN + r, 0, OUT + r, 0, ins[r] * item),))
 
 
+#: the algorithm name of every two-level schedule (``_twolevel.py``) and its ops
+TWO_LEVEL = "two_level"
+TWO_LEVEL_OPS = ("all_reduce", "broadcast", "barrier", "all_gather")
+
+
+def spans_hosts(topo) -> bool:
+    """More than one host, and at least one host with more than one rank (with one
+    rank per host, two levels are the flat algorithm): ``choose``'s test."""
+    nh = max(topo) + 1 if topo else 0
+    return 1 < nh < len(topo)
+
+
 #: the algorithms of each op, in the order ``choose`` prefers them
 ALGOS = {
     "all_reduce": ("recursive_doubling", "rabenseifner", "ring"),
@@ -409,11 +421,16 @@ def schedule(op: str, algo: str, item: int, sizes: tuple, n: int, rank: int, roo
     ``sizes`` (elements): ``(count,)`` for all_reduce / reduce / broadcast; one
     count per rank for reduce_scatter (its inputs), all_gather, gather and
     scatter; ``(ins, outs)`` (per-peer counts) for all_to_all; ``()`` for barrier.
-    ``topo`` is the topology key (``None``: one flat level; multi-host schedules
-    will key on it).
+    ``topo``: the host index of every rank (``_twolevel.topology``); only the
+    ``two_level`` algorithm reads it (``None``: one flat level).
     """
     if not 0 <= rank < n:
         raise ValueError(f"rank: expected 0 <= rank < {n}, got {rank}")
+    if algo == TWO_LEVEL:
+        from ._twolevel import two_level
+        if topo is None:
+            raise ValueError("topo: expected the host index of every rank for a two-level schedule, got None")
+        return two_level(op, item, sizes, n, rank, root, topo)
     if op == "all_reduce":
         count = sizes[0]
         if algo == "recursive_doubling":
@@ -443,13 +460,18 @@ def schedule(op: str, algo: str, item: int, sizes: tuple, n: int, rank: int, roo
     raise ValueError(f"algo: expected one of {ALGOS.get(op)} for {op!r}, got {algo!r}")
 
 
-def choose(op: str, nbytes: int, n: int, count: int = 0, force: str = "auto") -> str | None:
+def choose(op: str, nbytes: int, n: int, count: int = 0, force: str = "auto", topo=None) -> str | None:
     """The algorithm for ``op`` moving ``nbytes`` (all_reduce: the buffer; ``count``
     its elements) in a group of ``n``: ``None`` keeps the direct one-step exchange.
     Depends only on its arguments, so every rank chooses alike. ``force``:
-    ``direct`` / ``sched`` / ``auto`` (``NDIST_ALGO``)."""
+    ``direct`` / ``sched`` / ``flat`` / ``auto`` (``NDIST_ALGO``). ``topo`` (the
+    host index of every rank): a group on more than one host, with some host
+    holding several ranks, runs ``two_level`` for the ops that have it (not with
+    ``direct`` or ``flat``: ``flat`` is ``auto`` as if every rank were on one host)."""
     if force == "direct" or n <= 1:
         return None
+    if force != "flat" and topo is not None and op in TWO_LEVEL_OPS and spans_hosts(topo):
+        return TWO_LEVEL
     if force != "sched" and n <= DIRECT_MAX_RANKS:
         return None
     if op == "all_reduce":

@@ -10,6 +10,9 @@ round's payload after this rank went on to the next one. COPY receives land in
 place (``Expect.into``); the reductions of a round run after all its messages
 arrived, in the schedule's order, with ``_reduce.reduce_ordered``.
 
+Two-level schedules (``_twolevel.py``, a group on several hosts) get the
+group's topology from ``links.hosts``; they run like every other schedule.
+
 The op methods map their arguments onto the schedule's buffers (``BUF``,
 ``INP``, ``TMP``, the output / input lists) and finalize reductions (AVG,
 PREMUL_SUM) once, after the last round. Gather and scatter run two schedules:
@@ -142,7 +145,8 @@ class Scheduled:
         return self.eng.segment(total) if total else None
 
     def _sched(self, op, algo, item, sizes, root=0):
-        return S.schedule(op, algo, item, sizes, self.size, self.rank, root)
+        topo = self.links.hosts if algo == S.TWO_LEVEL else None
+        return S.schedule(op, algo, item, sizes, self.size, self.rank, root, topo)
 
     # ------------------------------------------------------------ ops
     def all_reduce(self, buf, op, scale, algo: str) -> None:

@@ -9,6 +9,10 @@ kernels (``_reduce.reduce_ordered``). It checks the rules of ``_schedule`` on
 the way and counts, per rank, the rounds it was active in, the messages and the
 bytes it sent and received. It also tracks which ranks' arrival each rank has
 heard of (directly or through others), so a barrier can be checked.
+
+With ``hosts`` (the host of every rank) it also counts what crosses hosts: per
+rank the messages and bytes sent to / received from another host and the
+rounds in which it sent any, and in all the global rounds that carried any.
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ class Stats:
         self.bytes_recv = np.zeros(n, np.int64)
         self.depth = 0  # global rounds
         self.heard = [0] * n  # bit q set: rank q's arrival is known to this rank
+        # with hosts: what crossed hosts
+        self.xmsgs_sent = np.zeros(n, np.int64)
+        self.xbytes_sent = np.zeros(n, np.int64)
+        self.xmsgs_recv = np.zeros(n, np.int64)
+        self.xbytes_recv = np.zeros(n, np.int64)
+        self.xrounds_rank = np.zeros(n, np.int64)  # rounds in which the rank sent across hosts
+        self.xrounds = 0  # global rounds in which any message crossed hosts
 
 
 def _region(bufs: dict, ref: int, off: int, nbytes: int) -> np.ndarray:
@@ -59,10 +70,14 @@ def _overlap(a, b) -> bool:
     return a.buf == b.buf and a.nbytes and b.nbytes and a.off < b.off + b.nbytes and b.off < a.off + a.nbytes
 
 
-def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None) -> Stats:
+def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None, hosts=None) -> Stats:
     """Run ``schedules[r]`` over ``buffers[r]`` (``{buffer id: uint8 array}``; TMP is
-    made here) for every rank r; return the per-rank ``Stats``."""
+    made here) for every rank r; return the per-rank ``Stats``. ``hosts[r]``: rank
+    r's host (anything comparable), to count the traffic between hosts."""
     n = len(schedules)
+    st = Stats(n)
+    if hosts is not None and len(hosts) != n:
+        raise ValueError(f"hosts: expected one host per rank ({n}), got {len(hosts)}")
     dt = np.dtype(dtype)
     rounds, msent, bsent, mrecv, brecv = ([0] * n for _ in range(5))
     heard = [1 << r for r in range(n)]
@@ -72,6 +87,7 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None) -> Stats:
     links: dict = {}
     depth = max((len(s.rounds) for s in schedules), default=0)
     for t in range(depth):
+        crossed = False
         for r, sch in enumerate(schedules):
             if t >= len(sch.rounds):
                 continue
@@ -81,6 +97,7 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None) -> Stats:
                 continue
             rounds[r] += 1
             bufs = buffers[r]
+            xr = False
             if len(sends) > 1 and len({s.peer for s in sends}) != len(sends) or \
                     len(recvs) > 1 and len({v.peer for v in recvs}) != len(recvs):
                 raise ScheduleError(f"rank {r} round {t}: more than one message per peer and direction")
@@ -95,9 +112,19 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None) -> Stats:
                 q.append((t, data, heard[r]))
                 msent[r] += 1
                 bsent[r] += nb
+                if hosts is not None and hosts[peer] != hosts[r]:
+                    if not xr:
+                        st.xrounds_rank[r] += 1
+                        xr = True
+                    st.xmsgs_sent[r] += 1
+                    st.xbytes_sent[r] += nb
+                    st.xmsgs_recv[peer] += 1
+                    st.xbytes_recv[peer] += nb
+                    crossed = True
                 for v in recvs:
                     if v.mode == S.COPY and _overlap(v, s):
                         raise ScheduleError(f"rank {r} round {t}: COPY receive {v} overlaps a send")
+        st.xrounds += crossed
         for r, sch in enumerate(schedules):
             if t >= len(sch.rounds):
                 continue
@@ -133,7 +160,6 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None) -> Stats:
         raise ScheduleError(f"messages never received on links (sender, receiver): {left[:5]}")
     for r, sch in enumerate(schedules):
         _copies(buffers[r], sch.post)
-    st = Stats(n)
     st.rounds[:], st.msgs_sent[:], st.bytes_sent[:], st.msgs_recv[:], st.bytes_recv[:] = \
         rounds, msent, bsent, mrecv, brecv
     st.depth = depth

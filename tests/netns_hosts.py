@@ -1,0 +1,154 @@
+"""Several "hosts" on one machine: network namespaces, and ndistrun launched in each.
+
+Two hosts are joined by one veth pair (10.77.0.1/24 and 10.77.0.2/24); more
+hosts each get a veth pair whose other end sits on a bridge in one more
+namespace (the "switch"), addresses 10.77.0.1, .2, ... Nothing touches the
+machine's own namespace, and every name carries a random tag, so runs at the
+same time do not meet. Needs root, iproute2 and CAP_NET_ADMIN: ``make_hosts``
+calls ``skip`` otherwise. Used by the multi-host tests and by
+``benchmarks/multihost.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+__all__ = ["Hosts", "make_hosts", "sh", "free_port_in", "launch_nodes", "ndist_env", "ROOT"]
+
+
+def sh(*args, check=True):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=30, check=check)
+
+
+class Hosts:
+    """``ns[i]``: host i's namespace; ``veth[i]``: its interface; ``addr[i]``: its address."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.ns: list[str] = []
+        self.veth: list[str] = []
+        self.addr: list[str] = []
+        self.switch: str | None = None
+
+    def shape(self, delay: str | None, rate: str | None) -> str:
+        """Delay and rate limit on every host's interface (egress): ``tc netem`` where the
+        kernel has it, else only the rate, with ``tbf``. Returns what was applied."""
+        spec = (["delay", delay] if delay else []) + (["rate", rate] if rate else [])
+        if not spec:
+            return "no shaping"
+        for ns, dev in zip(self.ns, self.veth):
+            r = sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "netem", *spec,
+                   check=False)
+            if r.returncode != 0:
+                break
+        else:
+            return "netem " + " ".join(spec)
+        if not rate:
+            return f"no shaping (netem unavailable: {r.stderr.strip()})"
+        for ns, dev in zip(self.ns, self.veth):
+            sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+               "burst", "256kb", "latency", "100ms")
+        return f"tbf rate {rate} (netem unavailable, no delay: {r.stderr.strip()})"
+
+
+def _kill_and_delete(names) -> None:
+    for n in names:
+        pids = subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), 9)
+            except (OSError, ValueError):
+                pass
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+@contextlib.contextmanager
+def make_hosts(count: int, skip):
+    """``count`` namespaces, linked; deleted (their processes killed) on exit.
+    ``skip(reason)`` is called (it must raise) where namespaces cannot be made."""
+    if shutil.which("ip") is None:
+        skip("iproute2 ('ip') is not installed")
+    if os.geteuid() != 0:
+        skip("network namespaces need root")
+    tag = uuid.uuid4().hex[:6]
+    hosts = Hosts(tag)
+    made: list[str] = []
+    try:
+        for i in range(count):
+            name = f"ndist-{tag}-{chr(ord('a') + i) if count <= 26 else i}"
+            r = sh("ip", "netns", "add", name, check=False)
+            if r.returncode != 0:
+                skip(f"cannot create a network namespace (no CAP_NET_ADMIN?): {r.stderr.strip()}")
+            made.append(name)
+            hosts.ns.append(name)
+            hosts.addr.append(f"10.77.0.{i + 1}")
+        if count == 2:
+            hosts.veth = [f"nd{tag}a", f"nd{tag}b"]
+            sh("ip", "link", "add", hosts.veth[0], "netns", hosts.ns[0], "type", "veth", "peer", "name",
+               hosts.veth[1], "netns", hosts.ns[1])
+        else:
+            hosts.switch = f"ndist-{tag}-sw"
+            sh("ip", "netns", "add", hosts.switch)
+            made.append(hosts.switch)
+            br = f"br{tag}"
+            sh("ip", "-n", hosts.switch, "link", "add", br, "type", "bridge")
+            sh("ip", "-n", hosts.switch, "link", "set", br, "up")
+            for i, ns in enumerate(hosts.ns):
+                dev, port = f"nd{tag}{i}", f"nd{tag}p{i}"
+                sh("ip", "link", "add", dev, "netns", ns, "type", "veth", "peer", "name", port, "netns", hosts.switch)
+                sh("ip", "-n", hosts.switch, "link", "set", port, "master", br)
+                sh("ip", "-n", hosts.switch, "link", "set", port, "up")
+                hosts.veth.append(dev)
+        for ns, dev, addr in zip(hosts.ns, hosts.veth, hosts.addr):
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        yield hosts
+    finally:
+        _kill_and_delete(made)
+
+
+def free_port_in(ns: str, addr: str = "10.77.0.1") -> int:
+    """A free port on ``addr`` in namespace ``ns`` (nobody else can bind there before the launch)."""
+    code = f"import socket; s = socket.socket(); s.bind(({addr!r}, 0)); print(s.getsockname()[1])"
+    return int(sh("ip", "netns", "exec", ns, sys.executable, "-c", code).stdout)
+
+
+def ndist_env(**extra) -> dict:
+    """The environment of a launcher: this checkout, a fresh job secret, no inherited rank variables."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NDIST_SECRET=uuid.uuid4().hex)
+    for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(k, None)
+    env.update(extra)
+    return env
+
+
+def launch_nodes(hosts: Hosts, nproc, argv: list[str], env: dict, logdir: Path,
+                 extra: tuple = ("--rdzv-timeout", "30", "--term-timeout", "5")) -> list:
+    """``ndistrun --nnodes H`` in every namespace (node i in ``hosts.ns[i]``, with
+    ``nproc`` ranks, or ``nproc[i]``), output in ``logdir/node<i>.out|err`` (files,
+    not pipes: nobody reads a pipe while we wait)."""
+    port = free_port_in(hosts.ns[0], hosts.addr[0])
+    counts = [nproc] * len(hosts.ns) if isinstance(nproc, int) else list(nproc)
+    procs = []
+    for node, ns in enumerate(hosts.ns):
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "ndist.launch", "--nnodes", str(len(hosts.ns)),
+               "--node-rank", str(node), "--nproc-per-node", str(counts[node]), "--master-addr", hosts.addr[0],
+               "--master-port", str(port), *extra, *argv]
+        logs = (open(logdir / f"node{node}.out", "w"), open(logdir / f"node{node}.err", "w"))
+        procs.append(subprocess.Popen(cmd, env=dict(env, NDIST_TEST_NODE=ns), stdout=logs[0], stderr=logs[1]))
+        for f in logs:
+            f.close()
+    return procs
+
+
+def outputs(logdir: Path, count: int) -> list:
+    return [((logdir / f"node{n}.out").read_text(), (logdir / f"node{n}.err").read_text()) for n in range(count)]
