@@ -1,0 +1,98 @@
+"""What this process knows of its job's dead processes, across its groups.
+
+A socket backend that records the loss of a peer (``SocketBackend._record_loss``)
+also notes it here, by the peer's process identity (host id, pid namespace, pid,
+from the address it published), and every backend notes the identity of the
+peers it connected to, by the job and global rank. A group built later (a
+subgroup's first collective or first send) then fails at once, naming the rank,
+instead of waiting the group timeout for a member that is already dead:
+
+* its loss was recorded here (the world group, or another group, lost it), or
+* it runs on this host, in this pid namespace, and its pid is gone.
+
+A refused connection alone proves nothing (a peer still starting refuses too).
+Process identities, not global ranks, are what is recorded as lost: after a new
+``init_process_group`` round the same global rank is another process.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+__all__ = ["remember", "host_of", "record_lost", "dead_reason", "pid_gone"]
+
+_lock = threading.Lock()
+#: (job, global rank) -> (hostid, pid namespace, pid): the latest process seen in that place
+_ident: dict[tuple[str, int], tuple[str, str, int]] = {}
+#: (job, global rank) -> its host name (for messages)
+_hostname: dict[tuple[str, int], str] = {}
+#: process identity -> what recorded its loss
+_lost: dict[tuple[str, str, int], str] = {}
+
+
+def _identity(info: dict | None):
+    if not info or "pid" not in info:
+        return None
+    try:
+        return str(info.get("hostid", "")), str(info.get("pidns", "")), int(info["pid"])
+    except (TypeError, ValueError):
+        return None
+
+
+def remember(job: str, grank: int, info: dict | None) -> None:
+    """Global rank ``grank`` of ``job`` is the process that published ``info``."""
+    ident = _identity(info)
+    if ident is not None:
+        with _lock:
+            _ident[(job, grank)] = ident
+            _hostname[(job, grank)] = str(info.get("hostname") or info.get("host") or "?")
+
+
+def host_of(job: str, grank: int) -> str:
+    """The host name another group saw global rank ``grank`` on ("?": none did)."""
+    with _lock:
+        return _hostname.get((job, grank), "?")
+
+
+def record_lost(job: str, grank: int, info: dict | None, message: str) -> None:
+    """The process at global rank ``grank`` (published ``info``, when known) is lost."""
+    ident = _identity(info)
+    with _lock:
+        if ident is None:
+            ident = _ident.get((job, grank))
+        if ident is not None:
+            _lost.setdefault(ident, message)
+
+
+def pid_gone(pid: int) -> bool:
+    """No process ``pid`` exists in this pid namespace."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: it exists, owned by someone else
+        return False
+    try:  # a zombie (killed, not yet reaped by its parent) is gone too
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def dead_reason(job: str, grank: int, info: dict | None, hostid: str, pidns: str) -> str | None:
+    """Why global rank ``grank`` of ``job`` is known dead, or None. ``info`` is what it
+    published in the group being built (None: not published yet; then the identity
+    another group saw is used); ``hostid`` / ``pidns`` are this process's."""
+    ident = _identity(info)
+    with _lock:
+        if ident is None:
+            ident = _ident.get((job, grank))
+        if ident is None:
+            return None
+        told = _lost.get(ident)
+    if told is not None:
+        return f"this process already recorded its loss ({told})"
+    if ident[0] == hostid and ident[1] == pidns and pidns and pid_gone(ident[2]):
+        return f"its process (pid {ident[2]} on this host) has exited"
+    return None

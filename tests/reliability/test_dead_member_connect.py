@@ -1,0 +1,77 @@
+"""Building a group's connections with a member that is already dead fails at once,
+naming it, instead of waiting the group timeout.
+
+Found by benchmarks/kill_trials.py: a survivor's first collective on a subgroup whose
+other member had died raised, after the whole group timeout, ``ranks [1] did not
+connect within the timeout`` or ``could not connect to rank 2 ... Connection
+refused``. A peer still starting refuses connections too, so a refusal alone is no
+proof; the runtime fails at once only where it knows: the member runs on this host
+and its process is gone, or this process already recorded its loss (in another
+group)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+_JOB = """
+import json, os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+
+out, what, when = sys.argv[1], sys.argv[2], sys.argv[3]
+survivor, victim = int(sys.argv[4]), int(sys.argv[5])
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the survivor stays to report; the launcher SIGKILLs after its grace
+dist.init_process_group("socket", timeout=timedelta(seconds=20))
+rank = dist.get_rank()
+dist.all_reduce(np.ones(8))  # the world group is connected: every rank knows every other's process
+g = dist.new_group(sorted((survivor, victim)))
+if when == "published" and rank == victim:
+    dist.get_engine(g)  # its backend exists (its address is published), nothing is connected
+dist.barrier()
+if rank == victim:
+    with open(os.path.join(out, "killed"), "w") as f:
+        f.write(repr(time.time()))
+    os.kill(os.getpid(), signal.SIGKILL)
+if rank == survivor:
+    try:
+        if what == "all_reduce":
+            dist.all_reduce(np.ones(4), group=g)
+        elif what == "send":
+            dist.send(np.ones(4), dst=victim, group=g)
+        else:
+            dist.recv(np.zeros(4), src=victim, group=g)
+        rec = {"type": None}
+    except dist.DistError as err:
+        rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
+    rec["t"] = time.time()
+    with open(os.path.join(out, "r.json"), "w") as f:
+        json.dump(rec, f)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("what,when,survivor,victim,transport", [
+    ("all_reduce", "never", 0, 2, "tcp"),  # the survivor waits for the victim to dial; it never published
+    ("all_reduce", "never", 2, 1, "auto"),  # the survivor dials a victim that never published
+    ("all_reduce", "published", 0, 2, "auto"),  # it waits for a victim that published, then died
+    ("all_reduce", "published", 1, 0, "tcp"),  # it dials a victim that published, then died: refused
+    ("send", "published", 1, 0, "auto"),
+    ("recv", "published", 1, 0, "tcp"),
+])
+def test_connecting_to_a_dead_member_fails_at_once_naming_it(tmp_path, what, when, survivor, victim, transport):
+    (tmp_path / "job.py").write_text(textwrap.dedent(_JOB))
+    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
+                        str(tmp_path / "job.py"), str(tmp_path), what, when, str(survivor), str(victim)],
+                       capture_output=True, text=True, timeout=80, env=env)
+    assert r.returncode != 0, r.stderr[-3000:]
+    killed = float((tmp_path / "killed").read_text())
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert rec["type"] == "DistNetworkError", rec
+    assert rec["peer"] == victim and f"rank {victim}" in rec["msg"], rec
+    assert rec["t"] - killed < 5, (rec["t"] - killed, rec)  # the group timeout is 20 s
