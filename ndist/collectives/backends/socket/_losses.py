@@ -55,13 +55,30 @@ def host_of(job: str, grank: int) -> str:
         return _hostname.get((job, grank), "?")
 
 
+def _is_self(ident) -> bool:
+    # (ranks run as threads of one process in some tests: a process is never its own lost peer)
+    return ident[2] == os.getpid() and ident[1] == _own()[1] and ident[0] == _own()[0]
+
+
+def _own() -> tuple:
+    if not _self:
+        from ._tcp import host_identity, pid_namespace  # (lazily: _tcp imports this module)
+
+        _self.extend((host_identity(), pid_namespace()))
+    return tuple(_self)
+
+
+_self: list = []
+
+
 def record_lost(job: str, grank: int, info: dict | None, message: str) -> None:
     """The process at global rank ``grank`` (published ``info``, when known) is lost."""
     ident = _identity(info)
     with _lock:
         if ident is None:
             ident = _ident.get((job, grank))
-        if ident is not None:
+    if ident is not None and not _is_self(ident):
+        with _lock:
             _lost.setdefault(ident, message)
 
 
@@ -91,6 +108,8 @@ def dead_reason(job: str, grank: int, info: dict | None, hostid: str, pidns: str
         if ident is None:
             return None
         told = _lost.get(ident)
+    if _is_self(ident):
+        return None
     if told is not None:
         return f"this process already recorded its loss ({told})"
     if ident[0] == hostid and ident[1] == pidns and pidns and pid_gone(ident[2]):
