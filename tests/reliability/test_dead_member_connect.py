@@ -75,3 +75,63 @@ def test_connecting_to_a_dead_member_fails_at_once_naming_it(tmp_path, what, whe
     assert rec["type"] == "DistNetworkError", rec
     assert rec["peer"] == victim and f"rank {victim}" in rec["msg"], rec
     assert rec["t"] - killed < 5, (rec["t"] - killed, rec)  # the group timeout is 20 s
+
+
+# Rank 2 dies while building the group's collective connections: after dialling rank 0,
+# before dialling rank 1 (fault injected in rank 2 only). Rank 0 has all its connections
+# and waits in a broadcast from rank 1 only; rank 1 cannot build its own (rank 2 never
+# dials it) and fails at once. It tells rank 0 (a "lost" notice on the connection
+# rank 0 already has), so rank 0 fails at once naming rank 2, not at the group timeout.
+_HALF_BUILT_JOB = """
+import json, os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+from ndist.collectives.backends.socket import _tcp
+
+out = sys.argv[1]
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+dist.init_process_group("socket", timeout=timedelta(seconds=20))
+rank = dist.get_rank()
+dist.all_reduce(np.ones(8))
+g = dist.new_group([0, 1, 2])
+if rank == 2:
+    connect = _tcp.Mesh._connect
+
+    def connect_then_die(self, peer, channel, deadline):
+        sock = connect(self, peer, channel, deadline)
+        if channel == _tcp.COLL and self.group_name == g.group_name and peer == 0:
+            time.sleep(0.3)  # rank 0's side has taken the connection
+            with open(os.path.join(out, "killed"), "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return sock
+
+    _tcp.Mesh._connect = connect_then_die
+try:
+    dist.broadcast(np.ones(4), src=1, group=g)
+    rec = {"type": None}
+except dist.DistError as err:
+    rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
+rec["t"] = time.time()
+with open(os.path.join(out, f"r{rank}.json"), "w") as f:
+    json.dump(rec, f)
+deadline = time.time() + 25  # rank 1 stays (its exit would show rank 0 a lost connection to rank 1)
+while rank == 1 and time.time() < deadline and not os.path.exists(os.path.join(out, "r0.json")):
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_a_rank_that_cannot_build_a_group_tells_the_members_waiting_on_it(tmp_path, transport):
+    (tmp_path / "job.py").write_text(textwrap.dedent(_HALF_BUILT_JOB))
+    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "40",
+                        str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80, env=env)
+    assert r.returncode != 0, r.stderr[-3000:]
+    killed = float((tmp_path / "killed").read_text())
+    for rank in (1, 0):
+        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        assert rec["type"] == "DistNetworkError" and rec["peer"] == 2 and "rank 2" in rec["msg"], (rank, rec)
+        assert rec["t"] - killed < 5, (rank, rec["t"] - killed, rec)  # the group timeout is 20 s

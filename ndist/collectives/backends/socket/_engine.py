@@ -372,8 +372,18 @@ class Engine(LossHandling):
             return
         except OSError as err:
             raise self._lost(conn, err) from None
+        if got[:1] == b"D" and len(got) >= F.HDR_SIZE:  # not doorbells: a frame, from a peer
+            self._socket_notice(conn, got)  # that could not build its rings (Mesh._abandon)
         if not got and not conn.ring_in.available():
             raise self._lost(conn, None)
+
+    def _socket_notice(self, conn, got: bytes) -> None:
+        try:
+            h = F.unpack(got[:F.HDR_SIZE])
+        except F.FrameError:
+            return
+        if h.kind == F.ABORT and h.group == self.ghash and len(got) >= F.HDR_SIZE + h.nbytes:
+            abort_reader(self, h, Expect(conn.peer))(conn, memoryview(got[F.HDR_SIZE:F.HDR_SIZE + h.nbytes]))
 
     def _recv(self, conn, view) -> int:
         ring = conn.ring_in

@@ -28,6 +28,7 @@ import time
 
 from ....runtime import DistNetworkError, DistTimeoutError
 from ....runtime import _net
+from . import _frame as F
 from . import _losses
 from ._accept import HELLO, HELLO_MAGIC, Acceptor
 
@@ -144,6 +145,7 @@ class Mesh:
         self._peers: dict[int, dict] = {}
         #: global ranks the collective channel still waits for (``collective_sockets``)
         self.connecting: list = []
+        self._abandoned: bytes | None = None  # the lost notice of ``_abandon``
         self._closed = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -288,6 +290,10 @@ class Mesh:
         if channel == P2P_CH and self._on_p2p is not None:
             self._on_p2p(rank, sock)
             return
+        if self._abandoned is not None:  # this rank's collective channel will never be built
+            self._tell_abandoned(sock)
+            sock.close()
+            return
         with self._cond:
             old = self._conns.pop((channel, rank), None)
             self._conns[(channel, rank)] = sock
@@ -302,6 +308,12 @@ class Mesh:
             self.connecting = [self.granks[peer]]
             try:
                 out[peer] = self._connect(peer, COLL, deadline)
+            except DistNetworkError as err:
+                if self.is_dead(peer):
+                    self._abandon(out, err)
+                for s in out.values():
+                    s.close()
+                raise
             except BaseException:
                 for s in out.values():
                     s.close()
@@ -320,7 +332,8 @@ class Mesh:
                 try:
                     for p in missing:  # a dead one never will: say so now
                         self.check_dead(p)
-                except DistNetworkError:
+                except DistNetworkError as err:
+                    self._abandon(out, err)
                     for s in out.values():
                         s.close()
                     raise
@@ -335,6 +348,28 @@ class Mesh:
         for p in out:
             self.peer(p)
         return out
+
+    def _abandon(self, out: dict, err: DistNetworkError) -> None:
+        """The collective channel cannot be built: a member (``err.rank``) is dead. Tell
+        the members connected so far, and those that connect later, with a ``lost``
+        notice (what an engine sends), so their first collective fails naming it
+        instead of waiting on this rank."""
+        msg = str(err).split(": ", 1)[-1] if str(err).startswith("group ") else str(err)
+        body = F.pack_abort("lost", msg, err.rank, err.host)
+        self._abandoned = F.pack(F.ABORT, 0, 0, 0, 0, F.group_hash(self.group_name), 0, 0, -1, 0, len(body)) + body
+        with self._cond:
+            socks = list(out.values()) + [self._conns.pop(k) for k in list(self._conns) if k[0] == COLL]
+        for s in socks:
+            self._tell_abandoned(s)
+            s.close()
+
+    def _tell_abandoned(self, sock: socket.socket) -> None:
+        try:
+            sock.settimeout(1.0)
+            sock.sendall(self._abandoned)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
     def p2p_socket(self, peer: int, deadline: float) -> socket.socket:
         """This rank's outgoing point-to-point connection to ``peer``."""
