@@ -171,7 +171,7 @@ class SocketBackend(CollectiveBackend):
         ``_loss_hooks`` run. The process-wide record (``_losses``) lets a group built
         later fail at once instead of waiting for the dead member."""
         with self._loss_lock:
-            if self._loss is not None:
+            if self._loss is not None or self._closed:  # (closing: peers end their streams too)
                 return
             self._loss = (rank, host, message)
         peer = self._gindex.get(rank)

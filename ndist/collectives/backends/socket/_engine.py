@@ -288,13 +288,17 @@ class Engine(LossHandling):
             for p in self.refs_in:
                 self.conns[p].out.append(memoryview(self.frame(F.ACK, 255, 0)))
                 self._dirty.add(p)
+            self.acking = True
             try:
                 self.step([])
             except DistNetworkError as err:
                 # this op has all its data; a reader that already closed (e.g. it
                 # finished and destroyed the group) only fails the ops after it
+                # (and is not reported to the backend as lost: it may have left)
                 log.debug("ACK not delivered: %s", err)
                 self._dirty.clear()
+            finally:
+                self.acking = False
         if self.refs_out:
             self.unacked = self.refs_out - self.acked
             self.unacked_seq = self.op.seq

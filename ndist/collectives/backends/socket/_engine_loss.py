@@ -32,6 +32,7 @@ class LossHandling:
         #: called (on the engine's thread) with each loss this engine finds out first:
         #: ``on_loss(global_rank, host, message)`` (the backend's ``_record_loss``)
         self.on_loss = None
+        self.acking = False  # ``finish`` flushes its ACKs: a closed reader is not reported lost
         #: a loss another part of the backend learned of (``notify_lost``), taken up by
         #: the engine's own thread: at the next ``begin``, or at once by a waiting op
         self.external: DistNetworkError | None = None
@@ -93,7 +94,8 @@ class LossHandling:
         if first:
             if self.op is not None:
                 self._announce(exc)
-            self._told_backend(exc, str(exc).split(": ", 1)[1])
+                if not self.acking:  # (an op's data all came: the peer may just have left)
+                    self._told_backend(exc, str(exc).split(": ", 1)[1])
         return exc
 
     def _told_backend(self, exc: DistNetworkError, message: str) -> None:

@@ -323,6 +323,7 @@ class P2P:
             self._on_notice(st, F.unpack_abort(_net.recv_exact(sock, h.nbytes)))
         else:
             raise F.FrameError(f"unexpected frame (kind {h.kind}, op {h.op}) on a point-to-point stream")
+        st.frames += 1
 
     def _read_message(self, peer: int, sock: socket.socket, h) -> None:
         with self._lock:
@@ -390,7 +391,12 @@ class P2P:
         if st.bye_in or st.peer in self._leaving:
             self._left(st.peer)  # (a peer that said bye on one stream is leaving: all its streams end)
         else:
-            self._peer_lost(st.peer, err)
+            # Peers and the group's collectives are told too, but only of a loss this rank
+            # can vouch for: a stream it dialled, or one that carried the peer's frames, or
+            # a peer known dead. A corrupt or forged stream (any holder of the job secret
+            # can open one, claiming a rank) fails this rank's receives only.
+            vouched = not isinstance(err, F.FrameError) and (st.outgoing or st.frames > 0 or self._known_dead(st.peer))
+            self._peer_lost(st.peer, err, vouched=vouched)
 
     # ------------------------------------------------------------- departures and failures
     def _left(self, peer: int) -> None:
@@ -420,7 +426,13 @@ class P2P:
                 f"(destroy_process_group() or exit): {err}", rank=self.granks[peer], host=host)
         return self._peer_lost(peer, err)
 
-    def _peer_lost(self, peer: int, err) -> DistNetworkError:
+    def _known_dead(self, peer: int) -> bool:
+        try:
+            return self._mesh().is_dead(peer)
+        except Exception:  # noqa: BLE001 - no mesh (closing)
+            return False
+
+    def _peer_lost(self, peer: int, err, vouched: bool = True) -> DistNetworkError:
         host, gpeer = self._host(peer), self.granks[peer]
         exc = err if isinstance(err, DistNetworkError) and err.rank == gpeer else DistNetworkError(
             f"group {self.group_name!r}: lost point-to-point connection to rank {gpeer} ({host}): "
@@ -433,7 +445,7 @@ class P2P:
             failed, self._posted = self._posted, []
         for r in failed:
             r.work.fail(exc)
-        if first:
+        if first and vouched:
             self._relay(exc, skip={peer})
             self._tell_backend(exc, str(exc).split(": ", 1)[1] if str(exc).startswith("group ") else str(exc))
         return exc
