@@ -125,6 +125,8 @@ class SocketBackend(CollectiveBackend):
                            "ring": self._rings.capacity if self._rings is not None else 0,
                            "native": self._nfile.slot if self._nfile is not None else 0},
                           on_p2p=self._p2p.incoming, granks=self._granks, job=job_prefix(secret))
+        self._job = self._mesh.job
+        _losses.watch(self)
 
     # ------------------------------------------------------------ plumbing
     def _engine(self) -> Engine:
@@ -168,8 +170,10 @@ class SocketBackend(CollectiveBackend):
         first loss is told to each side that does not know it yet, and each side then
         tells its own peers (ABORT ``lost``) and fails what waits, now and later: a
         survivor waiting on a live survivor fails at once, naming the dead rank. Then
-        ``_loss_hooks`` run. The process-wide record (``_losses``) lets a group built
-        later fail at once instead of waiting for the dead member."""
+        ``_loss_hooks`` run, and the other groups of this process that have ``rank`` as
+        a member are told the same way (a survivor that stopped after a loss in one group
+        may be awaited in another). The process-wide record (``_losses``) lets a group
+        built later fail at once instead of waiting for the dead member."""
         with self._loss_lock:
             if self._loss is not None or self._closed:  # (closing: peers end their streams too)
                 return
@@ -189,6 +193,9 @@ class SocketBackend(CollectiveBackend):
                 hook(rank, host, message)
             except Exception as err:  # noqa: BLE001 - the loss is recorded; a hook must not hide it
                 log.debug("a loss hook failed: %s", err)
+        if not message.startswith("in group "):
+            message = f"in group {self.ctx.group_name!r}: {message}"
+        _losses.tell_groups(self._job, rank, host, message, self)
 
     def _attach_native(self, peers) -> None:
         """Every rank on this host with the same native slots: collectives go native. Every

@@ -10,6 +10,10 @@ instead of waiting the group timeout for a member that is already dead:
 * its loss was recorded here (the world group, or another group, lost it), or
 * it runs on this host, in this pid namespace, and its pid is gone.
 
+The groups of this process that have the lost process as a member are told too
+(``tell_groups``): a survivor that learned of the loss in one group (and stopped
+calling) may be awaited by another survivor in another group.
+
 A refused connection alone proves nothing (a peer still starting refuses too).
 Process identities, not global ranks, are what is recorded as lost: after a new
 ``init_process_group`` round the same global rank is another process.
@@ -19,14 +23,17 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 
-__all__ = ["remember", "host_of", "record_lost", "dead_reason", "pid_gone"]
+__all__ = ["remember", "host_of", "record_lost", "dead_reason", "pid_gone", "watch", "tell_groups"]
 
 _lock = threading.Lock()
 #: (job, global rank) -> (hostid, pid namespace, pid): the latest process seen in that place
 _ident: dict[tuple[str, int], tuple[str, str, int]] = {}
 #: (job, global rank) -> its host name (for messages)
 _hostname: dict[tuple[str, int], str] = {}
+#: the socket backends of this process (each has ``_job``, ``_gindex``, ``_record_loss``)
+_groups: "weakref.WeakSet" = weakref.WeakSet()
 #: process identity -> what recorded its loss
 _lost: dict[tuple[str, str, int], str] = {}
 
@@ -115,3 +122,20 @@ def dead_reason(job: str, grank: int, info: dict | None, hostid: str, pidns: str
     if ident[0] == hostid and ident[1] == pidns and pidns and pid_gone(ident[2]):
         return f"its process (pid {ident[2]} on this host) has exited"
     return None
+
+
+def watch(backend) -> None:
+    """``backend`` (a SocketBackend) is told of losses other groups of this process record."""
+    with _lock:
+        _groups.add(backend)
+
+
+def tell_groups(job: str, grank: int, host, message: str, source) -> None:
+    """Every other group of ``job`` in this process with global rank ``grank`` as a
+    member records its loss (each once; they tell their own peers)."""
+    me = source._granks[source.rank]  # (tests run ranks as threads of one process: only this rank's groups)
+    with _lock:
+        groups = [b for b in _groups if b is not source and b._job == job and grank in b._gindex
+                  and b._granks[b.rank] == me]
+    for b in groups:
+        b._record_loss(grank, host, message)
