@@ -451,8 +451,6 @@ def _send_recv_object_list(rank, ws, barrier):
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.xfail(strict=False, reason="socket backend: rank 0 sends and exits at once; rank 1 can see the "
-                                        "connection close before the data and fail the receive (reported)")
 def test_send_object_list_recv_object_list():
     check(run(_send_recv_object_list, 2, False), [["['foo', 12, {1: 2}]"]] * 2)
 

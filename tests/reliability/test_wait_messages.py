@@ -73,10 +73,68 @@ def _late_peer_waits(rank, size):
 # collective, or on an irecv, got "reduce_scatter (#191) did not complete within 3 s;
 # queued behind 1 earlier operation on this group" / "recv (#-1) did not complete
 # within 3 s": neither names the stopped rank (a running collective's message does).
-@pytest.mark.xfail(strict=True, reason="socket backend (_backend.py): Work.wait's timeout detail of a queued op "
-                   "does not carry the running op's missing ranks, and a recv's Work has no detail")
 @pytest.mark.timeout(60)
 def test_a_wait_timeout_of_a_queued_op_or_a_recv_names_the_rank_not_heard_from():
     queued, recv = run_ranks(_late_peer_waits, 2, timeout=40)[0]
-    assert "all_reduce (#2)" in queued and "[1]" in queued, queued
-    assert "recv" in recv and "rank 1" in recv, recv
+    assert "all_reduce (#2)" in queued and "queued behind 1 earlier operation" in queued, queued
+    assert "ranks not heard from: [1]" in queued, queued  # those of the op it waits behind
+    assert "recv" in recv and "from rank 1 (tag 5)" in recv and "ranks not heard from: [1]" in recv, recv
+
+
+def _any_source_wait(rank, size):
+    import ndist.distributed as dist
+
+    msg = ""
+    if rank == 0:
+        rec = dist.irecv(np.zeros(2), tag=3)  # any source
+        try:
+            rec.wait(timeout=0.3)
+        except dist.DistTimeoutError as err:
+            msg = str(err)
+        dist.send(np.zeros(1), dst=1)
+        rec.wait()
+    else:
+        dist.recv(np.zeros(1), src=0)
+        dist.send(np.ones(2), dst=0, tag=3)
+    return msg
+
+
+@pytest.mark.timeout(60)
+def test_a_wait_timeout_of_an_any_source_recv_says_so():
+    msg = run_ranks(_any_source_wait, 2, timeout=40)[0]
+    assert "from any source (tag 3)" in msg, msg
+
+
+def _subgroup_waits(rank, size):
+    import ndist.distributed as dist
+
+    g = dist.new_group([0, 2])
+    msgs = []
+    if rank == 0:
+        first = dist.all_reduce(np.ones(4), group=g, async_op=True)
+        second = dist.all_reduce(np.ones(4), group=g, async_op=True)
+        rec = dist.irecv(np.zeros(4), src=2, group=g, tag=1)
+        for work in (first, second, rec):
+            try:
+                work.wait(timeout=0.5)
+            except dist.DistTimeoutError as err:
+                msgs.append(str(err))
+        dist.send(np.zeros(1), dst=2)
+        first.wait()
+        second.wait()
+        rec.wait()
+    elif rank == 2:
+        dist.recv(np.zeros(1), src=0)
+        dist.all_reduce(np.ones(4), group=g)
+        dist.all_reduce(np.ones(4), group=g)
+        dist.send(np.ones(4), dst=0, group=g, tag=1)
+    return msgs
+
+
+@pytest.mark.timeout(60)
+def test_wait_timeouts_in_a_subgroup_name_global_ranks():
+    # group [0, 2]: group rank 1 is global rank 2; global rank 1 is not a member
+    first, second, rec = run_ranks(_subgroup_waits, 3, timeout=40)[0]
+    for msg in (first, second, rec):
+        assert "[2]" in msg and "[1]" not in msg, msg
+    assert "rank 2 (tag 1)" in rec, rec

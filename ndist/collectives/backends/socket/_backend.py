@@ -16,6 +16,7 @@ from ....runtime import _net
 from ..._backend import DONE, Call, CollectiveBackend, split_views
 from . import _cma
 from . import _frame as F
+from . import _losses
 from . import _native
 from ._algorithms import CHUNK, Algorithms
 from ._links import Links, connect
@@ -72,6 +73,16 @@ class SocketBackend(CollectiveBackend):
         if not 0 <= ctx.rank < ctx.size:
             raise ValueError(f"rank: expected 0 <= rank < size={ctx.size}, got {ctx.rank}")
         self._timeout = ctx.timeout.total_seconds()
+        #: global rank of each group rank: every message and ``.rank`` names global ranks
+        granks = tuple(ctx.global_ranks or ())
+        self._granks = granks if len(granks) == ctx.size else tuple(range(ctx.size))
+        self._gindex = {g: i for i, g in enumerate(self._granks)}
+        #: the first loss of a member recorded (``_record_loss``): (global rank, host, message)
+        self._loss: tuple | None = None
+        self._loss_lock = threading.Lock()
+        #: called with (global rank, host, message) on the first loss recorded, after the
+        #: collective and point-to-point sides were told (e.g. to fail the native group)
+        self._loss_hooks: list = []
         self._mode = _transport_mode(ctx.options)
         self._links = Links(1 if self._mode == "shm" else SHM_MIN)
         secret = _net.job_secret()
@@ -106,31 +117,85 @@ class SocketBackend(CollectiveBackend):
         self._closed = False
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
-        self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec)
+        self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
+                        self._granks, self._record_loss)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
                            "ring": self._rings.capacity if self._rings is not None else 0,
                            "native": self._nfile.slot if self._nfile is not None else 0},
-                          on_p2p=self._p2p.incoming)
+                          on_p2p=self._p2p.incoming, granks=self._granks, job=job_prefix(secret))
+        self._job = self._mesh.job
+        _losses.watch(self)
 
     # ------------------------------------------------------------ plumbing
     def _engine(self) -> Engine:
         """Connect the group on its first collective: the engine over the collective
         sockets, every peer's path (``Links``), and the algorithms over both."""
         if self._eng is None:
-            socks = self._mesh.collective_sockets(time.monotonic() + self._timeout)
+            if self._loss is not None:  # a member was lost before the group connected
+                rank, host, message = self._loss
+                raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {rank} ({host}) is lost; {message}",
+                                       rank=rank, host=host)
+            try:
+                socks = self._mesh.collective_sockets(time.monotonic() + self._timeout)
+            except DistNetworkError as err:
+                if err.rank is not None and err.rank in self._gindex and self._mesh.is_dead(self._gindex[err.rank]):
+                    self._record_loss(err.rank, err.host, str(err).split(": ", 1)[-1])
+                raise
             hosts = {p: self._mesh.host_of(p) for p in socks}
             prefixes = {p: self._mesh.peer(p)["shm"] for p in socks}
             spin = self.size <= (os.cpu_count() or 1)
             eng = Engine(self.rank, self.size, self.ctx.group_name, socks, hosts, prefixes,
-                         self._peer_segs, self._seg, spin)
+                         self._peer_segs, self._seg, spin, self._granks)
+            eng.on_loss = self._record_loss
             connect(self._links, eng, self._mesh, self.ctx.store, self.rank, self.size, self._mode, self._rings,
                     CHUNK, self.ctx.group_name)
             self._alg = Algorithms(eng, self._seg, self._links, self.rank, self.size)
             self._attach_native(socks)
             self._eng = eng
+            if self._loss is not None:  # recorded while connecting
+                eng.notify_lost(*self._loss)
         return self._eng
+
+    def _record_loss(self, rank: int, host, message: str) -> None:
+        """Record that global rank ``rank`` (on ``host``) of this group is lost: its
+        process died, or its connection failed without a goodbye. ``message`` says how
+        this rank learned it (``lost connection to rank 2 (host) during ...``,
+        ``rank 0 (host) reported: ...``).
+
+        The one place every part of this backend reports a loss to, from any thread:
+        the collective engine (a lost connection, or a ``lost`` notice from a peer) and
+        the point-to-point side (a stream that ended without a bye, or a notice). The
+        first loss is told to each side that does not know it yet, and each side then
+        tells its own peers (ABORT ``lost``) and fails what waits, now and later: a
+        survivor waiting on a live survivor fails at once, naming the dead rank. Then
+        ``_loss_hooks`` run, and the other groups of this process that have ``rank`` as
+        a member are told the same way (a survivor that stopped after a loss in one group
+        may be awaited in another). The process-wide record (``_losses``) lets a group
+        built later fail at once instead of waiting for the dead member."""
+        with self._loss_lock:
+            if self._loss is not None or self._closed:  # (closing: peers end their streams too)
+                return
+            self._loss = (rank, host, message)
+        peer = self._gindex.get(rank)
+        info = self._mesh._peers.get(peer) if peer is not None else None
+        _losses.record_lost(self._mesh.job, rank, info, message)
+        eng = self._eng
+        if eng is not None:
+            eng.notify_lost(rank, host, message)  # (nothing new to an engine that found it itself)
+            # an idle engine tells its collective peers now, on this thread; a busy one
+            # does it from the op that is waiting (woken by notify_lost) or the next one
+            self._exec.run_inline(eng.take_external)
+        self._p2p.record_lost(rank, host, message)  # (nothing new to the side that found it)
+        for hook in list(self._loss_hooks):
+            try:
+                hook(rank, host, message)
+            except Exception as err:  # noqa: BLE001 - the loss is recorded; a hook must not hide it
+                log.debug("a loss hook failed: %s", err)
+        if not message.startswith("in group "):
+            message = f"in group {self.ctx.group_name!r}: {message}"
+        _losses.tell_groups(self._job, rank, host, message, self)
 
     def _attach_native(self, peers) -> None:
         """Every rank on this host with the same native slots: collectives go native. Every
@@ -144,6 +209,7 @@ class SocketBackend(CollectiveBackend):
                                      {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
                                      self.size <= (os.cpu_count() or 1))
         self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size)
+        self._native.granks = self._granks
         # every rank has mapped every file before any rank may finish an op and unlink its own
         group.barrier()
         log.debug("rank %d: group %r runs on the native engine", self.rank, self.ctx.group_name)
@@ -163,12 +229,28 @@ class SocketBackend(CollectiveBackend):
             if self._exec.current is work:
                 if self._native is not None:
                     return self._native.pending()
-                return self._eng.pending() if self._eng is not None else "connecting to the group's ranks"
+                return self._eng.pending() if self._eng is not None else self._connecting()
             n = self._exec.ahead(work)
             if n:
-                return f"queued behind {n} earlier operation{'s' if n > 1 else ''} on this group"
+                running = self._exec.current
+                ahead = (f"; running {running.op} (#{running.seq}): {running.pending()}"
+                         if running is not None and running.pending is not None and running is not work else
+                         self._running_detail())
+                return f"queued behind {n} earlier operation{'s' if n > 1 else ''} on this group{ahead}"
             return "starting (nothing is queued before it on this group)"
         return describe
+
+    def _running_detail(self) -> str:
+        """What the op running now (inline, without a Work) waits on, for a queued op."""
+        if self._native is not None:
+            return "; " + self._native.pending()
+        if self._eng is not None:
+            return "; " + self._eng.pending() if self._eng.op is not None else ""
+        return "; " + self._connecting()
+
+    def _connecting(self) -> str:
+        waiting = self._mesh.connecting
+        return "connecting to the group's ranks" + (f"; ranks not heard from: {waiting}" if waiting else "")
 
     def _submit(self, name: str, arr, count: int, root, body, blocking: bool, outputs=None, redop=None) -> Work:
         with self._seq_lock:
@@ -184,21 +266,22 @@ class SocketBackend(CollectiveBackend):
                 try:
                     body()
                 except self._native_mod.Error as err:
-                    desc = F.describe(self.rank, F.op_code(name), dcode, count, seq, root_v, F.redop_code(redop))
+                    desc = OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop), self._granks).desc
                     hosts = {p: c.host for p, c in self._eng.conns.items()}
                     exc = self._native.error(err, self.ctx.group_name, desc, hosts, self._timeout)
                     if err.args[0] == "dead":
                         self._peer_died(err.args[1])
                     raise exc from None
                 return
-            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop)), self._timeout)
+            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop), self._granks),
+                      self._timeout)
             try:
                 body()
                 eng.finish()
             except BaseException as err:
                 eng.fail(err)
-                if isinstance(err, DistNetworkError) and err.rank is not None and err.rank in self._links.same_host:
-                    self._peer_died(err.rank)
+                if isinstance(err, DistNetworkError) and self._gindex.get(err.rank) in self._links.same_host:
+                    self._peer_died(self._gindex[err.rank])
                 raise
 
         if self._closed:
@@ -307,15 +390,19 @@ class SocketBackend(CollectiveBackend):
         buf, dst, tag = call.out, call.root, call.tag
         work = Work("send", -1, [])
         if self._closed:
-            work.fail(DistNetworkError(f"{self!r} is closed", rank=dst))
+            work.fail(DistNetworkError(f"{self!r} is closed", rank=self._granks[dst]))
             return work
+        if not blocking:
+            work.pending = lambda: f"sending to rank {self._granks[dst]} (tag {tag})"
         return self._p2p_exec.submit(work, lambda: self._p2p.send(buf, dst, tag), blocking)
 
     def recv(self, call: Call, *, blocking: bool = False) -> Work:
         work = Work("recv", -1, None)
+        src = call.root
         if self._closed:
-            work.fail(DistNetworkError(f"{self!r} is closed", rank=call.root))
+            work.fail(DistNetworkError(f"{self!r} is closed", rank=None if src is None else self._granks[src]))
             return work
+        work.pending = lambda: self._p2p.pending_recv(src, call.tag)
         self._p2p.post(call.out, call.root, call.tag, work)
         return work
 

@@ -12,9 +12,8 @@ works. Waiting spins briefly (only when every rank has a core), then retries
 with ``sched_yield`` for up to 2 ms (a peer that is not asleep needs no
 wake-up), then blocks in ``poll``.
 
-A rank that loses a peer's connection during an op tells every other peer at
-once (ABORT of kind ``lost``): the group is broken, and a survivor may be
-waiting on this rank rather than on the dead one.
+A lost peer (this engine's own finding, a peer's ``lost`` notice, or the
+backend's point-to-point side): ``_engine_loss``. Messages name global ranks.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, D
 from . import _cma
 from . import _frame as F
 from . import _ring
+from ._engine_loss import LossHandling, abort_reader
 
 __all__ = ["Engine", "OpInfo", "Expect"]
 
@@ -72,9 +72,9 @@ def wait_warning_from_env() -> float:
 
 
 class OpInfo:
-    __slots__ = ("name", "code", "dtype", "count", "root", "seq", "rank", "redop")
+    __slots__ = ("name", "code", "dtype", "count", "root", "seq", "rank", "redop", "granks")
 
-    def __init__(self, name, dtype_code, count, root, seq, rank, redop=0):
+    def __init__(self, name, dtype_code, count, root, seq, rank, redop=0, granks=None):
         self.name = name
         self.code = F.op_code(name)
         self.dtype = dtype_code
@@ -83,10 +83,15 @@ class OpInfo:
         self.seq = seq
         self.rank = rank
         self.redop = redop  # F.redop_code of a reduction's op: every frame carries it
+        self.granks = granks  # global rank of each group rank: messages name global ranks
 
     @property
     def desc(self) -> str:
-        return F.describe(self.rank, self.code, self.dtype, self.count, self.seq, self.root, self.redop)
+        g = self.granks
+        if g is None:
+            return F.describe(self.rank, self.code, self.dtype, self.count, self.seq, self.root, self.redop)
+        root = g[self.root] if self.root is not None and 0 <= self.root < len(g) else self.root
+        return F.describe(g[self.rank], self.code, self.dtype, self.count, self.seq, root, self.redop)
 
 
 class Expect:
@@ -105,11 +110,12 @@ class Expect:
 
 
 class _Conn:
-    __slots__ = ("peer", "host", "sock", "fd", "out", "hdr", "hview", "hgot", "held", "pay", "pgot", "on_pay",
+    __slots__ = ("peer", "grank", "host", "sock", "fd", "out", "hdr", "hview", "hgot", "held", "pay", "pgot", "on_pay",
                  "drain", "dead", "ring_out", "ring_in")
 
-    def __init__(self, peer, host, sock):
-        self.peer = peer
+    def __init__(self, peer, host, sock, grank=None):
+        self.peer = peer  # group rank
+        self.grank = peer if grank is None else grank  # its global rank: what messages name
         self.host = host
         self.sock = sock
         sock.setblocking(False)
@@ -130,14 +136,16 @@ class _Conn:
         self.ring_in = None
 
 
-class Engine:
+class Engine(LossHandling):
     def __init__(self, rank, size, group_name, socks: dict, hosts: dict, shm_prefixes: dict, peer_segs,
-                 own_seg, spin: bool):
+                 own_seg, spin: bool, granks=None):
         self.rank = rank
         self.size = size
         self.group_name = group_name
         self.ghash = F.group_hash(group_name)
-        self.conns = {p: _Conn(p, hosts[p], s) for p, s in socks.items()}
+        #: global rank of each group rank: every message and ``.rank`` names global ranks
+        self.granks = tuple(granks) if granks is not None else tuple(range(size))
+        self.conns = {p: _Conn(p, hosts[p], s, self.granks[p]) for p, s in socks.items()}
         self._by_fd = {c.fd: c for c in self.conns.values()}
         self.prefixes = shm_prefixes
         self.peer_segs = peer_segs
@@ -162,6 +170,7 @@ class Engine:
         self.wait_warning = wait_warning_from_env()
         self._began = 0.0
         self._warn_at = float("inf")
+        self._init_losses()
 
     # ----------------------------------------------------------- helpers
     def frame(self, kind, step, nbytes, flags=0, offset=0) -> bytes:
@@ -201,16 +210,30 @@ class Engine:
     def pending(self) -> str:
         if self.op is None:
             return "no collective running"
-        left = sorted({e.peer for e in self._waiting if not e.done})
-        return f"running {self.op.desc}; ranks not heard from: {left}"
+        return f"running {self.op.desc}; ranks not heard from: {self.not_heard_from()}"
+
+    def not_heard_from(self) -> list:
+        """Global ranks the current step still waits on (empty when idle)."""
+        g = self.granks
+        return sorted({g[e.peer] for e in self._waiting if not e.done}) if self.op is not None else []
+
+    def _granks(self, peers) -> list:
+        g = self.granks
+        return sorted({g[p] for p in peers})
+
+    def _describe_peer(self, conn, h) -> str:
+        """The call a peer's header names, with global ranks."""
+        g = self.granks
+        root = g[h.root] if 0 <= h.root < len(g) else h.root
+        return F.describe(conn.grank, h.op, h.dtype, h.count, h.seq, root, h.redop)
 
     def _warn_stall(self, expects, now: float) -> None:
         """The op has waited ``NDIST_WAIT_WARNING`` seconds (then each minute): say on what."""
         self._warn_at = now + WARNING_EVERY
         if self.op is None:
             return
-        waiting = sorted({e.peer for e in expects if not e.done})
-        unsent = sorted(c.peer for c in self.conns.values() if c.out)
+        waiting = self._granks(e.peer for e in expects if not e.done)
+        unsent = self._granks(c.peer for c in self.conns.values() if c.out)
         log.warning("group %r: %s has waited %.0f s; ranks not heard from: %s%s (it fails at the group "
                     "timeout, in %.0f s)", self.group_name, self.op.desc, now - self._began, waiting,
                     f"; ranks not reading: {unsent}" if unsent else "", max(0.0, self.deadline - now))
@@ -220,6 +243,11 @@ class Engine:
         if self.broken is not None:
             raise self.broken
         self.op = op
+        if self.external is not None:
+            try:
+                self.take_external()
+            finally:
+                self.op = None
         now = time.monotonic()
         self.deadline = now + timeout
         self._began = now
@@ -246,7 +274,7 @@ class Engine:
     def drain_acks(self, timeout: float) -> None:
         """Before our segment goes away: wait (bounded) until peers that may still
         map it for our last op have acknowledged, died or closed."""
-        if not self.unacked or self.broken is not None:
+        if not self.unacked or self.broken is not None or self.external is not None:
             return
         self.deadline = time.monotonic() + timeout
         try:
@@ -260,13 +288,17 @@ class Engine:
             for p in self.refs_in:
                 self.conns[p].out.append(memoryview(self.frame(F.ACK, 255, 0)))
                 self._dirty.add(p)
+            self.acking = True
             try:
                 self.step([])
             except DistNetworkError as err:
                 # this op has all its data; a reader that already closed (e.g. it
                 # finished and destroyed the group) only fails the ops after it
+                # (and is not reported to the backend as lost: it may have left)
                 log.debug("ACK not delivered: %s", err)
                 self._dirty.clear()
+            finally:
+                self.acking = False
         if self.refs_out:
             self.unacked = self.refs_out - self.acked
             self.unacked_seq = self.op.seq
@@ -300,41 +332,6 @@ class Engine:
         self.op = None
 
     # ----------------------------------------------------------- transport
-    def _lost(self, conn, err) -> DistNetworkError:
-        what = self.op.desc if self.op is not None else "idle"
-        if self.closing:
-            exc = DistNetworkError(f"group {self.group_name!r}: backend closed during {what}", rank=conn.peer,
-                                   host=conn.host)
-            self.broken = exc
-            return exc
-        exc = DistNetworkError(
-            f"group {self.group_name!r}: lost connection to rank {conn.peer} ({conn.host}) during {what}: "
-            f"{err or 'connection closed'}", rank=conn.peer, host=conn.host)
-        conn.dead = exc
-        conn.out.clear()
-        first = self.broken is None
-        self.broken = exc
-        if first and self.op is not None:
-            self._announce(exc)
-        return exc
-
-    def _announce(self, exc: DistNetworkError) -> None:
-        """Tell every other peer that the group lost rank ``exc.rank``: a survivor may
-        be waiting on this rank (for an ACK, or data this rank will now never send)
-        without polling the dead rank's connection itself. Best effort, never blocks."""
-        msg = str(exc)
-        msg = msg.split(": ", 1)[1] if msg.startswith("group ") else msg
-        body = F.pack_abort("lost", msg, exc.rank, exc.host)
-        head = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, self.op.seq, -1, 0, len(body))
-        for conn in self.conns.values():
-            if conn.dead is None:
-                conn.out.append(memoryview(head))
-                conn.out.append(memoryview(body))
-                try:
-                    self._write(conn)
-                except DistNetworkError:
-                    pass  # that peer is gone too (already recorded by _lost)
-
     def _write(self, conn) -> bool:
         if not conn.out:
             return False
@@ -379,8 +376,18 @@ class Engine:
             return
         except OSError as err:
             raise self._lost(conn, err) from None
+        if got[:1] == b"D" and len(got) >= F.HDR_SIZE:  # not doorbells: a frame, from a peer
+            self._socket_notice(conn, got)  # that could not build its rings (Mesh._abandon)
         if not got and not conn.ring_in.available():
             raise self._lost(conn, None)
+
+    def _socket_notice(self, conn, got: bytes) -> None:
+        try:
+            h = F.unpack(got[:F.HDR_SIZE])
+        except F.FrameError:
+            return
+        if h.kind == F.ABORT and h.group == self.ghash and len(got) >= F.HDR_SIZE + h.nbytes:
+            abort_reader(self, h, Expect(conn.peer))(conn, memoryview(got[F.HDR_SIZE:F.HDR_SIZE + h.nbytes]))
 
     def _recv(self, conn, view) -> int:
         ring = conn.ring_in
@@ -481,7 +488,7 @@ class Engine:
         if h.kind == F.ABORT:
             conn.pay = memoryview(bytearray(h.nbytes))
             conn.pgot = 0
-            conn.on_pay = _abort_reader(self, h, exp)
+            conn.on_pay = abort_reader(self, h, exp)
             if h.nbytes == 0:
                 conn.pay, cb = None, conn.on_pay
                 conn.on_pay = None
@@ -508,8 +515,8 @@ class Engine:
                 return
             raise DistMismatchError(
                 f"collective mismatch in group {self.group_name!r}: {op.desc}; "
-                f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root, h.redop)} "
-                f"(rank {conn.peer} did not take part in #{cur})")
+                f"{self._describe_peer(conn, h)} "
+                f"(rank {conn.grank} did not take part in #{cur})")
         # same op number: must be what we expect
         bad = (h.op != op.code or h.dtype != op.dtype or (h.op in _ROOTED and h.root != op.root)
                or (h.op in _EXACT_COUNT and h.count != op.count) or h.kind != exp.kind or h.redop != op.redop)
@@ -518,13 +525,13 @@ class Engine:
                 conn.drain = h.nbytes
             raise DistMismatchError(
                 f"collective mismatch in group {self.group_name!r}: {op.desc} expects {exp.nbytes} bytes "
-                f"from rank {conn.peer}; {F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root, h.redop)} sends "
+                f"from rank {conn.grank}; {self._describe_peer(conn, h)} sends "
                 f"{h.nbytes} bytes")
         if bad or h.step != exp.step:
             if not h.flags and h.kind == F.DATA:
                 conn.drain = h.nbytes
             raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; "
-                                    f"{F.describe(conn.peer, h.op, h.dtype, h.count, h.seq, h.root, h.redop)}")
+                                    f"{self._describe_peer(conn, h)}")
         if h.flags & F.F_CMA:
             pid = self.cma_pids.get(conn.peer)
             if pid is None:
@@ -537,7 +544,7 @@ class Engine:
                 # sender that failed meanwhile may have freed its buffer; a dead one
                 # shows up as a lost connection on the next read)
                 raise DistBackendError(
-                    f"group {self.group_name!r}: {op.desc}: cannot read rank {conn.peer}'s buffer "
+                    f"group {self.group_name!r}: {op.desc}: cannot read rank {conn.grank}'s buffer "
                     f"({conn.host}): {err}") from None
             exp.result = dest
             exp.done = True
@@ -602,17 +609,21 @@ class Engine:
                 if now < yield_end:
                     _yield()
                     continue
+            if self.external is not None:
+                self.take_external()
             now = time.monotonic()
             left = self.deadline - now
             if now >= self._warn_at:  # (only here, where the loop is about to block)
                 self._warn_stall(expects, now)
             if left <= 0:
-                waiting = sorted({e.peer for e in expects if not e.done})
-                unsent = sorted(c.peer for c in conns.values() if c.out)
+                waiting = self._granks(e.peer for e in expects if not e.done)
+                unsent = self._granks(c.peer for c in conns.values() if c.out)
                 raise DistTimeoutError(
                     f"group {self.group_name!r}: {self.op.desc if self.op else 'collective'} timed out; "
                     f"ranks not heard from: {waiting}" + (f"; ranks not reading: {unsent}" if unsent else ""))
             poller = select.poll()
+            if self._wake_r >= 0:
+                poller.register(self._wake_r, _POLLIN)  # notify_lost
             wait = min(left, 1.0)
             sleeping = []
             woke = False
@@ -642,40 +653,12 @@ class Engine:
             for c in sleeping:
                 c.ring_in.wake()
             for fd, _ev in ready:
-                c = self._by_fd[fd]
+                c = self._by_fd.get(fd)
+                if c is None:  # the wake-up pipe: a loss told by another thread
+                    try:
+                        os.read(fd, 64)
+                    except OSError:
+                        pass
+                    continue
                 if c.ring_in is not None:
                     self._check_socket(c)
-
-
-def _abort_reader(engine, h, exp):
-    def cb(conn, view):
-        info = F.unpack_abort(bytes(view))
-        if info.get("kind") == "lost":
-            # a peer lost a rank: the group is broken, whatever op this is about
-            engine.unacked.discard(conn.peer)
-            dead, host = info.get("rank"), info.get("host")
-            what = engine.op.desc if engine.op is not None else "idle"
-            exc = DistNetworkError(
-                f"group {engine.group_name!r}: rank {dead} ({host}) is lost, during {what}; rank {conn.peer} "
-                f"({conn.host}) reported: {info.get('msg')}", rank=dead, host=host)
-            if engine.broken is None:
-                engine.broken = exc
-                if engine.op is not None:
-                    engine._announce(exc)
-            raise exc
-        if h.seq == engine.unacked_seq:
-            engine.unacked.discard(conn.peer)
-        if exp.kind == -1 and conn.peer not in engine.unacked:
-            exp.done = True
-        op = engine.op
-        if op is None or h.seq != op.seq or exp.kind == -1:
-            return  # about an op that already ended here
-        msg = f"rank {conn.peer} ({conn.host}) failed {op.name} #{op.seq}: {info.get('msg')}"
-        if info.get("kind") == "network":
-            raise DistNetworkError(msg, rank=info.get("rank"), host=info.get("host"))
-        if info.get("kind") == "timeout":
-            raise DistTimeoutError(msg)
-        if info.get("kind") == "mismatch":
-            raise DistMismatchError(msg)
-        raise DistBackendError(msg)
-    return cb

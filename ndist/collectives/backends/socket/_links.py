@@ -78,8 +78,8 @@ def _connect_rings(links: Links, eng, mesh, rank: int, size: int, rings, group_n
         try:
             theirs = _ring.RingFile(_ring.path_for(info["shm"]), size, cap, create=False)
         except (OSError, ValueError) as err:
-            raise DistNetworkError(f"group {group_name!r}: cannot map rank {p}'s shared-memory rings: {err}",
-                                   rank=p, host=mesh.host_of(p)) from None
+            raise DistNetworkError(f"group {group_name!r}: cannot map rank {mesh.granks[p]}'s shared-memory rings: "
+                                   f"{err}", rank=mesh.granks[p], host=mesh.host_of(p)) from None
         conn.ring_out = rings.ring(p)
         conn.ring_in = theirs.ring(rank)
         links.rings.append(p)

@@ -193,6 +193,7 @@ class NativeAlgorithms:
         self.g = group  # holds buffer exports of every rank's mapping: they live as long as it
         self.rank = rank
         self.size = size
+        self.granks = tuple(range(size))  # global rank of each group rank (set by the backend): messages name them
         self._red: dict = {}
 
     def _redinfo(self, dtype, op):
@@ -246,7 +247,7 @@ class NativeAlgorithms:
         """For a timeout's message: the ranks that have not posted this rank's current piece,
         or have not finished reading the piece before (what a waiting rank waits for)."""
         piece, words = self.g.progress()
-        late = [q for q, (post, done, _state) in enumerate(words)
+        late = [self.granks[q] for q, (post, done, _state) in enumerate(words)
                 if q != self.rank and (post < 2 * piece or done + 2 < piece)]
         return f"running piece {piece} in the native engine; ranks not heard from: {late}"
 
@@ -254,7 +255,10 @@ class NativeAlgorithms:
     def error(self, err, group_name: str, desc: str, hosts: dict, timeout: float) -> Exception:
         """The typed error of a ``_cnative.Error(kind, peer, cause, detail)`` raised in ``desc``."""
         kind, peer, cause, detail = err.args
-        host = hosts.get(peer, "?")
+        host, chost = hosts.get(peer, "?"), hosts.get(cause, "?")
+        gr = self.granks  # the C engine names group ranks; messages and .rank name global ones
+        peer = gr[peer] if isinstance(peer, int) and 0 <= peer < len(gr) else peer
+        cause = gr[cause] if isinstance(cause, int) and 0 <= cause < len(gr) else cause
         g = f"group {group_name!r}"
         if kind == "timeout":
             word = "its data" if detail[0] == 0 else "it to finish reading this rank's data"
@@ -264,7 +268,6 @@ class NativeAlgorithms:
             return DistNetworkError(f"{g}: lost connection to rank {peer} ({host}) during {desc}: its process "
                                     f"exited", rank=peer, host=host)
         if kind == "failed":
-            chost = hosts.get(cause, "?")
             if cause == peer:
                 return DistNetworkError(f"{g}: rank {peer} ({host}) failed during {desc}", rank=peer, host=host)
             return DistNetworkError(f"{g}: rank {cause} ({chost}) is lost, during {desc}; rank {peer} ({host}) "

@@ -72,9 +72,16 @@ class _Recv:
 
 
 class P2P:
-    def __init__(self, rank: int, size: int, group_name: str, timeout: float, mesh_ref, executor=None) -> None:
+    def __init__(self, rank: int, size: int, group_name: str, timeout: float, mesh_ref, executor=None,
+                 granks=None, on_loss=None) -> None:
         self.rank = rank
         self.size = size
+        #: global rank of each group rank: every message and ``.rank`` names global ranks
+        self.granks = tuple(granks) if granks is not None else tuple(range(size))
+        self._gindex = {g: i for i, g in enumerate(self.granks)}
+        #: ``on_loss(global_rank, host, message)``: a loss this side found out first (the
+        #: backend's ``_record_loss``, which tells the collective side)
+        self.on_loss = on_loss
         self.group_name = group_name
         self.ghash = F.group_hash(group_name)
         self.timeout = timeout
@@ -150,10 +157,11 @@ class P2P:
         buf = r.buf
         if buf.nbytes == nbytes and buf.size == count and F.dtype_code(buf.dtype) == dcode:
             return None
+        g = self.granks
         return DistMismatchError(
-            f"group {self.group_name!r}: recv on rank {self.rank} from "
-            f"{'any rank' if r.src is None else f'rank {r.src}'} (tag {r.tag}) expects "
-            f"{F.dtype_name(F.dtype_code(buf.dtype))}[{buf.size}] ({buf.nbytes} bytes); rank {src} sent "
+            f"group {self.group_name!r}: recv on rank {g[self.rank]} from "
+            f"{'any rank' if r.src is None else f'rank {g[r.src]}'} (tag {r.tag}) expects "
+            f"{F.dtype_name(F.dtype_code(buf.dtype))}[{buf.size}] ({buf.nbytes} bytes); rank {g[src]} sent "
             f"{F.dtype_name(dcode)}[{count}] ({nbytes} bytes; host {self._host(src)})")
 
     def _fill(self, r: _Recv, src: int, data: np.ndarray, dcode: int, count: int) -> None:
@@ -226,6 +234,9 @@ class P2P:
                     return
                 except Exception as e:  # noqa: BLE001 - refused, reset: retried until the deadline
                     err = e
+                    if isinstance(e, DistNetworkError) and mesh.is_dead(peer):  # it will never answer
+                        self._unreachable(peer, e)
+                        return
                     continue
                 with mesh._p2p_lock:  # our sends to it may use it too (one ordered stream)
                     mesh._p2p_out.setdefault(peer, sock)
@@ -312,6 +323,7 @@ class P2P:
             self._on_notice(st, F.unpack_abort(_net.recv_exact(sock, h.nbytes)))
         else:
             raise F.FrameError(f"unexpected frame (kind {h.kind}, op {h.op}) on a point-to-point stream")
+        st.frames += 1
 
     def _read_message(self, peer: int, sock: socket.socket, h) -> None:
         with self._lock:
@@ -379,24 +391,29 @@ class P2P:
         if st.bye_in or st.peer in self._leaving:
             self._left(st.peer)  # (a peer that said bye on one stream is leaving: all its streams end)
         else:
-            self._peer_lost(st.peer, err)
+            # Peers and the group's collectives are told too, but only of a loss this rank
+            # can vouch for: a stream it dialled, or one that carried the peer's frames, or
+            # a peer known dead. A corrupt or forged stream (any holder of the job secret
+            # can open one, claiming a rank) fails this rank's receives only.
+            vouched = not isinstance(err, F.FrameError) and (st.outgoing or st.frames > 0 or self._known_dead(st.peer))
+            self._peer_lost(st.peer, err, vouched=vouched)
 
     # ------------------------------------------------------------- departures and failures
     def _left(self, peer: int) -> None:
         """``peer`` left the group (destroy or exit) and will send nothing more."""
-        host = self._host(peer)
+        host, g = self._host(peer), self.granks
         with self._lock:
             self._leaving.add(peer)
             self._gone.setdefault(peer, DistNetworkError(
-                f"group {self.group_name!r}: rank {peer} ({host}) has left the group "
-                f"(destroy_process_group() or exit)", rank=peer, host=host))
+                f"group {self.group_name!r}: rank {g[peer]} ({host}) has left the group "
+                f"(destroy_process_group() or exit)", rank=g[peer], host=host))
             failed = [r for r in self._posted if r.src == peer]
             self._posted = [r for r in self._posted if r.src != peer]
         for r in failed:
             r.work.fail(DistNetworkError(
-                f"group {self.group_name!r}: recv on rank {self.rank} from rank {peer} (tag {r.tag}): rank "
-                f"{peer} ({host}) left the group (destroy_process_group() or exit) without sending a matching "
-                f"message", rank=peer, host=host))
+                f"group {self.group_name!r}: recv on rank {g[self.rank]} from rank {g[peer]} (tag {r.tag}): rank "
+                f"{g[peer]} ({host}) left the group (destroy_process_group() or exit) without sending a matching "
+                f"message", rank=g[peer], host=host))
 
     def _unreachable(self, peer: int, err) -> DistNetworkError:
         """A send to, or a connection with, ``peer`` failed: it left, or it is lost."""
@@ -405,15 +422,21 @@ class P2P:
         if gone is not None:
             host = self._host(peer)
             return gone if gone is not True else DistNetworkError(
-                f"group {self.group_name!r}: rank {peer} ({host}) has left the group "
-                f"(destroy_process_group() or exit): {err}", rank=peer, host=host)
+                f"group {self.group_name!r}: rank {self.granks[peer]} ({host}) has left the group "
+                f"(destroy_process_group() or exit): {err}", rank=self.granks[peer], host=host)
         return self._peer_lost(peer, err)
 
-    def _peer_lost(self, peer: int, err) -> DistNetworkError:
-        host = self._host(peer)
-        exc = err if isinstance(err, DistNetworkError) and err.rank == peer else DistNetworkError(
-            f"group {self.group_name!r}: lost point-to-point connection to rank {peer} ({host}): "
-            f"{err or 'connection closed'}", rank=peer, host=host)
+    def _known_dead(self, peer: int) -> bool:
+        try:
+            return self._mesh().is_dead(peer)
+        except Exception:  # noqa: BLE001 - no mesh (closing)
+            return False
+
+    def _peer_lost(self, peer: int, err, vouched: bool = True) -> DistNetworkError:
+        host, gpeer = self._host(peer), self.granks[peer]
+        exc = err if isinstance(err, DistNetworkError) and err.rank == gpeer else DistNetworkError(
+            f"group {self.group_name!r}: lost point-to-point connection to rank {gpeer} ({host}): "
+            f"{err or 'connection closed'}", rank=gpeer, host=host)
         with self._lock:
             exc = self._dead.setdefault(peer, exc)
             first = self._broken is None
@@ -422,32 +445,56 @@ class P2P:
             failed, self._posted = self._posted, []
         for r in failed:
             r.work.fail(exc)
-        if first:
+        if first and vouched:
             self._relay(exc, skip={peer})
+            self._tell_backend(exc, str(exc).split(": ", 1)[1] if str(exc).startswith("group ") else str(exc))
         return exc
+
+    def _tell_backend(self, exc: DistNetworkError, message: str) -> None:
+        if self.on_loss is not None and exc.rank is not None:
+            try:
+                self.on_loss(exc.rank, exc.host, message)
+            except Exception as err:  # noqa: BLE001 - the loss itself is already recorded here
+                log.debug("recording the loss of rank %s failed: %s", exc.rank, err)
 
     def _on_notice(self, st: _Stream, info: dict) -> None:
         """A peer tells us the group lost a rank: fail everything pending, tell ours."""
         if info.get("kind") != "lost":
             return
         dead, host = info.get("rank"), info.get("host")
-        if not isinstance(dead, int) or not 0 <= dead < self.size:
+        if not isinstance(dead, int) or dead not in self._gindex:
             dead = None
         host = host if isinstance(host, str) else None
-        exc = DistNetworkError(
-            f"group {self.group_name!r}: rank {dead} ({host}) is lost; rank {st.peer} ({self._host(st.peer)}) "
-            f"reported: {info.get('msg')}", rank=dead, host=host)
+        reported = f"rank {self.granks[st.peer]} ({self._host(st.peer)}) reported: {info.get('msg')}"
+        if self.record_lost(dead, host, reported, skip=st.peer) and dead is not None:
+            self._tell_backend(self._broken, reported)
+
+    def record_lost(self, dead: int | None, host, message: str, skip: int | None = None) -> bool:
+        """The group lost global rank ``dead`` (told by a peer's notice, or by the
+        backend's collective side): fail every pending receive and every later one, and
+        tell each peer we have a stream to (but ``skip``, a group rank), once. Any
+        thread; True when this was news here."""
+        exc = DistNetworkError(f"group {self.group_name!r}: rank {dead} ({host}) is lost; {message}", rank=dead,
+                               host=host)
+        gdead = self._gindex.get(dead) if dead is not None else None
         with self._lock:
-            first = self._broken is None
-            if not first:
-                return
+            if self._broken is not None:
+                return False
             self._broken = exc
-            if dead is not None:
-                self._dead.setdefault(dead, exc)
+            if gdead is not None:
+                self._dead.setdefault(gdead, exc)
             failed, self._posted = self._posted, []
         for r in failed:
             r.work.fail(exc)
-        self._relay(exc, skip={st.peer, dead})
+        self._relay(exc, skip={skip, gdead})
+        return True
+
+    def pending_recv(self, src: int | None, tag: int) -> str:
+        """For ``Work.wait``'s timeout of a receive: whom it waits on."""
+        if src is None:
+            return f"waiting for a message from any source (tag {tag}); ranks not heard from: any source"
+        g = self.granks[src]
+        return f"waiting for a message from rank {g} (tag {tag}); ranks not heard from: [{g}]"
 
     def _relay(self, exc: DistNetworkError, skip: set) -> None:
         """Tell each live peer this rank has a stream to that the group lost
@@ -487,10 +534,12 @@ class P2P:
             late = [r for r in self._posted if r.deadline <= now]
             self._posted = [r for r in self._posted if r.deadline > now]
         for r in late:
+            g = self.granks
             r.work.fail(DistTimeoutError(
-                f"group {self.group_name!r}: recv on rank {self.rank} from "
-                f"{'any rank' if r.src is None else f'rank {r.src}'} (tag {r.tag}) did not complete "
-                f"within {self.timeout:g} s"))
+                f"group {self.group_name!r}: recv on rank {g[self.rank]} from "
+                f"{'any rank' if r.src is None else f'rank {g[r.src]}'} (tag {r.tag}) did not complete "
+                f"within {self.timeout:g} s; ranks not heard from: "
+                f"{'any source' if r.src is None else [g[r.src]]}"))
 
     # ------------------------------------------------------------- leaving
     def _say_bye(self, st: _Stream, deadline: float) -> bool:
@@ -554,7 +603,7 @@ class P2P:
             streams = list(self._streams.values())
         for r in pending:
             r.work.fail(DistNetworkError(f"group {self.group_name!r}: backend closed before the receive "
-                                          f"completed", rank=r.src))
+                                          f"completed", rank=None if r.src is None else self.granks[r.src]))
         self._sel.close()
         for st in streams:
             try:

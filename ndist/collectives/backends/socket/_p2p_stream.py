@@ -20,7 +20,7 @@ class Stream:
     """One point-to-point connection as this rank sees it: ``outgoing`` (this rank
     opened it and sends on it) or incoming (the peer sends on it)."""
 
-    __slots__ = ("peer", "sock", "outgoing", "wlock", "bye_in", "bye_out", "bye_ok", "ended")
+    __slots__ = ("peer", "sock", "outgoing", "wlock", "bye_in", "bye_out", "bye_ok", "ended", "frames")
 
     def __init__(self, peer: int, sock: socket.socket, outgoing: bool):
         self.peer = peer
@@ -31,6 +31,7 @@ class Stream:
         self.bye_out = False  # this rank said bye on it
         self.bye_ok = False  # ... and the bye was written
         self.ended = False
+        self.frames = 0  # whole frames read from it (the peer's own stream carried some)
 
 
 def send_ctl(sock: socket.socket, data: bytes, deadline: float) -> bool:

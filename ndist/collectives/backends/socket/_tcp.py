@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 import os
 import socket
 import threading
@@ -27,6 +28,8 @@ import time
 
 from ....runtime import DistNetworkError, DistTimeoutError
 from ....runtime import _net
+from . import _frame as F
+from . import _losses
 from ._accept import HELLO, HELLO_MAGIC, Acceptor
 
 __all__ = ["Mesh", "host_identity", "COLL", "P2P_CH"]
@@ -34,6 +37,8 @@ __all__ = ["Mesh", "host_identity", "COLL", "P2P_CH"]
 log = logging.getLogger("ndist.collectives.socket")
 
 COLL, P2P_CH = 0, 1
+#: while connecting, how often a rank looks whether the peer it waits for is known dead
+_DEAD_CHECK_S = 0.25
 _HELLO, _HELLO_MAGIC = HELLO, HELLO_MAGIC
 _SOCKBUF = 4 << 20
 
@@ -54,6 +59,14 @@ def host_identity() -> str:
     except OSError:
         netns = ""
     return f"{socket.gethostname()}/{boot}/{netns}"
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (two pids compare only within one)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
 
 
 def _tune(sock: socket.socket) -> None:
@@ -109,10 +122,16 @@ def listen_address() -> tuple[str, str]:
 
 class Mesh:
     def __init__(self, store, rank: int, size: int, group_name: str, secret: bytes, timeout: float,
-                 extra: dict, on_p2p=None) -> None:
+                 extra: dict, on_p2p=None, granks=None, job: str | None = None) -> None:
         self.store = store
         self.rank = rank
         self.size = size
+        #: global rank of each group rank: every message and ``.rank`` names global ranks
+        self.granks = tuple(granks) if granks is not None else tuple(range(size))
+        #: the job (``_losses``' key): with it, connecting to a peer known to be dead fails
+        #: at once, naming it (``check_dead``)
+        self.job = job
+        self.pidns = pid_namespace()
         self.group_name = group_name
         self.secret = secret
         self.timeout = timeout
@@ -124,6 +143,9 @@ class Mesh:
         self._p2p_out: dict[int, socket.socket] = {}
         self._p2p_lock = threading.Lock()
         self._peers: dict[int, dict] = {}
+        #: global ranks the collective channel still waits for (``collective_sockets``)
+        self.connecting: list = []
+        self._abandoned: bytes | None = None  # the lost notice of ``_abandon``
         self._closed = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -143,7 +165,7 @@ class Mesh:
                 self._ulistener.listen(max(16, size))
             except OSError:
                 self._ulistener, unix = None, None
-        self.info = dict(extra, host=advertised, port=port, hostid=self.hostid, pid=os.getpid(),
+        self.info = dict(extra, host=advertised, port=port, hostid=self.hostid, pid=os.getpid(), pidns=self.pidns,
                          hostname=socket.gethostname(), token=self.token.hex(), unix=unix)
         # handshakes run concurrently on one thread, each within a total deadline:
         # a slow or silent stranger cannot hold up a peer's connection
@@ -155,13 +177,28 @@ class Mesh:
     def peer(self, rank: int) -> dict:
         info = self._peers.get(rank)
         if info is None:
+            key = f"sock/peer/{rank}"
             try:
-                raw = self.store.get(f"sock/peer/{rank}")
+                if self.job is not None and not self.store.check([key]):
+                    # not published yet: wait, but fail at once if it is known dead
+                    end = time.monotonic() + self.timeout
+                    while True:
+                        self.check_dead(rank)
+                        left = end - time.monotonic()
+                        try:
+                            self.store.wait([key], timedelta(seconds=max(0.01, min(left, _DEAD_CHECK_S))))
+                            break
+                        except DistTimeoutError:
+                            if left <= _DEAD_CHECK_S:
+                                raise
+                raw = self.store.get(key)
             except DistTimeoutError as err:
-                raise DistTimeoutError(f"rank {rank} of group {self.group_name!r} never published its "
+                raise DistTimeoutError(f"rank {self.granks[rank]} of group {self.group_name!r} never published its "
                                        f"address: {err}") from None
             info = json.loads(raw)
             self._peers[rank] = info
+            if self.job is not None:
+                _losses.remember(self.job, self.granks[rank], info)
         return info
 
     def host_of(self, rank: int) -> str:
@@ -184,25 +221,61 @@ class Mesh:
                 log.debug("unix connection to rank %d failed (%s); using TCP", peer, err)
                 sock.close()
                 sock = None
+        gpeer = self.granks[peer]
         if sock is None:
-            host = "127.0.0.1" if info["hostid"] == self.hostid else info["host"]
-            sock = _net.connect(host, info["port"], deadline, what=f"rank {peer}", rank=peer)
+            sock = self._tcp_connect(peer, info, deadline)
         hostname = info.get("hostname") or info.get("host")
-        what = f"rank {peer} ({hostname}) of group {self.group_name!r}"
+        what = f"rank {gpeer} ({hostname}) of group {self.group_name!r}"
         try:
             _tune(sock)
             _net.client_handshake(sock, self.secret, timeout=max(1.0, deadline - time.monotonic()),
-                                  what=what, rank=peer, host=hostname)
+                                  what=what, rank=gpeer, host=hostname)
             _net.send_all(sock, _HELLO.pack(_HELLO_MAGIC, channel, self.rank, self.size,
                                             bytes.fromhex(info["token"])))
             sock.settimeout(None)
         except OSError as err:  # the hello: the peer died right after the handshake
             sock.close()
-            raise DistNetworkError(f"connecting to {what} failed: {err}", rank=peer, host=hostname) from None
+            raise DistNetworkError(f"connecting to {what} failed: {err}", rank=gpeer, host=hostname) from None
         except BaseException:
             sock.close()
             raise
         return sock
+
+    def _tcp_connect(self, peer: int, info: dict, deadline: float) -> socket.socket:
+        """TCP to ``peer``, retried until ``deadline`` (a peer still starting refuses too),
+        but given up at once when the peer is known to be dead (``check_dead``)."""
+        same = info["hostid"] == self.hostid
+        host = "127.0.0.1" if same else info["host"]
+        gpeer = self.granks[peer]
+        piece = _DEAD_CHECK_S if same else 2.0  # between two looks at whether it is dead
+        while True:
+            self.check_dead(peer)
+            try:
+                return _net.connect(host, info["port"], min(deadline, time.monotonic() + piece),
+                                    what=f"rank {gpeer}", rank=gpeer)
+            except (DistTimeoutError, DistNetworkError):
+                if time.monotonic() >= deadline:
+                    self.check_dead(peer)
+                    raise
+
+    def is_dead(self, peer: int) -> bool:
+        try:
+            self.check_dead(peer)
+        except DistNetworkError:
+            return True
+        return False
+
+    def check_dead(self, peer: int) -> None:
+        """Raise DistNetworkError naming ``peer`` when it is known to be dead: its process
+        is gone (same host and pid namespace), or this process already recorded its loss."""
+        if self.job is None:
+            return
+        info = self._peers.get(peer)
+        reason = _losses.dead_reason(self.job, self.granks[peer], info, self.hostid, self.pidns)
+        if reason:
+            host = (info.get("hostname") or info.get("host")) if info else _losses.host_of(self.job, self.granks[peer])
+            raise DistNetworkError(f"group {self.group_name!r}: cannot connect to rank {self.granks[peer]} "
+                                   f"({host}): {reason}", rank=self.granks[peer], host=host)
 
     def _check_hello(self, channel: int, rank: int, size: int, token: bytes) -> str | None:
         if token != self.token or size != self.size:
@@ -217,6 +290,10 @@ class Mesh:
         if channel == P2P_CH and self._on_p2p is not None:
             self._on_p2p(rank, sock)
             return
+        if self._abandoned is not None:  # this rank's collective channel will never be built
+            self._tell_abandoned(sock)
+            sock.close()
+            return
         with self._cond:
             old = self._conns.pop((channel, rank), None)
             self._conns[(channel, rank)] = sock
@@ -228,7 +305,19 @@ class Mesh:
         """Connect the collective channel to every peer (higher rank dials)."""
         out = {}
         for peer in range(self.rank):
-            out[peer] = self._connect(peer, COLL, deadline)
+            self.connecting = [self.granks[peer]]
+            try:
+                out[peer] = self._connect(peer, COLL, deadline)
+            except DistNetworkError as err:
+                if self.is_dead(peer):
+                    self._abandon(out, err)
+                for s in out.values():
+                    s.close()
+                raise
+            except BaseException:
+                for s in out.values():
+                    s.close()
+                raise
         with self._cond:
             while True:
                 missing = [p for p in range(self.rank + 1, self.size) if (COLL, p) not in self._conns]
@@ -238,17 +327,49 @@ class Mesh:
                     raise DistNetworkError(f"group {self.group_name!r}: backend closed while connecting")
                 if not missing:
                     break
+                self.connecting = [self.granks[p] for p in missing]
                 left = deadline - time.monotonic()
+                try:
+                    for p in missing:  # a dead one never will: say so now
+                        self.check_dead(p)
+                except DistNetworkError as err:
+                    self._abandon(out, err)
+                    for s in out.values():
+                        s.close()
+                    raise
                 if left <= 0:
                     raise DistTimeoutError(
-                        f"group {self.group_name!r} rank {self.rank}: ranks {missing} did not connect "
-                        f"within the timeout")
-                self._cond.wait(min(left, 0.5))
+                        f"group {self.group_name!r} rank {self.granks[self.rank]}: ranks "
+                        f"{[self.granks[p] for p in missing]} did not connect within the timeout")
+                self._cond.wait(min(left, _DEAD_CHECK_S))
             for p in range(self.rank + 1, self.size):
                 out[p] = self._conns.pop((COLL, p))
+            self.connecting = []
         for p in out:
             self.peer(p)
         return out
+
+    def _abandon(self, out: dict, err: DistNetworkError) -> None:
+        """The collective channel cannot be built: a member (``err.rank``) is dead. Tell
+        the members connected so far, and those that connect later, with a ``lost``
+        notice (what an engine sends), so their first collective fails naming it
+        instead of waiting on this rank."""
+        msg = str(err).split(": ", 1)[-1] if str(err).startswith("group ") else str(err)
+        body = F.pack_abort("lost", msg, err.rank, err.host)
+        self._abandoned = F.pack(F.ABORT, 0, 0, 0, 0, F.group_hash(self.group_name), 0, 0, -1, 0, len(body)) + body
+        with self._cond:
+            socks = list(out.values()) + [self._conns.pop(k) for k in list(self._conns) if k[0] == COLL]
+        for s in socks:
+            self._tell_abandoned(s)
+            s.close()
+
+    def _tell_abandoned(self, sock: socket.socket) -> None:
+        try:
+            sock.settimeout(1.0)
+            sock.sendall(self._abandoned)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
     def p2p_socket(self, peer: int, deadline: float) -> socket.socket:
         """This rank's outgoing point-to-point connection to ``peer``."""
@@ -256,7 +377,8 @@ class Mesh:
             sock = self._p2p_out.get(peer)
             if sock is None:
                 if self._closed:
-                    raise DistNetworkError(f"backend closed; cannot reach rank {peer}", rank=peer,
+                    raise DistNetworkError(f"backend closed; cannot reach rank {self.granks[peer]}",
+                                           rank=self.granks[peer],
                                            host=self.host_of(peer))
                 sock = self._connect(peer, P2P_CH, deadline)
                 self._p2p_out[peer] = sock

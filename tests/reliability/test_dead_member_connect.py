@@ -1,0 +1,137 @@
+"""Building a group's connections with a member that is already dead fails at once,
+naming it, instead of waiting the group timeout.
+
+Found by benchmarks/kill_trials.py: a survivor's first collective on a subgroup whose
+other member had died raised, after the whole group timeout, ``ranks [1] did not
+connect within the timeout`` or ``could not connect to rank 2 ... Connection
+refused``. A peer still starting refuses connections too, so a refusal alone is no
+proof; the runtime fails at once only where it knows: the member runs on this host
+and its process is gone, or this process already recorded its loss (in another
+group)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+_JOB = """
+import json, os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+
+out, what, when = sys.argv[1], sys.argv[2], sys.argv[3]
+survivor, victim = int(sys.argv[4]), int(sys.argv[5])
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the survivor stays to report; the launcher SIGKILLs after its grace
+dist.init_process_group("socket", timeout=timedelta(seconds=20))
+rank = dist.get_rank()
+dist.all_reduce(np.ones(8))  # the world group is connected: every rank knows every other's process
+g = dist.new_group(sorted((survivor, victim)))
+if when == "published" and rank == victim:
+    dist.get_engine(g)  # its backend exists (its address is published), nothing is connected
+dist.barrier()
+if rank == victim:
+    with open(os.path.join(out, "killed"), "w") as f:
+        f.write(repr(time.time()))
+    os.kill(os.getpid(), signal.SIGKILL)
+if rank == survivor:
+    try:
+        if what == "all_reduce":
+            dist.all_reduce(np.ones(4), group=g)
+        elif what == "send":
+            dist.send(np.ones(4), dst=victim, group=g)
+        else:
+            dist.recv(np.zeros(4), src=victim, group=g)
+        rec = {"type": None}
+    except dist.DistError as err:
+        rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
+    rec["t"] = time.time()
+    with open(os.path.join(out, "r.json"), "w") as f:
+        json.dump(rec, f)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("what,when,survivor,victim,transport", [
+    ("all_reduce", "never", 0, 2, "tcp"),  # the survivor waits for the victim to dial; it never published
+    ("all_reduce", "never", 2, 1, "auto"),  # the survivor dials a victim that never published
+    ("all_reduce", "published", 0, 2, "auto"),  # it waits for a victim that published, then died
+    ("all_reduce", "published", 1, 0, "tcp"),  # it dials a victim that published, then died: refused
+    ("send", "published", 1, 0, "auto"),
+    ("recv", "published", 1, 0, "tcp"),
+])
+def test_connecting_to_a_dead_member_fails_at_once_naming_it(tmp_path, what, when, survivor, victim, transport):
+    (tmp_path / "job.py").write_text(textwrap.dedent(_JOB))
+    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
+                        str(tmp_path / "job.py"), str(tmp_path), what, when, str(survivor), str(victim)],
+                       capture_output=True, text=True, timeout=80, env=env)
+    assert r.returncode != 0, r.stderr[-3000:]
+    killed = float((tmp_path / "killed").read_text())
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert rec["type"] == "DistNetworkError", rec
+    assert rec["peer"] == victim and f"rank {victim}" in rec["msg"], rec
+    assert rec["t"] - killed < 5, (rec["t"] - killed, rec)  # the group timeout is 20 s
+
+
+# Rank 2 dies while building the group's collective connections: after dialling rank 0,
+# before dialling rank 1 (fault injected in rank 2 only). Rank 0 has all its connections
+# and waits in a broadcast from rank 1 only; rank 1 cannot build its own (rank 2 never
+# dials it) and fails at once. It tells rank 0 (a "lost" notice on the connection
+# rank 0 already has), so rank 0 fails at once naming rank 2, not at the group timeout.
+_HALF_BUILT_JOB = """
+import json, os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+from ndist.collectives.backends.socket import _tcp
+
+out = sys.argv[1]
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+dist.init_process_group("socket", timeout=timedelta(seconds=20))
+rank = dist.get_rank()
+dist.all_reduce(np.ones(8))
+g = dist.new_group([0, 1, 2])
+if rank == 2:
+    connect = _tcp.Mesh._connect
+
+    def connect_then_die(self, peer, channel, deadline):
+        sock = connect(self, peer, channel, deadline)
+        if channel == _tcp.COLL and self.group_name == g.group_name and peer == 0:
+            time.sleep(0.3)  # rank 0's side has taken the connection
+            with open(os.path.join(out, "killed"), "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return sock
+
+    _tcp.Mesh._connect = connect_then_die
+try:
+    dist.broadcast(np.ones(4), src=1, group=g)
+    rec = {"type": None}
+except dist.DistError as err:
+    rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
+rec["t"] = time.time()
+with open(os.path.join(out, f"r{rank}.json"), "w") as f:
+    json.dump(rec, f)
+deadline = time.time() + 25  # rank 1 stays (its exit would show rank 0 a lost connection to rank 1)
+while rank == 1 and time.time() < deadline and not os.path.exists(os.path.join(out, "r0.json")):
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_a_rank_that_cannot_build_a_group_tells_the_members_waiting_on_it(tmp_path, transport):
+    (tmp_path / "job.py").write_text(textwrap.dedent(_HALF_BUILT_JOB))
+    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "40",
+                        str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80, env=env)
+    assert r.returncode != 0, r.stderr[-3000:]
+    killed = float((tmp_path / "killed").read_text())
+    for rank in (1, 0):
+        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        assert rec["type"] == "DistNetworkError" and rec["peer"] == 2 and "rank 2" in rec["msg"], (rank, rec)
+        assert rec["t"] - killed < 5, (rank, rec["t"] - killed, rec)  # the group timeout is 20 s
