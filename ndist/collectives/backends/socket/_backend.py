@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ....runtime import BackendContext, DistNetworkError, Work
+from ....runtime import BackendContext, DistBackendError, DistError, DistNetworkError, Work
 from ....runtime import _net
 from ..._backend import DONE, Call, CollectiveBackend, split_views
 from . import _cma
@@ -19,7 +19,7 @@ from . import _frame as F
 from . import _native
 from ._algorithms import CHUNK, Algorithms
 from ._links import Links, connect
-from ._engine import Engine, OpInfo
+from ._engine import Engine, OpInfo, wait_warning_from_env
 from ._executor import Executor
 from ._p2p import P2P
 from ._reduce import finalize
@@ -143,7 +143,8 @@ class SocketBackend(CollectiveBackend):
         group = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
                                      {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
                                      self.size <= (os.cpu_count() or 1))
-        self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size)
+        self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size,
+                                                            self.ctx.group_name, wait_warning_from_env())
         # every rank has mapped every file before any rank may finish an op and unlink its own
         group.barrier()
         log.debug("rank %d: group %r runs on the native engine", self.rank, self.ctx.group_name)
@@ -179,17 +180,28 @@ class SocketBackend(CollectiveBackend):
 
         def job():
             eng = self._eng or self._engine()
-            if self._native is not None:
-                self._native.g.seq = seq
+            nat = self._native
+            if nat is not None:
+                if nat.broken is not None:  # as the Python engine: the first failure, again
+                    raise nat.broken
+                nat.g.seq = seq
+                nat.op = (name, dcode, count, seq, root_v, redop)
                 try:
                     body()
                 except self._native_mod.Error as err:
-                    desc = F.describe(self.rank, F.op_code(name), dcode, count, seq, root_v, F.redop_code(redop))
                     hosts = {p: c.host for p, c in self._eng.conns.items()}
-                    exc = self._native.error(err, self.ctx.group_name, desc, hosts, self._timeout)
+                    exc = nat.error(err, self.ctx.group_name, nat.desc(), hosts, self._timeout)
                     if err.args[0] == "dead":
                         self._peer_died(err.args[1])
+                    if nat.g.broken and nat.broken is None:
+                        nat.broken = exc
                     raise exc from None
+                except BaseException as err:  # a signal, or NumPy's reduction failed: the group is broken
+                    if nat.g.broken and nat.broken is None:
+                        nat.broken = err if isinstance(err, DistError) else DistBackendError(
+                            f"group {self.ctx.group_name!r}: {nat.desc()} was interrupted ({err!r}); the group is "
+                            f"broken")
+                    raise
                 return
             eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop)), self._timeout)
             try:
@@ -212,6 +224,13 @@ class SocketBackend(CollectiveBackend):
         work = Work(name, seq, outputs)
         work.pending = self._pending(work)
         return self._exec.submit(work, job, blocking)
+
+    def _member_lost(self, exc: DistNetworkError) -> None:
+        """A member of this group is lost, learnt outside the collective engine (e.g. by
+        the point-to-point side): same-host ranks waiting in the native engine, here or on
+        another rank, raise naming ``exc.rank`` at once, and later collectives raise ``exc``."""
+        if self._native is not None:
+            self._native.mark_lost(exc)
 
     def _peer_died(self, peer: int) -> None:
         try:

@@ -54,6 +54,8 @@ _OPS = {1: "all_reduce", 2: "reduce", 3: "broadcast", 4: "all_gather", 5: "gathe
         7: "all_to_all", 8: "reduce_scatter", 9: "barrier"}
 
 _state = {"tried": False, "mod": None, "error": None, "warned": False}
+#: a wait for a peer's ``done`` word: it has not finished reading this rank's earlier piece
+_DONE_NOTE = " (still reading this rank's earlier data)"
 
 
 def engine_mode(options=None) -> str:
@@ -188,12 +190,19 @@ def _fallback(op, dtype):
 class NativeAlgorithms:
     """The socket backend's collectives on the native engine (the methods of ``Algorithms``)."""
 
-    def __init__(self, mod, group, rank: int, size: int) -> None:
+    def __init__(self, mod, group, rank: int, size: int, group_name: str = "", warn_after: float = 0.0) -> None:
         self.mod = mod
         self.g = group  # holds buffer exports of every rank's mapping: they live as long as it
         self.rank = rank
         self.size = size
+        self.group_name = group_name
         self._red: dict = {}
+        #: the first failure that broke the group: every later op raises it (as the Python engine's)
+        self.broken: BaseException | None = None
+        #: the running op (name, dtype code, count, seq, root, reduce op), set by the backend per op
+        self.op: tuple | None = None
+        group.warn_after = warn_after
+        group.on_stall = self._on_stall if warn_after > 0 else None
 
     def _redinfo(self, dtype, op):
         key = (dtype, op)
@@ -242,13 +251,37 @@ class NativeAlgorithms:
     def barrier(self) -> None:
         self.g.barrier()
 
+    def desc(self) -> str:
+        """The running op as the Python engine names it (``rank 0: all_reduce float64[4] SUM #2``)."""
+        if self.op is None:
+            return "no collective running"
+        name, dcode, count, seq, root, redop = self.op
+        return F.describe(self.rank, F.op_code(name), dcode, count, seq, root, F.redop_code(redop))
+
     def pending(self) -> str:
         """For a timeout's message: the ranks that have not posted this rank's current piece,
         or have not finished reading the piece before (what a waiting rank waits for)."""
         piece, words = self.g.progress()
         late = [q for q, (post, done, _state) in enumerate(words)
                 if q != self.rank and (post < 2 * piece or done + 2 < piece)]
-        return f"running piece {piece} in the native engine; ranks not heard from: {late}"
+        return f"running {self.desc()} (native engine, piece {piece}); ranks not heard from: {late}"
+
+    def _on_stall(self, peer: int, word: int, waited: float, left: float) -> None:
+        """Called from the wait in C (with the GIL) after ``NDIST_WAIT_WARNING`` seconds, then
+        once a minute: the Python engine's warning, word for word."""
+        log.warning("group %r: %s has waited %.0f s; ranks not heard from: [%d]%s (it fails at the group "
+                    "timeout, in %.0f s)", self.group_name, self.desc(), waited, peer, _DONE_NOTE if word else "",
+                    max(0.0, left))
+
+    def mark_lost(self, exc: BaseException) -> None:
+        """The backend learnt of a member's loss outside this engine (point-to-point): the
+        group is broken; this rank's state turns failed naming ``exc.rank``, so every
+        same-host rank waiting in C (here or on this rank) wakes within ~20 ms and raises
+        naming it, and every later op raises ``exc``."""
+        if self.broken is None:
+            self.broken = exc
+        cause = getattr(exc, "rank", None)
+        self.g.fail(-1 if cause is None else int(cause))
 
     # ---------------------------------------------------------- failures
     def error(self, err, group_name: str, desc: str, hosts: dict, timeout: float) -> Exception:
@@ -256,10 +289,9 @@ class NativeAlgorithms:
         kind, peer, cause, detail = err.args
         host = hosts.get(peer, "?")
         g = f"group {group_name!r}"
-        if kind == "timeout":
-            word = "its data" if detail[0] == 0 else "it to finish reading this rank's data"
-            return DistTimeoutError(f"{g}: {desc} timed out after {timeout:g} s; ranks not heard from: [{peer}] "
-                                    f"(waiting for {word})")
+        if kind == "timeout":  # the Python engine's words (docs/errors.md)
+            return DistTimeoutError(f"{g}: {desc} timed out; ranks not heard from: [{peer}]"
+                                    f"{_DONE_NOTE if detail[0] else ''}")
         if kind == "dead":
             return DistNetworkError(f"{g}: lost connection to rank {peer} ({host}) during {desc}: its process "
                                     f"exited", rank=peer, host=host)
@@ -272,6 +304,16 @@ class NativeAlgorithms:
         if kind == "closed":
             return DistNetworkError(f"{g}: rank {peer} ({host}) closed the group (destroy_process_group or exit) "
                                     f"during {desc}", rank=peer, host=host)
+        if kind == "self_failed":  # mark_lost: the backend learnt of a loss elsewhere
+            lost = self.broken
+            chost = hosts.get(cause, "?")
+            if isinstance(lost, DistNetworkError) and lost.rank == cause:
+                chost = lost.host or chost
+                msg = str(lost)
+                msg = msg.split(": ", 1)[1] if msg.startswith("group ") else msg
+                return DistNetworkError(f"{g}: rank {cause} ({chost}) is lost, during {desc}; {msg}", rank=cause,
+                                        host=chost)
+            return DistNetworkError(f"{g}: rank {cause} ({chost}) is lost, during {desc}", rank=cause, host=chost)
         if kind == "self_closed":
             return DistNetworkError(f"{g}: backend closed during {desc}", rank=peer, host=host)
         if kind == "mismatch":
