@@ -1068,95 +1068,103 @@ static int held_get(Held *h, PyObject *seq, int n, int writable)
     return 0;
 }
 
+/* the buffers of a list op: up to two lists of g->size buffers and one single buffer */
+typedef struct {
+    Held list[2];
+    int nlists;
+    Py_buffer one;
+} Bufs;
+
+static void bufs_release(Bufs *b)
+{
+    if (b->one.obj)
+        PyBuffer_Release(&b->one);
+    for (int i = 0; i < b->nlists; i++)
+        held_release(&b->list[i]);
+}
+
+/* l0 (and l1 when not NULL): lists (Py_None: every buffer absent); one: a buffer or NULL;
+ * w*: writable. On failure everything taken is released and a Python error is set. */
+static int bufs_get(Group *g, Bufs *b, PyObject *l0, int w0, PyObject *l1, int w1, PyObject *one, int wone)
+{
+    memset(b, 0, sizeof *b);
+    if (held_get(&b->list[0], l0, g->size, w0) < 0)
+        return -1;
+    b->nlists = 1;
+    if (l1) {
+        if (held_get(&b->list[1], l1, g->size, w1) < 0)
+            goto fail;
+        b->nlists = 2;
+    }
+    if (one && get_buf(one, &b->one, wone) < 0)
+        goto fail;
+    return 0;
+fail:
+    bufs_release(b);
+    return -1;
+}
+
+static inline List bufs_list(Bufs *b, int i) { return (List){b->list[i].ptr, b->list[i].len}; }
+
+/* after a list op ran: release its buffers, raise its error */
+static PyObject *bufs_done(Group *g, Bufs *b, int rc)
+{
+    bufs_release(b);
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Group_all_gather(Group *g, PyObject *args)
 {
     PyObject *outs, *inp;
     int dtype, rc;
-    if (!PyArg_ParseTuple(args, "OOi", &outs, &inp, &dtype) || check_usable(g))
+    Bufs b;
+    if (!PyArg_ParseTuple(args, "OOi", &outs, &inp, &dtype) || check_usable(g) ||
+        bufs_get(g, &b, outs, 1, NULL, 0, inp, 0) < 0)
         return NULL;
-    Held ho;
-    Py_buffer bi;
-    if (held_get(&ho, outs, g->size, 1) < 0)
-        return NULL;
-    if (get_buf(inp, &bi, 0) < 0) {
-        held_release(&ho);
-        return NULL;
-    }
-    List lo = {ho.ptr, ho.len};
-    RUN(run_all_gather(g, &lo, bi.buf, bi.len, dtype, dl, sv));
-    PyBuffer_Release(&bi);
-    held_release(&ho);
-    if (rc)
-        return raise_err(g, rc);
-    Py_RETURN_NONE;
+    List lo = bufs_list(&b, 0);
+    RUN(run_all_gather(g, &lo, b.one.buf, b.one.len, dtype, dl, sv));
+    return bufs_done(g, &b, rc);
 }
 
 static PyObject *Group_gather(Group *g, PyObject *args)
 {
     PyObject *outs, *inp;
     int dtype, root, rc;
-    if (!PyArg_ParseTuple(args, "OOii", &outs, &inp, &dtype, &root) || check_usable(g))
+    Bufs b;
+    if (!PyArg_ParseTuple(args, "OOii", &outs, &inp, &dtype, &root) || check_usable(g) ||
+        bufs_get(g, &b, g->rank == root ? outs : Py_None, 1, NULL, 0, inp, 0) < 0)
         return NULL;
-    Held ho;
-    Py_buffer bi;
-    if (held_get(&ho, g->rank == root ? outs : Py_None, g->size, 1) < 0)
-        return NULL;
-    if (get_buf(inp, &bi, 0) < 0) {
-        held_release(&ho);
-        return NULL;
-    }
-    List lo = {ho.ptr, ho.len};
-    RUN(run_gather(g, &lo, bi.buf, bi.len, dtype, root, dl, sv));
-    PyBuffer_Release(&bi);
-    held_release(&ho);
-    if (rc)
-        return raise_err(g, rc);
-    Py_RETURN_NONE;
+    List lo = bufs_list(&b, 0);
+    RUN(run_gather(g, &lo, b.one.buf, b.one.len, dtype, root, dl, sv));
+    return bufs_done(g, &b, rc);
 }
 
 static PyObject *Group_scatter(Group *g, PyObject *args)
 {
     PyObject *out, *ins;
     int dtype, root, rc;
-    if (!PyArg_ParseTuple(args, "OOii", &out, &ins, &dtype, &root) || check_usable(g))
+    Bufs b;
+    if (!PyArg_ParseTuple(args, "OOii", &out, &ins, &dtype, &root) || check_usable(g) ||
+        bufs_get(g, &b, g->rank == root ? ins : Py_None, 0, NULL, 0, out, 1) < 0)
         return NULL;
-    Held hi;
-    Py_buffer bo;
-    if (held_get(&hi, g->rank == root ? ins : Py_None, g->size, 0) < 0)
-        return NULL;
-    if (get_buf(out, &bo, 1) < 0) {
-        held_release(&hi);
-        return NULL;
-    }
-    List li = {hi.ptr, hi.len};
-    RUN(run_scatter(g, bo.buf, bo.len, &li, dtype, root, dl, sv));
-    PyBuffer_Release(&bo);
-    held_release(&hi);
-    if (rc)
-        return raise_err(g, rc);
-    Py_RETURN_NONE;
+    List li = bufs_list(&b, 0);
+    RUN(run_scatter(g, b.one.buf, b.one.len, &li, dtype, root, dl, sv));
+    return bufs_done(g, &b, rc);
 }
 
 static PyObject *Group_all_to_all(Group *g, PyObject *args)
 {
     PyObject *outs, *ins;
     int dtype, rc;
-    if (!PyArg_ParseTuple(args, "OOi", &outs, &ins, &dtype) || check_usable(g))
+    Bufs b;
+    if (!PyArg_ParseTuple(args, "OOi", &outs, &ins, &dtype) || check_usable(g) ||
+        bufs_get(g, &b, outs, 1, ins, 0, NULL, 0) < 0)
         return NULL;
-    Held ho, hi;
-    if (held_get(&ho, outs, g->size, 1) < 0)
-        return NULL;
-    if (held_get(&hi, ins, g->size, 0) < 0) {
-        held_release(&ho);
-        return NULL;
-    }
-    List lo = {ho.ptr, ho.len}, li = {hi.ptr, hi.len};
+    List lo = bufs_list(&b, 0), li = bufs_list(&b, 1);
     RUN(run_all_to_all(g, &lo, &li, dtype, dl, sv));
-    held_release(&hi);
-    held_release(&ho);
-    if (rc)
-        return raise_err(g, rc);
-    Py_RETURN_NONE;
+    return bufs_done(g, &b, rc);
 }
 
 static PyObject *Group_reduce_scatter(Group *g, PyObject *args)
@@ -1164,26 +1172,14 @@ static PyObject *Group_reduce_scatter(Group *g, PyObject *args)
     PyObject *out, *ins, *fb;
     int dtype, redop, rc;
     Py_ssize_t esize;
-    if (!PyArg_ParseTuple(args, "OOiinO", &out, &ins, &dtype, &redop, &esize, &fb) || check_usable(g))
-        return NULL;
     Red r;
-    if (red_init(&r, dtype, redop, esize, fb) < 0)
+    Bufs b;
+    if (!PyArg_ParseTuple(args, "OOiinO", &out, &ins, &dtype, &redop, &esize, &fb) || check_usable(g) ||
+        red_init(&r, dtype, redop, esize, fb) < 0 || bufs_get(g, &b, ins, 0, NULL, 0, out, 1) < 0)
         return NULL;
-    Held hi;
-    Py_buffer bo;
-    if (held_get(&hi, ins, g->size, 0) < 0)
-        return NULL;
-    if (get_buf(out, &bo, 1) < 0) {
-        held_release(&hi);
-        return NULL;
-    }
-    List li = {hi.ptr, hi.len};
-    RUN(run_reduce_scatter(g, bo.buf, bo.len, &li, &r, dl, sv));
-    PyBuffer_Release(&bo);
-    held_release(&hi);
-    if (rc)
-        return raise_err(g, rc);
-    Py_RETURN_NONE;
+    List li = bufs_list(&b, 0);
+    RUN(run_reduce_scatter(g, b.one.buf, b.one.len, &li, &r, dl, sv));
+    return bufs_done(g, &b, rc);
 }
 
 static PyObject *Group_close(Group *g, PyObject *noargs)
