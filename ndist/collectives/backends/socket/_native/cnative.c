@@ -989,7 +989,7 @@ static PyObject *Group_broadcast(Group *g, PyObject *args)
     if (!PyArg_ParseTuple(args, "Oii", &o, &dtype, &root) || check_usable(g))
         return NULL;
     Py_buffer b;
-    if (get_buf(o, &b, 1) < 0)
+    if (get_buf(o, &b, g->rank != root) < 0) /* the root only reads its buffer: read-only is fine */
         return NULL;
     RUN(run_broadcast(g, b.buf, b.len, dtype, root, dl, sv));
     PyBuffer_Release(&b);
