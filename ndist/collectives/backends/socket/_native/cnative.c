@@ -245,9 +245,10 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
         }
         if (st != ST_ALIVE)
             return E_SELF_CLOSED;
-        /* any member that failed: the group cannot finish this op (its peers will not) */
+        /* any member that failed before finishing this piece: the group cannot finish this op */
         for (int q = 0; q < g->size; q++) {
-            if (q == g->rank || q == peer || atomic_load(&CTL(g, q)->state) != ST_FAILED)
+            if (q == g->rank || q == peer || atomic_load(&CTL(g, q)->state) != ST_FAILED ||
+                atomic_load_explicit(&CTL(g, q)->done, memory_order_acquire) >= g->piece)
                 continue;
             g->err_peer = q;
             g->err_cause = atomic_load(&CTL(g, q)->cause);
@@ -258,9 +259,13 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
             next_check = t + 0.1;
             if (pid_dead(g->pids[peer]))
                 return E_DEAD;
-            /* any member that died (not one that closed first): seen here, not only by its readers */
+            /* any member that died before finishing this piece (not one that closed first, nor
+             * one whose part of this piece is all posted and read): seen here, not only by
+             * the ranks that wait on it */
             for (int q = 0; q < g->size; q++) {
-                if (q != g->rank && q != peer && atomic_load(&CTL(g, q)->state) == ST_ALIVE && pid_dead(g->pids[q])) {
+                ctl_t *cq = CTL(g, q);
+                if (q != g->rank && q != peer && atomic_load(&cq->state) == ST_ALIVE &&
+                    atomic_load_explicit(&cq->done, memory_order_acquire) < g->piece && pid_dead(g->pids[q])) {
                     g->err_peer = q;
                     return E_DEAD;
                 }
