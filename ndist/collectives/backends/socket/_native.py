@@ -9,11 +9,10 @@ source describes the protocol. Point-to-point traffic, and groups that span host
 stay on the Python engine (``_engine.py``), which is also the reference the
 conformance suite holds the native engine to.
 
-``NDIST_ENGINE=python|auto|native`` (every rank alike) picks the engine: ``python``
-(the default for now: docs/native.md lists what the native engine still lacks before it
-becomes the default), ``auto`` (native where it can run; without the extension, one
-warning at first use saying what to install, then the Python engine) or ``native``
-(the same, but a missing extension is an error). ``dist.get_engine(group)`` tells which
+``NDIST_ENGINE=python|auto|native`` (every rank alike) picks the engine: ``auto`` (the
+default: native where it can run; without the extension, one warning at first use saying
+what to install, then the Python engine), ``python`` (the Python engine everywhere) or
+``native`` (as ``auto``, but a missing extension is an error). ``dist.get_engine(group)`` tells which
 engine a group's CPU collectives run on.
 """
 
@@ -39,7 +38,7 @@ log = logging.getLogger("ndist.collectives.socket")
 
 ENGINE_ENV = "NDIST_ENGINE"
 #: the engine when NDIST_ENGINE is unset (see the module docstring)
-DEFAULT = "python"
+DEFAULT = "auto"
 SLOT_ENV = "NDIST_NATIVE_SLOT"
 SPIN_ENV = "NDIST_NATIVE_SPIN_US"
 #: all_reduce above this many bytes: reduce-scatter + all-gather through the slots
