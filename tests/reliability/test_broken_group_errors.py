@@ -47,12 +47,7 @@ with open(os.path.join(out, f"r{rank}.json"), "w") as f:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("engine", [
-    "python",
-    pytest.param("native", marks=pytest.mark.xfail(
-        strict=True, reason="socket backend, native engine: a collective on a group broken by an earlier failure "
-        "raises RuntimeError('native group is broken by an earlier failure') from cnative.c's check_usable")),
-])
+@pytest.mark.parametrize("engine", ["python", "native"])
 def test_the_next_collective_on_a_broken_group_raises_a_dist_error_naming_the_lost_rank(tmp_path, engine):
     (tmp_path / "job.py").write_text(textwrap.dedent(_JOB))
     env = dict(os.environ, NDIST_TRANSPORT="auto", NDIST_ENGINE=engine)
@@ -110,9 +105,8 @@ while rank == 0 and time.time() < deadline and not os.path.exists(os.path.join(o
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport,engine", [
     ("tcp", "python"), ("shm", "python"),
-    pytest.param("auto", "native", marks=pytest.mark.xfail(
-        strict=True, reason="socket backend, native engine: SocketBackend._record_loss does not fail the native "
-        "group yet (its _loss_hooks); rank 1 waits the group timeout")),
+    # the native engine: told through _loss_hooks (and rank 1 sees rank 2's process gone)
+    ("auto", "native"),
 ])
 def test_a_collective_fails_at_once_on_a_group_whose_p2p_side_heard_a_member_is_lost(tmp_path, transport, engine):
     (tmp_path / "job.py").write_text(textwrap.dedent(_P2P_THEN_COLLECTIVE_JOB))

@@ -2,8 +2,8 @@
 clean fallback (one warning, the Python engine) where the extension is not built.
 
 The collectives themselves are held to the Python engine by the conformance suite,
-which the README's test command runs on the Python engine (the default) and the second
-step of ``.ci/run`` again with ``NDIST_ENGINE=native``.
+which the README's test command runs on the default engine (native where the extension
+is built) and ``.ci/run`` again with ``NDIST_ENGINE=python``.
 """
 
 from __future__ import annotations
@@ -47,15 +47,14 @@ def _engines(rank, size):
     return before, dist.get_engine()
 
 
-@pytest.mark.parametrize("engine", ["auto", "native"])
+@pytest.mark.parametrize("engine", ["", "auto", "native"], ids=["default", "auto", "native"])
 def test_same_host_groups_run_native_and_say_so(engine):
     pytest.importorskip("ndist.collectives.backends.socket._cnative")
     assert run_ranks(_engines, 2, timeout=60, env={"NDIST_ENGINE": engine}) == [("native", "native")] * 2
 
 
-@pytest.mark.parametrize("env", [{"NDIST_ENGINE": ""}, {"NDIST_ENGINE": "python"},
-                                 {"NDIST_ENGINE": "auto", "NDIST_TRANSPORT": "tcp"}],
-                         ids=["default", "engine", "tcp"])
+@pytest.mark.parametrize("env", [{"NDIST_ENGINE": "python"}, {"NDIST_ENGINE": "auto", "NDIST_TRANSPORT": "tcp"}],
+                         ids=["engine", "tcp"])
 def test_python_engine_when_asked(env):
     assert run_ranks(_engines, 2, timeout=60, env=env) == [("python", "python")] * 2
 
@@ -108,8 +107,9 @@ def _fallback_job(rank, size):
     return [r.getMessage() for r in records if r.levelno == logging.WARNING and "native engine" in r.getMessage()]
 
 
-def test_without_the_extension_ndist_runs_python_with_one_warning(no_extension):
-    got = run_ranks(_fallback_job, 2, timeout=90, env=dict(no_extension, NDIST_ENGINE="auto"))
+@pytest.mark.parametrize("engine", ["", "auto"], ids=["default", "auto"])
+def test_without_the_extension_ndist_runs_python_with_one_warning(no_extension, engine):
+    got = run_ranks(_fallback_job, 2, timeout=90, env=dict(no_extension, NDIST_ENGINE=engine))
     for msgs in got:
         assert len(msgs) == 1, msgs
         assert "not built" in msgs[0] and "C compiler" in msgs[0] and "Python engine" in msgs[0]

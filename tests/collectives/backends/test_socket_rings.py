@@ -132,7 +132,7 @@ def test_a_reader_asleep_in_poll_is_woken_by_the_doorbell(monkeypatch):
     monkeypatch.setattr(_engine.Engine, "_doorbell", counting)
     # the long sleep between tries keeps the reader asleep unless the doorbell wakes it
     monkeypatch.setattr(_ring, "MAX_SLEEP_S", 5.0)
-    backends = make_backends(2, "auto")
+    backends = make_backends(2, "auto", engine="python")  # the Python engine's rings
     try:
         def fn(b):
             x = np.ones(8)

@@ -17,6 +17,10 @@ from ndist.testing import run_ranks
 
 pytestmark = pytest.mark.timeout(240)
 
+#: the schedules are the Python engine's (the native engine runs its slot algorithms on one
+#: host, docs/native.md): the tests that check which schedule ran pin it
+_PY = {"NDIST_ENGINE": "python"}
+
 
 def _backend():
     import ndist.collectives  # noqa: F401  registers the socket backend
@@ -60,7 +64,7 @@ def _all_ops(rank, world_size, count):
 @pytest.mark.parametrize("transport,n", [("auto", 5), ("shm", 5), ("tcp", 8), ("auto", 8)])
 def test_every_op_scheduled(transport, n):
     res = run_ranks(_all_ops, n, args=(70_000,), transport=None if transport == "auto" else transport,
-                    init=False, timeout=200)
+                    init=False, timeout=200, env=_PY)
     big = "ring" if n & (n - 1) else "rabenseifner"
     # (70,000 float32 is above the recursive-doubling size)
     assert res[0][1] == sorted({big, "binomial", "bruck", "pairwise", "ring" if n & (n - 1) else "recursive_halving",
@@ -69,12 +73,12 @@ def test_every_op_scheduled(transport, n):
 
 
 def test_forced_schedules_on_three_ranks_small_counts():
-    res = run_ranks(_all_ops, 3, args=(1,), init=False, timeout=200, env={"NDIST_ALGO": "sched"})
+    res = run_ranks(_all_ops, 3, args=(1,), init=False, timeout=200, env=dict(_PY, NDIST_ALGO="sched"))
     assert "recursive_doubling" in res[0][1] and "ring" in res[0][1]
 
 
 def test_forced_direct_on_five_ranks_runs_no_schedule():
-    res = run_ranks(_all_ops, 5, args=(1,), init=False, timeout=200, env={"NDIST_ALGO": "direct"})
+    res = run_ranks(_all_ops, 5, args=(1,), init=False, timeout=200, env=dict(_PY, NDIST_ALGO="direct"))
     assert all(seen == [] for _, seen in res)
 
 
@@ -92,7 +96,7 @@ def _float_sums(rank, world_size):
 
 @pytest.mark.parametrize("n", [5, 8])
 def test_float_all_reduce_is_bit_identical_on_every_rank(n):
-    res = run_ranks(_float_sums, n, timeout=200)
+    res = run_ranks(_float_sums, n, timeout=200, env=_PY)
     for i in range(2):
         assert all((r[0][i] == res[0][0][i]).all() for r in res)
     want = sum(np.random.default_rng(r).standard_normal(1001).astype(np.float64) for r in range(n))

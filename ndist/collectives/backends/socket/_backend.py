@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ....runtime import BackendContext, DistNetworkError, Work
+from ....runtime import BackendContext, DistBackendError, DistError, DistNetworkError, Work
 from ....runtime import _net
 from ..._backend import DONE, Call, CollectiveBackend, split_views
 from . import _cma
@@ -20,7 +20,7 @@ from . import _losses
 from . import _native
 from ._algorithms import CHUNK, Algorithms
 from ._links import Links, connect
-from ._engine import Engine, OpInfo
+from ._engine import Engine, OpInfo, wait_warning_from_env
 from ._executor import Executor
 from ._p2p import P2P
 from ._reduce import finalize
@@ -208,8 +208,10 @@ class SocketBackend(CollectiveBackend):
         group = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
                                      {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
                                      self.size <= (os.cpu_count() or 1))
-        self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size)
+        self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size,
+                                                            self.ctx.group_name, wait_warning_from_env())
         self._native.granks = self._granks
+        self._loss_hooks.append(self._native_loss)
         # every rank has mapped every file before any rank may finish an op and unlink its own
         group.barrier()
         log.debug("rank %d: group %r runs on the native engine", self.rank, self.ctx.group_name)
@@ -261,17 +263,31 @@ class SocketBackend(CollectiveBackend):
 
         def job():
             eng = self._eng or self._engine()
-            if self._native is not None:
-                self._native.g.seq = seq
+            nat = self._native
+            if nat is not None:
+                if nat.broken is not None:  # as the Python engine: the first failure, again
+                    raise nat.broken
+                nat.g.seq = seq
+                nat.op = (name, dcode, count, seq, root_v, redop)
                 try:
                     body()
                 except self._native_mod.Error as err:
-                    desc = OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop), self._granks).desc
                     hosts = {p: c.host for p, c in self._eng.conns.items()}
-                    exc = self._native.error(err, self.ctx.group_name, desc, hosts, self._timeout)
+                    exc = nat.error(err, self.ctx.group_name, nat.desc(), hosts, self._timeout)
                     if err.args[0] == "dead":
                         self._peer_died(err.args[1])
+                    if nat.g.broken and nat.broken is None:
+                        nat.broken = exc
+                    if err.args[0] in ("dead", "failed") and isinstance(exc, DistNetworkError) and exc.rank is not None:
+                        # the point-to-point side and this process's other groups learn it too
+                        self._record_loss(exc.rank, exc.host, str(exc).split(": ", 1)[-1])
                     raise exc from None
+                except BaseException as err:  # a signal, or NumPy's reduction failed: the group is broken
+                    if nat.g.broken and nat.broken is None:
+                        nat.broken = err if isinstance(err, DistError) else DistBackendError(
+                            f"group {self.ctx.group_name!r}: {nat.desc()} was interrupted ({err!r}); the group is "
+                            f"broken")
+                    raise
                 return
             eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop), self._granks),
                       self._timeout)
@@ -295,6 +311,15 @@ class SocketBackend(CollectiveBackend):
         work = Work(name, seq, outputs)
         work.pending = self._pending(work)
         return self._exec.submit(work, job, blocking)
+
+    def _native_loss(self, rank: int, host: str, message: str) -> None:
+        """A ``_loss_hooks`` entry: a member is lost (``_record_loss``), learnt outside the
+        native engine (e.g. by the point-to-point side): same-host ranks waiting in the
+        native engine, here or on another rank, raise naming ``rank`` at once, and later
+        collectives raise the same error."""
+        if self._native is not None:
+            self._native.mark_lost(DistNetworkError(
+                f"group {self.ctx.group_name!r}: rank {rank} ({host}) is lost: {message}", rank=rank, host=host))
 
     def _peer_died(self, peer: int) -> None:
         try:

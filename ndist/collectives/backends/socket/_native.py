@@ -9,11 +9,10 @@ source describes the protocol. Point-to-point traffic, and groups that span host
 stay on the Python engine (``_engine.py``), which is also the reference the
 conformance suite holds the native engine to.
 
-``NDIST_ENGINE=python|auto|native`` (every rank alike) picks the engine: ``python``
-(the default for now: docs/native.md lists what the native engine still lacks before it
-becomes the default), ``auto`` (native where it can run; without the extension, one
-warning at first use saying what to install, then the Python engine) or ``native``
-(the same, but a missing extension is an error). ``dist.get_engine(group)`` tells which
+``NDIST_ENGINE=python|auto|native`` (every rank alike) picks the engine: ``auto`` (the
+default: native where it can run; without the extension, one warning at first use saying
+what to install, then the Python engine), ``python`` (the Python engine everywhere) or
+``native`` (as ``auto``, but a missing extension is an error). ``dist.get_engine(group)`` tells which
 engine a group's CPU collectives run on.
 """
 
@@ -39,7 +38,7 @@ log = logging.getLogger("ndist.collectives.socket")
 
 ENGINE_ENV = "NDIST_ENGINE"
 #: the engine when NDIST_ENGINE is unset (see the module docstring)
-DEFAULT = "python"
+DEFAULT = "auto"
 SLOT_ENV = "NDIST_NATIVE_SLOT"
 SPIN_ENV = "NDIST_NATIVE_SPIN_US"
 #: all_reduce above this many bytes: reduce-scatter + all-gather through the slots
@@ -54,6 +53,8 @@ _OPS = {1: "all_reduce", 2: "reduce", 3: "broadcast", 4: "all_gather", 5: "gathe
         7: "all_to_all", 8: "reduce_scatter", 9: "barrier"}
 
 _state = {"tried": False, "mod": None, "error": None, "warned": False}
+#: a wait for a peer's ``done`` word: it has not finished reading this rank's earlier piece
+_DONE_NOTE = " (still reading this rank's earlier data)"
 
 
 def engine_mode(options=None) -> str:
@@ -188,13 +189,20 @@ def _fallback(op, dtype):
 class NativeAlgorithms:
     """The socket backend's collectives on the native engine (the methods of ``Algorithms``)."""
 
-    def __init__(self, mod, group, rank: int, size: int) -> None:
+    def __init__(self, mod, group, rank: int, size: int, group_name: str = "", warn_after: float = 0.0) -> None:
         self.mod = mod
         self.g = group  # holds buffer exports of every rank's mapping: they live as long as it
         self.rank = rank
         self.size = size
         self.granks = tuple(range(size))  # global rank of each group rank (set by the backend): messages name them
+        self.group_name = group_name
         self._red: dict = {}
+        #: the first failure that broke the group: every later op raises it (as the Python engine's)
+        self.broken: BaseException | None = None
+        #: the running op (name, dtype code, count, seq, root, reduce op), set by the backend per op
+        self.op: tuple | None = None
+        group.warn_after = warn_after
+        group.on_stall = self._on_stall if warn_after > 0 else None
 
     def _redinfo(self, dtype, op):
         key = (dtype, op)
@@ -243,13 +251,39 @@ class NativeAlgorithms:
     def barrier(self) -> None:
         self.g.barrier()
 
+    def desc(self) -> str:
+        """The running op as the Python engine names it (``rank 0: all_reduce float64[4] SUM #2``)."""
+        if self.op is None:
+            return "no collective running"
+        name, dcode, count, seq, root, redop = self.op
+        g = self.granks  # messages name global ranks
+        return F.describe(g[self.rank], F.op_code(name), dcode, count, seq, g[root] if root >= 0 else root,
+                          F.redop_code(redop))
+
     def pending(self) -> str:
         """For a timeout's message: the ranks that have not posted this rank's current piece,
         or have not finished reading the piece before (what a waiting rank waits for)."""
         piece, words = self.g.progress()
         late = [self.granks[q] for q, (post, done, _state) in enumerate(words)
                 if q != self.rank and (post < 2 * piece or done + 2 < piece)]
-        return f"running piece {piece} in the native engine; ranks not heard from: {late}"
+        return f"running {self.desc()} (native engine, piece {piece}); ranks not heard from: {late}"
+
+    def _on_stall(self, peer: int, word: int, waited: float, left: float) -> None:
+        """Called from the wait in C (with the GIL) after ``NDIST_WAIT_WARNING`` seconds, then
+        once a minute: the Python engine's warning, word for word."""
+        log.warning("group %r: %s has waited %.0f s; ranks not heard from: [%d]%s (it fails at the group "
+                    "timeout, in %.0f s)", self.group_name, self.desc(), waited, self.granks[peer], _DONE_NOTE if word else "",
+                    max(0.0, left))
+
+    def mark_lost(self, exc: BaseException) -> None:
+        """The backend learnt of a member's loss outside this engine (point-to-point): the
+        group is broken; this rank's state turns failed naming ``exc.rank``, so every
+        same-host rank waiting in C (here or on this rank) wakes within ~20 ms and raises
+        naming it, and every later op raises ``exc``."""
+        if self.broken is None:
+            self.broken = exc
+        cause = getattr(exc, "rank", None)  # a global rank; the C engine counts group ranks
+        self.g.fail(self.granks.index(cause) if cause in self.granks else -1)
 
     # ---------------------------------------------------------- failures
     def error(self, err, group_name: str, desc: str, hosts: dict, timeout: float) -> Exception:
@@ -260,10 +294,9 @@ class NativeAlgorithms:
         peer = gr[peer] if isinstance(peer, int) and 0 <= peer < len(gr) else peer
         cause = gr[cause] if isinstance(cause, int) and 0 <= cause < len(gr) else cause
         g = f"group {group_name!r}"
-        if kind == "timeout":
-            word = "its data" if detail[0] == 0 else "it to finish reading this rank's data"
-            return DistTimeoutError(f"{g}: {desc} timed out after {timeout:g} s; ranks not heard from: [{peer}] "
-                                    f"(waiting for {word})")
+        if kind == "timeout":  # the Python engine's words (docs/errors.md)
+            return DistTimeoutError(f"{g}: {desc} timed out; ranks not heard from: [{peer}]"
+                                    f"{_DONE_NOTE if detail[0] else ''}")
         if kind == "dead":
             return DistNetworkError(f"{g}: lost connection to rank {peer} ({host}) during {desc}: its process "
                                     f"exited", rank=peer, host=host)
@@ -275,6 +308,16 @@ class NativeAlgorithms:
         if kind == "closed":
             return DistNetworkError(f"{g}: rank {peer} ({host}) closed the group (destroy_process_group or exit) "
                                     f"during {desc}", rank=peer, host=host)
+        if kind == "self_failed":  # mark_lost: the backend learnt of a loss elsewhere
+            lost = self.broken
+            chost = hosts.get(cause, "?")
+            if isinstance(lost, DistNetworkError) and lost.rank == cause:
+                chost = lost.host or chost
+                msg = str(lost)
+                msg = msg.split(": ", 1)[1] if msg.startswith("group ") else msg
+                return DistNetworkError(f"{g}: rank {cause} ({chost}) is lost, during {desc}; {msg}", rank=cause,
+                                        host=chost)
+            return DistNetworkError(f"{g}: rank {cause} ({chost}) is lost, during {desc}", rank=cause, host=chost)
         if kind == "self_closed":
             return DistNetworkError(f"{g}: backend closed during {desc}", rank=peer, host=host)
         if kind == "mismatch":

@@ -84,9 +84,9 @@ enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_
        OP_REDUCE_SCATTER, OP_BARRIER };
 
 /* error kinds raised to Python as _cnative.Error(kind, peer, cause, theirs) */
-enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSED, E_SIGNAL, E_PY };
+enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSED, E_SIGNAL, E_PY, E_SELF_FAILED };
 static const char *E_NAMES[] = {"ok", "timeout", "dead", "failed", "closed", "mismatch", "self_closed",
-                                "signal", "python"};
+                                "signal", "python", "self_failed"};
 
 static PyObject *Error; /* _cnative.Error */
 static unsigned long main_thread;
@@ -113,7 +113,13 @@ typedef struct {
     hdr_t err_theirs;
     uint64_t err_waited;  /* what was waited for (post / done value) */
     int err_word;         /* 0 post, 1 done */
+    /* the stall warning: on_stall(peer, word, waited_s, left_s) once the op waited warn_after
+     * seconds (0: never), then every WARN_EVERY seconds */
+    PyObject *on_stall;
+    double warn_after, warn_at, op_start;
 } Group;
+
+#define WARN_EVERY 60.0
 
 static inline ctl_t *CTL(Group *g, int r) { return (ctl_t *)g->base[r]; }
 static inline char *SLOT(Group *g, int r, uint64_t p) { return g->base[r] + CTL_BYTES + (p & 1) * g->stride; }
@@ -232,20 +238,56 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
         }
         if (st == ST_CLOSED)
             return E_CLOSED;
-        if (atomic_load(&me->state) != ST_ALIVE)
+        st = atomic_load(&me->state);
+        if (st == ST_FAILED) { /* Group.fail: the backend learnt of a loss elsewhere */
+            g->err_cause = atomic_load(&me->cause);
+            return E_SELF_FAILED;
+        }
+        if (st != ST_ALIVE)
             return E_SELF_CLOSED;
+        /* any member that failed before finishing this piece: the group cannot finish this op */
+        for (int q = 0; q < g->size; q++) {
+            if (q == g->rank || q == peer || atomic_load(&CTL(g, q)->state) != ST_FAILED ||
+                atomic_load_explicit(&CTL(g, q)->done, memory_order_acquire) >= g->piece)
+                continue;
+            g->err_peer = q;
+            g->err_cause = atomic_load(&CTL(g, q)->cause);
+            return E_FAILED;
+        }
         double t = now_s();
         if (t >= next_check) {
             next_check = t + 0.1;
             if (pid_dead(g->pids[peer]))
                 return E_DEAD;
+            /* any member that died before finishing this piece (not one that closed first, nor
+             * one whose part of this piece is all posted and read): seen here, not only by
+             * the ranks that wait on it */
+            for (int q = 0; q < g->size; q++) {
+                ctl_t *cq = CTL(g, q);
+                if (q != g->rank && q != peer && atomic_load(&cq->state) == ST_ALIVE &&
+                    atomic_load_explicit(&cq->done, memory_order_acquire) < g->piece && pid_dead(g->pids[q])) {
+                    g->err_peer = q;
+                    return E_DEAD;
+                }
+            }
             if (t > deadline)
                 return E_TIMEOUT;
-            if (PyThread_get_thread_ident() == main_thread) {
+            int on_main = PyThread_get_thread_ident() == main_thread;
+            int warn = t >= g->warn_at && g->on_stall;
+            if (on_main || warn) {
                 PyEval_RestoreThread(*save);
-                int sig = PyErr_CheckSignals();
+                int bad = on_main ? PyErr_CheckSignals() : 0;
+                if (!bad && warn) {
+                    g->warn_at = t + WARN_EVERY;
+                    PyObject *res = PyObject_CallFunction(g->on_stall, "iidd", peer, which, t - g->op_start,
+                                                          deadline - t);
+                    if (res)
+                        Py_DECREF(res);
+                    else
+                        PyErr_WriteUnraisable(g->on_stall); /* a warning never fails the op */
+                }
                 *save = PyEval_SaveThread();
-                if (sig)
+                if (bad)
                     return E_SIGNAL;
             }
         }
@@ -433,6 +475,8 @@ static int run_reduce(Group *g, char *buf, Py_ssize_t nbytes, Red *r, int root, 
                     return rc;
             if ((rc = fold(g, r, buf + off, 0, p, (size_t)(len / r->esize), sv)))
                 return rc;
+        } else if ((rc = wait_check(g, root, 2 * p + 1, p, &s, 1, (uint64_t)nbytes, dl, sv))) {
+            return rc; /* the root's call: the same op? (the Python engine's ticket) */
         }
         publish(g, &CTL(g, me)->done, p);
     }
@@ -459,6 +503,11 @@ static int run_broadcast(Group *g, char *buf, Py_ssize_t nbytes, int dtype, int 
             if ((rc = wait_check(g, root, 2 * p + 1, p, &s, 1, (uint64_t)nbytes, dl, sv)))
                 return rc;
             memcpy(buf + off, DATA(g, root, p), len);
+        } else {
+            /* every receiver's call: the same op? (the Python engine's tickets) */
+            for (int q = 0; q < g->size; q++)
+                if (q != me && (rc = wait_check(g, q, 2 * p + 1, p, &s, 1, (uint64_t)nbytes, dl, sv)))
+                    return rc;
         }
         publish(g, &CTL(g, me)->done, p);
     }
@@ -652,7 +701,8 @@ static int run_scatter(Group *g, char *out, Py_ssize_t outlen, List *ins, int dt
         for (int q = 0; q < n; q++)
             if (q != me && ins->len[q] > mx)
                 mx = ins->len[q];
-    Sig s = {OP_SCATTER, dtype, 0, root, 0, (uint64_t)pieces_of(mx, Q), 0};
+    /* nbytes: this rank's output (the root checks it against what it sends each rank) */
+    Sig s = {OP_SCATTER, dtype, 0, root, (uint64_t)outlen, (uint64_t)pieces_of(mx, Q), 0};
     g->op_pieces = s.pieces;
     uint64_t M = me == root ? s.pieces : 1;
     for (uint64_t j = 0; j < M; j++) {
@@ -667,6 +717,9 @@ static int run_scatter(Group *g, char *out, Py_ssize_t outlen, List *ins, int dt
         if (me == root) {
             if (j == 0 && out != ins->ptr[me])
                 memmove(out, ins->ptr[me], min_ss(outlen, ins->len[me]));
+            for (int q = 0; q < n; q++)
+                if (q != me && (rc = wait_check(g, q, 2 * p + 1, p, &s, 1, (uint64_t)ins->len[q], dl, sv)))
+                    return rc;
         } else {
             if ((rc = wait_ge(g, root, 0, 2 * p + 1, dl, sv)))
                 return rc;
@@ -755,6 +808,13 @@ static PyObject *raise_err(Group *g, int rc)
     /* a mismatch in the first piece of one-piece calls on both sides: both ranks are at the
      * same piece, nothing of the op is pending: finish the piece and keep the group */
     int recoverable = rc == E_MISMATCH && g->piece == g->op_first && g->op_pieces <= 1 && g->err_theirs.pieces <= 1;
+    /* a timeout waiting for a peer's final post of a one-piece op, this rank's own final
+     * post out: the peer, once it comes, finds all it needs here (this rank overwrites
+     * that slot only after the peer's done): give up the piece, keep the group */
+    if (rc == E_TIMEOUT && g->piece == g->op_first && g->op_pieces <= 1 && g->err_word == 0 &&
+        g->err_waited == 2 * g->piece + 1 &&
+        atomic_load_explicit(&CTL(g, g->rank)->post, memory_order_relaxed) == 2 * g->piece + 1)
+        recoverable = 1;
     if (recoverable) {
         publish(g, &CTL(g, g->rank)->done, g->piece);
     }
@@ -763,7 +823,12 @@ static PyObject *raise_err(Group *g, int rc)
         return NULL; /* the Python exception is set */
     }
     int cause = rc == E_FAILED ? (g->err_cause >= 0 ? g->err_cause : g->err_peer) : g->err_peer;
-    if (rc != E_SELF_CLOSED && !recoverable)
+    if (rc == E_SELF_FAILED) {
+        cause = g->err_cause;
+        g->err_peer = cause;
+        g->broken = 1;
+    }
+    if (rc != E_SELF_CLOSED && rc != E_SELF_FAILED && !recoverable)
         fail_self(g, rc == E_TIMEOUT || rc == E_MISMATCH ? -1 : cause);
     hdr_t *h = &g->err_theirs;
     PyObject *theirs = rc == E_MISMATCH
@@ -805,6 +870,7 @@ static void Group_dealloc(Group *g)
     }
     PyMem_Free(g->base);
     PyMem_Free(g->pids);
+    Py_CLEAR(g->on_stall);
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
 
@@ -858,7 +924,9 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
         g->op_first = 0;                                                                                          \
         g->err_sends = g->err_wants = -1;                                                                         \
         g->op_pieces = 1;                                                                                         \
-        double dl_ = now_s() + g->timeout;                                                                        \
+        g->op_start = now_s();                                                                                    \
+        g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;                                     \
+        double dl_ = g->op_start + g->timeout;                                                                    \
         PyThreadState *sv_ = PyEval_SaveThread();                                                                 \
         PyThreadState **sv = &sv_;                                                                                \
         double dl = dl_;                                                                                          \
@@ -926,7 +994,7 @@ static PyObject *Group_broadcast(Group *g, PyObject *args)
     if (!PyArg_ParseTuple(args, "Oii", &o, &dtype, &root) || check_usable(g))
         return NULL;
     Py_buffer b;
-    if (get_buf(o, &b, 1) < 0)
+    if (get_buf(o, &b, g->rank != root) < 0) /* the root only reads its buffer: read-only is fine */
         return NULL;
     RUN(run_broadcast(g, b.buf, b.len, dtype, root, dl, sv));
     PyBuffer_Release(&b);
@@ -1005,95 +1073,103 @@ static int held_get(Held *h, PyObject *seq, int n, int writable)
     return 0;
 }
 
+/* the buffers of a list op: up to two lists of g->size buffers and one single buffer */
+typedef struct {
+    Held list[2];
+    int nlists;
+    Py_buffer one;
+} Bufs;
+
+static void bufs_release(Bufs *b)
+{
+    if (b->one.obj)
+        PyBuffer_Release(&b->one);
+    for (int i = 0; i < b->nlists; i++)
+        held_release(&b->list[i]);
+}
+
+/* l0 (and l1 when not NULL): lists (Py_None: every buffer absent); one: a buffer or NULL;
+ * w*: writable. On failure everything taken is released and a Python error is set. */
+static int bufs_get(Group *g, Bufs *b, PyObject *l0, int w0, PyObject *l1, int w1, PyObject *one, int wone)
+{
+    memset(b, 0, sizeof *b);
+    if (held_get(&b->list[0], l0, g->size, w0) < 0)
+        return -1;
+    b->nlists = 1;
+    if (l1) {
+        if (held_get(&b->list[1], l1, g->size, w1) < 0)
+            goto fail;
+        b->nlists = 2;
+    }
+    if (one && get_buf(one, &b->one, wone) < 0)
+        goto fail;
+    return 0;
+fail:
+    bufs_release(b);
+    return -1;
+}
+
+static inline List bufs_list(Bufs *b, int i) { return (List){b->list[i].ptr, b->list[i].len}; }
+
+/* after a list op ran: release its buffers, raise its error */
+static PyObject *bufs_done(Group *g, Bufs *b, int rc)
+{
+    bufs_release(b);
+    if (rc)
+        return raise_err(g, rc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Group_all_gather(Group *g, PyObject *args)
 {
     PyObject *outs, *inp;
     int dtype, rc;
-    if (!PyArg_ParseTuple(args, "OOi", &outs, &inp, &dtype) || check_usable(g))
+    Bufs b;
+    if (!PyArg_ParseTuple(args, "OOi", &outs, &inp, &dtype) || check_usable(g) ||
+        bufs_get(g, &b, outs, 1, NULL, 0, inp, 0) < 0)
         return NULL;
-    Held ho;
-    Py_buffer bi;
-    if (held_get(&ho, outs, g->size, 1) < 0)
-        return NULL;
-    if (get_buf(inp, &bi, 0) < 0) {
-        held_release(&ho);
-        return NULL;
-    }
-    List lo = {ho.ptr, ho.len};
-    RUN(run_all_gather(g, &lo, bi.buf, bi.len, dtype, dl, sv));
-    PyBuffer_Release(&bi);
-    held_release(&ho);
-    if (rc)
-        return raise_err(g, rc);
-    Py_RETURN_NONE;
+    List lo = bufs_list(&b, 0);
+    RUN(run_all_gather(g, &lo, b.one.buf, b.one.len, dtype, dl, sv));
+    return bufs_done(g, &b, rc);
 }
 
 static PyObject *Group_gather(Group *g, PyObject *args)
 {
     PyObject *outs, *inp;
     int dtype, root, rc;
-    if (!PyArg_ParseTuple(args, "OOii", &outs, &inp, &dtype, &root) || check_usable(g))
+    Bufs b;
+    if (!PyArg_ParseTuple(args, "OOii", &outs, &inp, &dtype, &root) || check_usable(g) ||
+        bufs_get(g, &b, g->rank == root ? outs : Py_None, 1, NULL, 0, inp, 0) < 0)
         return NULL;
-    Held ho;
-    Py_buffer bi;
-    if (held_get(&ho, g->rank == root ? outs : Py_None, g->size, 1) < 0)
-        return NULL;
-    if (get_buf(inp, &bi, 0) < 0) {
-        held_release(&ho);
-        return NULL;
-    }
-    List lo = {ho.ptr, ho.len};
-    RUN(run_gather(g, &lo, bi.buf, bi.len, dtype, root, dl, sv));
-    PyBuffer_Release(&bi);
-    held_release(&ho);
-    if (rc)
-        return raise_err(g, rc);
-    Py_RETURN_NONE;
+    List lo = bufs_list(&b, 0);
+    RUN(run_gather(g, &lo, b.one.buf, b.one.len, dtype, root, dl, sv));
+    return bufs_done(g, &b, rc);
 }
 
 static PyObject *Group_scatter(Group *g, PyObject *args)
 {
     PyObject *out, *ins;
     int dtype, root, rc;
-    if (!PyArg_ParseTuple(args, "OOii", &out, &ins, &dtype, &root) || check_usable(g))
+    Bufs b;
+    if (!PyArg_ParseTuple(args, "OOii", &out, &ins, &dtype, &root) || check_usable(g) ||
+        bufs_get(g, &b, g->rank == root ? ins : Py_None, 0, NULL, 0, out, 1) < 0)
         return NULL;
-    Held hi;
-    Py_buffer bo;
-    if (held_get(&hi, g->rank == root ? ins : Py_None, g->size, 0) < 0)
-        return NULL;
-    if (get_buf(out, &bo, 1) < 0) {
-        held_release(&hi);
-        return NULL;
-    }
-    List li = {hi.ptr, hi.len};
-    RUN(run_scatter(g, bo.buf, bo.len, &li, dtype, root, dl, sv));
-    PyBuffer_Release(&bo);
-    held_release(&hi);
-    if (rc)
-        return raise_err(g, rc);
-    Py_RETURN_NONE;
+    List li = bufs_list(&b, 0);
+    RUN(run_scatter(g, b.one.buf, b.one.len, &li, dtype, root, dl, sv));
+    return bufs_done(g, &b, rc);
 }
 
 static PyObject *Group_all_to_all(Group *g, PyObject *args)
 {
     PyObject *outs, *ins;
     int dtype, rc;
-    if (!PyArg_ParseTuple(args, "OOi", &outs, &ins, &dtype) || check_usable(g))
+    Bufs b;
+    if (!PyArg_ParseTuple(args, "OOi", &outs, &ins, &dtype) || check_usable(g) ||
+        bufs_get(g, &b, outs, 1, ins, 0, NULL, 0) < 0)
         return NULL;
-    Held ho, hi;
-    if (held_get(&ho, outs, g->size, 1) < 0)
-        return NULL;
-    if (held_get(&hi, ins, g->size, 0) < 0) {
-        held_release(&ho);
-        return NULL;
-    }
-    List lo = {ho.ptr, ho.len}, li = {hi.ptr, hi.len};
+    List lo = bufs_list(&b, 0), li = bufs_list(&b, 1);
     RUN(run_all_to_all(g, &lo, &li, dtype, dl, sv));
-    held_release(&hi);
-    held_release(&ho);
-    if (rc)
-        return raise_err(g, rc);
-    Py_RETURN_NONE;
+    return bufs_done(g, &b, rc);
 }
 
 static PyObject *Group_reduce_scatter(Group *g, PyObject *args)
@@ -1101,26 +1177,14 @@ static PyObject *Group_reduce_scatter(Group *g, PyObject *args)
     PyObject *out, *ins, *fb;
     int dtype, redop, rc;
     Py_ssize_t esize;
-    if (!PyArg_ParseTuple(args, "OOiinO", &out, &ins, &dtype, &redop, &esize, &fb) || check_usable(g))
-        return NULL;
     Red r;
-    if (red_init(&r, dtype, redop, esize, fb) < 0)
+    Bufs b;
+    if (!PyArg_ParseTuple(args, "OOiinO", &out, &ins, &dtype, &redop, &esize, &fb) || check_usable(g) ||
+        red_init(&r, dtype, redop, esize, fb) < 0 || bufs_get(g, &b, ins, 0, NULL, 0, out, 1) < 0)
         return NULL;
-    Held hi;
-    Py_buffer bo;
-    if (held_get(&hi, ins, g->size, 0) < 0)
-        return NULL;
-    if (get_buf(out, &bo, 1) < 0) {
-        held_release(&hi);
-        return NULL;
-    }
-    List li = {hi.ptr, hi.len};
-    RUN(run_reduce_scatter(g, bo.buf, bo.len, &li, &r, dl, sv));
-    PyBuffer_Release(&bo);
-    held_release(&hi);
-    if (rc)
-        return raise_err(g, rc);
-    Py_RETURN_NONE;
+    List li = bufs_list(&b, 0);
+    RUN(run_reduce_scatter(g, b.one.buf, b.one.len, &li, &r, dl, sv));
+    return bufs_done(g, &b, rc);
 }
 
 static PyObject *Group_close(Group *g, PyObject *noargs)
@@ -1181,6 +1245,10 @@ static PyMethodDef Group_methods[] = {
 static PyMemberDef Group_members[] = {
     {"seq", T_ULONGLONG, offsetof(Group, seq), 0, "sequence number of the next op (goes into its header)"},
     {"piece", T_ULONGLONG, offsetof(Group, piece), READONLY, "pieces run so far"},
+    {"broken", T_INT, offsetof(Group, broken), READONLY, "1 once a failure broke the group (every later op fails)"},
+    {"on_stall", T_OBJECT, offsetof(Group, on_stall), 0,
+     "on_stall(peer, word, waited_s, left_s), called with the GIL from a wait of warn_after seconds"},
+    {"warn_after", T_DOUBLE, offsetof(Group, warn_after), 0, "seconds an op waits before on_stall (0: never)"},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -1,0 +1,57 @@
+"""The native engine's failure paths that the shared suites do not reach: a loss the
+backend learnt of elsewhere (``SocketBackend._record_loss``, e.g. from the
+point-to-point side) wakes every same-host waiter at once, naming the lost rank."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from ndist.runtime import DistNetworkError
+
+from _socket_threads import make_backends, run_threads
+
+pytest.importorskip("ndist.collectives.backends.socket._cnative")
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_rank():
+    # 4 ranks; ranks 0, 1 and 2 wait in an all_reduce for rank 3, which never calls it.
+    # Rank 2's backend learns (from elsewhere) that rank 3 is lost: rank 2 and the ranks
+    # waiting on rank 3, not on rank 2, raise naming rank 3 at once (not at the 60 s group
+    # timeout), and rank 2's next collective raises the same error.
+    backends = make_backends(4, "auto", timeout=60.0, engine="native")
+    try:
+        run_threads(backends, lambda b: b.barrier(blocking=True).wait(timeout=30))  # native group up
+        assert all(b.engine == "native" for b in backends)
+        got = {}
+
+        def wait_in_all_reduce(r):
+            t0 = time.monotonic()
+            try:
+                backends[r].all_reduce(np.ones(8), blocking=True).wait(timeout=90)
+                got[r] = ("ok", None, None, time.monotonic() - t0)
+            except DistNetworkError as err:
+                got[r] = (type(err).__name__, err.rank, str(err), time.monotonic() - t0)
+
+        threads = [threading.Thread(target=wait_in_all_reduce, args=(r,), daemon=True) for r in (0, 1, 2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # all three asleep in C
+        backends[2]._record_loss(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
+        for t in threads:
+            t.join(60)
+        for r in (0, 1, 2):
+            kind, rank, msg, waited = got[r]
+            assert kind == "DistNetworkError" and rank == 3, got[r]
+            assert "rank 3" in msg and "all_reduce" in msg, msg
+            assert waited < 0.5 + 5, got[r]  # ~20 ms after the notice on a quiet machine
+        with pytest.raises(DistNetworkError, match="rank 3") as ei:
+            backends[2].barrier(blocking=True).wait(timeout=30)
+        assert ei.value.rank == 3
+    finally:
+        for b in backends:
+            b.close()
