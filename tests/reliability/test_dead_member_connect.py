@@ -135,3 +135,106 @@ def test_a_rank_that_cannot_build_a_group_tells_the_members_waiting_on_it(tmp_pa
         rec = json.loads((tmp_path / f"r{rank}.json").read_text())
         assert rec["type"] == "DistNetworkError" and rec["peer"] == 2 and "rank 2" in rec["msg"], (rank, rec)
         assert rec["t"] - killed < 5, (rank, rec["t"] - killed, rec)  # the group timeout is 20 s
+
+
+# Kill trial seed 3059: in group [1, 2, 3], rank 1 died; rank 3 had learnt of it in
+# another group and stopped calling, so it never published its address in this group;
+# rank 2's send to rank 3 waited the whole group timeout for that address and raised
+# naming rank 3. While a rank waits for a member's address it now also looks at the
+# group's other members: one known dead fails the wait at once, naming it.
+_SILENT_MEMBER_JOB = """
+import json, os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+
+out = sys.argv[1]
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+dist.init_process_group("socket", timeout=timedelta(seconds=20))
+rank = dist.get_rank()
+dist.all_reduce(np.ones(8))  # every rank knows every other's process
+g = dist.new_group([0, 1, 2])
+if rank == 0:  # the victim
+    with open(os.path.join(out, "killed"), "w") as f:
+        f.write(repr(time.time()))
+    os.kill(os.getpid(), signal.SIGKILL)
+if rank == 2:  # stops calling: never builds g, never publishes its address there
+    time.sleep(30)
+    sys.exit(0)
+time.sleep(0.5)  # rank 0 is gone
+try:
+    dist.send(np.ones(4), dst=2, group=g)
+    rec = {"type": None}
+except dist.DistError as err:
+    rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
+rec["t"] = time.time()
+with open(os.path.join(out, "r.json"), "w") as f:
+    json.dump(rec, f)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("transport", ["tcp", "auto"])
+def test_waiting_for_a_silent_members_address_fails_at_once_when_another_member_is_dead(tmp_path, transport):
+    (tmp_path / "job.py").write_text(textwrap.dedent(_SILENT_MEMBER_JOB))
+    env = dict(os.environ, NDIST_TRANSPORT=transport)
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
+                        str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80,
+                       env=env)
+    assert r.returncode != 0, r.stderr[-3000:]
+    killed = float((tmp_path / "killed").read_text())
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert rec["type"] == "DistNetworkError", rec
+    assert rec["peer"] == 0 and "rank 0" in rec["msg"], rec
+    assert rec["t"] - killed < 5, (rec["t"] - killed, rec)  # the group timeout is 20 s
+
+
+# Kill trial seed 3185 (auto transport): a member died while the group built its
+# collective connections, after it published its address and before it published which
+# peers' memory it can read (``sock/cma/<rank>``); the others waited the group timeout for
+# that key. The wait now fails at once, naming the dead member.
+_CMA_KEY_JOB = """
+import json, os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+from ndist.collectives.backends.socket import _cma
+
+out = sys.argv[1]
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+dist.init_process_group("socket", timeout=timedelta(seconds=20))
+rank = dist.get_rank()
+dist.all_reduce(np.ones(8))
+g = dist.new_group([0, 1, 2])
+if rank == 0:  # the victim: dies in g's set-up, before it publishes its sock/cma key
+    def die(*args, **kwargs):
+        with open(os.path.join(out, "killed"), "w") as f:
+            f.write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    _cma.can_read = die
+try:
+    dist.all_reduce(np.ones(4), group=g)
+    rec = {"type": None}
+except dist.DistError as err:
+    rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
+rec["t"] = time.time()
+with open(os.path.join(out, f"r{rank}.json"), "w") as f:
+    json.dump(rec, f)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_member_dying_before_it_publishes_its_memory_access_is_named_at_once(tmp_path):
+    (tmp_path / "job.py").write_text(textwrap.dedent(_CMA_KEY_JOB))
+    env = dict(os.environ, NDIST_TRANSPORT="auto")
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
+                        str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80,
+                       env=env)
+    assert r.returncode != 0, r.stderr[-3000:]
+    killed = float((tmp_path / "killed").read_text())
+    for rank in (1, 2):
+        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        assert rec["type"] == "DistNetworkError", rec
+        assert rec["peer"] == 0 and "rank 0" in rec["msg"], rec
+        assert rec["t"] - killed < 5, (rec["t"] - killed, rec)  # the group timeout is 20 s

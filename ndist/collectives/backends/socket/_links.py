@@ -109,6 +109,7 @@ def _connect_cma(links: Links, eng, mesh, store, rank: int, mode: str) -> None:
     store.set(f"sock/cma/{rank}", ",".join(map(str, sorted(links.cma_from))).encode())
     for p in same:
         if _has_cma(mesh.peer(p)):
+            mesh.wait_published(f"sock/cma/{p}", p)  # (fails at once if a member is known dead)
             readable = store.get(f"sock/cma/{p}").decode()
             if str(rank) in readable.split(","):
                 links.cma_to.add(p)

@@ -179,18 +179,7 @@ class Mesh:
         if info is None:
             key = f"sock/peer/{rank}"
             try:
-                if self.job is not None and not self.store.check([key]):
-                    # not published yet: wait, but fail at once if it is known dead
-                    end = time.monotonic() + self.timeout
-                    while True:
-                        self.check_dead(rank)
-                        left = end - time.monotonic()
-                        try:
-                            self.store.wait([key], timedelta(seconds=max(0.01, min(left, _DEAD_CHECK_S))))
-                            break
-                        except DistTimeoutError:
-                            if left <= _DEAD_CHECK_S:
-                                raise
+                self.wait_published(key, rank)
                 raw = self.store.get(key)
             except DistTimeoutError as err:
                 raise DistTimeoutError(f"rank {self.granks[rank]} of group {self.group_name!r} never published its "
@@ -200,6 +189,28 @@ class Mesh:
             if self.job is not None:
                 _losses.remember(self.job, self.granks[rank], info)
         return info
+
+    def wait_published(self, key: str, rank: int) -> None:
+        """Wait for member ``rank`` to publish ``key`` in the group's store, within the
+        group timeout, but fail at once (DistNetworkError naming it) if it, or any other
+        member, is known dead: the group is broken, and a member that stopped calling after
+        it learnt of that loss elsewhere would never publish."""
+        if self.job is None or self.store.check([key]):
+            return
+        end = time.monotonic() + self.timeout
+        while True:
+            self.check_dead(rank)
+            for other in range(self.size):
+                if other != rank and other != self.rank:
+                    self.check_dead(other)
+            left = end - time.monotonic()
+            try:
+                self.store.wait([key], timedelta(seconds=max(0.01, min(left, _DEAD_CHECK_S))))
+                return
+            except DistTimeoutError as err:
+                if left <= _DEAD_CHECK_S:
+                    missing = str(err).split("; ", 1)[-1]
+                    raise DistTimeoutError(f"store wait timed out after {self.timeout:g} s; {missing}") from None
 
     def host_of(self, rank: int) -> str:
         info = self._peers.get(rank)
