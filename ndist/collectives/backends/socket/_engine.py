@@ -499,8 +499,8 @@ class Engine(LossHandling, StallHandling):
                 conn.on_pay = None
                 cb(conn, memoryview(b""))
             return
-        if conn.stall is not None and h.seq > conn.stall[0]:
-            conn.stall = None  # the peer got past the op it timed out in
+        if conn.stall is not None and h.seq >= conn.stall[0]:
+            conn.stall = None  # sent after its notice: the peer goes on (the stream keeps order)
         if h.kind == F.ACK:
             if h.seq == self.unacked_seq:
                 self.unacked.discard(conn.peer)

@@ -8,7 +8,7 @@ as that peer; with the peer's notice it names the rank the peer waited on, the r
 cause: ``group 'g': rank 0: broadcast float64[8] root=1 #6 timed out; ranks not heard
 from: [2] (rank 1 (host) waited on it)``. A notice only counts once this rank's own
 deadline has passed, and only from a peer this rank still waits on, in this op or one
-before it that the peer never got past (a later frame from the peer drops it): a healthy
+before it that the peer never got past (any frame the peer sent after it drops it): a healthy
 op is never failed by a notice.
 """
 
