@@ -31,6 +31,7 @@ from . import _cma
 from . import _frame as F
 from . import _ring
 from ._engine_loss import LossHandling, abort_reader
+from ._engine_stall import StallHandling
 
 __all__ = ["Engine", "OpInfo", "Expect"]
 
@@ -111,7 +112,7 @@ class Expect:
 
 class _Conn:
     __slots__ = ("peer", "grank", "host", "sock", "fd", "out", "hdr", "hview", "hgot", "held", "pay", "pgot", "on_pay",
-                 "drain", "dead", "ring_out", "ring_in")
+                 "drain", "dead", "ring_out", "ring_in", "stall")
 
     def __init__(self, peer, host, sock, grank=None):
         self.peer = peer  # group rank
@@ -134,9 +135,10 @@ class _Conn:
         # socket then only carries doorbells and shows the peer's death
         self.ring_out = None
         self.ring_in = None
+        self.stall = None  # (seq, global ranks) of the peer's last timeout notice (_engine_stall)
 
 
-class Engine(LossHandling):
+class Engine(LossHandling, StallHandling):
     def __init__(self, rank, size, group_name, socks: dict, hosts: dict, shm_prefixes: dict, peer_segs,
                  own_seg, spin: bool, granks=None):
         self.rank = rank
@@ -171,6 +173,7 @@ class Engine(LossHandling):
         self._began = 0.0
         self._warn_at = float("inf")
         self._init_losses()
+        self._init_stalls()
 
     # ----------------------------------------------------------- helpers
     def frame(self, kind, step, nbytes, flags=0, offset=0) -> bytes:
@@ -250,6 +253,8 @@ class Engine(LossHandling):
                 self.op = None
         now = time.monotonic()
         self.deadline = now + timeout
+        self.timeout = timeout
+        self.in_grace = False
         self._began = now
         self._warn_at = now + self.wait_warning
         if self.refs_out:
@@ -494,6 +499,8 @@ class Engine(LossHandling):
                 conn.on_pay = None
                 cb(conn, memoryview(b""))
             return
+        if conn.stall is not None and h.seq >= conn.stall[0]:
+            conn.stall = None  # sent after its notice: the peer goes on (the stream keeps order)
         if h.kind == F.ACK:
             if h.seq == self.unacked_seq:
                 self.unacked.discard(conn.peer)
@@ -616,11 +623,8 @@ class Engine(LossHandling):
             if now >= self._warn_at:  # (only here, where the loop is about to block)
                 self._warn_stall(expects, now)
             if left <= 0:
-                waiting = self._granks(e.peer for e in expects if not e.done)
-                unsent = self._granks(c.peer for c in conns.values() if c.out)
-                raise DistTimeoutError(
-                    f"group {self.group_name!r}: {self.op.desc if self.op else 'collective'} timed out; "
-                    f"ranks not heard from: {waiting}" + (f"; ranks not reading: {unsent}" if unsent else ""))
+                self._deadline_passed(expects, now)  # raises, or grants a grace for peers' notices
+                continue
             poller = select.poll()
             if self._wake_r >= 0:
                 poller.register(self._wake_r, _POLLIN)  # notify_lost

@@ -127,6 +127,9 @@ class LossHandling:
 def abort_reader(engine, h, exp):
     def cb(conn, view):
         info = F.unpack_abort(bytes(view))
+        if info.get("kind") == "stalled":  # a peer's op timed out (_engine_stall): not a failure of ours
+            engine.on_stall_notice(conn, h.seq, info)
+            return
         if info.get("kind") == "lost":
             # a peer lost a rank: the group is broken, whatever op this is about
             engine.unacked.discard(conn.peer)

@@ -297,6 +297,9 @@ class NativeAlgorithms:
         if kind == "timeout":  # the Python engine's words (docs/errors.md)
             return DistTimeoutError(f"{g}: {desc} timed out; ranks not heard from: [{peer}]"
                                     f"{_DONE_NOTE if detail[0] else ''}")
+        if kind == "stalled":  # the peer waited on timed out waiting on ``cause`` (a stopped rank, say)
+            return DistTimeoutError(f"{g}: {desc} timed out; ranks not heard from: [{cause}] (rank {peer} ({host}) "
+                                    f"waited on it)")
         if kind == "dead":
             return DistNetworkError(f"{g}: lost connection to rank {peer} ({host}) during {desc}: its process "
                                     f"exited", rank=peer, host=host)

@@ -62,8 +62,11 @@ typedef struct {
     _Atomic uint32_t sleepers; /* processes asleep on ``bell`` */
     char pad2[56];
     _Atomic uint32_t state;
-    _Atomic int32_t cause;     /* root-cause rank of a failure (-1: this rank itself) */
+    _Atomic int32_t cause;     /* root-cause rank of a failure (-1: this rank itself; <= -2: this rank
+                                * timed out waiting on rank -2 - cause) */
     int32_t pid;
+    _Atomic int32_t stall_rank;  /* the timeout notice: this rank's deadline passed in piece */
+    _Atomic uint64_t stall_piece; /* stall_piece - 1 waiting on stall_rank (0: none; cleared at the next op) */
 } ctl_t;
 
 typedef struct {
@@ -84,9 +87,12 @@ enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_
        OP_REDUCE_SCATTER, OP_BARRIER };
 
 /* error kinds raised to Python as _cnative.Error(kind, peer, cause, theirs) */
-enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSED, E_SIGNAL, E_PY, E_SELF_FAILED };
+/* E_STALLED: this rank timed out (or a peer that did failed) waiting on a peer that itself waited on
+ * ``cause`` (the root cause: a stopped rank) */
+enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSED, E_SIGNAL, E_PY, E_SELF_FAILED,
+       E_STALLED };
 static const char *E_NAMES[] = {"ok", "timeout", "dead", "failed", "closed", "mismatch", "self_closed",
-                                "signal", "python", "self_failed"};
+                                "signal", "python", "self_failed", "stalled"};
 
 static PyObject *Error; /* _cnative.Error */
 static unsigned long main_thread;
@@ -117,6 +123,9 @@ typedef struct {
      * seconds (0: never), then every WARN_EVERY seconds */
     PyObject *on_stall;
     double warn_after, warn_at, op_start;
+    /* the deadline passed: this rank posted its notice and waits until grace_end for a peer's */
+    int in_grace;
+    double grace_end;
 } Group;
 
 #define WARN_EVERY 60.0
@@ -187,6 +196,27 @@ static int pid_dead(int32_t pid)
     return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
+/* The root cause a waited-on peer's timeout notice names (a group rank other than this one),
+ * for this rank's piece; -1 when it gave none. */
+static int stall_root(Group *g, int peer)
+{
+    ctl_t *c = CTL(g, peer);
+    uint64_t sp = atomic_load_explicit(&c->stall_piece, memory_order_acquire);
+    if (!sp || sp - 1 > g->piece)
+        return -1;
+    int r = atomic_load(&c->stall_rank);
+    return r >= 0 && r < g->size && r != g->rank ? r : -1;
+}
+
+/* Tell the peers (the timeout notice): this rank's deadline passed waiting on ``peer``. */
+static void post_stall(Group *g, int peer)
+{
+    ctl_t *me = CTL(g, g->rank);
+    atomic_store(&me->stall_rank, peer);
+    atomic_store_explicit(&me->stall_piece, g->piece + 1, memory_order_release);
+    ring_bell(me);
+}
+
 /* Wait until peer's word (0 post, 1 done) >= v. Runs without the GIL; *save is the
  * thread state, restored briefly to look at Python signals on the main thread. */
 static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, PyThreadState **save)
@@ -226,14 +256,23 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
         if (st == ST_ALIVE && atomic_load(&me->state) == ST_ALIVE)
             futex_wait(&c->bell, b, 20 * 1000 * 1000L);
         atomic_fetch_sub(&c->sleepers, 1);
-        if (atomic_load_explicit(w, memory_order_acquire) >= v)
+        if (atomic_load_explicit(w, memory_order_acquire) >= v) {
+            if (g->in_grace) /* the peer came after all: withdraw this rank's notice */
+                atomic_store(&me->stall_piece, 0);
             return E_OK;
+        }
         g->err_peer = peer;
         g->err_waited = v;
         g->err_word = which;
         st = atomic_load(&c->state);
         if (st == ST_FAILED) {
             g->err_cause = atomic_load(&c->cause);
+            if (g->err_cause <= -2 && -2 - g->err_cause != g->rank) { /* it timed out waiting on that rank */
+                g->err_cause = -2 - g->err_cause;
+                return E_STALLED;
+            }
+            if (g->err_cause <= -2)
+                g->err_cause = -1; /* it timed out waiting on this rank: it failed */
             return E_FAILED;
         }
         if (st == ST_CLOSED)
@@ -252,9 +291,22 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
                 continue;
             g->err_peer = q;
             g->err_cause = atomic_load(&CTL(g, q)->cause);
+            if (g->err_cause <= -2 && -2 - g->err_cause != g->rank) {
+                g->err_cause = -2 - g->err_cause;
+                return E_STALLED;
+            }
+            if (g->err_cause <= -2)
+                g->err_cause = -1;
             return E_FAILED;
         }
         double t = now_s();
+        if (g->in_grace) { /* a notice from the peer waited on: it names the root cause */
+            int r = stall_root(g, peer);
+            if (r >= 0) {
+                g->err_cause = r;
+                return E_STALLED;
+            }
+        }
         if (t >= next_check) {
             next_check = t + 0.1;
             if (pid_dead(g->pids[peer]))
@@ -270,8 +322,21 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
                     return E_DEAD;
                 }
             }
-            if (t > deadline)
-                return E_TIMEOUT;
+            if (t > deadline) {
+                int r = stall_root(g, peer);
+                if (r >= 0) { /* the peer's deadline passed first: it waits on r */
+                    g->err_cause = r;
+                    return E_STALLED;
+                }
+                if (!g->in_grace) { /* tell the peers, then give their notices a grace */
+                    g->in_grace = 1;
+                    post_stall(g, peer);
+                    double grace = g->timeout * 0.1 < 1.0 ? g->timeout * 0.1 : 1.0;
+                    g->grace_end = t + grace;
+                }
+                if (t > g->grace_end)
+                    return E_TIMEOUT;
+            }
             int on_main = PyThread_get_thread_ident() == main_thread;
             int warn = t >= g->warn_at && g->on_stall;
             if (on_main || warn) {
@@ -811,7 +876,7 @@ static PyObject *raise_err(Group *g, int rc)
     /* a timeout waiting for a peer's final post of a one-piece op, this rank's own final
      * post out: the peer, once it comes, finds all it needs here (this rank overwrites
      * that slot only after the peer's done): give up the piece, keep the group */
-    if (rc == E_TIMEOUT && g->piece == g->op_first && g->op_pieces <= 1 && g->err_word == 0 &&
+    if ((rc == E_TIMEOUT || rc == E_STALLED) && g->piece == g->op_first && g->op_pieces <= 1 && g->err_word == 0 &&
         g->err_waited == 2 * g->piece + 1 &&
         atomic_load_explicit(&CTL(g, g->rank)->post, memory_order_relaxed) == 2 * g->piece + 1)
         recoverable = 1;
@@ -822,14 +887,16 @@ static PyObject *raise_err(Group *g, int rc)
         fail_self(g, -1);
         return NULL; /* the Python exception is set */
     }
-    int cause = rc == E_FAILED ? (g->err_cause >= 0 ? g->err_cause : g->err_peer) : g->err_peer;
+    int cause = rc == E_FAILED ? (g->err_cause >= 0 ? g->err_cause : g->err_peer)
+              : rc == E_STALLED ? g->err_cause : g->err_peer;
     if (rc == E_SELF_FAILED) {
         cause = g->err_cause;
         g->err_peer = cause;
         g->broken = 1;
     }
     if (rc != E_SELF_CLOSED && rc != E_SELF_FAILED && !recoverable)
-        fail_self(g, rc == E_TIMEOUT || rc == E_MISMATCH ? -1 : cause);
+        /* a timeout: -2 - the rank waited on (the root cause), so that a rank waiting on this one names it */
+        fail_self(g, rc == E_TIMEOUT || rc == E_STALLED ? -2 - cause : rc == E_MISMATCH ? -1 : cause);
     hdr_t *h = &g->err_theirs;
     PyObject *theirs = rc == E_MISMATCH
         ? Py_BuildValue("(iiiiKKKLL)", h->op, h->dtype, h->redop, h->root, (unsigned long long)h->nbytes,
@@ -925,6 +992,9 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
         g->err_sends = g->err_wants = -1;                                                                         \
         g->op_pieces = 1;                                                                                         \
         g->op_start = now_s();                                                                                    \
+        g->in_grace = 0;                                                                                          \
+        if (atomic_load_explicit(&CTL(g, g->rank)->stall_piece, memory_order_relaxed))                          \
+            atomic_store(&CTL(g, g->rank)->stall_piece, 0); /* past the op it timed out in */                    \
         g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;                                     \
         double dl_ = g->op_start + g->timeout;                                                                    \
         PyThreadState *sv_ = PyEval_SaveThread();                                                                 \
