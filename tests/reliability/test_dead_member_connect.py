@@ -17,6 +17,23 @@ import textwrap
 
 import pytest
 
+
+def _launch(tmp_path, job: str, *args, **env) -> float:
+    """Run ``job`` on 3 ranks under ndistrun (it must fail: a rank is killed); the kill time."""
+    (tmp_path / "job.py").write_text(textwrap.dedent(job))
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
+                        str(tmp_path / "job.py"), str(tmp_path), *map(str, args)],
+                       capture_output=True, text=True, timeout=80, env=dict(os.environ, **env))
+    assert r.returncode != 0, r.stderr[-3000:]
+    return float((tmp_path / "killed").read_text())
+
+
+def _names_at_once(rec: dict, victim: int, killed: float) -> None:
+    assert rec["type"] == "DistNetworkError", rec
+    assert rec["peer"] == victim and f"rank {victim}" in rec["msg"], rec
+    assert rec["t"] - killed < 5, (rec["t"] - killed, rec)  # the group timeout is 20 s
+
+
 _JOB = """
 import json, os, signal, sys, time
 from datetime import timedelta
@@ -64,17 +81,8 @@ if rank == survivor:
     ("recv", "published", 1, 0, "tcp"),
 ])
 def test_connecting_to_a_dead_member_fails_at_once_naming_it(tmp_path, what, when, survivor, victim, transport):
-    (tmp_path / "job.py").write_text(textwrap.dedent(_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
-                        str(tmp_path / "job.py"), str(tmp_path), what, when, str(survivor), str(victim)],
-                       capture_output=True, text=True, timeout=80, env=env)
-    assert r.returncode != 0, r.stderr[-3000:]
-    killed = float((tmp_path / "killed").read_text())
-    rec = json.loads((tmp_path / "r.json").read_text())
-    assert rec["type"] == "DistNetworkError", rec
-    assert rec["peer"] == victim and f"rank {victim}" in rec["msg"], rec
-    assert rec["t"] - killed < 5, (rec["t"] - killed, rec)  # the group timeout is 20 s
+    killed = _launch(tmp_path, _JOB, what, when, survivor, victim, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
+    _names_at_once(json.loads((tmp_path / "r.json").read_text()), victim, killed)
 
 
 # Rank 2 dies while building the group's collective connections: after dialling rank 0,
@@ -176,17 +184,8 @@ with open(os.path.join(out, "r.json"), "w") as f:
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport", ["tcp", "auto"])
 def test_waiting_for_a_silent_members_address_fails_at_once_when_another_member_is_dead(tmp_path, transport):
-    (tmp_path / "job.py").write_text(textwrap.dedent(_SILENT_MEMBER_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT=transport)
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
-                        str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80,
-                       env=env)
-    assert r.returncode != 0, r.stderr[-3000:]
-    killed = float((tmp_path / "killed").read_text())
-    rec = json.loads((tmp_path / "r.json").read_text())
-    assert rec["type"] == "DistNetworkError", rec
-    assert rec["peer"] == 0 and "rank 0" in rec["msg"], rec
-    assert rec["t"] - killed < 5, (rec["t"] - killed, rec)  # the group timeout is 20 s
+    killed = _launch(tmp_path, _SILENT_MEMBER_JOB, NDIST_TRANSPORT=transport)
+    _names_at_once(json.loads((tmp_path / "r.json").read_text()), 0, killed)
 
 
 # Kill trial seed 3185 (auto transport): a member died while the group built its
@@ -226,15 +225,6 @@ with open(os.path.join(out, f"r{rank}.json"), "w") as f:
 
 @pytest.mark.timeout(90)
 def test_a_member_dying_before_it_publishes_its_memory_access_is_named_at_once(tmp_path):
-    (tmp_path / "job.py").write_text(textwrap.dedent(_CMA_KEY_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT="auto")
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
-                        str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80,
-                       env=env)
-    assert r.returncode != 0, r.stderr[-3000:]
-    killed = float((tmp_path / "killed").read_text())
+    killed = _launch(tmp_path, _CMA_KEY_JOB, NDIST_TRANSPORT="auto")
     for rank in (1, 2):
-        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
-        assert rec["type"] == "DistNetworkError", rec
-        assert rec["peer"] == 0 and "rank 0" in rec["msg"], rec
-        assert rec["t"] - killed < 5, (rec["t"] - killed, rec)  # the group timeout is 20 s
+        _names_at_once(json.loads((tmp_path / f"r{rank}.json").read_text()), 0, killed)

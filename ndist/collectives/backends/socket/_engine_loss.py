@@ -111,9 +111,12 @@ class LossHandling:
         without polling the dead rank's connection itself. Best effort, never blocks."""
         msg = str(exc)
         msg = msg.split(": ", 1)[1] if msg.startswith("group ") else msg
-        body = F.pack_abort("lost", msg, exc.rank, exc.host)
-        head = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, self.op.seq if self.op is not None else 0, -1, 0,
-                      len(body))
+        self._tell_peers(F.pack_abort("lost", msg, exc.rank, exc.host), self.op.seq if self.op is not None else 0)
+
+    def _tell_peers(self, body: bytes, seq: int, root: int = -1) -> None:
+        """Send an ABORT frame with ``body`` to every peer whose connection is alive. Best
+        effort, never blocks: a peer that is gone too is already recorded by ``_lost``."""
+        head = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, seq, root, 0, len(body))
         for conn in self.conns.values():
             if conn.dead is None:
                 conn.out.append(memoryview(head))
@@ -121,7 +124,7 @@ class LossHandling:
                 try:
                     self._write(conn)
                 except DistNetworkError:
-                    pass  # that peer is gone too (already recorded by _lost)
+                    pass
 
 
 def abort_reader(engine, h, exp):

@@ -14,7 +14,7 @@ op is never failed by a notice.
 
 from __future__ import annotations
 
-from ....runtime import DistNetworkError, DistTimeoutError
+from ....runtime import DistTimeoutError
 from . import _frame as F
 
 __all__ = ["StallHandling", "grace_s"]
@@ -89,15 +89,7 @@ class StallHandling:
         op = self.op
         body = F.pack_abort("stalled", f"{op.desc} timed out; ranks not heard from: {list(ranks)}",
                             ranks=ranks)
-        head = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, op.seq, op.root, 0, len(body))
-        for conn in self.conns.values():
-            if conn.dead is None:
-                conn.out.append(memoryview(head))
-                conn.out.append(memoryview(body))
-                try:
-                    self._write(conn)
-                except DistNetworkError:
-                    pass  # that peer is gone (recorded by _lost)
+        self._tell_peers(body, op.seq, op.root)  # (_engine_loss)
 
     def on_stall_notice(self, conn, seq: int, info: dict) -> None:
         """A peer's ``stalled`` notice (its op #seq timed out): kept on its connection; an
