@@ -209,8 +209,7 @@ class SocketBackend(CollectiveBackend):
                                      {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
                                      self.size <= (os.cpu_count() or 1))
         self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size,
-                                                            self.ctx.group_name, wait_warning_from_env())
-        self._native.granks = self._granks
+                                                            self.ctx.group_name, wait_warning_from_env(), self._granks)
         self._loss_hooks.append(self._native_loss)
         # every rank has mapped every file before any rank may finish an op and unlink its own
         group.barrier()

@@ -189,12 +189,14 @@ def _fallback(op, dtype):
 class NativeAlgorithms:
     """The socket backend's collectives on the native engine (the methods of ``Algorithms``)."""
 
-    def __init__(self, mod, group, rank: int, size: int, group_name: str = "", warn_after: float = 0.0) -> None:
+    def __init__(self, mod, group, rank: int, size: int, group_name: str = "", warn_after: float = 0.0,
+                 granks=None) -> None:
         self.mod = mod
         self.g = group  # holds buffer exports of every rank's mapping: they live as long as it
         self.rank = rank
         self.size = size
-        self.granks = tuple(range(size))  # global rank of each group rank (set by the backend): messages name them
+        #: global rank of each group rank: messages and ``.rank`` name them (the C engine counts group ranks)
+        self.granks = tuple(range(size)) if granks is None else tuple(granks)
         self.group_name = group_name
         self._red: dict = {}
         #: the first failure that broke the group: every later op raises it (as the Python engine's)
@@ -272,8 +274,8 @@ class NativeAlgorithms:
         """Called from the wait in C (with the GIL) after ``NDIST_WAIT_WARNING`` seconds, then
         once a minute: the Python engine's warning, word for word."""
         log.warning("group %r: %s has waited %.0f s; ranks not heard from: [%d]%s (it fails at the group "
-                    "timeout, in %.0f s)", self.group_name, self.desc(), waited, self.granks[peer], _DONE_NOTE if word else "",
-                    max(0.0, left))
+                    "timeout, in %.0f s)", self.group_name, self.desc(), waited, self.granks[peer],
+                    _DONE_NOTE if word else "", max(0.0, left))
 
     def mark_lost(self, exc: BaseException) -> None:
         """The backend learnt of a member's loss outside this engine (point-to-point): the
