@@ -424,11 +424,11 @@ class P2P:
             return gone if gone is not True else DistNetworkError(
                 f"group {self.group_name!r}: rank {self.granks[peer]} ({host}) has left the group "
                 f"(destroy_process_group() or exit): {err}", rank=self.granks[peer], host=host)
-        other = err.rank if isinstance(err, DistNetworkError) else None
-        if other is not None and other != self.granks[peer] and other in self.granks:
+        other = self._gindex.get(err.rank) if isinstance(err, DistNetworkError) else None
+        if other is not None and other != peer:
             # waiting to connect to ``peer``, another member was found dead (the mesh looks
             # at every member): that member is the loss, not the peer we were dialling
-            return self._peer_lost(self.granks.index(other), err)
+            return self._peer_lost(other, err)
         return self._peer_lost(peer, err)
 
     def _known_dead(self, peer: int) -> bool:
