@@ -114,6 +114,22 @@ def _plain_two(output, input, group, async_op):
     return None
 
 
+def _plain_splits(sizes, rows: int, n: int):
+    """``sizes`` as a new list when it is a list or tuple of ``n`` Python ints, none
+    negative, that sum to ``rows``; else None (the general path then checks it and
+    raises its own error). A new list: the record never holds the caller's object."""
+    if (type(sizes) is list or type(sizes) is tuple) and len(sizes) == n:
+        out = list(sizes)
+        total = 0
+        for s in out:
+            if type(s) is not int or s < 0:
+                return None
+            total += s
+        if total == rows:
+            return out
+    return None
+
+
 def _plain_op(op, dtype):
     """``_check.reduce_op(op, dtype)`` for a ReduceOp other than PREMUL_SUM on a plain
     dtype it applies to, from the table; None for anything else."""
@@ -380,17 +396,28 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
                       async_op=False):
     """Split ``input`` along dim 0 by ``input_split_sizes``, exchange, and concatenate into ``output``."""
-    plain = _plain_two(output, input, group, async_op) if output_split_sizes is None and input_split_sizes is None \
-        else None
+    plain = _plain_two(output, input, group, async_op)
     if plain is not None:
         lane, o, i, dt = plain
-        shape = o.shape
-        if shape == i.shape and shape and not shape[0] % lane.size:  # even: the record has no splits
-            n = o.size
-            return run(lane, lane.all_to_all_single, _new_call(Call, (
-                _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
-                i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, None, None, 0)),
-                _ALL_TO_ALL_SINGLE, dt, None, n, n)
+        shape, ishape = o.shape, i.shape
+        if output_split_sizes is None and input_split_sizes is None:
+            if shape == ishape and shape and not shape[0] % lane.size:  # even: the record has no splits
+                n = o.size
+                return run(lane, lane.all_to_all_single, _new_call(Call, (
+                    _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                    i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, None, None, 0)),
+                    _ALL_TO_ALL_SINGLE, dt, None, n, n)
+        elif shape and ishape and shape[1:] == ishape[1:]:  # uneven: both split lists given
+            n = lane.size
+            osz = _plain_splits(output_split_sizes, shape[0], n)
+            isz = _plain_splits(input_split_sizes, ishape[0], n)
+            if osz is not None and isz is not None and osz[lane.rank] == isz[lane.rank]:
+                if len(shape) > 1:
+                    osz, isz = _rows_to_elements(osz, shape), _rows_to_elements(isz, ishape)
+                return run(lane, lane.all_to_all_single, _new_call(Call, (
+                    _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                    i if i.ndim == 1 else i.reshape(-1), None, None, osz, isz, None, None, None, 0)),
+                    _ALL_TO_ALL_SINGLE, dt, None, i.size, o.size)
     pg = member_group(group, "all_to_all_single")
     if pg is None:
         return None

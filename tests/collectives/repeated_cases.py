@@ -294,6 +294,47 @@ def reduce_scatter_into_its_input(d, r, n):
     assert (out == n * (n + 1) / 2).all(), out
 
 
+def _uneven(r, n):
+    """Split sizes where rank r sends j + 1 rows to rank j (rows of 2): sizes, input, expected output."""
+    isz = [j + 1 for j in range(n)]
+    osz = [r + 1] * n
+    inp = np.concatenate([np.full((j + 1, 2), 10 * r + j, np.int32) for j in range(n)])
+    want = np.concatenate([np.full((r + 1, 2), 10 * j + r, np.int32) for j in range(n)])
+    return osz, isz, inp, want
+
+
+@case
+def uneven_splits_changed(d, r, n):
+    osz, isz, inp, want = _uneven(r, n)
+    out = np.zeros_like(want)
+    for _ in range(3):
+        out[:] = 0
+        d.all_to_all_single(out, inp, osz, isz)
+        assert np.array_equal(out, want), out
+    out[:] = 0
+    d.all_to_all_single(out, inp, tuple(osz), [np.int64(s) for s in isz])  # tuple, NumPy ints: general path
+    assert np.array_equal(out, want), out
+    _raises(ValueError, r"input_split_sizes: sizes \[.*\] sum to", d.all_to_all_single, out, inp, osz,
+            isz[:-1] + [isz[-1] + 1])
+    _raises(ValueError, r"input_split_sizes\[0\]: expected a size >= 0, got -1", d.all_to_all_single, out, inp,
+            osz, [-1] + isz[1:])
+    _raises(TypeError, r"input_split_sizes\[0\]: expected an int, got bool", d.all_to_all_single, out, inp, osz,
+            [True] + isz[1:])
+    _raises(ValueError, rf"input_split_sizes: expected {n} sizes \(the group size\)", d.all_to_all_single, out,
+            inp, osz, isz + [0])
+    me_in = list(isz)  # what this rank sends itself differs from what it receives from itself
+    me_in[r] += 1
+    me_in[(r + 1) % n] -= 1
+    _raises(ValueError, rf"output_split_sizes\[{r}\]: expected {me_in[r]}", d.all_to_all_single, out, inp, osz,
+            me_in)
+    _raises(ValueError, r"output: expected trailing dimensions \(2,\)", d.all_to_all_single,
+            np.zeros((want.size,), np.int32), inp, [s * 2 for s in osz], isz)
+    sizes = list(isz)  # the caller's list changed in place between calls: nothing is remembered
+    d.all_to_all_single(out, inp, osz, sizes)
+    sizes[0] += 1
+    _raises(ValueError, r"input_split_sizes: sizes", d.all_to_all_single, out, inp, osz, sizes)
+
+
 @case
 def recorded_as_the_general_path_records(d, r, n):
     g = d.new_group(list(range(n)))
@@ -302,14 +343,15 @@ def recorded_as_the_general_path_records(d, r, n):
              lambda **k: d.broadcast(a, n - 1, group=g, **k),
              lambda **k: d.all_gather_into_tensor(full, part, group=g, **k),
              lambda **k: d.reduce_scatter_tensor(part, full, group=g, **k),
-             lambda **k: d.all_to_all_single(full, full.copy(), group=g, **k)]
+             lambda **k: d.all_to_all_single(full, full.copy(), group=g, **k),
+             lambda **k: d.all_to_all_single(full, full.copy(), [4] * n, [4] * n, group=g, **k)]
     for call in calls:
         _warm(call)  # the last two are repeated calls
         call(async_op=True).wait()  # the general path
     keys = ("op", "device", "dtype", "count_in", "count_out", "root", "state", "error")
     entries = [tuple(e[k] for k in keys) for e in d.flight_recorder(g)]
-    assert [e["seq"] for e in d.flight_recorder(g)] == list(range(1, 21)), d.flight_recorder(g)
-    for i in range(5):
+    assert [e["seq"] for e in d.flight_recorder(g)] == list(range(1, 25)), d.flight_recorder(g)
+    for i in range(len(calls)):
         plain, general = entries[4 * i + 2], entries[4 * i + 3]
         assert plain == general, (plain, general)
     d.destroy_process_group(g)
