@@ -207,34 +207,56 @@ class Mesh:
         return info
 
     def prefetch(self) -> None:
-        """Every member's published facts in two store round trips (``check``, then one
-        ``multi_get``) when all have published; otherwise ``peer`` fetches each on use."""
+        """Every member's published facts (the group's set-up needs them all) in one wait
+        and one ``multi_get``, not two store round trips per member."""
         ranks = [r for r in range(self.size) if r != self.rank and r not in self._peers]
-        keys = [f"sock/peer/{r}" for r in ranks]
-        if not keys or not self.store.check(keys):
+        if not ranks:
             return
-        for r, raw in zip(ranks, self.store.multi_get(keys)):
+        keys = [f"sock/peer/{r}" for r in ranks]
+        before, self.connecting = self.connecting, [self.granks[r] for r in ranks]  # (what a wait names)
+        try:
+            self.wait_published(keys, ranks)
+            raws = self.store.multi_get(keys)
+        except DistTimeoutError as err:
+            missing = [self.granks[r] for r, k in zip(ranks, keys) if not self.store.check([k])]
+            raise DistTimeoutError(f"ranks {missing} of group {self.group_name!r} never published their "
+                                   f"addresses: {err}") from None
+        finally:
+            self.connecting = before
+        for r, raw in zip(ranks, raws):
             info = json.loads(raw)
             self._peers[r] = info
             if self.job is not None:
                 _losses.remember(self.job, self.granks[r], info)
 
-    def wait_published(self, key: str, rank: int) -> None:
-        """Wait for member ``rank`` to publish ``key`` in the group's store, within the
-        group timeout, but fail at once (DistNetworkError naming it) if it, or any other
-        member, is known dead: the group is broken, and a member that stopped calling after
-        it learnt of that loss elsewhere would never publish."""
-        if self.job is None or self.store.check([key]):
+    def wait_published(self, key, rank) -> None:
+        """Wait for member ``rank`` to publish ``key`` in the group's store (or each of the
+        ``rank`` list its ``key`` of the list), within the group timeout, but fail at once
+        (DistNetworkError naming it) if it, or any other member, is known dead: the group is
+        broken, and a member that stopped calling after it learnt of that loss elsewhere
+        would never publish."""
+        keys, ranks = (key, rank) if isinstance(key, list) else ([key], [rank])
+        if self.job is None:
+            if len(keys) > 1:  # (one key: the caller's get waits)
+                self.store.wait(keys, timedelta(seconds=self.timeout))
+            return
+        if self.store.check(keys):
             return
         end = time.monotonic() + self.timeout
+        waited = set(ranks)
         while True:
-            self.check_dead(rank)
+            dead = [r for r in ranks if self.is_dead(r)]
+            for r in dead:  # name first a dead member whose key is missing: the one waited for
+                if len(ranks) == 1 or not self.store.check([keys[ranks.index(r)]]):
+                    self.check_dead(r)
+            for r in dead:
+                self.check_dead(r)
             for other in range(self.size):
-                if other != rank and other != self.rank:
+                if other not in waited and other != self.rank:
                     self.check_dead(other)
             left = end - time.monotonic()
             try:
-                self.store.wait([key], timedelta(seconds=max(0.01, min(left, _DEAD_CHECK_S))))
+                self.store.wait(keys, timedelta(seconds=max(0.01, min(left, _DEAD_CHECK_S))))
                 return
             except DistTimeoutError as err:
                 if left <= _DEAD_CHECK_S:
@@ -362,6 +384,9 @@ class Mesh:
                 self._linked.discard(rank)
             return
         with self._cond:
+            if self._closed:  # (close() has closed those taken in before)
+                sock.close()
+                return
             old = self._coll.pop(rank, None)
             self._coll[rank] = (sock, facts)
             self._cond.notify_all()
@@ -476,7 +501,8 @@ class Mesh:
         return peer in self._p2p_out
 
     def close(self) -> None:
-        self._closed = True
+        with self._cond:
+            self._closed = True
         self._acceptor.close()
         listeners = [self._listener] + ([self._ulistener] if self._ulistener is not None else [])
         for s in [*listeners, *self._p2p_out.values(), *(c[0] for c in self._coll.values())]:
