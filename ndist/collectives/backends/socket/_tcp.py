@@ -13,9 +13,9 @@ backend instance it was meant for. The listeners' side of that runs in
 Channel 0 carries collectives: one connection per pair that talks, opened by
 whichever rank of the pair first needs it (``collective_link``: a schedule talks
 to O(log n) peers, so a rank holds O(log n) links, not n - 1), with the pair's
-shared-memory paths agreed in its opening (``_links_wire``). Channel 1 carries point-to-point messages: rank
-``i`` sends to ``j`` only on the connection ``i`` opened (one ordered stream
-per direction), opened on first use.
+shared-memory paths agreed in its opening (``_links_wire``). Channel 1 carries
+point-to-point messages: rank ``i`` sends to ``j`` only on the connection ``i``
+opened (one ordered stream per direction), opened on first use.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ class Mesh:
         self._peers: dict[int, dict] = {}
         #: global ranks the collective channel waits for now (``collective_link``)
         self.connecting: list = []
-        self._abandoned: bytes | None = None  # the lost notice of ``_abandon``
+        self._abandoned: bytes | None = None  # the lost notice of ``abandon``
         self._closed = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -437,10 +437,11 @@ class Mesh:
     def _dial_collective(self, peer: int, deadline: float):
         """Dial ``peer``'s collective channel with this rank's offer; ``(None, None)`` when
         it refused (its own dial to this rank is the pair's link)."""
+        offer = _links_wire.offer(self, peer)  # before connecting: the peer's acceptor waits for it
         sock = self._connect(peer, COLL, deadline)
         gpeer, host = self.granks[peer], self.host_of(peer)
         try:
-            sock.sendall(_links_wire.offer(self, peer))
+            sock.sendall(offer)
             sock.settimeout(max(0.1, deadline - time.monotonic()))
             raw = _links_wire.recv_exact(sock, _links_wire.REPLY.size)
             sock.settimeout(None)
