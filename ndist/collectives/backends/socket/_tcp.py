@@ -414,11 +414,12 @@ class Mesh:
             if self._closed:
                 raise DistNetworkError(f"group {self.group_name!r}: backend closed while connecting",
                                        rank=self.granks[peer], host=self.host_of(peer))
-            if peer not in self._linked:
+            dial = peer not in self._linked  # (else the peer's dial is being taken in)
+            if dial:
                 self._dialing.add(peer)
         self.connecting = [self.granks[peer]]
         try:
-            if peer not in self._linked:
+            if dial:
                 try:
                     sock, facts = self._dial_collective(peer, deadline)
                 except BaseException:
