@@ -2,7 +2,8 @@
 socket backend's two-level collectives (all_reduce small and large, broadcast from
 every root, barrier, all_gather) checked against their expected values, float
 results bit-identical on every rank, and the flat algorithms (``NDIST_ALGO=flat``)
-giving the same answers. Leaves no namespace, process or /dev/shm file behind.
+giving the same answers; after the first (two-level) all_reduce only each host's leader
+holds links across hosts. Leaves no namespace, process or /dev/shm file behind.
 
 Needs root, iproute2 and CAP_NET_ADMIN (``tests/netns_hosts.py``); skips otherwise."""
 
@@ -38,6 +39,12 @@ _scheduled.Scheduled.run = _spy
 out = sys.argv[1]
 dist.init_process_group("socket", timeout=timedelta(seconds=30))
 rank, n = dist.get_rank(), dist.get_world_size()
+from ndist.runtime import resolve_group
+mesh = resolve_group(None).backend_for("cpu")._mesh
+w = np.full(7, rank + 1, np.int32)
+dist.all_reduce(w)  # the first collective: two-level, small
+assert (w == n * (n + 1) // 2).all(), "wrong first all_reduce"
+cross = [p for p in mesh.linked if not mesh.same_host(p)]  # links opened by it, across hosts
 digests = []
 for count in (1001, 300_001):  # leaders: recursive doubling; ring (3 hosts)
     x = np.random.default_rng(rank).standard_normal(count).astype(np.float32)
@@ -67,7 +74,8 @@ dist.all_to_all_single(t, np.arange(2 * n, dtype=np.int64) + 100 * rank)
 assert (t == np.array([[100 * r + 2 * rank, 100 * r + 2 * rank + 1] for r in range(n)]).ravel()).all()
 dist.barrier()
 with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump({"node": os.environ.get("NDIST_TEST_NODE"), "digests": digests, "algos": sorted(set(seen))}, f)
+    json.dump({"node": os.environ.get("NDIST_TEST_NODE"), "digests": digests, "algos": sorted(set(seen)),
+               "cross": cross}, f)
 dist.destroy_process_group()
 """
 
@@ -116,6 +124,11 @@ def test_three_hosts_two_level_collectives(tmp_path):
         assert [res[r]["node"] for r in range(len(nodes))] == nodes  # the ranks really sit on 3 hosts
         assert all(r["digests"] == res[0]["digests"] for r in res.values())  # bit-identical on every rank
         assert res[0]["algos"] == algos
+        # after a two-level all_reduce only the host leaders (each host's lowest rank) hold
+        # links across hosts, each to the other leaders only
+        leaders = [nodes.index(ns) for ns in hosts.ns]
+        assert {r: res[r]["cross"] for r in res} == {
+            r: ([q for q in leaders if q != r] if r in leaders else []) for r in res}, layout
     assert all(r["digests"] == flat[0]["digests"] for r in flat.values())
     assert not any(a.startswith("two_level") for r in flat.values() for a in r["algos"])
     after = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

@@ -85,17 +85,16 @@ def test_connecting_to_a_dead_member_fails_at_once_naming_it(tmp_path, what, whe
     _names_at_once(json.loads((tmp_path / "r.json").read_text()), victim, killed)
 
 
-# Rank 2 dies while building the group's collective connections: after dialling rank 0,
-# before dialling rank 1 (fault injected in rank 2 only). Rank 0 has all its connections
-# and waits in a broadcast from rank 1 only; rank 1 cannot build its own (rank 2 never
-# dials it) and fails at once. It tells rank 0 (a "lost" notice on the connection
-# rank 0 already has), so rank 0 fails at once naming rank 2, not at the group timeout.
+# Rank 2 dies right after the group is made, before its first collective. Rank 0 waits
+# in a broadcast from rank 1 only (its one link in the group); rank 1 opens its links to
+# both receivers before it sends a byte, cannot open rank 2's (dead) and fails at once. It
+# tells rank 0 (a "lost" notice on their link), so rank 0 fails at once naming rank 2, not
+# at the group timeout, and without the broadcast's data.
 _HALF_BUILT_JOB = """
 import json, os, signal, sys, time
 from datetime import timedelta
 import numpy as np
 import ndist.distributed as dist
-from ndist.collectives.backends.socket import _tcp
 
 out = sys.argv[1]
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
@@ -104,18 +103,11 @@ rank = dist.get_rank()
 dist.all_reduce(np.ones(8))
 g = dist.new_group([0, 1, 2])
 if rank == 2:
-    connect = _tcp.Mesh._connect
-
-    def connect_then_die(self, peer, channel, deadline):
-        sock = connect(self, peer, channel, deadline)
-        if channel == _tcp.COLL and self.group_name == g.group_name and peer == 0:
-            time.sleep(0.3)  # rank 0's side has taken the connection
-            with open(os.path.join(out, "killed"), "w") as f:
-                f.write(repr(time.time()))
-            os.kill(os.getpid(), signal.SIGKILL)
-        return sock
-
-    _tcp.Mesh._connect = connect_then_die
+    with open(os.path.join(out, "killed"), "w") as f:
+        f.write(repr(time.time()))
+    os.kill(os.getpid(), signal.SIGKILL)
+if rank == 1:
+    time.sleep(0.5)  # rank 2 is gone, rank 0 waits
 try:
     dist.broadcast(np.ones(4), src=1, group=g)
     rec = {"type": None}
@@ -190,8 +182,9 @@ def test_waiting_for_a_silent_members_address_fails_at_once_when_another_member_
 
 # Kill trial seed 3185 (auto transport): a member died while the group built its
 # collective connections, after it published its address and before it published which
-# peers' memory it can read (``sock/cma/<rank>``); the others waited the group timeout for
-# that key. The wait now fails at once, naming the dead member.
+# peers' memory it can read; the others waited the group timeout for it. Links now agree
+# on memory access as they open (``_links_wire``): the member dies probing it, in the
+# middle of a link's opening, and the peers fail at once, naming it.
 _CMA_KEY_JOB = """
 import json, os, signal, sys, time
 from datetime import timedelta
@@ -205,7 +198,7 @@ dist.init_process_group("socket", timeout=timedelta(seconds=20))
 rank = dist.get_rank()
 dist.all_reduce(np.ones(8))
 g = dist.new_group([0, 1, 2])
-if rank == 0:  # the victim: dies in g's set-up, before it publishes its sock/cma key
+if rank == 0:  # the victim: dies in g's set-up, probing a peer's memory
     def die(*args, **kwargs):
         with open(os.path.join(out, "killed"), "w") as f:
             f.write(repr(time.time()))
@@ -225,6 +218,6 @@ with open(os.path.join(out, f"r{rank}.json"), "w") as f:
 
 @pytest.mark.timeout(90)
 def test_a_member_dying_before_it_publishes_its_memory_access_is_named_at_once(tmp_path):
-    killed = _launch(tmp_path, _CMA_KEY_JOB, NDIST_TRANSPORT="auto")
+    killed = _launch(tmp_path, _CMA_KEY_JOB, NDIST_TRANSPORT="auto", NDIST_ENGINE="python")
     for rank in (1, 2):
         _names_at_once(json.loads((tmp_path / f"r{rank}.json").read_text()), 0, killed)

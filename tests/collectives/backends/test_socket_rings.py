@@ -92,7 +92,7 @@ def test_rings_carry_the_collective_streams_of_same_host_ranks(monkeypatch, tran
         x = np.full(16, b.rank + 1.0)
         b.all_reduce(x, blocking=True).wait()
         return x.tolist(), [(c.ring_in is not None, c.ring_out is not None) for c in b._eng.conns.values()]
-    res = run_group(3, fn, transport)
+    res = run_group(3, fn, transport, engine="python")  # the Python engine's links
     for x, rings in res:
         assert x == [6.0] * 16
         assert rings == [(used, used)] * 2
@@ -118,7 +118,7 @@ def test_tiny_rings_wrap_and_fill_under_every_collective(monkeypatch):
             b.broadcast(y, i % n, blocking=True).wait()
             assert (y == i).all()
         return True
-    assert run_group(3, fn, "auto", timeout=60) == [True] * 3
+    assert run_group(3, fn, "auto", timeout=60, engine="python") == [True] * 3
 
 
 def test_a_reader_asleep_in_poll_is_woken_by_the_doorbell(monkeypatch):
@@ -166,7 +166,8 @@ def test_a_pair_uses_rings_only_when_both_ranks_offer_them(monkeypatch):
     for r in range(3):  # rank 0 turned rings off (its own environment), ranks 1 and 2 did not
         monkeypatch.setenv(_ring.RING_ENV, "0" if r == 0 else "65536")
         ctx = BackendContext(store=store, rank=r, size=3, timeout=timedelta(seconds=30), group_name="ringmix",
-                             global_ranks=(0, 1, 2), device="cpu", options=SimpleNamespace(transport="auto"))
+                             global_ranks=(0, 1, 2), device="cpu",
+                             options=SimpleNamespace(transport="auto", socket_engine="python"))
         backends.append(Driver(SocketBackend(ctx)))
     try:
         def fn(b):
@@ -196,7 +197,7 @@ def test_no_room_for_rings_falls_back_to_the_sockets(monkeypatch, caplog):
         b.all_reduce(x, blocking=True).wait()
         return x.tolist(), _ring_map(b)
     with caplog.at_level("WARNING"):
-        res = run_group(2, fn, "auto")
+        res = run_group(2, fn, "auto", engine="python")
     assert [x for x, _ in res] == [[3.0] * 4] * 2
     assert res[0][1] == {1: (False, False)} and res[1][1] == {0: (False, False)}
     assert "no shared-memory rings" in caplog.text and "No space left" in caplog.text

@@ -1,4 +1,4 @@
-"""The socket backend: Gloo-style TCP full mesh with a shared-memory fast path.
+"""The socket backend: Gloo-style TCP links (opened as collectives need them) with a shared-memory fast path.
 
 Registered as ``"socket"`` (and ``"gloo"``); ``NDIST_TRANSPORT=tcp|shm``
 forces one transport between ranks of one host (default: shared memory for

@@ -113,6 +113,7 @@ class Algorithms:
     def _send_same(self, peers, data: np.ndarray, step: int = 0) -> None:
         """Send the same bytes to every peer in ``peers`` (staged once if any uses shm)."""
         eng = self.eng
+        eng.open_links(peers)  # a dead peer fails the op before a frame goes to any peer
         off = None
         if data.nbytes >= self.links.shm_min and any(self.links.shm(p, data.nbytes) for p in peers):
             off = self._stage([data])[0]
@@ -125,6 +126,7 @@ class Algorithms:
     def _send_each(self, parts: dict, step: int = 0) -> None:
         """Send ``parts[p]`` (uint8) to each peer ``p``."""
         eng = self.eng
+        eng.open_links(parts)
         shm = [p for p, a in parts.items() if self.links.shm(p, a.nbytes)]
         offs = dict(zip(shm, self._stage([parts[p] for p in shm]))) if shm else {}
         for p, a in parts.items():
@@ -137,6 +139,7 @@ class Algorithms:
         """Rooted ops: the ranks that only receive (or only send) send a header-only
         ticket the other way, so that a mismatched call (other op, dtype, count or
         root) is seen by both sides instead of completing silently or hanging."""
+        self.eng.open_links(peers)
         for p in peers:
             self.eng.send(p, TICKET)
 
@@ -190,6 +193,7 @@ class Algorithms:
         k = -(-flat.size // per)
         peers = self.peers
         small = per * item // n
+        eng.open_links(peers)  # both ends of each pair agree on its paths (CMA) first
         cma_out = {p for p in peers if p in self.links.cma_to and self.links.shm(p, small)}
         cma_in = [p for p in peers if p in self.links.cma_from and self.links.shm(p, small)]
         shm_all = any(p not in cma_out and self.links.shm(p, small) for p in peers)
@@ -326,6 +330,7 @@ class Algorithms:
             return self.sched.all_to_all(outputs, inputs, algo)
         eng = self.eng
         peers = self.peers
+        eng.open_links(peers)  # every pair talks; both ends agree on each pair's paths (CMA) first
         ins = {p: _bytes(inputs[p]) for p in peers}
         outs = {p: _bytes(outputs[p]) for p in peers}
         small = self.links.shm_min  # below it every message is inline, one piece, no CMA (either side)
@@ -377,6 +382,7 @@ class Algorithms:
         if algo is not None:
             return self.sched.barrier(algo)
         peers = self.peers
+        self.eng.open_links(peers)
         for p in peers:
             self.eng.send(p, 0)
         self.eng.step([Expect(p, F.DATA, 0, 0) for p in peers])

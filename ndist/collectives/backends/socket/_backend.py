@@ -1,4 +1,4 @@
-"""SocketBackend: the default CPU backend (TCP full mesh + shared memory)."""
+"""SocketBackend: the default CPU backend (TCP links opened as needed + shared memory)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from . import _frame as F
 from . import _losses
 from . import _native
 from ._algorithms import CHUNK, Algorithms
-from ._links import Links, connect
+from ._links import Links, attach, setup
 from ._engine import Engine, OpInfo, wait_warning_from_env
 from ._executor import Executor
 from ._p2p import P2P
@@ -58,7 +58,8 @@ def _u8(a: np.ndarray) -> np.ndarray:
 
 
 class SocketBackend(CollectiveBackend):
-    """Gloo-style backend: full TCP mesh, shared-memory payloads between ranks on one host.
+    """Gloo-style backend: TCP links opened as collectives need them (not a full mesh),
+    shared-memory payloads between ranks on one host.
 
     Collectives run in issue order, inline on the caller's thread when it
     will wait and nothing is queued (``blocking=True``), else on one worker
@@ -124,39 +125,48 @@ class SocketBackend(CollectiveBackend):
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
                            "ring": self._rings.capacity if self._rings is not None else 0,
                            "native": self._nfile.slot if self._nfile is not None else 0},
-                          on_p2p=self._p2p.incoming, granks=self._granks, job=job_prefix(secret))
+                          on_p2p=self._p2p.incoming, granks=self._granks, job=job_prefix(secret),
+                          ring_for=self._rings.reserve if self._rings is not None else None)
         self._job = self._mesh.job
         _losses.watch(self)
 
     # ------------------------------------------------------------ plumbing
     def _engine(self) -> Engine:
-        """Connect the group on its first collective: the engine over the collective
-        sockets, every peer's path (``Links``), and the algorithms over both."""
+        """Set the group up on its first collective: the group-wide paths (``Links``), the
+        engine (its collective links open as each is first needed) and the algorithms."""
         if self._eng is None:
             if self._loss is not None:  # a member was lost before the group connected
                 rank, host, message = self._loss
                 raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {rank} ({host}) is lost; {message}",
                                        rank=rank, host=host)
-            try:
-                socks = self._mesh.collective_sockets(time.monotonic() + self._timeout)
-            except DistNetworkError as err:
-                if err.rank is not None and err.rank in self._gindex and self._mesh.is_dead(self._gindex[err.rank]):
-                    self._record_loss(err.rank, err.host, str(err).split(": ", 1)[-1])
-                raise
-            hosts = {p: self._mesh.host_of(p) for p in socks}
-            prefixes = {p: self._mesh.peer(p)["shm"] for p in socks}
+            peers = [p for p in range(self.size) if p != self.rank]
+            setup(self._links, self._mesh, self.rank, self.size, self._mode, CHUNK)
+            hosts = {p: self._mesh.host_of(p) for p in peers}
+            prefixes = {p: self._mesh.peer(p)["shm"] for p in peers}
             spin = self.size <= (os.cpu_count() or 1)
-            eng = Engine(self.rank, self.size, self.ctx.group_name, socks, hosts, prefixes,
-                         self._peer_segs, self._seg, spin, self._granks)
+            # no link opens here: each opens on its first use (``Engine.open``)
+            eng = Engine(self.rank, self.size, self.ctx.group_name, {}, hosts, prefixes, self._peer_segs,
+                         self._seg, spin, self._granks, opener=self._open_link,
+                         on_link=lambda conn, facts: attach(self._links, eng, conn, facts, self._mesh, self.rank,
+                                                            self.size, self._rings, self.ctx.group_name))
             eng.on_loss = self._record_loss
-            connect(self._links, eng, self._mesh, self.ctx.store, self.rank, self.size, self._mode, self._rings,
-                    CHUNK, self.ctx.group_name)
             self._alg = Algorithms(eng, self._seg, self._links, self.rank, self.size)
-            self._attach_native(socks)
+            self._attach_native(peers)
             self._eng = eng
+            if self._native is not None and self._native.broken is not None:
+                raise self._native.broken
             if self._loss is not None:  # recorded while connecting
                 eng.notify_lost(*self._loss)
         return self._eng
+
+    def _open_link(self, peer: int, deadline: float):
+        """The engine's ``opener``: the collective link to ``peer``; a failure because it is
+        known dead says so (``err.dead``: the engine then counts the group broken)."""
+        try:
+            return self._mesh.collective_link(peer, deadline)
+        except DistNetworkError as err:
+            err.dead = err.rank in self._gindex and self._mesh.is_dead(self._gindex[err.rank])
+            raise
 
     def _record_loss(self, rank: int, host, message: str) -> None:
         """Record that global rank ``rank`` (on ``host``) of this group is lost: its
@@ -181,6 +191,9 @@ class SocketBackend(CollectiveBackend):
         peer = self._gindex.get(rank)
         info = self._mesh._peers.get(peer) if peer is not None else None
         _losses.record_lost(self._mesh.job, rank, info, message)
+        body = F.pack_abort("lost", message, rank, host)  # links not taken yet, or dialled later
+        head = F.pack(F.ABORT, 0, 0, 0, 0, F.group_hash(self.ctx.group_name), 0, 0, -1, 0, len(body))
+        self._mesh.abandon(head + body)
         eng = self._eng
         if eng is not None:
             eng.notify_lost(rank, host, message)  # (nothing new to an engine that found it itself)
@@ -212,7 +225,15 @@ class SocketBackend(CollectiveBackend):
                                                             self.ctx.group_name, wait_warning_from_env(), self._granks)
         self._loss_hooks.append(self._native_loss)
         # every rank has mapped every file before any rank may finish an op and unlink its own
-        group.barrier()
+        self._mesh.connecting = [self._granks[p] for p in peers]  # (what a wait meanwhile names)
+        try:
+            group.barrier()
+        except self._native_mod.Error as err:  # (no link was opened before: the first wait on the group)
+            hosts = {p: self._mesh.host_of(p) for p in peers}
+            self._native.broken = self._native.error(err, self.ctx.group_name, "the group's set-up", hosts,
+                                                     self._timeout)
+        finally:
+            self._mesh.connecting = []
         log.debug("rank %d: group %r runs on the native engine", self.rank, self.ctx.group_name)
 
     @property
@@ -271,7 +292,7 @@ class SocketBackend(CollectiveBackend):
                 try:
                     body()
                 except self._native_mod.Error as err:
-                    hosts = {p: c.host for p, c in self._eng.conns.items()}
+                    hosts = self._eng.hosts
                     exc = nat.error(err, self.ctx.group_name, nat.desc(), hosts, self._timeout)
                     if err.args[0] == "dead":
                         self._peer_died(err.args[1])

@@ -32,6 +32,7 @@ from . import _frame as F
 from . import _ring
 from ._engine_loss import LossHandling, abort_reader
 from ._engine_stall import StallHandling
+from ._engine_links import Conns, LinkHandling
 
 __all__ = ["Engine", "OpInfo", "Expect"]
 
@@ -138,16 +139,22 @@ class _Conn:
         self.stall = None  # (seq, global ranks) of the peer's last timeout notice (_engine_stall)
 
 
-class Engine(LossHandling, StallHandling):
+class Engine(LossHandling, StallHandling, LinkHandling):
     def __init__(self, rank, size, group_name, socks: dict, hosts: dict, shm_prefixes: dict, peer_segs,
-                 own_seg, spin: bool, granks=None):
+                 own_seg, spin: bool, granks=None, opener=None, on_link=None):
         self.rank = rank
         self.size = size
         self.group_name = group_name
         self.ghash = F.group_hash(group_name)
         #: global rank of each group rank: every message and ``.rank`` names global ranks
         self.granks = tuple(granks) if granks is not None else tuple(range(size))
-        self.conns = {p: _Conn(p, hosts[p], s, self.granks[p]) for p, s in socks.items()}
+        self.hosts = hosts
+        #: ``opener(peer, deadline) -> (socket, facts)`` opens the collective link to a
+        #: peer (``Mesh.collective_link``); ``on_link(conn, facts)`` wires its rings and CMA
+        self.opener = opener
+        self.on_link = on_link
+        self.conns = Conns({p: _Conn(p, hosts[p], s, self.granks[p]) for p, s in socks.items()})
+        self.conns.eng = self
         self._by_fd = {c.fd: c for c in self.conns.values()}
         self.prefixes = shm_prefixes
         self.peer_segs = peer_segs
@@ -176,6 +183,9 @@ class Engine(LossHandling, StallHandling):
         self._init_stalls()
 
     # ----------------------------------------------------------- helpers
+    def new_conn(self, peer, host, sock, grank) -> _Conn:
+        return _Conn(peer, host, sock, grank)
+
     def frame(self, kind, step, nbytes, flags=0, offset=0) -> bytes:
         op = self.op
         gen = self.own_seg.gen if flags & F.F_SHM else 0

@@ -1,8 +1,9 @@
 """How this rank moves a collective's bytes to each peer: one decision per backend.
 
-Every choice is made once, when the first collective connects the group, from
-facts every rank published in the store (host id, transport mode, core count,
-ring size, what memory each can read), so both ends of a pair agree:
+The group-wide choices are made once, at the first collective, from facts every
+rank published in the store (host id, transport mode, core count); the per-pair
+ones (rings, CMA) when the pair's link opens, from what both ends said in its
+opening (``_links_wire``), so both ends of a pair agree:
 
 * ``shm(peer, nbytes)``: a payload this large to this peer goes by reference
   into our shared-memory segment (same host; ``NDIST_TRANSPORT=shm``: any size);
@@ -20,10 +21,10 @@ from __future__ import annotations
 import logging
 
 from ....runtime import DistNetworkError
-from . import _cma, _ring
+from . import _ring
 from ._twolevel import topology
 
-__all__ = ["Links", "connect"]
+__all__ = ["Links", "setup", "attach"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -49,10 +50,11 @@ class Links:
         return nbytes >= self.shm_min and self.same_host.get(peer, False)
 
 
-def connect(links: Links, eng, mesh, store, rank: int, size: int, mode: str, rings, chunk: int,
-            group_name: str) -> None:
-    """Decide every peer's path for ``eng``'s connections and wire the rings and CMA."""
-    peers = list(eng.conns)
+def setup(links: Links, mesh, rank: int, size: int, mode: str, chunk: int) -> None:
+    """The group-wide facts, from what every rank published: which peers share this
+    host, the topology, and whether large reductions pipeline. No link opens here."""
+    peers = [p for p in range(size) if p != rank]
+    mesh.prefetch()
     for p in peers:
         links.same_host[p] = mode != "tcp" and mesh.peer(p)["hostid"] == mesh.hostid
     links.hosts = topology(mesh.hostid if p == rank else mesh.peer(p)["hostid"] for p in range(size))
@@ -62,58 +64,26 @@ def connect(links: Links, eng, mesh, store, rank: int, size: int, mode: str, rin
     links.pipeline = (all(i["hostid"] == mesh.hostid for i in infos)
                       and all(size <= i.get("ncpu", 1) for i in infos))
     links.chunk = chunk if links.pipeline else NO_CHUNKS
-    _connect_cma(links, eng, mesh, store, rank, mode)
-    _connect_rings(links, eng, mesh, rank, size, rings, group_name)
 
 
-def _connect_rings(links: Links, eng, mesh, rank: int, size: int, rings, group_name: str) -> None:
-    """Same-host pairs where both ranks offer rings exchange frames through them."""
-    if rings is None:
-        return
-    for p, conn in eng.conns.items():
+def attach(links: Links, eng, conn, facts, mesh, rank: int, size: int, rings, group_name: str) -> None:
+    """A collective link to ``conn.peer`` just opened: wire the paths both ends agreed
+    on (``_links_wire.Facts``): its rings and CMA in each direction."""
+    p = conn.peer
+    if facts.read_pid is not None:
+        links.cma_from[p] = facts.read_pid
+        eng.cma_pids[p] = facts.read_pid
+    if facts.they_read:
+        links.cma_to.add(p)
+    if facts.rings and rings is not None:
         info = mesh.peer(p)
-        cap = int(info.get("ring") or 0)
-        if not cap or not links.same_host.get(p):
-            continue
         try:
-            theirs = _ring.RingFile(_ring.path_for(info["shm"]), size, cap, create=False)
+            theirs = _ring.RingFile(_ring.path_for(info["shm"]), size, int(info["ring"]), create=False)
         except (OSError, ValueError) as err:
             raise DistNetworkError(f"group {group_name!r}: cannot map rank {mesh.granks[p]}'s shared-memory rings: "
                                    f"{err}", rank=mesh.granks[p], host=mesh.host_of(p)) from None
         conn.ring_out = rings.ring(p)
         conn.ring_in = theirs.ring(rank)
         links.rings.append(p)
-    if links.rings:
-        log.debug("rank %d: shared-memory rings with ranks %s", rank, links.rings)
-
-
-def _has_cma(info: dict) -> bool:
-    return info.get("transport") == "auto" and info.get("cma") is not None
-
-
-def _connect_cma(links: Links, eng, mesh, store, rank: int, mode: str) -> None:
-    """Probe which same-host peers' memory we can read; learn who can read ours.
-
-    Only in ``auto`` mode (``shm`` / ``tcp`` keep their single path). Both sides
-    of a pair must agree, so each rank publishes what it can read and a sender
-    names its buffer only to peers that said they can read it.
-    """
-    if mode != "auto" or mesh.info.get("cma") is None:
-        return
-    same = [p for p in eng.conns if links.same_host.get(p)]
-    for p in same:
-        info = mesh.peer(p)
-        if _cma.can_read(int(info["pid"]), info.get("cma")):
-            links.cma_from[p] = int(info["pid"])
-    eng.cma_pids = links.cma_from
-    store.set(f"sock/cma/{rank}", ",".join(map(str, sorted(links.cma_from))).encode())
-    for p in same:
-        if _has_cma(mesh.peer(p)):
-            mesh.wait_published(f"sock/cma/{p}", p)  # (fails at once if a member is known dead)
-            readable = store.get(f"sock/cma/{p}").decode()
-            if str(rank) in readable.split(","):
-                links.cma_to.add(p)
-    if same:
-        log.debug("rank %d reads peers %s directly; peers %s read ours", rank, sorted(links.cma_from),
-                  sorted(links.cma_to))
-
+    log.debug("rank %d: link to rank %d: rings %s, reads it %s, read by it %s", rank, p, facts.rings,
+              facts.read_pid is not None, facts.they_read)

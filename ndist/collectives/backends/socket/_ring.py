@@ -28,6 +28,7 @@ round trip), and the reader never sleeps longer than ``MAX_SLEEP_S`` anyway.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import platform
@@ -50,6 +51,7 @@ _HEAD, _TAIL, _SLEEP = 0, 8, 16  # u64 indexes
 #: doorbell the writer did not send)
 MAX_SLEEP_S = 0.005
 _fence_lock = threading.Lock()
+log = logging.getLogger("ndist.collectives.socket")
 
 
 def _fence() -> None:
@@ -179,9 +181,8 @@ class RingFile:
             _shmfiles.track(path, _job_of(os.path.basename(path)))
         try:
             if create:
-                # allocate now: a full /dev/shm then fails here (the backend falls back to
-                # the sockets), not later with SIGBUS on the first write to a page
-                os.posix_fallocate(fd, 0, size * self.stride)
+                # sparse: each ring is allocated when its link opens (``reserve``)
+                os.ftruncate(fd, size * self.stride)
             elif os.fstat(fd).st_size < size * self.stride:
                 raise ValueError(f"{path}: ring file is smaller than {size} rings of {capacity} bytes")
             self._mm = mmap.mmap(fd, size * self.stride)
@@ -190,6 +191,24 @@ class RingFile:
                 _shmfiles.untrack(path)
                 os.unlink(path)
             raise
+        finally:
+            os.close(fd)
+
+    def reserve(self, index: int) -> bool:
+        """Allocate ring ``index`` (this rank's ring to that peer) before its first use:
+        False when /dev/shm is full (that pair then uses its socket), instead of
+        SIGBUS on the first write to a page. Any thread."""
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError:
+            return False
+        try:
+            os.posix_fallocate(fd, index * self.stride, self.stride)
+            return True
+        except OSError as err:
+            log.warning("no shared-memory rings with peer %d (%s); that pair's collectives use its socket", index,
+                        err)
+            return False
         finally:
             os.close(fd)
 

@@ -110,6 +110,8 @@ class Scheduled:
             if not sends and not recvs:
                 continue
             step = (step0 + t) % _STEPS
+            # this round's links first: a dead peer fails the op before any frame goes out
+            eng.open_links([x.peer for x in (*sends, *recvs)])
             for s in sends:
                 nb = s.nbytes
                 if not nb:

@@ -10,10 +10,12 @@ and the listener's instance token, so a connection can only reach the
 backend instance it was meant for. The listeners' side of that runs in
 ``_accept``: every handshake at once, each within a total deadline.
 
-Channel 0 carries collectives: one connection per pair, opened by the higher
-rank on the first collective. Channel 1 carries point-to-point messages: rank
-``i`` sends to ``j`` only on the connection ``i`` opened (one ordered stream
-per direction), opened on first use.
+Channel 0 carries collectives: one connection per pair that talks, opened by
+whichever rank of the pair first needs it (``collective_link``: a schedule talks
+to O(log n) peers, so a rank holds O(log n) links, not n - 1), with the pair's
+shared-memory paths agreed in its opening (``_links_wire``). Channel 1 carries
+point-to-point messages: rank ``i`` sends to ``j`` only on the connection ``i``
+opened (one ordered stream per direction), opened on first use.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from ....runtime import DistNetworkError, DistTimeoutError
 from ....runtime import _net
 from . import _frame as F
 from . import _losses
-from ._accept import HELLO, HELLO_MAGIC, Acceptor
+from . import _links_wire
+from ._accept import HANDSHAKE_S, HELLO, HELLO_MAGIC, Acceptor
 
 __all__ = ["Mesh", "host_identity", "COLL", "P2P_CH"]
 
@@ -122,7 +125,7 @@ def listen_address() -> tuple[str, str]:
 
 class Mesh:
     def __init__(self, store, rank: int, size: int, group_name: str, secret: bytes, timeout: float,
-                 extra: dict, on_p2p=None, granks=None, job: str | None = None) -> None:
+                 extra: dict, on_p2p=None, granks=None, job: str | None = None, ring_for=None) -> None:
         self.store = store
         self.rank = rank
         self.size = size
@@ -139,13 +142,23 @@ class Mesh:
         self.token = os.urandom(16)
         self._on_p2p = on_p2p
         self._cond = threading.Condition()
-        self._conns: dict[tuple[int, int], socket.socket] = {}
+        #: collective links accepted and not yet taken by the engine: peer -> (socket, facts)
+        self._coll: dict[int, tuple] = {}
+        #: peers with a collective link (dialled or accepted); peers this rank dials now
+        self._linked: set = set()
+        self._dialing: set = set()
+        #: ``_links_wire``: allocate this rank's ring to a peer (-> bool), and whether this
+        #: rank reads same-host peers' memory and offers its own (CMA, ``auto`` mode only)
+        self.ring_for = ring_for
+        self.cma_mode = extra.get("transport") == "auto" and extra.get("cma") is not None
+        self._offers: dict[int, int] = {}  # peer -> flags this rank sent or answered (``_links_wire``)
+        self._reads: dict[int, bool] = {}  # peer -> this rank reads its memory (``_links_wire``)
         self._p2p_out: dict[int, socket.socket] = {}
         self._p2p_lock = threading.Lock()
         self._peers: dict[int, dict] = {}
-        #: global ranks the collective channel still waits for (``collective_sockets``)
+        #: global ranks the collective channel waits for now (``collective_link``)
         self.connecting: list = []
-        self._abandoned: bytes | None = None  # the lost notice of ``_abandon``
+        self._abandoned: bytes | None = None  # the lost notice of ``abandon``
         self._closed = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -178,34 +191,72 @@ class Mesh:
         info = self._peers.get(rank)
         if info is None:
             key = f"sock/peer/{rank}"
+            before, self.connecting = self.connecting, [self.granks[rank]]  # (what a wait meanwhile names)
             try:
                 self.wait_published(key, rank)
                 raw = self.store.get(key)
             except DistTimeoutError as err:
                 raise DistTimeoutError(f"rank {self.granks[rank]} of group {self.group_name!r} never published its "
                                        f"address: {err}") from None
+            finally:
+                self.connecting = before
             info = json.loads(raw)
             self._peers[rank] = info
             if self.job is not None:
                 _losses.remember(self.job, self.granks[rank], info)
         return info
 
-    def wait_published(self, key: str, rank: int) -> None:
-        """Wait for member ``rank`` to publish ``key`` in the group's store, within the
-        group timeout, but fail at once (DistNetworkError naming it) if it, or any other
-        member, is known dead: the group is broken, and a member that stopped calling after
-        it learnt of that loss elsewhere would never publish."""
-        if self.job is None or self.store.check([key]):
+    def prefetch(self) -> None:
+        """Every member's published facts (the group's set-up needs them all) in one wait
+        and one ``multi_get``, not two store round trips per member."""
+        ranks = [r for r in range(self.size) if r != self.rank and r not in self._peers]
+        if not ranks:
+            return
+        keys = [f"sock/peer/{r}" for r in ranks]
+        before, self.connecting = self.connecting, [self.granks[r] for r in ranks]  # (what a wait names)
+        try:
+            self.wait_published(keys, ranks)
+            raws = self.store.multi_get(keys)
+        except DistTimeoutError as err:
+            missing = [self.granks[r] for r, k in zip(ranks, keys) if not self.store.check([k])]
+            raise DistTimeoutError(f"ranks {missing} of group {self.group_name!r} never published their "
+                                   f"addresses: {err}") from None
+        finally:
+            self.connecting = before
+        for r, raw in zip(ranks, raws):
+            info = json.loads(raw)
+            self._peers[r] = info
+            if self.job is not None:
+                _losses.remember(self.job, self.granks[r], info)
+
+    def wait_published(self, key, rank) -> None:
+        """Wait for member ``rank`` to publish ``key`` in the group's store (or each of the
+        ``rank`` list its ``key`` of the list), within the group timeout, but fail at once
+        (DistNetworkError naming it) if it, or any other member, is known dead: the group is
+        broken, and a member that stopped calling after it learnt of that loss elsewhere
+        would never publish."""
+        keys, ranks = (key, rank) if isinstance(key, list) else ([key], [rank])
+        if self.job is None:
+            if len(keys) > 1:  # (one key: the caller's get waits)
+                self.store.wait(keys, timedelta(seconds=self.timeout))
+            return
+        if self.store.check(keys):
             return
         end = time.monotonic() + self.timeout
+        waited = set(ranks)
         while True:
-            self.check_dead(rank)
+            dead = [r for r in ranks if self.is_dead(r)]
+            for r in dead:  # name first a dead member whose key is missing: the one waited for
+                if len(ranks) == 1 or not self.store.check([keys[ranks.index(r)]]):
+                    self.check_dead(r)
+            for r in dead:
+                self.check_dead(r)
             for other in range(self.size):
-                if other != rank and other != self.rank:
+                if other not in waited and other != self.rank:
                     self.check_dead(other)
             left = end - time.monotonic()
             try:
-                self.store.wait([key], timedelta(seconds=max(0.01, min(left, _DEAD_CHECK_S))))
+                self.store.wait(keys, timedelta(seconds=max(0.01, min(left, _DEAD_CHECK_S))))
                 return
             except DistTimeoutError as err:
                 if left <= _DEAD_CHECK_S:
@@ -301,86 +352,139 @@ class Mesh:
         if channel == P2P_CH and self._on_p2p is not None:
             self._on_p2p(rank, sock)
             return
-        if self._abandoned is not None:  # this rank's collective channel will never be built
-            self._tell_abandoned(sock)
+        # the collective channel: the dialer's offer follows the hello; answer it
+        try:
+            sock.settimeout(HANDSHAKE_S)
+            offer = _links_wire.recv_exact(sock, _links_wire.OFFER.size)
+        except OSError as err:
+            log.debug("collective link from rank %d: no offer (%s)", self.granks[rank], err)
             sock.close()
             return
         with self._cond:
-            old = self._conns.pop((channel, rank), None)
-            self._conns[(channel, rank)] = sock
+            refuse = rank in self._linked or (rank in self._dialing and self.rank > rank)
+            if not refuse:
+                self._linked.add(rank)
+        if refuse:  # this rank's own dial is (or was) the pair's link
+            try:
+                sock.sendall(_links_wire.REFUSE)
+            except OSError:
+                pass
+            sock.close()
+            return
+        facts = _links_wire.answer(self, rank, offer)
+        try:
+            sock.sendall(_links_wire.reply(facts))
+            if self._abandoned is not None:  # this rank's collective channel is broken
+                self._tell_abandoned(sock)
+            sock.settimeout(None)
+        except OSError as err:
+            log.debug("collective link from rank %d failed: %s", self.granks[rank], err)
+            sock.close()
+            with self._cond:
+                self._linked.discard(rank)
+            return
+        with self._cond:
+            if self._closed:  # (close() has closed those taken in before)
+                sock.close()
+                return
+            old = self._coll.pop(rank, None)
+            self._coll[rank] = (sock, facts)
             self._cond.notify_all()
         if old is not None:
-            old.close()
+            old[0].close()
 
-    def collective_sockets(self, deadline: float) -> dict[int, socket.socket]:
-        """Connect the collective channel to every peer (higher rank dials)."""
-        out = {}
-        for peer in range(self.rank):
-            self.connecting = [self.granks[peer]]
-            try:
-                out[peer] = self._connect(peer, COLL, deadline)
-            except DistNetworkError as err:
-                if self.is_dead(peer):
-                    self._abandon(out, err)
-                for s in out.values():
-                    s.close()
-                raise
-            except BaseException:
-                for s in out.values():
-                    s.close()
-                raise
+    @property
+    def linked(self) -> list:
+        """Group ranks this rank holds a collective link with (dialled or accepted; for
+        introspection and tests)."""
+        with self._cond:
+            return sorted(self._linked)
+
+    def collective_link(self, peer: int, deadline: float):
+        """This rank's collective connection to ``peer``, opened now if it is not yet:
+        ``(socket, facts)`` where ``facts`` (``_links_wire.Facts``) says which shared-memory
+        paths both ends agreed on. Either side may dial when it first needs the link; if
+        both dial at once, the higher rank's dial is the link (its acceptor refuses the
+        lower rank's, which then takes the higher rank's from its own acceptor), so no
+        side waits on the other's progress through its collectives."""
+        with self._cond:
+            got = self._coll.pop(peer, None)
+            if got is not None:
+                return got
+            if self._closed:
+                raise DistNetworkError(f"group {self.group_name!r}: backend closed while connecting",
+                                       rank=self.granks[peer], host=self.host_of(peer))
+            dial = peer not in self._linked  # (else the peer's dial is being taken in)
+            if dial:
+                self._dialing.add(peer)
+        self.connecting = [self.granks[peer]]
+        try:
+            if dial:
+                try:
+                    sock, facts = self._dial_collective(peer, deadline)
+                except BaseException:
+                    with self._cond:
+                        self._dialing.discard(peer)
+                    raise
+                with self._cond:
+                    self._dialing.discard(peer)
+                    if sock is not None:
+                        self._linked.add(peer)
+                        return sock, facts
+            return self._await_collective(peer, deadline)
+        finally:
+            self.connecting = []
+
+    def _dial_collective(self, peer: int, deadline: float):
+        """Dial ``peer``'s collective channel with this rank's offer; ``(None, None)`` when
+        it refused (its own dial to this rank is the pair's link)."""
+        offer = _links_wire.offer(self, peer)  # before connecting: the peer's acceptor waits for it
+        sock = self._connect(peer, COLL, deadline)
+        gpeer, host = self.granks[peer], self.host_of(peer)
+        try:
+            sock.sendall(offer)
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            raw = _links_wire.recv_exact(sock, _links_wire.REPLY.size)
+            sock.settimeout(None)
+        except OSError as err:
+            sock.close()
+            self.check_dead(peer)
+            raise DistNetworkError(f"group {self.group_name!r}: connecting to rank {gpeer} ({host}) failed: {err}",
+                                   rank=gpeer, host=host) from None
+        facts = _links_wire.facts(self, peer, raw)
+        if facts is None:
+            sock.close()
+            return None, None
+        return sock, facts
+
+    def _await_collective(self, peer: int, deadline: float):
+        """Wait for ``peer``'s dial (it refused ours: its own is the link), failing at
+        once when it is known dead."""
         with self._cond:
             while True:
-                missing = [p for p in range(self.rank + 1, self.size) if (COLL, p) not in self._conns]
+                got = self._coll.pop(peer, None)
+                if got is not None:
+                    return got
                 if self._closed:
-                    for s in out.values():
-                        s.close()
                     raise DistNetworkError(f"group {self.group_name!r}: backend closed while connecting")
-                if not missing:
-                    break
-                self.connecting = [self.granks[p] for p in missing]
+                self.check_dead(peer)
                 left = deadline - time.monotonic()
-                try:
-                    for p in missing:  # a dead one never will: say so now
-                        self.check_dead(p)
-                except DistNetworkError as err:
-                    self._abandon(out, err)
-                    for s in out.values():
-                        s.close()
-                    raise
                 if left <= 0:
                     raise DistTimeoutError(
-                        f"group {self.group_name!r} rank {self.granks[self.rank]}: ranks "
-                        f"{[self.granks[p] for p in missing]} did not connect within the timeout")
+                        f"group {self.group_name!r} rank {self.granks[self.rank]}: rank {self.granks[peer]} "
+                        f"did not connect within the timeout")
                 self._cond.wait(min(left, _DEAD_CHECK_S))
-            for p in range(self.rank + 1, self.size):
-                out[p] = self._conns.pop((COLL, p))
-            self.connecting = []
-        for p in out:
-            self.peer(p)
-        return out
 
-    def _abandon(self, out: dict, err: DistNetworkError) -> None:
-        """The collective channel cannot be built: a member (``err.rank``) is dead. Tell
-        the members connected so far, and those that connect later, with a ``lost``
-        notice (what an engine sends), so their first collective fails naming it
-        instead of waiting on this rank."""
-        msg = str(err).split(": ", 1)[-1] if str(err).startswith("group ") else str(err)
-        body = F.pack_abort("lost", msg, err.rank, err.host)
-        self._abandoned = F.pack(F.ABORT, 0, 0, 0, 0, F.group_hash(self.group_name), 0, 0, -1, 0, len(body)) + body
+    def abandon(self, notice: bytes) -> None:
+        """The collective channel is broken (a member is lost): collective links not yet
+        taken by the engine, and those a peer dials later, get ``notice`` (the engine's
+        ABORT ``lost`` frame), so a peer's op fails naming the dead member instead of
+        waiting on this rank."""
+        self._abandoned = notice
         with self._cond:
-            socks = list(out.values()) + [self._conns.pop(k) for k in list(self._conns) if k[0] == COLL]
+            socks = [self._coll.pop(k)[0] for k in list(self._coll)]
         for s in socks:
             self._tell_abandoned(s)
-            s.close()
-
-    def _tell_abandoned(self, sock: socket.socket) -> None:
-        try:
-            sock.settimeout(1.0)
-            sock.sendall(self._abandoned)
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
     def p2p_socket(self, peer: int, deadline: float) -> socket.socket:
         """This rank's outgoing point-to-point connection to ``peer``."""
@@ -399,10 +503,11 @@ class Mesh:
         return peer in self._p2p_out
 
     def close(self) -> None:
-        self._closed = True
+        with self._cond:
+            self._closed = True
         self._acceptor.close()
         listeners = [self._listener] + ([self._ulistener] if self._ulistener is not None else [])
-        for s in [*listeners, *self._p2p_out.values(), *self._conns.values()]:
+        for s in [*listeners, *self._p2p_out.values(), *(c[0] for c in self._coll.values())]:
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
