@@ -5,14 +5,63 @@
 Both sides run alternately, one iteration each, so a noisy machine hits both
 alike; the table shows the best (minimum) times, the least disturbed by other
 load, and the ratio ndist / mpi4py.
+
+Wall-clock time on a shared machine is noisy; for a load-independent figure,
+``--loop N --op OP --side raw|ndist`` makes N calls of one op on 4 KiB float32
+buffers (``--bytes``) and nothing else, inside ``map``'s ``next``, so callgrind
+can count those calls alone: (I(2N) - I(N)) / N is the instructions per call (read
+``totals:`` of the main thread's file, ``-01``):
+
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --separate-threads=yes \\
+        --collect-atstart=no --toggle-collect=map_next \\
+        python benchmarks/mpi_overhead.py --loop 1000 --op all_reduce --side ndist
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections import deque
+from itertools import repeat
 
 import numpy as np
+
+LOOP_OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
+            "all_to_all_single", "all_to_all_single_uneven")
+
+
+def _loop_calls(side: str, dist, comm, MPI, nbytes: int):
+    """The one-op closures of ``--loop``: ndist's public API or raw mpi4py, same buffers."""
+    size = comm.Get_size()
+    n = nbytes // 4 // size * size
+    k = n // size
+    full, out = np.ones(n, np.float32), np.empty(n, np.float32)
+    part, part_out = np.ones(k, np.float32), np.empty(k, np.float32)
+    # uneven: rank r sends r + 1 + q elements to rank q (so each rank's splits differ)
+    rank = comm.Get_rank()
+    ins = [(rank + 1 + q) for q in range(size)]
+    outs = [(q + 1 + rank) for q in range(size)]
+    uin, uout = np.ones(sum(ins), np.float32), np.empty(sum(outs), np.float32)
+    f = MPI.FLOAT
+    if side == "raw":
+        sd = [0, *np.cumsum(ins[:-1]).tolist()]
+        rd = [0, *np.cumsum(outs[:-1]).tolist()]
+        return {
+            "all_reduce": lambda: comm.Allreduce(MPI.IN_PLACE, [full, f], MPI.SUM),
+            "broadcast": lambda: comm.Bcast([full, f], 0),
+            "all_gather_into_tensor": lambda: comm.Allgather([part, f], [out, f]),
+            "reduce_scatter_tensor": lambda: comm.Reduce_scatter_block([full, f], [part_out, f], MPI.SUM),
+            "all_to_all_single": lambda: comm.Alltoall([full, k, f], [out, k, f]),
+            "all_to_all_single_uneven": lambda: comm.Alltoallv([uin, ins, sd, f], [uout, outs, rd, f]),
+        }
+    return {
+        "all_reduce": lambda: dist.all_reduce(full),
+        "broadcast": lambda: dist.broadcast(full, 0),
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(out, part),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(part_out, full),
+        "all_to_all_single": lambda: dist.all_to_all_single(out, full),
+        "all_to_all_single_uneven": lambda: dist.all_to_all_single(uout, uin, outs, ins),
+    }
 
 
 def main() -> None:
@@ -20,6 +69,10 @@ def main() -> None:
     parser.add_argument("--sizes-mib", type=float, nargs="+", default=[1, 4, 16])
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--loop", type=int, default=0, help="make this many calls of --op, untimed (callgrind)")
+    parser.add_argument("--op", default="all_reduce", choices=LOOP_OPS)
+    parser.add_argument("--side", default="ndist", choices=("ndist", "raw"))
+    parser.add_argument("--bytes", type=int, default=4096, help="--loop's buffer size")
     args = parser.parse_args()
 
     import ndist.distributed as dist
@@ -28,6 +81,14 @@ def main() -> None:
     dist.init_process_group("mpi")
     comm = MPI.COMM_WORLD.Dup()
     rank, size = comm.Get_rank(), comm.Get_size()
+    if args.loop:
+        fn = _loop_calls(args.side, dist, comm, MPI, args.bytes)[args.op]
+        for _ in range(20):
+            fn()
+        # every call inside map's next(): --toggle-collect=map_next counts the calls alone
+        deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
+        dist.destroy_process_group()
+        return
     rows = []
     for mib in args.sizes_mib:
         n = int(mib * 2**20) // 4 // size * size

@@ -48,6 +48,7 @@ _DONE = DONE
 _ndarray = np.ndarray
 _PLAIN_REDUCE = (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX,
                  ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
+_SUM = ReduceOp.SUM
 
 
 class _Plans(dict):
@@ -66,12 +67,19 @@ class _Plans(dict):
 
 
 def _in_place_reduction(MPI, op: ReduceOp, dtype):
-    """``(datatype, mpi_op)`` when MPI reduces ``dtype`` with ``op`` in place, else None."""
+    """``(MPI.IN_PLACE, datatype, mpi_op)`` when MPI reduces ``dtype`` with ``op`` as it
+    is (no staging, no division), else None."""
     if op in _PLAIN_REDUCE:
         work_dtype, mtype, mop = reduce_plan(MPI, dtype, op)
         if work_dtype == dtype:
-            return mtype, mop
+            return MPI.IN_PLACE, mtype, mop
     return None
+
+
+def _reductions(MPI, op_value):
+    """dtype -> ``_in_place_reduction`` for one ReduceOp (by value: hashing the enum runs Python)."""
+    op = ReduceOp(op_value)
+    return _Plans(lambda dtype: _in_place_reduction(MPI, op, dtype))
 
 
 def _counts_of(sizes: Sequence[int], unit: int):
@@ -92,13 +100,23 @@ class MPIBackend(CollectiveBackend):
         self.comm = comm if comm is not None else _make_comm(MPI, ctx)
         self._cuda_aware = _cuda_aware(MPI)
         self._closed = False
-        # The synchronous hot paths' tables, filled on first use: dtype -> (datatype, unit),
-        # and (op value, dtype) -> (datatype, op) where MPI reduces the dtype as it is.
-        # the hot paths' plans, made on first use: dtype -> (datatype, units per element);
-        # (op value, dtype) -> (datatype, mpi_op) when MPI reduces in place, else None
+        # The blocking hot paths (a NumPy buffer, nothing staged) make one MPI call from
+        # plans made on first use and indexed directly: dtype -> (datatype, units per
+        # element); for SUM, and per other op value, dtype -> (IN_PLACE, datatype, mpi_op)
+        # when MPI reduces the dtype as it is, else None. Their buffer specs give no count
+        # where mpi4py derives it from the buffer (as raw mpi4py calls do). Counted with
+        # callgrind (benchmarks/mpi_overhead.py): they read the call record by index (a
+        # NamedTuple's attributes go through a descriptor each, and a 13-field unpack
+        # through an iterator), and call the communicator's methods bound once, loaded
+        # as attributes (``f = self._x; f(...)``: a method call on an instance attribute
+        # is not specialised by CPython 3.11).
         self._moves = _Plans(lambda dtype: move_type(MPI, dtype))
-        self._reductions = _Plans(lambda key: _in_place_reduction(MPI, ReduceOp(key[0]), key[1]))
-        self._in_place = MPI.IN_PLACE
+        self._sum = _Plans(lambda dtype: _in_place_reduction(MPI, _SUM, dtype))
+        self._by_op = _Plans(lambda value: _reductions(MPI, value))
+        comm = self.comm
+        self._allreduce, self._bcast, self._allgather = comm.Allreduce, comm.Bcast, comm.Allgather
+        self._reduce_scatter_block, self._alltoall, self._alltoallv = (
+            comm.Reduce_scatter_block, comm.Alltoall, comm.Alltoallv)
 
     # ------------------------------------------------------------ plumbing
     def _run(self, op: str, name: str, args: tuple, blocking: bool,
@@ -163,17 +181,20 @@ class MPIBackend(CollectiveBackend):
         return wbuf, mtype, mop
 
     def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
+        if blocking:
+            buf = call[3]  # out
+            if type(buf) is _ndarray:
+                # The synchronous hot path: one MPI call on the caller's buffer.
+                op, dt = call[10], call[2]  # redop, dtype
+                plan = (self._sum if op is _SUM else self._by_op[op._value_])[buf.dtype if dt is None else dt]
+                if plan is not None:
+                    allreduce = self._allreduce
+                    try:
+                        allreduce(plan[0], [buf, plan[1]], plan[2])
+                    except Exception as err:  # noqa: BLE001 - delivered through the Work
+                        return Work.failed("all_reduce", _as_dist_error("all_reduce", err))
+                    return DONE
         buf, op = call.out, call.redop
-        if blocking and type(buf) is _ndarray:
-            # The synchronous hot path: one MPI call on the caller's buffer.
-            dt = buf.dtype
-            plan = self._reductions[op._value_, dt]
-            if plan is not None:
-                try:
-                    self.comm.Allreduce(self._in_place, [buf, plan[0]], plan[1])
-                except Exception as err:  # noqa: BLE001 - delivered through the Work
-                    return Work.failed("all_reduce", _as_dist_error("all_reduce", err))
-                return DONE
         post: list = []
         wbuf, mtype, mop = self._prepare_reduce(buf, op, call.scale, True, post)
         return self._run("all_reduce", "Allreduce", (self.MPI.IN_PLACE, [wbuf, mtype], mop),
@@ -194,19 +215,19 @@ class MPIBackend(CollectiveBackend):
         """One ``MPI_Reduce_scatter_block`` when every chunk has the same size (every
         rank knows every chunk's size: the same choice everywhere), else
         ``MPI_Reduce_scatter``."""
-        out, inp, op = call.out, call.inp, call.redop
-        splits = call.in_splits
+        out, inp, splits = call[3], call[4], call[8]  # out, inp, in_splits
         even = splits is None or len(set(splits)) <= 1
         if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
-            dt = out.dtype
-            plan = self._reductions[op._value_, dt]
+            op, dt = call[10], call[2]
+            plan = (self._sum if op is _SUM else self._by_op[op._value_])[out.dtype if dt is None else dt]
             if plan is not None:
-                mtype = plan[0]
+                mtype, rsb = plan[1], self._reduce_scatter_block
                 try:
-                    self.comm.Reduce_scatter_block([inp, mtype], [out, mtype], plan[1])
+                    rsb([inp, mtype], [out, mtype], plan[2])
                 except Exception as err:  # noqa: BLE001 - delivered through the Work
                     return Work.failed("reduce_scatter", _as_dist_error("reduce_scatter", err))
                 return DONE
+        op = call.redop
         post: list = []
         (inp,) = self._host([inp], post, out=False)
         # The send side is never written: _prepare_reduce copies it when it must scale or convert.
@@ -221,15 +242,15 @@ class MPIBackend(CollectiveBackend):
 
     # ---------------------------------------------------------- data movement
     def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
-        buf, src = call.out, call.root
+        buf = call[3]  # out
         if blocking and type(buf) is _ndarray:
-            dt = buf.dtype
-            mtype, unit = self._moves[dt]
-            try:
-                self.comm.Bcast([buf, buf.size * unit, mtype], src)
+            dt, bcast = call[2], self._bcast
+            try:  # no count: mpi4py takes the buffer's bytes over the datatype's extent
+                bcast([buf, self._moves[buf.dtype if dt is None else dt][0]], call[9])  # root
             except Exception as err:  # noqa: BLE001 - delivered through the Work
                 return Work.failed("broadcast", _as_dist_error("broadcast", err))
             return DONE
+        src = call.root
         post: list = []
         (buf,) = self._host([buf], post, out=self.rank != src)
         mtype, unit = move_type(self.MPI, buf.dtype)
@@ -239,14 +260,13 @@ class MPIBackend(CollectiveBackend):
     def all_gather_into(self, call: Call, *, blocking: bool = False) -> Work:
         """``MPI_Allgather`` when every rank contributes alike (every rank knows every
         contribution's size: the same choice everywhere), else ``MPI_Allgatherv``."""
-        out, inp, splits = call.out, call.inp, call.out_splits
+        out, inp, splits = call[3], call[4], call[7]  # out, inp, out_splits
         even = splits is None or len(set(splits)) <= 1
         if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
-            dt = inp.dtype
-            mtype, unit = self._moves[dt]
-            count = inp.size * unit
-            try:
-                self.comm.Allgather([inp, count, mtype], [out, count, mtype])
+            dt, allgather = call[2], self._allgather
+            mtype = self._moves[inp.dtype if dt is None else dt][0]
+            try:  # no counts: mpi4py's are the send buffer's, and the receive buffer's over the ranks
+                allgather([inp, mtype], [out, mtype])
             except Exception as err:  # noqa: BLE001 - delivered through the Work
                 return Work.failed("all_gather", _as_dist_error("all_gather", err))
             return DONE
@@ -296,17 +316,23 @@ class MPIBackend(CollectiveBackend):
     def all_to_all_single(self, call: Call, *, blocking: bool = False) -> Work:
         """``MPI_Alltoall`` without splits (every rank's promise of equal chunks: the
         same choice everywhere), else ``MPI_Alltoallv``."""
-        out, inp = call.out, call.inp
-        even = call.in_splits is None and call.out_splits is None
-        if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
-            dt = inp.dtype
-            mtype, unit = self._moves[dt]
-            count = inp.size // self.size * unit
+        out, inp, osplits, isplits = call[3], call[4], call[7], call[8]
+        even = isplits is None and osplits is None
+        if blocking and type(inp) is _ndarray and type(out) is _ndarray:
+            dt = call[2]
+            mtype, unit = self._moves[inp.dtype if dt is None else dt]
             try:
-                self.comm.Alltoall([inp, count, mtype], [out, count, mtype])
+                if even:  # no counts: mpi4py splits both buffers over the ranks
+                    alltoall = self._alltoall
+                    alltoall([inp, mtype], [out, mtype])
+                    return DONE
+                if unit == 1 and isplits is not None and osplits is not None:
+                    # counts in elements as they are; no displacements: mpi4py packs the blocks
+                    alltoallv = self._alltoallv
+                    alltoallv([inp, isplits, None, mtype], [out, osplits, None, mtype])
+                    return DONE
             except Exception as err:  # noqa: BLE001 - delivered through the Work
                 return Work.failed("all_to_all", _as_dist_error("all_to_all", err))
-            return DONE
         post: list = []
         (inp,) = self._host([inp], post, out=False)
         (out,) = self._host([out], post, out=True)

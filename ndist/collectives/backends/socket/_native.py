@@ -31,7 +31,7 @@ from . import _frame as F
 from ._reduce import _ERRVAR, _IGNORE, _UFUNC, finalize
 from ._shm import SHM_DIR, _job_of
 
-__all__ = ["ENGINE_ENV", "SLOT_ENV", "engine_mode", "module_for", "slot_bytes", "NativeFile", "NativeAlgorithms",
+__all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "cma_min_bytes", "engine_mode", "module_for", "slot_bytes", "NativeFile", "NativeAlgorithms",
            "attach"]
 
 log = logging.getLogger("ndist.collectives.socket")
@@ -41,6 +41,10 @@ ENGINE_ENV = "NDIST_ENGINE"
 DEFAULT = "auto"
 SLOT_ENV = "NDIST_NATIVE_SLOT"
 SPIN_ENV = "NDIST_NATIVE_SPIN_US"
+CMA_ENV = "NDIST_NATIVE_CMA_MIN"
+#: all_to_all blocks of at least this many bytes go with one copy (``process_vm_readv``)
+#: to peers that may read this rank's memory; the rest through the slots (two copies)
+CMA_MIN = 256 << 10
 #: all_reduce above this many bytes: reduce-scatter + all-gather through the slots
 RSAG_MIN = 256 << 10
 #: how long a waiting rank spins before it sleeps (when every rank has a core)
@@ -112,6 +116,20 @@ def slot_bytes(size: int) -> int:
     return max(256 << 10, min(1 << 20, (8 << 20) // max(size, 1) // 4096 * 4096))
 
 
+def cma_min_bytes() -> int:
+    """``NDIST_NATIVE_CMA_MIN`` (bytes; 0 turns the single-copy path off), else ``CMA_MIN``."""
+    raw = os.environ.get(CMA_ENV, "").strip()
+    if not raw:
+        return CMA_MIN
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{CMA_ENV}: expected a byte count (0: off), got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{CMA_ENV}: expected a byte count >= 0 (0: off), got {value}")
+    return value
+
+
 def _file_bytes(size: int, slot: int) -> int:
     data_off = (_HDR + 8 * size + 63) // 64 * 64
     stride = (data_off + slot + 4095) // 4096 * 4096
@@ -164,7 +182,9 @@ def attach(mod, own: NativeFile, prefixes: dict, pids: dict, rank: int, size: in
             os.close(fd)
     pid_list = [os.getpid() if r == rank else int(pids[r]) for r in range(size)]
     spin_us = float(os.environ.get(SPIN_ENV, SPIN_US)) if spin else 0.0
-    return mod.Group(rank, size, maps, own.slot, pid_list, timeout, spin_us)
+    group = mod.Group(rank, size, maps, own.slot, pid_list, timeout, spin_us)
+    group.cma_min = cma_min_bytes()  # before the set-up barrier, which probes the peers
+    return group
 
 
 def _u8(a: np.ndarray) -> np.ndarray:

@@ -44,12 +44,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cma.h"
 #include "kernels.h"
 
 /* ------------------------------------------------------------------ layout */
 #define CTL_BYTES 4096
 #define HDR_BYTES 64
 #define ALIGN 64
+/* ranks whose reads a control block records (``cma``): larger groups copy through the slots */
+#define CMA_RANKS 2048
+/* a lens-table entry with this bit: the block goes by address (cma.h), not through the slot */
+#define CMA_FLAG (1ULL << 63)
 
 enum { ST_ALIVE = 0, ST_CLOSED = 1, ST_FAILED = 2 };
 
@@ -67,6 +72,8 @@ typedef struct {
     int32_t pid;
     _Atomic int32_t stall_rank;  /* the timeout notice: this rank's deadline passed in piece */
     _Atomic uint64_t stall_piece; /* stall_piece - 1 waiting on stall_rank (0: none; cleared at the next op) */
+    _Atomic uint64_t addr;       /* this control block's address in its owner's process (cma probe target) */
+    _Atomic uint8_t cma[CMA_RANKS]; /* cma[q]: 1 this rank can read rank q's memory, 2 it cannot, 0 not probed */
 } ctl_t;
 
 typedef struct {
@@ -90,9 +97,9 @@ enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_
 /* E_STALLED: this rank timed out (or a peer that did failed) waiting on a peer that itself waited on
  * ``cause`` (the root cause: a stopped rank) */
 enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSED, E_SIGNAL, E_PY, E_SELF_FAILED,
-       E_STALLED };
+       E_STALLED, E_CMA };
 static const char *E_NAMES[] = {"ok", "timeout", "dead", "failed", "closed", "mismatch", "self_closed",
-                                "signal", "python", "self_failed", "stalled"};
+                                "signal", "python", "self_failed", "stalled", "cma"};
 
 static PyObject *Error; /* _cnative.Error */
 static unsigned long main_thread;
@@ -126,6 +133,12 @@ typedef struct {
     /* the deadline passed: this rank posted its notice and waits until grace_end for a peer's */
     int in_grace;
     double grace_end;
+    /* single-copy all_to_all: blocks of at least cma_min bytes (0: never) go by address to
+     * peers that can read this rank; cma_probed once every peer was probed */
+    Py_ssize_t cma_min;
+    int cma_probed;
+    unsigned long long cma_blocks; /* blocks this rank read by address (for tests) */
+    uint8_t *cma_sel;              /* the running all_to_all: cma_sel[q], its block to q goes by address */
 } Group;
 
 #define WARN_EVERY 60.0
@@ -579,6 +592,8 @@ static int run_broadcast(Group *g, char *buf, Py_ssize_t nbytes, int dtype, int 
     return E_OK;
 }
 
+static void cma_probe_peers(Group *g);
+
 static int run_barrier(Group *g, double dl, PyThreadState **sv)
 {
     int me = g->rank, rc;
@@ -592,6 +607,8 @@ static int run_barrier(Group *g, double dl, PyThreadState **sv)
     for (int q = 0; q < g->size; q++)
         if (q != me && (rc = wait_check(g, q, 2 * p + 1, p, &s, 0, 0, dl, sv)))
             return rc;
+    if (g->cma_min > 0)
+        cma_probe_peers(g); /* every peer posted: past its Group_init (the set-up barrier probes) */
     publish(g, &CTL(g, me)->done, p);
     return E_OK;
 }
@@ -657,43 +674,107 @@ static int stage_blocks(Group *g, uint64_t p, List *ins, Py_ssize_t off, Py_ssiz
     return E_OK;
 }
 
-static int lens_mismatch(Group *g, int q, uint64_t p, uint64_t want)
+/* q's block for this rank is ``got`` bytes, this rank expects ``want`` */
+static int len_differs(Group *g, int q, uint64_t p, uint64_t got, uint64_t want)
 {
-    if (LENS(g, q, p)[g->rank] != want) {
+    if (got != want) {
         g->err_peer = q;
         memcpy(&g->err_theirs, HDR(g, q, p), sizeof(hdr_t));
-        g->err_sends = (int64_t)LENS(g, q, p)[g->rank];
+        g->err_sends = (int64_t)got;
         g->err_wants = (int64_t)want;
         return E_MISMATCH;
     }
     return E_OK;
 }
 
+static int lens_mismatch(Group *g, int q, uint64_t p, uint64_t want)
+{
+    return len_differs(g, q, p, LENS(g, q, p)[g->rank], want);
+}
+
+/* Probe every peer not probed yet (their control blocks' ``addr`` set: past Group_init)
+ * and publish in this rank's ``cma`` what it can read. Peers read it with acquire. */
+static void cma_probe_peers(Group *g)
+{
+    if (g->cma_probed || g->rank >= CMA_RANKS)
+        return;
+    ctl_t *mine = CTL(g, g->rank);
+    int all = 1;
+    for (int q = 0; q < g->size && q < CMA_RANKS; q++) {
+        if (q == g->rank || atomic_load_explicit(&mine->cma[q], memory_order_relaxed))
+            continue;
+        uint64_t a = atomic_load_explicit(&CTL(g, q)->addr, memory_order_acquire);
+        if (!a) {
+            all = 0;
+            continue;
+        }
+        int ok = cma_probe(g->pids[q], a + offsetof(ctl_t, addr), a);
+        atomic_store_explicit(&mine->cma[q], ok ? 1 : 2, memory_order_release);
+    }
+    g->cma_probed = all;
+}
+
+/* Does block ``len`` to ``q`` go by address? (q said it can read this rank) */
+static inline int cma_to(Group *g, int q, Py_ssize_t len)
+{
+    return g->cma_min > 0 && len >= g->cma_min && q < CMA_RANKS && g->rank < CMA_RANKS &&
+           atomic_load_explicit(&CTL(g, q)->cma[g->rank], memory_order_acquire) == 1;
+}
+
+/* Single copy: a block of at least ``cma_min`` bytes to a peer that can read this rank's
+ * memory is not staged: its lens entry carries CMA_FLAG, its first 8 bytes in the slot the
+ * block's address, and the receiver reads it whole at the op's first piece
+ * (``process_vm_readv``); the sender returns only once every such receiver is done with
+ * that piece (its buffer must stay put until then). */
 static int run_all_to_all(Group *g, List *outs, List *ins, int dtype, double dl, PyThreadState **sv)
 {
-    int n = g->size, me = g->rank, rc;
+    int n = g->size, me = g->rank, rc, by_addr = 0;
     Py_ssize_t Q = quota(g), mx = 0;
+    if (g->cma_min > 0)
+        cma_probe_peers(g);
     for (int q = 0; q < n; q++) {
+        g->cma_sel[q] = q != me && cma_to(g, q, ins->len[q]); /* decided once per op */
         if (q == me)
             continue;
-        if (ins->len[q] > mx)
+        if (g->cma_sel[q])
+            by_addr = 1; /* not staged: no pieces for it */
+        else if (ins->len[q] > mx)
             mx = ins->len[q];
-        if (outs->len[q] > mx)
-            mx = outs->len[q];
+        if (outs->len[q] > mx && !(g->cma_min > 0 && outs->len[q] >= g->cma_min))
+            mx = outs->len[q]; /* (a staged block's pieces are its sender's to count) */
     }
     uint64_t total = 0;
     for (int q = 0; q < n; q++)
         total += (uint64_t)ins->len[q];
     Sig s = {OP_ALL_TO_ALL, dtype, 0, -1, total, (uint64_t)pieces_of(mx, Q), 0};
     g->op_pieces = s.pieces;
-    uint64_t M = 1;
+    uint64_t M = 1, p0 = 0;
     for (uint64_t j = 0; j < M; j++) {
         Py_ssize_t off = (Py_ssize_t)j * Q;
         uint64_t p;
         if ((rc = begin_piece(g, dl, sv, &p)))
             return rc;
+        if (j == 0)
+            p0 = p;
         write_hdr(g, p, &s);
-        stage_blocks(g, p, ins, off, Q, 1);
+        if (by_addr) {
+            uint64_t *lens = LENS(g, me, p);
+            char *d = DATA(g, me, p);
+            for (int q = 0; q < n; q++) {
+                lens[q] = (uint64_t)ins->len[q];
+                if (q == me || ins->len[q] <= off)
+                    continue;
+                if (g->cma_sel[q]) {
+                    lens[q] |= CMA_FLAG;
+                    uint64_t a = (uint64_t)(uintptr_t)ins->ptr[q];
+                    memcpy(d + q * Q, &a, sizeof a);
+                } else {
+                    memcpy(d + q * Q, ins->ptr[q] + off, min_ss(Q, ins->len[q] - off));
+                }
+            }
+        } else {
+            stage_blocks(g, p, ins, off, Q, 1);
+        }
         publish(g, &CTL(g, me)->post, 2 * p + 1);
         if (j == 0 && outs->ptr[me] != ins->ptr[me])
             memmove(outs->ptr[me], ins->ptr[me], min_ss(ins->len[me], outs->len[me]));
@@ -702,19 +783,35 @@ static int run_all_to_all(Group *g, List *outs, List *ins, int dtype, double dl,
                 continue;
             if ((rc = wait_check(g, q, 2 * p + 1, p, &s, 0, 0, dl, sv)))
                 return rc;
+            uint64_t len = LENS(g, q, p)[me];
+            int addr = (len & CMA_FLAG) != 0;
             if (j == 0) {
-                if ((rc = lens_mismatch(g, q, p, (uint64_t)outs->len[q])))
+                if ((rc = len_differs(g, q, p, len & ~CMA_FLAG, (uint64_t)outs->len[q])))
                     return rc;
                 if (HDR(g, q, p)->pieces > M)
                     M = HDR(g, q, p)->pieces;
+                if (addr) {
+                    uint64_t a;
+                    memcpy(&a, DATA(g, q, p) + me * Q, sizeof a);
+                    int err = cma_read(g->pids[q], outs->ptr[q], a, (size_t)outs->len[q]);
+                    if (err) {
+                        g->err_peer = q;
+                        return pid_dead(g->pids[q]) ? E_DEAD : E_CMA;
+                    }
+                    g->cma_blocks++;
+                }
             }
-            if (outs->len[q] > off)
+            if (!addr && outs->len[q] > off)
                 memcpy(outs->ptr[q] + off, DATA(g, q, p) + me * Q, min_ss(Q, outs->len[q] - off));
         }
         if (j == 0 && s.pieces > M)
             M = s.pieces;
         publish(g, &CTL(g, me)->done, p);
     }
+    if (by_addr) /* the receivers have read this rank's buffers */
+        for (int q = 0; q < n; q++)
+            if (g->cma_sel[q] && (rc = wait_ge(g, q, 1, p0, dl, sv)))
+                return rc;
     return E_OK;
 }
 
@@ -937,6 +1034,7 @@ static void Group_dealloc(Group *g)
     }
     PyMem_Free(g->base);
     PyMem_Free(g->pids);
+    PyMem_Free(g->cma_sel);
     Py_CLEAR(g->on_stall);
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
@@ -961,7 +1059,8 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
     g->maps = PyMem_Calloc(g->size, sizeof(Py_buffer));
     g->base = PyMem_Calloc(g->size, sizeof(char *));
     g->pids = PyMem_Calloc(g->size, sizeof(int32_t));
-    if (!g->maps || !g->base || !g->pids) {
+    g->cma_sel = PyMem_Calloc(g->size, 1);
+    if (!g->maps || !g->base || !g->pids || !g->cma_sel) {
         PyErr_NoMemory();
         return -1;
     }
@@ -983,6 +1082,8 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
         g->base[r] = g->maps[r].buf;
     }
     CTL(g, g->rank)->pid = (int32_t)getpid();
+    /* the probe target (cma.h): published before this rank's first post (release) */
+    atomic_store_explicit(&CTL(g, g->rank)->addr, (uint64_t)(uintptr_t)CTL(g, g->rank), memory_order_relaxed);
     return 0;
 }
 
@@ -1319,6 +1420,10 @@ static PyMemberDef Group_members[] = {
     {"on_stall", T_OBJECT, offsetof(Group, on_stall), 0,
      "on_stall(peer, word, waited_s, left_s), called with the GIL from a wait of warn_after seconds"},
     {"warn_after", T_DOUBLE, offsetof(Group, warn_after), 0, "seconds an op waits before on_stall (0: never)"},
+    {"cma_min", T_PYSSIZET, offsetof(Group, cma_min), 0,
+     "all_to_all blocks of at least this many bytes go by address to peers that can read them (0: never)"},
+    {"cma_blocks", T_ULONGLONG, offsetof(Group, cma_blocks), READONLY,
+     "all_to_all blocks this rank read from a peer's memory with one copy (process_vm_readv)"},
     {NULL, 0, 0, 0, NULL},
 };
 
