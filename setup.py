@@ -48,7 +48,8 @@ def _extensions():
     link = shlex.split(os.environ.get("NDIST_NATIVE_LDFLAGS", ""))
     return [Extension("ndist.collectives.backends.socket._cnative",
                       sources=["ndist/collectives/backends/socket/_native/cnative.c"],
-                      depends=["ndist/collectives/backends/socket/_native/kernels.h"],
+                      depends=["ndist/collectives/backends/socket/_native/kernels.h",
+                               "ndist/collectives/backends/socket/_native/cma.h"],
                       extra_compile_args=flags, extra_link_args=link, optional=True)]
 
 
