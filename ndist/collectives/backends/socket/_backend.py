@@ -18,6 +18,7 @@ from . import _cma
 from . import _frame as F
 from . import _losses
 from . import _native
+from . import _stalls
 from ._algorithms import CHUNK, Algorithms
 from ._links import Links, connect
 from ._engine import Engine, OpInfo, wait_warning_from_env
@@ -119,6 +120,7 @@ class SocketBackend(CollectiveBackend):
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
                         self._granks, self._record_loss)
+        self._p2p.on_stalled = lambda ranks: self._stalled(ranks, True)  # (its own collectives too)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
@@ -149,6 +151,7 @@ class SocketBackend(CollectiveBackend):
             eng = Engine(self.rank, self.size, self.ctx.group_name, socks, hosts, prefixes,
                          self._peer_segs, self._seg, spin, self._granks)
             eng.on_loss = self._record_loss
+            eng.on_stalled = self._stalled
             connect(self._links, eng, self._mesh, self.ctx.store, self.rank, self.size, self._mode, self._rings,
                     CHUNK, self.ctx.group_name)
             self._alg = Algorithms(eng, self._seg, self._links, self.rank, self.size)
@@ -197,6 +200,20 @@ class SocketBackend(CollectiveBackend):
             message = f"in group {self.ctx.group_name!r}: {message}"
         _losses.tell_groups(self._job, rank, host, message, self)
 
+    def _stalled(self, ranks, engine: bool = False) -> None:
+        """A wait of this group passed its deadline on global ``ranks``: the other groups of
+        this process and this group's other side tell their peers (``_stalls``)."""
+        _stalls.tell(self, ranks, engine)
+
+    def _tell_stalled(self, ranks, engine: bool = True) -> None:
+        """(``_stalls.tell``) This process passed a deadline waiting on ``ranks`` elsewhere:
+        tell this group's point-to-point peers, and its collective peers when it is idle."""
+        self._p2p.tell_stalled(ranks)
+        eng, nat = self._eng, self._native
+        if engine and eng is not None:
+            self._exec.run_inline(lambda: nat.tell_stalled(ranks) if nat is not None else
+                                  eng.tell_stalled_idle(ranks, self._seq + 1))
+
     def _attach_native(self, peers) -> None:
         """Every rank on this host with the same native slots: collectives go native. Every
         rank decides from the same published facts, so all decide alike."""
@@ -211,6 +228,7 @@ class SocketBackend(CollectiveBackend):
         self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size,
                                                             self.ctx.group_name, wait_warning_from_env(), self._granks)
         self._loss_hooks.append(self._native_loss)
+        self._native.on_stalled = self._stalled
         # every rank has mapped every file before any rank may finish an op and unlink its own
         group.barrier()
         log.debug("rank %d: group %r runs on the native engine", self.rank, self.ctx.group_name)
@@ -426,7 +444,7 @@ class SocketBackend(CollectiveBackend):
         if self._closed:
             work.fail(DistNetworkError(f"{self!r} is closed", rank=None if src is None else self._granks[src]))
             return work
-        work.pending = lambda: self._p2p.pending_recv(src, call.tag)
+        work.pending = lambda: self._p2p.pending_recv(src, call.tag, work)
         self._p2p.post(call.out, call.root, call.tag, work)
         return work
 
