@@ -122,3 +122,72 @@ def test_a_survivor_names_the_stopped_rank_its_peer_waits_on_elsewhere(tmp_path,
     assert f"rank {B} (" in msg and "waited on it" in msg, (CASES[case], res[A])
     assert err_rank in (None, S), res[A]
     assert 2.4 < waited < TIMEOUT + 0.3 + 2.0, res[A]  # the group timeout + at most the 0.3 s grace (+ load)
+
+
+def _connect_chain(rank, size, folder, stopped, late):
+    """B (rank 1)'s first collective on group [1, stopped] connects to the stopped rank;
+    the other survivor (``waiter``) waits on B in a world scatter."""
+    import signal
+
+    import numpy as np
+
+    import ndist.distributed as dist
+
+    dist.init_process_group("socket", timeout=timedelta(seconds=TIMEOUT))
+    waiter = 2 if stopped == 0 else 0
+    sub = dist.new_group(sorted([B, stopped]))  # no collective before the stop: B connects it then
+    x = np.full(8, rank + 1.0)
+    dist.all_reduce(x)
+    if rank == stopped:  # (its address is published: B's dial reaches its listener)
+        dist.send(x, dst=B, group=sub)
+    elif rank == B:
+        dist.recv(np.zeros(8), src=stopped, group=sub)
+    pids = [None] * size
+    dist.all_gather_object(pids, os.getpid())
+    dist.barrier()
+    if rank == stopped:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return ("stopped", None, None, None)
+    if rank == late:
+        time.sleep(0.15)
+    t0 = time.monotonic()
+    outcome = ("ok", None, None, None)
+    try:
+        if rank == B:
+            dist.all_reduce(x, group=sub)
+        else:
+            dist.scatter(np.zeros(8), None, src=B)
+    except dist.DistError as err:
+        outcome = (type(err).__name__, str(err), time.monotonic() - t0, getattr(err, "rank", None))
+    with open(os.path.join(folder, f"done{rank}"), "w"):
+        pass
+    other = os.path.join(folder, f"done{B if rank == waiter else waiter}")
+    deadline = time.monotonic() + 30
+    while not os.path.exists(other) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if rank == waiter:
+        os.kill(pids[stopped], signal.SIGCONT)
+    return outcome
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stopped", [0, 2], ids=["B-dials-it", "B-waits-for-its-dial"])
+@pytest.mark.parametrize("transport,engine", [("tcp", "python"), ("auto", "native")])
+def test_a_group_set_up_with_a_stopped_member_times_out_and_tells(tmp_path, transport, engine, stopped):
+    """B's first collective on a group with the stopped rank: B dials it (it accepts and
+    never answers the handshake: before, B raised DistNetworkError calling it lost) or
+    waits for its dial (kill trial seed 2031). B raises DistTimeoutError naming it, and
+    the survivor waiting on B names it too."""
+    if engine == "native":
+        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+    waiter = 2 if stopped == 0 else 0
+    res = run_ranks(_connect_chain, 3, args=(str(tmp_path), stopped, B), init=False, timeout=90,
+                    env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
+    kind, msg, waited, err_rank = res[B]
+    assert kind == "DistTimeoutError", res[B]
+    assert _not_heard_from(msg) == [stopped] or f"ranks [{stopped}] did not connect" in msg, res[B]
+    kind, msg, waited, err_rank = res[waiter]
+    assert kind == "DistTimeoutError", res[waiter]
+    assert _not_heard_from(msg) == [stopped], res[waiter]
+    assert f"rank {B} (" in msg and "waited on it" in msg, res[waiter]
+    assert 2.4 < waited < TIMEOUT + 0.3 + 2.0, res[waiter]

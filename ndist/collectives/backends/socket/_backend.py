@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ....runtime import BackendContext, DistBackendError, DistError, DistNetworkError, Work
+from ....runtime import BackendContext, DistBackendError, DistError, DistNetworkError, DistTimeoutError, Work
 from ....runtime import _net
 from ..._backend import DONE, Call, CollectiveBackend, split_views
 from . import _cma
@@ -141,9 +141,16 @@ class SocketBackend(CollectiveBackend):
                                        rank=rank, host=host)
             try:
                 socks = self._mesh.collective_sockets(time.monotonic() + self._timeout)
+            except DistTimeoutError:
+                self._stalled(self._mesh.connecting, True)  # (a chain: see _stalls)
+                raise
             except DistNetworkError as err:
                 if err.rank is not None and err.rank in self._gindex and self._mesh.is_dead(self._gindex[err.rank]):
                     self._record_loss(err.rank, err.host, str(err).split(": ", 1)[-1])
+                elif err.rank is not None and _stalls.timed_out(err):  # it accepted, never answered: stopped
+                    self._stalled([err.rank], True)
+                    raise DistTimeoutError(f"group {self.ctx.group_name!r}: rank {self._granks[self.rank]}: connecting "
+                                           f"timed out; ranks not heard from: [{err.rank}] ({err})") from None
                 raise
             hosts = {p: self._mesh.host_of(p) for p in socks}
             prefixes = {p: self._mesh.peer(p)["shm"] for p in socks}

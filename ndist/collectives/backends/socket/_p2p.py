@@ -53,6 +53,7 @@ import numpy as np
 from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError, Work
 from ....runtime import _net
 from . import _frame as F
+from . import _stalls
 from ._p2p_stall import P2PStalls
 from ._p2p_stream import Stream as _Stream
 from ._p2p_stream import recv_payload as _recv_payload
@@ -148,7 +149,7 @@ class P2P(P2PStalls):
         except DistTimeoutError:
             raise
         except Exception as err:  # noqa: BLE001 - refused, reset, failed handshake: unreachable
-            if _timed_out(err):  # alive but silent (stopped, say): a timeout, not a loss
+            if _stalls.timed_out(err):  # alive but silent (stopped, say): a timeout, not a loss
                 raise self._send_timeout(dst, tag, err) from None
             raise self._unreachable(dst, err) from None
         st = self._watch(dst, sock, True)
@@ -241,7 +242,7 @@ class P2P(P2PStalls):
             while self._waits_on(peer) and self._needs_watch(peer):
                 now = time.monotonic()
                 if now >= end:
-                    if not _timed_out(err):  # (a silent peer: the receive's own timeout names it)
+                    if not _stalls.timed_out(err):  # (a silent peer: the receive's own timeout names it)
                         self._unreachable(peer, err)
                     return
                 try:
@@ -630,13 +631,6 @@ class P2P(P2PStalls):
                 os.close(fd)
             except OSError:
                 pass
-
-
-def _timed_out(err) -> bool:
-    """``err`` (connecting to a peer) is a timeout: the peer accepted but did not answer
-    the handshake (stopped, say), not a refusal or a reset."""
-    return isinstance(err, (DistTimeoutError, TimeoutError)) or isinstance(getattr(err, "__cause__", None),
-                                                                          TimeoutError)
 
 
 #: backends still open: the interpreter's exit flushes them (a rank need not

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import logging
 
+from ....runtime import DistTimeoutError
 from . import _losses
 
-__all__ = ["tell"]
+__all__ = ["tell", "timed_out"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -44,3 +45,10 @@ def tell(source, ranks, engine: bool = True) -> None:
             b._tell_stalled(ranks, engine=engine or b is not source)
         except Exception as err:  # noqa: BLE001 - a notice is best effort: never hide the timeout
             log.debug("telling group %r of a stall failed: %s", getattr(b, "ctx", None), err)
+
+
+def timed_out(err) -> bool:
+    """``err`` (connecting to a peer) is a timeout: the peer accepted but never answered
+    the handshake (stopped, say), not a refusal or a reset: not a lost peer."""
+    return isinstance(err, (DistTimeoutError, TimeoutError)) or isinstance(getattr(err, "__cause__", None),
+                                                                          TimeoutError)
