@@ -141,17 +141,14 @@ class SocketBackend(CollectiveBackend):
                                        rank=rank, host=host)
             try:
                 socks = self._mesh.collective_sockets(time.monotonic() + self._timeout)
-            except DistTimeoutError:
-                self._stalled(self._mesh.connecting, True)  # (a chain: see _stalls)
-                raise
-            except DistNetworkError as err:
-                if err.rank is not None and err.rank in self._gindex and self._mesh.is_dead(self._gindex[err.rank]):
+            except (DistNetworkError, DistTimeoutError) as err:
+                if (isinstance(err, DistNetworkError) and err.rank is not None and err.rank in self._gindex
+                        and self._mesh.is_dead(self._gindex[err.rank])):
                     self._record_loss(err.rank, err.host, str(err).split(": ", 1)[-1])
-                elif err.rank is not None and _stalls.timed_out(err):  # it accepted, never answered: stopped
-                    self._stalled([err.rank], True)
-                    raise DistTimeoutError(f"group {self.ctx.group_name!r}: rank {self._granks[self.rank]}: connecting "
-                                           f"timed out; ranks not heard from: [{err.rank}] ({err})") from None
-                raise
+                exc = _stalls.set_up_failed(self, err)  # (a timeout: the process's groups are told)
+                if exc is err:
+                    raise
+                raise exc from None
             hosts = {p: self._mesh.host_of(p) for p in socks}
             prefixes = {p: self._mesh.peer(p)["shm"] for p in socks}
             spin = self.size <= (os.cpu_count() or 1)
@@ -211,15 +208,6 @@ class SocketBackend(CollectiveBackend):
         """A wait of this group passed its deadline on global ``ranks``: the other groups of
         this process and this group's other side tell their peers (``_stalls``)."""
         _stalls.tell(self, ranks, engine)
-
-    def _tell_stalled(self, ranks, engine: bool = True) -> None:
-        """(``_stalls.tell``) This process passed a deadline waiting on ``ranks`` elsewhere:
-        tell this group's point-to-point peers, and its collective peers when it is idle."""
-        self._p2p.tell_stalled(ranks)
-        eng, nat = self._eng, self._native
-        if engine and eng is not None:
-            self._exec.run_inline(lambda: nat.tell_stalled(ranks) if nat is not None else
-                                  eng.tell_stalled_idle(ranks, self._seq + 1))
 
     def _attach_native(self, peers) -> None:
         """Every rank on this host with the same native slots: collectives go native. Every

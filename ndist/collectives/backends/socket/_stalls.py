@@ -28,7 +28,7 @@ import logging
 from ....runtime import DistTimeoutError
 from . import _losses
 
-__all__ = ["tell", "timed_out"]
+__all__ = ["tell", "timed_out", "set_up_failed"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -42,9 +42,36 @@ def tell(source, ranks, engine: bool = True) -> None:
         return
     for b in _losses.groups_of(source):
         try:
-            b._tell_stalled(ranks, engine=engine or b is not source)
+            _tell_group(b, ranks, engine or b is not source)
         except Exception as err:  # noqa: BLE001 - a notice is best effort: never hide the timeout
             log.debug("telling group %r of a stall failed: %s", getattr(b, "ctx", None), err)
+
+
+def _tell_group(b, ranks, engine: bool) -> None:
+    """Group ``b`` (a SocketBackend) tells its point-to-point peers, and its collective
+    peers when its collectives are idle (``engine``), that this process waits on ``ranks``."""
+    b._p2p.tell_stalled(ranks)
+    eng, nat = b._eng, b._native
+    if engine and eng is not None:
+        # (run_inline: only when no op runs or is queued there; then on this thread)
+        b._exec.run_inline(lambda: nat.tell_stalled(ranks) if nat is not None else
+                           eng.tell_stalled_idle(ranks, b._seq + 1))
+
+
+def set_up_failed(b, err):
+    """The error for a failure of group ``b``'s set-up (its collective connections) after
+    telling the process's groups when it is a timeout: the members it did not hear from
+    (``b._mesh.connecting``), or one that accepted and never answered the handshake (a
+    stopped rank: a DistNetworkError before, as if it were lost)."""
+    if isinstance(err, DistTimeoutError):
+        b._stalled(b._mesh.connecting, True)
+        return err
+    peer = b._gindex.get(err.rank)
+    if peer is None or not timed_out(err) or b._mesh.is_dead(peer):
+        return err
+    b._stalled([err.rank], True)
+    return DistTimeoutError(f"group {b.ctx.group_name!r}: rank {b._granks[b.rank]}: connecting timed out; ranks not "
+                            f"heard from: [{err.rank}] ({err})")
 
 
 def timed_out(err) -> bool:
