@@ -191,3 +191,54 @@ def test_a_group_set_up_with_a_stopped_member_times_out_and_tells(tmp_path, tran
     assert _not_heard_from(msg) == [stopped], res[waiter]
     assert f"rank {B} (" in msg and "waited on it" in msg, res[waiter]
     assert 2.4 < waited < TIMEOUT + 0.3 + 2.0, res[waiter]
+
+
+def _stale_notice(rank, size):
+    """B times out in group [1, 2] (rank 2 is late there): its notice reaches the world.
+    B then goes on in the world (a healthy all_reduce), and later is slow in another world
+    op: A's timeout there names B, not the rank of B's old notice."""
+    import numpy as np
+
+    import ndist.distributed as dist
+
+    dist.init_process_group("socket", timeout=timedelta(seconds=TIMEOUT))
+    bs = dist.new_group([B, S])
+    x = np.full(8, rank + 1.0)
+    dist.all_reduce(x)
+    if rank in (B, S):
+        dist.all_reduce(x, group=bs)
+    dist.barrier()
+    first = None
+    if rank == B:
+        try:
+            dist.all_reduce(x, group=bs)  # S never comes: B times out, tells the world
+        except dist.DistTimeoutError as err:
+            first = str(err)
+    else:
+        time.sleep(1.0)  # (A's and S's deadlines for the next op fall after B has come)
+    y = np.ones(4)
+    dist.all_reduce(y)  # healthy: B comes after its timeout, within A's and S's deadlines
+    if rank == B:
+        time.sleep(TIMEOUT + 0.5)  # slow here: A and S time out waiting on B
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(x)
+        second = None
+    except dist.DistError as err:
+        second = (type(err).__name__, str(err), time.monotonic() - t0)
+    return first, y.tolist(), second
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport,engine", [("tcp", "python"), ("auto", "native")])
+def test_a_notice_from_another_group_is_dropped_once_its_rank_goes_on(transport, engine):
+    if engine == "native":
+        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+    res = run_ranks(_stale_notice, 3, init=False, timeout=90,
+                    env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
+    assert res[B][0] is not None and _not_heard_from(res[B][0]) == [S], res[B]
+    for rank in range(3):
+        assert res[rank][1] == [3.0] * 4, res  # the op after B's timeout works on every rank
+    kind, msg, waited = res[A][2]
+    assert kind == "DistTimeoutError" and _not_heard_from(msg) == [B], res[A]  # not [S]: B went on
+    assert "waited on" not in msg, res[A]

@@ -46,6 +46,7 @@ class StallHandling:
         #: ``on_stalled(global ranks)``: told each time this engine's op passes its deadline
         #: (the backend's ``_stalled``: the process's other groups tell their peers)
         self.on_stalled = None
+        self.told_stalled = False  # peers hold a notice of this rank: withdrawn at the next op
 
     def _deadline_passed(self, expects, now: float) -> None:
         """The deadline passed in ``step``: raise the timeout, or return with the deadline
@@ -102,6 +103,7 @@ class StallHandling:
         body = F.pack_abort("stalled", f"{op.desc} timed out; ranks not heard from: {list(ranks)}",
                             ranks=ranks)
         self._tell_peers(body, op.seq, op.root)  # (_engine_loss)
+        self.told_stalled = True
         if self.on_stalled is not None:
             try:
                 self.on_stalled(list(ranks))
@@ -118,6 +120,15 @@ class StallHandling:
         body = F.pack_abort("stalled", f"timed out elsewhere; ranks not heard from: {list(ranks)}",
                             ranks=list(ranks))
         self._tell_peers(body, seq)
+        self.told_stalled = True
+
+    def withdraw_stall(self, op) -> None:
+        """This rank goes on here (``begin`` of ``op``): its notice is withdrawn (an empty
+        one, as of this op), so that a peer waiting on it later, in an op where this rank
+        sent that peer nothing before, does not name the notice's ranks."""
+        self.told_stalled = False
+        if self.broken is None:
+            self._tell_peers(F.pack_abort("stalled", "goes on", ranks=[]), op.seq)
 
     def on_stall_notice(self, conn, seq: int, info: dict) -> None:
         """A peer's ``stalled`` notice (its op #seq timed out): kept on its connection; an
