@@ -242,3 +242,53 @@ def test_a_notice_from_another_group_is_dropped_once_its_rank_goes_on(transport,
     kind, msg, waited = res[A][2]
     assert kind == "DistTimeoutError" and _not_heard_from(msg) == [B], res[A]  # not [S]: B went on
     assert "waited on" not in msg, res[A]
+
+
+def _send_behind(rank, size, folder):
+    """Rank 1 isends 64 MB to the stopped rank 2 (it blocks: nobody reads), then sends a
+    small message to rank 0: that blocking send is queued behind the first."""
+    import signal
+
+    import numpy as np
+
+    import ndist.distributed as dist
+
+    dist.init_process_group("socket", timeout=timedelta(seconds=TIMEOUT))
+    small = np.ones(4)
+    if rank == B:  # the streams are up before the stop
+        dist.send(small, dst=S)
+        dist.send(small, dst=A)
+    elif rank in (A, S):
+        dist.recv(np.zeros(4), src=B)
+    pids = [None] * size
+    dist.all_gather_object(pids, os.getpid())
+    dist.barrier()
+    outcome = None
+    if rank == S:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif rank == B:
+        big = dist.isend(np.ones(1 << 23), dst=S)
+        try:
+            dist.send(small, dst=A)
+        except dist.DistError as err:
+            outcome = (type(err).__name__, str(err))
+        with open(os.path.join(folder, "done"), "w"):
+            pass
+        del big
+    else:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(folder, "done")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(pids[S], signal.SIGCONT)
+    return outcome
+
+
+@pytest.mark.timeout(120)
+def test_a_blocking_send_queued_behind_a_send_to_a_stopped_rank_names_it(tmp_path):
+    """Kill trial seeds 5203 and 2031: the blocking send's timeout said only `send (#-1) did
+    not complete within 3 s`."""
+    res = run_ranks(_send_behind, 3, args=(str(tmp_path),), init=False, timeout=90,
+                    env={"NDIST_TRANSPORT": "tcp", "NDIST_ENGINE": "python"})
+    kind, msg = res[B]
+    assert kind == "DistTimeoutError", res[B]
+    assert "queued behind a send: sending to rank 2 (tag 0); ranks not heard from: [2]" in msg, res[B]

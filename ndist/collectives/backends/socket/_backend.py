@@ -429,8 +429,8 @@ class SocketBackend(CollectiveBackend):
         if self._closed:
             work.fail(DistNetworkError(f"{self!r} is closed", rank=self._granks[dst]))
             return work
-        if not blocking:
-            work.pending = lambda: f"sending to rank {self._granks[dst]} (tag {tag})"
+        # (a blocking send waits too when it is queued behind another send)
+        work.pending = lambda: self._p2p.pending_send(dst, tag, work, self._p2p_exec.current)
         return self._p2p_exec.submit(work, lambda: self._p2p.send(buf, dst, tag), blocking)
 
     def recv(self, call: Call, *, blocking: bool = False) -> Work:

@@ -141,3 +141,11 @@ class P2PStalls:
             return (f"waiting for a message from rank {g} (tag {tag}); ranks not heard from: {root} (rank {g} "
                     f"({self._host(src)}) waited on {'it' if len(root) == 1 else 'them'})")
         return f"waiting for a message from rank {g} (tag {tag}); ranks not heard from: [{g}]"
+
+    def pending_send(self, dst: int, tag: int, work, running) -> str:
+        """For ``Work.wait``'s timeout of a send: whom it waits on, or the send it is queued
+        behind (``running``: one to a stopped rank, whose socket buffer is full, say)."""
+        if running is not None and running is not work and running.pending is not None:
+            return f"queued behind a {running.op}: {running.pending()}"
+        g = self.granks[dst]
+        return f"sending to rank {g} (tag {tag}); ranks not heard from: [{g}]"
