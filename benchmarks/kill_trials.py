@@ -219,8 +219,11 @@ def _names(rec_err: dict, victim: int) -> bool:
     msg = rec_err.get("msg", "")
     if re.search(rf"\brank {victim}\b", msg):
         return True
-    m = re.search(r"not heard from: \[([^\]]*)\]", msg)
-    return bool(m and str(victim) in [s.strip() for s in m.group(1).split(",")])
+    # "ranks not heard from: [2]", or a group's set-up: "ranks [2] did not connect within the timeout"
+    for listed in re.findall(r"(?:not heard from: |ranks )\[([^\]]*)\]", msg):
+        if str(victim) in [s.strip() for s in listed.split(",")]:
+            return True
+    return False
 
 
 def run_trial(n: int, seed: int, transport: str, engine: str, mode: str, a) -> dict:

@@ -11,13 +11,14 @@ import time
 
 import numpy as np
 
-from ....runtime import BackendContext, DistBackendError, DistError, DistNetworkError, Work
+from ....runtime import BackendContext, DistBackendError, DistError, DistNetworkError, DistTimeoutError, Work
 from ....runtime import _net
 from ..._backend import DONE, Call, CollectiveBackend, split_views
 from . import _cma
 from . import _frame as F
 from . import _losses
 from . import _native
+from . import _stalls
 from ._algorithms import CHUNK, Algorithms
 from ._links import Links, attach, setup
 from ._engine import Engine, OpInfo, wait_warning_from_env
@@ -120,6 +121,7 @@ class SocketBackend(CollectiveBackend):
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
                         self._granks, self._record_loss)
+        self._p2p.on_stalled = lambda ranks: self._stalled(ranks, True)  # (its own collectives too)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
@@ -150,6 +152,7 @@ class SocketBackend(CollectiveBackend):
                          on_link=lambda conn, facts: attach(self._links, eng, conn, facts, self._mesh, self.rank,
                                                             self.size, self._rings, self.ctx.group_name))
             eng.on_loss = self._record_loss
+            eng.on_stalled = self._stalled
             self._alg = Algorithms(eng, self._seg, self._links, self.rank, self.size)
             self._attach_native(peers)
             self._eng = eng
@@ -166,6 +169,14 @@ class SocketBackend(CollectiveBackend):
             return self._mesh.collective_link(peer, deadline)
         except DistNetworkError as err:
             err.dead = err.rank in self._gindex and self._mesh.is_dead(self._gindex[err.rank])
+            if err.dead:
+                raise
+            exc = _stalls.set_up_failed(self, err)  # a handshake that timed out: a stopped peer
+            if exc is err:
+                raise
+            raise exc from None
+        except DistTimeoutError:
+            self._stalled([self._granks[peer]], True)  # the process's groups are told
             raise
 
     def _record_loss(self, rank: int, host, message: str) -> None:
@@ -210,6 +221,11 @@ class SocketBackend(CollectiveBackend):
             message = f"in group {self.ctx.group_name!r}: {message}"
         _losses.tell_groups(self._job, rank, host, message, self)
 
+    def _stalled(self, ranks, engine: bool = False) -> None:
+        """A wait of this group passed its deadline on global ``ranks``: the other groups of
+        this process and this group's other side tell their peers (``_stalls``)."""
+        _stalls.tell(self, ranks, engine)
+
     def _attach_native(self, peers) -> None:
         """Every rank on this host with the same native slots: collectives go native. Every
         rank decides from the same published facts, so all decide alike."""
@@ -224,6 +240,7 @@ class SocketBackend(CollectiveBackend):
         self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size,
                                                             self.ctx.group_name, wait_warning_from_env(), self._granks)
         self._loss_hooks.append(self._native_loss)
+        self._native.on_stalled = self._stalled
         # every rank has mapped every file before any rank may finish an op and unlink its own
         self._mesh.connecting = [self._granks[p] for p in peers]  # (what a wait meanwhile names)
         try:
@@ -437,8 +454,8 @@ class SocketBackend(CollectiveBackend):
         if self._closed:
             work.fail(DistNetworkError(f"{self!r} is closed", rank=self._granks[dst]))
             return work
-        if not blocking:
-            work.pending = lambda: f"sending to rank {self._granks[dst]} (tag {tag})"
+        # (a blocking send waits too when it is queued behind another send)
+        work.pending = lambda: self._p2p.pending_send(dst, tag, work, self._p2p_exec.current)
         return self._p2p_exec.submit(work, lambda: self._p2p.send(buf, dst, tag), blocking)
 
     def recv(self, call: Call, *, blocking: bool = False) -> Work:
@@ -447,7 +464,7 @@ class SocketBackend(CollectiveBackend):
         if self._closed:
             work.fail(DistNetworkError(f"{self!r} is closed", rank=None if src is None else self._granks[src]))
             return work
-        work.pending = lambda: self._p2p.pending_recv(src, call.tag)
+        work.pending = lambda: self._p2p.pending_recv(src, call.tag, work)
         self._p2p.post(call.out, call.root, call.tag, work)
         return work
 

@@ -261,6 +261,8 @@ class Engine(LossHandling, StallHandling, LinkHandling):
                 self.take_external()
             finally:
                 self.op = None
+        if self.told_stalled:  # peers hold this rank's timeout notice: it goes on (_engine_stall)
+            self.withdraw_stall(op)
         now = time.monotonic()
         self.deadline = now + timeout
         self.timeout = timeout

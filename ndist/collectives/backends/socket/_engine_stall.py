@@ -10,14 +10,23 @@ from: [2] (rank 1 (host) waited on it)``. A notice only counts once this rank's 
 deadline has passed, and only from a peer this rank still waits on, in this op or one
 before it that the peer never got past (any frame the peer sent after it drops it): a healthy
 op is never failed by a notice.
+
+A deadline passed here is told to the process's other groups and to its point-to-point
+peers too (``on_stalled``, the backend's; ``_stalls``); an idle engine tells its peers of
+a deadline passed elsewhere (``tell_stalled_idle``), tagged with its next op's sequence
+number, so that the rules above hold unchanged.
 """
 
 from __future__ import annotations
+
+import logging
 
 from ....runtime import DistTimeoutError
 from . import _frame as F
 
 __all__ = ["StallHandling", "grace_s"]
+
+log = logging.getLogger("ndist.collectives.socket")
 
 GRACE_MAX_S = 1.0
 GRACE_SHARE = 0.1
@@ -34,6 +43,10 @@ class StallHandling:
     def _init_stalls(self) -> None:
         self.timeout = 0.0
         self.in_grace = False  # the current op's deadline passed: waiting for notices
+        #: ``on_stalled(global ranks)``: told each time this engine's op passes its deadline
+        #: (the backend's ``_stalled``: the process's other groups tell their peers)
+        self.on_stalled = None
+        self.told_stalled = False  # peers hold a notice of this rank: withdrawn at the next op
 
     def _deadline_passed(self, expects, now: float) -> None:
         """The deadline passed in ``step``: raise the timeout, or return with the deadline
@@ -90,6 +103,32 @@ class StallHandling:
         body = F.pack_abort("stalled", f"{op.desc} timed out; ranks not heard from: {list(ranks)}",
                             ranks=ranks)
         self._tell_peers(body, op.seq, op.root)  # (_engine_loss)
+        self.told_stalled = True
+        if self.on_stalled is not None:
+            try:
+                self.on_stalled(list(ranks))
+            except Exception as err:  # noqa: BLE001 - best effort: never hide the timeout
+                log.debug("telling the other groups of a stall failed: %s", err)
+
+    def tell_stalled_idle(self, ranks, seq: int) -> None:
+        """Idle here, this process passed a deadline elsewhere (another group, or point to
+        point) waiting on global ``ranks``: tell every peer, as of op ``seq`` (the next one
+        this rank runs here). A peer waiting on this rank in that op names ``ranks``; any
+        frame this rank sends for it drops the notice there. Best effort, never blocks."""
+        if self.op is not None or self.broken is not None or self.closing:
+            return
+        body = F.pack_abort("stalled", f"timed out elsewhere; ranks not heard from: {list(ranks)}",
+                            ranks=list(ranks))
+        self._tell_peers(body, seq)
+        self.told_stalled = True
+
+    def withdraw_stall(self, op) -> None:
+        """This rank goes on here (``begin`` of ``op``): its notice is withdrawn (an empty
+        one, as of this op), so that a peer waiting on it later, in an op where this rank
+        sent that peer nothing before, does not name the notice's ranks."""
+        self.told_stalled = False
+        if self.broken is None:
+            self._tell_peers(F.pack_abort("stalled", "goes on", ranks=[]), op.seq)
 
     def on_stall_notice(self, conn, seq: int, info: dict) -> None:
         """A peer's ``stalled`` notice (its op #seq timed out): kept on its connection; an

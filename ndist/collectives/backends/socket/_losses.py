@@ -25,7 +25,7 @@ import os
 import threading
 import weakref
 
-__all__ = ["remember", "host_of", "record_lost", "dead_reason", "pid_gone", "watch", "tell_groups"]
+__all__ = ["remember", "host_of", "record_lost", "dead_reason", "pid_gone", "watch", "tell_groups", "groups_of"]
 
 _lock = threading.Lock()
 #: (job, global rank) -> (hostid, pid namespace, pid): the latest process seen in that place
@@ -139,3 +139,11 @@ def tell_groups(job: str, grank: int, host, message: str, source) -> None:
                   and b._granks[b.rank] == me]
     for b in groups:
         b._record_loss(grank, host, message)
+
+
+def groups_of(source) -> list:
+    """The open groups of ``source``'s job in this process in which it is the same
+    global rank (``source`` included)."""
+    me = source._granks[source.rank]
+    with _lock:
+        return [b for b in _groups if b._job == source._job and b._granks[b.rank] == me and not b._closed]

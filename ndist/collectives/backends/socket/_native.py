@@ -225,6 +225,11 @@ class NativeAlgorithms:
         self.op: tuple | None = None
         group.warn_after = warn_after
         group.on_stall = self._on_stall if warn_after > 0 else None
+        #: ``on_stalled(global ranks)``: an op passed its deadline (the backend's ``_stalled``:
+        #: the process's other groups tell their peers; ``_stalls``)
+        self.on_stalled = None
+        if hasattr(group, "tell_stalled"):
+            group.on_deadline = self._on_deadline
 
     def _redinfo(self, dtype, op):
         key = (dtype, op)
@@ -297,6 +302,19 @@ class NativeAlgorithms:
                     "timeout, in %.0f s)", self.group_name, self.desc(), waited, self.granks[peer],
                     _DONE_NOTE if word else "", max(0.0, left))
 
+    def _on_deadline(self, peer: int) -> None:
+        """Called from the wait in C (with the GIL) when an op's deadline passes waiting on
+        group rank ``peer``: the process's other groups tell their peers."""
+        if self.on_stalled is not None and 0 <= peer < self.size:
+            self.on_stalled([self.granks[peer]])
+
+    def tell_stalled(self, ranks) -> None:
+        """Idle here, this process passed a deadline elsewhere waiting on global ``ranks``:
+        post the notice words (a peer whose deadline passes waiting on this rank names the
+        first of them; cleared at this rank's next op)."""
+        r = min(ranks)
+        self.g.tell_stalled(self.granks.index(r) if r in self.granks else self.mod.STALL_GLOBAL + r)
+
     def mark_lost(self, exc: BaseException) -> None:
         """The backend learnt of a member's loss outside this engine (point-to-point): the
         group is broken; this rank's state turns failed naming ``exc.rank``, so every
@@ -314,11 +332,19 @@ class NativeAlgorithms:
         host, chost = hosts.get(peer, "?"), hosts.get(cause, "?")
         gr = self.granks  # the C engine names group ranks; messages and .rank name global ones
         peer = gr[peer] if isinstance(peer, int) and 0 <= peer < len(gr) else peer
-        cause = gr[cause] if isinstance(cause, int) and 0 <= cause < len(gr) else cause
+        if isinstance(cause, int) and cause >= getattr(self.mod, "STALL_GLOBAL", 1 << 62):
+            cause -= self.mod.STALL_GLOBAL  # a global rank the peer waited on in another group
+        else:
+            cause = gr[cause] if isinstance(cause, int) and 0 <= cause < len(gr) else cause
         g = f"group {group_name!r}"
+        if kind == "stalled" and self.on_stalled is not None and isinstance(cause, int):
+            # the root cause reaches the process's other groups too (a chain across groups)
+            self.on_stalled([cause])
         if kind == "timeout":  # the Python engine's words (docs/errors.md)
             return DistTimeoutError(f"{g}: {desc} timed out; ranks not heard from: [{peer}]"
                                     f"{_DONE_NOTE if detail[0] else ''}")
+        if kind == "stalled" and cause == gr[self.rank]:  # it waits on this rank: a deadlock, not a stall
+            return DistTimeoutError(f"{g}: {desc} timed out; ranks not heard from: [{peer}]")
         if kind == "stalled":  # the peer waited on timed out waiting on ``cause`` (a stopped rank, say)
             return DistTimeoutError(f"{g}: {desc} timed out; ranks not heard from: [{cause}] (rank {peer} ({host}) "
                                     f"waited on it)")

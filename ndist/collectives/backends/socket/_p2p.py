@@ -27,6 +27,14 @@ and receives fail with it too, and the rank tells every peer it has a stream
 to (ABORT of kind ``lost``, after any message it sent them) which does the
 same once: a survivor waiting on a live rank fails at once, not at the
 group timeout.
+
+Stalls. A receive from one rank whose deadline (the group timeout) passes tells
+the process's groups that this rank waits on it (``on_stalled``: ``_stalls``;
+here, ABORT ``stalled`` on every stream) and gives such notices a grace of
+min(1 s, 10 % of the timeout): when the rank it waits on told it is itself stuck
+waiting on others (a stopped rank, in a collective or a receive), the receive
+fails naming those, the root cause. A notice is dropped at that peer's next
+message, and counts only once the receive's own deadline has passed.
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ import numpy as np
 from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError, Work
 from ....runtime import _net
 from . import _frame as F
+from . import _stalls
+from ._p2p_stall import P2PStalls
 from ._p2p_stream import Stream as _Stream
 from ._p2p_stream import recv_payload as _recv_payload
 from ._p2p_stream import send_ctl as _send_ctl
@@ -62,16 +72,18 @@ _RELAY_S = 5.0
 
 
 class _Recv:
-    __slots__ = ("buf", "src", "tag", "work", "deadline")
+    __slots__ = ("buf", "src", "tag", "work", "deadline", "due", "grace")
 
     def __init__(self, buf, src, tag, work, deadline):
         self.buf, self.src, self.tag, self.work, self.deadline = buf, src, tag, work, deadline
+        self.due = deadline  # the group timeout's deadline (``deadline`` may add a grace)
+        self.grace = False  # its deadline passed: waiting for the peer's timeout notice
 
     def matches(self, src, tag):
         return (self.src is None or self.src == src) and self.tag == tag
 
 
-class P2P:
+class P2P(P2PStalls):
     def __init__(self, rank: int, size: int, group_name: str, timeout: float, mesh_ref, executor=None,
                  granks=None, on_loss=None) -> None:
         self.rank = rank
@@ -82,6 +94,11 @@ class P2P:
         #: ``on_loss(global_rank, host, message)``: a loss this side found out first (the
         #: backend's ``_record_loss``, which tells the collective side)
         self.on_loss = on_loss
+        #: ``on_stalled(global ranks)``: a receive passed its deadline waiting on them (the
+        #: backend's ``_stalled``: every group of the process tells its peers)
+        self.on_stalled = None
+        #: group rank -> the global ranks its last timeout notice named (until its next message)
+        self._notes: dict[int, list] = {}
         self.group_name = group_name
         self.ghash = F.group_hash(group_name)
         self.timeout = timeout
@@ -132,6 +149,8 @@ class P2P:
         except DistTimeoutError:
             raise
         except Exception as err:  # noqa: BLE001 - refused, reset, failed handshake: unreachable
+            if _stalls.timed_out(err):  # alive but silent (stopped, say): a timeout, not a loss
+                raise self._send_timeout(dst, tag, err) from None
             raise self._unreachable(dst, err) from None
         st = self._watch(dst, sock, True)
         hdr = F.pack(F.P2P, _OP_SEND, F.dtype_code(buf.dtype), 0, 0, self.ghash, 0, 0, tag, buf.size, data.nbytes)
@@ -223,7 +242,8 @@ class P2P:
             while self._waits_on(peer) and self._needs_watch(peer):
                 now = time.monotonic()
                 if now >= end:
-                    self._unreachable(peer, err)
+                    if not _stalls.timed_out(err):  # (a silent peer: the receive's own timeout names it)
+                        self._unreachable(peer, err)
                     return
                 try:
                     mesh = self._mesh()
@@ -290,7 +310,7 @@ class P2P:
                 except (ValueError, KeyError, OSError) as err:
                     self._end(st, err)
             try:
-                events = self._sel.select(timeout=0.5)
+                events = self._sel.select(timeout=self._select_wait())
             except OSError:
                 return
             for key, _ in events:
@@ -327,6 +347,8 @@ class P2P:
 
     def _read_message(self, peer: int, sock: socket.socket, h) -> None:
         with self._lock:
+            if self._notes:
+                self._notes.pop(peer, None)  # it goes on: its timeout notice is stale
             for i, r in enumerate(self._posted):
                 if r.matches(peer, h.root):
                     del self._posted[i]
@@ -464,6 +486,9 @@ class P2P:
 
     def _on_notice(self, st: _Stream, info: dict) -> None:
         """A peer tells us the group lost a rank: fail everything pending, tell ours."""
+        if info.get("kind") == "stalled":
+            self._on_stall_notice(st.peer, info.get("ranks"))
+            return
         if info.get("kind") != "lost":
             return
         dead, host = info.get("rank"), info.get("host")
@@ -494,13 +519,6 @@ class P2P:
         self._relay(exc, skip={skip, gdead})
         return True
 
-    def pending_recv(self, src: int | None, tag: int) -> str:
-        """For ``Work.wait``'s timeout of a receive: whom it waits on."""
-        if src is None:
-            return f"waiting for a message from any source (tag {tag}); ranks not heard from: any source"
-        g = self.granks[src]
-        return f"waiting for a message from rank {g} (tag {tag}); ranks not heard from: [{g}]"
-
     def _relay(self, exc: DistNetworkError, skip: set) -> None:
         """Tell each live peer this rank has a stream to that the group lost
         ``exc.rank``: on our own stream to it when there is one (after the messages
@@ -511,6 +529,11 @@ class P2P:
         msg = msg.split(": ", 1)[1] if msg.startswith("group ") else msg
         body = F.pack_abort("lost", msg, exc.rank, exc.host)
         frame = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, 0, -1, 0, len(body)) + body
+        self._tell(frame, skip, f"rank {exc.rank} is lost")
+
+    def _tell(self, frame: bytes, skip: set, what: str) -> None:
+        """Write ``frame`` to each live peer with a stream (ours when there is one), on
+        a thread of its own: never blocks the caller."""
         with self._lock:
             targets: dict[int, _Stream] = {}
             for st in self._streams.values():
@@ -529,22 +552,9 @@ class P2P:
                         _send_ctl(st.sock, frame, deadline)
                     finally:
                         st.wlock.release()
-            log.debug("rank %d told ranks %s that rank %s is lost", self.rank, sorted(targets), exc.rank)
+            log.debug("rank %d told ranks %s: %s", self.rank, sorted(targets), what)
 
         threading.Thread(target=tell, name=f"ndist-p2p-relay-{self.group_name}-{self.rank}", daemon=True).start()
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            late = [r for r in self._posted if r.deadline <= now]
-            self._posted = [r for r in self._posted if r.deadline > now]
-        for r in late:
-            g = self.granks
-            r.work.fail(DistTimeoutError(
-                f"group {self.group_name!r}: recv on rank {g[self.rank]} from "
-                f"{'any rank' if r.src is None else f'rank {g[r.src]}'} (tag {r.tag}) did not complete "
-                f"within {self.timeout:g} s; ranks not heard from: "
-                f"{'any source' if r.src is None else [g[r.src]]}"))
 
     # ------------------------------------------------------------- leaving
     def _say_bye(self, st: _Stream, deadline: float) -> bool:

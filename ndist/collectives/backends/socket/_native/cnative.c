@@ -70,7 +70,8 @@ typedef struct {
     _Atomic int32_t cause;     /* root-cause rank of a failure (-1: this rank itself; <= -2: this rank
                                 * timed out waiting on rank -2 - cause) */
     int32_t pid;
-    _Atomic int32_t stall_rank;  /* the timeout notice: this rank's deadline passed in piece */
+    _Atomic int32_t stall_rank;  /* the timeout notice: this rank's deadline passed in piece (a group
+                                  * rank, or STALL_GLOBAL + a global rank: Group.tell_stalled) */
     _Atomic uint64_t stall_piece; /* stall_piece - 1 waiting on stall_rank (0: none; cleared at the next op) */
     _Atomic uint64_t addr;       /* this control block's address in its owner's process (cma probe target) */
     _Atomic uint8_t cma[CMA_RANKS]; /* cma[q]: 1 this rank can read rank q's memory, 2 it cannot, 0 not probed */
@@ -92,6 +93,11 @@ _Static_assert(sizeof(ctl_t) <= CTL_BYTES, "control block fits");
 /* op codes (the signature; names live in _native.py) */
 enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_SCATTER, OP_ALL_TO_ALL,
        OP_REDUCE_SCATTER, OP_BARRIER };
+
+/* A stall notice (stall_rank) or a timeout's root cause (err_cause, and -2 - cause in the state's
+ * cause word) of at least this names global rank (value - STALL_GLOBAL): a rank this process
+ * waited on in another group or point to point (``Group.tell_stalled``; _native.py: _GLOBAL). */
+#define STALL_GLOBAL (1 << 20)
 
 /* error kinds raised to Python as _cnative.Error(kind, peer, cause, theirs) */
 /* E_STALLED: this rank timed out (or a peer that did failed) waiting on a peer that itself waited on
@@ -139,6 +145,9 @@ typedef struct {
     int cma_probed;
     unsigned long long cma_blocks; /* blocks this rank read by address (for tests) */
     uint8_t *cma_sel;              /* the running all_to_all: cma_sel[q], its block to q goes by address */
+    /* on_deadline(peer): called with the GIL when the deadline passes (the notice reaches the
+     * process's other groups) */
+    PyObject *on_deadline;
 } Group;
 
 #define WARN_EVERY 60.0
@@ -218,6 +227,8 @@ static int stall_root(Group *g, int peer)
     if (!sp || sp - 1 > g->piece)
         return -1;
     int r = atomic_load(&c->stall_rank);
+    if (r >= STALL_GLOBAL) /* a global rank the peer waited on elsewhere */
+        return r;
     return r >= 0 && r < g->size && r != g->rank ? r : -1;
 }
 
@@ -346,6 +357,15 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
                     post_stall(g, peer);
                     double grace = g->timeout * 0.1 < 1.0 ? g->timeout * 0.1 : 1.0;
                     g->grace_end = t + grace;
+                    if (g->on_deadline) { /* the process's other groups tell their peers too */
+                        PyEval_RestoreThread(*save);
+                        PyObject *res = PyObject_CallFunction(g->on_deadline, "i", peer);
+                        if (res)
+                            Py_DECREF(res);
+                        else
+                            PyErr_WriteUnraisable(g->on_deadline); /* a notice never fails the op */
+                        *save = PyEval_SaveThread();
+                    }
                 }
                 if (t > g->grace_end)
                     return E_TIMEOUT;
@@ -1036,6 +1056,7 @@ static void Group_dealloc(Group *g)
     PyMem_Free(g->pids);
     PyMem_Free(g->cma_sel);
     Py_CLEAR(g->on_stall);
+    Py_CLEAR(g->on_deadline);
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
 
@@ -1376,6 +1397,21 @@ static PyObject *Group_fail(Group *g, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* The timeout notice of a wait elsewhere (another group, point to point): this rank, idle
+ * here, passed a deadline waiting on ``code`` (a group rank, or STALL_GLOBAL + a global rank).
+ * A peer whose own deadline passes waiting on this rank names it; cleared at this rank's next op. */
+static PyObject *Group_tell_stalled(Group *g, PyObject *arg)
+{
+    long code = PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred())
+        return NULL;
+    ctl_t *me = CTL(g, g->rank);
+    atomic_store(&me->stall_rank, (int32_t)code);
+    atomic_store_explicit(&me->stall_piece, g->piece + 1, memory_order_release);
+    ring_bell(me);
+    Py_RETURN_NONE;
+}
+
 /* what this rank waits on, for a timeout's message: (piece, [(post, done, state), ...]) */
 static PyObject *Group_progress(Group *g, PyObject *noargs)
 {
@@ -1410,6 +1446,8 @@ static PyMethodDef Group_methods[] = {
     {"close", (PyCFunction)Group_close, METH_NOARGS, "mark this rank closed (peers waiting on it fail)"},
     {"fail", (PyCFunction)Group_fail, METH_O, "fail(cause_rank): mark this rank failed (peers relay it)"},
     {"progress", (PyCFunction)Group_progress, METH_NOARGS, "(piece, [(post, done, state) per rank])"},
+    {"tell_stalled", (PyCFunction)Group_tell_stalled, METH_O,
+     "tell_stalled(code): idle here, this rank timed out elsewhere waiting on code (see STALL_GLOBAL)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1424,6 +1462,8 @@ static PyMemberDef Group_members[] = {
      "all_to_all blocks of at least this many bytes go by address to peers that can read them (0: never)"},
     {"cma_blocks", T_ULONGLONG, offsetof(Group, cma_blocks), READONLY,
      "all_to_all blocks this rank read from a peer's memory with one copy (process_vm_readv)"},
+    {"on_deadline", T_OBJECT, offsetof(Group, on_deadline), 0,
+     "on_deadline(peer), called with the GIL when an op's deadline passes waiting on peer"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1504,7 +1544,8 @@ PyMODINIT_FUNC PyInit__cnative(void)
     Py_INCREF(&GroupType);
     if (!Error || PyModule_AddObject(m, "Error", Error) < 0 ||
         PyModule_AddObject(m, "Group", (PyObject *)&GroupType) < 0 ||
-        PyModule_AddIntConstant(m, "CTL_BYTES", CTL_BYTES) < 0 || PyModule_AddIntConstant(m, "HDR_BYTES", HDR_BYTES) < 0) {
+        PyModule_AddIntConstant(m, "CTL_BYTES", CTL_BYTES) < 0 || PyModule_AddIntConstant(m, "HDR_BYTES", HDR_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "STALL_GLOBAL", STALL_GLOBAL) < 0) {
         Py_DECREF(m);
         return NULL;
     }

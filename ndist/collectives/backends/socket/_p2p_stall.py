@@ -1,0 +1,151 @@
+"""The point-to-point side's timeouts (``_p2p.P2P``, a mixin): a receive from one rank
+whose deadline passes tells the process's groups that this rank waits on it
+(``on_stalled``, the backend's ``_stalled``: ``_stalls``; with no backend, ABORT
+``stalled`` on this side's streams only) and gives a notice from that rank a grace of
+min(1 s, 10 % of the timeout): a rank it waits on that is itself stuck waiting on others
+(a stopped rank, in a collective or a receive, of any group) makes the receive fail
+naming those, the root cause: ``recv on rank 0 from rank 1 (tag 0) did not complete
+within 3 s; ranks not heard from: [2] (rank 1 (host) waited on it)``. A notice counts
+only once the receive's own deadline has passed, and is dropped at that peer's next
+message. A receive from any source fails at its deadline, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ....runtime import DistTimeoutError
+from . import _frame as F
+from ._engine_stall import grace_s
+
+__all__ = ["P2PStalls"]
+
+log = logging.getLogger("ndist.collectives.socket")
+
+
+class P2PStalls:
+    """The timeout half of ``P2P`` (it uses the side's lock, receives and streams)."""
+
+    def _select_wait(self) -> float:
+        """How long the reader may sleep: at most 0.5 s, and not past a receive's deadline."""
+        with self._lock:
+            if not self._posted:
+                return 0.5
+            first = min(r.deadline for r in self._posted)
+        return min(0.5, max(0.005, first - time.monotonic()))
+
+    def _expire(self) -> None:
+        """Receives past their deadline: one from a rank that told it waits on others fails
+        naming them; one from a rank that did not tells the process's groups and waits a
+        grace for such a notice (once); then it fails naming the rank it waited on."""
+        now = time.monotonic()
+        failed, stalled = [], set()
+        with self._lock:
+            if not self._posted or min(r.deadline for r in self._posted) > now:
+                return
+            keep = []
+            for r in self._posted:
+                if r.deadline > now:
+                    keep.append(r)
+                    continue
+                root = self._root(r.src)
+                if not root and not r.grace and r.src is not None and grace_s(self.timeout) > 0:
+                    r.grace = True
+                    r.deadline = now + grace_s(self.timeout)
+                    stalled.add(self.granks[r.src])
+                    keep.append(r)
+                    continue
+                failed.append((r, root))
+            self._posted = keep
+        for r, root in failed:
+            r.work.fail(self._timeout_error(r, root))
+            stalled.update(root)
+        if stalled:
+            self._stalled(stalled)
+
+    def _root(self, src: int | None) -> list:
+        """(lock held) The global ranks ``src`` told it waits on (this rank left out)."""
+        note = self._notes.get(src) if src is not None else None
+        me = self.granks[self.rank]
+        return sorted(r for r in note if r != me) if note else []
+
+    def _timeout_error(self, r, root: list) -> DistTimeoutError:
+        g = self.granks
+        msg = (f"group {self.group_name!r}: recv on rank {g[self.rank]} from "
+               f"{'any rank' if r.src is None else f'rank {g[r.src]}'} (tag {r.tag}) did not complete "
+               f"within {self.timeout:g} s; ranks not heard from: ")
+        if root:
+            return DistTimeoutError(f"{msg}{root} (rank {g[r.src]} ({self._host(r.src)}) waited on "
+                                    f"{'it' if len(root) == 1 else 'them'})")
+        return DistTimeoutError(f"{msg}{'any source' if r.src is None else [g[r.src]]}")
+
+    def _stalled(self, ranks) -> None:
+        if self.on_stalled is not None:
+            try:
+                self.on_stalled(sorted(ranks))
+            except Exception as err:  # noqa: BLE001 - best effort: never hide the timeout
+                log.debug("telling the groups of a stall failed: %s", err)
+        else:
+            self.tell_stalled(sorted(ranks))
+
+    def _on_stall_notice(self, peer: int, ranks) -> None:
+        """``peer`` passed a deadline waiting on global ``ranks``: kept until its next
+        message; a receive from it in its grace fails naming them now."""
+        if not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks):
+            return
+        with self._lock:
+            self._notes[peer] = ranks
+            root = self._root(peer)
+            hit = [r for r in self._posted if r.grace and r.src == peer] if root else []
+            if hit:
+                self._posted = [r for r in self._posted if r not in hit]
+        for r in hit:
+            r.work.fail(self._timeout_error(r, root))
+        if hit:
+            self._stalled(root)
+
+    def tell_stalled(self, ranks) -> None:
+        """This process passed a deadline waiting on global ``ranks`` (here or elsewhere):
+        tell each live peer this rank has a stream to (ABORT ``stalled``). Never blocks."""
+        if self._closed or self._byes:
+            return
+        ranks = [int(r) for r in ranks]
+        body = F.pack_abort("stalled", f"timed out; ranks not heard from: {ranks}", ranks=ranks)
+        self._tell(F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, 0, -1, 0, len(body)) + body, set(), "stalled")
+
+    def _send_timeout(self, dst: int, tag: int, err) -> DistTimeoutError:
+        """A send whose connection to ``dst`` timed out (it accepted, never answered)."""
+        g = self.granks
+        self._stalled([g[dst]])
+        return DistTimeoutError(f"group {self.group_name!r}: send on rank {g[self.rank]} to rank {g[dst]} (tag {tag}) "
+                                f"did not complete within {self.timeout:g} s; ranks not heard from: [{g[dst]}] "
+                                f"({err})")
+
+    def pending_recv(self, src: int | None, tag: int, work=None) -> str:
+        """For ``Work.wait``'s timeout of a receive: whom it waits on. A receive past its own
+        deadline (a blocking ``recv`` waits the group timeout) first gives a timeout notice
+        of the rank it waits on its grace, as the receive itself does."""
+        if src is None:
+            return f"waiting for a message from any source (tag {tag}); ranks not heard from: any source"
+        g = self.granks[src]
+        with self._lock:
+            r = next((r for r in self._posted if r.work is work), None) if work is not None else None
+        if r is not None and time.monotonic() >= r.due:
+            end = r.due + grace_s(self.timeout) + 0.05
+            while not work.is_completed() and time.monotonic() < end:
+                time.sleep(0.01)
+        with self._lock:
+            root = self._root(src)
+        if root:
+            return (f"waiting for a message from rank {g} (tag {tag}); ranks not heard from: {root} (rank {g} "
+                    f"({self._host(src)}) waited on {'it' if len(root) == 1 else 'them'})")
+        return f"waiting for a message from rank {g} (tag {tag}); ranks not heard from: [{g}]"
+
+    def pending_send(self, dst: int, tag: int, work, running) -> str:
+        """For ``Work.wait``'s timeout of a send: whom it waits on, or the send it is queued
+        behind (``running``: one to a stopped rank, whose socket buffer is full, say)."""
+        if running is not None and running is not work and running.pending is not None:
+            return f"queued behind a {running.op}: {running.pending()}"
+        g = self.granks[dst]
+        return f"sending to rank {g} (tag {tag}); ranks not heard from: [{g}]"

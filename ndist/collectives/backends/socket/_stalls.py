@@ -1,0 +1,81 @@
+"""Timeout notices across a process's groups and point-to-point waits.
+
+A rank whose wait passes its deadline tells the peers of that group which ranks it
+had not heard from (``_engine_stall``; the native engine's notice words), and a rank
+whose own deadline passes while it waits on such a peer names the peer's root cause.
+A rank is often awaited elsewhere than where it is stuck: rank 0 waits on rank 1 in
+the world while rank 1 waits on the stopped rank 2 in a subgroup, or in a receive
+from it. So a deadline that passes anywhere in this process (a collective of one
+group, either engine, or a point-to-point receive) is told by every group of the
+process (``tell``):
+
+* the collective side of each other group, when it is idle (a busy one times out on
+  its own and tells its peers then): the Python engine sends ABORT ``stalled``
+  tagged with the sequence number of its next op, the native engine posts its notice
+  words naming the global rank; either is dropped as soon as this rank goes on there;
+* the point-to-point streams of every group (ABORT ``stalled``; dropped by the reader
+  at this rank's next message).
+
+The rules of the receiving side stay those of one group: a notice counts only once
+the waiter's own deadline has passed, only from a rank it still waits on, and only
+until that rank goes on; a healthy op is never failed by one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ....runtime import DistTimeoutError
+from . import _losses
+
+__all__ = ["tell", "timed_out", "set_up_failed"]
+
+log = logging.getLogger("ndist.collectives.socket")
+
+
+def tell(source, ranks, engine: bool = True) -> None:
+    """``source``'s rank (a SocketBackend) passed a deadline waiting on global ``ranks``:
+    every group of this process tells its peers (``source``'s own collective side too
+    unless ``engine`` is False: it told them already). Any thread; never blocks."""
+    ranks = sorted({int(r) for r in ranks})
+    if not ranks:
+        return
+    for b in _losses.groups_of(source):
+        try:
+            _tell_group(b, ranks, engine or b is not source)
+        except Exception as err:  # noqa: BLE001 - a notice is best effort: never hide the timeout
+            log.debug("telling group %r of a stall failed: %s", getattr(b, "ctx", None), err)
+
+
+def _tell_group(b, ranks, engine: bool) -> None:
+    """Group ``b`` (a SocketBackend) tells its point-to-point peers, and its collective
+    peers when its collectives are idle (``engine``), that this process waits on ``ranks``."""
+    b._p2p.tell_stalled(ranks)
+    eng, nat = b._eng, b._native
+    if engine and eng is not None:
+        # (run_inline: only when no op runs or is queued there; then on this thread)
+        b._exec.run_inline(lambda: nat.tell_stalled(ranks) if nat is not None else
+                           eng.tell_stalled_idle(ranks, b._seq + 1))
+
+
+def set_up_failed(b, err):
+    """The error for a failure of group ``b``'s set-up (its collective connections) after
+    telling the process's groups when it is a timeout: the members it did not hear from
+    (``b._mesh.connecting``), or one that accepted and never answered the handshake (a
+    stopped rank: a DistNetworkError before, as if it were lost)."""
+    if isinstance(err, DistTimeoutError):
+        b._stalled(b._mesh.connecting, True)
+        return err
+    peer = b._gindex.get(err.rank)
+    if peer is None or not timed_out(err) or b._mesh.is_dead(peer):
+        return err
+    b._stalled([err.rank], True)
+    return DistTimeoutError(f"group {b.ctx.group_name!r}: rank {b._granks[b.rank]}: connecting timed out; ranks not "
+                            f"heard from: [{err.rank}] ({err})")
+
+
+def timed_out(err) -> bool:
+    """``err`` (connecting to a peer) is a timeout: the peer accepted but never answered
+    the handshake (stopped, say), not a refusal or a reset: not a lost peer."""
+    return isinstance(err, (DistTimeoutError, TimeoutError)) or isinstance(getattr(err, "__cause__", None),
+                                                                          TimeoutError)
