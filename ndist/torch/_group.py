@@ -106,7 +106,13 @@ def _one(tensors: Sequence[torch.Tensor], name: str):
     if len(tensors) != 1:
         raise ValueError(f"{name}: expected a list of 1 tensor (the ndist backend takes one tensor per "
                          f"process), got {len(tensors)}")
-    return _cpu(tensors[0], name, 0)
+    t = tensors[0]
+    if not t.requires_grad and t.dtype is not _BF16:  # _cpu's first step, inline (every call)
+        try:
+            return t.numpy()
+        except (TypeError, RuntimeError):
+            pass
+    return _cpu(t, name, 0)
 
 
 def _cpu(t: torch.Tensor, name: str, index: int = -1):
@@ -248,9 +254,14 @@ class ProcessGroupNdist(tdist.ProcessGroup):
     # ----------------------------------------------------- reductions
     def allreduce(self, tensors, opts=None):
         t = _one(tensors, "tensors")
-        op = _reduce_op(opts.reduceOp) if opts is not None else nd.ReduceOp.SUM
-        a = self._async(opts)
-        return self._run("allreduce", tensors, a, nd.all_reduce, t, op, self._nd_group, a)
+        if opts is None or opts.asyncOp or self._nd_coalesced is not None:
+            op = _reduce_op(opts.reduceOp) if opts is not None else nd.ReduceOp.SUM
+            return self._run("allreduce", tensors, True, nd.all_reduce, t, op, self._nd_group, True)
+        try:  # blocking: _run's synchronous branch, inline (the most frequent call)
+            nd.all_reduce(t, _reduce_op(opts.reduceOp), self._nd_group, False)
+        except DistError as exc:
+            return NdistWork((), tensors, self._nd_timeout, "allreduce", error=exc)
+        return NdistWork((), tensors, self._nd_timeout, "allreduce")
 
     def allreduce_coalesced(self, tensors, opts=None):
         ts = _cpus(tensors, "tensors")
@@ -369,9 +380,14 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         out, inp = _cpu(output, "output"), _cpu(input, "input")
         osz = list(output_split_sizes) or None
         isz = list(input_split_sizes) or None
-        a = self._async(opts)
-        return self._run("all_to_all_single", [output], a, nd.all_to_all_single, out, inp, osz, isz,
-                         self._nd_group, a)
+        if opts is None or opts.asyncOp or self._nd_coalesced is not None:
+            return self._run("all_to_all_single", [output], True, nd.all_to_all_single, out, inp, osz, isz,
+                             self._nd_group, True)
+        try:  # blocking: _run's synchronous branch, inline
+            nd.all_to_all_single(out, inp, osz, isz, self._nd_group, False)
+        except DistError as exc:
+            return NdistWork((), [output], self._nd_timeout, "all_to_all_single", error=exc)
+        return NdistWork((), [output], self._nd_timeout, "all_to_all_single")
 
     alltoall_base = all_to_all_single
 

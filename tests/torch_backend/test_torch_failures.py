@@ -155,6 +155,10 @@ def _lost_peer(rank, n):
         dist.all_reduce(ok)  # a blocking call on the broken group: raised, not hung
     except Exception as err:  # noqa: BLE001
         out["blocking"] = (type(err).__name__, str(err))
+    try:
+        dist.all_to_all_single(torch.zeros(2), torch.ones(2))  # the same for an all_to_all_single
+    except Exception as err:  # noqa: BLE001
+        out["blocking_a2a"] = (isinstance(err, dist.DistError), str(err))
     return out
 
 
@@ -165,6 +169,7 @@ def test_a_lost_peer_fails_work_future_and_blocking_calls_as_torch_errors_naming
     assert out["state"] == (True, False, "DistNetworkError"), out
     assert out["future"][0] == "RuntimeError" and "rank 1" in out["future"][1], out
     assert "rank 1" in out["blocking"][1], out
+    assert out["blocking_a2a"][0] and "rank 1" in out["blocking_a2a"][1], out
 
 
 def _mismatch(rank, n):
