@@ -47,8 +47,9 @@ CMA_ENV = "NDIST_NATIVE_CMA_MIN"
 CMA_MIN = 256 << 10
 #: all_reduce above this many bytes: reduce-scatter + all-gather through the slots
 RSAG_MIN = 256 << 10
-#: how long a waiting rank spins before it sleeps (when every rank has a core)
-SPIN_US = 20.0
+#: how long a waiting rank spins before it sleeps (when every rank has a core): 200 µs halved
+#: a 4 KiB all_to_all at n=2 against 20 (docs/performance.md, "Spinning before sleeping")
+SPIN_US = 200.0
 _CTL = 4096
 _HDR = 64
 
