@@ -251,6 +251,10 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
         return E_OK;
     ctl_t *me = CTL(g, g->rank);
     if (g->spin_us > 0) {
+        /* spin, giving the core away between rounds of looks: a peer that shares this
+         * core (the scheduler put both here) or is late runs, and this rank stays
+         * runnable, so it is not a futex wake-up (on a VM, a halted vCPU: hundreds of µs)
+         * behind when the peer posts. A yield with nothing else to run is ~1 µs. */
         double until = now_s() + g->spin_us * 1e-6;
         for (;;) {
             for (int i = 0; i < 64; i++) {
@@ -260,6 +264,7 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
             }
             if (now_s() > until)
                 break;
+            sched_yield();
         }
     } else {
         for (int i = 0; i < 8; i++) { /* a peer that is running needs no wake-up */
