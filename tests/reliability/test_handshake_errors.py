@@ -95,3 +95,35 @@ def test_the_error_is_public_and_pickles_with_its_peer():
     assert _net.AuthenticationError is DistAuthenticationError  # the old name still works
     err = pickle.loads(pickle.dumps(DistAuthenticationError("x", rank=2, host="h")))
     assert type(err) is DistAuthenticationError and (err.rank, err.host) == (2, "h")
+
+
+def test_a_wait_for_a_peers_dial_fails_at_once_when_the_channel_is_abandoned():
+    """A rank waiting for a peer's collective dial (its own was refused, or the peer's is
+    being taken in) while a loss is recorded: the dial it waits for may be the very link
+    ``abandon`` just told and closed, so it must fail at once naming the lost rank, not
+    wait out the group timeout (kill trial seed 6181: 10 s, naming no one)."""
+    store = HashStore()
+    mesh = _mesh(store, 0, b"s3cret")
+    got = {}
+
+    def wait():
+        t0 = time.monotonic()
+        try:
+            mesh._await_collective(1, time.monotonic() + 20)
+        except DistError as err:
+            got["err"] = err
+        got["s"] = time.monotonic() - t0
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    try:
+        waiter.start()
+        time.sleep(0.3)
+        mesh.abandon(b"", (2, "node9", "rank 1 (node9) reported: lost point-to-point connection to rank 2"))
+        waiter.join(10)
+    finally:
+        mesh.close()
+    assert not waiter.is_alive() and "err" in got, got
+    err = got["err"]
+    assert isinstance(err, DistNetworkError) and err.rank == 2 and err.host == "node9", repr(err)
+    assert "rank 2 (node9) is lost" in str(err), str(err)
+    assert got["s"] < 2.0, got

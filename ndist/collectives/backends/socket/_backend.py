@@ -204,7 +204,7 @@ class SocketBackend(CollectiveBackend):
         _losses.record_lost(self._mesh.job, rank, info, message)
         body = F.pack_abort("lost", message, rank, host)  # links not taken yet, or dialled later
         head = F.pack(F.ABORT, 0, 0, 0, 0, F.group_hash(self.ctx.group_name), 0, 0, -1, 0, len(body))
-        self._mesh.abandon(head + body)
+        self._mesh.abandon(head + body, (rank, host, message))
         eng = self._eng
         if eng is not None:
             eng.notify_lost(rank, host, message)  # (nothing new to an engine that found it itself)

@@ -159,6 +159,7 @@ class Mesh:
         #: global ranks the collective channel waits for now (``collective_link``)
         self.connecting: list = []
         self._abandoned: bytes | None = None  # the lost notice of ``abandon``
+        self._lost: tuple | None = None  # (global rank, host, message) of ``abandon``
         self._closed = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -467,6 +468,10 @@ class Mesh:
                     return got
                 if self._closed:
                     raise DistNetworkError(f"group {self.group_name!r}: backend closed while connecting")
+                if self._lost is not None:
+                    rank, host, message = self._lost
+                    raise DistNetworkError(f"group {self.group_name!r}: rank {rank} ({host}) is lost; {message}",
+                                           rank=rank, host=host)
                 self.check_dead(peer)
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -475,14 +480,19 @@ class Mesh:
                         f"did not connect within the timeout")
                 self._cond.wait(min(left, _DEAD_CHECK_S))
 
-    def abandon(self, notice: bytes) -> None:
+    def abandon(self, notice: bytes, lost: tuple | None = None) -> None:
         """The collective channel is broken (a member is lost): collective links not yet
         taken by the engine, and those a peer dials later, get ``notice`` (the engine's
         ABORT ``lost`` frame), so a peer's op fails naming the dead member instead of
-        waiting on this rank."""
+        waiting on this rank. ``lost`` (global rank, host, how it was learnt): a wait of
+        this rank for a peer's dial fails at once naming it (the dial it waits for may be
+        the one just told)."""
         self._abandoned = notice
         with self._cond:
+            if lost is not None and self._lost is None:
+                self._lost = lost
             socks = [self._coll.pop(k)[0] for k in list(self._coll)]
+            self._cond.notify_all()
         for s in socks:
             self._tell_abandoned(s)
 
