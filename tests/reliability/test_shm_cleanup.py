@@ -86,9 +86,11 @@ def _run_plain_ranks(tmp_path, mode: str, n: int, secret: str, on_start=None):
     return codes, counts
 
 
-def _wait_files(tmp_path, names, timeout=60):
+def _wait_files(tmp_path, names, timeout=60, written=False):
+    """``written``: non-empty too (a rank creates the file, then writes it: read in between,
+    it is empty)."""
     deadline = time.monotonic() + timeout
-    while not all((tmp_path / n).exists() for n in names):
+    while not all((tmp_path / n).exists() and (not written or (tmp_path / n).stat().st_size > 0) for n in names):
         assert time.monotonic() < deadline, f"ranks did not get ready: {names}"
         time.sleep(0.05)
 
@@ -204,7 +206,7 @@ def test_a_launcher_stopped_by_sigterm_removes_the_job_files(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "2", "--term-timeout", "1",
                              "job.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_files(tmp_path, ["secret0", "secret1"])
+        _wait_files(tmp_path, ["secret0", "secret1"], written=True)
         secret = (tmp_path / "secret0").read_text()
         assert _job_files(secret), "the job made no files: this test could not fail"
         proc.send_signal(signal.SIGTERM)
