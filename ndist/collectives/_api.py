@@ -400,24 +400,21 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     if plain is not None:
         lane, o, i, dt = plain
         shape, ishape = o.shape, i.shape
+        splits = None  # (out_splits, in_splits) of the record once the call qualifies
         if output_split_sizes is None and input_split_sizes is None:
             if shape == ishape and shape and not shape[0] % lane.size:  # even: the record has no splits
-                n = o.size
-                return run(lane, lane.all_to_all_single, _new_call(Call, (
-                    _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
-                    i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, None, None, 0)),
-                    _ALL_TO_ALL_SINGLE, dt, None, n, n)
+                splits = (None, None)
         elif shape and ishape and shape[1:] == ishape[1:]:  # uneven: both split lists given
             n = lane.size
             osz = _plain_splits(output_split_sizes, shape[0], n)
             isz = _plain_splits(input_split_sizes, ishape[0], n)
             if osz is not None and isz is not None and osz[lane.rank] == isz[lane.rank]:
-                if len(shape) > 1:
-                    osz, isz = _rows_to_elements(osz, shape), _rows_to_elements(isz, ishape)
-                return run(lane, lane.all_to_all_single, _new_call(Call, (
-                    _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
-                    i if i.ndim == 1 else i.reshape(-1), None, None, osz, isz, None, None, None, 0)),
-                    _ALL_TO_ALL_SINGLE, dt, None, i.size, o.size)
+                splits = (_rows_to_elements(osz, shape), _rows_to_elements(isz, ishape))
+        if splits is not None:
+            return run(lane, lane.all_to_all_single, _new_call(Call, (
+                _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                i if i.ndim == 1 else i.reshape(-1), None, None, splits[0], splits[1], None, None, None, 0)),
+                _ALL_TO_ALL_SINGLE, dt, None, i.size, o.size)
     pg = member_group(group, "all_to_all_single")
     if pg is None:
         return None

@@ -245,19 +245,18 @@ class P2P(P2PStalls):
                     if not _stalls.timed_out(err):  # (a silent peer: the receive's own timeout names it)
                         self._unreachable(peer, err)
                     return
-                mesh = None
+                mesh = self._mesh()
                 try:
-                    mesh = self._mesh()
                     sock = mesh._connect(peer, P2P_CH, min(end, now + 1.0))
                 except DistTimeoutError as e:  # the peer never published its address
                     # lost only when it is known dead; a live one that never published (stopped
                     # before its group's set-up, say) is named by the receive's own timeout
-                    if not self._closed and self._waits_on(peer) and mesh is not None and mesh.is_dead(peer):
+                    if not self._closed and self._waits_on(peer) and mesh.is_dead(peer):
                         self._unreachable(peer, e)
                     return
                 except Exception as e:  # noqa: BLE001 - refused, reset: retried until the deadline
                     err = e
-                    if isinstance(e, DistNetworkError) and mesh is not None and mesh.is_dead(peer):  # it will never answer
+                    if isinstance(e, DistNetworkError) and mesh.is_dead(peer):  # it will never answer
                         self._unreachable(peer, e)
                         return
                     continue
