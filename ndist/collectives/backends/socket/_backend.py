@@ -167,17 +167,15 @@ class SocketBackend(CollectiveBackend):
         known dead says so (``err.dead``: the engine then counts the group broken)."""
         try:
             return self._mesh.collective_link(peer, deadline)
-        except DistNetworkError as err:
-            err.dead = err.rank in self._gindex and self._mesh.is_dead(self._gindex[err.rank])
-            if err.dead:
-                raise
-            exc = _stalls.set_up_failed(self, err)  # a handshake that timed out: a stopped peer
+        except (DistNetworkError, DistTimeoutError) as err:
+            if isinstance(err, DistNetworkError):
+                err.dead = err.rank in self._gindex and self._mesh.is_dead(self._gindex[err.rank])
+                if err.dead:
+                    raise
+            exc = _stalls.set_up_failed(self, err, peer)  # a timeout, or a stopped peer: the groups are told
             if exc is err:
                 raise
             raise exc from None
-        except DistTimeoutError:
-            self._stalled([self._granks[peer]], True)  # the process's groups are told
-            raise
 
     def _record_loss(self, rank: int, host, message: str) -> None:
         """Record that global rank ``rank`` (on ``host``) of this group is lost: its

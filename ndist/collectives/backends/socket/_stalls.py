@@ -58,16 +58,16 @@ def _tell_group(b, ranks, engine: bool) -> None:
                            eng.tell_stalled_idle(ranks, b._seq + 1))
 
 
-def set_up_failed(b, err):
-    """The error for a failure of group ``b``'s set-up (its collective connections) after
-    telling the process's groups when it is a timeout: the members it did not hear from
-    (``b._mesh.connecting``), or one that accepted and never answered the handshake (a
+def set_up_failed(b, err, peer: int):
+    """The error for a failure of group ``b``'s collective link to group rank ``peer``,
+    after telling the process's groups when it is a timeout: the peer never dialled in
+    time (a DistTimeoutError), or it accepted and never answered the handshake (a
     stopped rank: a DistNetworkError before, as if it were lost)."""
     if isinstance(err, DistTimeoutError):
-        b._stalled(b._mesh.connecting, True)
+        b._stalled([b._granks[peer]], True)
         return err
-    peer = b._gindex.get(err.rank)
-    if peer is None or not timed_out(err) or b._mesh.is_dead(peer):
+    gpeer = b._gindex.get(err.rank)
+    if gpeer is None or not timed_out(err) or b._mesh.is_dead(gpeer):
         return err
     b._stalled([err.rank], True)
     return DistTimeoutError(f"group {b.ctx.group_name!r}: rank {b._granks[b.rank]}: connecting timed out; ranks not "
