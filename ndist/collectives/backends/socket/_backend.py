@@ -121,7 +121,7 @@ class SocketBackend(CollectiveBackend):
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
                         self._granks, self._record_loss)
-        self._p2p.on_stalled = lambda ranks: self._stalled(ranks, True)  # (its own collectives too)
+        self._p2p.on_stalled = lambda ranks, final=False: self._stalled(ranks, True, final)  # (its own collectives too)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
@@ -219,10 +219,11 @@ class SocketBackend(CollectiveBackend):
             message = f"in group {self.ctx.group_name!r}: {message}"
         _losses.tell_groups(self._job, rank, host, message, self)
 
-    def _stalled(self, ranks, engine: bool = False) -> None:
-        """A wait of this group passed its deadline on global ``ranks``: the other groups of
-        this process and this group's other side tell their peers (``_stalls``)."""
-        _stalls.tell(self, ranks, engine)
+    def _stalled(self, ranks, engine: bool = False, final: bool = False) -> None:
+        """A wait of this group passed its deadline on global ``ranks`` (``final``: it raised
+        naming them): the other groups of this process and this group's other side tell
+        their peers (``_stalls``)."""
+        _stalls.tell(self, ranks, engine, final)
 
     def _attach_native(self, peers) -> None:
         """Every rank on this host with the same native slots: collectives go native. Every

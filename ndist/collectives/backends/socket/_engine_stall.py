@@ -6,7 +6,15 @@ global ranks it had not heard from), then gives such notices from others a short
 a peer which itself waits on a stopped rank (SIGSTOP) times out at about the same moment
 as that peer; with the peer's notice it names the rank the peer waited on, the root
 cause: ``group 'g': rank 0: broadcast float64[8] root=1 #6 timed out; ranks not heard
-from: [2] (rank 1 (host) waited on it)``. A notice only counts once this rank's own
+from: [2] (rank 1 (host) waited on it)``.
+
+A notice is *first* or *final*. A rank whose deadline passes sends a first one: the root
+it knows of so far (a waited-on peer's first notice), else the ranks it waits on; it sends
+a refined first notice whenever a waited-on peer's notice changes that root in its grace,
+and a final one when it raises (the ranks its error names). A final notice ends a
+waiter's grace at once; a first one counts at the grace's end. So in a chain (rank 0
+waits on rank 1, rank 1 on rank 2, rank 2 on the stopped rank 3, every deadline passing
+within a grace of the others) rank 0 names rank 3, not rank 2. A notice only counts once this rank's own
 deadline has passed, and only from a peer this rank still waits on, in this op or one
 before it that the peer never got past (any frame the peer sent after it drops it): a healthy
 op is never failed by a notice.
@@ -47,37 +55,44 @@ class StallHandling:
         #: (the backend's ``_stalled``: the process's other groups tell their peers)
         self.on_stalled = None
         self.told_stalled = False  # peers hold a notice of this rank: withdrawn at the next op
+        self._told_root: list = []  # the ranks this op's first notice named (refined in the grace)
 
     def _deadline_passed(self, expects, now: float) -> None:
         """The deadline passed in ``step``: raise the timeout, or return with the deadline
         moved by the grace (once per op), having told the peers."""
         peers = [e.peer for e in expects if not e.done]
-        root, via = self._stall_root(peers)
-        if root:
-            self._tell_stalled(root)
-            raise self._root_timeout(root, via)
-        first = self.op is not None and not self.in_grace
-        if first:
+        root, via, final = self._stall_root(peers)
+        if root and (final or self.in_grace):
+            self._raise_root(root, via)
+        if self.op is not None and not self.in_grace:
             self.in_grace = True
-            self._tell_stalled(self._granks(peers))
+            # a first notice: the root this rank knows of so far (a waited-on peer's first
+            # notice), else the ranks it waits on; refined in the grace (on_stall_notice)
+            self._told_root = root or self._granks(peers)
+            self._tell_stalled(self._told_root)
             grace = grace_s(self.timeout)
             if grace > 0 and any(self.conns[p].dead is None for p in peers):
                 self.deadline = now + grace
                 return
+            if root:
+                self._raise_root(root, via)
         waiting = self._granks(peers)
         unsent = self._granks(c.peer for c in self.conns.values() if c.out)
+        if self.op is not None:
+            self._tell_stalled(waiting, final=True)
         raise DistTimeoutError(
             f"group {self.group_name!r}: {self.op.desc if self.op else 'collective'} timed out; "
             f"ranks not heard from: {waiting}" + (f"; ranks not reading: {unsent}" if unsent else ""))
 
     def _stall_root(self, peers) -> tuple:
         """The ranks the waited-on ``peers`` told (``stalled``) they could not hear from in
-        this op or an earlier one, this rank left out; and the connections that told."""
+        this op or an earlier one, this rank left out; the connections that told; and
+        whether every one of those notices is final (its sender raised naming them)."""
         op = self.op
         if op is None:
-            return [], []
+            return [], [], False
         me = self.granks[self.rank]
-        root, via = set(), []
+        root, via, final = set(), [], True
         for p in peers:
             conn = self.conns[p]
             note = conn.stall
@@ -87,7 +102,13 @@ class StallHandling:
             if named:
                 root |= named
                 via.append(conn)
-        return sorted(root), via
+                final = final and note[2]
+        return sorted(root), via, bool(via) and final
+
+    def _raise_root(self, root, via):
+        """Raise the timeout naming ``root`` (told by ``via``), after telling the peers."""
+        self._tell_stalled(root, final=True)
+        raise self._root_timeout(root, via)
 
     def _root_timeout(self, root, via) -> DistTimeoutError:
         who = ", ".join(f"rank {c.grank} ({c.host})" for c in via)
@@ -96,21 +117,22 @@ class StallHandling:
             f"({who} waited on {'it' if len(root) == 1 else 'them'})")
         return err
 
-    def _tell_stalled(self, ranks) -> None:
+    def _tell_stalled(self, ranks, final: bool = False) -> None:
         """Tell every peer this op passed its deadline not having heard from ``ranks``
-        (global). Best effort, never blocks."""
+        (global): a first notice, or (``final``) the ranks this rank's error names. Best
+        effort, never blocks."""
         op = self.op
         body = F.pack_abort("stalled", f"{op.desc} timed out; ranks not heard from: {list(ranks)}",
-                            ranks=ranks)
+                            ranks=ranks, final=final)
         self._tell_peers(body, op.seq, op.root)  # (_engine_loss)
         self.told_stalled = True
         if self.on_stalled is not None:
             try:
-                self.on_stalled(list(ranks))
+                self.on_stalled(list(ranks), final=final)
             except Exception as err:  # noqa: BLE001 - best effort: never hide the timeout
                 log.debug("telling the other groups of a stall failed: %s", err)
 
-    def tell_stalled_idle(self, ranks, seq: int) -> None:
+    def tell_stalled_idle(self, ranks, seq: int, final: bool = False) -> None:
         """Idle here, this process passed a deadline elsewhere (another group, or point to
         point) waiting on global ``ranks``: tell every peer, as of op ``seq`` (the next one
         this rank runs here). A peer waiting on this rank in that op names ``ranks``; any
@@ -118,7 +140,7 @@ class StallHandling:
         if self.op is not None or self.broken is not None or self.closing:
             return
         body = F.pack_abort("stalled", f"timed out elsewhere; ranks not heard from: {list(ranks)}",
-                            ranks=list(ranks))
+                            ranks=list(ranks), final=final)
         self._tell_peers(body, seq)
         self.told_stalled = True
 
@@ -131,16 +153,24 @@ class StallHandling:
             self._tell_peers(F.pack_abort("stalled", "goes on", ranks=[]), op.seq)
 
     def on_stall_notice(self, conn, seq: int, info: dict) -> None:
-        """A peer's ``stalled`` notice (its op #seq timed out): kept on its connection; an
-        op in its grace that waits on that peer raises naming the root cause now."""
+        """A peer's ``stalled`` notice (its op #seq timed out): kept on its connection. An op
+        in its grace that waits on that peer raises naming the root cause now when the
+        notice is final (the peer raised naming it); a first notice (the peer still waits a
+        grace, and may learn of a root further on) only refines this rank's own notice,
+        and counts at the end of the grace: a chain of waiting ranks names the stopped rank
+        at its end, not the next rank in the chain."""
         ranks = info.get("ranks")
         if not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks):
             return
-        conn.stall = (seq, ranks)
+        conn.stall = (seq, ranks, info.get("final") is True)
         if not self.in_grace or self.op is None:
             return
-        if any(e.peer == conn.peer and not e.done for e in self._waiting):
-            root, via = self._stall_root([conn.peer])
-            if root:
-                self._tell_stalled(root)
-                raise self._root_timeout(root, via)
+        peers = [e.peer for e in self._waiting if not e.done]
+        if conn.peer not in peers:
+            return
+        root, via, final = self._stall_root(peers)
+        if root and final:
+            self._raise_root(root, via)
+        if root and root != self._told_root:
+            self._told_root = root
+            self._tell_stalled(root)

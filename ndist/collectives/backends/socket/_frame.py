@@ -152,11 +152,14 @@ def describe(rank: int, op: int, dtype: int, count: int, seq: int, root: int | N
     return f"{text} #{seq}"
 
 
-def pack_abort(kind: str, message: str, rank=None, host=None, ranks=None) -> bytes:
-    """The JSON reason of an ABORT; ``ranks`` (kind ``stalled``): the global ranks not heard from."""
+def pack_abort(kind: str, message: str, rank=None, host=None, ranks=None, final: bool = False) -> bytes:
+    """The JSON reason of an ABORT; ``ranks`` (kind ``stalled``): the global ranks not heard
+    from; ``final``: the sender raised naming them (not a first notice it may still refine)."""
     reason = {"kind": kind, "msg": message[:8000], "rank": rank, "host": host}
     if ranks is not None:
         reason["ranks"] = [int(r) for r in ranks][:4096]
+    if final:
+        reason["final"] = True
     body = json.dumps(reason).encode()
     return body[:MAX_ABORT]
 

@@ -303,18 +303,30 @@ class NativeAlgorithms:
                     "timeout, in %.0f s)", self.group_name, self.desc(), waited, self.granks[peer],
                     _DONE_NOTE if word else "", max(0.0, left))
 
-    def _on_deadline(self, peer: int) -> None:
-        """Called from the wait in C (with the GIL) when an op's deadline passes waiting on
-        group rank ``peer``: the process's other groups tell their peers."""
-        if self.on_stalled is not None and 0 <= peer < self.size:
-            self.on_stalled([self.granks[peer]])
+    def _on_deadline(self, code: int) -> None:
+        """Called from the wait in C (with the GIL) when an op's deadline passes, and when its
+        first notice is refined in the grace, naming ``code`` (a group rank, or
+        ``STALL_GLOBAL`` + a global rank): the process's other groups tell their peers."""
+        if self.on_stalled is not None:
+            rank = self._global(code)
+            if rank is not None:
+                self.on_stalled([rank])
 
-    def tell_stalled(self, ranks) -> None:
-        """Idle here, this process passed a deadline elsewhere waiting on global ``ranks``:
-        post the notice words (a peer whose deadline passes waiting on this rank names the
-        first of them; cleared at this rank's next op)."""
+    def _global(self, code):
+        """The global rank a notice or a cause ``code`` of the C engine names, or None."""
+        if not isinstance(code, int) or code < 0:
+            return None
+        if code >= self.mod.STALL_GLOBAL:
+            return code - self.mod.STALL_GLOBAL
+        return self.granks[code] if code < self.size else None
+
+    def tell_stalled(self, ranks, final: bool = False) -> None:
+        """Idle here, this process passed a deadline elsewhere waiting on global ``ranks``
+        (``final``: it raised naming them): post the notice words (a peer whose deadline
+        passes waiting on this rank names the first of them; cleared at this rank's next op)."""
         r = min(ranks)
-        self.g.tell_stalled(self.granks.index(r) if r in self.granks else self.mod.STALL_GLOBAL + r)
+        code = self.granks.index(r) if r in self.granks else self.mod.STALL_GLOBAL + r
+        self.g.tell_stalled(code | self.mod.STALL_FINAL if final else code)
 
     def mark_lost(self, exc: BaseException) -> None:
         """The backend learnt of a member's loss outside this engine (point-to-point): the
@@ -340,7 +352,9 @@ class NativeAlgorithms:
         g = f"group {group_name!r}"
         if kind == "stalled" and self.on_stalled is not None and isinstance(cause, int):
             # the root cause reaches the process's other groups too (a chain across groups)
-            self.on_stalled([cause])
+            self.on_stalled([cause], final=True)
+        if kind == "timeout" and self.on_stalled is not None and isinstance(peer, int):
+            self.on_stalled([peer], final=True)
         if kind == "timeout":  # the Python engine's words (docs/errors.md)
             return DistTimeoutError(f"{g}: {desc} timed out; ranks not heard from: [{peer}]"
                                     f"{_DONE_NOTE if detail[0] else ''}")

@@ -98,7 +98,7 @@ class P2P(P2PStalls):
         #: backend's ``_stalled``: every group of the process tells its peers)
         self.on_stalled = None
         #: group rank -> the global ranks its last timeout notice named (until its next message)
-        self._notes: dict[int, list] = {}
+        self._notes: dict[int, tuple] = {}  # peer -> (global ranks, final): its timeout notice
         self.group_name = group_name
         self.ghash = F.group_hash(group_name)
         self.timeout = timeout
@@ -489,7 +489,7 @@ class P2P(P2PStalls):
     def _on_notice(self, st: _Stream, info: dict) -> None:
         """A peer tells us the group lost a rank: fail everything pending, tell ours."""
         if info.get("kind") == "stalled":
-            self._on_stall_notice(st.peer, info.get("ranks"))
+            self._on_stall_notice(st.peer, info.get("ranks"), info.get("final") is True)
             return
         if info.get("kind") != "lost":
             return

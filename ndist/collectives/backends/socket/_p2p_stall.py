@@ -6,8 +6,8 @@ min(1 s, 10 % of the timeout): a rank it waits on that is itself stuck waiting o
 (a stopped rank, in a collective or a receive, of any group) makes the receive fail
 naming those, the root cause: ``recv on rank 0 from rank 1 (tag 0) did not complete
 within 3 s; ranks not heard from: [2] (rank 1 (host) waited on it)``. A notice counts
-only once the receive's own deadline has passed, and is dropped at that peer's next
-message. A receive from any source fails at its deadline, as before.
+only once the receive's own deadline has passed (a first notice at the grace's end, a
+final one at once: ``_engine_stall``), and is dropped at that peer's next message. A receive from any source fails at its deadline, as before.
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ class P2PStalls:
         return min(0.5, max(0.005, first - time.monotonic()))
 
     def _expire(self) -> None:
-        """Receives past their deadline: one from a rank that told it waits on others fails
-        naming them; one from a rank that did not tells the process's groups and waits a
-        grace for such a notice (once); then it fails naming the rank it waited on."""
+        """Receives past their deadline: one from a rank whose final notice names the ranks
+        it waits on fails naming them; any other tells the process's groups (the root it
+        knows of so far, from a first notice, else the rank it waits on) and waits a grace
+        (once); then it fails naming the root, or the rank it waited on, and tells that."""
         now = time.monotonic()
         failed, stalled = [], set()
         with self._lock:
@@ -49,26 +50,33 @@ class P2PStalls:
                 if r.deadline > now:
                     keep.append(r)
                     continue
-                root = self._root(r.src)
-                if not root and not r.grace and r.src is not None and grace_s(self.timeout) > 0:
+                root, final = self._root(r.src)
+                if not final and not r.grace and r.src is not None and grace_s(self.timeout) > 0:
                     r.grace = True
                     r.deadline = now + grace_s(self.timeout)
-                    stalled.add(self.granks[r.src])
+                    stalled.update(root or [self.granks[r.src]])
                     keep.append(r)
                     continue
                 failed.append((r, root))
             self._posted = keep
+        named = set()
         for r, root in failed:
             r.work.fail(self._timeout_error(r, root))
-            stalled.update(root)
+            named.update(root or ([self.granks[r.src]] if r.src is not None else []))
         if stalled:
             self._stalled(stalled)
+        if named:
+            self._stalled(named, final=True)
 
-    def _root(self, src: int | None) -> list:
-        """(lock held) The global ranks ``src`` told it waits on (this rank left out)."""
+    def _root(self, src: int | None) -> tuple:
+        """(lock held) The global ranks ``src`` told it waits on (this rank left out), and
+        whether that notice is final."""
         note = self._notes.get(src) if src is not None else None
+        if not note:
+            return [], False
         me = self.granks[self.rank]
-        return sorted(r for r in note if r != me) if note else []
+        root = sorted(r for r in note[0] if r != me)
+        return root, bool(root) and note[1]
 
     def _timeout_error(self, r, root: list) -> DistTimeoutError:
         g = self.granks
@@ -80,44 +88,51 @@ class P2PStalls:
                                     f"{'it' if len(root) == 1 else 'them'})")
         return DistTimeoutError(f"{msg}{'any source' if r.src is None else [g[r.src]]}")
 
-    def _stalled(self, ranks) -> None:
+    def _stalled(self, ranks, final: bool = False) -> None:
         if self.on_stalled is not None:
             try:
-                self.on_stalled(sorted(ranks))
+                self.on_stalled(sorted(ranks), final=final)
             except Exception as err:  # noqa: BLE001 - best effort: never hide the timeout
                 log.debug("telling the groups of a stall failed: %s", err)
         else:
-            self.tell_stalled(sorted(ranks))
+            self.tell_stalled(sorted(ranks), final)
 
-    def _on_stall_notice(self, peer: int, ranks) -> None:
-        """``peer`` passed a deadline waiting on global ``ranks``: kept until its next
-        message; a receive from it in its grace fails naming them now."""
+    def _on_stall_notice(self, peer: int, ranks, final: bool = False) -> None:
+        """``peer`` passed a deadline waiting on global ``ranks`` (``final``: it raised
+        naming them): kept until its next message. A receive from it in its grace fails
+        naming them now when final; a first notice refines this rank's own notice, and
+        counts at the end of the grace (``_engine_stall``)."""
         if not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks):
             return
         with self._lock:
-            self._notes[peer] = ranks
-            root = self._root(peer)
-            hit = [r for r in self._posted if r.grace and r.src == peer] if root else []
+            old = self._notes.get(peer)
+            self._notes[peer] = (ranks, final)
+            root, final = self._root(peer)
+            waiting = [r for r in self._posted if r.grace and r.src == peer] if root else []
+            hit = waiting if final else []
             if hit:
                 self._posted = [r for r in self._posted if r not in hit]
         for r in hit:
             r.work.fail(self._timeout_error(r, root))
         if hit:
-            self._stalled(root)
+            self._stalled(root, final=True)
+        elif waiting and (old is None or sorted(old[0]) != sorted(ranks)):
+            self._stalled(root)  # a refined first notice
 
-    def tell_stalled(self, ranks) -> None:
-        """This process passed a deadline waiting on global ``ranks`` (here or elsewhere):
-        tell each live peer this rank has a stream to (ABORT ``stalled``). Never blocks."""
+    def tell_stalled(self, ranks, final: bool = False) -> None:
+        """This process passed a deadline waiting on global ``ranks`` (here or elsewhere;
+        ``final``: it raised naming them): tell each live peer this rank has a stream to
+        (ABORT ``stalled``). Never blocks."""
         if self._closed or self._byes:
             return
         ranks = [int(r) for r in ranks]
-        body = F.pack_abort("stalled", f"timed out; ranks not heard from: {ranks}", ranks=ranks)
+        body = F.pack_abort("stalled", f"timed out; ranks not heard from: {ranks}", ranks=ranks, final=final)
         self._tell(F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, 0, -1, 0, len(body)) + body, set(), "stalled")
 
     def _send_timeout(self, dst: int, tag: int, err) -> DistTimeoutError:
         """A send whose connection to ``dst`` timed out (it accepted, never answered)."""
         g = self.granks
-        self._stalled([g[dst]])
+        self._stalled([g[dst]], final=True)
         return DistTimeoutError(f"group {self.group_name!r}: send on rank {g[self.rank]} to rank {g[dst]} (tag {tag}) "
                                 f"did not complete within {self.timeout:g} s; ranks not heard from: [{g[dst]}] "
                                 f"({err})")
@@ -136,7 +151,7 @@ class P2PStalls:
             while not work.is_completed() and time.monotonic() < end:
                 time.sleep(0.01)
         with self._lock:
-            root = self._root(src)
+            root, _ = self._root(src)
         if root:
             return (f"waiting for a message from rank {g} (tag {tag}); ranks not heard from: {root} (rank {g} "
                     f"({self._host(src)}) waited on {'it' if len(root) == 1 else 'them'})")

@@ -33,29 +33,30 @@ __all__ = ["tell", "timed_out", "set_up_failed"]
 log = logging.getLogger("ndist.collectives.socket")
 
 
-def tell(source, ranks, engine: bool = True) -> None:
-    """``source``'s rank (a SocketBackend) passed a deadline waiting on global ``ranks``:
-    every group of this process tells its peers (``source``'s own collective side too
-    unless ``engine`` is False: it told them already). Any thread; never blocks."""
+def tell(source, ranks, engine: bool = True, final: bool = False) -> None:
+    """``source``'s rank (a SocketBackend) passed a deadline waiting on global ``ranks``
+    (``final``: it raised naming them; else a first notice, see ``_engine_stall``): every
+    group of this process tells its peers (``source``'s own collective side too unless
+    ``engine`` is False: it told them already). Any thread; never blocks."""
     ranks = sorted({int(r) for r in ranks})
     if not ranks:
         return
     for b in _losses.groups_of(source):
         try:
-            _tell_group(b, ranks, engine or b is not source)
+            _tell_group(b, ranks, engine or b is not source, final)
         except Exception as err:  # noqa: BLE001 - a notice is best effort: never hide the timeout
             log.debug("telling group %r of a stall failed: %s", getattr(b, "ctx", None), err)
 
 
-def _tell_group(b, ranks, engine: bool) -> None:
+def _tell_group(b, ranks, engine: bool, final: bool) -> None:
     """Group ``b`` (a SocketBackend) tells its point-to-point peers, and its collective
     peers when its collectives are idle (``engine``), that this process waits on ``ranks``."""
-    b._p2p.tell_stalled(ranks)
+    b._p2p.tell_stalled(ranks, final)
     eng, nat = b._eng, b._native
     if engine and eng is not None:
         # (run_inline: only when no op runs or is queued there; then on this thread)
-        b._exec.run_inline(lambda: nat.tell_stalled(ranks) if nat is not None else
-                           eng.tell_stalled_idle(ranks, b._seq + 1))
+        b._exec.run_inline(lambda: nat.tell_stalled(ranks, final) if nat is not None else
+                           eng.tell_stalled_idle(ranks, b._seq + 1, final))
 
 
 def set_up_failed(b, err, peer: int):
@@ -64,12 +65,12 @@ def set_up_failed(b, err, peer: int):
     time (a DistTimeoutError), or it accepted and never answered the handshake (a
     stopped rank: a DistNetworkError before, as if it were lost)."""
     if isinstance(err, DistTimeoutError):
-        b._stalled([b._granks[peer]], True)
+        b._stalled([b._granks[peer]], True, True)
         return err
     gpeer = b._gindex.get(err.rank)
     if gpeer is None or not timed_out(err) or b._mesh.is_dead(gpeer):
         return err
-    b._stalled([err.rank], True)
+    b._stalled([err.rank], True, True)
     return DistTimeoutError(f"group {b.ctx.group_name!r}: rank {b._granks[b.rank]}: connecting timed out; ranks not "
                             f"heard from: [{err.rank}] ({err})")
 

@@ -98,6 +98,10 @@ enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_
  * cause word) of at least this names global rank (value - STALL_GLOBAL): a rank this process
  * waited on in another group or point to point (``Group.tell_stalled``; _native.py: _GLOBAL). */
 #define STALL_GLOBAL (1 << 20)
+/* A stall notice with this bit set is final: its rank raised naming that root cause. Without
+ * it, a first notice: the rank's deadline passed and it waits a grace, and may post a refined
+ * one (a root further down a chain of waiting ranks); a waiter counts it at its grace's end. */
+#define STALL_FINAL (1 << 29)
 
 /* error kinds raised to Python as _cnative.Error(kind, peer, cause, theirs) */
 /* E_STALLED: this rank timed out (or a peer that did failed) waiting on a peer that itself waited on
@@ -139,13 +143,14 @@ typedef struct {
     /* the deadline passed: this rank posted its notice and waits until grace_end for a peer's */
     int in_grace;
     double grace_end;
+    int told; /* the notice this rank posted in its grace (a group rank or STALL_GLOBAL + a global rank) */
     /* single-copy all_to_all: blocks of at least cma_min bytes (0: never) go by address to
      * peers that can read this rank; cma_probed once every peer was probed */
     Py_ssize_t cma_min;
     int cma_probed;
     unsigned long long cma_blocks; /* blocks this rank read by address (for tests) */
     uint8_t *cma_sel;              /* the running all_to_all: cma_sel[q], its block to q goes by address */
-    /* on_deadline(peer): called with the GIL when the deadline passes (the notice reaches the
+    /* on_deadline(code): called with the GIL when this rank posts a first notice (the notice reaches the
      * process's other groups) */
     PyObject *on_deadline;
 } Group;
@@ -218,27 +223,45 @@ static int pid_dead(int32_t pid)
     return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
-/* The root cause a waited-on peer's timeout notice names (a group rank other than this one),
- * for this rank's piece; -1 when it gave none. */
-static int stall_root(Group *g, int peer)
+/* The root cause a waited-on peer's timeout notice names (a group rank other than this one,
+ * or STALL_GLOBAL + a global rank), for this rank's piece; -1 when it gave none. *final: the
+ * notice is final (STALL_FINAL). */
+static int stall_root(Group *g, int peer, int *final)
 {
     ctl_t *c = CTL(g, peer);
+    *final = 0;
     uint64_t sp = atomic_load_explicit(&c->stall_piece, memory_order_acquire);
     if (!sp || sp - 1 > g->piece)
         return -1;
     int r = atomic_load(&c->stall_rank);
+    if (r >= 0 && (r & STALL_FINAL)) {
+        *final = 1;
+        r &= ~STALL_FINAL;
+    }
     if (r >= STALL_GLOBAL) /* a global rank the peer waited on elsewhere */
         return r;
     return r >= 0 && r < g->size && r != g->rank ? r : -1;
 }
 
-/* Tell the peers (the timeout notice): this rank's deadline passed waiting on ``peer``. */
-static void post_stall(Group *g, int peer)
+/* Tell the peers (a first timeout notice): this rank's deadline passed waiting on ``code`` (a
+ * group rank, or STALL_GLOBAL + a global rank); then the process's other groups (on_deadline,
+ * with the GIL). */
+static void post_stall(Group *g, int code, PyThreadState **save)
 {
     ctl_t *me = CTL(g, g->rank);
-    atomic_store(&me->stall_rank, peer);
+    g->told = code;
+    atomic_store(&me->stall_rank, code);
     atomic_store_explicit(&me->stall_piece, g->piece + 1, memory_order_release);
     ring_bell(me);
+    if (g->on_deadline) {
+        PyEval_RestoreThread(*save);
+        PyObject *res = PyObject_CallFunction(g->on_deadline, "i", code);
+        if (res)
+            Py_DECREF(res);
+        else
+            PyErr_WriteUnraisable(g->on_deadline); /* a notice never fails the op */
+        *save = PyEval_SaveThread();
+    }
 }
 
 /* Wait until peer's word (0 post, 1 done) >= v. Runs without the GIL; *save is the
@@ -330,11 +353,13 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
         }
         double t = now_s();
         if (g->in_grace) { /* a notice from the peer waited on: it names the root cause */
-            int r = stall_root(g, peer);
-            if (r >= 0) {
+            int fin, r = stall_root(g, peer, &fin);
+            if (r >= 0 && fin) {
                 g->err_cause = r;
                 return E_STALLED;
             }
+            if (r >= 0 && r != g->told) /* a first one: refine this rank's own; it counts at grace_end */
+                post_stall(g, r, save);
         }
         if (t >= next_check) {
             next_check = t + 0.1;
@@ -352,28 +377,24 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
                 }
             }
             if (t > deadline) {
-                int r = stall_root(g, peer);
-                if (r >= 0) { /* the peer's deadline passed first: it waits on r */
+                int fin, r = stall_root(g, peer, &fin);
+                if (r >= 0 && fin) { /* the peer raised first: it waited on r */
                     g->err_cause = r;
                     return E_STALLED;
                 }
-                if (!g->in_grace) { /* tell the peers, then give their notices a grace */
+                if (!g->in_grace) { /* tell the peers (the root known so far), then give notices a grace */
                     g->in_grace = 1;
-                    post_stall(g, peer);
                     double grace = g->timeout * 0.1 < 1.0 ? g->timeout * 0.1 : 1.0;
                     g->grace_end = t + grace;
-                    if (g->on_deadline) { /* the process's other groups tell their peers too */
-                        PyEval_RestoreThread(*save);
-                        PyObject *res = PyObject_CallFunction(g->on_deadline, "i", peer);
-                        if (res)
-                            Py_DECREF(res);
-                        else
-                            PyErr_WriteUnraisable(g->on_deadline); /* a notice never fails the op */
-                        *save = PyEval_SaveThread();
-                    }
+                    post_stall(g, r >= 0 ? r : peer, save);
                 }
-                if (t > g->grace_end)
+                if (t > g->grace_end) {
+                    if (r >= 0) { /* the peer's first notice: it waits on r */
+                        g->err_cause = r;
+                        return E_STALLED;
+                    }
                     return E_TIMEOUT;
+                }
             }
             int on_main = PyThread_get_thread_ident() == main_thread;
             int warn = t >= g->warn_at && g->on_stall;
@@ -1004,6 +1025,12 @@ static PyObject *raise_err(Group *g, int rc)
         recoverable = 1;
     if (recoverable) {
         publish(g, &CTL(g, g->rank)->done, g->piece);
+        /* its notice turns final (the state stays alive): a rank waiting on this one names the
+         * cause at once, not at its grace's end */
+        ctl_t *me = CTL(g, g->rank);
+        atomic_store(&me->stall_rank, (rc == E_STALLED ? g->err_cause : g->err_peer) | STALL_FINAL);
+        atomic_store_explicit(&me->stall_piece, g->piece + 1, memory_order_release);
+        ring_bell(me);
     }
     if (rc == E_SIGNAL || rc == E_PY) {
         fail_self(g, -1);
@@ -1403,7 +1430,8 @@ static PyObject *Group_fail(Group *g, PyObject *arg)
 }
 
 /* The timeout notice of a wait elsewhere (another group, point to point): this rank, idle
- * here, passed a deadline waiting on ``code`` (a group rank, or STALL_GLOBAL + a global rank).
+ * here, passed a deadline waiting on ``code`` (a group rank, or STALL_GLOBAL + a global rank;
+ * with STALL_FINAL: it raised naming it).
  * A peer whose own deadline passes waiting on this rank names it; cleared at this rank's next op. */
 static PyObject *Group_tell_stalled(Group *g, PyObject *arg)
 {
@@ -1468,7 +1496,8 @@ static PyMemberDef Group_members[] = {
     {"cma_blocks", T_ULONGLONG, offsetof(Group, cma_blocks), READONLY,
      "all_to_all blocks this rank read from a peer's memory with one copy (process_vm_readv)"},
     {"on_deadline", T_OBJECT, offsetof(Group, on_deadline), 0,
-     "on_deadline(peer), called with the GIL when an op's deadline passes waiting on peer"},
+     "on_deadline(code), called with the GIL when an op's deadline passes (and when its notice is refined) "
+     "naming code: a group rank, or STALL_GLOBAL + a global rank"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1550,7 +1579,8 @@ PyMODINIT_FUNC PyInit__cnative(void)
     if (!Error || PyModule_AddObject(m, "Error", Error) < 0 ||
         PyModule_AddObject(m, "Group", (PyObject *)&GroupType) < 0 ||
         PyModule_AddIntConstant(m, "CTL_BYTES", CTL_BYTES) < 0 || PyModule_AddIntConstant(m, "HDR_BYTES", HDR_BYTES) < 0 ||
-        PyModule_AddIntConstant(m, "STALL_GLOBAL", STALL_GLOBAL) < 0) {
+        PyModule_AddIntConstant(m, "STALL_GLOBAL", STALL_GLOBAL) < 0 ||
+        PyModule_AddIntConstant(m, "STALL_FINAL", STALL_FINAL) < 0) {
         Py_DECREF(m);
         return NULL;
     }
