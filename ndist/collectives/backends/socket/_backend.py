@@ -130,6 +130,7 @@ class SocketBackend(CollectiveBackend):
                           on_p2p=self._p2p.incoming, granks=self._granks, job=job_prefix(secret),
                           ring_for=self._rings.reserve if self._rings is not None else None)
         self._job = self._mesh.job
+        self._mesh.explain_wait = lambda granks: _stalls.explain_wait(self, granks)
         _losses.watch(self)
 
     # ------------------------------------------------------------ plumbing

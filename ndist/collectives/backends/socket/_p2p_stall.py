@@ -78,6 +78,11 @@ class P2PStalls:
         root = sorted(r for r in note[0] if r != me)
         return root, bool(root) and note[1]
 
+    def notice_of(self, peer: int) -> list:
+        """The global ranks ``peer``'s timeout notice names (this rank left out), if any."""
+        with self._lock:
+            return self._root(peer)[0]
+
     def _timeout_error(self, r, root: list) -> DistTimeoutError:
         g = self.granks
         msg = (f"group {self.group_name!r}: recv on rank {g[self.rank]} from "

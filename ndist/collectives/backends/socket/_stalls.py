@@ -24,11 +24,13 @@ until that rank goes on; a healthy op is never failed by one.
 from __future__ import annotations
 
 import logging
+import time
 
 from ....runtime import DistTimeoutError
 from . import _losses
+from ._engine_stall import grace_s
 
-__all__ = ["tell", "timed_out", "set_up_failed"]
+__all__ = ["tell", "timed_out", "set_up_failed", "explain_wait"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -73,6 +75,39 @@ def set_up_failed(b, err, peer: int):
     b._stalled([err.rank], True, True)
     return DistTimeoutError(f"group {b.ctx.group_name!r}: rank {b._granks[b.rank]}: connecting timed out; ranks not "
                             f"heard from: [{err.rank}] ({err})")
+
+
+def explain_wait(source, granks) -> str:
+    """A wait of group ``source`` (a SocketBackend) in the store, for what members
+    ``granks`` (global) publish in its set-up, timed out: a member stuck elsewhere with a
+    stopped rank never publishes (kill trial seed 2029). The words naming the root cause
+    a timeout notice from one of them told this process's point-to-point side (waiting a
+    grace for one), or "" when none did; told to the process's groups in turn."""
+    end = time.monotonic() + grace_s(source._timeout)
+    while True:
+        for g in granks:
+            root = root_of(source, g)
+            if root:
+                tell(source, root, True, True)
+                return f"; ranks not heard from: {root} (rank {g} waited on {'it' if len(root) == 1 else 'them'})"
+        if time.monotonic() >= end:
+            break
+        time.sleep(0.02)
+    tell(source, granks, True, True)
+    return ""
+
+
+def root_of(source, grank: int) -> list:
+    """The global ranks a timeout notice from global rank ``grank`` names (this rank left
+    out), as heard by the point-to-point side of any group of ``source``'s process (read
+    as notices come, unlike an idle engine's); [] when none."""
+    for b in _losses.groups_of(source):
+        peer = b._gindex.get(grank)
+        if peer is not None:
+            root = b._p2p.notice_of(peer)
+            if root:
+                return root
+    return []
 
 
 def timed_out(err) -> bool:

@@ -158,6 +158,9 @@ class Mesh:
         self._peers: dict[int, dict] = {}
         #: global ranks the collective channel waits for now (``collective_link``)
         self.connecting: list = []
+        #: ``explain_wait(global ranks) -> str``: a wait for what they publish timed out; the
+        #: root cause a timeout notice from one of them told (the backend's: ``_stalls``)
+        self.explain_wait = None
         self._abandoned: bytes | None = None  # the lost notice of ``abandon``
         self._lost: tuple | None = None  # (global rank, host, message) of ``abandon``
         self._closed = False
@@ -197,8 +200,9 @@ class Mesh:
                 self.wait_published(key, rank)
                 raw = self.store.get(key)
             except DistTimeoutError as err:
+                why = self.explain_wait([self.granks[rank]]) if self.explain_wait is not None else ""
                 raise DistTimeoutError(f"rank {self.granks[rank]} of group {self.group_name!r} never published its "
-                                       f"address: {err}") from None
+                                       f"address: {err}{why}") from None
             finally:
                 self.connecting = before
             info = json.loads(raw)
@@ -220,8 +224,9 @@ class Mesh:
             raws = self.store.multi_get(keys)
         except DistTimeoutError as err:
             missing = [self.granks[r] for r, k in zip(ranks, keys) if not self.store.check([k])]
+            why = self.explain_wait(missing) if self.explain_wait is not None else ""
             raise DistTimeoutError(f"ranks {missing} of group {self.group_name!r} never published their "
-                                   f"addresses: {err}") from None
+                                   f"addresses: {err}{why}") from None
         finally:
             self.connecting = before
         for r, raw in zip(ranks, raws):
