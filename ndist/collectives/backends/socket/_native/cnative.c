@@ -150,6 +150,7 @@ typedef struct {
     int cma_probed;
     unsigned long long cma_blocks; /* blocks this rank read by address (for tests) */
     uint8_t *cma_sel;              /* the running all_to_all: cma_sel[q], its block to q goes by address */
+    uint64_t addr_piece;           /* 1 + the piece in which this op posted block addresses (0: none) */
     /* on_deadline(code): called with the GIL when this rank posts a first notice (the notice reaches the
      * process's other groups) */
     PyObject *on_deadline;
@@ -822,6 +823,8 @@ static int run_all_to_all(Group *g, List *outs, List *ins, int dtype, double dl,
             stage_blocks(g, p, ins, off, Q, 1);
         }
         publish(g, &CTL(g, me)->post, 2 * p + 1);
+        if (j == 0 && by_addr)
+            g->addr_piece = p + 1; /* from here peers may read this rank's buffers */
         if (j == 0 && outs->ptr[me] != ins->ptr[me])
             memmove(outs->ptr[me], ins->ptr[me], min_ss(ins->len[me], outs->len[me]));
         for (int q = 0; q < n; q++) {
@@ -858,7 +861,36 @@ static int run_all_to_all(Group *g, List *outs, List *ins, int dtype, double dl,
         for (int q = 0; q < n; q++)
             if (g->cma_sel[q] && (rc = wait_ge(g, q, 1, p0, dl, sv)))
                 return rc;
+    g->addr_piece = 0;
     return E_OK;
+}
+
+/* The op failed after this rank posted block addresses (``addr_piece``): a peer may be
+ * reading them now, and the caller reuses its buffers once the call raised. Wait, at most
+ * 1 s, until each such reader is done with the piece, or failed, closed or gone. (Called
+ * after this rank's state turned failed, so a reader waiting on this rank wakes and fails
+ * instead of reading.) Runs without the GIL. */
+static void cma_wait_readers(Group *g)
+{
+    uint64_t p0 = g->addr_piece - 1;
+    double until = now_s() + 1.0, look = 0;
+    for (int q = 0; q < g->size; q++) {
+        ctl_t *c = CTL(g, q);
+        while (g->cma_sel[q] && atomic_load_explicit(&c->done, memory_order_acquire) < p0 &&
+               atomic_load(&c->state) == ST_ALIVE) {
+            double t = now_s();
+            if (t > until)
+                return;
+            if (t > look) {
+                look = t + 0.01;
+                if (pid_dead(g->pids[q]))
+                    break;
+            }
+            struct timespec ts = {0, 100 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    g->addr_piece = 0;
 }
 
 static int run_reduce_scatter(Group *g, char *out, Py_ssize_t outlen, List *ins, Red *r, double dl,
@@ -1011,16 +1043,30 @@ static void fail_self(Group *g, int cause)
     g->broken = 1;
 }
 
+/* With the GIL: cma_wait_readers when the failed op posted block addresses. */
+static void release_addrs(Group *g)
+{
+    if (!g->addr_piece)
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    cma_wait_readers(g);
+    Py_END_ALLOW_THREADS
+    g->addr_piece = 0;
+}
+
 static PyObject *raise_err(Group *g, int rc)
 {
     /* a mismatch in the first piece of one-piece calls on both sides: both ranks are at the
      * same piece, nothing of the op is pending: finish the piece and keep the group */
-    int recoverable = rc == E_MISMATCH && g->piece == g->op_first && g->op_pieces <= 1 && g->err_theirs.pieces <= 1;
+    int recoverable = rc == E_MISMATCH && g->piece == g->op_first && g->op_pieces <= 1 && g->err_theirs.pieces <= 1 &&
+                      !g->addr_piece; /* (a peer still to come would read block addresses: see below) */
     /* a timeout waiting for a peer's final post of a one-piece op, this rank's own final
      * post out: the peer, once it comes, finds all it needs here (this rank overwrites
      * that slot only after the peer's done): give up the piece, keep the group */
+    /* (not when its post holds block addresses: the late peer would read them from a buffer
+     * the caller has reused) */
     if ((rc == E_TIMEOUT || rc == E_STALLED) && g->piece == g->op_first && g->op_pieces <= 1 && g->err_word == 0 &&
-        g->err_waited == 2 * g->piece + 1 &&
+        g->err_waited == 2 * g->piece + 1 && !g->addr_piece &&
         atomic_load_explicit(&CTL(g, g->rank)->post, memory_order_relaxed) == 2 * g->piece + 1)
         recoverable = 1;
     if (recoverable) {
@@ -1034,6 +1080,7 @@ static PyObject *raise_err(Group *g, int rc)
     }
     if (rc == E_SIGNAL || rc == E_PY) {
         fail_self(g, -1);
+        release_addrs(g);
         return NULL; /* the Python exception is set */
     }
     int cause = rc == E_FAILED ? (g->err_cause >= 0 ? g->err_cause : g->err_peer)
@@ -1046,6 +1093,7 @@ static PyObject *raise_err(Group *g, int rc)
     if (rc != E_SELF_CLOSED && rc != E_SELF_FAILED && !recoverable)
         /* a timeout: -2 - the rank waited on (the root cause), so that a rank waiting on this one names it */
         fail_self(g, rc == E_TIMEOUT || rc == E_STALLED ? -2 - cause : rc == E_MISMATCH ? -1 : cause);
+    release_addrs(g);
     hdr_t *h = &g->err_theirs;
     PyObject *theirs = rc == E_MISMATCH
         ? Py_BuildValue("(iiiiKKKLL)", h->op, h->dtype, h->redop, h->root, (unsigned long long)h->nbytes,
@@ -1145,6 +1193,7 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
         g->op_first = 0;                                                                                          \
         g->err_sends = g->err_wants = -1;                                                                         \
         g->op_pieces = 1;                                                                                         \
+        g->addr_piece = 0;                                                                                        \
         g->op_start = now_s();                                                                                    \
         g->in_grace = 0;                                                                                          \
         if (atomic_load_explicit(&CTL(g, g->rank)->stall_piece, memory_order_relaxed))                          \
