@@ -49,7 +49,9 @@ class Work:
     what ``result()`` returns once the work succeeded; a backend that learns
     it only at completion (recv's source rank) sets it before ``complete()``.
     ``pending`` is an optional callable the backend provides that describes,
-    on a timeout, what is still outstanding (``"ranks not heard from: [2, 3]"``).
+    on a timeout, what is still outstanding (``"ranks not heard from: [2, 3]"``);
+    it may first wait briefly for the op's own outcome (an op past its own
+    deadline), and if the op ended meanwhile ``wait`` returns or raises that.
     ``on_timeout`` is an optional callable the collectives layer sets (the
     flight recorder's dump), called with the timeout error before it is raised.
     """
@@ -170,6 +172,8 @@ class Work:
                     detail = "; " + self.pending()
                 except Exception:  # noqa: BLE001 - diagnostics only
                     detail = ""
+            if self._state != PENDING:  # it ended while ``pending`` looked (a backend may give
+                return self.wait(0)  # an op past its own deadline the grace it gives its notices)
             exc = DistTimeoutError(f"{self.op} (#{self.seq}) did not complete within {seconds:g} s{detail}")
             if self.on_timeout is not None:
                 try:

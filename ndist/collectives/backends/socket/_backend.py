@@ -22,6 +22,7 @@ from . import _stalls
 from ._algorithms import CHUNK, Algorithms
 from ._links import Links, attach, setup
 from ._engine import Engine, OpInfo, wait_warning_from_env
+from ._engine_stall import grace_s
 from ._executor import Executor
 from ._p2p import P2P
 from ._reduce import finalize
@@ -266,6 +267,9 @@ class SocketBackend(CollectiveBackend):
             if work.is_completed():
                 return "done"
             if self._exec.current is work:
+                self._await_own_outcome(work)
+                if work.is_completed():
+                    return "done"
                 if self._native is not None:
                     return self._native.pending()
                 return self._eng.pending() if self._eng is not None else self._connecting()
@@ -278,6 +282,26 @@ class SocketBackend(CollectiveBackend):
                 return f"queued behind {n} earlier operation{'s' if n > 1 else ''} on this group{ahead}"
             return "starting (nothing is queued before it on this group)"
         return describe
+
+    def _await_own_outcome(self, work: Work) -> None:
+        """A wait on ``work`` (the op running now) timed out about when the op's own deadline
+        passes (``async_op=False`` waits the group timeout from the call): give the op its
+        own timeout and grace (``_engine_stall``) to raise its own error, which names a
+        root cause told by a notice (kill trial seed 7213: a blocking op queued behind an
+        async one named the rank it waited on)."""
+        nat, eng = self._native, self._eng
+        if nat is not None:
+            own = nat.g.op_start + nat.g.timeout
+        elif eng is not None and eng.op is not None:
+            own = eng.deadline
+        else:
+            return
+        now = time.monotonic()
+        if own - now > 0.5:  # its deadline is not near: a short wait by the caller
+            return
+        end = min(own + grace_s(self._timeout) + 0.1, now + 2.0)
+        while not work.is_completed() and time.monotonic() < end:
+            time.sleep(0.005)
 
     def _running_detail(self) -> str:
         """What the op running now (inline, without a Work) waits on, for a queued op."""
