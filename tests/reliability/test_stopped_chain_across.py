@@ -7,13 +7,13 @@ receive whose deadline passes gives such notices the same grace as a collective:
 ``DistTimeoutError`` names S, the root cause, within the group timeout + the grace."""
 
 import os
-import re
 import time
 from datetime import timedelta
 
 import pytest
 
 from ndist.testing import run_ranks
+from stopped_ranks import finish, not_heard_from
 
 A, B, S = 0, 1, 2
 TIMEOUT = 3.0
@@ -77,20 +77,8 @@ def _across(rank, size, folder, case, late):
                 dist.irecv(y, src=B).wait()
     except dist.DistError as err:
         outcome = (type(err).__name__, str(err), time.monotonic() - t0, getattr(err, "rank", None))
-    with open(os.path.join(folder, f"done{rank}"), "w"):
-        pass
-    other = os.path.join(folder, f"done{B if rank == A else A}")
-    deadline = time.monotonic() + 30  # (B stays until A has raised: its exit would reset A's streams)
-    while not os.path.exists(other) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if rank == A:
-        os.kill(pids[S], signal.SIGCONT)
+    finish(folder, rank, (A, B), A, pids[S])  # (B stays until A has raised: its exit would reset A's streams)
     return outcome
-
-
-def _not_heard_from(msg):
-    m = re.search(r"ranks not heard from: \[([^\]]*)\]", msg or "")
-    return [int(s) for s in m.group(1).split(",")] if m and m.group(1).strip() else None
 
 
 CASES = {
@@ -121,10 +109,10 @@ def test_a_survivor_names_the_stopped_rank_its_peer_waits_on_elsewhere(tmp_path,
     res = run_ranks(_across, 3, args=(str(tmp_path), case, late), init=False, timeout=90,
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
     kind, msg, waited, err_rank = res[B]
-    assert kind == "DistTimeoutError" and _not_heard_from(msg) == [S], (CASES[case], res[B])
+    assert kind == "DistTimeoutError" and not_heard_from(msg) == [S], (CASES[case], res[B])
     kind, msg, waited, err_rank = res[A]
     assert kind == "DistTimeoutError", (CASES[case], res[A])
-    assert _not_heard_from(msg) == [S], (CASES[case], res[A])
+    assert not_heard_from(msg) == [S], (CASES[case], res[A])
     assert f"rank {B} (" in msg and "waited on it" in msg, (CASES[case], res[A])
     assert err_rank in (None, S), res[A]
     assert 2.4 < waited < TIMEOUT + 0.3 + 2.0, res[A]  # the group timeout + at most the 0.3 s grace (+ load)
@@ -165,14 +153,7 @@ def _connect_chain(rank, size, folder, stopped, late):
             dist.scatter(np.zeros(8), None, src=B)
     except dist.DistError as err:
         outcome = (type(err).__name__, str(err), time.monotonic() - t0, getattr(err, "rank", None))
-    with open(os.path.join(folder, f"done{rank}"), "w"):
-        pass
-    other = os.path.join(folder, f"done{B if rank == waiter else waiter}")
-    deadline = time.monotonic() + 30
-    while not os.path.exists(other) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if rank == waiter:
-        os.kill(pids[stopped], signal.SIGCONT)
+    finish(folder, rank, (B, waiter), waiter, pids[stopped])
     return outcome
 
 
@@ -191,10 +172,10 @@ def test_a_group_set_up_with_a_stopped_member_times_out_and_tells(tmp_path, tran
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
     kind, msg, waited, err_rank = res[B]
     assert kind == "DistTimeoutError", res[B]
-    assert _not_heard_from(msg) == [stopped] or f"ranks [{stopped}] did not connect" in msg, res[B]
+    assert not_heard_from(msg) == [stopped] or f"ranks [{stopped}] did not connect" in msg, res[B]
     kind, msg, waited, err_rank = res[waiter]
     assert kind == "DistTimeoutError", res[waiter]
-    assert _not_heard_from(msg) == [stopped], res[waiter]
+    assert not_heard_from(msg) == [stopped], res[waiter]
     assert f"rank {B} (" in msg and "waited on it" in msg, res[waiter]
     assert 2.4 < waited < TIMEOUT + 0.3 + 2.0, res[waiter]
 
@@ -242,11 +223,11 @@ def test_a_notice_from_another_group_is_dropped_once_its_rank_goes_on(transport,
         pytest.importorskip("ndist.collectives.backends.socket._cnative")
     res = run_ranks(_stale_notice, 3, init=False, timeout=90,
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
-    assert res[B][0] is not None and _not_heard_from(res[B][0]) == [S], res[B]
+    assert res[B][0] is not None and not_heard_from(res[B][0]) == [S], res[B]
     for rank in range(3):
         assert res[rank][1] == [3.0] * 4, res  # the op after B's timeout works on every rank
     kind, msg, waited = res[A][2]
-    assert kind == "DistTimeoutError" and _not_heard_from(msg) == [B], res[A]  # not [S]: B went on
+    assert kind == "DistTimeoutError" and not_heard_from(msg) == [B], res[A]  # not [S]: B went on
     assert "waited on" not in msg, res[A]
 
 

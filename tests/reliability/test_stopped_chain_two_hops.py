@@ -7,13 +7,13 @@ its grace's end and a final one (its sender raised) at once (``_engine_stall``):
 survivor's ``DistTimeoutError`` names S."""
 
 import os
-import re
 import time
 from datetime import timedelta
 
 import pytest
 
 from ndist.testing import run_ranks
+from stopped_ranks import finish, not_heard_from
 
 A, B, C, S = 0, 1, 2, 3
 TIMEOUT = 3.0
@@ -64,20 +64,8 @@ def _two_hops(rank, size, folder, case, delays):
             dist.scatter(y, None, src=B)  # waits on B (only) in the world
     except dist.DistError as err:
         outcome = (type(err).__name__, str(err), time.monotonic() - t0, getattr(err, "rank", None))
-    with open(os.path.join(folder, f"done{rank}"), "w"):
-        pass
-    deadline = time.monotonic() + 30  # (each stays until all have raised: an exit would reset streams)
-    while time.monotonic() < deadline and not all(
-            os.path.exists(os.path.join(folder, f"done{r}")) for r in (A, B, C)):
-        time.sleep(0.01)
-    if rank == A:
-        os.kill(pids[S], signal.SIGCONT)
+    finish(folder, rank, (A, B, C), A, pids[S])
     return outcome
-
-
-def _not_heard_from(msg):
-    m = re.search(r"ranks not heard from: \[([^\]]*)\]", msg or "")
-    return [int(s) for s in m.group(1).split(",")] if m and m.group(1).strip() else None
 
 
 CASES = {
@@ -102,7 +90,7 @@ def test_every_survivor_of_a_two_hop_chain_names_the_stopped_rank(tmp_path, case
     for rank, via in ((C, None), (B, C), (A, B)):
         kind, msg, waited, err_rank = res[rank]
         assert kind == "DistTimeoutError", (CASES[case], rank, res[rank])
-        assert _not_heard_from(msg) == [S], (CASES[case], rank, res[rank])
+        assert not_heard_from(msg) == [S], (CASES[case], rank, res[rank])
         if via is not None:
             assert f"rank {via} (" in msg and "waited on it" in msg, (CASES[case], rank, res[rank])
         assert err_rank in (None, S), res[rank]

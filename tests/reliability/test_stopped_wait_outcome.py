@@ -6,19 +6,19 @@ raised ``all_gather (#21) did not complete within 3 s; running ...; ranks not he
 [2]`` 0.3 s before its own error, which named the stopped rank, could."""
 
 import os
-import re
 import time
 from datetime import timedelta
 
 import pytest
 
 from ndist.testing import run_ranks
+from stopped_ranks import finish, not_heard_from
 
 A, B, S = 0, 1, 2
 TIMEOUT = 3.0
 
 
-def _wait_outcome(rank, size, folder):
+def _wait_outcome(rank, size, folder, queued):
     import signal
 
     import numpy as np
@@ -50,33 +50,29 @@ def _wait_outcome(rank, size, folder):
             dist.all_reduce(x, group=bs)  # waits on S
         else:
             out = np.zeros(8 * size)
-            dist.all_gather_into_tensor(out, x, async_op=True).wait(timeout=TIMEOUT)  # waits on B
+            work = dist.all_gather_into_tensor(out, x, async_op=True)  # waits on B
+            if queued:  # a blocking op queued behind it: waited the group timeout from the call
+                dist.broadcast(np.zeros(8), src=A)
+            work.wait(timeout=TIMEOUT)
     except dist.DistError as err:
         outcome = (type(err).__name__, str(err), time.monotonic() - t0)
-    with open(os.path.join(folder, f"done{rank}"), "w"):
-        pass
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(os.path.exists(os.path.join(folder, f"done{r}")) for r in (A, B)):
-        time.sleep(0.01)
-    if rank == A:
-        os.kill(pids[S], signal.SIGCONT)
+    finish(folder, rank, (A, B), A, pids[S])
     return outcome
 
 
-def _not_heard_from(msg):
-    m = re.search(r"ranks not heard from: \[([^\]]*)\]", msg or "")
-    return [int(s) for s in m.group(1).split(",")] if m and m.group(1).strip() else None
-
-
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("queued", [False, True], ids=["running", "queued-behind"])
 @pytest.mark.parametrize("transport,engine", [("tcp", "python"), ("tcp", "native")])
-def test_a_wait_of_the_group_timeout_gives_the_op_its_own_outcome(tmp_path, transport, engine):
+def test_a_wait_of_the_group_timeout_gives_the_op_its_own_outcome(tmp_path, transport, engine, queued):
+    """queued: A's blocking broadcast waits behind the async all_gather (seeds 7305, 7308,
+    7315: its message said "running all_gather (#52): done", the running op having failed
+    while its description waited for its outcome); it names the running op's error."""
     if engine == "native":
         pytest.importorskip("ndist.collectives.backends.socket._cnative")
-    res = run_ranks(_wait_outcome, 3, args=(str(tmp_path),), init=False, timeout=90,
+    res = run_ranks(_wait_outcome, 3, args=(str(tmp_path), queued), init=False, timeout=90,
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
-    assert res[B][0] == "DistTimeoutError" and _not_heard_from(res[B][1]) == [S], res[B]
+    assert res[B][0] == "DistTimeoutError" and not_heard_from(res[B][1]) == [S], res[B]
     kind, msg, waited = res[A]
     assert kind == "DistTimeoutError", res[A]
-    assert _not_heard_from(msg) == [S] and f"rank {B} (" in msg, res[A]
+    assert not_heard_from(msg) == [S] and f"rank {B} (" in msg, res[A]
     assert waited < TIMEOUT + 0.3 + 2.0, res[A]
