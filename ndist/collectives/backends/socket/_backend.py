@@ -276,9 +276,13 @@ class SocketBackend(CollectiveBackend):
             n = self._exec.ahead(work)
             if n:
                 running = self._exec.current
-                ahead = (f"; running {running.op} (#{running.seq}): {running.pending()}"
-                         if running is not None and running.pending is not None and running is not work else
-                         self._running_detail())
+                if running is not None and running.pending is not None and running is not work:
+                    ahead = f"; running {running.op} (#{running.seq}): {running.pending()}"
+                    failed = running.exception()  # (it may end while pending() looks)
+                    if failed is not None:
+                        ahead = f"; running {running.op} (#{running.seq}) failed: {failed}"
+                else:
+                    ahead = self._running_detail()
                 return f"queued behind {n} earlier operation{'s' if n > 1 else ''} on this group{ahead}"
             return "starting (nothing is queued before it on this group)"
         return describe

@@ -82,8 +82,10 @@ def explain_wait(source, granks) -> str:
     ``granks`` (global) publish in its set-up, timed out: a member stuck elsewhere with a
     stopped rank never publishes (kill trial seed 2029). The words naming the root cause
     a timeout notice from one of them told this process's point-to-point side (waiting a
-    grace for one), or "" when none did; told to the process's groups in turn."""
+    grace for one), else naming ``granks``. The process's groups tell their peers a first
+    notice at once (naming ``granks``) and a final one at the end."""
     end = time.monotonic() + grace_s(source._timeout)
+    tell(source, granks, True)  # a first notice at once: a survivor waiting on this rank names them
     while True:
         for g in granks:
             root = root_of(source, g)
@@ -94,7 +96,7 @@ def explain_wait(source, granks) -> str:
             break
         time.sleep(0.02)
     tell(source, granks, True, True)
-    return ""
+    return f"; ranks not heard from: {sorted(granks)}"
 
 
 def root_of(source, grank: int) -> list:
