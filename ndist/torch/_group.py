@@ -264,14 +264,16 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             t = tensors[0].numpy() if len(tensors) == 1 else _one(tensors, "tensors")
         except (TypeError, RuntimeError):
             t = _one(tensors, "tensors")
-        if opts is None or opts.asyncOp or self._nd_coalesced is not None:
-            op = _reduce_op(opts.reduceOp) if opts is not None else nd.ReduceOp.SUM
-            return self._run("allreduce", tensors, True, nd.all_reduce, t, op, self._nd_group, True)
-        # blocking: _run's synchronous branch, inline (the most frequent call)
+        if opts is None:
+            return self._run("allreduce", tensors, True, nd.all_reduce, t, nd.ReduceOp.SUM, self._nd_group, True)
         op = opts.reduceOp
         ours = _REDUCE_BY_HASH.get(hash(op)) if type(op) is _TorchReduceOp else None
-        try:
-            nd.all_reduce(t, ours if ours is not None else _reduce_op(op), self._nd_group, False)
+        if ours is None:
+            ours = _reduce_op(op)
+        if opts.asyncOp or self._nd_coalesced is not None:  # DDP's buckets, async_op=True
+            return self._run("allreduce", tensors, True, nd.all_reduce, t, ours, self._nd_group, True)
+        try:  # blocking: _run's synchronous branch, inline (the most frequent call)
+            nd.all_reduce(t, ours, self._nd_group, False)
         except DistError as exc:
             return NdistWork((), tensors, self._nd_timeout, "allreduce", error=exc)
         return done_work(tensors, self._nd_timeout, "allreduce")

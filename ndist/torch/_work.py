@@ -164,24 +164,35 @@ class NdistWork(tdist.Work):
             if self._error is not None:
                 raise self._error
             return True
-        seconds = _seconds(timeout)
-        limit = self._timeout if seconds is None else seconds
-        deadline = time.monotonic() + limit
-        for w in self._works:
+        works = self._works
+        if timeout is None and len(works) == 1:  # one op, the group's timeout: no deadline to share
+            w = works[0]
             try:
-                w.wait(max(deadline - time.monotonic(), 0.0))
+                w.wait(self._timeout)
             except BaseException as exc:  # noqa: BLE001 - re-raised as torch's type
-                if w.is_completed():  # failed (not just late): settled now, not when the callback runs
-                    self._finish(exc)
-                err = self._error if self._error is not None else as_torch_error(exc)
-                if err is exc:
-                    raise
-                raise err from exc
+                self._raise_failed(w, exc)
+        else:
+            seconds = _seconds(timeout)
+            deadline = time.monotonic() + (self._timeout if seconds is None else seconds)
+            for w in works:
+                try:
+                    w.wait(max(deadline - time.monotonic(), 0.0))
+                except BaseException as exc:  # noqa: BLE001 - re-raised as torch's type
+                    self._raise_failed(w, exc)
         if not self._done:
             self._finish(None)  # every work succeeded (the callbacks may not have run yet)
         if self._error is not None:
             raise self._error
         return True
+
+    def _raise_failed(self, w, exc: BaseException):
+        """Raise what ``wait()`` raises when ndist's ``w.wait()`` raised ``exc``."""
+        if w.is_completed():  # failed (not just late): settled now, not when the callback runs
+            self._finish(exc)
+        err = self._error if self._error is not None else as_torch_error(exc)
+        if err is exc:
+            raise exc
+        raise err from exc
 
     def get_future(self) -> torch.futures.Future:
         # torch.futures.Future.set_exception only stores the exception as the value, which
