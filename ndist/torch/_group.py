@@ -34,7 +34,7 @@ from .. import distributed as nd
 from ..runtime import DistError
 from ..runtime import ProcessGroup as NdistGroup
 from ..collectives._convert import as_array
-from ._work import NdistWork
+from ._work import NdistWork, done_work
 
 __all__ = ["ProcessGroupNdist", "BACKEND_NAME"]
 
@@ -80,9 +80,12 @@ def _by_hash() -> dict:
 _REDUCE_BY_HASH = _by_hash()
 
 
+_TorchReduceOp = tdist.ReduceOp
+
+
 def _reduce_op(op) -> Any:
     """torch's ``ReduceOp`` (or its ``RedOpType``) -> ndist's."""
-    if type(op) is tdist.ReduceOp:
+    if type(op) is _TorchReduceOp:
         ours = _REDUCE_BY_HASH.get(hash(op))
         if ours is not None:
             return ours
@@ -98,21 +101,15 @@ def _reduce_op(op) -> Any:
     raise ValueError(f"op: expected a torch.distributed.ReduceOp, got {op!r}")
 
 
-_BF16 = torch.bfloat16
-
-
 def _one(tensors: Sequence[torch.Tensor], name: str):
     """The single tensor of torch's one-element lists (one device per process), as an array."""
     if len(tensors) != 1:
         raise ValueError(f"{name}: expected a list of 1 tensor (the ndist backend takes one tensor per "
                          f"process), got {len(tensors)}")
-    t = tensors[0]
-    if not t.requires_grad and t.dtype is not _BF16:  # _cpu's first step, inline (every call)
-        try:
-            return t.numpy()
-        except (TypeError, RuntimeError):
-            pass
-    return _cpu(t, name, 0)
+    try:  # _cpu's first step, inline (every call)
+        return tensors[0].numpy()
+    except (TypeError, RuntimeError):
+        return _cpu(tensors[0], name, 0)
 
 
 def _cpu(t: torch.Tensor, name: str, index: int = -1):
@@ -120,13 +117,14 @@ def _cpu(t: torch.Tensor, name: str, index: int = -1):
     ``name`` (``name[index]`` for a list's element).
 
     ndist takes torch tensors itself, but at several times the cost of
-    ``Tensor.numpy()`` (issue #16); what ``numpy()`` takes is a dense CPU tensor.
+    ``Tensor.numpy()`` (issue #16); what ``numpy()`` takes is a dense CPU tensor
+    that does not require grad, of a dtype NumPy has. Asking it is cheaper than
+    checking first (each attribute of a tensor is a call into torch).
     """
-    if not t.requires_grad and t.dtype is not _BF16:
-        try:
-            return t.numpy()
-        except (TypeError, RuntimeError):
-            pass  # not on the CPU, not strided, or conjugated: checked and named below
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError):
+        pass  # not on the CPU, not strided, conjugated, requiring grad, bfloat16: checked below
     if index >= 0:
         name = f"{name}[{index}]"
     if t.device.type != "cpu":
@@ -135,6 +133,14 @@ def _cpu(t: torch.Tensor, name: str, index: int = -1):
     if t.layout != torch.strided:
         raise ValueError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
     return as_array(t, name)  # detached; bfloat16 as ml_dtypes'
+
+
+def _two(output: torch.Tensor, input: torch.Tensor) -> tuple:  # noqa: A002 - torch's names
+    """``_cpu`` of an op's output and input tensors, the common case first."""
+    try:
+        return output.numpy(), input.numpy()
+    except (TypeError, RuntimeError):
+        return _cpu(output, "output"), _cpu(input, "input")
 
 
 def _cpus(tensors: Sequence[torch.Tensor], name: str) -> list:
@@ -157,6 +163,7 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         if len(ranks) != size:
             raise ValueError(f"global_ranks: expected {size} ranks (the group size), got {list(global_ranks)}")
         self._nd_timeout = timeout.total_seconds()
+        self._nd_ranks = ranks  # group rank -> global rank: the form ndist's short paths take
         self._nd_engine = engine
         self._nd_coalesced: list | None = None
         self._nd_name, self._nd_desc = group_name, ""
@@ -220,7 +227,7 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             fn(*args)
         except DistError as exc:
             return NdistWork((), outputs, self._nd_timeout, op, error=exc)
-        return NdistWork((), outputs, self._nd_timeout, op)
+        return done_work(outputs, self._nd_timeout, op)
 
     def _run_each(self, op: str, outputs: list, opts: Any, fn: Callable[..., Any], calls: list[tuple]) -> NdistWork:
         """The coalesced forms: ``fn(*args, True)`` for each ``args`` of ``calls``, issued
@@ -253,15 +260,23 @@ class ProcessGroupNdist(tdist.ProcessGroup):
 
     # ----------------------------------------------------- reductions
     def allreduce(self, tensors, opts=None):
-        t = _one(tensors, "tensors")
-        if opts is None or opts.asyncOp or self._nd_coalesced is not None:
-            op = _reduce_op(opts.reduceOp) if opts is not None else nd.ReduceOp.SUM
-            return self._run("allreduce", tensors, True, nd.all_reduce, t, op, self._nd_group, True)
+        try:  # _one's first step, inline
+            t = tensors[0].numpy() if len(tensors) == 1 else _one(tensors, "tensors")
+        except (TypeError, RuntimeError):
+            t = _one(tensors, "tensors")
+        if opts is None:
+            return self._run("allreduce", tensors, True, nd.all_reduce, t, nd.ReduceOp.SUM, self._nd_group, True)
+        op = opts.reduceOp
+        ours = _REDUCE_BY_HASH.get(hash(op)) if type(op) is _TorchReduceOp else None
+        if ours is None:
+            ours = _reduce_op(op)
+        if opts.asyncOp or self._nd_coalesced is not None:  # DDP's buckets, async_op=True
+            return self._run("allreduce", tensors, True, nd.all_reduce, t, ours, self._nd_group, True)
         try:  # blocking: _run's synchronous branch, inline (the most frequent call)
-            nd.all_reduce(t, _reduce_op(opts.reduceOp), self._nd_group, False)
+            nd.all_reduce(t, ours, self._nd_group, False)
         except DistError as exc:
             return NdistWork((), tensors, self._nd_timeout, "allreduce", error=exc)
-        return NdistWork((), tensors, self._nd_timeout, "allreduce")
+        return done_work(tensors, self._nd_timeout, "allreduce")
 
     def allreduce_coalesced(self, tensors, opts=None):
         ts = _cpus(tensors, "tensors")
@@ -285,11 +300,18 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return self._run("reduce_scatter", output_tensors, a, nd.reduce_scatter, out, ins, op, self._nd_group, a)
 
     def reduce_scatter_single(self, output, input, opts=None):  # noqa: A002 - torch's names
-        out, inp = _cpu(output, "output"), _cpu(input, "input")
-        op = _reduce_op(opts.reduceOp)
-        a = self._async(opts)
-        return self._run("reduce_scatter_single", [output], a, nd.reduce_scatter_tensor, out, inp, op,
-                         self._nd_group, a)
+        out, inp = _two(output, input)
+        op = opts.reduceOp
+        ours = _REDUCE_BY_HASH.get(hash(op)) if type(op) is _TorchReduceOp else None
+        op = ours if ours is not None else _reduce_op(op)
+        if opts.asyncOp or self._nd_coalesced is not None:
+            return self._run("reduce_scatter_single", [output], True, nd.reduce_scatter_tensor, out, inp, op,
+                             self._nd_group, True)
+        try:  # blocking: _run's synchronous branch, inline
+            nd.reduce_scatter_tensor(out, inp, op, self._nd_group, False)
+        except DistError as exc:
+            return NdistWork((), [output], self._nd_timeout, "reduce_scatter_single", error=exc)
+        return done_work([output], self._nd_timeout, "reduce_scatter_single")
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -306,10 +328,25 @@ class ProcessGroupNdist(tdist.ProcessGroup):
 
     # -------------------------------------------------- data movement
     def broadcast(self, tensors, opts=None):
-        t = _one(tensors, "tensors")
+        try:  # _one's first step, inline
+            t = tensors[0].numpy() if len(tensors) == 1 else _one(tensors, "tensors")
+        except (TypeError, RuntimeError):
+            t = _one(tensors, "tensors")
         root = opts.rootRank if opts is not None else 0
         a = self._async(opts)
-        return self._run("broadcast", tensors, a, nd.broadcast, t, None, self._nd_group, a, root)
+        ranks = self._nd_ranks
+        if type(root) is int and 0 <= root < len(ranks):
+            # the root as a global rank: ndist's short path for a repeated call takes that form
+            src, group_src = ranks[root], None
+        else:
+            src, group_src = None, root  # ndist names the bad value
+        if a:
+            return self._run("broadcast", tensors, True, nd.broadcast, t, src, self._nd_group, True, group_src)
+        try:  # blocking: _run's synchronous branch, inline
+            nd.broadcast(t, src, self._nd_group, False, group_src)
+        except DistError as exc:
+            return NdistWork((), tensors, self._nd_timeout, "broadcast", error=exc)
+        return done_work(tensors, self._nd_timeout, "broadcast")
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         inp = _one(input_tensors, "input_tensors")
@@ -320,9 +357,15 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return self._run("allgather", output_tensors, a, nd.all_gather, outs, inp, self._nd_group, a)
 
     def all_gather_single(self, output, input, opts=None):  # noqa: A002
-        out, inp = _cpu(output, "output"), _cpu(input, "input")
-        a = self._async(opts)
-        return self._run("all_gather_single", [output], a, nd.all_gather_into_tensor, out, inp, self._nd_group, a)
+        out, inp = _two(output, input)
+        if opts is None or opts.asyncOp or self._nd_coalesced is not None:
+            return self._run("all_gather_single", [output], True, nd.all_gather_into_tensor, out, inp,
+                             self._nd_group, True)
+        try:  # blocking: _run's synchronous branch, inline
+            nd.all_gather_into_tensor(out, inp, self._nd_group, False)
+        except DistError as exc:
+            return NdistWork((), [output], self._nd_timeout, "all_gather_single", error=exc)
+        return done_work([output], self._nd_timeout, "all_gather_single")
 
     _allgather_base = all_gather_single
 
@@ -377,7 +420,7 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return self._run("alltoall", output_tensors, a, nd.all_to_all, outs, ins, self._nd_group, a)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
-        out, inp = _cpu(output, "output"), _cpu(input, "input")
+        out, inp = _two(output, input)
         osz = list(output_split_sizes) or None
         isz = list(input_split_sizes) or None
         if opts is None or opts.asyncOp or self._nd_coalesced is not None:
@@ -387,7 +430,7 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.all_to_all_single(out, inp, osz, isz, self._nd_group, False)
         except DistError as exc:
             return NdistWork((), [output], self._nd_timeout, "all_to_all_single", error=exc)
-        return NdistWork((), [output], self._nd_timeout, "all_to_all_single")
+        return done_work([output], self._nd_timeout, "all_to_all_single")
 
     alltoall_base = all_to_all_single
 

@@ -24,7 +24,7 @@ import torch.distributed as tdist
 
 from ..runtime import DistError, DistNetworkError, DistStoreError
 
-__all__ = ["NdistWork", "as_torch_error"]
+__all__ = ["NdistWork", "as_torch_error", "done_work"]
 
 
 def as_torch_error(exc: BaseException) -> BaseException:
@@ -93,10 +93,15 @@ class NdistWork(tdist.Work):
     """
 
     # What every Work sets lives in slots: a Python subclass of torch's Work otherwise
-    # stores each attribute in its __dict__ at several times the cost. What only a
-    # pending Work or a future needs stays a class default until set (in __dict__,
-    # kept so that torch code can still set attributes on a Work).
-    __slots__ = ("_outputs", "_timeout", "_op", "_works", "_error", "_done", "_lock", "__dict__")
+    # stores each attribute in its __dict__ at several times the cost. The state of a
+    # Work complete when made (the most frequent: one per blocking call) is the class
+    # default, so ``done_work`` sets three slots; a pending or failed Work sets the
+    # rest (in __dict__, kept so that torch code can still set attributes on a Work).
+    __slots__ = ("_outputs", "_timeout", "_op", "__dict__")
+    _works: Sequence[Any] = ()
+    _error: BaseException | None = None
+    _done = True
+    _lock: Any = None
     _inner: torch.futures.Future | None = None
     _fut: torch.futures.Future | None = None
     _left = 0
@@ -108,18 +113,9 @@ class NdistWork(tdist.Work):
         self._timeout = default_timeout
         self._op = op
         if error is not None:
-            self._works = ()
             self._error = as_torch_error(error)
-            self._done = True
-            self._lock = None
-        elif not works:
-            self._works = ()
-            self._error = None
-            self._done = True
-            self._lock = None
-        else:
+        elif works:
             self._works = works if type(works) is list else list(works)
-            self._error = None
             self._done = False
             self._lock = threading.Lock()
 
@@ -168,24 +164,35 @@ class NdistWork(tdist.Work):
             if self._error is not None:
                 raise self._error
             return True
-        seconds = _seconds(timeout)
-        limit = self._timeout if seconds is None else seconds
-        deadline = time.monotonic() + limit
-        for w in self._works:
+        works = self._works
+        if timeout is None and len(works) == 1:  # one op, the group's timeout: no deadline to share
+            w = works[0]
             try:
-                w.wait(max(deadline - time.monotonic(), 0.0))
+                w.wait(self._timeout)
             except BaseException as exc:  # noqa: BLE001 - re-raised as torch's type
-                if w.is_completed():  # failed (not just late): settled now, not when the callback runs
-                    self._finish(exc)
-                err = self._error if self._error is not None else as_torch_error(exc)
-                if err is exc:
-                    raise
-                raise err from exc
+                self._raise_failed(w, exc)
+        else:
+            seconds = _seconds(timeout)
+            deadline = time.monotonic() + (self._timeout if seconds is None else seconds)
+            for w in works:
+                try:
+                    w.wait(max(deadline - time.monotonic(), 0.0))
+                except BaseException as exc:  # noqa: BLE001 - re-raised as torch's type
+                    self._raise_failed(w, exc)
         if not self._done:
             self._finish(None)  # every work succeeded (the callbacks may not have run yet)
         if self._error is not None:
             raise self._error
         return True
+
+    def _raise_failed(self, w, exc: BaseException):
+        """Raise what ``wait()`` raises when ndist's ``w.wait()`` raised ``exc``."""
+        if w.is_completed():  # failed (not just late): settled now, not when the callback runs
+            self._finish(exc)
+        err = self._error if self._error is not None else as_torch_error(exc)
+        if err is exc:
+            raise exc
+        raise err from exc
 
     def get_future(self) -> torch.futures.Future:
         # torch.futures.Future.set_exception only stores the exception as the value, which
@@ -196,24 +203,29 @@ class NdistWork(tdist.Work):
         if fut is not None:
             return fut
         if self._lock is None:  # complete when made: settled at once, nothing races
-            inner = self._inner = torch.futures.Future()
-            fut = self._fut = inner.then(_unwrap)
-            self._settle(inner)
-            return fut
+            return self._settled_future()
         with self._lock:
             fut = self._fut
             if fut is not None:
                 return fut
-            inner = self._inner = torch.futures.Future()
+            if self._done:
+                return self._settled_future()
+            inner = self._inner = torch.futures.Future()  # _finish settles it
             fut = self._fut = inner.then(_unwrap)
-            done = self._done  # else _finish settles it
-            if not done:
-                self._left = len(self._works)
-        if done:
-            self._settle(inner)
-        else:
-            for w in self._works:  # a work already complete calls back at once
-                w.get_future().add_done_callback(self._one_done)
+            self._left = len(self._works)
+        for w in self._works:  # a work already complete calls back at once
+            w.get_future().add_done_callback(self._one_done)
+        return fut
+
+    def _settled_future(self) -> torch.futures.Future:
+        """The future of a Work already settled: its outputs, or failed with its error."""
+        if self._error is None:  # no chained future needed: nothing can fail any more
+            fut = self._fut = torch.futures.Future()
+            fut.set_result(self._outputs)
+            return fut
+        inner = self._inner = torch.futures.Future()
+        fut = self._fut = inner.then(_unwrap)
+        self._settle(inner)
         return fut
 
     def is_completed(self) -> bool:
@@ -245,3 +257,19 @@ class NdistWork(tdist.Work):
     def __repr__(self) -> str:
         state = "pending" if not self._poll() else ("failed" if self._error is not None else "ok")
         return f"<NdistWork {self._op} {state}>"
+
+
+_new_work = tdist.Work.__new__
+_init_work = tdist.Work.__init__
+
+
+def done_work(outputs: list, default_timeout: float, op: str) -> NdistWork:
+    """``NdistWork((), outputs, default_timeout, op)`` (a blocking call's Work, complete
+    when made), made without the Python ``__init__`` call: torch's public functions
+    make one per blocking call and drop it after ``wait()``."""
+    work = _new_work(NdistWork)
+    _init_work(work)
+    work._outputs = outputs
+    work._timeout = default_timeout
+    work._op = op
+    return work

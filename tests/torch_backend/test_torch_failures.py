@@ -150,6 +150,15 @@ def _lost_peer(rank, n):
         fut.wait()
     except Exception as err:  # noqa: BLE001
         out["future"] = (type(err).__name__, str(err))
+    late = dist.all_reduce(torch.ones(2), async_op=True)
+    try:
+        late.wait()
+    except Exception:  # noqa: BLE001 - settled as failed before its future is asked for
+        pass
+    try:
+        late.get_future().wait()
+    except Exception as err:  # noqa: BLE001
+        out["late_future"] = (type(err).__name__, str(err))
     ok = torch.ones(2)
     try:
         dist.all_reduce(ok)  # a blocking call on the broken group: raised, not hung
@@ -168,6 +177,7 @@ def test_a_lost_peer_fails_work_future_and_blocking_calls_as_torch_errors_naming
     assert name == "DistNetworkError" and is_dist_error and "rank 1" in msg, out
     assert out["state"] == (True, False, "DistNetworkError"), out
     assert out["future"][0] == "RuntimeError" and "rank 1" in out["future"][1], out
+    assert out["late_future"][0] == "RuntimeError" and "rank 1" in out["late_future"][1], out
     assert "rank 1" in out["blocking"][1], out
     assert out["blocking_a2a"][0] and "rank 1" in out["blocking_a2a"][1], out
 
