@@ -1211,7 +1211,8 @@ static PyObject *Group_barrier(Group *g, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
-/* a list of n buffers (or None: all absent) -> List; releases on failure */
+/* a list of n buffers (or None: all absent; or one buffer: n equal parts of it) -> List;
+ * releases on failure */
 typedef struct {
     Py_buffer *views;
     char **ptr;
@@ -1246,6 +1247,26 @@ static int held_get(Held *h, PyObject *seq, int n, int writable)
     }
     if (seq == Py_None)
         return 0;
+    if (!PyList_Check(seq) && !PyTuple_Check(seq) && PyObject_CheckBuffer(seq)) {
+        /* one buffer for all n: n equal parts of it (the single-buffer forms without
+         * splits: all_gather_into, reduce_scatter_from, all_to_all_single), no views */
+        if (get_buf(seq, &h->views[0], writable) < 0) {
+            held_release(h);
+            return -1;
+        }
+        Py_ssize_t part = h->views[0].len / n;
+        if (part * n != h->views[0].len) {
+            PyErr_Format(PyExc_ValueError, "a buffer of %zd bytes does not split into %d equal parts",
+                         h->views[0].len, n);
+            held_release(h);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) {
+            h->ptr[i] = (char *)h->views[0].buf + i * part;
+            h->len[i] = part;
+        }
+        return 0;
+    }
     PyObject *fast = PySequence_Fast(seq, "expected a list of buffers");
     if (!fast) {
         held_release(h);
