@@ -131,3 +131,30 @@ def test_bad_split_sizes_still_fail_before_the_backend():
     for errors, out in run_ranks(_bad_then_good, 2, timeout=100, env={"NDIST_ENGINE": "native"}):
         assert errors == ["ValueError", "TypeError", "ValueError", "TypeError"], errors
         assert out == [1.0] * 4
+
+
+def _cut_counts(rank, size):
+    import ndist.distributed as dist
+    from ndist.runtime import resolve_group
+
+    dist.barrier()
+    nat = resolve_group(None).backend_for("cpu")._native
+    out, inp = np.empty(6, np.float32), np.full(6, rank, np.float32)
+    errors = []
+    for oc, ic in (([1, 9], [3, 3]), ([3, 3], [3, 3, 0]), ([3, -1], [3, 3])):
+        try:  # refused in C before anything is posted: the group stays usable
+            nat.g.all_to_all(out, inp, nat._code(out.dtype), oc, ic, 4)
+        except ValueError as err:
+            errors.append(str(err))
+    outs, ins = [q + 1 + rank for q in range(size)], [rank + 1 + q for q in range(size)]
+    uin, uout = np.full(sum(ins), rank, np.float32), np.empty(sum(outs), np.float32)
+    dist.all_to_all_single(uout, uin, outs, ins)
+    return errors, uout.tolist()
+
+
+@pytest.mark.timeout(120)
+def test_cut_counts_are_checked_in_c():
+    for rank, (errors, out) in enumerate(run_ranks(_cut_counts, 2, timeout=100, env={"NDIST_ENGINE": "native"})):
+        assert len(errors) == 3 and "counts past the end of a buffer of 24 bytes" in errors[0], errors
+        assert "expected 2 counts" in errors[1] and "past the end" in errors[2], errors
+        assert out == [float(q) for q in range(2) for _ in range(q + 1 + rank)], out

@@ -501,9 +501,10 @@ class SocketBackend(CollectiveBackend):
     def all_to_all_single(self, call: Call, *, blocking: bool = False) -> Work:
         n, out, inp, osplits, isplits = self.size, call[3], call[4], call[7], call[8]
         nat = self._native
+        # the lane hands C the two buffers, and the split sizes when there are any (C cuts them)
         if blocking and nat is not None and self._eng is not None and self._inline(
-                nat, nat.lane_all_to_all, out if osplits is None else split_views(out, osplits, n),
-                inp if isplits is None else split_views(inp, isplits, n), inp):
+                nat, nat.lane_all_to_all, out, inp, inp, None if osplits is None and isplits is None else
+                (osplits or [out.size // n] * n, isplits or [inp.size // n] * n)):
             return DONE
         return self._all_to_all(split_views(out, osplits, n), split_views(inp, isplits, n), blocking)
 

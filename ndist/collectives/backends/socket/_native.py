@@ -299,12 +299,17 @@ class NativeAlgorithms:
         self.op = ("all_gather", code, inp.size, seq, -1, None)
         g.all_gather(outputs, inp, code)
 
-    def lane_all_to_all(self, seq: int, outputs, inputs, inp, _=None) -> None:
+    def lane_all_to_all(self, seq: int, outputs, inputs, inp, counts=None) -> None:
+        """``counts``: None, or (out counts, in counts) in elements: ``outputs`` and ``inputs``
+        are then one buffer each, cut at them in C (the uneven single-buffer form)."""
         code = self._code(inp.dtype)
         g = self.g
         g.seq = seq
         self.op = ("all_to_all", code, inp.size, seq, -1, None)
-        g.all_to_all(outputs, inputs, code)
+        if counts is None:
+            g.all_to_all(outputs, inputs, code)
+        else:
+            g.all_to_all(outputs, inputs, code, counts[0], counts[1], inp.itemsize)
 
     def _code(self, dtype) -> int:
         code = self._codes.get(dtype)
