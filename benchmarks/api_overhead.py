@@ -20,9 +20,11 @@ both and their ratio (the target: <= 1.1x).
 Times are the median over ``--repeats`` batches of ``--calls`` calls (µs per call).
 Wall-clock time on a loaded machine is noisy; for a load-independent figure count
 instructions with callgrind: ``--loop N`` makes N calls of one op and nothing else,
-so (I(2N) - I(N)) / N is the instructions per call:
+inside ``map``'s ``next``, so (I(2N) - I(N)) / N is the instructions per call
+(``benchmarks/call_counts.py`` runs this for every op and prints the table):
 
     PYTHONHASHSEED=0 valgrind --tool=callgrind --separate-threads=yes \\
+        --collect-atstart=no --toggle-collect=map_next \\
         python benchmarks/api_overhead.py --loop 1000 --backend api --op all_reduce
     (and again with --loop 2000; read ``totals:`` of the main thread's file, ``-01``)
 """
@@ -35,10 +37,13 @@ import statistics
 import sys
 import tempfile
 import timeit
+from collections import deque
+from itertools import repeat
 
 import numpy as np
 
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
+LOOP_OPS = OPS + ("all_to_all_single_uneven",)  # (--loop only: split sizes given)
 
 
 def _register_null() -> None:
@@ -75,12 +80,14 @@ def _buffers(world: int, kind: str, nbytes: int):
 
 
 def _calls(dist, b: dict) -> dict:
+    n = b["full"].size
     return {
         "all_reduce": lambda: dist.all_reduce(b["full"]),
         "broadcast": lambda: dist.broadcast(b["full"], 0),
         "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(b["out"], b["part"]),
         "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(b["part_out"], b["full"]),
         "all_to_all_single": lambda: dist.all_to_all_single(b["out"], b["full"]),
+        "all_to_all_single_uneven": lambda: dist.all_to_all_single(b["out"], b["full"], [n], [n]),
     }
 
 
@@ -132,7 +139,7 @@ def main() -> None:
     parser.add_argument("--mpi", action="store_true", help="ndist's mpi backend against mpi4py (under mpiexec)")
     parser.add_argument("--loop", type=int, default=0, help="make this many calls of --op, untimed (for callgrind)")
     parser.add_argument("--backend", default="api", help="--loop's backend: api, socket or mpi (raw: mpi4py)")
-    parser.add_argument("--op", default="all_reduce", choices=OPS)
+    parser.add_argument("--op", default="all_reduce", choices=LOOP_OPS)
     parser.add_argument("--kind", default="numpy", choices=("numpy", "tensor"))
     args = parser.parse_args()
 
@@ -147,8 +154,10 @@ def main() -> None:
             fn = _raw_calls(MPI.COMM_WORLD.Dup(), MPI, b, world)[args.op]
         else:
             fn = _calls(dist, b)[args.op]
-        for _ in range(20 + args.loop):
+        for _ in range(20):
             fn()
+        # every call inside map's next(): --toggle-collect=map_next counts the calls alone
+        deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
         _finish(dist, path)
         return
 

@@ -145,7 +145,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     if plain is not None:
         lane, buf = plain
         dt = buf.dtype
-        checked = _plain_op(op, dt)
+        checked = PLAIN_SUM.get(dt) if op is _SUM else _plain_op(op, dt)  # (the default, without a call)
         if checked is not None:
             n = buf.size
             return run(lane, lane.all_reduce, _new_call(Call, (
@@ -209,7 +209,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     plain = _plain_two(output, input, group, async_op)
     if plain is not None:
         lane, o, i, dt = plain
-        checked = _plain_op(op, dt)
+        checked = PLAIN_SUM.get(dt) if op is _SUM else _plain_op(op, dt)  # (the default, without a call)
         n_out, n_in = o.size, i.size
         if checked is not None and n_in == n_out * lane.size:
             return run(lane, lane.reduce_scatter_from, _new_call(Call, (
@@ -409,7 +409,8 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
             osz = _plain_splits(output_split_sizes, shape[0], n)
             isz = _plain_splits(input_split_sizes, ishape[0], n)
             if osz is not None and isz is not None and osz[lane.rank] == isz[lane.rank]:
-                splits = (_rows_to_elements(osz, shape), _rows_to_elements(isz, ishape))
+                splits = ((osz, isz) if len(shape) == 1 else  # (1-D: rows are elements)
+                          (_rows_to_elements(osz, shape), _rows_to_elements(isz, ishape)))
         if splits is not None:
             return run(lane, lane.all_to_all_single, _new_call(Call, (
                 _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),

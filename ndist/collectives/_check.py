@@ -266,20 +266,23 @@ RESERVED_TAG = 32767
 
 def split_sizes(name: str, sizes: Any, length: int, size: int, tensor_name: str) -> list[int]:
     """Split sizes along dim 0 of ``tensor_name`` (``length`` rows) over ``size`` ranks."""
-    if sizes is None or (isinstance(sizes, Sequence) and len(sizes) == 0):
+    # a list or tuple is a Sequence: asked first, by exact type (typing.Sequence's
+    # isinstance runs the ABC machinery, the largest cost of an uneven call)
+    seq = type(sizes) is list or type(sizes) is tuple
+    if sizes is None or ((seq or isinstance(sizes, Sequence)) and len(sizes) == 0):
         if length % size:
             raise ValueError(
                 f"{name}: not given, so dim 0 of {tensor_name} ({length}) must divide evenly by the "
                 f"group size {size}"
             )
         return [length // size] * size
-    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+    if not seq and (isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence)):
         raise TypeError(f"{name}: expected a list of ints, got {type(sizes).__name__}")
     if len(sizes) != size:
         raise ValueError(f"{name}: expected {size} sizes (the group size), got {len(sizes)}: {list(sizes)}")
     out = []
     for i, s in enumerate(sizes):
-        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
+        if type(s) is not int and (isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer))):
             raise TypeError(f"{name}[{i}]: expected an int, got {type(s).__name__} ({s!r})")
         if s < 0:
             raise ValueError(f"{name}[{i}]: expected a size >= 0, got {s}")

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from ..runtime import resolve_group
 from . import _check, _debug
 from ._backend import DONE, Call, Op
-from ._debug import OP, STATE, T_DONE
+from ._debug import OP, T_DONE
 
 __all__ = ["member_group", "submit", "run", "lane_for", "Lane", "wait_sync"]
 
@@ -49,7 +49,7 @@ class Lane:
     sequence counters and whether ``NDIST_DEBUG=DETAIL`` checks signatures."""
 
     __slots__ = ("pg", "rank", "size", "group_rank", "backend", "rec", "seqs", "p2p_seqs", "detail", "ring",
-                 "ring_size", "tickets", "all_reduce", "broadcast", "all_gather_into", "reduce_scatter_from",
+                 "ring_size", "record", "all_reduce", "broadcast", "all_gather_into", "reduce_scatter_from",
                  "all_to_all_single")
 
     def __init__(self, pg, device: str) -> None:
@@ -61,7 +61,7 @@ class Lane:
         self.seqs = rec.counter(device)
         self.p2p_seqs = rec.counter(device + ":p2p")  # p2p numbered apart, as backends do
         self.detail = rec.detail
-        self.ring, self.ring_size, self.tickets = rec.ring, rec.size, rec.tickets  # for ``run``
+        self.ring, self.ring_size, self.record = rec.ring, rec.size, rec.record  # for ``run``
         # the backend's methods the repeated-call path calls, bound once
         backend = self.backend
         self.all_reduce, self.broadcast = backend.all_reduce, backend.broadcast
@@ -100,11 +100,9 @@ def run(lane: Lane, method: Callable[..., Any], call: Call, op: Op, dtype: Any, 
     dtype and root, its ``totals()``): cheaper than reading them back. Numbered,
     recorded and checked (DETAIL) as ``submit`` does."""
     seq = next(lane.seqs)
-    size = lane.ring_size
-    if size:  # FlightRecorder.issue, inline
-        ticket = next(lane.tickets)
-        lane.ring[ticket % size] = entry = [ticket, seq, op, "cpu", dtype, count_in, count_out, root, "issued",
-                                            _time(), None, None]
+    if lane.ring_size:  # FlightRecorder.issue, inline
+        entry = [seq, op, "cpu", dtype, count_in, count_out, root, _time(), None, None]
+        lane.record(entry)
     else:
         entry = None
     try:
@@ -117,7 +115,6 @@ def run(lane: Lane, method: Callable[..., Any], call: Call, op: Op, dtype: Any, 
         _failed(lane.rec, entry, seq, exc)
         raise
     if entry is not None:  # FlightRecorder.done, inline
-        entry[STATE] = "completed"
         entry[T_DONE] = _time()
 
 

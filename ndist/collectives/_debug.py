@@ -4,8 +4,9 @@ call-signature checks.
 Flight recorder: the last ``NDIST_FLIGHT_RECORDER_SIZE`` (default 64; 0 turns
 it off) operations per process group are kept in a ring (op, device, dtype,
 element counts, root, sequence number, state issued / completed / failed,
-timestamps): one small list per operation, updated in place when it ends;
-no lock and nothing formatted on the hot path. When an operation fails with a timeout
+timestamps): one small list per operation, appended to a bounded deque and
+updated in place when it ends (its state follows from its fields); no lock
+and nothing formatted on the hot path. When an operation fails with a timeout
 or a lost peer, the rings of every group are logged at ERROR and written to
 ``$NDIST_FLIGHT_RECORDER_DIR/rank<global rank>.json`` when that variable is
 set. ``ndist.distributed.flight_recorder(group)`` returns a group's entries.
@@ -31,6 +32,7 @@ import os
 import threading
 import time
 import weakref
+from collections import deque
 from typing import Any
 
 __all__ = ["FlightRecorder", "recorder_for", "flight_recorder", "dump_all", "check_signature"]
@@ -45,36 +47,41 @@ _DEFAULT_SIZE = 64
 # ------------------------------------------------------------------ recorder
 #: What an entry of the ring holds, by position: one list per operation, built
 #: when it is issued and updated in place when it ends (a list is several times
-#: cheaper to build and update than an object's attributes).
-FIELDS = ("ticket", "seq", "op", "device", "dtype", "count_in", "count_out", "root", "state", "time_issued",
-          "time_done", "error")
-OP, STATE, T_DONE, ERROR = 2, 8, 10, 11  # positions the collectives update in place
+#: cheaper to build and update than an object's attributes). Its state is not
+#: stored: ``issued`` until ``time_done`` is set, then ``completed``, or
+#: ``failed`` when ``error`` is set too.
+FIELDS = ("seq", "op", "device", "dtype", "count_in", "count_out", "root", "time_issued", "time_done", "error")
+OP, T_ISSUED, T_DONE, ERROR = 1, 7, 8, 9  # positions the collectives read or update in place
 
 
 def _as_dict(entry: list) -> dict:
-    d = dict(zip(FIELDS[1:], entry[1:]))
+    d = dict(zip(FIELDS[:T_ISSUED], entry))
     d["op"] = str(d["op"])
     d["dtype"] = None if d["dtype"] is None else str(d["dtype"])
-    t_done = d["time_done"]
-    d["duration_s"] = None if t_done is None else round(t_done - d["time_issued"], 6)
+    t_issued, t_done, error = entry[T_ISSUED], entry[T_DONE], entry[ERROR]
+    d["state"] = "issued" if t_done is None else "completed" if error is None else "failed"
+    d["time_issued"], d["time_done"], d["error"] = t_issued, t_done, error
+    d["duration_s"] = None if t_done is None else round(t_done - t_issued, 6)
     return d
 
 
 class FlightRecorder:
     """The ring of one process group (see the module docstring).
 
-    Lock-free on the hot path: tickets and sequence numbers come from
-    ``itertools.count`` (one C call, atomic under the GIL), and each operation
-    gets its own entry list, stored at ``ticket % size``; an entry pushed out
-    of the ring by later operations is simply no longer listed.
+    Lock-free on the hot path: sequence numbers come from ``itertools.count``
+    and entries are appended to a ``deque(maxlen=size)`` (one C call each,
+    atomic under the GIL), so the ring holds them in issue order; each
+    operation gets its own entry list, and one pushed out of the ring by later
+    operations is simply no longer listed.
     """
 
     def __init__(self, group_name: str, global_rank: int, size: int) -> None:
         self.group_name = group_name
         self.global_rank = global_rank
         self.size = size
-        self.ring: list = [None] * size
-        self.tickets = itertools.count()
+        self.ring: deque = deque(maxlen=size)
+        #: ``record(entry)``: append an entry (the oldest drops out of a full ring)
+        self.record = self.ring.append
         self._seqs: dict[str, Any] = {}
         # read once per group, like the rest of NDIST_DEBUG (a per-call os.environ lookup
         # cost ~0.8 us, more than recording the op)
@@ -102,30 +109,20 @@ class FlightRecorder:
             return None
         if count_in is None:
             count_in, count_out = call.totals()
-        ticket = next(self.tickets)
-        entry = [ticket, seq, call.op, call.device, call.dtype, count_in, count_out, call.root, "issued", time.time(),
-                 None, None]
-        self.ring[ticket % size] = entry
+        entry = [seq, call.op, call.device, call.dtype, count_in, count_out, call.root, time.time(), None, None]
+        self.record(entry)
         return entry
 
     @staticmethod
     def done(entry: list | None, seq: int, exc: BaseException | None) -> None:
-        if entry is None or entry[STATE] != "issued":
+        if entry is None or entry[T_DONE] is not None:  # (ended already)
             return
-        entry[T_DONE] = time.time()
-        if exc is None:
-            entry[STATE] = "completed"
-        else:
+        if exc is not None:
             entry[ERROR] = f"{type(exc).__name__}: {exc}"
-            entry[STATE] = "failed"
+        entry[T_DONE] = time.time()
 
     def entries(self) -> list[dict]:
-        live = sorted((e for e in list(self.ring) if e is not None), key=_ticket)
-        return [_as_dict(e) for e in live]
-
-
-def _ticket(entry: list) -> int:
-    return entry[0]
+        return [_as_dict(e) for e in self.ring.copy()]  # (a copy: one C call, atomic under the GIL)
 
 
 _recorders: "weakref.WeakKeyDictionary[Any, FlightRecorder]" = weakref.WeakKeyDictionary()

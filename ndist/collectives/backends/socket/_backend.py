@@ -114,11 +114,11 @@ class SocketBackend(CollectiveBackend):
                 log.warning("no native engine (%s); collectives run on the Python engine", err)
         self._native: _native.NativeAlgorithms | None = None
         self._seq = 0
-        self._seq_lock = threading.Lock()
         self._eng: Engine | None = None
         self._alg: Algorithms | None = None
         self._closed = False
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
+        self._seq_lock = self._exec._lock  # (numbering and the executor's state under one lock: ``_inline``)
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
                         self._granks, self._record_loss)
@@ -319,6 +319,54 @@ class SocketBackend(CollectiveBackend):
         waiting = self._mesh.connecting
         return "connecting to the group's ranks" + (f"; ranks not heard from: {waiting}" if waiting else "")
 
+    def _native_failure(self, nat, err: BaseException) -> BaseException:
+        """What an op on the native engine raises for ``err``: a ``_cnative.Error`` turns
+        into its typed error (the group broken, a dead peer's files unlinked, a lost member
+        recorded), anything else (a signal, NumPy's reduction failed) is ``err`` itself,
+        the group then broken by it."""
+        if isinstance(err, self._native_mod.Error):
+            hosts = self._eng.hosts
+            exc = nat.error(err, self.ctx.group_name, nat.desc(), hosts, self._timeout)
+            if err.args[0] == "dead":
+                self._peer_died(err.args[1])
+            if nat.g.broken and nat.broken is None:
+                nat.broken = exc
+            if err.args[0] in ("dead", "failed") and isinstance(exc, DistNetworkError) and exc.rank is not None:
+                # the point-to-point side and this process's other groups learn it too
+                self._record_loss(exc.rank, exc.host, str(exc).split(": ", 1)[-1])
+            return exc
+        if nat.g.broken and nat.broken is None:
+            nat.broken = err if isinstance(err, DistError) else DistBackendError(
+                f"group {self.ctx.group_name!r}: {nat.desc()} was interrupted ({err!r}); the group is broken")
+        return err
+
+    def _inline(self, nat, lane_op, a, b, c=None, d=None) -> bool:
+        """The thin lane of a blocking op on the native engine: when nothing runs or is
+        queued on this group (and it is open), run ``lane_op(seq, a, b, c, d)`` (a
+        ``NativeAlgorithms.lane_*`` method; four arguments rather than ``*args``, which
+        cost ~1.3k instructions more per call) on this thread, with no closure, Work or
+        executor job, and return True; else False (the op then goes through
+        ``_submit``). Numbered under the executor's lock (``_seq_lock`` is that lock),
+        described, and failing with the typed errors, as ``_submit``'s job does."""
+        ex = self._exec
+        with ex._lock:
+            if ex._busy or ex._queue or ex._closed or self._closed:
+                return False
+            ex._busy = True
+            self._seq = seq = self._seq + 1
+        try:
+            if nat.broken is not None:  # as the Python engine: the first failure, again
+                raise nat.broken
+            lane_op(seq, a, b, c, d)
+        except BaseException as err:
+            exc = self._native_failure(nat, err)
+            if exc is err:
+                raise
+            raise exc from None
+        finally:
+            ex.leave()
+        return True
+
     def _submit(self, name: str, arr, count: int, root, body, blocking: bool, outputs=None, redop=None) -> Work:
         with self._seq_lock:
             self._seq += 1
@@ -336,23 +384,11 @@ class SocketBackend(CollectiveBackend):
                 nat.op = (name, dcode, count, seq, root_v, redop)
                 try:
                     body()
-                except self._native_mod.Error as err:
-                    hosts = self._eng.hosts
-                    exc = nat.error(err, self.ctx.group_name, nat.desc(), hosts, self._timeout)
-                    if err.args[0] == "dead":
-                        self._peer_died(err.args[1])
-                    if nat.g.broken and nat.broken is None:
-                        nat.broken = exc
-                    if err.args[0] in ("dead", "failed") and isinstance(exc, DistNetworkError) and exc.rank is not None:
-                        # the point-to-point side and this process's other groups learn it too
-                        self._record_loss(exc.rank, exc.host, str(exc).split(": ", 1)[-1])
+                except BaseException as err:
+                    exc = self._native_failure(nat, err)
+                    if exc is err:
+                        raise
                     raise exc from None
-                except BaseException as err:  # a signal, or NumPy's reduction failed: the group is broken
-                    if nat.g.broken and nat.broken is None:
-                        nat.broken = err if isinstance(err, DistError) else DistBackendError(
-                            f"group {self.ctx.group_name!r}: {nat.desc()} was interrupted ({err!r}); the group is "
-                            f"broken")
-                    raise
                 return
             eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop), self._granks),
                       self._timeout)
@@ -397,11 +433,20 @@ class SocketBackend(CollectiveBackend):
             log.info("unlinked %d shared-memory segment(s) of dead rank %d", n, peer)
 
     # ------------------------------------------------------------ reductions
+    # The thin lane (``_inline``): a blocking op on the native engine with nothing running
+    # or queued runs here, on the caller's thread, with no closure, Work or executor job;
+    # numbered, described and failing as through ``_submit``. The record is read by index
+    # (a NamedTuple's attributes are descriptors): out 3, inp 4, out_splits 7,
+    # in_splits 8, root 9, redop 10, scale 11.
     def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
-        buf, op, scale = call.out, call.redop, call.scale
+        buf, op, scale = call[3], call[10], call[11]
         if self.size == 1:
             finalize(buf, op, scale, 1)
             return _trivial("all_reduce", blocking, [buf])
+        nat = self._native
+        if blocking and nat is not None and self._eng is not None and self._inline(
+                nat, nat.lane_all_reduce, buf, op, scale):
+            return DONE
         return self._submit("all_reduce", buf, buf.size, None,
                             lambda: self._alg.all_reduce(buf, op, scale), blocking, [buf], op)
 
@@ -417,22 +462,36 @@ class SocketBackend(CollectiveBackend):
         return self._reduce_scatter(call.out, call.inputs, call.redop, call.scale, blocking)
 
     def reduce_scatter_from(self, call: Call, *, blocking: bool = False) -> Work:
-        return self._reduce_scatter(call.out, split_views(call.inp, call.in_splits, self.size), call.redop,
-                                    call.scale, blocking)
+        out, inp, splits, op, scale = call[3], call[4], call[8], call[10], call[11]
+        nat = self._native
+        # the lane passes even splits as the one buffer (the C engine cuts it: no views)
+        if blocking and nat is not None and self._eng is not None and self._inline(
+                nat, nat.lane_reduce_scatter, out, inp if splits is None else split_views(inp, splits, self.size),
+                op, scale):
+            return DONE
+        return self._reduce_scatter(out, split_views(inp, splits, self.size), op, scale, blocking)
 
     def _reduce_scatter(self, out, inputs, op, scale, blocking: bool) -> Work:
         if self.size == 1:
             np.copyto(_u8(out), _u8(inputs[0]))
             finalize(out, op, scale, 1)
             return _trivial("reduce_scatter", blocking, [out])
+        nat = self._native
+        if blocking and nat is not None and self._eng is not None and self._inline(
+                nat, nat.lane_reduce_scatter, out, inputs, op, scale):
+            return DONE
         return self._submit("reduce_scatter", out, out.size, None,
                             lambda: self._alg.reduce_scatter(out, inputs, op, scale), blocking, [out], op)
 
     # ------------------------------------------------------------ movement
     def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
-        buf, src = call.out, call.root
+        buf, src = call[3], call[9]
         if self.size == 1:
             return _trivial("broadcast", blocking, [buf])
+        nat = self._native
+        if blocking and nat is not None and self._eng is not None and self._inline(nat, nat.lane_broadcast, buf,
+                                                                                   src):
+            return DONE
         return self._submit("broadcast", buf, buf.size, src, lambda: self._alg.broadcast(buf, src), blocking,
                             [buf])
 
@@ -440,10 +499,19 @@ class SocketBackend(CollectiveBackend):
         return self._all_gather(call.outputs, call.inp, blocking)
 
     def all_gather_into(self, call: Call, *, blocking: bool = False) -> Work:
+        out, inp, splits = call[3], call[4], call[7]
+        nat = self._native
+        if blocking and nat is not None and self._eng is not None and self._inline(
+                nat, nat.lane_all_gather, out if splits is None else split_views(out, splits, self.size), inp):
+            return DONE
         # natively too: per-rank views of ``out`` (no second record, no _replace)
-        return self._all_gather(split_views(call.out, call.out_splits, self.size), call.inp, blocking)
+        return self._all_gather(split_views(out, splits, self.size), inp, blocking)
 
     def _all_gather(self, outputs, inp, blocking: bool) -> Work:
+        nat = self._native
+        if blocking and nat is not None and self._eng is not None and self._inline(nat, nat.lane_all_gather,
+                                                                                   outputs, inp):
+            return DONE
         return self._submit("all_gather", inp, inp.size, None, lambda: self._alg.all_gather(outputs, inp),
                             blocking, outputs)
 
@@ -461,9 +529,14 @@ class SocketBackend(CollectiveBackend):
         return self._all_to_all(call.outputs, call.inputs, blocking)
 
     def all_to_all_single(self, call: Call, *, blocking: bool = False) -> Work:
-        n = self.size
-        return self._all_to_all(split_views(call.out, call.out_splits, n), split_views(call.inp, call.in_splits, n),
-                                blocking)
+        n, out, inp, osplits, isplits = self.size, call[3], call[4], call[7], call[8]
+        nat = self._native
+        # the lane hands C the two buffers, and the split sizes when there are any (C cuts them)
+        if blocking and nat is not None and self._eng is not None and self._inline(
+                nat, nat.lane_all_to_all, out, inp, inp, None if osplits is None and isplits is None else
+                (osplits or [out.size // n] * n, isplits or [inp.size // n] * n)):
+            return DONE
+        return self._all_to_all(split_views(out, osplits, n), split_views(inp, isplits, n), blocking)
 
     def _all_to_all(self, outputs, inputs, blocking: bool) -> Work:
         count = sum(a.size for a in inputs)

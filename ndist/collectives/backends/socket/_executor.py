@@ -56,6 +56,21 @@ class Executor:
                     self._cond.notify_all()
         return True
 
+    def leave(self) -> None:
+        """End a job run on the caller's thread after the owner marked this executor busy
+        under its lock (the socket backend's thin lane, ``SocketBackend._inline``).
+
+        Unlike ``run_inline``'s end, ``_busy`` is cleared without the lock (a store,
+        atomic under the GIL), and the lock is taken only to wake the worker when a
+        job is queued: a thread that queued one did so under the lock after seeing
+        ``_busy`` set, so before this store, and the check of ``_queue`` that follows
+        the store sees it; a thread that sees ``_busy`` clear runs or queues as on an
+        idle executor."""
+        self._busy = False
+        if self._queue:
+            with self._lock:
+                self._cond.notify_all()
+
     def submit(self, work: Work, job, blocking: bool) -> Work:
         with self._cond:
             if self._closed:

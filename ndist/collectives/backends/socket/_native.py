@@ -220,6 +220,7 @@ class NativeAlgorithms:
         self.granks = tuple(range(size)) if granks is None else tuple(granks)
         self.group_name = group_name
         self._red: dict = {}
+        self._codes: dict = {}  # dtype -> the C engine's dtype code
         #: the first failure that broke the group: every later op raises it (as the Python engine's)
         self.broken: BaseException | None = None
         #: the running op (name, dtype code, count, seq, root, reduce op), set by the backend per op
@@ -233,7 +234,7 @@ class NativeAlgorithms:
             group.on_deadline = self._on_deadline
 
     def _redinfo(self, dtype, op):
-        key = (dtype, op)
+        key = (dtype, op._value_)  # (a ReduceOp's own hash is Python code: its value's is not)
         info = self._red.get(key)
         if info is None:
             code, rc = F.dtype_code(dtype), F.redop_code(op)
@@ -259,6 +260,62 @@ class NativeAlgorithms:
         self.g.reduce_scatter(out, inputs, code, rc, es, fb)
         if rc == 5 or rc == 9:
             finalize(out, op, scale, self.size)
+
+    # ---------------------------------------------------------- the thin lane
+    # A blocking op the backend runs on the caller's thread (``SocketBackend._inline``):
+    # numbered ``seq`` and described (``op``) as ``_submit``'s job does, then one call into C.
+    # A list of per-rank buffers may be one buffer instead: n equal parts of it (C cuts it).
+    # Each takes four arguments after ``seq`` (unused ones ``None``): the backend's
+    # ``_inline`` calls them alike.
+    def lane_all_reduce(self, seq: int, buf, op, scale, _=None) -> None:
+        code, rc, es, fb = self._red.get((buf.dtype, op._value_)) or self._redinfo(buf.dtype, op)
+        g = self.g
+        g.seq = seq
+        self.op = ("all_reduce", code, buf.size, seq, -1, op)
+        g.all_reduce(buf, code, rc, es, fb, buf.nbytes > RSAG_MIN)
+        if rc == 5 or rc == 9:  # AVG, PREMUL_SUM
+            finalize(buf, op, scale, self.size)
+
+    def lane_reduce_scatter(self, seq: int, out, inputs, op, scale) -> None:
+        code, rc, es, fb = self._red.get((out.dtype, op._value_)) or self._redinfo(out.dtype, op)
+        g = self.g
+        g.seq = seq
+        self.op = ("reduce_scatter", code, out.size, seq, -1, op)
+        g.reduce_scatter(out, inputs, code, rc, es, fb)
+        if rc == 5 or rc == 9:
+            finalize(out, op, scale, self.size)
+
+    def lane_broadcast(self, seq: int, buf, src, _=None, __=None) -> None:
+        code = self._code(buf.dtype)
+        g = self.g
+        g.seq = seq
+        self.op = ("broadcast", code, buf.size, seq, src, None)
+        g.broadcast(buf, code, src)
+
+    def lane_all_gather(self, seq: int, outputs, inp, _=None, __=None) -> None:
+        code = self._code(inp.dtype)
+        g = self.g
+        g.seq = seq
+        self.op = ("all_gather", code, inp.size, seq, -1, None)
+        g.all_gather(outputs, inp, code)
+
+    def lane_all_to_all(self, seq: int, outputs, inputs, inp, counts=None) -> None:
+        """``counts``: None, or (out counts, in counts) in elements: ``outputs`` and ``inputs``
+        are then one buffer each, cut at them in C (the uneven single-buffer form)."""
+        code = self._code(inp.dtype)
+        g = self.g
+        g.seq = seq
+        self.op = ("all_to_all", code, inp.size, seq, -1, None)
+        if counts is None:
+            g.all_to_all(outputs, inputs, code)
+        else:
+            g.all_to_all(outputs, inputs, code, counts[0], counts[1], inp.itemsize)
+
+    def _code(self, dtype) -> int:
+        code = self._codes.get(dtype)
+        if code is None:
+            code = self._codes[dtype] = F.dtype_code(dtype)
+        return code
 
     # ---------------------------------------------------------- movement
     def broadcast(self, buf, src) -> None:

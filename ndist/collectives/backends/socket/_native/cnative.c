@@ -1287,7 +1287,8 @@ static PyObject *Group_barrier(Group *g, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
-/* a list of n buffers (or None: all absent) -> List; releases on failure */
+/* a list of n buffers (or None: all absent; or one buffer: n equal parts of it) -> List;
+ * releases on failure */
 typedef struct {
     Py_buffer *views;
     char **ptr;
@@ -1322,6 +1323,26 @@ static int held_get(Held *h, PyObject *seq, int n, int writable)
     }
     if (seq == Py_None)
         return 0;
+    if (!PyList_Check(seq) && !PyTuple_Check(seq) && PyObject_CheckBuffer(seq)) {
+        /* one buffer for all n: n equal parts of it (the single-buffer forms without
+         * splits: all_gather_into, reduce_scatter_from, all_to_all_single), no views */
+        if (get_buf(seq, &h->views[0], writable) < 0) {
+            held_release(h);
+            return -1;
+        }
+        Py_ssize_t part = h->views[0].len / n;
+        if (part * n != h->views[0].len) {
+            PyErr_Format(PyExc_ValueError, "a buffer of %zd bytes does not split into %d equal parts",
+                         h->views[0].len, n);
+            held_release(h);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) {
+            h->ptr[i] = (char *)h->views[0].buf + i * part;
+            h->len[i] = part;
+        }
+        return 0;
+    }
     PyObject *fast = PySequence_Fast(seq, "expected a list of buffers");
     if (!fast) {
         held_release(h);
@@ -1432,13 +1453,64 @@ static PyObject *Group_scatter(Group *g, PyObject *args)
     return bufs_done(g, &b, rc);
 }
 
+/* h: n absent buffers (held_get of None); take ``buf`` and cut it at ``counts`` (n element
+ * counts of ``esize`` bytes, in order from its start). On failure the caller releases h. */
+static int held_cut(Held *h, PyObject *buf, PyObject *counts, Py_ssize_t esize, int writable)
+{
+    PyObject *fast = PySequence_Fast(counts, "expected a list of counts");
+    if (!fast)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != h->n || esize <= 0) {
+        PyErr_Format(PyExc_ValueError, "expected %d counts and an element size > 0", h->n);
+        Py_DECREF(fast);
+        return -1;
+    }
+    if (get_buf(buf, &h->views[0], writable) < 0) {
+        Py_DECREF(fast);
+        return -1;
+    }
+    Py_ssize_t off = 0, len = h->views[0].len;
+    for (int i = 0; i < h->n; i++) {
+        Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (c == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (c < 0 || c > (len - off) / esize) {
+            PyErr_Format(PyExc_ValueError, "counts past the end of a buffer of %zd bytes", len);
+            Py_DECREF(fast);
+            return -1;
+        }
+        h->ptr[i] = (char *)h->views[0].buf + off;
+        h->len[i] = c * esize;
+        off += c * esize;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* all_to_all(outs, ins, dtype[, out_counts, in_counts, esize]): with the counts, outs and ins
+ * are one buffer each, cut at them (the uneven single-buffer form: no per-rank views) */
 static PyObject *Group_all_to_all(Group *g, PyObject *args)
 {
-    PyObject *outs, *ins;
+    PyObject *outs, *ins, *oc = NULL, *ic = NULL;
+    Py_ssize_t esize = 0;
     int dtype, rc;
     Bufs b;
-    if (!PyArg_ParseTuple(args, "OOi", &outs, &ins, &dtype) || check_usable(g) ||
-        bufs_get(g, &b, outs, 1, ins, 0, NULL, 0) < 0)
+    if (!PyArg_ParseTuple(args, "OOi|OOn", &outs, &ins, &dtype, &oc, &ic, &esize) || check_usable(g))
+        return NULL;
+    if (oc || ic) {
+        if (!oc || !ic) {
+            PyErr_SetString(PyExc_TypeError, "all_to_all: both counts or neither");
+            return NULL;
+        }
+        if (bufs_get(g, &b, Py_None, 1, Py_None, 0, NULL, 0) < 0)
+            return NULL;
+        if (held_cut(&b.list[0], outs, oc, esize, 1) < 0 || held_cut(&b.list[1], ins, ic, esize, 0) < 0) {
+            bufs_release(&b);
+            return NULL;
+        }
+    } else if (bufs_get(g, &b, outs, 1, ins, 0, NULL, 0) < 0)
         return NULL;
     List lo = bufs_list(&b, 0), li = bufs_list(&b, 1);
     RUN(run_all_to_all(g, &lo, &li, dtype, dl, sv));

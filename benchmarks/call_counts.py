@@ -1,0 +1,186 @@
+"""Instructions per repeated collective call, counted with callgrind (not timed).
+
+    python benchmarks/call_counts.py                       # every config and op, a table
+    python benchmarks/call_counts.py --configs socket2 --ops all_reduce --loop 500
+
+A count of instructions does not depend on the machine's load, so it can be taken on
+a shared machine where wall-clock times cannot. Each count is
+(I(2N) - I(N)) / N: the same program run under callgrind with N and with 2N calls
+of one op, so start-up, set-up and teardown cancel. Only the calls themselves are
+collected: every worker makes its N calls inside ``map``'s ``next``
+(``deque(map(lambda _: fn(), repeat(None, N)), 0)``) and callgrind runs with
+``--collect-atstart=no --toggle-collect=map_next``; the ~800 instructions of that
+loop and lambda are in every figure, raw mpi4py's too. Only the main thread's file
+(``-01`` of ``--separate-threads=yes``) is read. 4 KiB float32 buffers.
+
+Configs (``--configs``):
+
+* ``api``: the public layer alone, world size 1, over a backend whose methods
+  return at once (``api_overhead.py --loop``);
+* ``mpi`` / ``raw``: ndist's mpi backend / mpi4py directly, world size 1 without
+  ``mpiexec`` (``mpi_overhead.py --loop``): at one rank nothing is communicated;
+* ``socket2``: the socket backend's native engine at n = 2 on this host. Rank 0
+  runs under callgrind and starts rank 1 (plain Python, not under callgrind). A
+  rank that arrives first spins in the C engine's ``wait_ge`` (how long depends on
+  the other rank, so on the load), so its cost is taken out: the count is the
+  collected total minus ``wait_ge``'s inclusive cost (``callgrind_annotate
+  --inclusive=yes``). Every spin and sleep of the native engine is inside
+  ``wait_ge`` (the only caller of ``sched_yield`` and the futex wait; it is not
+  inlined: ``nm`` lists it, and ``objdump -d`` shows its callers call it). What
+  is left is the Python of the call, the argument handling of the C call, and the
+  engine's own copy / reduce of 4 KiB, the same work whoever arrives first.
+
+The ``all_to_all_single_uneven`` op passes split sizes (rank r sends r + 1 + q
+elements to rank q; raw: ``Alltoallv``). ``--worker`` runs one config's loop (what
+the driver runs under callgrind); nothing here reports a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+from collections import deque
+from itertools import repeat
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
+       "all_to_all_single_uneven")
+CONFIGS = ("socket2", "api", "mpi", "raw")
+WAIT_FN = "wait_ge"
+
+
+# ----------------------------------------------------------------- workers
+def _socket_calls(dist, rank: int, size: int, nbytes: int) -> dict:
+    import numpy as np
+
+    n = nbytes // 4 // size * size
+    k = n // size
+    full, out = np.ones(n, np.float32), np.empty(n, np.float32)
+    part, part_out = np.ones(k, np.float32), np.empty(k, np.float32)
+    ins = [rank + 1 + q for q in range(size)]
+    outs = [q + 1 + rank for q in range(size)]
+    uin, uout = np.ones(sum(ins), np.float32), np.empty(sum(outs), np.float32)
+    return {
+        "all_reduce": lambda: dist.all_reduce(full),
+        "broadcast": lambda: dist.broadcast(full, 0),
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(out, part),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(part_out, full),
+        "all_to_all_single": lambda: dist.all_to_all_single(out, full),
+        "all_to_all_single_uneven": lambda: dist.all_to_all_single(uout, uin, outs, ins),
+    }
+
+
+def _socket_worker(args) -> None:
+    """One rank of the socket backend at n = 2 (rank 0 starts rank 1)."""
+    peer = None
+    path = args.init
+    if args.rank == 0:
+        path = tempfile.mktemp(prefix="ndist-call-counts-")
+        env = dict(os.environ)
+        env.setdefault("NDIST_SECRET", secrets.token_hex(16))
+        os.environ.setdefault("NDIST_SECRET", env["NDIST_SECRET"])  # (a benchmark script, not the library)
+        peer = subprocess.Popen([sys.executable, __file__, "--worker", "socket2", "--rank", "1", "--init", path,
+                                 "--op", args.op, "--loop", str(args.loop), "--bytes", str(args.bytes)], env=env)
+    import ndist.distributed as dist
+
+    dist.init_process_group("socket", init_method=f"file://{path}", rank=args.rank, world_size=2)
+    try:
+        fn = _socket_calls(dist, args.rank, 2, args.bytes)[args.op]
+        for _ in range(20):
+            fn()
+        deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+        if peer is not None:
+            peer.wait(timeout=120)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+# ----------------------------------------------------------------- driver
+def _command(config: str, op: str, loop: int, nbytes: int) -> list[str]:
+    py = sys.executable
+    if config == "api":
+        return [py, str(HERE / "api_overhead.py"), "--loop", str(loop), "--backend", "api", "--op", op,
+                "--bytes", str(nbytes)]
+    if config in ("mpi", "raw"):
+        return [py, str(HERE / "mpi_overhead.py"), "--loop", str(loop), "--op", op, "--bytes", str(nbytes),
+                "--side", "ndist" if config == "mpi" else "raw"]
+    return [py, __file__, "--worker", "socket2", "--rank", "0", "--op", op, "--loop", str(loop),
+            "--bytes", str(nbytes)]
+
+
+def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
+    """Instructions collected in the main thread, less ``wait_ge`` for socket2."""
+    out = os.path.join(folder, f"cg-{config}-{op}-{loop}")
+    cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--collect-atstart=no",
+           "--toggle-collect=map_next", f"--callgrind-out-file={out}.%p", *_command(config, op, loop, nbytes)]
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    if res.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    files = sorted(p for p in Path(folder).glob(Path(out).name + ".*-01"))
+    if len(files) != 1:
+        raise RuntimeError(f"expected one main-thread file for {out}, found {files}")
+    text = files[0].read_text(errors="replace")
+    m = re.search(r"^totals:\s+(\d+)", text, re.M) or re.search(r"^summary:\s+(\d+)", text, re.M)
+    total = int(m.group(1))
+    if config == "socket2":
+        total -= _inclusive(files[0], WAIT_FN)
+    for f in files:
+        f.unlink()
+    for f in Path(folder).glob(Path(out).name + ".*"):
+        f.unlink()
+    return total
+
+
+def _inclusive(path: Path, fn: str) -> int:
+    """``fn``'s inclusive instructions in a callgrind file (0 when it never ran collected)."""
+    res = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(path)],
+                         capture_output=True, text=True, check=True)
+    for line in res.stdout.splitlines():
+        m = re.match(r"\s*([\d,]+)\s.*[:\s]" + re.escape(fn) + r"(\s|\[|$)", line)
+        if m:
+            return int(m.group(1).replace(",", ""))
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--loop", type=int, default=500, help="N: each count runs N and 2N calls")
+    parser.add_argument("--bytes", type=int, default=4096)
+    parser.add_argument("--worker", choices=("socket2",), help="(internal) run one loop, no callgrind")
+    parser.add_argument("--rank", type=int, default=0)
+    parser.add_argument("--init", default="")
+    parser.add_argument("--op", default="all_reduce", choices=OPS)
+    args = parser.parse_args()
+    if args.worker:
+        _socket_worker(args)
+        return
+    configs, ops = args.configs.split(","), args.ops.split(",")
+    print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2 "
+          f"without {WAIT_FN}")
+    print(f"{'op':<26}" + "".join(f"{c:>10}" for c in configs))
+    with tempfile.TemporaryDirectory(prefix="ndist-cg-") as folder:
+        for op in ops:
+            row = []
+            for config in configs:
+                a = _count(config, op, args.loop, args.bytes, folder)
+                b = _count(config, op, 2 * args.loop, args.bytes, folder)
+                row.append((b - a) / args.loop)
+            print(f"{op:<26}" + "".join(f"{v:>10,.0f}" for v in row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

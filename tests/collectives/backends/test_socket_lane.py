@@ -1,0 +1,160 @@
+"""The socket backend's thin lane (``SocketBackend._inline``): a blocking collective on
+the native engine with nothing running or queued runs on the caller's thread without
+``_submit``'s closure, Work or executor job, numbered and recorded as before; anything
+queued keeps the executor's order; bad input still fails before the backend."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from ndist.testing import run_ranks
+
+pytest.importorskip("ndist.collectives.backends.socket._cnative")
+
+SOCKET = "ndist/collectives/backends/socket/"
+
+
+def _traced(fn):
+    """The names (``file:function``) of the socket backend's Python functions ``fn()`` calls."""
+    seen = set()
+
+    def prof(frame, event, arg):
+        if event == "call":
+            path = frame.f_code.co_filename.replace("\\", "/")
+            if SOCKET in path:
+                seen.add(f"{path.rsplit('/', 1)[-1]}:{frame.f_code.co_name}")
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def _lane(rank, size):
+    import ndist.distributed as dist
+
+    n = 8 * size
+    full = np.arange(n, dtype=np.float32) + 100 * rank
+    out, part, part_out = np.empty(n, np.float32), np.full(8, rank, np.float32), np.empty(8, np.float32)
+    ins = [rank + 1 + q for q in range(size)]
+    outs = [q + 1 + rank for q in range(size)]
+    uin, uout = np.full(sum(ins), rank, np.float32), np.empty(sum(outs), np.float32)
+    dist.barrier()  # the group's first collective: the engine is up
+    calls = {
+        "all_reduce": lambda: dist.all_reduce(full),
+        "broadcast": lambda: dist.broadcast(full, 1),
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(out, part),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(part_out, full),
+        "all_to_all_single": lambda: dist.all_to_all_single(out, full),
+        "all_to_all_single uneven": lambda: dist.all_to_all_single(uout, uin, outs, ins),
+    }
+    seen = {}
+    for name, fn in calls.items():
+        fn()  # a first call on these buffers, then the traced repeated one
+        seen[name] = _traced(fn)
+    # results of the traced calls (every rank's values known)
+    full[:] = np.arange(n) + 100 * rank
+    dist.all_reduce(full)
+    assert (full == size * np.arange(n) + 100 * sum(range(size))).all(), full
+    dist.all_gather_into_tensor(out, part)
+    assert (out == np.repeat(np.arange(size), 8)).all(), out
+    dist.all_to_all_single(uout, uin, outs, ins)
+    assert (uout == np.repeat(np.arange(size), outs)).all(), uout
+    rec = dist.flight_recorder()
+    return seen, dist.get_engine(), [(e["op"], e["state"]) for e in rec[-3:]], [e["seq"] for e in rec]
+
+
+@pytest.mark.timeout(120)
+def test_a_blocking_call_on_an_idle_group_takes_the_lane():
+    for seen, engine, last, seqs in run_ranks(_lane, 2, timeout=100, env={"NDIST_ENGINE": "native"}):
+        assert engine == "native"
+        for name, fns in seen.items():
+            assert "_backend.py:_inline" in fns, (name, sorted(fns))
+            # no closure, no Work, no executor job: _submit and run_inline are not called
+            assert not {"_backend.py:_submit", "_executor.py:run_inline", "_executor.py:submit"} & fns, \
+                (name, sorted(fns))
+        # recorded as before: completed, numbered one after the other
+        assert last == [("all_reduce", "completed"), ("all_gather_into", "completed"),
+                        ("all_to_all_single", "completed")], last
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+
+
+def _queued(rank, size):
+    import ndist.distributed as dist
+
+    dist.barrier()
+    big = np.full(1 << 18, rank + 1, np.float64)  # 2 MiB: still running when the next call comes
+    small = np.full(16, rank + 1, np.int32)
+    names = set()
+    for _ in range(5):
+        work = dist.all_reduce(big, async_op=True)
+        names |= _traced(lambda: dist.all_reduce(small))  # queued behind it, or the lane once it is done
+        work.wait()
+        assert (big == 3).all() and (small == 3).all(), (big[:2], small[:2])
+        big[:] = rank + 1
+        small[:] = rank + 1
+    rec = dist.flight_recorder()
+    return names, [e["seq"] for e in rec], [e["state"] for e in rec]
+
+
+@pytest.mark.timeout(120)
+def test_a_call_behind_queued_work_keeps_the_order():
+    for names, seqs, states in run_ranks(_queued, 2, timeout=100, env={"NDIST_ENGINE": "native"}):
+        # ranks issue alike; a blocking call never overtakes the async one before it
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+        assert set(states) == {"completed"}, states
+        assert "_backend.py:_inline" in names or "_backend.py:_submit" in names, sorted(names)
+
+
+def _bad_then_good(rank, size):
+    import ndist.distributed as dist
+
+    dist.barrier()
+    out, inp = np.empty(4, np.float32), np.ones(4, np.float32)
+    errors = []
+    for sizes in ([1, 2], [1.0, 3], (4,), "ab"):
+        try:
+            dist.all_to_all_single(out, inp, sizes, sizes)
+        except (ValueError, TypeError) as err:
+            errors.append(type(err).__name__)
+    dist.all_to_all_single(out, inp, [2, 2], [2, 2])  # the group stays usable
+    return errors, out.tolist()
+
+
+@pytest.mark.timeout(120)
+def test_bad_split_sizes_still_fail_before_the_backend():
+    for errors, out in run_ranks(_bad_then_good, 2, timeout=100, env={"NDIST_ENGINE": "native"}):
+        assert errors == ["ValueError", "TypeError", "ValueError", "TypeError"], errors
+        assert out == [1.0] * 4
+
+
+def _cut_counts(rank, size):
+    import ndist.distributed as dist
+    from ndist.runtime import resolve_group
+
+    dist.barrier()
+    nat = resolve_group(None).backend_for("cpu")._native
+    out, inp = np.empty(6, np.float32), np.full(6, rank, np.float32)
+    errors = []
+    for oc, ic in (([1, 9], [3, 3]), ([3, 3], [3, 3, 0]), ([3, -1], [3, 3])):
+        try:  # refused in C before anything is posted: the group stays usable
+            nat.g.all_to_all(out, inp, nat._code(out.dtype), oc, ic, 4)
+        except ValueError as err:
+            errors.append(str(err))
+    outs, ins = [q + 1 + rank for q in range(size)], [rank + 1 + q for q in range(size)]
+    uin, uout = np.full(sum(ins), rank, np.float32), np.empty(sum(outs), np.float32)
+    dist.all_to_all_single(uout, uin, outs, ins)
+    return errors, uout.tolist()
+
+
+@pytest.mark.timeout(120)
+def test_cut_counts_are_checked_in_c():
+    for rank, (errors, out) in enumerate(run_ranks(_cut_counts, 2, timeout=100, env={"NDIST_ENGINE": "native"})):
+        assert len(errors) == 3 and "counts past the end of a buffer of 24 bytes" in errors[0], errors
+        assert "expected 2 counts" in errors[1] and "past the end" in errors[2], errors
+        assert out == [float(q) for q in range(2) for _ in range(q + 1 + rank)], out
