@@ -235,9 +235,17 @@ class SocketBackend(CollectiveBackend):
         infos = {p: self._mesh.peer(p) for p in peers}
         if not all(self._links.same_host.get(p) and infos[p].get("native") == self._nfile.slot for p in peers):
             return
-        group = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
-                                     {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
-                                     self.size <= (os.cpu_count() or 1))
+        try:
+            group = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
+                                   {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
+                                   self.size <= (os.cpu_count() or 1))
+        except _native.PeerFileGone as gone:  # (its files go when it closes the group or its job sweeps them)
+            p = gone.args[0]
+            g, host = self._granks[p], self._mesh.host_of(p)
+            how = "its process exited" if self._mesh.is_dead(p) else (
+                "it closed the group (destroy_process_group or exit)")
+            raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {g} ({host}) left before this rank's first "
+                                   f"collective on the group: {how}", rank=g, host=host) from None
         self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size,
                                                             self.ctx.group_name, wait_warning_from_env(), self._granks)
         self._loss_hooks.append(self._native_loss)

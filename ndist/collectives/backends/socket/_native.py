@@ -168,6 +168,10 @@ class NativeFile:
         self._finalizer()
 
 
+class PeerFileGone(Exception):
+    """``attach``: group rank ``args[0]``'s file is gone: it closed the group, or died."""
+
+
 def attach(mod, own: NativeFile, prefixes: dict, pids: dict, rank: int, size: int, timeout: float, spin: bool):
     """The C group over every rank's file (peers' mapped here; they live while mapped)."""
     maps = []
@@ -176,7 +180,10 @@ def attach(mod, own: NativeFile, prefixes: dict, pids: dict, rank: int, size: in
         if r == rank:
             maps.append(own.mm)
             continue
-        fd = os.open(os.path.join(SHM_DIR, prefixes[r] + "-nat"), os.O_RDWR)
+        try:
+            fd = os.open(os.path.join(SHM_DIR, prefixes[r] + "-nat"), os.O_RDWR)
+        except FileNotFoundError:
+            raise PeerFileGone(r) from None  # it closed the group (or died) before this rank came
         try:
             maps.append(mmap.mmap(fd, nbytes))
         finally:
