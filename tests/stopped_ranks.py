@@ -26,3 +26,25 @@ def finish(folder: str, rank: int, survivors, continuer: int, stopped_pid: int) 
         time.sleep(0.01)
     if rank == continuer:
         os.kill(stopped_pid, signal.SIGCONT)
+
+
+def open_streams(dist, rank: int, pairs) -> None:
+    """A message from ``p`` to ``q`` for each pair: their point-to-point streams are up."""
+    import numpy as np
+
+    for p, q in pairs:
+        if rank == p:
+            dist.send(np.full(4, 1.0 * p), dst=q, tag=7)
+        if rank == q:
+            dist.recv(np.zeros(4), src=p, tag=7)
+
+
+def stop_one(dist, rank: int, size: int, stopped: int) -> list:
+    """Every rank learns the others' pids, then ``stopped`` SIGSTOPs itself (a survivor
+    continues it in ``finish``); returns the pids."""
+    pids = [None] * size
+    dist.all_gather_object(pids, os.getpid())
+    dist.barrier()
+    if rank == stopped:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return pids

@@ -6,22 +6,19 @@ root it knows of so far and is refined in its grace; a waiter counts a first not
 its grace's end and a final one (its sender raised) at once (``_engine_stall``): every
 survivor's ``DistTimeoutError`` names S."""
 
-import os
 import time
 from datetime import timedelta
 
 import pytest
 
 from ndist.testing import run_ranks
-from stopped_ranks import finish, not_heard_from
+from stopped_ranks import finish, not_heard_from, open_streams, stop_one
 
 A, B, C, S = 0, 1, 2, 3
 TIMEOUT = 3.0
 
 
 def _two_hops(rank, size, folder, case, delays):
-    import signal
-
     import numpy as np
 
     import ndist.distributed as dist
@@ -35,16 +32,9 @@ def _two_hops(rank, size, folder, case, delays):
     for grp, members in ((cs, (C, S)), (bc, (B, C)), (ab, (A, B))):
         if rank in members:
             dist.all_reduce(x, group=grp)
-    for p, q in ((A, B), (B, A), (B, C), (C, B)):  # point-to-point streams up
-        if rank == p:
-            dist.send(np.full(4, 1.0 * p), dst=q, tag=7)
-        if rank == q:
-            dist.recv(np.zeros(4), src=p, tag=7)
-    pids = [None] * size
-    dist.all_gather_object(pids, os.getpid())
-    dist.barrier()
+    open_streams(dist, rank, ((A, B), (B, A), (B, C), (C, B)))  # point-to-point streams up
+    pids = stop_one(dist, rank, size, S)  # (a survivor continues S once all have raised)
     if rank == S:
-        os.kill(os.getpid(), signal.SIGSTOP)  # A continues it once every survivor has raised
         return ("stopped", None, None, None)
     time.sleep(delays[rank])
     t0 = time.monotonic()

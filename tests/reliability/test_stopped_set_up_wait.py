@@ -8,22 +8,19 @@ a grace when A's deadline passes first (``_stalls.explain_wait``). And the rever
 7312): A waits in a receive on B, which waits in a set-up for S's address: B tells a
 first notice as soon as its wait times out, not only after its grace."""
 
-import os
 import time
 from datetime import timedelta
 
 import pytest
 
 from ndist.testing import run_ranks
-from stopped_ranks import finish, not_heard_from
+from stopped_ranks import finish, not_heard_from, open_streams, stop_one
 
 A, B, S = 0, 1, 2
 TIMEOUT = 3.0
 
 
 def _set_up_wait(rank, size, folder, how, delays):
-    import signal
-
     import numpy as np
 
     import ndist.distributed as dist
@@ -34,16 +31,9 @@ def _set_up_wait(rank, size, folder, how, delays):
     dist.all_reduce(x)
     if rank in (B, S) and how != "recv-behind":  # (recv-behind: S never publishes in [1, 2])
         dist.all_reduce(x, group=bs)
-    for p, q in ((A, B), (B, A)):  # a point-to-point stream between A and B in the world
-        if rank == p:
-            dist.send(np.full(4, 1.0), dst=q, tag=7)
-        if rank == q:
-            dist.recv(np.zeros(4), src=p, tag=7)
-    pids = [None] * size
-    dist.all_gather_object(pids, os.getpid())
-    dist.barrier()
+    open_streams(dist, rank, ((A, B), (B, A)))  # point-to-point streams up
+    pids = stop_one(dist, rank, size, S)  # (a survivor continues S once all have raised)
     if rank == S:
-        os.kill(os.getpid(), signal.SIGSTOP)  # A continues it once A and B have raised
         return ("stopped", None, None, None)
     ab = dist.new_group([A, B])  # (its address is published at its first use)
     time.sleep(delays[rank])

@@ -5,22 +5,19 @@ notice told. Kill trial seed 7213 (tcp, native): a blocking all_gather behind as
 raised ``all_gather (#21) did not complete within 3 s; running ...; ranks not heard from:
 [2]`` 0.3 s before its own error, which named the stopped rank, could."""
 
-import os
 import time
 from datetime import timedelta
 
 import pytest
 
 from ndist.testing import run_ranks
-from stopped_ranks import finish, not_heard_from
+from stopped_ranks import finish, not_heard_from, open_streams, stop_one
 
 A, B, S = 0, 1, 2
 TIMEOUT = 3.0
 
 
 def _wait_outcome(rank, size, folder, queued):
-    import signal
-
     import numpy as np
 
     import ndist.distributed as dist
@@ -31,16 +28,9 @@ def _wait_outcome(rank, size, folder, queued):
     dist.all_reduce(x)
     if rank in (B, S):
         dist.all_reduce(x, group=bs)
-    for p, q in ((A, B), (B, A)):  # a point-to-point stream between A and B
-        if rank == p:
-            dist.send(np.full(4, 1.0), dst=q, tag=7)
-        if rank == q:
-            dist.recv(np.zeros(4), src=p, tag=7)
-    pids = [None] * size
-    dist.all_gather_object(pids, os.getpid())
-    dist.barrier()
+    open_streams(dist, rank, ((A, B), (B, A)))  # point-to-point streams up
+    pids = stop_one(dist, rank, size, S)  # (a survivor continues S once all have raised)
     if rank == S:
-        os.kill(os.getpid(), signal.SIGSTOP)  # A continues it once A and B have raised
         return ("stopped", None, None)
     t0 = time.monotonic()
     outcome = ("ok", None, None)
