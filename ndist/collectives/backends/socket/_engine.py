@@ -378,10 +378,13 @@ class Engine(LossHandling, StallHandling, LinkHandling):
         return True
 
     def _doorbell(self, conn) -> None:
+        """Wake a ring peer that was asleep when this rank wrote. Only a hint: the data is in
+        the ring. A peer that has closed its end meanwhile may have woken on its own, read it
+        and left (its op done); one that left without reading it is seen by the reads."""
         try:
             conn.sock.send(b"\x01")
-        except (BlockingIOError, InterruptedError):
-            pass  # doorbells already queued: the reader wakes anyway
+        except (BlockingIOError, InterruptedError, BrokenPipeError, ConnectionResetError):
+            pass  # doorbells already queued (the reader wakes anyway), or the reader left
         except OSError as err:
             raise self._lost(conn, err) from None
 
