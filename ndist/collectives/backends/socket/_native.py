@@ -409,10 +409,8 @@ class NativeAlgorithms:
         host, chost = hosts.get(peer, "?"), hosts.get(cause, "?")
         gr = self.granks  # the C engine names group ranks; messages and .rank name global ones
         peer = gr[peer] if isinstance(peer, int) and 0 <= peer < len(gr) else peer
-        if isinstance(cause, int) and cause >= getattr(self.mod, "STALL_GLOBAL", 1 << 62):
-            cause -= self.mod.STALL_GLOBAL  # a global rank the peer waited on in another group
-        else:
-            cause = gr[cause] if isinstance(cause, int) and 0 <= cause < len(gr) else cause
+        named = self._global(cause)  # (STALL_GLOBAL + r: a rank the peer waited on in another group)
+        cause = cause if named is None else named
         g = f"group {group_name!r}"
         if kind == "stalled" and self.on_stalled is not None and isinstance(cause, int):
             # the root cause reaches the process's other groups too (a chain across groups)

@@ -890,7 +890,6 @@ static void cma_wait_readers(Group *g)
             nanosleep(&ts, NULL);
         }
     }
-    g->addr_piece = 0;
 }
 
 static int run_reduce_scatter(Group *g, char *out, Py_ssize_t outlen, List *ins, Red *r, double dl,
@@ -1043,7 +1042,7 @@ static void fail_self(Group *g, int cause)
     g->broken = 1;
 }
 
-/* With the GIL: cma_wait_readers when the failed op posted block addresses. */
+/* With the GIL: cma_wait_readers when the failed op posted block addresses; then none are. */
 static void release_addrs(Group *g)
 {
     if (!g->addr_piece)
