@@ -56,26 +56,6 @@ WAIT_FN = "wait_ge"
 
 
 # ----------------------------------------------------------------- workers
-def _socket_calls(dist, rank: int, size: int, nbytes: int) -> dict:
-    import numpy as np
-
-    n = nbytes // 4 // size * size
-    k = n // size
-    full, out = np.ones(n, np.float32), np.empty(n, np.float32)
-    part, part_out = np.ones(k, np.float32), np.empty(k, np.float32)
-    ins = [rank + 1 + q for q in range(size)]
-    outs = [q + 1 + rank for q in range(size)]
-    uin, uout = np.ones(sum(ins), np.float32), np.empty(sum(outs), np.float32)
-    return {
-        "all_reduce": lambda: dist.all_reduce(full),
-        "broadcast": lambda: dist.broadcast(full, 0),
-        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(out, part),
-        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(part_out, full),
-        "all_to_all_single": lambda: dist.all_to_all_single(out, full),
-        "all_to_all_single_uneven": lambda: dist.all_to_all_single(uout, uin, outs, ins),
-    }
-
-
 def _socket_worker(args) -> None:
     """One rank of the socket backend at n = 2 (rank 0 starts rank 1)."""
     peer = None
@@ -91,7 +71,10 @@ def _socket_worker(args) -> None:
 
     dist.init_process_group("socket", init_method=f"file://{path}", rank=args.rank, world_size=2)
     try:
-        fn = _socket_calls(dist, args.rank, 2, args.bytes)[args.op]
+        sys.path.insert(0, str(HERE))
+        from mpi_overhead import ndist_calls  # (the same buffers and closures as the mpi configs)
+
+        fn = ndist_calls(dist, args.rank, 2, args.bytes)[args.op]
         for _ in range(20):
             fn()
         deque(map(lambda _: fn(), repeat(None, args.loop)), 0)

@@ -30,30 +30,24 @@ LOOP_OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter
             "all_to_all_single", "all_to_all_single_uneven")
 
 
-def _loop_calls(side: str, dist, comm, MPI, nbytes: int):
-    """The one-op closures of ``--loop``: ndist's public API or raw mpi4py, same buffers."""
-    size = comm.Get_size()
+def _buffers(rank: int, size: int, nbytes: int) -> dict:
+    """The buffers of one loop: ``nbytes`` of float32 rounded to the group size, a rank's
+    part of it, and the uneven split lists (rank r sends r + 1 + q elements to rank q, so
+    each rank's splits differ)."""
     n = nbytes // 4 // size * size
     k = n // size
-    full, out = np.ones(n, np.float32), np.empty(n, np.float32)
-    part, part_out = np.ones(k, np.float32), np.empty(k, np.float32)
-    # uneven: rank r sends r + 1 + q elements to rank q (so each rank's splits differ)
-    rank = comm.Get_rank()
     ins = [(rank + 1 + q) for q in range(size)]
     outs = [(q + 1 + rank) for q in range(size)]
-    uin, uout = np.ones(sum(ins), np.float32), np.empty(sum(outs), np.float32)
-    f = MPI.FLOAT
-    if side == "raw":
-        sd = [0, *np.cumsum(ins[:-1]).tolist()]
-        rd = [0, *np.cumsum(outs[:-1]).tolist()]
-        return {
-            "all_reduce": lambda: comm.Allreduce(MPI.IN_PLACE, [full, f], MPI.SUM),
-            "broadcast": lambda: comm.Bcast([full, f], 0),
-            "all_gather_into_tensor": lambda: comm.Allgather([part, f], [out, f]),
-            "reduce_scatter_tensor": lambda: comm.Reduce_scatter_block([full, f], [part_out, f], MPI.SUM),
-            "all_to_all_single": lambda: comm.Alltoall([full, k, f], [out, k, f]),
-            "all_to_all_single_uneven": lambda: comm.Alltoallv([uin, ins, sd, f], [uout, outs, rd, f]),
-        }
+    return dict(n=n, k=k, full=np.ones(n, np.float32), out=np.empty(n, np.float32),
+                part=np.ones(k, np.float32), part_out=np.empty(k, np.float32), ins=ins, outs=outs,
+                uin=np.ones(sum(ins), np.float32), uout=np.empty(sum(outs), np.float32))
+
+
+def ndist_calls(dist, rank: int, size: int, nbytes: int) -> dict:
+    """The one-op closures of ndist's public API on ``_buffers`` (also call_counts.py's)."""
+    b = _buffers(rank, size, nbytes)
+    full, out, part, part_out = b["full"], b["out"], b["part"], b["part_out"]
+    uin, uout, ins, outs = b["uin"], b["uout"], b["ins"], b["outs"]
     return {
         "all_reduce": lambda: dist.all_reduce(full),
         "broadcast": lambda: dist.broadcast(full, 0),
@@ -61,6 +55,27 @@ def _loop_calls(side: str, dist, comm, MPI, nbytes: int):
         "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(part_out, full),
         "all_to_all_single": lambda: dist.all_to_all_single(out, full),
         "all_to_all_single_uneven": lambda: dist.all_to_all_single(uout, uin, outs, ins),
+    }
+
+
+def _loop_calls(side: str, dist, comm, MPI, nbytes: int):
+    """The one-op closures of ``--loop``: ndist's public API or raw mpi4py, same buffers."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if side != "raw":
+        return ndist_calls(dist, rank, size, nbytes)
+    b = _buffers(rank, size, nbytes)
+    full, out, part, part_out, k = b["full"], b["out"], b["part"], b["part_out"], b["k"]
+    uin, uout, ins, outs = b["uin"], b["uout"], b["ins"], b["outs"]
+    f = MPI.FLOAT
+    sd = [0, *np.cumsum(ins[:-1]).tolist()]
+    rd = [0, *np.cumsum(outs[:-1]).tolist()]
+    return {
+        "all_reduce": lambda: comm.Allreduce(MPI.IN_PLACE, [full, f], MPI.SUM),
+        "broadcast": lambda: comm.Bcast([full, f], 0),
+        "all_gather_into_tensor": lambda: comm.Allgather([part, f], [out, f]),
+        "reduce_scatter_tensor": lambda: comm.Reduce_scatter_block([full, f], [part_out, f], MPI.SUM),
+        "all_to_all_single": lambda: comm.Alltoall([full, k, f], [out, k, f]),
+        "all_to_all_single_uneven": lambda: comm.Alltoallv([uin, ins, sd, f], [uout, outs, rd, f]),
     }
 
 
