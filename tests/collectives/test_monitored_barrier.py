@@ -1,6 +1,7 @@
 """monitored_barrier: rank 0 names the ranks that did not arrive, at the timeout,
 and no rank hangs (issue #15: rank 0 never returned, the timeout was ignored)."""
 
+import os
 import time
 
 import pytest
@@ -10,25 +11,38 @@ from ndist.testing import run_ranks
 TIMEOUT = 2.0
 
 
-def _absent(rank, ws, absent, wait_all):
+def _stay_until_reported(flags, present, most):
+    """An absent rank stays alive (its exit would be a loss, not an absence) until every
+    present rank has its outcome, or ``most`` seconds."""
+    deadline = time.monotonic() + most
+    while time.monotonic() < deadline and not all(os.path.exists(os.path.join(flags, str(r))) for r in present):
+        time.sleep(0.01)
+
+
+def _reported(flags, rank, outcome):
+    open(os.path.join(flags, str(rank)), "w").close()
+    return outcome
+
+
+def _absent(rank, ws, absent, wait_all, flags):
     from datetime import timedelta
 
     import ndist.distributed as dist
 
     t0 = time.monotonic()
-    if rank in absent:
-        time.sleep(3 * TIMEOUT + 2)  # alive, but never calls monitored_barrier
+    if rank in absent:  # alive, but never calls monitored_barrier
+        _stay_until_reported(flags, set(range(ws)) - absent, 3 * TIMEOUT + 2)
         return ("absent", None, time.monotonic() - t0)
     try:
         dist.monitored_barrier(timeout=timedelta(seconds=TIMEOUT), wait_all_ranks=wait_all)
-        return ("passed", None, time.monotonic() - t0)
+        return _reported(flags, rank, ("passed", None, time.monotonic() - t0))
     except dist.DistTimeoutError as err:
-        return ("raised", str(err), time.monotonic() - t0)
+        return _reported(flags, rank, ("raised", str(err), time.monotonic() - t0))
 
 
 @pytest.mark.timeout(120)
-def test_rank0_names_the_first_missing_rank_at_the_timeout_and_no_rank_hangs():
-    out = run_ranks(_absent, 4, args=({1, 3}, False), timeout=60)
+def test_rank0_names_the_first_missing_rank_at_the_timeout_and_no_rank_hangs(tmp_path):
+    out = run_ranks(_absent, 4, args=({1, 3}, False, str(tmp_path)), timeout=60)
     state, msg, took = out[0]
     assert state == "raised", out[0]
     assert "Rank 1 failed to pass monitoredBarrier" in msg and "3" not in msg.split("in ")[0], msg
@@ -39,8 +53,8 @@ def test_rank0_names_the_first_missing_rank_at_the_timeout_and_no_rank_hangs():
 
 
 @pytest.mark.timeout(120)
-def test_wait_all_ranks_names_every_missing_rank():
-    out = run_ranks(_absent, 4, args=({1, 3}, True), timeout=60)
+def test_wait_all_ranks_names_every_missing_rank(tmp_path):
+    out = run_ranks(_absent, 4, args=({1, 3}, True, str(tmp_path)), timeout=60)
     state, msg, took = out[0]
     assert state == "raised", out[0]
     assert "Ranks 1, 3 failed to pass monitoredBarrier" in msg, msg
@@ -48,9 +62,9 @@ def test_wait_all_ranks_names_every_missing_rank():
 
 
 @pytest.mark.timeout(120)
-def test_only_rank0_calls_with_wait_all_ranks():
+def test_only_rank0_calls_with_wait_all_ranks(tmp_path):
     # torch's docstring: rank 0 alone -> "ranks 1, 2, ... world_size - 1 did not call"
-    out = run_ranks(_absent, 3, args=({1, 2}, True), timeout=60)
+    out = run_ranks(_absent, 3, args=({1, 2}, True, str(tmp_path)), timeout=60)
     assert out[0][0] == "raised" and "Ranks 1, 2 failed" in out[0][1], out[0]
 
 
@@ -91,23 +105,23 @@ def test_a_late_rank_raises_instead_of_hanging():
     assert "rank 0 reports: Rank 1 failed" in out[1][0] and out[1][1] < TIMEOUT, out
 
 
-def _rank0_absent(rank, ws):
+def _rank0_absent(rank, ws, flags):
     import ndist.distributed as dist
 
     if rank == 0:
-        time.sleep(3 * TIMEOUT + 2)
+        _stay_until_reported(flags, set(range(1, ws)), 3 * TIMEOUT + 2)
         return None
     t0 = time.monotonic()
     try:
         dist.monitored_barrier(timeout=TIMEOUT)
-        return ("passed", time.monotonic() - t0)
+        return _reported(flags, rank, ("passed", time.monotonic() - t0))
     except dist.DistTimeoutError as err:
-        return (str(err), time.monotonic() - t0)
+        return _reported(flags, rank, (str(err), time.monotonic() - t0))
 
 
 @pytest.mark.timeout(120)
-def test_without_rank0_the_others_raise_after_twice_the_timeout():
-    out = run_ranks(_rank0_absent, 3, timeout=60)
+def test_without_rank0_the_others_raise_after_twice_the_timeout(tmp_path):
+    out = run_ranks(_rank0_absent, 3, args=(str(tmp_path),), timeout=60)
     for r in (1, 2):
         msg, took = out[r]
         assert f"rank {r} was not released by rank 0" in msg, msg
