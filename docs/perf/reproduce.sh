@@ -1,8 +1,8 @@
 #!/bin/sh
 # Re-run the measurements of docs/performance.md from the repository root:
 #   sh docs/perf/reproduce.sh            (needs mpi4py + the mpich wheel, torch, matplotlib)
-# Writes docs/perf/{sweep,targets,latency}_n{2,4}.{txt,json,md} and sweep_n{2,4}.png; the .md tables
-# and the header of the .txt files go into docs/performance.md.
+# Writes docs/perf/{sweep,targets,latency}_n{2,4}.{txt,json,md} and sweep_n{2,4}.png. docs/performance.md
+# is written by hand from such runs: each section names its run's command, time and raw files.
 set -e
 PY=${PYTHON:-python}
 OUT=docs/perf
@@ -22,4 +22,3 @@ for n in 2 4; do
       --backend socket,mpi --compare mpi4py,torch -q \
       --json $OUT/latency_n$n.json --markdown $OUT/latency_n$n.md > $OUT/latency_n$n.txt
 done
-$PY docs/perf/render.py    # fills docs/performance.md from docs/perf/performance.md.in and these runs
