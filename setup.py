@@ -1,8 +1,9 @@
-"""Build of ndist's one compiled extension, the native same-host engine
-(``ndist/collectives/backends/socket/_native/cnative.c`` -> ``_cnative``).
+"""Build of ndist's compiled extensions: the native same-host engine
+(``ndist/collectives/backends/socket/_native/cnative.c`` -> ``_cnative``) and the
+repeated call's bookkeeping (``ndist/collectives/_crun.c`` -> ``_crun``).
 
 setuptools' own ``Extension``: no build dependency beyond setuptools and a C compiler,
-nothing new at run time. The extension is optional: where it cannot be built (no
+nothing new at run time. Both are optional: where they cannot be built (no
 compiler, no Python headers) ``pip install`` still succeeds and ndist runs its Python
 engine, logging one warning at first use that says what to install
 (``ndist/collectives/backends/socket/_native.py``). ``NDIST_BUILD_NATIVE=0`` skips the
@@ -30,7 +31,7 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as err:  # noqa: BLE001
-            self._skip(err)
+            self._skip(f"{ext.name}: {err}")
 
     @staticmethod
     def _skip(err):
@@ -50,6 +51,8 @@ def _extensions():
                       sources=["ndist/collectives/backends/socket/_native/cnative.c"],
                       depends=["ndist/collectives/backends/socket/_native/kernels.h",
                                "ndist/collectives/backends/socket/_native/cma.h"],
+                      extra_compile_args=flags, extra_link_args=link, optional=True),
+            Extension("ndist.collectives._crun", sources=["ndist/collectives/_crun.c"],
                       extra_compile_args=flags, extra_link_args=link, optional=True)]
 
 

@@ -25,7 +25,7 @@ from ..runtime import world as _world  # its ``default`` group: group=None in on
 from . import _check
 from ._backend import Call, Op
 from ._check import PLAIN_DTYPES, PLAIN_OPS, PLAIN_SUM
-from ._common import member_group, run, submit
+from ._common import member_group, run_fields, submit
 from ._convert import contiguous_input, contiguous_output, device_type, unaliased
 from ._reduce_op import ReduceOp
 
@@ -68,9 +68,9 @@ _may_share = np.may_share_memory
 _SUM = ReduceOp.SUM
 _ALL_REDUCE, _BROADCAST, _ALL_GATHER_INTO, _REDUCE_SCATTER_FROM, _ALL_TO_ALL_SINGLE = (
     Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM, Op.ALL_TO_ALL_SINGLE)
-# A Call from its fields in order, without NamedTuple's keyword-parsing __new__ (written
-# in Python): a third of the call record's cost. The order is checked here, once.
-_new_call = tuple.__new__
+# The plain paths pass a Call's fields in order to ``run_fields``, which builds the record
+# without NamedTuple's keyword-parsing __new__ (written in Python). The order is checked
+# here, once.
 if Call._fields != ("op", "device", "dtype", "out", "inp", "outputs", "inputs", "out_splits", "in_splits", "root",
                     "redop", "scale", "tag"):  # pragma: no cover - a guard for whoever edits Call
     raise ImportError(f"ndist.collectives._api builds Call positionally; its fields changed: {Call._fields}")
@@ -148,9 +148,8 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         checked = PLAIN_SUM.get(dt) if op is _SUM else _plain_op(op, dt)  # (the default, without a call)
         if checked is not None:
             n = buf.size
-            return run(lane, lane.all_reduce, _new_call(Call, (
-                _ALL_REDUCE, "cpu", dt, buf, None, None, None, None, None, None, checked[0], checked[1], 0)),
-                _ALL_REDUCE, dt, None, n, n)
+            return run_fields(lane.book, lane.all_reduce, n, n,
+                    _ALL_REDUCE, "cpu", dt, buf, None, None, None, None, None, None, checked[0], checked[1], 0)
     pg = member_group(group, "all_reduce")
     if pg is None:
         return None
@@ -212,10 +211,9 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
         checked = PLAIN_SUM.get(dt) if op is _SUM else _plain_op(op, dt)  # (the default, without a call)
         n_out, n_in = o.size, i.size
         if checked is not None and n_in == n_out * lane.size:
-            return run(lane, lane.reduce_scatter_from, _new_call(Call, (
-                _REDUCE_SCATTER_FROM, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
-                i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, checked[0], checked[1], 0)),
-                _REDUCE_SCATTER_FROM, dt, None, n_in, n_out)
+            return run_fields(lane.book, lane.reduce_scatter_from, n_in, n_out,
+                    _REDUCE_SCATTER_FROM, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                    i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, checked[0], checked[1], 0)
     pg = member_group(group, "reduce_scatter_tensor")
     if pg is None:
         return None
@@ -245,9 +243,8 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
             root, dt = lane.group_rank.get(src), buf.dtype
             if root is not None and dt in PLAIN_DTYPES:
                 n = buf.size
-                return run(lane, lane.broadcast, _new_call(Call, (
-                    _BROADCAST, "cpu", dt, buf, None, None, None, None, None, root, None, None, 0)),
-                    _BROADCAST, dt, root, n, n)
+                return run_fields(lane.book, lane.broadcast, n, n,
+                        _BROADCAST, "cpu", dt, buf, None, None, None, None, None, root, None, None, 0)
     pg = member_group(group, "broadcast")
     if pg is None:
         return None
@@ -289,10 +286,9 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
         lane, o, i, dt = plain
         n_out, n_in = o.size, i.size
         if n_out == n_in * lane.size:
-            return run(lane, lane.all_gather_into, _new_call(Call, (
-                _ALL_GATHER_INTO, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
-                i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, None, None, 0)),
-                _ALL_GATHER_INTO, dt, None, n_in, n_out)
+            return run_fields(lane.book, lane.all_gather_into, n_in, n_out,
+                    _ALL_GATHER_INTO, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                    i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, None, None, 0)
     pg = member_group(group, "all_gather_into_tensor")
     if pg is None:
         return None
@@ -412,10 +408,9 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
                 splits = ((osz, isz) if len(shape) == 1 else  # (1-D: rows are elements)
                           (_rows_to_elements(osz, shape), _rows_to_elements(isz, ishape)))
         if splits is not None:
-            return run(lane, lane.all_to_all_single, _new_call(Call, (
-                _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
-                i if i.ndim == 1 else i.reshape(-1), None, None, splits[0], splits[1], None, None, None, 0)),
-                _ALL_TO_ALL_SINGLE, dt, None, i.size, o.size)
+            return run_fields(lane.book, lane.all_to_all_single, i.size, o.size,
+                    _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                    i if i.ndim == 1 else i.reshape(-1), None, None, splits[0], splits[1], None, None, None, 0)
     pg = member_group(group, "all_to_all_single")
     if pg is None:
         return None

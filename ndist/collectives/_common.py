@@ -5,6 +5,7 @@ and wait (``async_op=False``) or return the Work (``async_op=True``)."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from time import time as _time
 from typing import Any, Callable
@@ -14,7 +15,7 @@ from . import _check, _debug
 from ._backend import DONE, Call, Op
 from ._debug import OP, T_DONE
 
-__all__ = ["member_group", "submit", "run", "lane_for", "Lane", "wait_sync"]
+__all__ = ["member_group", "submit", "run", "run_fields", "lane_for", "Lane", "wait_sync"]
 
 log = logging.getLogger("ndist.collectives")
 
@@ -49,7 +50,7 @@ class Lane:
     sequence counters and whether ``NDIST_DEBUG=DETAIL`` checks signatures."""
 
     __slots__ = ("pg", "rank", "size", "group_rank", "backend", "rec", "seqs", "p2p_seqs", "detail", "ring",
-                 "ring_size", "record", "all_reduce", "broadcast", "all_gather_into", "reduce_scatter_from",
+                 "ring_size", "record", "book", "all_reduce", "broadcast", "all_gather_into", "reduce_scatter_from",
                  "all_to_all_single")
 
     def __init__(self, pg, device: str) -> None:
@@ -62,6 +63,8 @@ class Lane:
         self.p2p_seqs = rec.counter(device + ":p2p")  # p2p numbered apart, as backends do
         self.detail = rec.detail
         self.ring, self.ring_size, self.record = rec.ring, rec.size, rec.record  # for ``run``
+        # for ``run_fields``: what it reads, in one tuple (record None: no flight recorder)
+        self.book = (self.seqs, self.record if self.ring_size else None, self.detail, pg, rec)
         # the backend's methods the repeated-call path calls, bound once
         backend = self.backend
         self.all_reduce, self.broadcast = backend.all_reduce, backend.broadcast
@@ -116,6 +119,50 @@ def run(lane: Lane, method: Callable[..., Any], call: Call, op: Op, dtype: Any, 
         raise
     if entry is not None:  # FlightRecorder.done, inline
         entry[T_DONE] = _time()
+
+
+_new_call = tuple.__new__  # a Call from its fields in order (_api.py checks the order once)
+
+
+def run_fields(book: tuple, method: Callable[..., Any], count_in: int, count_out: int, *fields: Any) -> None:
+    """``run`` for the public layer's plain paths: ``book`` is the lane's ``book``
+    (counter, flight recorder's append or None, DETAIL, group, recorder), ``fields``
+    the ``Call``'s fields in order; the record's op, dtype and root are the call's own.
+    Where the compiled ``_crun`` is built (and ``NDIST_ENGINE`` is not ``python``) its
+    C twin replaces this function below: the same steps, in the same order."""
+    seqs, record, detail, pg, rec = book
+    call = _new_call(Call, fields)
+    seq = next(seqs)
+    if record is not None:
+        entry = [seq, fields[0], fields[1], fields[2], count_in, count_out, fields[9], _time(), None, None]
+        record(entry)
+    else:
+        entry = None
+    try:
+        if detail:
+            _debug.check_signature(pg, seq, call)
+        work = method(call, blocking=True)
+        if work is not DONE:
+            wait_sync(work, pg)
+    except BaseException as exc:
+        _failed(rec, entry, seq, exc)
+        raise
+    if entry is not None:
+        entry[T_DONE] = _time()
+
+
+def _compiled_run_fields():
+    """``_crun.run_fields`` set up with what it calls, or None: not built, or the
+    Python reference asked for (``NDIST_ENGINE=python``: no compiled code on the path)."""
+    if os.environ.get("NDIST_ENGINE", "").strip().lower() == "python":
+        return None
+    try:
+        from . import _crun
+    except ImportError:  # no compiler at install: the socket backend's engine warns once for both
+        return None
+    _crun.setup(Call, DONE, _debug.check_signature, _failed, wait_sync, T_DONE)
+    return _crun.run_fields
+
 
 
 def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,
@@ -190,3 +237,7 @@ def wait_sync(work, pg) -> None:
         work.wait()
     else:
         work.wait(pg.timeout)
+
+
+_run_fields_py = run_fields  # the reference, kept by name (tests run both twins)
+run_fields = _compiled_run_fields() or run_fields  # (here: it needs wait_sync, defined above)

@@ -34,7 +34,8 @@ def test_the_extension_is_built_where_a_compiler_exists():
         pytest.skip("no C compiler or Python headers: the Python engine is the expected outcome")
     if os.environ.get("NDIST_BUILD_NATIVE", "1") == "0":
         pytest.skip("NDIST_BUILD_NATIVE=0 skipped the build")
-    from ndist.collectives.backends.socket import _cnative  # noqa: F401 - the assertion is the import
+    from ndist.collectives import _crun  # noqa: F401 - the assertion is the import
+    from ndist.collectives.backends.socket import _cnative  # noqa: F401
 
 
 def _engines(rank, size):
@@ -67,12 +68,12 @@ def test_bad_engine_name_is_a_value_error(monkeypatch):
         _native.engine_mode()
 
 
-# An interpreter where importing the extension fails, as on a machine where it was not built.
+# An interpreter where importing the extensions fails, as on a machine where they were not built.
 _BLOCK = textwrap.dedent("""
     import sys
     class _NoNative:
         def find_spec(self, name, path=None, target=None):
-            if name == "ndist.collectives.backends.socket._cnative":
+            if name in ("ndist.collectives.backends.socket._cnative", "ndist.collectives._crun"):
                 raise ImportError("blocked by the test: no compiled extension")
             return None
     sys.meta_path.insert(0, _NoNative())
@@ -104,6 +105,9 @@ def _fallback_job(rank, size):
         dist.all_reduce(x, group=g)
         assert (x == 3).all()
         assert dist.get_engine(g) == "python"
+    from ndist.collectives import _common
+
+    assert _common.run_fields is _common._run_fields_py  # the bookkeeping's Python twin
     return [r.getMessage() for r in records if r.levelno == logging.WARNING and "native engine" in r.getMessage()]
 
 
