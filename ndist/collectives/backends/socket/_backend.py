@@ -7,7 +7,6 @@ import logging
 import os
 import socket
 import threading
-import time
 
 import numpy as np
 
@@ -20,9 +19,9 @@ from . import _losses
 from . import _native
 from . import _stalls
 from ._algorithms import CHUNK, Algorithms
+from ._backend_pending import PendingDescriptions
 from ._links import Links, attach, setup
 from ._engine import Engine, OpInfo, wait_warning_from_env
-from ._engine_stall import grace_s
 from ._executor import Executor
 from ._p2p import P2P
 from ._reduce import finalize
@@ -59,7 +58,7 @@ def _u8(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
-class SocketBackend(CollectiveBackend):
+class SocketBackend(PendingDescriptions, CollectiveBackend):
     """Gloo-style backend: TCP links opened as collectives need them (not a full mesh),
     shared-memory payloads between ranks on one host.
 
@@ -269,63 +268,6 @@ class SocketBackend(CollectiveBackend):
         if self._eng is None:
             return "native" if self._nfile is not None and self.size > 1 else "python"
         return "native" if self._native is not None else "python"
-
-    def _pending(self, work: Work):
-        def describe() -> str:
-            if work.is_completed():
-                return "done"
-            if self._exec.current is work:
-                self._await_own_outcome(work)
-                if work.is_completed():
-                    return "done"
-                if self._native is not None:
-                    return self._native.pending()
-                return self._eng.pending() if self._eng is not None else self._connecting()
-            n = self._exec.ahead(work)
-            if n:
-                running = self._exec.current
-                if running is not None and running.pending is not None and running is not work:
-                    ahead = f"; running {running.op} (#{running.seq}): {running.pending()}"
-                    failed = running.exception()  # (it may end while pending() looks)
-                    if failed is not None:
-                        ahead = f"; running {running.op} (#{running.seq}) failed: {failed}"
-                else:
-                    ahead = self._running_detail()
-                return f"queued behind {n} earlier operation{'s' if n > 1 else ''} on this group{ahead}"
-            return "starting (nothing is queued before it on this group)"
-        return describe
-
-    def _await_own_outcome(self, work: Work) -> None:
-        """A wait on ``work`` (the op running now) timed out about when the op's own deadline
-        passes (``async_op=False`` waits the group timeout from the call): give the op its
-        own timeout and grace (``_engine_stall``) to raise its own error, which names a
-        root cause told by a notice (kill trial seed 7213: a blocking op queued behind an
-        async one named the rank it waited on)."""
-        nat, eng = self._native, self._eng
-        if nat is not None:
-            own = nat.g.op_start + nat.g.timeout
-        elif eng is not None and eng.op is not None:
-            own = eng.deadline
-        else:
-            return
-        now = time.monotonic()
-        if own - now > 0.5:  # its deadline is not near: a short wait by the caller
-            return
-        end = min(own + grace_s(self._timeout) + 0.1, now + 2.0)
-        while not work.is_completed() and time.monotonic() < end:
-            time.sleep(0.005)
-
-    def _running_detail(self) -> str:
-        """What the op running now (inline, without a Work) waits on, for a queued op."""
-        if self._native is not None:
-            return "; " + self._native.pending()
-        if self._eng is not None:
-            return "; " + self._eng.pending() if self._eng.op is not None else ""
-        return "; " + self._connecting()
-
-    def _connecting(self) -> str:
-        waiting = self._mesh.connecting
-        return "connecting to the group's ranks" + (f"; ranks not heard from: {waiting}" if waiting else "")
 
     def _native_failure(self, nat, err: BaseException) -> BaseException:
         """What an op on the native engine raises for ``err``: a ``_cnative.Error`` turns
