@@ -57,7 +57,7 @@ def rank_env(config: LaunchConfig, rnd: Round, local_rank: int, secret: str, err
         NODE_RANK=str(config.node_rank),
         GROUP_WORLD_SIZE=str(config.nnodes),
         MASTER_ADDR=rnd.master_addr,
-        MASTER_PORT=str(rnd.master_port),
+        MASTER_PORT=str(rnd.torch_port),  # free: for rank 0's own store (torch's env://), as under torchrun
         NDIST_STORE=f"{rnd.master_addr}:{rnd.master_port}",
         NDIST_SECRET=secret,
         NDIST_ERROR_FILE=error_file,

@@ -20,6 +20,11 @@ sets its key to ``done`` to release its watcher). Node 0 keeps the store up unti
 attempt; after a failure at most ``--term-timeout`` + 10 s (a node that has not
 reported by then is dead or cut off). Ranks use the same store under their own keys; the runtime keys
 them by ``NDIST_RESTART_COUNT``.
+
+The ranks' ``MASTER_ADDR:MASTER_PORT`` is node 0's address and a port free on it
+(``Round.torch_port``, picked by node 0's agent for every attempt, as torchrun does), not
+the store: a program's own rank 0 may host a store there, as torch's default
+``env://`` rendezvous does. ndist's rendezvous uses ``NDIST_STORE``.
 """
 
 from __future__ import annotations
@@ -53,8 +58,18 @@ class LaunchError(Exception):
 class Round:
     world_size: int
     rank_offset: int
-    master_addr: str
+    master_addr: str  # the launcher's store (the ranks' NDIST_STORE)
     master_port: int
+    torch_port: int  # the ranks' MASTER_PORT: free on node 0, for a store rank 0 may host (torch's env://)
+
+
+def _free_port(host: str) -> int:
+    """A port free on ``host`` now (bound, read, released), as torchrun picks its
+    ``MASTER_PORT``: rank 0's TCPStore binds it a moment later."""
+    family, _, _, _, addr = socket.getaddrinfo(host or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind(addr)
+        return sock.getsockname()[1]
 
 
 def make_rendezvous(config, secret: str, wake_fd: int | None = None):
@@ -79,7 +94,7 @@ class _LocalRendezvous:
     def next_round(self, attempt: int) -> Round:
         self.close()
         self.listener = _listen(self.addr, self.config.master_port or 0)
-        return Round(self.config.nproc_per_node, 0, self.addr, self.listener.getsockname()[1])
+        return Round(self.config.nproc_per_node, 0, self.addr, self.listener.getsockname()[1], _free_port(""))
 
     def serve(self) -> None:
         from ndist.runtime.store import TCPStoreServer
@@ -182,8 +197,11 @@ class _StoreRendezvous:
         self.store.set_timeout(c.rdzv_timeout)
         # The nonce tells two agents on one host with the same --node-rank apart.
         # "ident": how node 0's store server names this agent's connections (host:pid)
-        me = json.dumps({"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex(),
-                         "ident": f"{self.host}:{os.getpid()}"}).encode()
+        info = {"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex(),
+                "ident": f"{self.host}:{os.getpid()}"}
+        if c.node_rank == 0:  # its ranks start at global rank 0, whose torch env:// store binds this port
+            info["torch_port"] = _free_port("")
+        me = json.dumps(info).encode()
         got = self.store.compare_set(self._key(attempt, "node", c.node_rank), b"", me)
         if got != me:
             other = json.loads(got)
@@ -209,7 +227,7 @@ class _StoreRendezvous:
         world = sum(i["nproc"] for i in infos)
         self._start_watcher(attempt)
         log.info("node %d of %d joined: ranks %d..%d of %d", c.node_rank, c.nnodes, offset, offset + c.nproc_per_node - 1, world)
-        return Round(world, offset, self.addr, self.port)
+        return Round(world, offset, self.addr, self.port, infos[0]["torch_port"])
 
     # -------------------------------------------------------- watching peers
     def _start_watcher(self, attempt: int) -> None:

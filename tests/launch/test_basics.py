@@ -39,7 +39,11 @@ def test_rank_environment(launcher):
         assert e["WORLD_SIZE"] == e["LOCAL_WORLD_SIZE"] == "3"
         assert e["GROUP_RANK"] == e["NODE_RANK"] == "0" and e["GROUP_WORLD_SIZE"] == "1"
         assert e["MASTER_ADDR"] == "127.0.0.1"
-        assert e["NDIST_STORE"] == f"127.0.0.1:{e['MASTER_PORT']}" and int(e["MASTER_PORT"]) > 0
+        store_port = int(e["NDIST_STORE"].rpartition(":")[2])
+        assert e["NDIST_STORE"] == f"127.0.0.1:{store_port}" and store_port > 0
+        # MASTER_PORT: another port, free for the program's own rank-0 store (torch's env://)
+        assert int(e["MASTER_PORT"]) > 0 and int(e["MASTER_PORT"]) != store_port
+        assert e["MASTER_PORT"] == envs[0]["MASTER_PORT"] and e["NDIST_STORE"] == envs[0]["NDIST_STORE"]
         assert len(e["NDIST_SECRET"]) == 64 and e["NDIST_SECRET"] == envs[0]["NDIST_SECRET"]
         assert e["NDIST_RUN_ID"] == "myjob"
         assert (e["NDIST_RESTART_COUNT"], e["NDIST_MAX_RESTARTS"]) == ("0", "0")

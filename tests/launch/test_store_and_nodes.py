@@ -19,7 +19,8 @@ store.set(f"hello/{rank}", os.environ["LOCAL_RANK"])
 store.wait([f"hello/{r}" for r in range(world)])  # a barrier across every node
 with open(f"seen-{rank}.json", "w") as f:
     json.dump({"world": world, "local": [store.get(f"hello/{r}").decode() for r in range(world)],
-               "node": os.environ["NODE_RANK"], "master": os.environ["MASTER_ADDR"]}, f)
+               "node": os.environ["NODE_RANK"], "master": os.environ["MASTER_ADDR"],
+               "master_port": os.environ["MASTER_PORT"]}, f)
 """
 
 
@@ -76,6 +77,8 @@ def test_two_nodes_rendezvous(launcher):
     assert all(s["world"] == 3 for s in seen)
     assert seen[0]["local"] == ["0", "1", "0"]  # node 0 has ranks 0, 1; node 1 has rank 2
     assert [s["node"] for s in seen] == ["0", "0", "1"]
+    # every rank of both nodes gets node 0's one free port for rank 0's own store (torch's env://)
+    assert len({s["master_port"] for s in seen}) == 1 and int(seen[0]["master_port"]) != port
 
 
 def test_failure_on_one_node_stops_the_other(launcher):

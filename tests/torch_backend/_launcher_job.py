@@ -1,5 +1,5 @@
-"""A torch program for tests/torch_backend/test_launchers.py: joins through ``ndist://``,
-runs a DDP step, an all_reduce and an object collective, prints one line."""
+"""A torch program for tests/torch_backend/test_launchers.py: joins through ``ndist://``
+(or, with a second argument ``env``, torch's default ``env://``), runs a DDP step, an all_reduce and an object collective, prints one line."""
 
 import sys
 
@@ -10,11 +10,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import ndist.torch
 
 engine = sys.argv[1]
+# "env": torch's default rendezvous (env://, no init_method), as a torchrun script has it
+init = {} if sys.argv[2:] == ["env"] else {"init_method": "ndist://"}
 torch.set_num_threads(1)
 if engine == "gloo":  # torch's own backend on the ndist:// store
-    dist.init_process_group("gloo", init_method="ndist://")
+    dist.init_process_group("gloo", **init)
 else:
-    dist.init_process_group("ndist", init_method="ndist://", pg_options=ndist.torch.Options(engine=engine))
+    dist.init_process_group("ndist", pg_options=ndist.torch.Options(engine=engine), **init)
 rank, world = dist.get_rank(), dist.get_world_size()
 model = DDP(torch.nn.Linear(4, 2))
 model(torch.randn(3, 4)).sum().backward()

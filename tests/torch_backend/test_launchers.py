@@ -1,5 +1,6 @@
 """``init_process_group("ndist", init_method="ndist://")`` under ndistrun, mpiexec (on
-the mpi engine) and an srun-style environment: torch's rendezvous through ndist's."""
+the mpi engine) and an srun-style environment: torch's rendezvous through ndist's; and
+under ndistrun, torch's default ``env://`` too."""
 
 import os
 import re
@@ -49,6 +50,14 @@ def _lines(out, n, engine):
 @pytest.mark.parametrize("engine", ["socket", "gloo"])
 def test_under_ndistrun(engine):
     out = _run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "2", JOB, engine], _env())
+    _lines(out, 2, engine)
+
+
+@pytest.mark.parametrize("engine", ["socket", "gloo"])
+def test_under_ndistrun_with_torchs_default_rendezvous(engine):
+    """A torchrun script unchanged (no init_method): its rank 0 hosts torch's store on
+    ndistrun's MASTER_PORT, a free port, not ndistrun's own store (EADDRINUSE before)."""
+    out = _run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "2", JOB, engine, "env"], _env())
     _lines(out, 2, engine)
 
 
