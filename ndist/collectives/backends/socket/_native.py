@@ -318,6 +318,12 @@ class NativeAlgorithms:
         else:
             g.all_to_all(outputs, inputs, code, counts[0], counts[1], inp.itemsize)
 
+    def lane_barrier(self, seq: int, _=None, __=None, ___=None, ____=None) -> None:
+        g = self.g
+        g.seq = seq
+        self.op = ("barrier", 0, 0, seq, -1, None)
+        g.barrier()
+
     def _code(self, dtype) -> int:
         code = self._codes.get(dtype)
         if code is None:
