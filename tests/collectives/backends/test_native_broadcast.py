@@ -120,7 +120,7 @@ import numpy as np
 import ndist.distributed as dist
 
 out = sys.argv[1]
-signal.signal(signal.SIGTERM, lambda *a: None)  # rank 0 stays to report; the launcher SIGKILLs later
+signal.signal(signal.SIGTERM, lambda *a: None)  # rank 0 stays to report (8 s: its term-timeout, then SIGKILL)
 dist.init_process_group("socket", timeout=timedelta(seconds=20))
 rank = dist.get_rank()
 x = np.ones(1024, np.float32)
@@ -143,7 +143,6 @@ except dist.DistError as err:
 rec["next_s"] = time.monotonic() - t0
 with open(os.path.join(out, f"r{rank}.json"), "w") as f:
     json.dump(rec, f)
-time.sleep(20 if rank == 0 else 0)
 """
 
 
@@ -152,7 +151,7 @@ def test_a_dead_receiver_is_named_by_the_root_at_its_next_op(tmp_path):
     job = tmp_path / "job.py"
     job.write_text(textwrap.dedent(_DEAD_JOB))
     env = dict(os.environ, NDIST_ENGINE="native")
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "2",
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "8",
                         str(job), str(tmp_path)], capture_output=True, text=True, timeout=100, env=env)
     assert r.returncode != 0, r.stderr
     rec = json.loads((tmp_path / "r0.json").read_text())
