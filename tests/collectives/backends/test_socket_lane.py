@@ -210,3 +210,29 @@ def test_cut_counts_are_checked_in_c():
         assert len(errors) == 3 and "counts past the end of a buffer of 24 bytes" in errors[0], errors
         assert "expected 2 counts" in errors[1] and "past the end" in errors[2], errors
         assert out == [float(q) for q in range(2) for _ in range(q + 1 + rank)], out
+
+
+def _barrier_detail(rank, size):
+    import ndist.distributed as dist
+
+    dist.barrier()  # the general path: the group's CPU lane exists from here
+    seen = _traced_api(dist.barrier)
+    msg = None
+    try:
+        if rank == 0:
+            dist.barrier()  # the repeated call, checked against rank 1's call through the store
+        else:
+            dist.all_reduce(np.ones(2))
+    except dist.DistMismatchError as err:
+        msg = str(err)
+    dist.barrier()  # the group goes on
+    return seen, msg, [(e["seq"], e["op"], e["state"]) for e in dist.flight_recorder()][-3:]
+
+
+@pytest.mark.timeout(120)
+def test_a_repeated_barrier_keeps_the_detail_check():
+    res = run_ranks(_barrier_detail, 2, timeout=100, env={"NDIST_ENGINE": "native", "NDIST_DEBUG": "DETAIL"})
+    for rank, (seen, msg, last) in enumerate(res):
+        assert "_common.py:run" in seen and "_common.py:submit" not in seen, sorted(seen)
+        assert msg is not None and "(NDIST_DEBUG=DETAIL)" in msg and "barrier" in msg and "all_reduce" in msg, msg
+        assert [s for s, _, _ in last] == [2, 3, 4] and last[1][2] == "failed" and last[2][2] == "completed", last
