@@ -49,7 +49,7 @@ def _rows_to_elements(splits: list[int], shape) -> list[int]:
 
 # ------------------------------------------------------------- repeated call
 # The repeated call (docs/architecture.md): all_reduce, broadcast,
-# all_gather_into_tensor, reduce_scatter_tensor and all_to_all_single first try
+# all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single and barrier first try
 # the common case through ``_plain_one`` / ``_plain_two``, a few checks on this
 # call's arguments only. Nothing about the buffers is remembered between calls:
 # what is kept (the group's lane, the op x dtype tables of ``_check``) depends on
@@ -66,8 +66,8 @@ def _unwrap(obj):
 
 _may_share = np.may_share_memory
 _SUM = ReduceOp.SUM
-_ALL_REDUCE, _BROADCAST, _ALL_GATHER_INTO, _REDUCE_SCATTER_FROM, _ALL_TO_ALL_SINGLE = (
-    Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM, Op.ALL_TO_ALL_SINGLE)
+_ALL_REDUCE, _BROADCAST, _ALL_GATHER_INTO, _REDUCE_SCATTER_FROM, _ALL_TO_ALL_SINGLE, _BARRIER = (
+    Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM, Op.ALL_TO_ALL_SINGLE, Op.BARRIER)
 # The plain paths pass a Call's fields in order to ``run_fields``, which builds the record
 # without NamedTuple's keyword-parsing __new__ (written in Python). The order is checked
 # here, once.
@@ -451,6 +451,12 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
 # ----------------------------------------------------------------- barriers
 def barrier(group=None, async_op=False, device_ids=None):
     """Block until every rank of ``group`` entered the barrier."""
+    if async_op is False and device_ids is None:  # the repeated call: a group with a CPU lane
+        pg = _world.default if group is None else resolve_group(group)
+        lane = pg.lanes.get("cpu") if pg is not None else None
+        if lane is not None:
+            return run_fields(lane.book, lane.backend.barrier, 0, 0,
+                    _BARRIER, "cpu", None, None, None, None, None, None, None, None, None, None, 0)
     pg = member_group(group, "barrier")
     if pg is None:
         return None

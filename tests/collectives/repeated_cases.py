@@ -137,6 +137,10 @@ def arguments_changed(d, r, n):
     _warm(d.broadcast, a, 0)
     _raises(ValueError, r"src: expected a global rank in group \[0, 1\], got 7", d.broadcast, a, 7)
     _raises(TypeError, r"group: expected a ProcessGroup", d.broadcast, a, 0, group="world")
+    _warm(d.barrier)
+    _raises(TypeError, r"device_ids: expected a list of ints or None, got int", d.barrier, device_ids=0)
+    _raises(TypeError, r"async_op: expected a bool, got str", d.barrier, async_op="yes")
+    _raises(TypeError, r"group: expected a ProcessGroup", d.barrier, group="world")
     out, inp = np.zeros(8 * n, np.float32), np.ones(8, np.float32)
     _warm(d.all_gather_into_tensor, out, inp)
     _raises(ValueError, r"output_tensor: expected \d+ elements", d.all_gather_into_tensor, out[:-1], inp)
@@ -344,13 +348,14 @@ def recorded_as_the_general_path_records(d, r, n):
              lambda **k: d.all_gather_into_tensor(full, part, group=g, **k),
              lambda **k: d.reduce_scatter_tensor(part, full, group=g, **k),
              lambda **k: d.all_to_all_single(full, full.copy(), group=g, **k),
-             lambda **k: d.all_to_all_single(full, full.copy(), [4] * n, [4] * n, group=g, **k)]
+             lambda **k: d.all_to_all_single(full, full.copy(), [4] * n, [4] * n, group=g, **k),
+             lambda **k: d.barrier(group=g, **k)]
     for call in calls:
         _warm(call)  # the last two are repeated calls
         call(async_op=True).wait()  # the general path
     keys = ("op", "device", "dtype", "count_in", "count_out", "root", "state", "error")
     entries = [tuple(e[k] for k in keys) for e in d.flight_recorder(g)]
-    assert [e["seq"] for e in d.flight_recorder(g)] == list(range(1, 25)), d.flight_recorder(g)
+    assert [e["seq"] for e in d.flight_recorder(g)] == list(range(1, 4 * len(calls) + 1)), d.flight_recorder(g)
     for i in range(len(calls)):
         plain, general = entries[4 * i + 2], entries[4 * i + 3]
         assert plain == general, (plain, general)

@@ -52,6 +52,7 @@ def _lane(rank, size):
         "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(part_out, full),
         "all_to_all_single": lambda: dist.all_to_all_single(out, full),
         "all_to_all_single uneven": lambda: dist.all_to_all_single(uout, uin, outs, ins),
+        "barrier": lambda: dist.barrier(),
     }
     seen = {}
     for name, fn in calls.items():
@@ -67,6 +68,58 @@ def _lane(rank, size):
     assert (uout == np.repeat(np.arange(size), outs)).all(), uout
     rec = dist.flight_recorder()
     return seen, dist.get_engine(), [(e["op"], e["state"]) for e in rec[-3:]], [e["seq"] for e in rec]
+
+
+def _traced_api(fn):
+    """The names (``file:function``) of ndist.collectives' Python functions ``fn()`` calls."""
+    seen = set()
+
+    def prof(frame, event, arg):
+        if event == "call":
+            path = frame.f_code.co_filename.replace("\\", "/")
+            if "ndist/collectives/" in path:
+                seen.add(f"{path.rsplit('/', 1)[-1]}:{frame.f_code.co_name}")
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def _barrier_repeated(rank, size):
+    import ndist.distributed as dist
+
+    g = dist.new_group(list(range(size)))
+    dist.barrier(group=g)  # the group's first collective: the general path
+    first = [e["op"] for e in dist.flight_recorder(g)]
+    seen = _traced_api(lambda: dist.barrier(group=g))
+    errors = []
+    for bad in (3, "0"):
+        try:
+            dist.barrier(group=g, device_ids=bad)
+        except TypeError as err:
+            errors.append(str(err))
+    dist.barrier(group=g, async_op=True).wait()  # the general path again, numbered after it
+    rec = [(e["seq"], e["op"], e["dtype"], e["count_in"], e["count_out"], e["root"], e["state"])
+           for e in dist.flight_recorder(g)]
+    dist.destroy_process_group(g)
+    return first, seen, errors, rec
+
+
+@pytest.mark.timeout(120)
+def test_a_repeated_barrier_takes_the_plain_path_and_the_lane():
+    for first, seen, errors, rec in run_ranks(_barrier_repeated, 2, timeout=100, env={"NDIST_ENGINE": "native"}):
+        assert first == ["barrier"], first
+        # the repeated call: _common.run_fields (or its C twin, which a profile of Python
+        # calls does not see), not submit; the backend's thin lane, no executor job
+        assert "_api.py:barrier" in seen and "_backend.py:_inline" in seen, sorted(seen)
+        assert not {"_common.py:submit", "_common.py:member_group", "_backend.py:_submit",
+                    "_executor.py:run_inline"} & seen, sorted(seen)
+        # device_ids is still checked (general path), and nothing was numbered for it
+        assert len(errors) == 2 and all("device_ids: expected a list of ints or None" in e for e in errors), errors
+        assert rec == [(s, "barrier", None, 0, 0, None, "completed") for s in (1, 2, 3)], rec
 
 
 @pytest.mark.timeout(120)
@@ -158,3 +211,30 @@ def test_cut_counts_are_checked_in_c():
         assert len(errors) == 3 and "counts past the end of a buffer of 24 bytes" in errors[0], errors
         assert "expected 2 counts" in errors[1] and "past the end" in errors[2], errors
         assert out == [float(q) for q in range(2) for _ in range(q + 1 + rank)], out
+
+
+def _barrier_detail(rank, size):
+    import ndist.distributed as dist
+
+    dist.barrier()  # the general path: the group's CPU lane exists from here
+    seen = _traced_api(dist.barrier)
+    msg = None
+    try:
+        if rank == 0:
+            dist.barrier()  # the repeated call, checked against rank 1's call through the store
+        else:
+            dist.all_reduce(np.ones(2))
+    except dist.DistMismatchError as err:
+        msg = str(err)
+    dist.barrier()  # the group goes on
+    return seen, msg, [(e["seq"], e["op"], e["state"]) for e in dist.flight_recorder()][-3:]
+
+
+@pytest.mark.timeout(120)
+def test_a_repeated_barrier_keeps_the_detail_check():
+    res = run_ranks(_barrier_detail, 2, timeout=100, env={"NDIST_ENGINE": "native", "NDIST_DEBUG": "DETAIL"})
+    for rank, (seen, msg, last) in enumerate(res):
+        # the plain path (run_fields, or its C twin: no Python frame of its own) calls the check
+        assert "_debug.py:check_signature" in seen and "_common.py:submit" not in seen, sorted(seen)
+        assert msg is not None and "(NDIST_DEBUG=DETAIL)" in msg and "barrier" in msg and "all_reduce" in msg, msg
+        assert [s for s, _, _ in last] == [2, 3, 4] and last[1][2] == "failed" and last[2][2] == "completed", last

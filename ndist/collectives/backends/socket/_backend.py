@@ -496,6 +496,9 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
     def barrier(self, call: Call, *, blocking: bool = False) -> Work:
         if self.size == 1:
             return _trivial("barrier", blocking)
+        nat = self._native
+        if blocking and nat is not None and self._eng is not None and self._inline(nat, nat.lane_barrier, None, None):
+            return DONE
         return self._submit("barrier", None, 0, None, lambda: self._alg.barrier(), blocking)
 
     # ------------------------------------------------------------ point to point

@@ -318,6 +318,12 @@ class NativeAlgorithms:
         else:
             g.all_to_all(outputs, inputs, code, counts[0], counts[1], inp.itemsize)
 
+    def lane_barrier(self, seq: int, _=None, __=None, ___=None, ____=None) -> None:
+        g = self.g
+        g.seq = seq
+        self.op = ("barrier", 0, 0, seq, -1, None)
+        g.barrier()
+
     def _code(self, dtype) -> int:
         code = self._codes.get(dtype)
         if code is None:
@@ -376,6 +382,19 @@ class NativeAlgorithms:
             if rank is not None:
                 self.on_stalled([rank])
 
+    def _describe(self, sig) -> str:
+        """An earlier call of this rank from its header fields (op, dtype, root, nbytes, seq, esize)."""
+        op, dtype, root, nbytes, seq, esize = sig
+        name = _OPS.get(op, f"op#{op}")
+        if not esize:
+            try:
+                esize = np.dtype(F.dtype_name(dtype)).itemsize
+            except TypeError:
+                esize = 1
+        g = self.granks
+        return F.describe(g[self.rank], F.op_code(name), dtype, nbytes // max(esize, 1), seq,
+                          g[root] if 0 <= root < len(g) else root)
+
     def _global(self, code):
         """The global rank a notice or a cause ``code`` of the C engine names, or None."""
         if not isinstance(code, int) or code < 0:
@@ -408,6 +427,9 @@ class NativeAlgorithms:
         kind, peer, cause, detail = err.args
         host, chost = hosts.get(peer, "?"), hosts.get(cause, "?")
         gr = self.granks  # the C engine names group ranks; messages and .rank name global ones
+        prior = detail[-1]  # found settling the broadcast this rank (its root) returned from before ``desc``
+        if prior is not None and kind != "mismatch":
+            desc = f"{self._describe(prior)} (its root returned; found at {desc})"
         peer = gr[peer] if isinstance(peer, int) and 0 <= peer < len(gr) else peer
         named = self._global(cause)  # (STALL_GLOBAL + r: a rank the peer waited on in another group)
         cause = cause if named is None else named
@@ -449,7 +471,9 @@ class NativeAlgorithms:
         if kind == "self_closed":
             return DistNetworkError(f"{g}: backend closed during {desc}", rank=peer, host=host)
         if kind == "mismatch":
-            op, dtype, redop, root, nbytes, seq, esize, sends, wants = detail
+            op, dtype, redop, root, nbytes, seq, esize, sends, wants, _ = detail
+            if prior is not None:  # (a broadcast's root compares whole calls: no per-peer sizes)
+                ours = self._describe(prior)
             name = _OPS.get(op, f"op#{op}")
             if not esize:
                 try:
@@ -458,6 +482,9 @@ class NativeAlgorithms:
                     esize = 1
             theirs = F.describe(peer, F.op_code(name), dtype, nbytes // max(esize, 1), seq,
                                 root if name in ("reduce", "broadcast", "gather", "scatter") else -1, redop)
+            if prior is not None:
+                return DistMismatchError(f"collective mismatch in group {group_name!r}: {ours}; {theirs} (rank "
+                                         f"{gr[self.rank]} had returned from its broadcast; found at {desc})")
             if sends >= 0:
                 return DistMismatchError(f"collective mismatch in group {group_name!r}: {desc} expects {wants} "
                                          f"bytes from rank {peer}; {theirs} sends {sends} bytes")

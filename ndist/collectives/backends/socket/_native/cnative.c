@@ -154,6 +154,13 @@ typedef struct {
     /* on_deadline(code): called with the GIL when this rank posts a first notice (the notice reaches the
      * process's other groups) */
     PyObject *on_deadline;
+    /* the eager broadcast root: pieces eager_lo..eager_hi (0: none) it posted and returned from
+     * without waiting for the receivers; their ``done`` is published once every receiver posted
+     * that piece with the same call (``settle``), so a receiver's header stays put until then */
+    uint64_t eager_lo, eager_hi;
+    uint64_t op_base;      /* g->piece before the current op: pieces up to it are an earlier op's */
+    int err_prior;         /* the failure was found settling an earlier broadcast (err_ours: its header) */
+    hdr_t err_ours;
 } Group;
 
 #define WARN_EVERY 60.0
@@ -472,8 +479,49 @@ typedef struct {
     uint64_t nbytes, pieces, esize;
 } Sig;
 
+static int check_hdr(Group *g, int q, uint64_t p, const Sig *s, int cmp_nbytes, uint64_t want_nbytes);
+
+/* The eager root's pieces up to ``upto`` (eager_lo..): wait until every receiver posted the
+ * piece (any post of it: headers go first), check its header against this rank's own (still
+ * in its slot: it is rewritten only at piece + 2, after this), then publish ``done``. A
+ * failure in a piece of an earlier op (the broadcast the caller returned from) is marked
+ * ``err_prior``: the op raising it is not the one that failed. */
+static int settle(Group *g, uint64_t upto, double deadline, PyThreadState **save)
+{
+    int me = g->rank;
+    while (g->eager_lo && g->eager_lo <= upto) {
+        uint64_t e = g->eager_lo;
+        hdr_t *mine = HDR(g, me, e);
+        Sig s = {mine->op, mine->dtype, mine->redop, mine->root, mine->nbytes, mine->pieces, mine->esize};
+        for (int q = 0; q < g->size; q++) {
+            if (q == me)
+                continue;
+            int rc = wait_ge(g, q, 0, 2 * e, deadline, save);
+            if (!rc)
+                rc = check_hdr(g, q, e, &s, 1, mine->nbytes);
+            if (rc) {
+                if (e <= g->op_base) {
+                    g->err_prior = 1;
+                    memcpy(&g->err_ours, mine, sizeof(hdr_t));
+                }
+                return rc;
+            }
+        }
+        publish(g, &CTL(g, me)->done, e);
+        g->eager_lo = e < g->eager_hi ? e + 1 : 0;
+    }
+    return E_OK;
+}
+
 static int begin_piece(Group *g, double deadline, PyThreadState **save, uint64_t *pp)
 {
+    if (g->eager_lo) {
+        /* an op's first piece settles every earlier broadcast (its mismatch or a dead receiver
+         * is raised here, by the root's next op); later pieces only what their slot reuses */
+        int rc = settle(g, g->op_first ? g->piece - 1 : g->piece, deadline, save);
+        if (rc)
+            return rc;
+    }
     uint64_t p = ++g->piece;
     if (!g->op_first)
         g->op_first = p;
@@ -624,16 +672,18 @@ static int run_broadcast(Group *g, char *buf, Py_ssize_t nbytes, int dtype, int 
         if (me == root)
             memcpy(DATA(g, me, p), buf + off, len);
         publish(g, &CTL(g, me)->post, 2 * p + 1);
-        if (me != root) {
-            if ((rc = wait_check(g, root, 2 * p + 1, p, &s, 1, (uint64_t)nbytes, dl, sv)))
-                return rc;
-            memcpy(buf + off, DATA(g, root, p), len);
-        } else {
-            /* every receiver's call: the same op? (the Python engine's tickets) */
-            for (int q = 0; q < g->size; q++)
-                if (q != me && (rc = wait_check(g, q, 2 * p + 1, p, &s, 1, (uint64_t)nbytes, dl, sv)))
-                    return rc;
+        if (me == root) {
+            /* eager: the data is in the slot, the caller's buffer is free; every receiver's
+             * call (the same op? alive?) is checked by ``settle``, at the latest at this
+             * rank's next op (the Python engine's tickets, later) */
+            if (!g->eager_lo)
+                g->eager_lo = p;
+            g->eager_hi = p;
+            continue;
         }
+        if ((rc = wait_check(g, root, 2 * p + 1, p, &s, 1, (uint64_t)nbytes, dl, sv)))
+            return rc;
+        memcpy(buf + off, DATA(g, root, p), len);
         publish(g, &CTL(g, me)->done, p);
     }
     return E_OK;
@@ -1058,14 +1108,16 @@ static PyObject *raise_err(Group *g, int rc)
     /* a mismatch in the first piece of one-piece calls on both sides: both ranks are at the
      * same piece, nothing of the op is pending: finish the piece and keep the group */
     int recoverable = rc == E_MISMATCH && g->piece == g->op_first && g->op_pieces <= 1 && g->err_theirs.pieces <= 1 &&
-                      !g->addr_piece; /* (a peer still to come would read block addresses: see below) */
+                      !g->addr_piece && !g->err_prior; /* (a peer still to come would read block addresses: see below) */
+    /* (a failure found settling an earlier broadcast breaks the group: this rank's calls since
+     * it returned from that one pair with its peers' in an order it cannot know) */
     /* a timeout waiting for a peer's final post of a one-piece op, this rank's own final
      * post out: the peer, once it comes, finds all it needs here (this rank overwrites
      * that slot only after the peer's done): give up the piece, keep the group */
     /* (not when its post holds block addresses: the late peer would read them from a buffer
      * the caller has reused) */
     if ((rc == E_TIMEOUT || rc == E_STALLED) && g->piece == g->op_first && g->op_pieces <= 1 && g->err_word == 0 &&
-        g->err_waited == 2 * g->piece + 1 && !g->addr_piece &&
+        g->err_waited == 2 * g->piece + 1 && !g->addr_piece && !g->err_prior &&
         atomic_load_explicit(&CTL(g, g->rank)->post, memory_order_relaxed) == 2 * g->piece + 1)
         recoverable = 1;
     if (recoverable) {
@@ -1093,12 +1145,20 @@ static PyObject *raise_err(Group *g, int rc)
         /* a timeout: -2 - the rank waited on (the root cause), so that a rank waiting on this one names it */
         fail_self(g, rc == E_TIMEOUT || rc == E_STALLED ? -2 - cause : rc == E_MISMATCH ? -1 : cause);
     release_addrs(g);
-    hdr_t *h = &g->err_theirs;
+    if (g->err_prior && rc != E_SELF_CLOSED && rc != E_SELF_FAILED)
+        g->broken = 1;
+    hdr_t *h = &g->err_theirs, *o = &g->err_ours;
+    /* a failure settling an earlier broadcast carries it: (op, dtype, root, nbytes, seq, esize) */
+    PyObject *ours = g->err_prior ? Py_BuildValue("(iiiKKK)", o->op, o->dtype, o->root, (unsigned long long)o->nbytes,
+                                                  (unsigned long long)o->seq, (unsigned long long)o->esize)
+                                  : (Py_INCREF(Py_None), Py_None);
+    if (!ours)
+        return NULL;
     PyObject *theirs = rc == E_MISMATCH
-        ? Py_BuildValue("(iiiiKKKLL)", h->op, h->dtype, h->redop, h->root, (unsigned long long)h->nbytes,
+        ? Py_BuildValue("(iiiiKKKLLN)", h->op, h->dtype, h->redop, h->root, (unsigned long long)h->nbytes,
                         (unsigned long long)h->seq, (unsigned long long)h->esize, (long long)g->err_sends,
-                        (long long)g->err_wants)
-        : Py_BuildValue("(iK)", g->err_word, (unsigned long long)g->err_waited);
+                        (long long)g->err_wants, ours)
+        : Py_BuildValue("(iKN)", g->err_word, (unsigned long long)g->err_waited, ours);
     if (!theirs)
         return NULL;
     PyObject *args = Py_BuildValue("(siiN)", E_NAMES[rc], g->err_peer, cause, theirs);
@@ -1190,6 +1250,8 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
 #define RUN(call)                                                                                                 \
     do {                                                                                                          \
         g->op_first = 0;                                                                                          \
+        g->op_base = g->piece;                                                                                    \
+        g->err_prior = 0;                                                                                         \
         g->err_sends = g->err_wants = -1;                                                                         \
         g->op_pieces = 1;                                                                                         \
         g->addr_piece = 0;                                                                                        \
