@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import sys
 import weakref
 from datetime import timedelta
 from typing import Any, Callable, Sequence
@@ -78,6 +79,10 @@ def _by_hash() -> dict:
 
 
 _REDUCE_BY_HASH = _by_hash()
+# The same as a tuple indexed by the hash (a kind's value, 0..9 in torch 2.13): indexing
+# a tuple costs less than a dict's get; None (PREMUL_SUM, UNUSED) and an IndexError
+# mean the long way.
+_BY_KIND = tuple(_REDUCE_BY_HASH.get(h) for h in range(max(_REDUCE_BY_HASH, default=-1) + 1))
 
 
 _TorchReduceOp = tdist.ReduceOp
@@ -99,6 +104,60 @@ def _reduce_op(op) -> Any:
             factor = factor.item()
         return nd._make_nccl_premul_sum(factor)
     raise ValueError(f"op: expected a torch.distributed.ReduceOp, got {op!r}")
+
+
+_refs = sys.getrefcount
+
+
+class _Blocking:
+    """What a blocking call reads, behind one attribute of the group.
+
+    Attribute loads from the instance of a torch ``ProcessGroup`` subclass take
+    the interpreter's generic path (its instance dict is not one CPython 3.11
+    specializes: ~270 instructions each), those from this slotted object do not.
+    ``group`` is the ndist group, ``timeout`` the default wait (seconds) of the
+    Works, ``work`` the complete Work the last blocking call returned.
+
+    ``done(outputs, op)`` is the Work of a blocking call that succeeded: ``work``
+    again, pointed at this call's outputs, when nothing else holds it (its
+    reference count: torch's public functions wait on it and drop it), else a new
+    one that takes its place; a Work someone kept is never changed. Making a
+    torch Work costs ~4.7k instructions (pybind's ``__init__``), reusing one ~0.4k.
+    """
+
+    __slots__ = ("group", "timeout", "work")
+
+    def __init__(self, group: NdistGroup, timeout: float) -> None:
+        self.group = group
+        self.timeout = timeout
+        self.work = done_work([], timeout, "")
+
+    def done(self, outputs: list, op: str) -> NdistWork:
+        w = self.work
+        if _refs(w) == _UNSHARED:  # only this object and this frame (and the call's argument)
+            w._outputs = outputs
+            w._op = op
+            w._fut = None  # a future asked of its last use holds that use's outputs
+            return w
+        return self.renew(outputs, op)
+
+    def renew(self, outputs: list, op: str) -> NdistWork:
+        """A new complete Work, reused from now on (the last one is held elsewhere)."""
+        w = self.work = done_work(outputs, self.timeout, op)
+        return w
+
+
+def _unshared_refs() -> int:
+    """``sys.getrefcount`` of ``_Blocking.work`` in ``done`` when nothing else holds the
+    Work, measured the way ``done`` reads it (interpreters count a local and an argument
+    differently)."""
+    holder = _Blocking.__new__(_Blocking)
+    holder.work = object()
+    w = holder.work
+    return _refs(w)
+
+
+_UNSHARED = _unshared_refs()
 
 
 def _one(tensors: Sequence[torch.Tensor], name: str):
@@ -173,6 +232,8 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         # init_process_group / new_group (the mpi engine's communicator creation is
         # collective), and a peer that cannot be reached fails here.
         self._nd_group.backend_for("cpu")
+        # the blocking path's state; None while coalescing (every op then runs in the background)
+        self._nd_sync: _Blocking | None = _Blocking(self._nd_group, self._nd_timeout)
         _live.add(self)
         log.info("torch process group %r: ndist %s backend, rank %d of %d", group_name, engine, rank, size)
 
@@ -227,7 +288,7 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             fn(*args)
         except DistError as exc:
             return NdistWork((), outputs, self._nd_timeout, op, error=exc)
-        return done_work(outputs, self._nd_timeout, op)
+        return self._nd_sync.done(outputs, op)
 
     def _run_each(self, op: str, outputs: list, opts: Any, fn: Callable[..., Any], calls: list[tuple]) -> NdistWork:
         """The coalesced forms: ``fn(*args, True)`` for each ``args`` of ``calls``, issued
@@ -259,24 +320,39 @@ class ProcessGroupNdist(tdist.ProcessGroup):
     #   barrier(group, async_op)
 
     # ----------------------------------------------------- reductions
+    # The blocking path of the frequent ops (torch's public functions without
+    # async_op) comes first in each method, inline: the options' asyncOp, one load of
+    # the group's state, the views, ndist's call and the group's reused Work.
     def allreduce(self, tensors, opts=None):
+        sync = self._nd_sync
+        blocking = sync is not None and opts is not None and not opts.asyncOp
         try:  # _one's first step, inline
-            t = tensors[0].numpy() if len(tensors) == 1 else _one(tensors, "tensors")
-        except (TypeError, RuntimeError):
+            (t,) = tensors
+            t = t.numpy()
+        except (ValueError, TypeError, RuntimeError):
             t = _one(tensors, "tensors")
         if opts is None:
             return self._run("allreduce", tensors, True, nd.all_reduce, t, nd.ReduceOp.SUM, self._nd_group, True)
         op = opts.reduceOp
-        ours = _REDUCE_BY_HASH.get(hash(op)) if type(op) is _TorchReduceOp else None
+        try:  # _reduce_op's first step, inline
+            ours = _BY_KIND[hash(op)] if type(op) is _TorchReduceOp else None
+        except IndexError:
+            ours = None
         if ours is None:
             ours = _reduce_op(op)
-        if opts.asyncOp or self._nd_coalesced is not None:  # DDP's buckets, async_op=True
+        if not blocking:  # DDP's buckets, async_op=True, coalescing
             return self._run("allreduce", tensors, True, nd.all_reduce, t, ours, self._nd_group, True)
-        try:  # blocking: _run's synchronous branch, inline (the most frequent call)
-            nd.all_reduce(t, ours, self._nd_group, False)
+        try:
+            nd.all_reduce(t, ours, sync.group, False)
         except DistError as exc:
-            return NdistWork((), tensors, self._nd_timeout, "allreduce", error=exc)
-        return done_work(tensors, self._nd_timeout, "allreduce")
+            return NdistWork((), tensors, sync.timeout, "allreduce", error=exc)
+        w = sync.work  # sync.done(tensors, "allreduce"), inline
+        if _refs(w) == _UNSHARED:
+            w._outputs = tensors
+            w._op = "allreduce"
+            w._fut = None
+            return w
+        return sync.renew(tensors, "allreduce")
 
     def allreduce_coalesced(self, tensors, opts=None):
         ts = _cpus(tensors, "tensors")
@@ -300,18 +376,29 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return self._run("reduce_scatter", output_tensors, a, nd.reduce_scatter, out, ins, op, self._nd_group, a)
 
     def reduce_scatter_single(self, output, input, opts=None):  # noqa: A002 - torch's names
+        sync = self._nd_sync
+        blocking = sync is not None and not opts.asyncOp
         out, inp = _two(output, input)
         op = opts.reduceOp
-        ours = _REDUCE_BY_HASH.get(hash(op)) if type(op) is _TorchReduceOp else None
+        try:  # _reduce_op's first step, inline
+            ours = _BY_KIND[hash(op)] if type(op) is _TorchReduceOp else None
+        except IndexError:
+            ours = None
         op = ours if ours is not None else _reduce_op(op)
-        if opts.asyncOp or self._nd_coalesced is not None:
+        if not blocking:
             return self._run("reduce_scatter_single", [output], True, nd.reduce_scatter_tensor, out, inp, op,
                              self._nd_group, True)
-        try:  # blocking: _run's synchronous branch, inline
-            nd.reduce_scatter_tensor(out, inp, op, self._nd_group, False)
+        try:
+            nd.reduce_scatter_tensor(out, inp, op, sync.group, False)
         except DistError as exc:
-            return NdistWork((), [output], self._nd_timeout, "reduce_scatter_single", error=exc)
-        return done_work([output], self._nd_timeout, "reduce_scatter_single")
+            return NdistWork((), [output], sync.timeout, "reduce_scatter_single", error=exc)
+        w = sync.work  # sync.done([output], "reduce_scatter_single"), inline
+        if _refs(w) == _UNSHARED:
+            w._outputs = [output]
+            w._op = "reduce_scatter_single"
+            w._fut = None
+            return w
+        return sync.renew([output], "reduce_scatter_single")
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -328,12 +415,14 @@ class ProcessGroupNdist(tdist.ProcessGroup):
 
     # -------------------------------------------------- data movement
     def broadcast(self, tensors, opts=None):
+        sync = self._nd_sync
+        a = sync is None or opts is None or opts.asyncOp
         try:  # _one's first step, inline
-            t = tensors[0].numpy() if len(tensors) == 1 else _one(tensors, "tensors")
-        except (TypeError, RuntimeError):
+            (t,) = tensors
+            t = t.numpy()
+        except (ValueError, TypeError, RuntimeError):
             t = _one(tensors, "tensors")
         root = opts.rootRank if opts is not None else 0
-        a = self._async(opts)
         ranks = self._nd_ranks
         if type(root) is int and 0 <= root < len(ranks):
             # the root as a global rank: ndist's short path for a repeated call takes that form
@@ -342,11 +431,17 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             src, group_src = None, root  # ndist names the bad value
         if a:
             return self._run("broadcast", tensors, True, nd.broadcast, t, src, self._nd_group, True, group_src)
-        try:  # blocking: _run's synchronous branch, inline
-            nd.broadcast(t, src, self._nd_group, False, group_src)
+        try:
+            nd.broadcast(t, src, sync.group, False, group_src)
         except DistError as exc:
-            return NdistWork((), tensors, self._nd_timeout, "broadcast", error=exc)
-        return done_work(tensors, self._nd_timeout, "broadcast")
+            return NdistWork((), tensors, sync.timeout, "broadcast", error=exc)
+        w = sync.work  # sync.done(tensors, "broadcast"), inline
+        if _refs(w) == _UNSHARED:
+            w._outputs = tensors
+            w._op = "broadcast"
+            w._fut = None
+            return w
+        return sync.renew(tensors, "broadcast")
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         inp = _one(input_tensors, "input_tensors")
@@ -357,15 +452,23 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return self._run("allgather", output_tensors, a, nd.all_gather, outs, inp, self._nd_group, a)
 
     def all_gather_single(self, output, input, opts=None):  # noqa: A002
+        sync = self._nd_sync
+        blocking = sync is not None and opts is not None and not opts.asyncOp
         out, inp = _two(output, input)
-        if opts is None or opts.asyncOp or self._nd_coalesced is not None:
+        if not blocking:
             return self._run("all_gather_single", [output], True, nd.all_gather_into_tensor, out, inp,
                              self._nd_group, True)
-        try:  # blocking: _run's synchronous branch, inline
-            nd.all_gather_into_tensor(out, inp, self._nd_group, False)
+        try:
+            nd.all_gather_into_tensor(out, inp, sync.group, False)
         except DistError as exc:
-            return NdistWork((), [output], self._nd_timeout, "all_gather_single", error=exc)
-        return done_work([output], self._nd_timeout, "all_gather_single")
+            return NdistWork((), [output], sync.timeout, "all_gather_single", error=exc)
+        w = sync.work  # sync.done([output], "all_gather_single"), inline
+        if _refs(w) == _UNSHARED:
+            w._outputs = [output]
+            w._op = "all_gather_single"
+            w._fut = None
+            return w
+        return sync.renew([output], "all_gather_single")
 
     _allgather_base = all_gather_single
 
@@ -420,17 +523,26 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return self._run("alltoall", output_tensors, a, nd.all_to_all, outs, ins, self._nd_group, a)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
+        sync = self._nd_sync
+        blocking = sync is not None and opts is not None and not opts.asyncOp
         out, inp = _two(output, input)
-        osz = list(output_split_sizes) or None
-        isz = list(input_split_sizes) or None
-        if opts is None or opts.asyncOp or self._nd_coalesced is not None:
+        # torch hands each call new lists (empty: even splits); ndist copies what it keeps
+        osz = output_split_sizes or None
+        isz = input_split_sizes or None
+        if not blocking:
             return self._run("all_to_all_single", [output], True, nd.all_to_all_single, out, inp, osz, isz,
                              self._nd_group, True)
-        try:  # blocking: _run's synchronous branch, inline
-            nd.all_to_all_single(out, inp, osz, isz, self._nd_group, False)
+        try:
+            nd.all_to_all_single(out, inp, osz, isz, sync.group, False)
         except DistError as exc:
-            return NdistWork((), [output], self._nd_timeout, "all_to_all_single", error=exc)
-        return done_work([output], self._nd_timeout, "all_to_all_single")
+            return NdistWork((), [output], sync.timeout, "all_to_all_single", error=exc)
+        w = sync.work  # sync.done([output], "all_to_all_single"), inline
+        if _refs(w) == _UNSHARED:
+            w._outputs = [output]
+            w._op = "all_to_all_single"
+            w._fut = None
+            return w
+        return sync.renew([output], "all_to_all_single")
 
     alltoall_base = all_to_all_single
 
@@ -464,9 +576,11 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         if self._nd_coalesced is not None:
             raise ValueError("start_coalescing: this process group is already coalescing")
         self._nd_coalesced = []
+        self._nd_sync = None
 
     def end_coalescing(self, device) -> NdistWork:
         works, self._nd_coalesced = self._nd_coalesced or [], None
+        self._nd_sync = _Blocking(self._nd_group, self._nd_timeout)
         return NdistWork(works, [], self._nd_timeout, "coalesced")
 
     _start_coalescing = start_coalescing

@@ -119,3 +119,69 @@ def test_tensors_numpy_cannot_view_are_refused_by_name_or_converted(tmp_path):
         assert "tensors[0]: expected a CPU tensor" in errors[0] and "meta" in errors[0], errors
         assert "tensors[0]: expected a dense (strided) tensor" in errors[1], errors
         assert t == [2.0] * 3 and b == [2.0] * 3
+
+
+def _reused_work(rank, n):
+    import weakref
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import AllreduceOptions
+
+    pg = dist.distributed_c10d._get_default_group()
+    opts = AllreduceOptions()
+    opts.asyncOp = False  # the blocking form torch's public functions use
+    a, b, c = torch.ones(4), torch.ones(4) * 2, torch.ones(4) * 3
+    out = {}
+
+    # torch's public functions wait on the Work and drop it: the next blocking call,
+    # of any op, returns the same object (no new torch Work per call)
+    dist.all_reduce(a)
+    first = weakref.ref(pg._nd_sync.work)
+    o = torch.empty(4 * n)
+    dist.all_reduce(a)
+    dist.broadcast(a, 0)
+    dist.all_gather_into_tensor(o, a)
+    dist.reduce_scatter_tensor(a, o)
+    dist.all_to_all_single(o, o.clone())
+    dist.all_to_all_single(o, o.clone(), [4] * n, [4] * n)
+    dist.barrier()  # the ops without an inline path too
+    out["through_torch"] = first() is pg._nd_sync.work
+
+    # a Work someone keeps is never changed: the next call makes a new one
+    kept = pg.allreduce([a], opts)
+    again = pg.allreduce([b], opts)
+    out["kept"] = (again is not kept, kept.result()[0] is a, kept.get_future().wait()[0] is a,
+                   again.result()[0] is b, repr(kept), repr(again))
+
+    # a dropped Work is reused; its future (asked, then the Work dropped) keeps its outputs
+    fut_b = again.get_future()
+    ref = weakref.ref(again)
+    del again, kept
+    w = pg.allreduce([c], opts)
+    out["reused"] = (ref() is w, w.result()[0] is c, w.get_future().wait()[0] is c, fut_b.wait()[0] is b,
+                     w.is_completed(), w.is_success(), w.exception(), w.wait())
+    del w, ref
+
+    # while coalescing, a blocking call joins the coalesced Work; afterwards blocking
+    # calls reuse one Work again
+    d = torch.ones(4) * 3
+    pg.start_coalescing(torch.device("cpu"))
+    inside = pg.allreduce([d], opts)
+    coalesced = pg.end_coalescing(torch.device("cpu"))
+    out["coalescing"] = (inside is not pg._nd_sync.work, coalesced.wait(), d.tolist())
+    first = weakref.ref(pg.allreduce([a], opts))
+    second = pg.allreduce([a], opts)
+    out["after_coalescing"] = first() is second
+    return out
+
+
+def test_blocking_calls_reuse_one_work_that_nobody_else_holds(tmp_path):
+    for out in run_torch(_reused_work, 2, "ndist", tmp_path):
+        assert out["through_torch"] is True, out
+        *same, r_kept, r_again = out["kept"]
+        assert same == [True] * 4, out
+        assert r_kept == "<NdistWork allreduce ok>" and r_again == "<NdistWork allreduce ok>", out
+        assert out["reused"] == (True, True, True, True, True, True, None, True), out
+        assert out["coalescing"] == (True, True, [6.0] * 4), out
+        assert out["after_coalescing"] is True, out
