@@ -15,7 +15,8 @@ otherwise (``async_op=True``, DDP's reducer, functional collectives) ndist
 runs it in the background and the Work completes with it.
 
 Per call this layer does little beyond torch's own Python: one ``numpy()``
-per tensor, the reduce op by its hash, a Work (see ``_work``); no closure,
+per tensor, the reduce op by its hash, and on a blocking call the group's
+complete Work, reused when nothing else holds it (``_work.Blocking``); no closure,
 lock or future on a blocking call.
 """
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import sys
 import weakref
 from datetime import timedelta
 from typing import Any, Callable, Sequence
@@ -35,7 +35,7 @@ from .. import distributed as nd
 from ..runtime import DistError
 from ..runtime import ProcessGroup as NdistGroup
 from ..collectives._convert import as_array
-from ._work import NdistWork, done_work
+from ._work import UNSHARED as _UNSHARED, Blocking as _Blocking, NdistWork, refs as _refs
 
 __all__ = ["ProcessGroupNdist", "BACKEND_NAME"]
 
@@ -104,60 +104,6 @@ def _reduce_op(op) -> Any:
             factor = factor.item()
         return nd._make_nccl_premul_sum(factor)
     raise ValueError(f"op: expected a torch.distributed.ReduceOp, got {op!r}")
-
-
-_refs = sys.getrefcount
-
-
-class _Blocking:
-    """What a blocking call reads, behind one attribute of the group.
-
-    Attribute loads from the instance of a torch ``ProcessGroup`` subclass take
-    the interpreter's generic path (its instance dict is not one CPython 3.11
-    specializes: ~270 instructions each), those from this slotted object do not.
-    ``group`` is the ndist group, ``timeout`` the default wait (seconds) of the
-    Works, ``work`` the complete Work the last blocking call returned.
-
-    ``done(outputs, op)`` is the Work of a blocking call that succeeded: ``work``
-    again, pointed at this call's outputs, when nothing else holds it (its
-    reference count: torch's public functions wait on it and drop it), else a new
-    one that takes its place; a Work someone kept is never changed. Making a
-    torch Work costs ~4.7k instructions (pybind's ``__init__``), reusing one ~0.4k.
-    """
-
-    __slots__ = ("group", "timeout", "work")
-
-    def __init__(self, group: NdistGroup, timeout: float) -> None:
-        self.group = group
-        self.timeout = timeout
-        self.work = done_work([], timeout, "")
-
-    def done(self, outputs: list, op: str) -> NdistWork:
-        w = self.work
-        if _refs(w) == _UNSHARED:  # only this object and this frame (and the call's argument)
-            w._outputs = outputs
-            w._op = op
-            w._fut = None  # a future asked of its last use holds that use's outputs
-            return w
-        return self.renew(outputs, op)
-
-    def renew(self, outputs: list, op: str) -> NdistWork:
-        """A new complete Work, reused from now on (the last one is held elsewhere)."""
-        w = self.work = done_work(outputs, self.timeout, op)
-        return w
-
-
-def _unshared_refs() -> int:
-    """``sys.getrefcount`` of ``_Blocking.work`` in ``done`` when nothing else holds the
-    Work, measured the way ``done`` reads it (interpreters count a local and an argument
-    differently)."""
-    holder = _Blocking.__new__(_Blocking)
-    holder.work = object()
-    w = holder.work
-    return _refs(w)
-
-
-_UNSHARED = _unshared_refs()
 
 
 def _one(tensors: Sequence[torch.Tensor], name: str):

@@ -185,3 +185,31 @@ def test_blocking_calls_reuse_one_work_that_nobody_else_holds(tmp_path):
         assert out["reused"] == (True, True, True, True, True, True, None, True), out
         assert out["coalescing"] == (True, True, [6.0] * 4), out
         assert out["after_coalescing"] is True, out
+
+
+def _storage_after_a_call(rank, n):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    try:  # Tensor.numpy() marked the storage not resizable (docs/torch.md)
+        t.resize_(16)
+        grown = "resized"
+    except RuntimeError as err:
+        grown = str(err)
+    t.resize_(4)  # within the storage: every call views the tensor as it is now
+    t.fill_(1.0)
+    dist.all_reduce(t)
+    shrunk = t.tolist()
+    t.set_(torch.full((6,), 2.0))  # another storage
+    dist.all_reduce(t)
+    fresh = torch.ones(8)
+    fresh.resize_(16)  # a tensor no op has seen stays resizable
+    return grown, shrunk, t.tolist(), tuple(fresh.shape)
+
+
+def test_a_tensor_an_op_has_seen_keeps_its_storage_size(tmp_path):
+    for grown, shrunk, set_, fresh in run_torch(_storage_after_a_call, 2, "ndist", tmp_path):
+        assert "not resizable" in grown, grown
+        assert shrunk == [2.0] * 4 and set_ == [4.0] * 6 and fresh == (16,)
