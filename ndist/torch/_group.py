@@ -16,14 +16,16 @@ runs it in the background and the Work completes with it.
 
 Per call this layer does little beyond torch's own Python: one ``numpy()``
 per tensor, the reduce op by its hash, and on a blocking call the group's
-complete Work, reused when nothing else holds it (``_work.Blocking``); no closure,
+complete Work, or none for torch's own public function (``_WAITS``); no closure,
 lock or future on a blocking call.
 """
 
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
+import sys
 import weakref
 from datetime import timedelta
 from typing import Any, Callable, Sequence
@@ -35,7 +37,7 @@ from .. import distributed as nd
 from ..runtime import DistError
 from ..runtime import ProcessGroup as NdistGroup
 from ..collectives._convert import as_array
-from ._work import UNSHARED as _UNSHARED, Blocking as _Blocking, NdistWork, refs as _refs
+from ._work import NdistWork, done_work
 
 __all__ = ["ProcessGroupNdist", "BACKEND_NAME"]
 
@@ -104,6 +106,56 @@ def _reduce_op(op) -> Any:
             factor = factor.item()
         return nd._make_nccl_premul_sum(factor)
     raise ValueError(f"op: expected a torch.distributed.ReduceOp, got {op!r}")
+
+
+class _Blocking:
+    """What a blocking call reads, behind one attribute of the group: attribute loads
+    from the instance of a torch ``ProcessGroup`` subclass take the interpreter's
+    generic path (its instance dict is not one CPython 3.11 specializes: ~270
+    instructions each), those from this slotted object do not. ``group`` is the
+    ndist group, ``timeout`` the default wait (seconds) of its Works."""
+
+    __slots__ = ("group", "timeout")
+
+    def __init__(self, group: NdistGroup, timeout: float) -> None:
+        self.group = group
+        self.timeout = timeout
+
+
+def _waits() -> dict:
+    """The code of the torch public function that calls each method with ``asyncOp``
+    False only to ``wait()`` on the Work it gets and drop it, by method name.
+
+    torch 2.13's ``all_reduce``, ``broadcast``, ``all_gather_single`` (which
+    ``all_gather_into_tensor`` calls), ``reduce_scatter_single`` (and
+    ``reduce_scatter_tensor``) and ``all_to_all_single`` end in ``if async_op: return
+    work / elif work is not None: work.wait()`` ("backends that don't sync at CPP
+    level"): a backend that already finished may return None. To that caller, and
+    only to it (the calling frame's code object), a blocking call returns None: no
+    torch Work made (pybind's ``__init__``, ~4.7k instructions with ours) and no
+    ``wait()`` call. Every other caller (``pg.allreduce(...)`` called directly, C++)
+    gets a complete Work with its outputs. A function not found as expected (another
+    torch) is left out, and its calls get a Work."""
+    c10d = tdist.distributed_c10d
+    found = {}
+    for fn_name, method in (("all_reduce", "allreduce"), ("broadcast", "broadcast"),
+                            ("all_gather_single", "all_gather_single"),
+                            ("reduce_scatter_single", "reduce_scatter_single"),
+                            ("all_to_all_single", "all_to_all_single")):
+        code = getattr(inspect.unwrap(getattr(c10d, fn_name, None)), "__code__", None)
+        if code is not None and method in code.co_names and "wait" in code.co_names:
+            found[method] = code
+    return found
+
+
+_WAITS = _waits()
+# one global per method: None matches no frame's code
+_WAITS_ALLREDUCE = _WAITS.get("allreduce")
+_WAITS_BROADCAST = _WAITS.get("broadcast")
+_WAITS_ALL_GATHER = _WAITS.get("all_gather_single")
+_WAITS_REDUCE_SCATTER = _WAITS.get("reduce_scatter_single")
+_WAITS_ALL_TO_ALL = _WAITS.get("all_to_all_single")
+_caller = sys._getframe
 
 
 def _one(tensors: Sequence[torch.Tensor], name: str):
@@ -234,7 +286,7 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             fn(*args)
         except DistError as exc:
             return NdistWork((), outputs, self._nd_timeout, op, error=exc)
-        return self._nd_sync.done(outputs, op)
+        return done_work(outputs, self._nd_timeout, op)
 
     def _run_each(self, op: str, outputs: list, opts: Any, fn: Callable[..., Any], calls: list[tuple]) -> NdistWork:
         """The coalesced forms: ``fn(*args, True)`` for each ``args`` of ``calls``, issued
@@ -292,13 +344,9 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.all_reduce(t, ours, sync.group, False)
         except DistError as exc:
             return NdistWork((), tensors, sync.timeout, "allreduce", error=exc)
-        w = sync.work  # sync.done(tensors, "allreduce"), inline
-        if _refs(w) == _UNSHARED:
-            w._outputs = tensors
-            w._op = "allreduce"
-            w._fut = None
-            return w
-        return sync.renew(tensors, "allreduce")
+        if _caller(1).f_code is _WAITS_ALLREDUCE:
+            return None  # torch's public function: it only waits on a Work it gets (_WAITS)
+        return done_work(tensors, sync.timeout, "allreduce")
 
     def allreduce_coalesced(self, tensors, opts=None):
         ts = _cpus(tensors, "tensors")
@@ -338,13 +386,9 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.reduce_scatter_tensor(out, inp, op, sync.group, False)
         except DistError as exc:
             return NdistWork((), [output], sync.timeout, "reduce_scatter_single", error=exc)
-        w = sync.work  # sync.done([output], "reduce_scatter_single"), inline
-        if _refs(w) == _UNSHARED:
-            w._outputs = [output]
-            w._op = "reduce_scatter_single"
-            w._fut = None
-            return w
-        return sync.renew([output], "reduce_scatter_single")
+        if _caller(1).f_code is _WAITS_REDUCE_SCATTER:
+            return None  # torch's public function: it only waits on a Work it gets (_WAITS)
+        return done_work([output], sync.timeout, "reduce_scatter_single")
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -381,13 +425,9 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.broadcast(t, src, sync.group, False, group_src)
         except DistError as exc:
             return NdistWork((), tensors, sync.timeout, "broadcast", error=exc)
-        w = sync.work  # sync.done(tensors, "broadcast"), inline
-        if _refs(w) == _UNSHARED:
-            w._outputs = tensors
-            w._op = "broadcast"
-            w._fut = None
-            return w
-        return sync.renew(tensors, "broadcast")
+        if _caller(1).f_code is _WAITS_BROADCAST:
+            return None  # torch's public function: it only waits on a Work it gets (_WAITS)
+        return done_work(tensors, sync.timeout, "broadcast")
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         inp = _one(input_tensors, "input_tensors")
@@ -408,13 +448,9 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.all_gather_into_tensor(out, inp, sync.group, False)
         except DistError as exc:
             return NdistWork((), [output], sync.timeout, "all_gather_single", error=exc)
-        w = sync.work  # sync.done([output], "all_gather_single"), inline
-        if _refs(w) == _UNSHARED:
-            w._outputs = [output]
-            w._op = "all_gather_single"
-            w._fut = None
-            return w
-        return sync.renew([output], "all_gather_single")
+        if _caller(1).f_code is _WAITS_ALL_GATHER:
+            return None  # torch's public function: it only waits on a Work it gets (_WAITS)
+        return done_work([output], sync.timeout, "all_gather_single")
 
     _allgather_base = all_gather_single
 
@@ -482,13 +518,9 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.all_to_all_single(out, inp, osz, isz, sync.group, False)
         except DistError as exc:
             return NdistWork((), [output], sync.timeout, "all_to_all_single", error=exc)
-        w = sync.work  # sync.done([output], "all_to_all_single"), inline
-        if _refs(w) == _UNSHARED:
-            w._outputs = [output]
-            w._op = "all_to_all_single"
-            w._fut = None
-            return w
-        return sync.renew([output], "all_to_all_single")
+        if _caller(1).f_code is _WAITS_ALL_TO_ALL:
+            return None  # torch's public function: it only waits on a Work it gets (_WAITS)
+        return done_work([output], sync.timeout, "all_to_all_single")
 
     alltoall_base = all_to_all_single
 

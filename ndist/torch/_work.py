@@ -14,7 +14,6 @@ arguments stay ``ValueError`` / ``TypeError``.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -25,7 +24,7 @@ import torch.distributed as tdist
 
 from ..runtime import DistError, DistNetworkError, DistStoreError
 
-__all__ = ["NdistWork", "Blocking", "UNSHARED", "as_torch_error", "done_work", "refs"]
+__all__ = ["NdistWork", "as_torch_error", "done_work"]
 
 
 def as_torch_error(exc: BaseException) -> BaseException:
@@ -98,9 +97,7 @@ class NdistWork(tdist.Work):
     # Work complete when made (the most frequent: one per blocking call) is the class
     # default, so ``done_work`` sets four slots; a pending or failed Work sets the
     # rest (in __dict__, kept so that torch code can still set attributes on a Work).
-    # ``_fut`` is a slot so that a group reusing a complete Work (``_group._Blocking``)
-    # clears it with one store.
-    __slots__ = ("_outputs", "_timeout", "_op", "_fut", "__dict__")
+    __slots__ = ("_outputs", "_timeout", "_op", "_fut", "__dict__")  # _fut: read by get_future
     _works: Sequence[Any] = ()
     _error: BaseException | None = None
     _done = True
@@ -278,56 +275,3 @@ def done_work(outputs: list, default_timeout: float, op: str) -> NdistWork:
     work._fut = None
     return work
 
-
-refs = sys.getrefcount
-
-
-class Blocking:
-    """What a blocking call reads, behind one attribute of the group.
-
-    Attribute loads from the instance of a torch ``ProcessGroup`` subclass take
-    the interpreter's generic path (its instance dict is not one CPython 3.11
-    specializes: ~270 instructions each), those from this slotted object do not.
-    ``group`` is the ndist group, ``timeout`` the default wait (seconds) of the
-    Works, ``work`` the complete Work the last blocking call returned.
-
-    ``done(outputs, op)`` is the Work of a blocking call that succeeded: ``work``
-    again, pointed at this call's outputs, when nothing else holds it (its
-    reference count: torch's public functions wait on it and drop it), else a new
-    one that takes its place; a Work someone kept is never changed. Making a
-    torch Work costs ~4.7k instructions (pybind's ``__init__``), reusing one ~0.4k.
-    """
-
-    __slots__ = ("group", "timeout", "work")
-
-    def __init__(self, group: Any, timeout: float) -> None:
-        self.group = group
-        self.timeout = timeout
-        self.work = done_work([], timeout, "")
-
-    def done(self, outputs: list, op: str) -> NdistWork:
-        w = self.work
-        if refs(w) == UNSHARED:  # only this object and this frame (and the call's argument)
-            w._outputs = outputs
-            w._op = op
-            w._fut = None  # a future asked of its last use holds that use's outputs
-            return w
-        return self.renew(outputs, op)
-
-    def renew(self, outputs: list, op: str) -> NdistWork:
-        """A new complete Work, reused from now on (the last one is held elsewhere)."""
-        w = self.work = done_work(outputs, self.timeout, op)
-        return w
-
-
-def _unshared_refs() -> int:
-    """``sys.getrefcount`` of ``Blocking.work`` in ``done`` when nothing else holds the
-    Work, measured the way ``done`` reads it (interpreters count a local and an argument
-    differently)."""
-    holder = Blocking.__new__(Blocking)
-    holder.work = object()
-    w = holder.work
-    return refs(w)
-
-
-UNSHARED = _unshared_refs()

@@ -53,8 +53,10 @@ def test_a_blocking_call_views_tensors_with_numpy_and_makes_no_future_or_lock(tm
         assert "Tensor.numpy" in calls, (op, calls)
         # ndist's general conversion (detach, module checks) is not on this path
         assert "_from_torch" not in calls and "as_array" not in calls, (op, calls)
-        # the Work is complete when made: no lock, no future, no callback
+        # no Work for torch's public function (it would only wait on it): no lock,
+        # no future, no callback, no wait
         assert "allocate_lock" not in calls and "get_future" not in calls, (op, calls)
+        assert "done_work" not in calls and "wait" not in calls, (op, calls)
         assert "add_done_callback" not in calls and "_one_done" not in calls, (op, calls)
     # the root reaches ndist as a global rank, the form of its short path for a repeated call
     assert "root_rank" not in seen["broadcast"], seen["broadcast"]
@@ -121,7 +123,7 @@ def test_tensors_numpy_cannot_view_are_refused_by_name_or_converted(tmp_path):
         assert t == [2.0] * 3 and b == [2.0] * 3
 
 
-def _reused_work(rank, n):
+def _blocking_works(rank, n):
     import weakref
 
     import torch
@@ -129,62 +131,48 @@ def _reused_work(rank, n):
     from torch.distributed.distributed_c10d import AllreduceOptions
 
     pg = dist.distributed_c10d._get_default_group()
-    opts = AllreduceOptions()
-    opts.asyncOp = False  # the blocking form torch's public functions use
-    a, b, c = torch.ones(4), torch.ones(4) * 2, torch.ones(4) * 3
     out = {}
 
-    # torch's public functions wait on the Work and drop it: the next blocking call,
-    # of any op, returns the same object (no new torch Work per call)
-    dist.all_reduce(a)
-    first = weakref.ref(pg._nd_sync.work)
-    o = torch.empty(4 * n)
-    dist.all_reduce(a)
-    dist.broadcast(a, 0)
-    dist.all_gather_into_tensor(o, a)
-    dist.reduce_scatter_tensor(a, o)
+    # torch's public functions get no Work from a blocking call (they would only wait on
+    # it; test_a_blocking_call_views_tensors_with_numpy_and_makes_no_future_or_lock sees
+    # that none is made or waited on), and nothing keeps their tensors afterwards
+    big, o = torch.ones(1 << 16), torch.empty(4 * n)
+    freed = weakref.ref(big)
+    dist.all_reduce(big)
+    dist.broadcast(big, 0)
+    dist.all_gather_into_tensor(o, big[:4])
+    dist.reduce_scatter_tensor(big[:4], o)
     dist.all_to_all_single(o, o.clone())
     dist.all_to_all_single(o, o.clone(), [4] * n, [4] * n)
-    dist.barrier()  # the ops without an inline path too
-    out["through_torch"] = first() is pg._nd_sync.work
+    del big
+    out["freed"] = freed() is None
 
-    # a Work someone keeps is never changed: the next call makes a new one
+    # a direct call gets a complete Work with its outputs, a new one each time
+    opts = AllreduceOptions()
+    opts.asyncOp = False
+    a, b = torch.ones(4), torch.ones(4) * 2
     kept = pg.allreduce([a], opts)
     again = pg.allreduce([b], opts)
-    out["kept"] = (again is not kept, kept.result()[0] is a, kept.get_future().wait()[0] is a,
-                   again.result()[0] is b, repr(kept), repr(again))
+    out["direct"] = (again is not kept, kept.result()[0] is a, kept.get_future().wait()[0] is a,
+                     again.result()[0] is b, again.is_completed(), again.wait(), repr(kept))
 
-    # a dropped Work is reused; its future (asked, then the Work dropped) keeps its outputs
-    fut_b = again.get_future()
-    ref = weakref.ref(again)
-    del again, kept
-    w = pg.allreduce([c], opts)
-    out["reused"] = (ref() is w, w.result()[0] is c, w.get_future().wait()[0] is c, fut_b.wait()[0] is b,
-                     w.is_completed(), w.is_success(), w.exception(), w.wait())
-    del w, ref
-
-    # while coalescing, a blocking call joins the coalesced Work; afterwards blocking
-    # calls reuse one Work again
+    # while coalescing, a blocking call joins the coalesced Work
     d = torch.ones(4) * 3
     pg.start_coalescing(torch.device("cpu"))
     inside = pg.allreduce([d], opts)
     coalesced = pg.end_coalescing(torch.device("cpu"))
-    out["coalescing"] = (inside is not pg._nd_sync.work, coalesced.wait(), d.tolist())
-    first = weakref.ref(pg.allreduce([a], opts))
-    second = pg.allreduce([a], opts)
-    out["after_coalescing"] = first() is second
+    out["coalescing"] = (inside._works[0] in coalesced._works, coalesced.wait(), d.tolist())
+    dist.all_reduce(d)  # and afterwards blocking calls are blocking again
+    out["after_coalescing"] = d.tolist()
     return out
 
 
-def test_blocking_calls_reuse_one_work_that_nobody_else_holds(tmp_path):
-    for out in run_torch(_reused_work, 2, "ndist", tmp_path):
-        assert out["through_torch"] is True, out
-        *same, r_kept, r_again = out["kept"]
-        assert same == [True] * 4, out
-        assert r_kept == "<NdistWork allreduce ok>" and r_again == "<NdistWork allreduce ok>", out
-        assert out["reused"] == (True, True, True, True, True, True, None, True), out
+def test_torchs_public_functions_get_no_work_from_a_blocking_call(tmp_path):
+    for out in run_torch(_blocking_works, 2, "ndist", tmp_path):
+        assert out["freed"] is True, out
+        assert out["direct"] == (True, True, True, True, True, True, "<NdistWork allreduce ok>"), out
         assert out["coalescing"] == (True, True, [6.0] * 4), out
-        assert out["after_coalescing"] is True, out
+        assert out["after_coalescing"] == [12.0] * 4, out
 
 
 def _storage_after_a_call(rank, n):
