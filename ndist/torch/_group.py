@@ -113,13 +113,16 @@ class _Blocking:
     from the instance of a torch ``ProcessGroup`` subclass take the interpreter's
     generic path (its instance dict is not one CPython 3.11 specializes: ~270
     instructions each), those from this slotted object do not. ``group`` is the
-    ndist group, ``timeout`` the default wait (seconds) of its Works."""
+    ndist group, ``timeout`` the default wait (seconds) of its Works, ``direct``
+    whether torch's public functions were seen calling the group's methods
+    themselves (``_called_by``)."""
 
-    __slots__ = ("group", "timeout")
+    __slots__ = ("group", "timeout", "direct")
 
     def __init__(self, group: NdistGroup, timeout: float) -> None:
         self.group = group
         self.timeout = timeout
+        self.direct = False
 
 
 def _waits() -> dict:
@@ -156,6 +159,18 @@ _WAITS_ALL_GATHER = _WAITS.get("all_gather_single")
 _WAITS_REDUCE_SCATTER = _WAITS.get("reduce_scatter_single")
 _WAITS_ALL_TO_ALL = _WAITS.get("all_to_all_single")
 _caller = sys._getframe
+
+
+def _called_by(sync: _Blocking, pg: Any, frame: Any) -> bool:
+    """Whether the torch public function running in ``frame`` called ``pg``'s method
+    itself (its ``group`` is ``pg``), not a torch group of its own that reached ``pg``
+    through C++ (no Python frame between), to which None would be a null Work. torch
+    2.13 uses a Python ProcessGroup as the group itself; asked until it holds once per
+    group, then remembered in ``sync.direct`` (reading a frame's locals costs more)."""
+    if frame.f_locals.get("group") is pg:
+        sync.direct = True
+        return True
+    return False
 
 
 def _one(tensors: Sequence[torch.Tensor], name: str):
@@ -344,7 +359,8 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.all_reduce(t, ours, sync.group, False)
         except DistError as exc:
             return NdistWork((), tensors, sync.timeout, "allreduce", error=exc)
-        if _caller(1).f_code is _WAITS_ALLREDUCE:
+        caller = _caller(1)
+        if caller.f_code is _WAITS_ALLREDUCE and (sync.direct or _called_by(sync, self, caller)):
             return None  # torch's public function: it only waits on a Work it gets (_WAITS)
         return done_work(tensors, sync.timeout, "allreduce")
 
@@ -386,7 +402,8 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.reduce_scatter_tensor(out, inp, op, sync.group, False)
         except DistError as exc:
             return NdistWork((), [output], sync.timeout, "reduce_scatter_single", error=exc)
-        if _caller(1).f_code is _WAITS_REDUCE_SCATTER:
+        caller = _caller(1)
+        if caller.f_code is _WAITS_REDUCE_SCATTER and (sync.direct or _called_by(sync, self, caller)):
             return None  # torch's public function: it only waits on a Work it gets (_WAITS)
         return done_work([output], sync.timeout, "reduce_scatter_single")
 
@@ -425,7 +442,8 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.broadcast(t, src, sync.group, False, group_src)
         except DistError as exc:
             return NdistWork((), tensors, sync.timeout, "broadcast", error=exc)
-        if _caller(1).f_code is _WAITS_BROADCAST:
+        caller = _caller(1)
+        if caller.f_code is _WAITS_BROADCAST and (sync.direct or _called_by(sync, self, caller)):
             return None  # torch's public function: it only waits on a Work it gets (_WAITS)
         return done_work(tensors, sync.timeout, "broadcast")
 
@@ -448,7 +466,8 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.all_gather_into_tensor(out, inp, sync.group, False)
         except DistError as exc:
             return NdistWork((), [output], sync.timeout, "all_gather_single", error=exc)
-        if _caller(1).f_code is _WAITS_ALL_GATHER:
+        caller = _caller(1)
+        if caller.f_code is _WAITS_ALL_GATHER and (sync.direct or _called_by(sync, self, caller)):
             return None  # torch's public function: it only waits on a Work it gets (_WAITS)
         return done_work([output], sync.timeout, "all_gather_single")
 
@@ -518,7 +537,8 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             nd.all_to_all_single(out, inp, osz, isz, sync.group, False)
         except DistError as exc:
             return NdistWork((), [output], sync.timeout, "all_to_all_single", error=exc)
-        if _caller(1).f_code is _WAITS_ALL_TO_ALL:
+        caller = _caller(1)
+        if caller.f_code is _WAITS_ALL_TO_ALL and (sync.direct or _called_by(sync, self, caller)):
             return None  # torch's public function: it only waits on a Work it gets (_WAITS)
         return done_work([output], sync.timeout, "all_to_all_single")
 

@@ -133,6 +133,31 @@ def _blocking_works(rank, n):
     pg = dist.distributed_c10d._get_default_group()
     out = {}
 
+    # a group that reaches this one's method with no Python frame between (as a torch
+    # group of its own would, through C++) gets a Work, not None (a null Work in C++)
+    import functools
+    import sys
+
+    class Through:
+        pass
+
+    through = Through()
+    through.allreduce = functools.partial(pg.allreduce)
+    returned = []
+
+    def prof(frame, event, arg):
+        if event == "return" and frame.f_code.co_name == "allreduce" and "ndist" in frame.f_code.co_filename:
+            returned.append(type(arg).__name__)
+
+    c = torch.ones(4)
+    sys.setprofile(prof)
+    try:
+        dist.all_reduce(c, group=through)
+        dist.all_reduce(c)
+    finally:
+        sys.setprofile(None)
+    out["through"] = (returned, c.tolist())
+
     # torch's public functions get no Work from a blocking call (they would only wait on
     # it; test_a_blocking_call_views_tensors_with_numpy_and_makes_no_future_or_lock sees
     # that none is made or waited on), and nothing keeps their tensors afterwards
@@ -169,6 +194,7 @@ def _blocking_works(rank, n):
 
 def test_torchs_public_functions_get_no_work_from_a_blocking_call(tmp_path):
     for out in run_torch(_blocking_works, 2, "ndist", tmp_path):
+        assert out["through"] == (["NdistWork", "NoneType"], [4.0] * 4), out
         assert out["freed"] is True, out
         assert out["direct"] == (True, True, True, True, True, True, "<NdistWork allreduce ok>"), out
         assert out["coalescing"] == (True, True, [6.0] * 4), out
