@@ -1,6 +1,7 @@
 """What one call through backend "ndist" costs and returns: a blocking call views each
-tensor with ``Tensor.numpy()`` and makes no lock, future or callback; a Work learns its
-state from ndist's when asked; tensors numpy() cannot view are refused by name."""
+tensor with ``Tensor.numpy()`` and makes no lock, future or callback, and no Work at all
+for torch's own public functions; a Work learns its state from ndist's when asked;
+tensors numpy() cannot view are refused by name; what numpy() does to a storage."""
 
 import pytest
 
