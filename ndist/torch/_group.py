@@ -15,14 +15,17 @@ otherwise (``async_op=True``, DDP's reducer, functional collectives) ndist
 runs it in the background and the Work completes with it.
 
 Per call this layer does little beyond torch's own Python: one ``numpy()``
-per tensor, the reduce op by its hash, a Work (see ``_work``); no closure,
+per tensor, the reduce op by its hash, and on a blocking call the group's
+complete Work, or none for torch's own public function (``_WAITS``); no closure,
 lock or future on a blocking call.
 """
 
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
+import sys
 import weakref
 from datetime import timedelta
 from typing import Any, Callable, Sequence
@@ -78,6 +81,10 @@ def _by_hash() -> dict:
 
 
 _REDUCE_BY_HASH = _by_hash()
+# The same as a tuple indexed by the hash (a kind's value, 0..9 in torch 2.13): indexing
+# a tuple costs less than a dict's get; None (PREMUL_SUM, UNUSED) and an IndexError
+# mean the long way.
+_BY_KIND = tuple(_REDUCE_BY_HASH.get(h) for h in range(max(_REDUCE_BY_HASH, default=-1) + 1))
 
 
 _TorchReduceOp = tdist.ReduceOp
@@ -99,6 +106,71 @@ def _reduce_op(op) -> Any:
             factor = factor.item()
         return nd._make_nccl_premul_sum(factor)
     raise ValueError(f"op: expected a torch.distributed.ReduceOp, got {op!r}")
+
+
+class _Blocking:
+    """What a blocking call reads, behind one attribute of the group: attribute loads
+    from the instance of a torch ``ProcessGroup`` subclass take the interpreter's
+    generic path (its instance dict is not one CPython 3.11 specializes: ~270
+    instructions each), those from this slotted object do not. ``group`` is the
+    ndist group, ``timeout`` the default wait (seconds) of its Works, ``direct``
+    whether torch's public functions were seen calling the group's methods
+    themselves (``_called_by``)."""
+
+    __slots__ = ("group", "timeout", "direct")
+
+    def __init__(self, group: NdistGroup, timeout: float) -> None:
+        self.group = group
+        self.timeout = timeout
+        self.direct = False
+
+
+def _waits() -> dict:
+    """The code of the torch public function that calls each method with ``asyncOp``
+    False only to ``wait()`` on the Work it gets and drop it, by method name.
+
+    torch 2.13's ``all_reduce``, ``broadcast``, ``all_gather_single`` (which
+    ``all_gather_into_tensor`` calls), ``reduce_scatter_single`` (and
+    ``reduce_scatter_tensor``) and ``all_to_all_single`` end in ``if async_op: return
+    work / elif work is not None: work.wait()`` ("backends that don't sync at CPP
+    level"): a backend that already finished may return None. To that caller, and
+    only to it (the calling frame's code object), a blocking call returns None: no
+    torch Work made (pybind's ``__init__``, ~4.7k instructions with ours) and no
+    ``wait()`` call. Every other caller (``pg.allreduce(...)`` called directly, C++)
+    gets a complete Work with its outputs. A function not found as expected (another
+    torch) is left out, and its calls get a Work."""
+    c10d = tdist.distributed_c10d
+    found = {}
+    for fn_name, method in (("all_reduce", "allreduce"), ("broadcast", "broadcast"),
+                            ("all_gather_single", "all_gather_single"),
+                            ("reduce_scatter_single", "reduce_scatter_single"),
+                            ("all_to_all_single", "all_to_all_single")):
+        code = getattr(inspect.unwrap(getattr(c10d, fn_name, None)), "__code__", None)
+        if code is not None and method in code.co_names and "wait" in code.co_names:
+            found[method] = code
+    return found
+
+
+_WAITS = _waits()
+# one global per method: None matches no frame's code
+_WAITS_ALLREDUCE = _WAITS.get("allreduce")
+_WAITS_BROADCAST = _WAITS.get("broadcast")
+_WAITS_ALL_GATHER = _WAITS.get("all_gather_single")
+_WAITS_REDUCE_SCATTER = _WAITS.get("reduce_scatter_single")
+_WAITS_ALL_TO_ALL = _WAITS.get("all_to_all_single")
+_caller = sys._getframe
+
+
+def _called_by(sync: _Blocking, pg: Any, frame: Any) -> bool:
+    """Whether the torch public function running in ``frame`` called ``pg``'s method
+    itself (its ``group`` is ``pg``), not a torch group of its own that reached ``pg``
+    through C++ (no Python frame between), to which None would be a null Work. torch
+    2.13 uses a Python ProcessGroup as the group itself; asked until it holds once per
+    group, then remembered in ``sync.direct`` (reading a frame's locals costs more)."""
+    if frame.f_locals.get("group") is pg:
+        sync.direct = True
+        return True
+    return False
 
 
 def _one(tensors: Sequence[torch.Tensor], name: str):
@@ -173,6 +245,8 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         # init_process_group / new_group (the mpi engine's communicator creation is
         # collective), and a peer that cannot be reached fails here.
         self._nd_group.backend_for("cpu")
+        # the blocking path's state; None while coalescing (every op then runs in the background)
+        self._nd_sync: _Blocking | None = _Blocking(self._nd_group, self._nd_timeout)
         _live.add(self)
         log.info("torch process group %r: ndist %s backend, rank %d of %d", group_name, engine, rank, size)
 
@@ -259,24 +333,36 @@ class ProcessGroupNdist(tdist.ProcessGroup):
     #   barrier(group, async_op)
 
     # ----------------------------------------------------- reductions
+    # The blocking path of the frequent ops (torch's public functions without
+    # async_op) comes first in each method, inline: the options' asyncOp, one load of
+    # the group's state, the views, ndist's call and the group's reused Work.
     def allreduce(self, tensors, opts=None):
+        sync = self._nd_sync
+        blocking = sync is not None and opts is not None and not opts.asyncOp
         try:  # _one's first step, inline
-            t = tensors[0].numpy() if len(tensors) == 1 else _one(tensors, "tensors")
-        except (TypeError, RuntimeError):
+            (t,) = tensors
+            t = t.numpy()
+        except (ValueError, TypeError, RuntimeError):
             t = _one(tensors, "tensors")
         if opts is None:
             return self._run("allreduce", tensors, True, nd.all_reduce, t, nd.ReduceOp.SUM, self._nd_group, True)
         op = opts.reduceOp
-        ours = _REDUCE_BY_HASH.get(hash(op)) if type(op) is _TorchReduceOp else None
+        try:  # _reduce_op's first step, inline
+            ours = _BY_KIND[hash(op)] if type(op) is _TorchReduceOp else None
+        except IndexError:
+            ours = None
         if ours is None:
             ours = _reduce_op(op)
-        if opts.asyncOp or self._nd_coalesced is not None:  # DDP's buckets, async_op=True
+        if not blocking:  # DDP's buckets, async_op=True, coalescing
             return self._run("allreduce", tensors, True, nd.all_reduce, t, ours, self._nd_group, True)
-        try:  # blocking: _run's synchronous branch, inline (the most frequent call)
-            nd.all_reduce(t, ours, self._nd_group, False)
+        try:
+            nd.all_reduce(t, ours, sync.group, False)
         except DistError as exc:
-            return NdistWork((), tensors, self._nd_timeout, "allreduce", error=exc)
-        return done_work(tensors, self._nd_timeout, "allreduce")
+            return NdistWork((), tensors, sync.timeout, "allreduce", error=exc)
+        caller = _caller(1)
+        if caller.f_code is _WAITS_ALLREDUCE and (sync.direct or _called_by(sync, self, caller)):
+            return None  # torch's public function: it only waits on a Work it gets (_WAITS)
+        return done_work(tensors, sync.timeout, "allreduce")
 
     def allreduce_coalesced(self, tensors, opts=None):
         ts = _cpus(tensors, "tensors")
@@ -300,18 +386,26 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return self._run("reduce_scatter", output_tensors, a, nd.reduce_scatter, out, ins, op, self._nd_group, a)
 
     def reduce_scatter_single(self, output, input, opts=None):  # noqa: A002 - torch's names
+        sync = self._nd_sync
+        blocking = sync is not None and not opts.asyncOp
         out, inp = _two(output, input)
         op = opts.reduceOp
-        ours = _REDUCE_BY_HASH.get(hash(op)) if type(op) is _TorchReduceOp else None
+        try:  # _reduce_op's first step, inline
+            ours = _BY_KIND[hash(op)] if type(op) is _TorchReduceOp else None
+        except IndexError:
+            ours = None
         op = ours if ours is not None else _reduce_op(op)
-        if opts.asyncOp or self._nd_coalesced is not None:
+        if not blocking:
             return self._run("reduce_scatter_single", [output], True, nd.reduce_scatter_tensor, out, inp, op,
                              self._nd_group, True)
-        try:  # blocking: _run's synchronous branch, inline
-            nd.reduce_scatter_tensor(out, inp, op, self._nd_group, False)
+        try:
+            nd.reduce_scatter_tensor(out, inp, op, sync.group, False)
         except DistError as exc:
-            return NdistWork((), [output], self._nd_timeout, "reduce_scatter_single", error=exc)
-        return done_work([output], self._nd_timeout, "reduce_scatter_single")
+            return NdistWork((), [output], sync.timeout, "reduce_scatter_single", error=exc)
+        caller = _caller(1)
+        if caller.f_code is _WAITS_REDUCE_SCATTER and (sync.direct or _called_by(sync, self, caller)):
+            return None  # torch's public function: it only waits on a Work it gets (_WAITS)
+        return done_work([output], sync.timeout, "reduce_scatter_single")
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -328,12 +422,14 @@ class ProcessGroupNdist(tdist.ProcessGroup):
 
     # -------------------------------------------------- data movement
     def broadcast(self, tensors, opts=None):
+        sync = self._nd_sync
+        a = sync is None or opts is None or opts.asyncOp
         try:  # _one's first step, inline
-            t = tensors[0].numpy() if len(tensors) == 1 else _one(tensors, "tensors")
-        except (TypeError, RuntimeError):
+            (t,) = tensors
+            t = t.numpy()
+        except (ValueError, TypeError, RuntimeError):
             t = _one(tensors, "tensors")
         root = opts.rootRank if opts is not None else 0
-        a = self._async(opts)
         ranks = self._nd_ranks
         if type(root) is int and 0 <= root < len(ranks):
             # the root as a global rank: ndist's short path for a repeated call takes that form
@@ -342,11 +438,14 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             src, group_src = None, root  # ndist names the bad value
         if a:
             return self._run("broadcast", tensors, True, nd.broadcast, t, src, self._nd_group, True, group_src)
-        try:  # blocking: _run's synchronous branch, inline
-            nd.broadcast(t, src, self._nd_group, False, group_src)
+        try:
+            nd.broadcast(t, src, sync.group, False, group_src)
         except DistError as exc:
-            return NdistWork((), tensors, self._nd_timeout, "broadcast", error=exc)
-        return done_work(tensors, self._nd_timeout, "broadcast")
+            return NdistWork((), tensors, sync.timeout, "broadcast", error=exc)
+        caller = _caller(1)
+        if caller.f_code is _WAITS_BROADCAST and (sync.direct or _called_by(sync, self, caller)):
+            return None  # torch's public function: it only waits on a Work it gets (_WAITS)
+        return done_work(tensors, sync.timeout, "broadcast")
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         inp = _one(input_tensors, "input_tensors")
@@ -357,15 +456,20 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return self._run("allgather", output_tensors, a, nd.all_gather, outs, inp, self._nd_group, a)
 
     def all_gather_single(self, output, input, opts=None):  # noqa: A002
+        sync = self._nd_sync
+        blocking = sync is not None and opts is not None and not opts.asyncOp
         out, inp = _two(output, input)
-        if opts is None or opts.asyncOp or self._nd_coalesced is not None:
+        if not blocking:
             return self._run("all_gather_single", [output], True, nd.all_gather_into_tensor, out, inp,
                              self._nd_group, True)
-        try:  # blocking: _run's synchronous branch, inline
-            nd.all_gather_into_tensor(out, inp, self._nd_group, False)
+        try:
+            nd.all_gather_into_tensor(out, inp, sync.group, False)
         except DistError as exc:
-            return NdistWork((), [output], self._nd_timeout, "all_gather_single", error=exc)
-        return done_work([output], self._nd_timeout, "all_gather_single")
+            return NdistWork((), [output], sync.timeout, "all_gather_single", error=exc)
+        caller = _caller(1)
+        if caller.f_code is _WAITS_ALL_GATHER and (sync.direct or _called_by(sync, self, caller)):
+            return None  # torch's public function: it only waits on a Work it gets (_WAITS)
+        return done_work([output], sync.timeout, "all_gather_single")
 
     _allgather_base = all_gather_single
 
@@ -420,17 +524,23 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return self._run("alltoall", output_tensors, a, nd.all_to_all, outs, ins, self._nd_group, a)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
+        sync = self._nd_sync
+        blocking = sync is not None and opts is not None and not opts.asyncOp
         out, inp = _two(output, input)
-        osz = list(output_split_sizes) or None
-        isz = list(input_split_sizes) or None
-        if opts is None or opts.asyncOp or self._nd_coalesced is not None:
+        # torch hands each call new lists (empty: even splits); ndist copies what it keeps
+        osz = output_split_sizes or None
+        isz = input_split_sizes or None
+        if not blocking:
             return self._run("all_to_all_single", [output], True, nd.all_to_all_single, out, inp, osz, isz,
                              self._nd_group, True)
-        try:  # blocking: _run's synchronous branch, inline
-            nd.all_to_all_single(out, inp, osz, isz, self._nd_group, False)
+        try:
+            nd.all_to_all_single(out, inp, osz, isz, sync.group, False)
         except DistError as exc:
-            return NdistWork((), [output], self._nd_timeout, "all_to_all_single", error=exc)
-        return done_work([output], self._nd_timeout, "all_to_all_single")
+            return NdistWork((), [output], sync.timeout, "all_to_all_single", error=exc)
+        caller = _caller(1)
+        if caller.f_code is _WAITS_ALL_TO_ALL and (sync.direct or _called_by(sync, self, caller)):
+            return None  # torch's public function: it only waits on a Work it gets (_WAITS)
+        return done_work([output], sync.timeout, "all_to_all_single")
 
     alltoall_base = all_to_all_single
 
@@ -464,9 +574,11 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         if self._nd_coalesced is not None:
             raise ValueError("start_coalescing: this process group is already coalescing")
         self._nd_coalesced = []
+        self._nd_sync = None
 
     def end_coalescing(self, device) -> NdistWork:
         works, self._nd_coalesced = self._nd_coalesced or [], None
+        self._nd_sync = _Blocking(self._nd_group, self._nd_timeout)
         return NdistWork(works, [], self._nd_timeout, "coalesced")
 
     _start_coalescing = start_coalescing

@@ -95,15 +95,14 @@ class NdistWork(tdist.Work):
     # What every Work sets lives in slots: a Python subclass of torch's Work otherwise
     # stores each attribute in its __dict__ at several times the cost. The state of a
     # Work complete when made (the most frequent: one per blocking call) is the class
-    # default, so ``done_work`` sets three slots; a pending or failed Work sets the
+    # default, so ``done_work`` sets four slots; a pending or failed Work sets the
     # rest (in __dict__, kept so that torch code can still set attributes on a Work).
-    __slots__ = ("_outputs", "_timeout", "_op", "__dict__")
+    __slots__ = ("_outputs", "_timeout", "_op", "_fut", "__dict__")  # _fut: read by get_future
     _works: Sequence[Any] = ()
     _error: BaseException | None = None
     _done = True
     _lock: Any = None
     _inner: torch.futures.Future | None = None
-    _fut: torch.futures.Future | None = None
     _left = 0
 
     def __init__(self, works: Sequence[Any], outputs: list, default_timeout: float, op: str,
@@ -112,6 +111,7 @@ class NdistWork(tdist.Work):
         self._outputs = outputs
         self._timeout = default_timeout
         self._op = op
+        self._fut = None
         if error is not None:
             self._error = as_torch_error(error)
         elif works:
@@ -272,4 +272,6 @@ def done_work(outputs: list, default_timeout: float, op: str) -> NdistWork:
     work._outputs = outputs
     work._timeout = default_timeout
     work._op = op
+    work._fut = None
     return work
+
