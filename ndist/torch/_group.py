@@ -138,16 +138,23 @@ def _waits() -> dict:
     torch Work made (pybind's ``__init__``, ~4.7k instructions with ours) and no
     ``wait()`` call. Every other caller (``pg.allreduce(...)`` called directly, C++)
     gets a complete Work with its outputs. A function not found as expected (another
-    torch) is left out, and its calls get a Work."""
+    torch: not calling the method and ``wait``, or whose source does not test the Work
+    for None), or without its source, is left out, and its calls get a Work."""
     c10d = tdist.distributed_c10d
     found = {}
     for fn_name, method in (("all_reduce", "allreduce"), ("broadcast", "broadcast"),
                             ("all_gather_single", "all_gather_single"),
                             ("reduce_scatter_single", "reduce_scatter_single"),
                             ("all_to_all_single", "all_to_all_single")):
-        code = getattr(inspect.unwrap(getattr(c10d, fn_name, None)), "__code__", None)
-        if code is not None and method in code.co_names and "wait" in code.co_names:
-            found[method] = code
+        fn = inspect.unwrap(getattr(c10d, fn_name, None))
+        code = getattr(fn, "__code__", None)
+        if code is None or method not in code.co_names or "wait" not in code.co_names:
+            continue
+        try:  # its source must test the Work for None before it waits (torch 2.13 does)
+            if "work is not None" in inspect.getsource(fn):
+                found[method] = code
+        except (OSError, TypeError):  # no source (a frozen or stripped install): keep the Work
+            pass
     return found
 
 

@@ -228,3 +228,24 @@ def test_a_tensor_an_op_has_seen_keeps_its_storage_size(tmp_path):
     for grown, shrunk, set_, fresh in run_torch(_storage_after_a_call, 2, "ndist", tmp_path):
         assert "not resizable" in grown, grown
         assert shrunk == [2.0] * 4 and set_ == [4.0] * 6 and fresh == (16,)
+
+
+def test_only_torch_functions_that_test_the_work_for_none_get_none(monkeypatch):
+    """``_waits`` admits a torch public function only if it calls the method, ``wait``,
+    and its source tests the Work for None first (torch 2.13's do): one that waits on
+    whatever it gets would fail on None, so its calls keep their Work."""
+    import torch.distributed as tdist
+
+    from ndist.torch import _group
+
+    assert sorted(_group._waits()) == ["all_gather_single", "all_to_all_single", "allreduce", "broadcast",
+                                       "reduce_scatter_single"]
+
+    def all_reduce(tensor, op=None, group=None, async_op=False):  # waits whatever it gets
+        work = group.allreduce([tensor], op)
+        if async_op:
+            return work
+        work.wait()
+
+    monkeypatch.setattr(tdist.distributed_c10d, "all_reduce", all_reduce)
+    assert "allreduce" not in _group._waits() and "broadcast" in _group._waits()
