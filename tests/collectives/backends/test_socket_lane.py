@@ -17,14 +17,15 @@ pytest.importorskip("ndist.collectives.backends.socket._cnative")
 SOCKET = "ndist/collectives/backends/socket/"
 
 
-def _traced(fn):
-    """The names (``file:function``) of the socket backend's Python functions ``fn()`` calls."""
+def _traced(fn, where=SOCKET):
+    """The names (``file:function``) of the Python functions under ``where`` (default:
+    the socket backend) that ``fn()`` calls."""
     seen = set()
 
     def prof(frame, event, arg):
         if event == "call":
             path = frame.f_code.co_filename.replace("\\", "/")
-            if SOCKET in path:
+            if where in path:
                 seen.add(f"{path.rsplit('/', 1)[-1]}:{frame.f_code.co_name}")
 
     sys.setprofile(prof)
@@ -71,21 +72,8 @@ def _lane(rank, size):
 
 
 def _traced_api(fn):
-    """The names (``file:function``) of ndist.collectives' Python functions ``fn()`` calls."""
-    seen = set()
-
-    def prof(frame, event, arg):
-        if event == "call":
-            path = frame.f_code.co_filename.replace("\\", "/")
-            if "ndist/collectives/" in path:
-                seen.add(f"{path.rsplit('/', 1)[-1]}:{frame.f_code.co_name}")
-
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
+    """The names of ndist.collectives' Python functions ``fn()`` calls."""
+    return _traced(fn, "ndist/collectives/")
 
 
 def _barrier_repeated(rank, size):

@@ -62,6 +62,17 @@ _state = {"tried": False, "mod": None, "error": None, "warned": False}
 _DONE_NOTE = " (still reading this rank's earlier data)"
 
 
+def _elements(dtype: int, nbytes: int, esize: int) -> int:
+    """A header's element count: ``nbytes`` over its element size (``esize``, else the
+    dtype code's itemsize, else 1), for messages."""
+    if not esize:
+        try:
+            esize = np.dtype(F.dtype_name(dtype)).itemsize
+        except TypeError:
+            esize = 1
+    return nbytes // max(esize, 1)
+
+
 def engine_mode(options=None) -> str:
     """``auto`` / ``native`` / ``python``: the backend option ``socket_engine``, else ``NDIST_ENGINE``."""
     mode = getattr(options, "socket_engine", None) or os.environ.get(ENGINE_ENV, DEFAULT)
@@ -386,13 +397,8 @@ class NativeAlgorithms:
         """An earlier call of this rank from its header fields (op, dtype, root, nbytes, seq, esize)."""
         op, dtype, root, nbytes, seq, esize = sig
         name = _OPS.get(op, f"op#{op}")
-        if not esize:
-            try:
-                esize = np.dtype(F.dtype_name(dtype)).itemsize
-            except TypeError:
-                esize = 1
         g = self.granks
-        return F.describe(g[self.rank], F.op_code(name), dtype, nbytes // max(esize, 1), seq,
+        return F.describe(g[self.rank], F.op_code(name), dtype, _elements(dtype, nbytes, esize), seq,
                           g[root] if 0 <= root < len(g) else root)
 
     def _global(self, code):
@@ -475,12 +481,7 @@ class NativeAlgorithms:
             if prior is not None:  # (a broadcast's root compares whole calls: no per-peer sizes)
                 ours = self._describe(prior)
             name = _OPS.get(op, f"op#{op}")
-            if not esize:
-                try:
-                    esize = np.dtype(F.dtype_name(dtype)).itemsize
-                except TypeError:
-                    esize = 1
-            theirs = F.describe(peer, F.op_code(name), dtype, nbytes // max(esize, 1), seq,
+            theirs = F.describe(peer, F.op_code(name), dtype, _elements(dtype, nbytes, esize), seq,
                                 root if name in ("reduce", "broadcast", "gather", "scatter") else -1, redop)
             if prior is not None:
                 return DistMismatchError(f"collective mismatch in group {group_name!r}: {ours}; {theirs} (rank "
