@@ -1,6 +1,7 @@
 """A torch program for tests/torch_backend/test_launchers.py: joins through ``ndist://``
 (or, with a second argument ``env``, torch's default ``env://``), runs a DDP step, an all_reduce and an object collective, prints one line."""
 
+import os
 import sys
 
 import torch
@@ -26,3 +27,8 @@ objs = [None] * world
 dist.all_gather_object(objs, rank)
 print(f"rank {rank}/{world} engine {engine} sum {t[0].item():g} objs {objs}", flush=True)
 dist.destroy_process_group()
+if engine == "gloo":
+    # torch 2.13's own Gloo group can abort the interpreter's exit ("terminate called without
+    # an active exception", SIGABRT; pytorch/pytorch#190489): 5 of 20 runs of this job without
+    # ndist under torchrun. The job is done; leave without the interpreter's teardown.
+    os._exit(0)
