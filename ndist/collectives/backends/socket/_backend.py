@@ -237,7 +237,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         try:
             group = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
                                    {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
-                                   self.size <= (os.cpu_count() or 1))
+                                   self.size <= _native.SPIN_RANKS_PER_CORE * (os.cpu_count() or 1))
         except _native.PeerFileGone as gone:  # (its files go when it closes the group or its job sweeps them)
             p = gone.args[0]
             g, host = self._granks[p], self._mesh.host_of(p)

@@ -50,6 +50,12 @@ RSAG_MIN = 256 << 10
 #: how long a waiting rank spins before it sleeps (when every rank has a core): 200 µs halved
 #: a 4 KiB all_to_all at n=2 against 20 (docs/performance.md, "Spinning before sleeping")
 SPIN_US = 200.0
+#: the spin (a ``sched_yield`` after every 64 looks) also when ranks outnumber cores, up to
+#: this many ranks per core: at 4 and 8 ranks on 2 cores it took broadcast 4 KiB from
+#: 1.4-3.6x MPICH's time to 1.5 and 1.6x, all_gather and all_reduce 4 KiB below 0.65x
+#: (docs/performance.md, "Spinning when ranks outnumber cores"). Beyond it (64 or 128 ranks
+#: on a few cores) a waiter sleeps after a few yields, as before.
+SPIN_RANKS_PER_CORE = 4
 _CTL = 4096
 _HDR = 64
 
@@ -200,7 +206,7 @@ def attach(mod, own: NativeFile, prefixes: dict, pids: dict, rank: int, size: in
         finally:
             os.close(fd)
     pid_list = [os.getpid() if r == rank else int(pids[r]) for r in range(size)]
-    spin_us = float(os.environ.get(SPIN_ENV, SPIN_US)) if spin else 0.0
+    spin_us = float(os.environ.get(SPIN_ENV, SPIN_US if spin else 0.0))  # (set: for any group size)
     group = mod.Group(rank, size, maps, own.slot, pid_list, timeout, spin_us)
     group.cma_min = cma_min_bytes()  # before the set-up barrier, which probes the peers
     return group
