@@ -15,7 +15,7 @@ from . import _check, _debug
 from ._backend import DONE, Call, Op
 from ._debug import OP, T_DONE
 
-__all__ = ["member_group", "submit", "run", "run_fields", "lane_for", "Lane", "wait_sync"]
+__all__ = ["member_group", "submit", "run_fields", "lane_for", "Lane", "wait_sync"]
 
 log = logging.getLogger("ndist.collectives")
 
@@ -49,9 +49,8 @@ class Lane:
     lookup (``pg.lanes[device]``): the group, its backend, its flight recorder, the
     sequence counters and whether ``NDIST_DEBUG=DETAIL`` checks signatures."""
 
-    __slots__ = ("pg", "rank", "size", "group_rank", "backend", "rec", "seqs", "p2p_seqs", "detail", "ring",
-                 "ring_size", "record", "book", "all_reduce", "broadcast", "all_gather_into", "reduce_scatter_from",
-                 "all_to_all_single")
+    __slots__ = ("pg", "rank", "size", "group_rank", "backend", "rec", "seqs", "p2p_seqs", "detail", "book",
+                 "all_reduce", "broadcast", "all_gather_into", "reduce_scatter_from", "all_to_all_single")
 
     def __init__(self, pg, device: str) -> None:
         self.pg = pg
@@ -62,9 +61,8 @@ class Lane:
         self.seqs = rec.counter(device)
         self.p2p_seqs = rec.counter(device + ":p2p")  # p2p numbered apart, as backends do
         self.detail = rec.detail
-        self.ring, self.ring_size, self.record = rec.ring, rec.size, rec.record  # for ``run``
-        # for ``run_fields``: what it reads, in one tuple (record None: no flight recorder)
-        self.book = (self.seqs, self.record if self.ring_size else None, self.detail, pg, rec)
+        # for ``run_fields``: what it reads, in one tuple (the recorder's append, None without one)
+        self.book = (self.seqs, rec.record if rec.size else None, self.detail, pg, rec)
         # the backend's methods the repeated-call path calls, bound once
         backend = self.backend
         self.all_reduce, self.broadcast = backend.all_reduce, backend.broadcast
@@ -96,36 +94,13 @@ def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
 
 
-def run(lane: Lane, method: Callable[..., Any], call: Call, op: Op, dtype: Any, root: int | None, count_in: int,
-        count_out: int) -> None:
-    """The repeated call's ``submit``: a collective on the CPU with ``async_op=False``
-    and nothing staged. The caller passes what the record holds (``call``'s op,
-    dtype and root, its ``totals()``): cheaper than reading them back. Numbered,
-    recorded and checked (DETAIL) as ``submit`` does."""
-    seq = next(lane.seqs)
-    if lane.ring_size:  # FlightRecorder.issue, inline
-        entry = [seq, op, "cpu", dtype, count_in, count_out, root, _time(), None, None]
-        lane.record(entry)
-    else:
-        entry = None
-    try:
-        if lane.detail:
-            _debug.check_signature(lane.pg, seq, call)
-        work = method(call, blocking=True)
-        if work is not DONE:
-            wait_sync(work, lane.pg)
-    except BaseException as exc:
-        _failed(lane.rec, entry, seq, exc)
-        raise
-    if entry is not None:  # FlightRecorder.done, inline
-        entry[T_DONE] = _time()
-
-
 _new_call = tuple.__new__  # a Call from its fields in order (_api.py checks the order once)
 
 
 def run_fields(book: tuple, method: Callable[..., Any], count_in: int, count_out: int, *fields: Any) -> None:
-    """``run`` for the public layer's plain paths: ``book`` is the lane's ``book``
+    """The repeated call's ``submit``: a collective on the CPU with ``async_op=False`` and
+    nothing staged, numbered, recorded (the entry ``submit`` writes, inline) and checked
+    (DETAIL) as ``submit`` does, for the public layer's plain paths. ``book`` is the lane's ``book``
     (counter, flight recorder's append or None, DETAIL, group, recorder), ``fields``
     the ``Call``'s fields in order; the record's op, dtype and root are the call's own.
     Where the compiled ``_crun`` is built (and ``NDIST_ENGINE`` is not ``python``) its
@@ -162,7 +137,6 @@ def _compiled_run_fields():
         return None
     _crun.setup(Call, DONE, _debug.check_signature, _failed, wait_sync, T_DONE)
     return _crun.run_fields
-
 
 
 def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,

@@ -1,5 +1,5 @@
 /* The repeated call's bookkeeping in C: ``run_fields``, the twin of
- * ``ndist.collectives._common.run_fields`` (and through it ``run``), which the public
+ * ``ndist.collectives._common.run_fields``, which the public
  * layer's plain paths (_api.py) call for every blocking collective on the same buffers.
  *
  * It builds the call record (a ``Call``, from its 13 fields in order), numbers the call,

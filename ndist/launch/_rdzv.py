@@ -63,12 +63,10 @@ class Round:
     torch_port: int  # the ranks' MASTER_PORT: free on node 0, for a store rank 0 may host (torch's env://)
 
 
-def _free_port(host: str) -> int:
-    """A port free on ``host`` now (bound, read, released), as torchrun picks its
+def _free_port() -> int:
+    """A port free on every interface now (bound, read, released), as torchrun picks its
     ``MASTER_PORT``: rank 0's TCPStore binds it a moment later."""
-    family, _, _, _, addr = socket.getaddrinfo(host or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind(addr)
+    with _listen("", 0) as sock:
         return sock.getsockname()[1]
 
 
@@ -94,7 +92,7 @@ class _LocalRendezvous:
     def next_round(self, attempt: int) -> Round:
         self.close()
         self.listener = _listen(self.addr, self.config.master_port or 0)
-        return Round(self.config.nproc_per_node, 0, self.addr, self.listener.getsockname()[1], _free_port(""))
+        return Round(self.config.nproc_per_node, 0, self.addr, self.listener.getsockname()[1], _free_port())
 
     def serve(self) -> None:
         from ndist.runtime.store import TCPStoreServer
@@ -200,7 +198,7 @@ class _StoreRendezvous:
         info = {"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex(),
                 "ident": f"{self.host}:{os.getpid()}"}
         if c.node_rank == 0:  # its ranks start at global rank 0, whose torch env:// store binds this port
-            info["torch_port"] = _free_port("")
+            info["torch_port"] = _free_port()
         me = json.dumps(info).encode()
         got = self.store.compare_set(self._key(attempt, "node", c.node_rank), b"", me)
         if got != me:

@@ -274,4 +274,3 @@ def done_work(outputs: list, default_timeout: float, op: str) -> NdistWork:
     work._op = op
     work._fut = None
     return work
-
