@@ -3,6 +3,8 @@ world sizes 1-4 (ranks are threads with their own real sockets and shm)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -332,6 +334,39 @@ def test_all_to_all_large_messages_read_from_the_senders_memory(monkeypatch):
     probes = [x for x in reads if x == 16]  # each rank probed each peer once
     assert len(probes) == n * (n - 1)
     assert sorted(x for x in reads if x != 16) == [CMA_MIN + 5] * (2 * big)
+
+
+def test_a_peer_is_probed_once_when_dialer_and_acceptor_ask_at_once(monkeypatch):
+    """A pair whose ranks dial each other at once asks ``_can_read`` from the dialing
+    thread and the acceptor thread together: one probe, one answer for both."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from ndist.collectives.backends.socket import _cma, _links_wire
+
+    if not _cma.available():
+        pytest.skip("process_vm_readv is not available here")
+    calls = []
+    real = _cma.can_read
+
+    def slow(pid, info):  # widens the window between the look-up and the store
+        calls.append(pid)
+        time.sleep(0.05)
+        return real(pid, info)
+    monkeypatch.setattr(_cma, "can_read", slow)
+    mesh = SimpleNamespace(_reads={}, _reads_lock=threading.Lock())
+    got, info, go = [], _cma.probe_info(), threading.Barrier(2)
+
+    def ask():
+        go.wait()
+        got.append(_links_wire._can_read(mesh, 1, os.getpid(), info))
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert got == [True, True] and calls == [os.getpid()]
 
 
 def test_transport_shm_does_not_read_peer_memory():

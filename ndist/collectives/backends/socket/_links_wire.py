@@ -57,9 +57,10 @@ def _same(mesh, info: dict) -> bool:
 def _can_read(mesh, peer: int, pid: int, probe) -> bool:
     """Whether this rank reads ``peer``'s memory: probed once per peer (a pair whose
     ranks dialled each other at once opens twice; the probe stays one)."""
-    got = mesh._reads.get(peer)
-    if got is None:
-        got = mesh._reads[peer] = _cma.can_read(pid, probe)
+    with mesh._reads_lock:  # the dialing thread and the acceptor thread may ask at once
+        got = mesh._reads.get(peer)
+        if got is None:
+            got = mesh._reads[peer] = _cma.can_read(pid, probe)
     return got
 
 

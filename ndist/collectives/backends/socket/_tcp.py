@@ -153,6 +153,7 @@ class Mesh:
         self.cma_mode = extra.get("transport") == "auto" and extra.get("cma") is not None
         self._offers: dict[int, int] = {}  # peer -> flags this rank sent or answered (``_links_wire``)
         self._reads: dict[int, bool] = {}  # peer -> this rank reads its memory (``_links_wire``)
+        self._reads_lock = threading.Lock()
         self._p2p_out: dict[int, socket.socket] = {}
         self._p2p_lock = threading.Lock()
         self._peers: dict[int, dict] = {}
