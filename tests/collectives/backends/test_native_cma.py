@@ -145,3 +145,170 @@ def test_a_rank_the_kernel_forbids_to_read_falls_back():
     lens = [[MIB_BLOCK] * n for _ in range(n)]
     res = run_ranks(_exchange, n, timeout=120, init=False, args=(lens, 2, True, (1,)), env={"NDIST_ENGINE": "native"})
     assert res == [("native", 0), ("native", 4)]
+
+
+# --- broadcast by address: with 2 or more receivers, no more than the cores, a root whose
+# receivers can all read it sends a buffer of >= NDIST_NATIVE_CMA_MIN bytes by address and
+# waits until each has read it
+
+def _broadcasts(rank, size, counts, not_dumpable=()):
+    import ndist.distributed as dist
+
+    if not_dumpable:
+        _drop_cap_sys_ptrace()  # (as in the all_to_all case above)
+    if rank in not_dumpable:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    dist.init_process_group("socket")
+    try:
+        dist.barrier()
+        g = dist.group.WORLD.backend_for("cpu")._native.g
+        before = g.cma_blocks
+        for count in counts:
+            for root in range(size):
+                want = np.arange(count, dtype=np.float32) * np.float32(root + 1)
+                buf = want.copy() if rank == root else np.full(count, -1, np.float32)
+                dist.broadcast(buf, src=root)
+                if rank == root:
+                    buf[:] = -7  # the caller's buffer again at return: no receiver reads this
+                else:
+                    assert buf.tobytes() == want.tobytes(), (count, root)
+        dist.barrier()
+        return g.bcast_min, g.cma_blocks - before
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_large_broadcast_to_two_receivers_goes_by_address():
+    # 300 KiB and 4 MiB + 4 bytes by address (>= 256 KiB), 1000 floats and 255 KiB through the slots
+    counts = [1000, 255 * KIB // 4, 300 * KIB // 4, (4 << 20) // 4 + 1]
+    res = run_ranks(_broadcasts, 3, timeout=120, init=False, args=(counts,),
+                    env={"NDIST_ENGINE": "native", "NDIST_NATIVE_CMA_MIN": str(256 * KIB)})
+    if (os.cpu_count() or 1) < 2:
+        assert res == [(0, 0)] * 3  # more receivers than cores: the slots
+    else:
+        # each rank received 2 by-address sizes from each of the 2 other roots
+        assert res == [(256 * KIB, 4)] * 3
+
+
+def test_one_receiver_takes_the_slots():
+    # at 2 ranks the slots' two copies run on both cores at once: no broadcast by address
+    res = run_ranks(_broadcasts, 2, timeout=120, init=False, args=([(4 << 20) // 4],), env={"NDIST_ENGINE": "native"})
+    assert res == [(0, 0)] * 2
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores (2 receivers)")
+def test_a_broadcast_root_no_receiver_may_read_goes_through_the_slots():
+    # rank 1 is not dumpable and no rank holds CAP_SYS_PTRACE: as root, its broadcast goes through the slots; ranks 0 and 2
+    # still send by address (rank 1 may read them)
+    res = run_ranks(_broadcasts, 3, timeout=120, init=False, args=([(1 << 20) // 4], (1,)),
+                    env={"NDIST_ENGINE": "native"})
+    # rank 0 reads 2's buffer only, rank 1 reads 0's and 2's, rank 2 reads 0's
+    assert [r[1] for r in res] == [1, 2, 1], res
+
+
+_DEAD_RECEIVER = """
+import json, os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+
+out = sys.argv[1]
+signal.signal(signal.SIGTERM, lambda *a: None)  # rank 0 stays to report
+dist.init_process_group("socket", timeout=timedelta(seconds=20))
+rank = dist.get_rank()
+x = np.ones(1 << 20, np.float32)  # 4 MiB: by address
+dist.broadcast(x, src=0)
+dist.barrier()
+if rank == 2:
+    os.kill(os.getpid(), signal.SIGKILL)  # never joins the next broadcast
+rec = {"err": None}
+t0 = time.monotonic()
+try:
+    dist.broadcast(x, src=0)  # the root waits for its receivers: names rank 2 in this call
+except dist.DistError as err:
+    rec["err"] = [type(err).__name__, str(err), err.rank]
+rec["s"] = time.monotonic() - t0
+with open(os.path.join(out, f"r{rank}.json"), "w") as f:
+    json.dump(rec, f)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores (2 receivers)")
+def test_a_dead_receiver_of_a_broadcast_by_address_is_named_by_the_root(tmp_path):
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent(_DEAD_RECEIVER))
+    env = dict(os.environ, NDIST_ENGINE="native")
+    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "8",
+                        str(job), str(tmp_path)], capture_output=True, text=True, timeout=100, env=env)
+    assert r.returncode != 0, r.stderr
+    rec = json.loads((tmp_path / "r0.json").read_text())
+    assert rec["err"] and rec["err"][0] == "DistNetworkError" and rec["err"][2] == 2, rec
+    assert "rank 2" in rec["err"][1] and rec["s"] < 2.0, rec
+
+
+# --- all_gather by address: where the ranks are no more than the cores, a rank whose peers
+# can all read it posts its input's address (>= NDIST_NATIVE_CMA_MIN bytes); each peer reads
+# it, and the rank returns once they have
+
+def _gathers(rank, size, counts, not_dumpable=()):
+    import ndist.distributed as dist
+
+    if not_dumpable:
+        _drop_cap_sys_ptrace()
+    if rank in not_dumpable:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    dist.init_process_group("socket")
+    try:
+        dist.barrier()
+        g = dist.group.WORLD.backend_for("cpu")._native.g
+        before = g.cma_blocks
+        for count in counts:
+            def part(q):
+                return np.arange(count, dtype=np.float32) * np.float32(q + 1) + np.float32(count)
+            inp = part(rank)
+            out = np.full(size * count, -1, np.float32)
+            dist.all_gather_into_tensor(out, inp)
+            inp[:] = -7  # the caller's buffer again at return: no peer reads this
+            assert out.tobytes() == np.concatenate([part(q) for q in range(size)]).tobytes(), count
+            out = np.full(size * count, -1, np.float32)  # in place: the input is this rank's part of out
+            mine = out[rank * count:(rank + 1) * count]
+            mine[:] = part(rank)
+            dist.all_gather_into_tensor(out, mine)
+            assert out.tobytes() == np.concatenate([part(q) for q in range(size)]).tobytes(), count
+            outs = [np.full(count, -1, np.float32) for _ in range(size)]
+            dist.all_gather(outs, part(rank))
+            assert all(outs[q].tobytes() == part(q).tobytes() for q in range(size)), count
+        dist.barrier()
+        return g.gather_min, g.cma_blocks - before
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores (2 ranks reading at once)")
+def test_a_large_all_gather_goes_by_address():
+    # 256 KiB and 4 MiB + 4 bytes by address, 1000 floats and 255 KiB + 4 through the slots
+    counts = [1000, 255 * KIB // 4 + 1, 256 * KIB // 4, (4 << 20) // 4 + 1]
+    res = run_ranks(_gathers, 2, timeout=120, init=False, args=(counts,),
+                    env={"NDIST_ENGINE": "native", "NDIST_NATIVE_CMA_MIN": str(256 * KIB)})
+    assert res == [(256 * KIB, 2 * 3)] * 2  # 2 sizes x 3 forms, from the 1 peer
+
+
+def test_an_all_gather_with_more_ranks_than_cores_takes_the_slots():
+    n = (os.cpu_count() or 1) + 1
+    res = run_ranks(_gathers, n, timeout=180, init=False, args=([(1 << 20) // 4],), env={"NDIST_ENGINE": "native"})
+    assert res == [(0, 0)] * n
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores (2 ranks reading at once)")
+def test_an_all_gather_part_no_peer_may_read_goes_through_the_slots():
+    # rank 1 is not dumpable and no rank holds CAP_SYS_PTRACE: its 4 MiB part goes through
+    # the slots (4 pieces), rank 0's by address (1 piece): both count 4 pieces
+    res = run_ranks(_gathers, 2, timeout=120, init=False, args=([(4 << 20) // 4], (1,)),
+                    env={"NDIST_ENGINE": "native"})
+    assert [r[1] for r in res] == [0, 3], res

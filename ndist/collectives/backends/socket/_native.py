@@ -45,6 +45,13 @@ CMA_ENV = "NDIST_NATIVE_CMA_MIN"
 #: all_to_all blocks of at least this many bytes go with one copy (``process_vm_readv``)
 #: to peers that may read this rank's memory; the rest through the slots (two copies)
 CMA_MIN = 256 << 10
+#: A broadcast of at least ``CMA_MIN`` bytes goes by address too (each receiver reads the
+#: root's buffer, the root waits for them) where it has 2 receivers or more and no more
+#: receivers than cores; an all_gather's inputs (every rank reads every peer's) where the
+#: ranks are no more than the cores. Measured on 2 cores (docs/performance.md, "Single-copy
+#: broadcast and all_gather"): broadcast at 3 ranks 0.51-0.91x the slots' time from 4 MiB,
+#: at 2 ranks (one receiver: the slots' two copies run on both cores at once) 1.04-1.25x,
+#: at 4 and 8 ranks even; all_gather at 2 ranks 0.41-0.72x from 512 KiB, at 4 ranks 0.92-1.1x.
 #: all_reduce above this many bytes: reduce-scatter + all-gather through the slots
 RSAG_MIN = 256 << 10
 #: how long a waiting rank spins before it sleeps (when every rank has a core): 200 µs halved
@@ -209,6 +216,9 @@ def attach(mod, own: NativeFile, prefixes: dict, pids: dict, rank: int, size: in
     spin_us = float(os.environ.get(SPIN_ENV, SPIN_US if spin else 0.0))  # (set: for any group size)
     group = mod.Group(rank, size, maps, own.slot, pid_list, timeout, spin_us)
     group.cma_min = cma_min_bytes()  # before the set-up barrier, which probes the peers
+    cores = os.cpu_count() or 1
+    group.bcast_min = group.cma_min if 2 <= size - 1 <= cores else 0
+    group.gather_min = group.cma_min if size <= cores else 0
     return group
 
 

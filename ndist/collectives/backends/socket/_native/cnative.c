@@ -84,7 +84,7 @@ typedef struct {
     uint64_t pieces; /* pieces this rank needs (all_to_all) or the op has (gather/scatter root) */
     uint64_t esize;
     uint64_t seq;    /* the collective's sequence number on its group (for messages) */
-    uint64_t spare;
+    uint64_t spare;  /* a single-copy broadcast's root: its buffer's address (0: the data is in the slots) */
 } hdr_t;
 
 _Static_assert(sizeof(hdr_t) == HDR_BYTES, "header is one cache line");
@@ -147,9 +147,12 @@ typedef struct {
     /* single-copy all_to_all: blocks of at least cma_min bytes (0: never) go by address to
      * peers that can read this rank; cma_probed once every peer was probed */
     Py_ssize_t cma_min;
+    Py_ssize_t bcast_min;          /* a broadcast of at least this many bytes goes by address (0: never) */
+    Py_ssize_t gather_min;         /* an all_gather input of at least this many bytes goes by address (0: never) */
     int cma_probed;
     unsigned long long cma_blocks; /* blocks this rank read by address (for tests) */
     uint8_t *cma_sel;              /* the running all_to_all: cma_sel[q], its block to q goes by address */
+    uint8_t *cma_from;             /* the running all_gather: cma_from[q], q's part came by address */
     uint64_t addr_piece;           /* 1 + the piece in which this op posted block addresses (0: none) */
     /* on_deadline(code): called with the GIL when this rank posts a first notice (the notice reaches the
      * process's other groups) */
@@ -550,6 +553,7 @@ static inline void write_hdr(Group *g, uint64_t p, const Sig *s)
     h->pieces = s->pieces;
     h->esize = s->esize;
     h->seq = g->seq;
+    h->spare = 0;
 }
 
 /* after waiting for q's post of piece p: the same call? (nbytes compared when cmp_nbytes) */
@@ -656,6 +660,37 @@ static int run_reduce(Group *g, char *buf, Py_ssize_t nbytes, Red *r, int root, 
     return E_OK;
 }
 
+static inline int cma_to(Group *g, int q, Py_ssize_t len);
+
+/* Single copy: a root whose every receiver can read its memory sends a buffer of at least
+ * ``bcast_min`` bytes by address (its header's ``spare``) in one piece; each receiver reads it
+ * whole (``process_vm_readv``) and the root returns once every receiver is done with that
+ * piece (its buffer must stay put until then: not eager). */
+static int bcast_by_addr(Group *g, char *buf, Py_ssize_t nbytes, Sig *s, double dl, PyThreadState **sv)
+{
+    int me = g->rank, rc;
+    uint64_t p;
+    s->pieces = 1;
+    g->op_pieces = 1;
+    if ((rc = begin_piece(g, dl, sv, &p)))
+        return rc;
+    write_hdr(g, p, s);
+    HDR(g, me, p)->spare = (uint64_t)(uintptr_t)buf;
+    for (int q = 0; q < g->size; q++)
+        g->cma_sel[q] = q != me;
+    publish(g, &CTL(g, me)->post, 2 * p + 1);
+    g->addr_piece = p + 1; /* from here the receivers may read this rank's buffer */
+    for (int q = 0; q < g->size; q++)
+        if (q != me && (rc = wait_check(g, q, 2 * p + 1, p, s, 1, (uint64_t)nbytes, dl, sv)))
+            return rc;
+    for (int q = 0; q < g->size; q++)
+        if (q != me && (rc = wait_ge(g, q, 1, p, dl, sv)))
+            return rc;
+    g->addr_piece = 0;
+    publish(g, &CTL(g, me)->done, p);
+    return E_OK;
+}
+
 static int run_broadcast(Group *g, char *buf, Py_ssize_t nbytes, int dtype, int root, double dl, PyThreadState **sv)
 {
     int me = g->rank, rc;
@@ -663,6 +698,13 @@ static int run_broadcast(Group *g, char *buf, Py_ssize_t nbytes, int dtype, int 
     Py_ssize_t M = pieces_of(nbytes, per);
     Sig s = {OP_BROADCAST, dtype, 0, root, (uint64_t)nbytes, (uint64_t)M, 0};
     g->op_pieces = s.pieces;
+    if (me == root && g->bcast_min > 0 && nbytes >= g->bcast_min) {
+        int all = 1;
+        for (int q = 0; q < g->size && all; q++)
+            all = q == me || cma_to(g, q, nbytes);
+        if (all)
+            return bcast_by_addr(g, buf, nbytes, &s, dl, sv);
+    }
     for (Py_ssize_t j = 0; j < M; j++) {
         Py_ssize_t off = j * per, len = min_ss(per, nbytes - off);
         uint64_t p;
@@ -683,6 +725,18 @@ static int run_broadcast(Group *g, char *buf, Py_ssize_t nbytes, int dtype, int 
         }
         if ((rc = wait_check(g, root, 2 * p + 1, p, &s, 1, (uint64_t)nbytes, dl, sv)))
             return rc;
+        uint64_t a = HDR(g, root, p)->spare;
+        if (j == 0 && a) { /* the root sent it by address (bcast_by_addr): one piece, one read */
+            g->op_pieces = 1;
+            int err = cma_read(g->pids[root], buf, a, (size_t)nbytes);
+            if (err) {
+                g->err_peer = root;
+                return pid_dead(g->pids[root]) ? E_DEAD : E_CMA;
+            }
+            g->cma_blocks++;
+            publish(g, &CTL(g, me)->done, p);
+            return E_OK;
+        }
         memcpy(buf + off, DATA(g, root, p), len);
         publish(g, &CTL(g, me)->done, p);
     }
@@ -716,26 +770,46 @@ typedef struct {
     Py_ssize_t *len;
 } List;
 
+/* Single copy: a rank whose every peer can read its memory, with an input of at least
+ * ``gather_min`` bytes, posts the input's address (its header's ``spare``) instead of staging it;
+ * each peer reads it whole at the op's first piece and the rank returns once every peer is
+ * done with that piece. Ranks that stage count the pieces (the most any rank needs). */
 static int run_all_gather(Group *g, List *outs, char *inp, Py_ssize_t inlen, int dtype, double dl,
                           PyThreadState **sv)
 {
-    int n = g->size, me = g->rank, rc;
+    int n = g->size, me = g->rank, rc, by_addr = g->gather_min > 0 && inlen >= g->gather_min;
     Py_ssize_t per = g->slot, mx = 0;
-    for (int q = 0; q < n; q++)
-        if (outs->len[q] > mx)
-            mx = outs->len[q];
-    Py_ssize_t M = pieces_of(mx, per);
-    Sig s = {OP_ALL_GATHER, dtype, 0, -1, (uint64_t)inlen, (uint64_t)M, 0};
+    if (by_addr)
+        cma_probe_peers(g);
+    for (int q = 0; q < n; q++) {
+        if (q != me && by_addr)
+            by_addr = cma_to(g, q, inlen);
+        if (outs->len[q] > mx && !(q != me && g->gather_min > 0 && outs->len[q] >= g->gather_min))
+            mx = outs->len[q]; /* (a large part may come by address: its sender counts its pieces) */
+    }
+    if (!by_addr && inlen > mx)
+        mx = inlen;
+    Sig s = {OP_ALL_GATHER, dtype, 0, -1, (uint64_t)inlen, (uint64_t)pieces_of(by_addr ? 0 : mx, per), 0};
     g->op_pieces = s.pieces;
-    for (Py_ssize_t j = 0; j < M; j++) {
-        Py_ssize_t off = j * per;
+    uint64_t M = s.pieces, p0 = 0;
+    for (uint64_t j = 0; j < M; j++) {
+        Py_ssize_t off = (Py_ssize_t)j * per;
         uint64_t p;
         if ((rc = begin_piece(g, dl, sv, &p)))
             return rc;
         write_hdr(g, p, &s);
-        if (inlen > off)
+        if (j == 0) {
+            p0 = p;
+            if (by_addr)
+                HDR(g, me, p)->spare = (uint64_t)(uintptr_t)inp;
+            for (int q = 0; q < n; q++)
+                g->cma_sel[q] = by_addr && q != me;
+        }
+        if (!by_addr && inlen > off)
             memcpy(DATA(g, me, p), inp + off, min_ss(per, inlen - off));
         publish(g, &CTL(g, me)->post, 2 * p + 1);
+        if (j == 0 && by_addr)
+            g->addr_piece = p + 1; /* from here peers may read this rank's input */
         if (j == 0 && outs->ptr[me] != inp)
             memmove(outs->ptr[me], inp, min_ss(inlen, outs->len[me]));
         for (int q = 0; q < n; q++) {
@@ -749,11 +823,29 @@ static int run_all_gather(Group *g, List *outs, char *inp, Py_ssize_t inlen, int
                 memcpy(&g->err_theirs, h, sizeof(hdr_t));
                 return E_MISMATCH;
             }
-            if (outs->len[q] > off)
+            if (j == 0) {
+                if (h->pieces > M)
+                    M = h->pieces;
+                g->cma_from[q] = h->spare != 0;
+                if (h->spare) {
+                    int err = cma_read(g->pids[q], outs->ptr[q], h->spare, (size_t)outs->len[q]);
+                    if (err) {
+                        g->err_peer = q;
+                        return pid_dead(g->pids[q]) ? E_DEAD : E_CMA;
+                    }
+                    g->cma_blocks++;
+                }
+            }
+            if (!g->cma_from[q] && outs->len[q] > off)
                 memcpy(outs->ptr[q] + off, DATA(g, q, p), min_ss(per, outs->len[q] - off));
         }
         publish(g, &CTL(g, me)->done, p);
     }
+    if (by_addr) /* the peers have read this rank's input */
+        for (int q = 0; q < n; q++)
+            if (q != me && (rc = wait_ge(g, q, 1, p0, dl, sv)))
+                return rc;
+    g->addr_piece = 0;
     return E_OK;
 }
 
@@ -1194,6 +1286,7 @@ static void Group_dealloc(Group *g)
     PyMem_Free(g->base);
     PyMem_Free(g->pids);
     PyMem_Free(g->cma_sel);
+    PyMem_Free(g->cma_from);
     Py_CLEAR(g->on_stall);
     Py_CLEAR(g->on_deadline);
     Py_TYPE(g)->tp_free((PyObject *)g);
@@ -1220,7 +1313,8 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
     g->base = PyMem_Calloc(g->size, sizeof(char *));
     g->pids = PyMem_Calloc(g->size, sizeof(int32_t));
     g->cma_sel = PyMem_Calloc(g->size, 1);
-    if (!g->maps || !g->base || !g->pids || !g->cma_sel) {
+    g->cma_from = PyMem_Calloc(g->size, 1);
+    if (!g->maps || !g->base || !g->pids || !g->cma_sel || !g->cma_from) {
         PyErr_NoMemory();
         return -1;
     }
@@ -1678,8 +1772,12 @@ static PyMemberDef Group_members[] = {
     {"timeout", T_DOUBLE, offsetof(Group, timeout), READONLY, "an op's timeout in seconds"},
     {"cma_min", T_PYSSIZET, offsetof(Group, cma_min), 0,
      "all_to_all blocks of at least this many bytes go by address to peers that can read them (0: never)"},
+    {"bcast_min", T_PYSSIZET, offsetof(Group, bcast_min), 0,
+     "a broadcast of at least this many bytes goes by address where every receiver can read the root (0: never)"},
+    {"gather_min", T_PYSSIZET, offsetof(Group, gather_min), 0,
+     "an all_gather input of at least this many bytes goes by address where every peer can read it (0: never)"},
     {"cma_blocks", T_ULONGLONG, offsetof(Group, cma_blocks), READONLY,
-     "all_to_all blocks this rank read from a peer's memory with one copy (process_vm_readv)"},
+     "all_to_all blocks, all_gather parts and broadcast buffers this rank read from a peer's memory with one copy (process_vm_readv)"},
     {"on_deadline", T_OBJECT, offsetof(Group, on_deadline), 0,
      "on_deadline(code), called with the GIL when an op's deadline passes (and when its notice is refined) "
      "naming code: a group rank, or STALL_GLOBAL + a global rank"},
