@@ -40,7 +40,7 @@ def main() -> None:
         dist.all_reduce(c, op=dist.ReduceOp.PRODUCT)  # a NumPy fallback pair
     native = dist.group.WORLD.backend_for("cpu")._native
     copied = native.g.cma_blocks if native is not None else 0
-    print(f"rank {r}: engine {dist.get_engine()}, {copied} all_to_all block(s) read with one copy, all checks passed")
+    print(f"rank {r}: engine {dist.get_engine()}, {copied} part(s) read with one copy (all_to_all, all_gather, broadcast), all checks passed")
     dist.destroy_process_group()
 
 

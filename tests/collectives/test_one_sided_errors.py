@@ -1,0 +1,68 @@
+"""A bad argument on one rank only (issue #14, "also seen"): the rank that raised sent
+nothing and used no sequence number, so its next collective pairs with the call its
+peers are still waiting in. The same call, retried with good arguments, completes it;
+another op raises ``DistMismatchError`` on every rank naming both calls, and the group
+goes on (docs/errors.md, "A bad argument on one rank only"). The socket backend's
+engines both; MPI has no such check (its ranks would wait in different calls)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from ndist.testing import run_ranks
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _one_sided(rank, size, retry):
+    import ndist.distributed as dist
+
+    dist.init_process_group("socket", timeout=timedelta(seconds=20))
+    try:
+        inp = np.arange(4, dtype=np.float32) + 10 * rank
+        out = np.full(4, -1, np.float32)
+        got = {}
+        if rank == 0:
+            with pytest.raises(ValueError, match="output_split_sizes"):
+                dist.all_to_all_single(out, inp, [1, 1], [3, 3])  # rows: 2 and 6, not 4
+            try:
+                if retry:
+                    dist.all_to_all_single(out, inp, [2, 2], [2, 2])
+                else:
+                    dist.barrier()
+            except dist.DistMismatchError as err:
+                got["error"] = str(err)
+        else:
+            try:
+                dist.all_to_all_single(out, inp, [2, 2], [2, 2])
+            except dist.DistMismatchError as err:
+                got["error"] = str(err)
+        got["out"] = out.tolist()
+        x = np.full(3, rank + 1.0, np.float32)
+        dist.all_reduce(x)  # the group goes on, in step
+        got["after"] = x.tolist()
+        return got
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_the_same_call_retried_completes_the_peers_call(engine):
+    if engine == "native":
+        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+    r0, r1 = run_ranks(_one_sided, 2, args=(True,), init=False, timeout=90, env={"NDIST_ENGINE": engine})
+    assert r0 == {"out": [0.0, 1.0, 10.0, 11.0], "after": [3.0] * 3}
+    assert r1 == {"out": [2.0, 3.0, 12.0, 13.0], "after": [3.0] * 3}
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_another_op_next_is_a_mismatch_on_both_and_the_group_goes_on(engine):
+    if engine == "native":
+        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+    r0, r1 = run_ranks(_one_sided, 2, args=(False,), init=False, timeout=90, env={"NDIST_ENGINE": engine})
+    for got in (r0, r1):
+        assert "rank 0: barrier" in got["error"] and "rank 1: all_to_all float32[4] #1" in got["error"], got
+        assert got["after"] == [3.0] * 3
