@@ -13,6 +13,18 @@ it: ``wait()`` then reads a flag. (A Future costs a Condition and several lock
 round trips, about a quarter of the Python time of a 4 KiB all_reduce.)
 Every backend's Work is this class or a subclass of it (``MPIWork`` progresses
 an MPI request, ``CudaWork`` polls a CUDA event).
+
+What a subclass or a backend may use besides the user API (the state itself
+stays private to this module):
+
+* ``complete()`` / ``fail(exc)``: end the work, once;
+* ``finished``, ``succeeded``, ``error``: its state as recorded, read without
+  driving the work (unlike ``is_completed()``, ``is_success()`` and
+  ``exception()``, which a lazily completed subclass overrides to look at its
+  operation first);
+* ``progress(timeout)``: the hook ``wait()`` calls on unfinished work. The base
+  waits for ``complete()``/``fail()`` from the backend's thread; a Work that
+  completes only when someone drives it (``MPIWork``) overrides it.
 """
 
 from __future__ import annotations
@@ -112,6 +124,36 @@ class Work:
             fut.set_exception(exc)
 
     @property
+    def finished(self) -> bool:
+        """``complete()`` or ``fail()`` has run (the flag only: never drives the work)."""
+        return self._state != PENDING
+
+    @property
+    def succeeded(self) -> bool:
+        """``complete()`` has run (the flag only: never drives the work)."""
+        return self._state == OK
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error ``fail()`` recorded, else ``None`` (never drives the work)."""
+        return self._exc if self._state == FAILED else None
+
+    def progress(self, timeout: float | None) -> bool:
+        """Hook: let the work advance for up to ``timeout`` seconds (None: until it
+        completes); True once it has completed.
+
+        ``wait()`` calls it on unfinished work. This Work is completed by its
+        backend, from another thread: it waits for that. A subclass whose
+        operation completes only when driven overrides it (``MPIWork`` tests
+        its MPI request until the deadline).
+        """
+        try:
+            self._future.exception(timeout=timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    @property
     def _future(self) -> Future:
         """The Future, made on first use and resolved like the work."""
         with self._lock:
@@ -165,7 +207,7 @@ class Work:
         state = self._state
         if state == OK:
             return True
-        if state == PENDING and not self._future_done(seconds):
+        if state == PENDING and not self.progress(seconds):
             detail = ""
             if self.pending is not None:
                 try:
@@ -183,14 +225,6 @@ class Work:
             raise exc
         if self._state == FAILED:
             raise self._exc
-        return True
-
-    def _future_done(self, seconds: float | None) -> bool:
-        """Block up to ``seconds`` (None: for ever) for completion; True once done."""
-        try:
-            self._future.exception(timeout=seconds)
-        except TimeoutError:
-            return False
         return True
 
     def is_completed(self) -> bool:

@@ -2,9 +2,10 @@
 
 MPI has no progress thread of its own that ndist could hook a callback on, so
 the Work progresses its request when asked: ``wait`` calls ``Request.Wait``
-(or polls ``Test`` until a timeout), ``is_completed`` and ``exception`` call
-``Test``. ``finish`` runs once the request completed (copy a staged buffer
-back, divide for AVG); ``then`` chains another step on the same request.
+(or polls ``Test`` until a timeout) through ``progress``, the hook of ``Work``
+it overrides; ``is_completed`` and ``exception`` call ``Test``. ``finish`` runs
+once the request completed (copy a staged buffer back, divide for AVG);
+``then`` chains another step on the same request.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from ....runtime._future import Future  # torch.futures API on a concurrent.futu
 from typing import Any, Callable
 
 from ....runtime import DistBackendError, Work
-from ....runtime._work import OK, PENDING
 
 __all__ = ["MPIWork"]
 
@@ -56,15 +56,15 @@ class MPIWork(Work):
         return cls(op, poll, finish, outputs)
 
     # ------------------------------------------------------------ progress
-    def _progress(self, block: bool) -> bool:
-        if self._state != PENDING:
+    def _advance(self, block: bool) -> bool:
+        if self.finished:
             return True
         # A non-blocking probe never waits behind a thread blocked in Request.Wait
         # (get_future's helper): it reports "not yet" instead.
         if not self._progress_lock.acquire(blocking=block):
-            return self._state != PENDING
+            return self.finished
         try:
-            if self._state != PENDING:
+            if self.finished:
                 return True
             try:
                 if not self._poll(block):
@@ -81,33 +81,33 @@ class MPIWork(Work):
         finally:
             self._progress_lock.release()
 
-    def _future_done(self, seconds: float | None) -> bool:
-        if seconds is None:
-            return self._progress(True)
-        deadline = time.monotonic() + seconds
-        while not self._progress(False):
+    def progress(self, timeout: float | None) -> bool:
+        if timeout is None:
+            return self._advance(True)
+        deadline = time.monotonic() + timeout
+        while not self._advance(False):
             if time.monotonic() >= deadline:
                 return False
             time.sleep(_POLL_S)
         return True
 
     def is_completed(self) -> bool:
-        return self._progress(False)
+        return self._advance(False)
 
     def is_success(self) -> bool:
-        return self._progress(False) and self._state == OK
+        return self._advance(False) and self.succeeded
 
     def exception(self) -> BaseException | None:
-        self._progress(False)
-        return super().exception()
+        self._advance(False)
+        return self.error
 
     def get_future(self) -> Future:
         """A Future resolved by a helper thread that waits on the request."""
-        fut = self._future
+        fut = super().get_future()
         with self._thread_lock:
-            if self._thread is None and self._state == PENDING:
+            if self._thread is None and not self.finished:
                 self._thread = threading.Thread(
-                    target=self._progress, args=(True,), name=f"ndist-mpi-{self.op}", daemon=True
+                    target=self._advance, args=(True,), name=f"ndist-mpi-{self.op}", daemon=True
                 )
                 self._thread.start()
         return fut
@@ -116,7 +116,7 @@ class MPIWork(Work):
         parent = self
 
         def poll(block: bool) -> bool:
-            if not parent._progress(block):
+            if not parent._advance(block):
                 return False
             parent.wait()  # re-raise the parent's error, if any
             return True

@@ -25,7 +25,6 @@ from collections import deque
 from typing import Any, Callable
 
 from ....runtime import DistTimeoutError, Work
-from ....runtime._work import FAILED, OK, PENDING
 
 __all__ = ["CudaWork", "Watchdog", "unfinished", "settle_at_close"]
 
@@ -56,7 +55,7 @@ class CudaWork(Work):
     # ------------------------------------------------------------ completion
     def _poll(self) -> bool:
         """Complete (or fail) the work if its event fired; True once done."""
-        if self._state != PENDING:
+        if self.finished:
             return True
         if self._event is None or not self._event.done:  # None: its coalescing block is open
             return False
@@ -101,7 +100,7 @@ class CudaWork(Work):
                 event.synchronize()  # only the write-back copies remain
                 chained._poll()
 
-        self._future.add_done_callback(_done)
+        self.get_future().add_done_callback(_done)
         return chained
 
     def run_deferred(self) -> list["CudaWork"]:
@@ -122,9 +121,9 @@ class CudaWork(Work):
         if timeout is not None:
             # torch: an explicit timeout blocks the host until completion.
             return super().wait(timeout)
-        if self._state == FAILED:
-            raise self._exc
-        if self._state == PENDING:
+        if self.error is not None:
+            raise self.error
+        if not self.finished:
             if self._event is None:
                 raise RuntimeError(f"{self.op} (#{self.seq}): cannot wait inside the coalescing block that issued it")
             import cupy
@@ -134,26 +133,26 @@ class CudaWork(Work):
 
     def synchronize(self) -> None:
         """Block the host until the operation finished on the GPU; raise its error."""
-        if self._state == PENDING:
+        if not self.finished:
             if self._event is None:
                 raise RuntimeError(f"{self.op} (#{self.seq}): cannot wait inside the coalescing block that issued it")
             self._event.synchronize()
             self._poll()
-        if self._state == FAILED:
-            raise self._exc
+        if self.error is not None:
+            raise self.error
 
     def is_completed(self) -> bool:
         return self._poll()
 
     def is_success(self) -> bool:
-        return self._poll() and self._state == OK
+        return self._poll() and self.succeeded
 
     def exception(self) -> BaseException | None:
         self._poll()
-        return super().exception()
+        return self.error
 
     def __repr__(self) -> str:
-        state = ("pending", "ok", "failed")[self._state]
+        state = "ok" if self.succeeded else "failed" if self.finished else "pending"
         return f"<CudaWork {self.op} #{self.seq} {state}>"
 
 
@@ -163,7 +162,7 @@ def unfinished(works) -> bool:
     A Work issued inside an open coalescing block has no event yet (NCCL
     launches the block at ``groupEnd``): it counts as unfinished.
     """
-    return any(not w._state and (w._event is None or not w._event.done) for w in works)
+    return any(not w.finished and (w._event is None or not w._event.done) for w in works)
 
 
 def settle_at_close(works, busy: bool, exc: BaseException) -> None:
@@ -259,7 +258,7 @@ class Watchdog:
 
     def pending(self) -> list[CudaWork]:
         with self._cond:
-            return [e.work for e in self._entries if not e.work._state]
+            return [e.work for e in self._entries if not e.work.finished]
 
     def fail_all(self, exc: BaseException) -> None:
         entries = []
@@ -311,7 +310,7 @@ class Watchdog:
             head = self._head()
             while err is None and head is not None:
                 work = head.work
-                if not work._state:
+                if not work.finished:
                     if not work._event.done:
                         break
                     work.complete()
