@@ -1,5 +1,5 @@
 """The native engine's single-copy all_to_all: blocks of at least ``NDIST_NATIVE_CMA_MIN``
-bytes (256 KiB by default) are read straight from the sender's buffer
+bytes (16 KiB by default) are read straight from the sender's buffer
 (``process_vm_readv``) where the kernel lets the receiver read the sender, and copied
 through the shared slots otherwise. Results must be the same bytes either way (the
 Python engine is the reference), and a rank that may not read a peer falls back."""
@@ -98,7 +98,8 @@ def test_uneven_splits_across_the_threshold():
     lens = [[0, 64 * KIB + 3, 300 * KIB // 4 * 4],
             [300 * KIB + 1, 17, 64 * KIB - 1],
             [65 * KIB, 400 * KIB + 5, 0]]
-    res = run_ranks(_exchange, n, timeout=180, init=False, args=(lens,), env={"NDIST_ENGINE": "native"})
+    res = run_ranks(_exchange, n, timeout=180, init=False, args=(lens,),
+                    env={"NDIST_ENGINE": "native", "NDIST_NATIVE_CMA_MIN": str(256 * KIB)})
     # blocks of >= 256 KiB (65,536 floats): rank 0 gets 300K+1 from 1 and 65K from 2; rank 1 gets
     # 64K+3 from 0 and 400K+5 from 2; rank 2 gets 300K from 0 (1 KiB = 256 floats)
     big = [[lens[q][r] * 4 >= 256 * KIB for q in range(n) if q != r] for r in range(n)]
@@ -147,9 +148,9 @@ def test_a_rank_the_kernel_forbids_to_read_falls_back():
     assert res == [("native", 0), ("native", 4)]
 
 
-# --- broadcast by address: with 2 or more receivers, no more than the cores, a root whose
-# receivers can all read it sends a buffer of >= NDIST_NATIVE_CMA_MIN bytes by address and
-# waits until each has read it
+# --- broadcast by address: a root whose receivers can all read it sends its buffer by
+# address and waits until each has read it: with one receiver from NDIST_NATIVE_CMA_MIN up to
+# one slot, with 2 or more receivers (no more than the cores) from 1 MiB
 
 def _broadcasts(rank, size, counts, not_dumpable=()):
     import ndist.distributed as dist
@@ -179,21 +180,23 @@ def _broadcasts(rank, size, counts, not_dumpable=()):
 
 
 def test_a_large_broadcast_to_two_receivers_goes_by_address():
-    # 300 KiB and 4 MiB + 4 bytes by address (>= 256 KiB), 1000 floats and 255 KiB through the slots
-    counts = [1000, 255 * KIB // 4, 300 * KIB // 4, (4 << 20) // 4 + 1]
-    res = run_ranks(_broadcasts, 3, timeout=120, init=False, args=(counts,),
-                    env={"NDIST_ENGINE": "native", "NDIST_NATIVE_CMA_MIN": str(256 * KIB)})
+    # from 1 MiB (BCAST_MANY_MIN) by address: 1 MiB and 4 MiB + 4 bytes; 1000 floats and
+    # 300 KiB through the slots
+    counts = [1000, 300 * KIB // 4, (1 << 20) // 4, (4 << 20) // 4 + 1]
+    res = run_ranks(_broadcasts, 3, timeout=120, init=False, args=(counts,), env={"NDIST_ENGINE": "native"})
     if (os.cpu_count() or 1) < 2:
         assert res == [(0, 0)] * 3  # more receivers than cores: the slots
     else:
         # each rank received 2 by-address sizes from each of the 2 other roots
-        assert res == [(256 * KIB, 4)] * 3
+        assert res == [(1 << 20, 4)] * 3
 
 
-def test_one_receiver_takes_the_slots():
-    # at 2 ranks the slots' two copies run on both cores at once: no broadcast by address
-    res = run_ranks(_broadcasts, 2, timeout=120, init=False, args=([(4 << 20) // 4],), env={"NDIST_ENGINE": "native"})
-    assert res == [(0, 0)] * 2
+def test_one_receiver_gets_one_slot_by_address_and_more_through_the_slots():
+    # at 2 ranks: 256 KiB (one piece) by address; 4 MiB through the slots, whose pieces
+    # pipeline on both cores (16 KiB, the default threshold, up to one slot: 1 MiB)
+    res = run_ranks(_broadcasts, 2, timeout=120, init=False, args=([(256 << 10) // 4, (4 << 20) // 4],),
+                    env={"NDIST_ENGINE": "native"})
+    assert res == [(16 * KIB, 1)] * 2  # 1 size x the 1 other root
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores (2 receivers)")

@@ -42,16 +42,22 @@ DEFAULT = "auto"
 SLOT_ENV = "NDIST_NATIVE_SLOT"
 SPIN_ENV = "NDIST_NATIVE_SPIN_US"
 CMA_ENV = "NDIST_NATIVE_CMA_MIN"
-#: all_to_all blocks of at least this many bytes go with one copy (``process_vm_readv``)
-#: to peers that may read this rank's memory; the rest through the slots (two copies)
-CMA_MIN = 256 << 10
-#: A broadcast of at least ``CMA_MIN`` bytes goes by address too (each receiver reads the
-#: root's buffer, the root waits for them) where it has 2 receivers or more and no more
-#: receivers than cores; an all_gather's inputs (every rank reads every peer's) where the
-#: ranks are no more than the cores. Measured on 2 cores (docs/performance.md, "Single-copy
-#: broadcast and all_gather"): broadcast at 3 ranks 0.51-0.91x the slots' time from 4 MiB,
-#: at 2 ranks (one receiver: the slots' two copies run on both cores at once) 1.04-1.25x,
-#: at 4 and 8 ranks even; all_gather at 2 ranks 0.41-0.72x from 512 KiB, at 4 ranks 0.92-1.1x.
+#: all_to_all blocks, all_gather parts and broadcast buffers of at least this many bytes go
+#: with one copy (``process_vm_readv``) to peers that may read this rank's memory; the rest
+#: through the slots (two copies). 16 KiB: plain loops at 2 ranks (docs/performance.md,
+#: "Single copy from 16 KiB") took all_to_all of 32-256 KiB from 5.1-19.8 to 4.1-9.9 us and
+#: all_gather of 32-256 KiB from 4.9-19.7 to 3.8-9.7 us against 256 KiB before; at 8 KiB
+#: blocks it was even, at 4 ranks on 2 cores 0.7-1.1x.
+CMA_MIN = 16 << 10
+#: A broadcast goes by address (each receiver reads the root's buffer, the root waits for
+#: them: not eager) where it measured faster on 2 cores: with one receiver from ``CMA_MIN``
+#: up to one slot (256 KiB: 10.5 us against 17; beyond a slot the slots' pieces pipeline on
+#: both cores, 4 MiB 312 us against 353-427); with 2 receivers or more, no more than the
+#: cores, from ``BCAST_MANY_MIN`` (3 ranks: 16-64 KiB 1.1-1.3x slower by address, 1 MiB
+#: 0.74-1.1x, 4-64 MiB 0.51-0.91x); with more receivers than cores never (4 and 8 ranks on 2
+#: cores: even or slower). An all_gather's parts (every rank reads every peer's) go by
+#: address where the ranks are no more than the cores (4 ranks on 2 cores: 0.92-1.1x).
+BCAST_MANY_MIN = 1 << 20
 #: all_reduce above this many bytes: reduce-scatter + all-gather through the slots
 RSAG_MIN = 256 << 10
 #: how long a waiting rank spins before it sleeps (when every rank has a core): 200 µs halved
@@ -216,9 +222,12 @@ def attach(mod, own: NativeFile, prefixes: dict, pids: dict, rank: int, size: in
     spin_us = float(os.environ.get(SPIN_ENV, SPIN_US if spin else 0.0))  # (set: for any group size)
     group = mod.Group(rank, size, maps, own.slot, pid_list, timeout, spin_us)
     group.cma_min = cma_min_bytes()  # before the set-up barrier, which probes the peers
-    cores = os.cpu_count() or 1
-    group.bcast_min = group.cma_min if 2 <= size - 1 <= cores else 0
-    group.gather_min = group.cma_min if size <= cores else 0
+    cores, cma = os.cpu_count() or 1, group.cma_min
+    if cma and size == 2:  # one receiver: by address while the buffer fits one slot
+        group.bcast_min, group.bcast_max = cma, own.slot
+    elif cma and size - 1 <= cores:
+        group.bcast_min = max(cma, BCAST_MANY_MIN)
+    group.gather_min = cma if size <= cores else 0
     return group
 
 

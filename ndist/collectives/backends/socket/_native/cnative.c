@@ -148,6 +148,7 @@ typedef struct {
      * peers that can read this rank; cma_probed once every peer was probed */
     Py_ssize_t cma_min;
     Py_ssize_t bcast_min;          /* a broadcast of at least this many bytes goes by address (0: never) */
+    Py_ssize_t bcast_max;          /* ... and of at most this many (0: no bound) */
     Py_ssize_t gather_min;         /* an all_gather input of at least this many bytes goes by address (0: never) */
     int cma_probed;
     unsigned long long cma_blocks; /* blocks this rank read by address (for tests) */
@@ -662,8 +663,8 @@ static int run_reduce(Group *g, char *buf, Py_ssize_t nbytes, Red *r, int root, 
 
 static inline int cma_to(Group *g, int q, Py_ssize_t len);
 
-/* Single copy: a root whose every receiver can read its memory sends a buffer of at least
- * ``bcast_min`` bytes by address (its header's ``spare``) in one piece; each receiver reads it
+/* Single copy: a root whose every receiver can read its memory sends a buffer of
+ * ``bcast_min`` to ``bcast_max`` bytes by address (its header's ``spare``) in one piece; each receiver reads it
  * whole (``process_vm_readv``) and the root returns once every receiver is done with that
  * piece (its buffer must stay put until then: not eager). */
 static int bcast_by_addr(Group *g, char *buf, Py_ssize_t nbytes, Sig *s, double dl, PyThreadState **sv)
@@ -698,7 +699,7 @@ static int run_broadcast(Group *g, char *buf, Py_ssize_t nbytes, int dtype, int 
     Py_ssize_t M = pieces_of(nbytes, per);
     Sig s = {OP_BROADCAST, dtype, 0, root, (uint64_t)nbytes, (uint64_t)M, 0};
     g->op_pieces = s.pieces;
-    if (me == root && g->bcast_min > 0 && nbytes >= g->bcast_min) {
+    if (me == root && g->bcast_min > 0 && nbytes >= g->bcast_min && (!g->bcast_max || nbytes <= g->bcast_max)) {
         int all = 1;
         for (int q = 0; q < g->size && all; q++)
             all = q == me || cma_to(g, q, nbytes);
@@ -1774,6 +1775,8 @@ static PyMemberDef Group_members[] = {
      "all_to_all blocks of at least this many bytes go by address to peers that can read them (0: never)"},
     {"bcast_min", T_PYSSIZET, offsetof(Group, bcast_min), 0,
      "a broadcast of at least this many bytes goes by address where every receiver can read the root (0: never)"},
+    {"bcast_max", T_PYSSIZET, offsetof(Group, bcast_max), 0,
+     "... and of at most this many bytes (0: no bound)"},
     {"gather_min", T_PYSSIZET, offsetof(Group, gather_min), 0,
      "an all_gather input of at least this many bytes goes by address where every peer can read it (0: never)"},
     {"cma_blocks", T_ULONGLONG, offsetof(Group, cma_blocks), READONLY,
