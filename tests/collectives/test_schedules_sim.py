@@ -239,6 +239,38 @@ def test_pairwise_all_to_all(n):
     assert (st.msgs_sent == n - 1).all()
 
 
+@pytest.mark.parametrize("n", [pytest.param(n, marks=pytest.mark.slow) if n > 64 else n for n in NS])
+def test_bruck_all_to_all(n):
+    """Even blocks: ceil(log2 n) rounds of one message each way; each rank sends the
+    c_k blocks with bit k set, sum_k c_k <= (n // 2) ceil(log2 n) blocks (exactly
+    (n / 2) log2 n on a power of two), where pairwise sends n - 1 messages. n^2
+    blocks and about 3n copies per rank: 1,024 ranks take some seconds, marked slow."""
+    for count in (3, 0) if n <= 64 else (3,):  # (0: every message a header-only ticket)
+        ins = np.arange(n)[:, None, None] * 4096 + np.arange(n)[None, :, None] * 8 + np.arange(count, dtype=np.int32)
+        ins = ins.astype(np.int32)  # ins[r, j]: rank r's block for j
+        outs = np.full((n, n, count), -1, np.int32)
+        bufs = []
+        for r in range(n):
+            b = {S.INS: u8(ins[r])}
+            b.update({S.OUT + j: u8(outs[r, j]) for j in range(n)})
+            bufs.append(b)
+        sizes = ((count,) * n, (count,) * n)
+        st = simulate(scheds("all_to_all", "bruck", 4, sizes, n), bufs)
+        assert (outs == ins.transpose(1, 0, 2)).all()  # rank r's block from i is rank i's for r
+        assert st.depth == log2c(n) and (st.rounds == log2c(n)).all()
+        assert (st.msgs_sent == log2c(n)).all() and (st.msgs_recv == log2c(n)).all()
+        blocks = sum(sum(1 for j in range(n) if j & (1 << t)) for t in range(log2c(n)))
+        assert blocks <= n // 2 * log2c(n)
+        if n & (n - 1) == 0:
+            assert blocks == n // 2 * log2c(n)
+        assert (st.bytes_sent == blocks * count * 4).all() and (st.bytes_recv == blocks * count * 4).all()
+
+
+def test_bruck_all_to_all_needs_even_blocks():
+    with pytest.raises(ValueError, match="bruck: expected the same count"):
+        S.schedule("all_to_all", "bruck", 4, ((1, 2, 1), (1, 2, 1)), 3, 0)
+
+
 # ------------------------------------------------------------------ the checks themselves
 def test_simulator_rejects_mismatched_schedules():
     a = S.Schedule("x", (S.Round((S.Send(1, S.BUF, 0, 4),), ()),))
@@ -261,7 +293,20 @@ def test_choose_is_direct_up_to_four_ranks_and_forced_by_name():
     assert S.choose("all_reduce", 1 << 20, 6, 1 << 18) == "ring"
     assert S.choose("all_reduce", 4096, 8, force="direct") is None
     assert S.choose("broadcast", 4096, 2, force="sched") == "binomial"
-    assert S.choose("all_to_all", 4096, 8) == "pairwise"
+    assert S.choose("all_to_all", 4096, 8) == "pairwise"  # a rank cannot know the others are even
+
+
+def test_choose_bruck_all_to_all_for_small_even_blocks():
+    """Only the even form (every rank's blocks one size, which all know) runs Bruck:
+    3 rounds at 8 ranks where pairwise takes 7; large blocks stay pairwise."""
+    small = S.choose("all_to_all", 1024, 8, even=True)
+    assert small == "bruck"
+    assert len(S.schedule("all_to_all", small, 1, ((1024,) * 8,) * 2, 8, 0).rounds) == 3
+    assert S.choose("all_to_all", 1024, 5, even=True) == "bruck"
+    assert S.choose("all_to_all", S.A2A_BRUCK_MAX, 8, even=True) == "bruck"
+    assert S.choose("all_to_all", S.A2A_BRUCK_MAX + 1, 8, even=True) == "pairwise"
+    assert S.choose("all_to_all", 1024, 3, even=True) is None  # direct up to four ranks
+    assert S.choose("all_to_all", 1024, 3, force="sched", even=True) == "bruck"
 
 
 def test_schedules_are_cached():

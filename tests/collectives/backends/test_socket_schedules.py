@@ -104,6 +104,37 @@ def test_float_all_reduce_is_bit_identical_on_every_rank(n):
     assert res[0][1] == ["recursive_doubling", "ring" if n == 5 else "rabenseifner"]
 
 
+def _a2a_algos(rank, world_size):
+    import ndist.distributed as dist
+    from ndist.collectives.backends.socket._schedule import A2A_BRUCK_MAX
+
+    seen = _spy()
+    n, out = world_size, []
+    for per in (5, A2A_BRUCK_MAX // 4 + 1):  # int32 elements per block: Bruck's, then above it
+        x = np.arange(n * per, dtype=np.int32) + rank * 1_000_000  # block j goes to rank j
+        y = np.full_like(x, -1)
+        seen.clear()
+        dist.all_to_all_single(y, x)
+        want = np.concatenate([np.arange(rank * per, (rank + 1) * per, dtype=np.int32) + i * 1_000_000
+                               for i in range(n)])
+        out.append((bool((y == want).all()), list(seen)))
+    # the same even blocks, but as split sizes: no rank can know the others' splits
+    x = np.arange(n * 5, dtype=np.int32) + rank * 1_000_000
+    y = np.full_like(x, -1)
+    seen.clear()
+    dist.all_to_all_single(y, x, [5] * n, [5] * n)
+    want = np.concatenate([np.arange(rank * 5, rank * 5 + 5, dtype=np.int32) + i * 1_000_000 for i in range(n)])
+    out.append((bool((y == want).all()), list(seen)))
+    return out
+
+
+@pytest.mark.parametrize("n", [5, 8])
+def test_even_small_all_to_all_single_runs_bruck(n):
+    res = run_ranks(_a2a_algos, n, timeout=200, env=_PY)
+    for small, large, split in res:
+        assert small == (True, ["bruck"]) and large == (True, ["pairwise"]) and split == (True, ["pairwise"])
+
+
 def test_bad_algo_mode_names_the_variable(monkeypatch):
     from ndist.collectives.backends.socket._algorithms import algo_mode
 

@@ -84,9 +84,9 @@ class Algorithms:
         self.topo = links.hosts if links.hosts is not None and spans_hosts(links.hosts) else None
         self.sched = Scheduled(eng, links, rank, size)
 
-    def _algo(self, op: str, nbytes: int = 0, count: int = 0):
+    def _algo(self, op: str, nbytes: int = 0, count: int = 0, even: bool = False):
         """The schedule's algorithm for this call, or None for the direct exchange."""
-        return choose(op, nbytes, self.size, count, self.mode, self.topo)
+        return choose(op, nbytes, self.size, count, self.mode, self.topo, even)
 
     # ---------------------------------------------------------- staging
     def _stage(self, arrays: list) -> list:
@@ -319,13 +319,15 @@ class Algorithms:
         self.eng.step([Expect(p, F.DATA, TICKET, 0) for p in self.peers])
         np.copyto(data, _bytes(inputs[src]))
 
-    def all_to_all(self, outputs, inputs):
+    def all_to_all(self, outputs, inputs, even: bool = False):
         """Pairwise exchange, every pair at once. A large message to a peer that can
         read our memory is read by it straight from ``inputs`` (one copy; we wait
         for its "done" before returning). Other messages above ``A2A_CHUNK`` go in
         pieces (count from the message size, so both sides agree) so that a peer
-        copies each piece out of our segment while it is still in the shared cache."""
-        algo = self._algo("all_to_all")
+        copies each piece out of our segment while it is still in the shared cache.
+        ``even``: the call promises every rank's blocks are all one size (an
+        ``all_to_all_single`` without split sizes), so the schedules may use Bruck."""
+        algo = self._algo("all_to_all", inputs[0].nbytes if even else 0, even=even)
         if algo is not None:
             return self.sched.all_to_all(outputs, inputs, algo)
         eng = self.eng

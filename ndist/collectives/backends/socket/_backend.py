@@ -486,12 +486,14 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                 nat, nat.lane_all_to_all, out, inp, inp, None if osplits is None and isplits is None else
                 (osplits or [out.size // n] * n, isplits or [inp.size // n] * n)):
             return DONE
-        return self._all_to_all(split_views(out, osplits, n), split_views(inp, isplits, n), blocking)
+        # no split sizes: the call promises every rank splits evenly (what Bruck needs)
+        return self._all_to_all(split_views(out, osplits, n), split_views(inp, isplits, n), blocking,
+                                even=osplits is None and isplits is None)
 
-    def _all_to_all(self, outputs, inputs, blocking: bool) -> Work:
+    def _all_to_all(self, outputs, inputs, blocking: bool, even: bool = False) -> Work:
         count = sum(a.size for a in inputs)
-        return self._submit("all_to_all", inputs[0], count, None, lambda: self._alg.all_to_all(outputs, inputs),
-                            blocking, outputs)
+        return self._submit("all_to_all", inputs[0], count, None,
+                            lambda: self._alg.all_to_all(outputs, inputs, even), blocking, outputs)
 
     def barrier(self, call: Call, *, blocking: bool = False) -> Work:
         if self.size == 1:

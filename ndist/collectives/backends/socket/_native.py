@@ -379,7 +379,7 @@ class NativeAlgorithms:
     def scatter(self, out, inputs, src) -> None:
         self.g.scatter(out, inputs if self.rank == src else None, F.dtype_code(out.dtype), src)
 
-    def all_to_all(self, outputs, inputs) -> None:
+    def all_to_all(self, outputs, inputs, even: bool = False) -> None:  # (even: the slots need no hint)
         self.g.all_to_all(outputs, inputs, F.dtype_code(inputs[0].dtype))
 
     def barrier(self) -> None:

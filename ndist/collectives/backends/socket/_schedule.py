@@ -10,15 +10,19 @@ Layout (everything is a tuple of ints; offsets and lengths are in **bytes**, and
 every region a ``Recv`` reduces covers whole elements of the op's dtype)::
 
     Schedule(algo, rounds, pre, post, tmp)   tmp: bytes of scratch (buffer TMP)
-    Round(sends, recvs)                      one engine step; rounds are global:
+    Round(sends, recvs, pre, post)           one engine step; rounds are global:
                                              round t of every rank matches round t
                                              of its peers (its frames carry step t)
     Send(peer, buf, off, nbytes)             bytes read when the round starts
     Recv(peer, buf, off, nbytes, mode)       COPY: the bytes land in buf[off:off+nbytes]
                                              REDUCE: dst = dst (op) message
                                              REDUCE_REV: dst = message (op) dst
-    Copy(src, src_off, dst, dst_off, nbytes) local copies: ``pre`` before round 0,
-                                             ``post`` after the last round
+    Copy(src, src_off, dst, dst_off, nbytes) local copies: the schedule's ``pre`` before
+                                             round 0 and ``post`` after the last round;
+                                             a round's ``pre`` before its sends are read
+                                             (e.g. to pack scattered blocks into one
+                                             message), its ``post`` after its receives
+                                             landed and its reductions ran (to unpack)
 
 Buffers: ``BUF`` the op's in-place buffer or single output; ``INP`` its single
 input; ``TMP`` scratch; ``OUTS`` / ``INS`` the concatenation, in rank order, of
@@ -27,10 +31,13 @@ over the list's arrays); ``OUT + j`` / ``IN + j`` the list's entry ``j``.
 
 Rules every schedule keeps (the simulator checks them): per round at most one
 send and one receive per peer; a COPY receive never overlaps a send of the same
-round (the engine may write it while the send is still going out); reductions
-are applied after all of the round's messages arrived, in list order; a
-zero-byte message is a header-only frame ("ticket": the receiving side of a
-rooted op answers its sender, so a mismatched call is seen by both sides).
+round (the engine may write it while the send is still going out); a copy's
+source and destination never overlap (a plain memcpy does); reductions are
+applied after all of the round's messages arrived, in list order; a zero-byte
+message is a header-only frame ("ticket": the receiving side of a rooted op
+answers its sender, so a mismatched call is seen by both sides). What an engine
+keeps: a round ends only when its sends have been read (the next round's copies
+may overwrite their bytes, as Bruck all_to_all's staging area is).
 
 Reductions are deterministic and the same on every rank: in recursive doubling
 both partners compute (lower block) op (upper block); in the reduce-scatter
@@ -44,7 +51,7 @@ from typing import NamedTuple
 
 __all__ = [
     "COPY", "REDUCE", "REDUCE_REV", "BUF", "INP", "TMP", "OUTS", "INS", "OUT", "IN",
-    "Send", "Recv", "Copy", "Round", "Schedule", "schedule", "choose", "ALGOS", "SMALL_MAX",
+    "Send", "Recv", "Copy", "Round", "Schedule", "schedule", "choose", "ALGOS", "SMALL_MAX", "A2A_BRUCK_MAX",
     "DIRECT_MAX_RANKS", "subtree", "TWO_LEVEL", "TWO_LEVEL_OPS", "spans_hosts",
 ]
 
@@ -56,6 +63,10 @@ OUT, IN = 1 << 20, 2 << 20
 DIRECT_MAX_RANKS = 4
 #: all_reduce up to this many bytes: recursive doubling; above: reduce-scatter + all-gather
 SMALL_MAX = 256 << 10
+#: an even all_to_all with blocks up to this many bytes: Bruck; above (or uneven): pairwise.
+#: Measured on the Python engine, one host (docs/architecture.md): at 8 ranks Bruck wins
+#: with 4 KiB blocks and loses with 8 KiB ones, at 5 ranks the two are about even up to 13 KiB
+A2A_BRUCK_MAX = 4 << 10
 
 
 class Send(NamedTuple):
@@ -84,6 +95,8 @@ class Copy(NamedTuple):
 class Round(NamedTuple):
     sends: tuple = ()
     recvs: tuple = ()
+    pre: tuple = ()  # Copy records run before the sends are read
+    post: tuple = ()  # Copy records run after the receives and reductions
 
 
 class Schedule(NamedTuple):
@@ -387,6 +400,41 @@ def _pairwise_all_to_all(ins: tuple, outs: tuple, item: int, n: int, r: int) -> 
     return Schedule("pairwise", tuple(rounds), (Copy(IN + r, 0, OUT + r, 0, ins[r] * item),))
 
 
+def _bruck_all_to_all(ins: tuple, outs: tuple, item: int, n: int, r: int) -> Schedule:
+    """Bruck, for an even all_to_all (every block ``b`` bytes, on every rank alike).
+
+    TMP holds n slots, slot j first the block for rank (r + j) % n (``pre``: two
+    copies, a rotation of the inputs), then a send and a receive staging area of
+    c = max_k c_k blocks. Round k (k = 1, 2, 4, ... < n) sends the c_k slots j
+    with bit k set to r + k and receives the same slots from r - k. Those slots
+    are runs of k, not one region, so the round's ``pre`` packs them into the send
+    area and its ``post`` unpacks the received area into them (one copy per run).
+    Slot j ends holding rank (r - j) % n's block for r (``post``: one copy per
+    block). ceil(log2 n) rounds; sum_k c_k <= (n // 2) ceil(log2 n) blocks sent."""
+    if len(set(ins)) > 1 or tuple(ins) != tuple(outs):
+        raise ValueError(f"bruck: expected the same count for every block, got inputs {ins} and outputs {outs}")
+    b = ins[0] * item
+    runs, k = [], 1
+    while k < n:
+        runs.append([(a, min(a + k, n)) for a in range(k, n, 2 * k)])
+        k <<= 1
+    c = max((sum(e - a for a, e in rk) for rk in runs), default=0)
+    snd, rcv = n * b, (n + c) * b
+    rounds = []
+    for t, rk in enumerate(runs):
+        k = 1 << t
+        pack, unpack, pos = [], [], 0
+        for a, e in rk:
+            pack.append(Copy(TMP, a * b, TMP, snd + pos, (e - a) * b))
+            unpack.append(Copy(TMP, rcv + pos, TMP, a * b, (e - a) * b))
+            pos += (e - a) * b
+        rounds.append(Round((Send((r + k) % n, TMP, snd, pos),), (Recv((r - k) % n, TMP, rcv, pos),),
+                            tuple(pack), tuple(unpack)))
+    pre = (Copy(INS, r * b, TMP, 0, (n - r) * b), Copy(INS, 0, TMP, (n - r) * b, r * b))
+    post = tuple(Copy(TMP, j * b, OUT + (r - j) % n, 0, b) for j in range(n))
+    return Schedule("bruck", tuple(rounds), pre, post, (n + 2 * c) * b)
+
+
 #: the algorithm name of every two-level schedule (``_twolevel.py``) and its ops
 TWO_LEVEL = "two_level"
 TWO_LEVEL_OPS = ("all_reduce", "broadcast", "barrier", "all_gather")
@@ -409,7 +457,7 @@ ALGOS = {
     "gather": ("binomial",),
     "scatter": ("binomial",),
     "barrier": ("dissemination",),
-    "all_to_all": ("pairwise",),
+    "all_to_all": ("bruck", "pairwise"),
 }
 
 
@@ -455,15 +503,21 @@ def schedule(op: str, algo: str, item: int, sizes: tuple, n: int, rank: int, roo
         return _binomial_scatter(sizes, item, n, rank, root)
     elif op == "barrier":
         return _dissemination_barrier(n, rank)
-    elif op == "all_to_all":
+    elif op == "all_to_all" and algo == "bruck":
+        return _bruck_all_to_all(sizes[0], sizes[1], item, n, rank)
+    elif op == "all_to_all" and algo == "pairwise":
         return _pairwise_all_to_all(sizes[0], sizes[1], item, n, rank)
     raise ValueError(f"algo: expected one of {ALGOS.get(op)} for {op!r}, got {algo!r}")
 
 
-def choose(op: str, nbytes: int, n: int, count: int = 0, force: str = "auto", topo=None) -> str | None:
+def choose(op: str, nbytes: int, n: int, count: int = 0, force: str = "auto", topo=None,
+           even: bool = False) -> str | None:
     """The algorithm for ``op`` moving ``nbytes`` (all_reduce: the buffer; ``count``
-    its elements) in a group of ``n``: ``None`` keeps the direct one-step exchange.
-    Depends only on its arguments, so every rank chooses alike. ``force``:
+    its elements; all_to_all: one block) in a group of ``n``: ``None`` keeps the
+    direct one-step exchange. Depends only on its arguments, so every rank chooses
+    alike: ``even`` (all_to_all) says that every block of every rank is ``nbytes``,
+    which only the even form (``all_to_all_single`` without split sizes) promises;
+    a rank of any other all_to_all knows its own sizes only, and stays pairwise. ``force``:
     ``direct`` / ``sched`` / ``flat`` / ``auto`` (``NDIST_ALGO``). ``topo`` (the
     host index of every rank): a group on more than one host, with some host
     holding several ranks, runs ``two_level`` for the ops that have it (not with
@@ -480,4 +534,6 @@ def choose(op: str, nbytes: int, n: int, count: int = 0, force: str = "auto", to
         return "ring" if n & (n - 1) else "rabenseifner"
     if op == "reduce_scatter":
         return "ring" if n & (n - 1) else "recursive_halving"
+    if op == "all_to_all":
+        return "bruck" if even and nbytes <= A2A_BRUCK_MAX else "pairwise"
     return ALGOS[op][0]

@@ -2,7 +2,8 @@
 
 ``Scheduled.run`` plays one rank's ``Schedule``: the ``pre`` copies, then one
 engine step per round that has messages (frames carry step ``step0 + t`` mod
-250, distinct per round of the op), then the ``post`` copies. A send goes
+250, distinct per round of the op) between the round's own ``pre`` and ``post``
+copies, then the schedule's ``post`` copies. A send goes
 inline, or, to a same-host peer when ``links.shm`` says so, as a reference into
 this rank's shared-memory segment: every round's staged payloads get their own
 place in the segment (reserved once per op), because a peer may still read a
@@ -106,8 +107,12 @@ class Scheduled:
             bufs.copy(c)
         seg, cur = self._segment(sch) if shm else None, 0
         get = bufs.get
-        for t, (sends, recvs) in enumerate(sch.rounds):
+        for t, (sends, recvs, pre, post) in enumerate(sch.rounds):
+            for c in pre:
+                bufs.copy(c)
             if not sends and not recvs:
+                for c in post:
+                    bufs.copy(c)
                 continue
             step = (step0 + t) % _STEPS
             # this round's links first: a dead peer fails the op before any frame goes out
@@ -133,6 +138,8 @@ class Scheduled:
                     dst = get(v.buf)[v.off:v.off + v.nbytes].view(dt)
                     msg = e.result.view(dt)
                     reduce_ordered(dst, [dst, msg] if v.mode == S.REDUCE else [msg, dst], op)
+            for c in post:
+                bufs.copy(c)
         for c in sch.post:
             bufs.copy(c)
 
@@ -140,8 +147,8 @@ class Scheduled:
         """Our segment, large enough for every payload of ``sch`` that goes by reference."""
         links = self.links
         total = 0
-        for sends, _ in sch.rounds:
-            for s in sends:
+        for rnd in sch.rounds:
+            for s in rnd.sends:
                 if s.nbytes >= links.shm_min and links.shm(s.peer, s.nbytes):
                     total += (s.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
         return self.eng.segment(total) if total else None

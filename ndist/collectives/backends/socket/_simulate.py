@@ -5,7 +5,8 @@ by round: the sends of round t are captured first (as the engine reads them when
 the round starts), then each rank's receives take the oldest message on the
 (sender, receiver) link, which must be of the same round and length, COPY
 receives land and the reductions run after them, in list order, with the real
-kernels (``_reduce.reduce_ordered``). It checks the rules of ``_schedule`` on
+kernels (``_reduce.reduce_ordered``); a round's own ``pre`` copies run before
+its sends are captured, its ``post`` copies after its reductions. It checks the rules of ``_schedule`` on
 the way and counts, per rank, the rounds it was active in, the messages and the
 bytes it sent and received. It also tracks which ranks' arrival each rank has
 heard of (directly or through others), so a barrier can be checked.
@@ -60,8 +61,10 @@ def _region(bufs: dict, ref: int, off: int, nbytes: int) -> np.ndarray:
     return b[off:off + nbytes]
 
 
-def _copies(bufs: dict, copies) -> None:
+def _copies(bufs: dict, copies, where: str = "") -> None:
     for c in copies:
+        if c.src == c.dst and c.nbytes and c.src_off < c.dst_off + c.nbytes and c.dst_off < c.src_off + c.nbytes:
+            raise ScheduleError(f"{where}copy {c} overlaps its own source")
         src = _region(bufs, c.src, c.src_off, c.nbytes)
         np.copyto(_region(bufs, c.dst, c.dst_off, c.nbytes), src)
 
@@ -83,7 +86,7 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None, hosts=None
     heard = [1 << r for r in range(n)]
     for r, sch in enumerate(schedules):
         buffers[r][S.TMP] = np.zeros(sch.tmp, np.uint8)
-        _copies(buffers[r], sch.pre)
+        _copies(buffers[r], sch.pre, f"rank {r} pre: ")
     links: dict = {}
     depth = max((len(s.rounds) for s in schedules), default=0)
     for t in range(depth):
@@ -91,12 +94,12 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None, hosts=None
         for r, sch in enumerate(schedules):
             if t >= len(sch.rounds):
                 continue
-            rnd = sch.rounds[t]
-            sends, recvs = rnd
+            sends, recvs, pre, _ = sch.rounds[t]
+            bufs = buffers[r]
+            _copies(bufs, pre, f"rank {r} round {t}: ")  # before the sends are read
             if not sends and not recvs:
                 continue
             rounds[r] += 1
-            bufs = buffers[r]
             xr = False
             if len(sends) > 1 and len({s.peer for s in sends}) != len(sends) or \
                     len(recvs) > 1 and len({v.peer for v in recvs}) != len(recvs):
@@ -128,9 +131,7 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None, hosts=None
         for r, sch in enumerate(schedules):
             if t >= len(sch.rounds):
                 continue
-            recvs = sch.rounds[t].recvs
-            if not recvs:
-                continue
+            _, recvs, _, post = sch.rounds[t]
             bufs = buffers[r]
             reductions = []
             for v in recvs:
@@ -155,11 +156,12 @@ def simulate(schedules: list, buffers: list, dtype=np.uint8, op=None, hosts=None
             for mode, dst, data in reductions:
                 d, m = dst.view(dt), data.view(dt)
                 reduce_ordered(d, [d, m] if mode == S.REDUCE else [m, d], op)
+            _copies(bufs, post, f"rank {r} round {t}: ")  # after the receives and reductions
     left = [k for k, q in links.items() if q]
     if left:
         raise ScheduleError(f"messages never received on links (sender, receiver): {left[:5]}")
     for r, sch in enumerate(schedules):
-        _copies(buffers[r], sch.post)
+        _copies(buffers[r], sch.post, f"rank {r} post: ")
     st.rounds[:], st.msgs_sent[:], st.bytes_sent[:], st.msgs_recv[:], st.bytes_recv[:] = \
         rounds, msent, bsent, mrecv, brecv
     st.depth = depth

@@ -69,14 +69,16 @@ def _remap(rounds, members, bufs=None) -> list:
     """Rounds written for ranks 0..len(members)-1 with peers renamed to ``members``
     (and buffer ids renamed by ``bufs``)."""
     out = []
-    for snd, rcv in rounds:
+    for snd, rcv, pre, post in rounds:
         if bufs:
             snd = tuple(S.Send(members[s.peer], bufs.get(s.buf, s.buf), s.off, s.nbytes) for s in snd)
             rcv = tuple(S.Recv(members[v.peer], bufs.get(v.buf, v.buf), v.off, v.nbytes, v.mode) for v in rcv)
+            pre, post = ([c._replace(src=bufs.get(c.src, c.src), dst=bufs.get(c.dst, c.dst)) for c in cs]
+                         for cs in (pre, post))
         else:
             snd = tuple(s._replace(peer=members[s.peer]) for s in snd)
             rcv = tuple(v._replace(peer=members[v.peer]) for v in rcv)
-        out.append(S.Round(snd, rcv))
+        out.append(S.Round(snd, rcv, tuple(pre), tuple(post)))
     return out
 
 
