@@ -117,7 +117,7 @@ def test_three_hosts_two_level_collectives(tmp_path):
         uneven = _run_job(hosts, tmp_path, "auto", (3, 1, 2))
         for ns in hosts.ns:  # every rank and launcher is gone before the namespaces are
             assert subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split() == []
-    algos = ["pairwise", "two_level/binomial", "two_level/bruck", "two_level/dissemination",
+    algos = ["bruck", "two_level/binomial", "two_level/bruck", "two_level/dissemination",
              "two_level/recursive_doubling", "two_level/ring"]
     for res, layout in ((two, (2, 2, 2)), (uneven, (3, 1, 2))):
         nodes = [hosts.ns[h] for h, k in enumerate(layout) for _ in range(k)]

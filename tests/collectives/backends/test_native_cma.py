@@ -193,7 +193,7 @@ def test_a_large_broadcast_to_two_receivers_goes_by_address():
 
 def test_one_receiver_gets_one_slot_by_address_and_more_through_the_slots():
     # at 2 ranks: 256 KiB (one piece) by address; 4 MiB through the slots, whose pieces
-    # pipeline on both cores (16 KiB, the default threshold, up to one slot: 1 MiB)
+    # pipeline on both cores (16 KiB, the default threshold, up to one slot: 256 KiB)
     res = run_ranks(_broadcasts, 2, timeout=120, init=False, args=([(256 << 10) // 4, (4 << 20) // 4],),
                     env={"NDIST_ENGINE": "native"})
     assert res == [(16 * KIB, 1)] * 2  # 1 size x the 1 other root

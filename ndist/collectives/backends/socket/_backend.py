@@ -108,7 +108,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         self._nfile = None
         if self._native_mod is not None:
             try:
-                self._nfile = _native.NativeFile(self._prefix, ctx.size, _native.slot_bytes(ctx.size))
+                self._nfile = _native.NativeFile(self._prefix, ctx.size, _native.slot_bytes())
             except OSError as err:  # e.g. /dev/shm full: the Python engine runs everything
                 log.warning("no native engine (%s); collectives run on the Python engine", err)
         self._native: _native.NativeAlgorithms | None = None

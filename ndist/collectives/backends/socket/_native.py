@@ -58,6 +58,11 @@ CMA_MIN = 16 << 10
 #: cores: even or slower). An all_gather's parts (every rank reads every peer's) go by
 #: address where the ranks are no more than the cores (4 ranks on 2 cores: 0.92-1.1x).
 BCAST_MANY_MIN = 1 << 20
+#: data bytes per slot (a piece): 256 KiB pipelines the large reductions more finely than the
+#: 1 MiB of before (2 ranks, reduce_scatter 1-16 MiB 0.70-0.79x the time, all_reduce 4-16 MiB
+#: 0.85-0.93x; broadcast 4-16 MiB 1.04-1.08x, the other ops even; docs/performance.md,
+#: "Single copy from 16 KiB, 256 KiB slots")
+SLOT = 256 << 10
 #: all_reduce above this many bytes: reduce-scatter + all-gather through the slots
 RSAG_MIN = 256 << 10
 #: how long a waiting rank spins before it sleeps (when every rank has a core): 200 µs halved
@@ -132,9 +137,9 @@ def module_for(transport: str, options=None):
     return mod
 
 
-def slot_bytes(size: int) -> int:
-    """Data bytes per slot: ``NDIST_NATIVE_SLOT``, else 1 MiB up to 8 ranks, then 8 MiB
-    shared among the ranks (at least 256 KiB); each rank's file holds two slots."""
+def slot_bytes() -> int:
+    """Data bytes per slot: ``NDIST_NATIVE_SLOT``, else ``SLOT`` at every group size; each
+    rank's file holds two slots."""
     raw = os.environ.get(SLOT_ENV, "").strip()
     if raw:
         try:
@@ -144,7 +149,7 @@ def slot_bytes(size: int) -> int:
         if value < 4096 or value % 64:
             raise ValueError(f"{SLOT_ENV}: expected a multiple of 64 of at least 4096 bytes, got {value}")
         return value
-    return max(256 << 10, min(1 << 20, (8 << 20) // max(size, 1) // 4096 * 4096))
+    return SLOT
 
 
 def cma_min_bytes() -> int:
