@@ -1,24 +1,40 @@
 #!/bin/sh
-# Re-run the measurements of docs/performance.md from the repository root:
-#   sh docs/perf/reproduce.sh            (needs mpi4py + the mpich wheel, torch, matplotlib)
-# Writes docs/perf/{sweep,targets,latency}_n{2,4}.{txt,json,md} and sweep_n{2,4}.png. docs/performance.md
-# is written by hand from such runs: each section names its run's command, time and raw files.
+# Re-run the measurements of docs/performance.md's newest quiet run from the repository root,
+# with nothing else running on the machine:
+#   sh docs/perf/reproduce.sh [TAG]      (needs mpi4py + the mpich wheel, torch; TAG: file prefix)
+# Writes docs/perf/TAG_{n2,n4,torch,n8,n16}.{txt,json}, TAG_b2b.txt, TAG_mpi_overhead.txt and
+# TAG_copy_floor.txt. docs/performance.md is written by hand from such runs: each section
+# names its run's command, time and raw files. Every table quotes the median of 5 rounds.
 set -e
 PY=${PYTHON:-python}
+BIN=$(dirname "$(command -v "$PY")")
+TAG=${1:-run}
 OUT=docs/perf
+OPS="all_reduce all_to_all all_gather reduce_scatter broadcast barrier"
 for n in 2 4; do
-  # The sweep: ndist (socket and MPI backends) against raw mpi4py + MPICH and torch + Gloo,
-  # interleaved; 7 rounds per size and library, the least disturbed one reported.
-  $PY -m ndist.bench all_reduce all_to_all -b 4K -e 64M -f 4 -n 20 -w 5 --rounds 7 --stat min --nproc $n \
-      --backend socket,mpi --compare mpi4py,torch -q \
-      --json $OUT/sweep_n$n.json --markdown $OUT/sweep_n$n.md --plot $OUT/sweep_n$n.png > $OUT/sweep_n$n.txt
-  # The target sizes only (4 KiB, 64 KiB, 1 MiB, 16 MiB), more rounds.
-  $PY -m ndist.bench all_reduce all_to_all -b 4K -e 16M -f 16 -n 20 -w 5 --rounds 11 --stat min --nproc $n \
-      --backend socket,mpi --compare mpi4py,torch -q \
-      --json $OUT/targets_n$n.json --markdown $OUT/targets_n$n.md > $OUT/targets_n$n.txt
-  # The latency target (4 KiB) with enough iterations per round that one scheduler
-  # hiccup does not decide it (20 calls take ~0.4 ms; 500 take ~10 ms).
-  $PY -m ndist.bench all_reduce -b 4K -e 4K -n 500 -w 50 --rounds 11 --stat min --nproc $n \
-      --backend socket,mpi --compare mpi4py,torch -q \
-      --json $OUT/latency_n$n.json --markdown $OUT/latency_n$n.md > $OUT/latency_n$n.txt
+  # every op, ndist (socket and MPI backends) against raw mpi4py + MPICH and torch + Gloo,
+  # interleaved: for each size, each round measures every library once, in rotating order
+  $PY -m ndist.bench $OPS -b 4K -e 16M -f 4 -n 20 -w 5 --rounds 5 --nproc $n \
+      --backend socket,mpi --compare mpi4py,torch -q --json $OUT/${TAG}_n$n.json > $OUT/${TAG}_n$n.txt
+done
+# torch.distributed on backend "ndist" against torch.distributed on Gloo
+$PY -m ndist.bench all_reduce all_to_all all_gather reduce_scatter -b 4K -e 16M -f 4 -n 20 -w 5 --rounds 5 \
+    --nproc 2 --backend socket --compare torch,torch:ndist -q --json $OUT/${TAG}_torch.json > $OUT/${TAG}_torch.txt
+# back to back: 2000 blocking 4 KiB calls after 200, the slowest rank's us per call
+for i in 1 2; do
+  $BIN/ndistrun --nproc-per-node 2 benchmarks/b2b_loop.py ndist ar,a2a,bc,bar 2000 | grep us/call
+  $BIN/mpiexec -n 2 $PY benchmarks/b2b_loop.py mpi4py ar,a2a,bc,bar 2000 | grep us/call
+  NDIST_ENGINE=python $BIN/ndistrun --nproc-per-node 2 benchmarks/b2b_loop.py ndist ar,a2a,bc,bar 1000 | grep us/call
+done > $OUT/${TAG}_b2b.txt
+# the mpi backend against raw mpi4py, interleaved call by call (4 KiB to 16 MiB)
+$BIN/mpiexec -n 2 $PY benchmarks/mpi_overhead.py --sizes-mib 0.00390625 0.015625 0.0625 0.25 1 4 16 --iters 40 \
+    > $OUT/${TAG}_mpi_overhead.txt
+# what no shared-memory implementation can beat at 16 MiB
+for op in all_to_all broadcast; do for n in 2 4; do
+  $PY benchmarks/copy_floor.py --op $op --nproc $n --bytes 16777216 --rounds 7
+done; done > $OUT/${TAG}_copy_floor.txt
+# more ranks than cores (issue #18's targets)
+for n in 8 16; do
+  $PY -m ndist.bench all_reduce all_to_all -b 4K -e 1M -f 256 -n 20 -w 5 --rounds 5 --nproc $n \
+      --compare mpi4py -q --json $OUT/${TAG}_n$n.json > $OUT/${TAG}_n$n.txt
 done
