@@ -152,17 +152,25 @@ def test_a_rank_the_kernel_forbids_to_read_falls_back():
 # address and waits until each has read it: with one receiver from NDIST_NATIVE_CMA_MIN up to
 # one slot, with 2 or more receivers (no more than the cores) from 1 MiB
 
-def _broadcasts(rank, size, counts, not_dumpable=()):
+def _native_group(rank, not_dumpable):
+    """Init the world (ranks in ``not_dumpable`` may not be read; then no rank holds
+    CAP_SYS_PTRACE, as in the all_to_all case above), run its set-up; the C group."""
     import ndist.distributed as dist
 
     if not_dumpable:
-        _drop_cap_sys_ptrace()  # (as in the all_to_all case above)
+        _drop_cap_sys_ptrace()
     if rank in not_dumpable:
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     dist.init_process_group("socket")
+    dist.barrier()
+    return dist.group.WORLD.backend_for("cpu")._native.g
+
+
+def _broadcasts(rank, size, counts, not_dumpable=()):
+    import ndist.distributed as dist
+
+    g = _native_group(rank, not_dumpable)
     try:
-        dist.barrier()
-        g = dist.group.WORLD.backend_for("cpu")._native.g
         before = g.cma_blocks
         for count in counts:
             for root in range(size):
@@ -262,14 +270,8 @@ def test_a_dead_receiver_of_a_broadcast_by_address_is_named_by_the_root(tmp_path
 def _gathers(rank, size, counts, not_dumpable=()):
     import ndist.distributed as dist
 
-    if not_dumpable:
-        _drop_cap_sys_ptrace()
-    if rank in not_dumpable:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
-    dist.init_process_group("socket")
+    g = _native_group(rank, not_dumpable)
     try:
-        dist.barrier()
-        g = dist.group.WORLD.backend_for("cpu")._native.g
         before = g.cma_blocks
         for count in counts:
             def part(q):
