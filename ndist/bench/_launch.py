@@ -21,11 +21,62 @@ import tempfile
 import time
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 
-__all__ = ["RankGroup", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV"]
+__all__ = ["RankGroup", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV", "mpich_segments",
+           "remove_orphan_mpich_segments"]
 
 AUTHKEY_ENV = "NDIST_BENCH_AUTHKEY"  # the per-run key, hex, in each rank's environment
 
 log = logging.getLogger("ndist.bench")
+
+_SHM = "/dev/shm"
+_MPICH_SHM = "mpich_shm_"
+
+
+def mpich_segments() -> set:
+    """The names of MPICH's shared-memory segments in /dev/shm now."""
+    try:
+        return {n for n in os.listdir(_SHM) if n.startswith(_MPICH_SHM)}
+    except OSError:
+        return set()
+
+
+def _mapped_mpich_segments() -> set:
+    mapped = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    at = line.find(f"{_SHM}/{_MPICH_SHM}")
+                    if at >= 0:
+                        mapped.add(line[at + len(_SHM) + 1:].split()[0])
+        except OSError:
+            continue
+    return mapped
+
+
+def remove_orphan_mpich_segments(before: set, settle: float = 2.0) -> list:
+    """Remove MPICH's segments that appeared since ``before`` and that no live process
+    maps: MPICH unlinks its segment at ``MPI_Finalize``, so a job killed or aborted before
+    it leaves the file behind. A segment still mapped is given ``settle`` seconds (the
+    killed ranks may still be exiting), then stays (a live job). Returns the names removed."""
+    new = mpich_segments() - before
+    if not new:
+        return []
+    until = time.monotonic() + settle
+    mapped = _mapped_mpich_segments() & new
+    while mapped and time.monotonic() < until:
+        time.sleep(0.05)
+        mapped = _mapped_mpich_segments() & new
+    gone = []
+    for name in sorted(new - mapped):
+        try:
+            os.unlink(os.path.join(_SHM, name))
+            gone.append(name)
+        except OSError:
+            pass
+    return gone
 
 MPI_LIBRARIES = ("mpi4py", "ndist[mpi]")
 
@@ -68,6 +119,7 @@ class RankGroup:
         self.conns: dict[int, Connection] = {}
         self.ranks: dict[int, dict] = {}  # rank -> {"pid", "host"}
         self.versions: dict = {}
+        self._segments: set = set()  # MPICH's segments before start (``kill``)
         self.command: list[str] = []
         self._log = tempfile.TemporaryFile(mode="w+b")
 
@@ -83,6 +135,7 @@ class RankGroup:
         return [[*mod, str(r), str(self.nproc), address] for r in range(self.nproc)]
 
     def start(self) -> "RankGroup":
+        self._segments = mpich_segments()  # (what a killed MPI job leaves is removed: ``kill``)
         authkey = secrets.token_bytes(32)
         lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
@@ -246,8 +299,10 @@ class RankGroup:
         for conn in self.conns.values():
             conn.close()
         self.conns = {}
+        killed = False
         for p in self.procs:
             if p.poll() is None:
+                killed = True
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
@@ -256,6 +311,8 @@ class RankGroup:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 log.warning("process %d of %s did not exit", p.pid, self.lib)
+        if killed and self.lib in MPI_LIBRARIES:
+            remove_orphan_mpich_segments(self._segments)
         self._log.close()
 
     def __enter__(self):

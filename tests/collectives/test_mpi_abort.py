@@ -41,9 +41,15 @@ def test_unhandled_exception_aborts_every_rank(tmp_path):
     pytest.importorskip("mpi4py")
     script = tmp_path / "fail.py"
     script.write_text(SCRIPT)
+    from ndist.bench._launch import mpich_segments, remove_orphan_mpich_segments
+
+    segments = mpich_segments()
     start = time.monotonic()
-    proc = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        proc = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:  # an aborted MPICH job leaves its segment in /dev/shm (unlinked at MPI_Finalize)
+        remove_orphan_mpich_segments(segments)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
     assert "rank 1 fails on purpose" in proc.stderr
