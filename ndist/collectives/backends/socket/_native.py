@@ -45,7 +45,7 @@ CMA_ENV = "NDIST_NATIVE_CMA_MIN"
 #: all_to_all blocks, all_gather parts and broadcast buffers of at least this many bytes go
 #: with one copy (``process_vm_readv``) to peers that may read this rank's memory; the rest
 #: through the slots (two copies). 16 KiB: plain loops at 2 ranks (docs/performance.md,
-#: "Single copy from 16 KiB") took all_to_all of 32-256 KiB from 5.1-19.8 to 4.1-9.9 us and
+#: "Single copy from 16 KiB, 256 KiB slots") took all_to_all of 32-256 KiB from 5.1-19.8 to 4.1-9.9 us and
 #: all_gather of 32-256 KiB from 4.9-19.7 to 3.8-9.7 us against 256 KiB before; at 8 KiB
 #: blocks it was even, at 4 ranks on 2 cores 0.7-1.1x.
 CMA_MIN = 16 << 10

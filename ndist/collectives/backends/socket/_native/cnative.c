@@ -580,6 +580,33 @@ static int wait_check(Group *g, int q, uint64_t v, uint64_t p, const Sig *s, int
 static inline Py_ssize_t min_ss(Py_ssize_t a, Py_ssize_t b) { return a < b ? a : b; }
 static inline Py_ssize_t pieces_of(Py_ssize_t nbytes, Py_ssize_t per) { return nbytes <= 0 ? 1 : (nbytes + per - 1) / per; }
 
+/* Read peer q's part, ``len`` bytes at ``addr`` in its process, into ``dst`` (a part it sent
+ * by address: all_to_all blocks, all_gather parts, a broadcast). 0, or q gone (E_DEAD) or
+ * the read refused (E_CMA). */
+static int read_by_addr(Group *g, int q, char *dst, uint64_t addr, size_t len)
+{
+    int err = cma_read(g->pids[q], dst, addr, len);
+    if (err) {
+        g->err_peer = q;
+        return pid_dead(g->pids[q]) ? E_DEAD : E_CMA;
+    }
+    g->cma_blocks++;
+    return E_OK;
+}
+
+/* Wait until every reader of this rank's posted addresses (``cma_sel``) is done with piece
+ * ``p0``; then the caller's buffers are its own again (``addr_piece`` cleared). */
+static int await_readers(Group *g, uint64_t p0, double deadline, PyThreadState **save)
+{
+    for (int q = 0; q < g->size; q++) {
+        int rc;
+        if (g->cma_sel[q] && (rc = wait_ge(g, q, 1, p0, deadline, save)))
+            return rc;
+    }
+    g->addr_piece = 0;
+    return E_OK;
+}
+
 /* per-destination quota of a slot for the list ops */
 static inline Py_ssize_t quota(Group *g) { Py_ssize_t q = g->slot / g->size / ALIGN * ALIGN; return q < ALIGN ? ALIGN : q; }
 
@@ -684,10 +711,8 @@ static int bcast_by_addr(Group *g, char *buf, Py_ssize_t nbytes, Sig *s, double 
     for (int q = 0; q < g->size; q++)
         if (q != me && (rc = wait_check(g, q, 2 * p + 1, p, s, 1, (uint64_t)nbytes, dl, sv)))
             return rc;
-    for (int q = 0; q < g->size; q++)
-        if (q != me && (rc = wait_ge(g, q, 1, p, dl, sv)))
-            return rc;
-    g->addr_piece = 0;
+    if ((rc = await_readers(g, p, dl, sv)))
+        return rc;
     publish(g, &CTL(g, me)->done, p);
     return E_OK;
 }
@@ -729,12 +754,8 @@ static int run_broadcast(Group *g, char *buf, Py_ssize_t nbytes, int dtype, int 
         uint64_t a = HDR(g, root, p)->spare;
         if (j == 0 && a) { /* the root sent it by address (bcast_by_addr): one piece, one read */
             g->op_pieces = 1;
-            int err = cma_read(g->pids[root], buf, a, (size_t)nbytes);
-            if (err) {
-                g->err_peer = root;
-                return pid_dead(g->pids[root]) ? E_DEAD : E_CMA;
-            }
-            g->cma_blocks++;
+            if ((rc = read_by_addr(g, root, buf, a, (size_t)nbytes)))
+                return rc;
             publish(g, &CTL(g, me)->done, p);
             return E_OK;
         }
@@ -828,26 +849,15 @@ static int run_all_gather(Group *g, List *outs, char *inp, Py_ssize_t inlen, int
                 if (h->pieces > M)
                     M = h->pieces;
                 g->cma_from[q] = h->spare != 0;
-                if (h->spare) {
-                    int err = cma_read(g->pids[q], outs->ptr[q], h->spare, (size_t)outs->len[q]);
-                    if (err) {
-                        g->err_peer = q;
-                        return pid_dead(g->pids[q]) ? E_DEAD : E_CMA;
-                    }
-                    g->cma_blocks++;
-                }
+                if (h->spare && (rc = read_by_addr(g, q, outs->ptr[q], h->spare, (size_t)outs->len[q])))
+                    return rc;
             }
             if (!g->cma_from[q] && outs->len[q] > off)
                 memcpy(outs->ptr[q] + off, DATA(g, q, p), min_ss(per, outs->len[q] - off));
         }
         publish(g, &CTL(g, me)->done, p);
     }
-    if (by_addr) /* the peers have read this rank's input */
-        for (int q = 0; q < n; q++)
-            if (q != me && (rc = wait_ge(g, q, 1, p0, dl, sv)))
-                return rc;
-    g->addr_piece = 0;
-    return E_OK;
+    return by_addr ? await_readers(g, p0, dl, sv) : E_OK; /* the peers have read this rank's input */
 }
 
 /* the list ops with one block per destination: all_to_all, reduce_scatter, scatter */
@@ -985,12 +995,8 @@ static int run_all_to_all(Group *g, List *outs, List *ins, int dtype, double dl,
                 if (addr) {
                     uint64_t a;
                     memcpy(&a, DATA(g, q, p) + me * Q, sizeof a);
-                    int err = cma_read(g->pids[q], outs->ptr[q], a, (size_t)outs->len[q]);
-                    if (err) {
-                        g->err_peer = q;
-                        return pid_dead(g->pids[q]) ? E_DEAD : E_CMA;
-                    }
-                    g->cma_blocks++;
+                    if ((rc = read_by_addr(g, q, outs->ptr[q], a, (size_t)outs->len[q])))
+                        return rc;
                 }
             }
             if (!addr && outs->len[q] > off)
@@ -1000,12 +1006,7 @@ static int run_all_to_all(Group *g, List *outs, List *ins, int dtype, double dl,
             M = s.pieces;
         publish(g, &CTL(g, me)->done, p);
     }
-    if (by_addr) /* the receivers have read this rank's buffers */
-        for (int q = 0; q < n; q++)
-            if (g->cma_sel[q] && (rc = wait_ge(g, q, 1, p0, dl, sv)))
-                return rc;
-    g->addr_piece = 0;
-    return E_OK;
+    return by_addr ? await_readers(g, p0, dl, sv) : E_OK; /* the receivers have read this rank's buffers */
 }
 
 /* The op failed after this rank posted block addresses (``addr_piece``): a peer may be
