@@ -136,9 +136,14 @@ def run_ranks(
     init: bool = True,
     env: Mapping[str, str] | None = None,
     transport: str | None = None,
+    may_die: Any = (),
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` fresh processes; return
     the results by rank.
+
+    ``may_die``: ranks whose death (killed, or an exit without a result) is part of
+    the test: the run goes on without them and their result is None (a rank-loss
+    test's victims). An exception they raise still fails the run.
 
     With ``init`` every rank calls ``init_process_group(backend)`` first (a
     rendezvous on a store hosted here) and ``destroy_process_group()`` after.
@@ -146,6 +151,12 @@ def run_ranks(
     ``NDIST_TRANSPORT`` (``"tcp"`` / ``"shm"``) for the socket backend.
     """
     _check_args(fn, world_size, timeout, env, args)
+    if isinstance(may_die, (str, bytes)) or not hasattr(may_die, "__iter__"):
+        raise TypeError(f"may_die: expected an iterable of ranks, got {type(may_die).__name__}")
+    may_die = frozenset(may_die)
+    bad = sorted(r for r in may_die if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < world_size)
+    if bad:
+        raise ValueError(f"may_die: expected ranks in [0, {world_size}), got {bad}")
     if transport is not None and transport not in ("tcp", "shm", "auto"):
         raise ValueError(f"transport: expected 'tcp', 'shm', 'auto' or None, got {transport!r}")
     import cloudpickle  # lazy: only tests need it
@@ -180,7 +191,7 @@ def run_ranks(
                     env=child_env, start_new_session=True, stdin=subprocess.DEVNULL,
                 )
             )
-        results = _collect(store, procs, timeout)
+        results = _collect(store, procs, timeout, may_die)
         _wait_exited(procs, 10)  # ranks that reported get to exit on their own
     finally:
         # Not reaped yet, so every rank's pid (= its session and process group id)
@@ -198,7 +209,7 @@ def run_ranks(
     return results
 
 
-def _collect(store: TCPStore, procs: list[subprocess.Popen], timeout: float) -> list[Any]:
+def _collect(store: TCPStore, procs: list[subprocess.Popen], timeout: float, may_die=frozenset()) -> list[Any]:
     import cloudpickle
 
     world_size = len(procs)
@@ -230,6 +241,9 @@ def _collect(store: TCPStore, procs: list[subprocess.Popen], timeout: float) -> 
                 continue
             if store.check([f"{PREFIX}result/{rank}"]):
                 continue  # reported; its event is read on the next pass
+            if rank in may_die:
+                results[rank] = None
+                continue
             code = _exit_code(p)
             raise RankFailedError(rank, _describe_exit(code), exitcode=code)
         if time.monotonic() > deadline:

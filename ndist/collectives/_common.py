@@ -10,7 +10,7 @@ import threading
 from time import time as _time
 from typing import Any, Callable
 
-from ..runtime import resolve_group
+from ..runtime import DistNetworkError, DistRankFailureError, DistTimeoutError, resolve_group, world
 from . import _check, _debug
 from ._backend import DONE, Call, Op
 from ._debug import OP, T_DONE
@@ -86,12 +86,18 @@ def lane_for(pg, device: str) -> Lane:
 
 
 def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
-    from ..runtime import DistNetworkError, DistTimeoutError
-
+    """Record a failed op; a network error of a revoked group is raised as the group's
+    ``DistRankFailureError`` (the error every op of the group raises, naming the lost
+    members), with the backend's own error as its cause."""
     rec.done(entry, seq, exc)
     if isinstance(exc, (DistTimeoutError, DistNetworkError)):
         _debug.dump_all(f"{entry[OP] if entry is not None else 'operation'} #{seq} in group "
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
+        if isinstance(exc, DistNetworkError) and not isinstance(exc, DistRankFailureError):
+            pg = world.groups.get(rec.group_name)
+            failure = pg.failure() if pg is not None else None
+            if failure is not None:
+                raise failure from exc
 
 
 _new_call = tuple.__new__  # a Call from its fields in order (_api.py checks the order once)

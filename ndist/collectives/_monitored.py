@@ -44,15 +44,23 @@ def _seconds(timeout, pg) -> float:
     return seconds
 
 
-def _arrived(store, key: str, deadline: float) -> bool:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        return store.check([key])
-    try:
-        store.wait([key], timedelta(seconds=left))
-        return True
-    except DistTimeoutError:
-        return store.check([key])  # it may have arrived as the wait gave up
+_SLICE_S = 0.1  # between two looks at whether the group lost a member
+
+
+def _arrived(store, key: str, deadline: float, pg) -> bool:
+    """Wait for ``key`` until ``deadline``, in slices: a member lost meanwhile fails the
+    wait at once with the group's ``DistRankFailureError`` (it would never arrive)."""
+    while True:
+        pg.require_healthy()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return store.check([key])
+        try:
+            store.wait([key], timedelta(seconds=min(left, _SLICE_S)))
+            return True
+        except DistTimeoutError:
+            if store.check([key]):  # it may have arrived as the wait gave up
+                return True
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
@@ -70,6 +78,7 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     me, size = pg.rank(), pg.size()
     if size == 1:
         return None
+    pg.require_healthy()  # a revoked group: the same error as every other op
     n = getattr(pg, "_monitored_barriers", 0) + 1
     pg._monitored_barriers = n
     store = pg.store
@@ -77,9 +86,7 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     deadline = time.monotonic() + seconds
     if me != 0:
         store.set(f"{prefix}/arrive/{me}", _OK)
-        try:
-            store.wait([f"{prefix}/release"], timedelta(seconds=2 * seconds))
-        except DistTimeoutError:
+        if not _arrived(store, f"{prefix}/release", time.monotonic() + 2 * seconds, pg):
             raise DistTimeoutError(
                 f"monitored_barrier: rank {pg.ranks[me]} was not released by rank {pg.ranks[0]} within "
                 f"{2 * seconds:g} s (twice the timeout; rank {pg.ranks[0]} names the ranks that did not arrive; "
@@ -92,7 +99,7 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
         return None
     missing = []
     for r in range(1, size):
-        if not _arrived(store, f"{prefix}/arrive/{r}", deadline):
+        if not _arrived(store, f"{prefix}/arrive/{r}", deadline, pg):
             missing.append(pg.ranks[r])
             if not wait_all_ranks:
                 break

@@ -8,6 +8,7 @@ from ._errors import (
     DistError,
     DistMismatchError,
     DistNetworkError,
+    DistRankFailureError,
     DistStoreError,
     DistTimeoutError,
     QueueEmptyError,
@@ -35,6 +36,7 @@ _LAZY = {
         "is_torchelastic_launched", "is_ucc_available", "is_xccl_available",
     ), "_query"),
     "split_group": "_split",
+    **dict.fromkeys(("shrink_group", "get_failed_ranks", "SHRINK_DEFAULT", "SHRINK_ABORT"), "_shrink"),
     "DeviceMesh": "_device_mesh", "init_device_mesh": "_device_mesh",
     **dict.fromkeys(("FileStore", "HashStore", "PrefixStore", "Store", "TCPStore", "TCPStoreServer"), "store"),
 }
@@ -66,6 +68,7 @@ __all__ = [
     "DistTimeoutError",
     "DistMismatchError",
     "DistAuthenticationError",
+    "DistRankFailureError",
     "QueueEmptyError",
     *_LAZY,
 ]

@@ -15,6 +15,7 @@ __all__ = [
     "DistTimeoutError",
     "DistMismatchError",
     "DistAuthenticationError",
+    "DistRankFailureError",
     "QueueEmptyError",
 ]
 
@@ -61,6 +62,34 @@ def _rebuild_authentication_error(message, rank, host):
     return DistAuthenticationError(message, rank=rank, host=host)
 
 
+class DistRankFailureError(DistNetworkError):
+    """A group lost members: they died, or exited while the group still needed them.
+
+    ``failed_ranks`` are the lost members' ranks in the group the operation ran on
+    (sorted), ``hosts`` their host names in the same order, ``causes`` how each was lost
+    (``"died"``, ``"exited"``, ``"left"``: it destroyed its process group). ``rank`` /
+    ``host`` (of ``DistNetworkError``) name the first lost member by global rank, as
+    every other network error does. Once a group knows of a loss, every pending and
+    later operation on it raises this error (the group is revoked) until it is shrunk
+    (``shrink_group``) or destroyed.
+    """
+
+    def __init__(self, message: str, *, failed_ranks=(), hosts=(), causes=(), rank: int | None = None,
+                 host: str | None = None):
+        super().__init__(message, rank=rank, host=host)
+        self.failed_ranks = list(failed_ranks)
+        self.hosts = list(hosts)
+        self.causes = list(causes)
+
+    def __reduce__(self):
+        return (_rebuild_rank_failure_error, (str(self), self.failed_ranks, self.hosts, self.causes, self.rank,
+                                              self.host))
+
+
+def _rebuild_rank_failure_error(message, failed_ranks, hosts, causes, rank, host):
+    return DistRankFailureError(message, failed_ranks=failed_ranks, hosts=hosts, causes=causes, rank=rank, host=host)
+
+
 class DistStoreError(DistError):
     """The key-value store refused or failed a request."""
 
@@ -87,6 +116,6 @@ class QueueEmptyError(DistStoreError):
 # Tracebacks, reprs and pickles name the errors where users import them from, as torch's
 # ``torch.distributed.DistBackendError`` does, not this private module.
 for _cls in (DistError, DistBackendError, DistNetworkError, DistStoreError, DistTimeoutError, DistMismatchError,
-             DistAuthenticationError, QueueEmptyError):
+             DistAuthenticationError, DistRankFailureError, QueueEmptyError):
     _cls.__module__ = "ndist.distributed"
 del _cls

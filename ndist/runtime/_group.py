@@ -14,9 +14,10 @@ import threading
 from datetime import timedelta
 from typing import Any, Mapping
 
-from ._errors import DistBackendError, DistMismatchError
+from ._errors import DistBackendError, DistMismatchError, DistRankFailureError
 from ._device import backend_device_index
 from ._registry import BackendContext, get_backend_spec, is_registered, registered_backends
+from ._watch import EXITED, LEFT
 from .store import PrefixStore, Store
 
 __all__ = ["ProcessGroup", "Backend", "parse_backend", "format_backend", "require_available", "DEVICE_TYPES"]
@@ -159,6 +160,11 @@ class ProcessGroup:
         self._lock = threading.Lock()
         self._destroyed = False
         self._claimed = False
+        #: lost members: global rank -> (host, cause, detail); non-empty: the group is revoked
+        self._failed: dict[int, tuple[str, str, str]] = {}
+        self._revoked = False
+        #: the global ranks' numbering this group's ranks are in (``BackendContext.numbering``)
+        self.numbering = ""
 
     # ------------------------------------------------------------ membership
     def rank(self) -> int:
@@ -187,6 +193,87 @@ class ProcessGroup:
     def require_alive(self) -> None:
         if self._destroyed:
             raise ValueError(f"group: process group {self.group_name!r} has been destroyed")
+
+    # ------------------------------------------------------------ failure
+    def note_loss(self, global_rank: int, host: str, cause: str, detail: str = "") -> None:
+        """Member ``global_rank`` is lost (``cause``: died, exited, left, or lost: a
+        backend found its connection gone mid-op). Any thread.
+
+        A member that **died**, or was lost mid-op, revokes the group: every later
+        operation on it raises the same ``DistRankFailureError`` at once (the layer above
+        forgets its lanes, so its next call comes through ``backend_for``, which raises),
+        and the backends are told (``member_lost``), so an operation that waits on it, or
+        on a survivor that will stop for it, fails now instead of at the timeout. A member
+        that **exited** or **left** (destroy_process_group) finished what it had started:
+        what it sent is still delivered, so the backends are told only that it is gone
+        (``member_departed``: a connection to it, or a wait for it, fails at once, naming
+        it); the first operation that fails for it revokes the group."""
+        if global_rank not in self._index:
+            return
+        revoke = cause not in (EXITED, LEFT)
+        with self._lock:
+            if self._destroyed:
+                return
+            known = global_rank in self._failed
+            if not known:
+                self._failed[global_rank] = (str(host), cause, detail)
+            newly = revoke and not self._revoked
+            if newly:
+                self._revoked = True
+                self.lanes = {}
+            if known and not newly:
+                return
+            backends = list(self._backends.values())
+        if known:  # a departed member's loss, now found by an operation: nothing new to tell
+            return
+        message = f"rank {global_rank} ({host}) {cause}" + (f": {detail}" if detail else "")
+        log.info("group %r: %s", self.group_name, message)
+        method = "member_lost" if revoke else "member_departed"
+        for backend in backends:
+            hook = getattr(backend, method, None)
+            if hook is not None:
+                try:
+                    hook(global_rank, host, message)
+                except Exception:  # noqa: BLE001 - the loss is recorded; a backend must not hide it
+                    log.warning("group %r: telling the backend of rank %d's loss failed", self.group_name,
+                                global_rank, exc_info=True)
+
+    def _backend_lost(self, global_rank: int, host, message: str) -> None:
+        """A backend of this group found member ``global_rank`` lost first (its
+        ``BackendContext.report_loss``): an operation failed for it."""
+        self.note_loss(global_rank, str(host) if host is not None else "?", "lost", message)
+
+    @property
+    def revoked(self) -> bool:
+        """True once a lost member failed the group (until it is shrunk or destroyed)."""
+        return self._revoked
+
+    def failed_ranks(self) -> list[int]:
+        """The group ranks of the members this group knows are lost, sorted."""
+        return sorted(self._index[g] for g in list(self._failed))
+
+    def failure(self) -> DistRankFailureError | None:
+        """The error every operation on this revoked group raises (a new instance each
+        time, the same message), or None while no member is known lost."""
+        failed = dict(self._failed)
+        if not failed:
+            return None
+        granks = sorted(failed, key=self._index.__getitem__)
+        parts = []
+        for g in granks:
+            host, cause, detail = failed[g]
+            parts.append(f"rank {self._index[g]} (global rank {g}, {host}) {cause}" + (f": {detail}" if detail else ""))
+        first = granks[0]
+        return DistRankFailureError(
+            f"group {self.group_name!r} lost {'members' if len(granks) > 1 else 'a member'}: {'; '.join(parts)}. "
+            "The group is revoked: every operation on it fails until it is shrunk (shrink_group) or destroyed",
+            failed_ranks=[self._index[g] for g in granks], hosts=[failed[g][0] for g in granks],
+            causes=[failed[g][1] for g in granks], rank=first, host=failed[first][0])
+
+    def require_healthy(self) -> None:
+        """Raise the group's ``DistRankFailureError`` if it is revoked."""
+        if self._revoked:
+            raise self.failure()
 
     def group_rank(self, global_rank: int) -> int:
         """The rank in this group of ``global_rank``; ValueError if it is not a member."""
@@ -226,9 +313,11 @@ class ProcessGroup:
         # Hot path, no lock: _shutdown marks the group destroyed *before* it empties
         # _backends, so a backend found here belongs to a live group.
         backend = self._backends.get(device_type)
-        if backend is not None and not self._destroyed:
+        if backend is not None and not self._destroyed and not self._revoked:
             return backend
         self.require_member("a collective on it")
+        if self._revoked:
+            raise self.failure()
         dev = getattr(device_type, "type", device_type)
         if dev not in self._backend_names:
             raise ValueError(
@@ -240,7 +329,14 @@ class ProcessGroup:
             backend = self._backends.get(dev)
             if backend is None:
                 backend = self._backends[dev] = self._create(dev)
-            return backend
+                departed = list(self._failed.items())
+            else:
+                departed = []
+        for grank, (host, cause, detail) in departed:  # members that left before it existed
+            hook = getattr(backend, "member_departed", None)
+            if hook is not None:
+                hook(grank, host, f"rank {grank} ({host}) {cause}" + (f": {detail}" if detail else ""))
+        return backend
 
     def _claim(self) -> None:
         """Detect ``new_group`` called in different orders on different ranks.
@@ -277,6 +373,8 @@ class ProcessGroup:
             device=dev,
             options=self.options,
             device_index=backend_device_index(self.device_id) if dev == "cuda" else None,
+            report_loss=self._backend_lost,
+            numbering=self.numbering,
         )
         log.info("creating %s backend for %s in group %r (rank %d of %d)", name, dev, self.group_name, self._rank, len(self.ranks))
         return spec.create(ctx)

@@ -37,6 +37,10 @@ __all__ = [
     "ServerChallenge",
     "recv_exact_before",
     "SECRET_ENV",
+    "host_identity",
+    "pid_namespace",
+    "listen_address",
+    "is_loopback",
 ]
 
 log = logging.getLogger("ndist.runtime.net")
@@ -246,3 +250,71 @@ def client_handshake(sock: socket.socket, secret: bytes, timeout: float = 10.0, 
             sock.settimeout(old)
         except OSError:
             pass
+
+
+# ----------------------------------------------------------------- where a process listens
+def host_identity() -> str:
+    """hostname + boot id + network namespace: equal exactly when two processes share
+    a kernel (so /dev/shm) and a loopback interface (so 127.0.0.1 reaches the peer).
+    Ranks in different network namespaces of one machine (containers, ``ip netns``)
+    count as different hosts."""
+    boot = ""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        pass
+    try:
+        netns = os.readlink("/proc/self/ns/net")
+    except OSError:
+        netns = ""
+    return f"{socket.gethostname()}/{boot}/{netns}"
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (two pids compare only within one)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _advertised_host() -> str:
+    """The address peers on other hosts dial: ``NDIST_SOCKET_HOST`` if set, else the
+    local address of the route to ``MASTER_ADDR`` (the interface the job uses),
+    else the host name's address."""
+    host = os.environ.get("NDIST_SOCKET_HOST")
+    if host:
+        return host
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((master, int(os.environ.get("MASTER_PORT", "29500") or 29500)))
+                return probe.getsockname()[0]
+        except (OSError, ValueError):
+            pass
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def _single_node() -> bool:
+    """The launcher says every rank runs on this node (LOCAL_WORLD_SIZE == WORLD_SIZE)."""
+    local, world = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("WORLD_SIZE")
+    return bool(local) and local == world and not os.environ.get("NDIST_SOCKET_HOST")
+
+
+def listen_address() -> tuple[str, str]:
+    """``(bind, advertised)``: a single-node job (or one whose peers are reached over
+    loopback) listens on 127.0.0.1 only; otherwise on every interface, advertising
+    the address of the route to the job's store."""
+    if _single_node():
+        return "127.0.0.1", "127.0.0.1"
+    host = _advertised_host()
+    return ("127.0.0.1" if is_loopback(host) else ""), host

@@ -33,6 +33,12 @@ class BackendContext:
     (``"cpu"`` or ``"cuda"``) this instance serves; ``device_index`` is the
     CUDA ordinal a ``"cuda"`` backend uses (the bound ``device_id``, else the
     rank's current / launch-default device; None without a GPU).
+    ``report_loss(global_rank, host, message)``: a backend that finds a member lost
+    first (a connection closed mid-op) tells the group with it, so every later op
+    on the group fails at once (``ProcessGroup.note_loss``). ``numbering`` names the
+    global ranks' numbering: it changes when the default group is shrunk (global
+    rank 2 is then another process), so process-wide records keyed by global rank
+    must include it.
     """
 
     store: Any
@@ -44,6 +50,8 @@ class BackendContext:
     device: str
     options: Any = None
     device_index: int | None = None
+    report_loss: Callable[[int, Any, str], None] | None = None
+    numbering: str = ""
 
 
 Factory = Callable[[BackendContext], Any]

@@ -13,11 +13,12 @@ import threading
 from datetime import timedelta
 from typing import Any, Sequence
 
-from . import _env, _log
+from . import _env, _log, _net
 from ._device import announce_local_rank, parse_device_id
 from ._group import ProcessGroup, parse_backend, require_available
 from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
+from ._watch import LEFT, MemberWatch
 from .store import HashStore, PrefixStore, Store
 
 __all__ = [
@@ -56,6 +57,25 @@ class _World:
         self.init_count = 0
         self.rdzv: Rendezvous | None = None
         self.job_store: Store | None = None  # this init's namespace of the shared store
+        self.watch: MemberWatch | None = None  # every other process of the job, watched (``_watch``)
+        #: global rank (the default group's numbering) -> rank at init_process_group ("job rank");
+        #: the identity only changes when the default group is shrunk
+        self.job_ranks: tuple[int, ...] = ()
+        #: the processes known lost, by global rank: (host, cause, detail); a group made
+        #: later with one of them as a member is revoked from the start
+        self.lost: dict[int, tuple[str, str, str]] = {}
+        self.numbering = ""  # changes with every shrink of the default group (``BackendContext.numbering``)
+
+    def member_lost(self, job_rank: int, host: str, cause: str, detail: str) -> None:
+        """The watch lost the process that was rank ``job_rank`` at init (its thread):
+        every group with it as a member is told (``ProcessGroup.note_loss``)."""
+        try:
+            grank = self.job_ranks.index(job_rank)
+        except ValueError:  # excluded by a shrink already
+            return
+        self.lost.setdefault(grank, (host, cause, detail))
+        for pg in list(self.groups.values()):
+            pg.note_loss(grank, host, cause, detail)
 
 
 _world = _World()
@@ -202,14 +222,23 @@ def init_process_group(
             rdzv = Rendezvous(HashStore(), 0, 1, owned=[], via="mpi singleton")
         else:
             rdzv = rendezvous(init_method or "env://", rank, world_size, timeout, env)
+        watch = None
         try:
             job_store = PrefixStore(f"ndist/{env.restart_count}/{_world.init_count}", rdzv.store)
+            if rdzv.world_size > 1:  # every member watched from here on, before any data link (``_watch``)
+                watch = MemberWatch(PrefixStore("watch", job_store), rdzv.rank, rdzv.world_size, _net.job_secret(),
+                                    timeout.total_seconds(), _world.member_lost)
+                watch.publish()
             join(PrefixStore("init", job_store), rdzv.rank, rdzv.world_size, timeout)
         except BaseException:
+            if watch is not None:
+                watch.close(LEFT, "init_process_group failed")
             rdzv.close()
             raise
         _world.init_count += 1
         _world.rdzv, _world.job_store = rdzv, job_store
+        _world.job_ranks, _world.lost, _world.numbering = tuple(range(rdzv.world_size)), {}, ""
+        _world.watch = watch
         name = group_name or "0"
         pg = ProcessGroup(
             tuple(range(rdzv.world_size)), rdzv.rank, name, PrefixStore(name, job_store), backends, timeout, pg_options
@@ -219,6 +248,8 @@ def init_process_group(
         _world.default = pg
         _world.groups = {name: pg}
         _world.group_count = 1
+        if watch is not None:
+            watch.start()
         log.info("rank %d of %d initialised (%s rendezvous, backend %r)", rdzv.rank, rdzv.world_size, rdzv.via, pg.backend_name())
 
 
@@ -235,8 +266,10 @@ def destroy_process_group(group: Any = None) -> None:
             if other is not pg:
                 other._shutdown()
         pg._shutdown()
-        rdzv = _world.rdzv
-        _world.default, _world.groups, _world.rdzv, _world.job_store = None, {}, None, None
+        rdzv, watch = _world.rdzv, _world.watch
+        _world.default, _world.groups, _world.rdzv, _world.job_store, _world.watch = None, {}, None, None, None
+    if watch is not None:  # (outside the lock: its thread may be telling a loss)
+        watch.close(LEFT, "it called destroy_process_group")
     if rdzv is not None:
         rdzv.close(grace=min(_DESTROY_GRACE, pg.timeout.total_seconds()))
 
@@ -320,7 +353,10 @@ def new_group(
         )
         pg.group_desc = group_desc or ""
         pg.device_id = world.device_id  # subgroups use the bound device too, as in torch
+        pg.numbering = _world.numbering
         _world.groups[name] = pg
+        for grank, (host, cause, detail) in list(_world.lost.items()):  # revoked from the start
+            pg.note_loss(grank, host, cause, detail)
         return pg
 
 

@@ -127,7 +127,8 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
                            "ring": self._rings.capacity if self._rings is not None else 0,
                            "native": self._nfile.slot if self._nfile is not None else 0},
-                          on_p2p=self._p2p.incoming, granks=self._granks, job=job_prefix(secret),
+                          on_p2p=self._p2p.incoming, granks=self._granks,
+                          job=job_prefix(secret) + ctx.numbering,
                           ring_for=self._rings.reserve if self._rings is not None else None)
         self._job = self._mesh.job
         self._mesh.explain_wait = lambda granks: _stalls.explain_wait(self, granks)
@@ -198,6 +199,8 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
             if self._loss is not None or self._closed:  # (closing: peers end their streams too)
                 return
             self._loss = (rank, host, message)
+        if self.ctx.report_loss is not None:  # the group: every later op fails at once (revoked)
+            self.ctx.report_loss(rank, host, message)
         peer = self._gindex.get(rank)
         info = self._mesh._peers.get(peer) if peer is not None else None
         _losses.record_lost(self._mesh.job, rank, info, message)
@@ -219,6 +222,19 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         if not message.startswith("in group "):
             message = f"in group {self.ctx.group_name!r}: {message}"
         _losses.tell_groups(self._job, rank, host, message, self)
+
+    def member_lost(self, rank: int, host, message: str) -> None:
+        """The group learned that member ``rank`` (global) is lost (the member watch, or
+        another backend of the group): recorded as a loss this backend found."""
+        self._record_loss(rank, host, message)
+
+    def member_departed(self, rank: int, host, message: str) -> None:
+        """The group learned that member ``rank`` (global) left: its process exited, or it
+        destroyed the group. What it sent before is delivered (its streams end after it);
+        a connection to it, or a wait for its dial, fails at once."""
+        peer = self._gindex.get(rank)
+        if peer is not None and peer != self.rank:
+            self._mesh.depart(peer, message)
 
     def _stalled(self, ranks, engine: bool = False, final: bool = False) -> None:
         """A wait of this group passed its deadline on global ``ranks`` (``final``: it raised

@@ -162,6 +162,9 @@ class Mesh:
         #: ``explain_wait(global ranks) -> str``: a wait for what they publish timed out; the
         #: root cause a timeout notice from one of them told (the backend's: ``_stalls``)
         self.explain_wait = None
+        #: members that left (their process exited, or destroyed the group): group rank -> how;
+        #: a connection to one fails at once (``check_dead``), in this group instance only
+        self._departed: dict[int, str] = {}
         self._abandoned: bytes | None = None  # the lost notice of ``abandon``
         self._lost: tuple | None = None  # (global rank, host, message) of ``abandon``
         self._closed = False
@@ -337,6 +340,11 @@ class Mesh:
     def check_dead(self, peer: int) -> None:
         """Raise DistNetworkError naming ``peer`` when it is known to be dead: its process
         is gone (same host and pid namespace), or this process already recorded its loss."""
+        gone = self._departed.get(peer)
+        if gone is not None:
+            host = self.host_of(peer)
+            raise DistNetworkError(f"group {self.group_name!r}: cannot connect to rank {self.granks[peer]} ({host}): "
+                                   f"{gone}", rank=self.granks[peer], host=host)
         if self.job is None:
             return
         info = self._peers.get(peer)
@@ -501,6 +509,13 @@ class Mesh:
             self._cond.notify_all()
         for s in socks:
             self._tell_abandoned(s)
+
+    def depart(self, peer: int, how: str) -> None:
+        """Member ``peer`` left (``how``: it exited, or destroyed the group): a connection to
+        it fails at once from now on, and a wait for its dial wakes to fail now."""
+        self._departed.setdefault(peer, how)
+        with self._cond:
+            self._cond.notify_all()
 
     def p2p_socket(self, peer: int, deadline: float) -> socket.socket:
         """This rank's outgoing point-to-point connection to ``peer``."""

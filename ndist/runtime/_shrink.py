@@ -1,0 +1,238 @@
+"""``shrink_group``: the survivors of a group agree on who is gone and carry on without them.
+
+torch 2.13's ``torch.distributed.shrink_group(ranks_to_exclude, group, shrink_flags)``
+on ndist's own groups (any backend whose members can be rebuilt from the group's
+store: socket; see docs/errors.md for mpi and nccl). The steps:
+
+1. **Check** the arguments, before any message: ``ValueError`` / ``TypeError`` for a
+   rank out of range, a duplicate, the caller itself, every rank, a bad flag.
+2. **Agree** through the group's store. Survivors may have seen different losses.
+   Each survivor posts the set it knows (``seen/<rank>``: its ``ranks_to_exclude``,
+   or the losses its group was told of, and every set another survivor posted),
+   and re-posts it whenever it grows: a loss its watch reports, or one another
+   survivor posted (so a survivor that has not seen a loss yet learns of it here).
+   A survivor that has heard from every rank outside its set, and whose set holds
+   every set they posted, proposes it as the decision with one ``compare_set``:
+   the first proposal wins, and every survivor adopts it. A rank of the decision
+   that calls ``shrink_group`` itself was excluded while alive: the proposal says
+   so instead, and every caller raises ``ValueError``, nothing changed.
+3. **Rebuild**: the new group holds the survivors, renumbered in order, in a store
+   namespace of its own. Shrinking the default group makes the result the new default
+   (global ranks renumbered) and destroys every other group, as torch does. The old
+   group is destroyed (``SHRINK_ABORT``: aborted first, before the agreement).
+4. **Again**: a member of the new group already known lost (it died during the
+   agreement) makes the new group revoked at birth; it is shrunk the same way at
+   once, as a survivor that learned of it later does by calling ``shrink_group`` on
+   the group it got.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from ._errors import DistBackendError, DistError, DistNetworkError, DistStoreError, DistTimeoutError
+from ._group import ProcessGroup
+from ._world import _world, resolve_group
+from .store import PrefixStore
+
+__all__ = ["shrink_group", "get_failed_ranks", "SHRINK_DEFAULT", "SHRINK_ABORT"]
+
+log = logging.getLogger("ndist.runtime.shrink")
+
+SHRINK_DEFAULT = 0x00  # torch's values
+SHRINK_ABORT = 0x01
+_POLL_S = 0.01
+_SHRINKABLE = {"socket"}  # backends that rebuild from the group's store alone
+
+
+def get_failed_ranks(group: Any = None) -> list[int]:
+    """The ranks (in ``group``) of the members it knows are lost, sorted; ``[]`` while
+    it is healthy."""
+    return resolve_group(group).failed_ranks()
+
+
+def _check_exclusion(ranks_to_exclude: Any, pg: ProcessGroup) -> set[int] | None:
+    if ranks_to_exclude is None:
+        return None
+    if isinstance(ranks_to_exclude, (str, bytes)) or not hasattr(ranks_to_exclude, "__iter__"):
+        raise TypeError(f"ranks_to_exclude: expected a list of int (group ranks) or None, got "
+                        f"{type(ranks_to_exclude).__name__}")
+    n, me = pg.size(), pg.rank()
+    seen: set[int] = set()
+    for i, r in enumerate(ranks_to_exclude):
+        if not isinstance(r, int) or isinstance(r, bool):
+            raise TypeError(f"ranks_to_exclude: expected int group ranks, got {type(r).__name__} {r!r} at index {i}")
+        if not 0 <= r < n:
+            raise ValueError(f"ranks_to_exclude: expected group ranks in [0, {n}) of group {pg.group_name!r}, "
+                             f"got {r} at index {i}")
+        if r in seen:
+            raise ValueError(f"ranks_to_exclude: expected distinct ranks, got {r} twice in {list(ranks_to_exclude)}")
+        seen.add(r)
+    if not seen:
+        raise ValueError("ranks_to_exclude: expected at least one rank (or None: the ranks the group lost), got []")
+    if len(seen) >= n:
+        raise ValueError(f"ranks_to_exclude: expected to keep at least one rank of the {n} of group "
+                         f"{pg.group_name!r}, got all of them: {sorted(seen)}")
+    if me in seen:
+        raise ValueError(f"ranks_to_exclude: expected the ranks of other members, got this rank ({me}) in "
+                         f"{sorted(seen)}; an excluded rank does not call shrink_group")
+    return seen
+
+
+def _check_flags(shrink_flags: Any) -> int:
+    if not isinstance(shrink_flags, int) or isinstance(shrink_flags, bool):
+        raise TypeError(f"shrink_flags: expected int (SHRINK_DEFAULT or SHRINK_ABORT), got "
+                        f"{type(shrink_flags).__name__}")
+    if shrink_flags not in (SHRINK_DEFAULT, SHRINK_ABORT):
+        raise ValueError(f"shrink_flags: expected SHRINK_DEFAULT ({SHRINK_DEFAULT}) or SHRINK_ABORT "
+                         f"({SHRINK_ABORT}), got {shrink_flags}")
+    return shrink_flags
+
+
+def _check_backends(pg: ProcessGroup) -> None:
+    names = set(pg.backend_names.values())
+    unsupported = sorted(names - _SHRINKABLE)
+    if not unsupported:
+        return
+    why = {"mpi": "it needs MPI's ULFM (MPIX_Comm_shrink), which the MPI library here does not provide",
+           "nccl": "ndist's nccl backend does not support shrinking yet (docs/errors.md)"}
+    raise DistBackendError(f"shrink_group: group {pg.group_name!r} uses backend(s) {unsupported}, which cannot "
+                           f"shrink: " + "; ".join(why.get(b, "it does not support shrinking") for b in unsupported))
+
+
+def shrink_group(ranks_to_exclude: Any = None, group: Any = None, shrink_flags: int = SHRINK_DEFAULT,
+                 pg_options: Any = None) -> ProcessGroup:
+    """A new group of ``group``'s members less ``ranks_to_exclude`` (group ranks; None:
+    the members the survivors agree are lost), renumbered in order. Called by every
+    survivor. Shrinking the default group makes the result the new default group and
+    destroys the other groups (as torch). Returns the new group."""
+    pg = resolve_group(group)
+    pg.require_member("shrink_group")
+    if pg.size() <= 1:
+        raise ValueError(f"group: expected a group of at least 2 ranks to shrink, got {pg.group_name!r} of size "
+                         f"{pg.size()}")
+    wanted = _check_exclusion(ranks_to_exclude, pg)
+    flags = _check_flags(shrink_flags)
+    _check_backends(pg)
+    while True:
+        new = _shrink_once(pg, wanted, flags, pg_options)
+        if not new.revoked:
+            return new
+        log.info("group %r: a member of the shrunk group %r was lost during the agreement; shrinking it again",
+                 pg.group_name, new.group_name)
+        pg, wanted = new, None
+
+
+def _shrink_once(pg: ProcessGroup, wanted: set[int] | None, flags: int, pg_options: Any) -> ProcessGroup:
+    with _world.lock:
+        count = getattr(pg, "_shrink_calls", 0) + 1
+        pg._shrink_calls = count  # every survivor shrinks a group in the same order
+    if flags == SHRINK_ABORT:
+        pg._shutdown(abort=True)
+    decided = _agree(pg, count, wanted)
+    return _rebuild(pg, count, decided, pg_options)
+
+
+def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
+    store = PrefixStore(f"shrink/{count}", pg.store)
+    me, n = pg.rank(), pg.size()
+    mine = set(wanted or ()) | set(pg.failed_ranks())
+    posted: set[int] | None = None
+    heard: dict[int, set[int]] = {}
+    deadline = time.monotonic() + pg.timeout.total_seconds()
+    try:
+        while True:
+            decision = store.get("decision") if store.check(["decision"]) else None
+            if decision is not None:
+                return _adopt(pg, json.loads(decision), me)
+            mine |= set(pg.failed_ranks())
+            if mine != posted:
+                store.set(f"seen/{me}", json.dumps(sorted(mine)))
+                posted = set(mine)
+            for r in range(n):
+                if r != me and r not in heard and store.check([f"seen/{r}"]):
+                    heard[r] = set()
+                if r in heard:
+                    heard[r] = set(json.loads(store.get(f"seen/{r}")))
+            outside = [r for r in range(n) if r != me and r not in mine]
+            union = set(mine).union(*(heard[r] for r in heard if r not in mine)) if heard else set(mine)
+            if union != mine:
+                mine = union  # learned from another survivor; re-posted on the next pass
+                continue
+            if all(r in heard for r in outside):
+                lost = set(pg.failed_ranks())  # (a lost rank may have posted before it went)
+                alive_excluded = sorted(r for r in mine if r in heard and r not in lost)
+                proposal = ({"refused": alive_excluded} if alive_excluded else {"exclude": sorted(mine)})
+                if not mine and not alive_excluded:
+                    proposal = {"empty": True}
+                got = store.compare_set("decision", "", json.dumps(proposal))
+                return _adopt(pg, json.loads(got), me)
+            if time.monotonic() >= deadline:
+                missing = [pg.ranks[r] for r in outside if r not in heard]
+                raise DistTimeoutError(
+                    f"shrink_group on group {pg.group_name!r}: ranks (global) {missing} neither called shrink_group "
+                    f"nor were found lost within {pg.timeout.total_seconds():g} s")
+            time.sleep(_POLL_S)
+    except (DistNetworkError, DistStoreError) as err:
+        if isinstance(err, DistError) and "shrink_group" in str(err):
+            raise
+        raise DistStoreError(
+            f"shrink_group on group {pg.group_name!r}: the job's store failed ({err}); the survivors agree through "
+            "it, so it must outlive the lost ranks: run under ndistrun (its agent hosts the store) or give "
+            "init_process_group a store that no rank hosts") from err
+
+
+def _adopt(pg: ProcessGroup, decision: dict, me: int) -> set[int]:
+    if "refused" in decision:
+        alive = decision["refused"]
+        raise ValueError(f"ranks_to_exclude: expected ranks that are lost, got ranks {alive} of group "
+                         f"{pg.group_name!r}, which are alive and called shrink_group; nothing changed")
+    if decision.get("empty"):
+        raise ValueError(f"ranks_to_exclude: None means the ranks the group lost, and group {pg.group_name!r} "
+                         "has lost none; nothing changed")
+    excluded = set(decision["exclude"])
+    if me in excluded:
+        raise ValueError(f"shrink_group: this rank ({me}) of group {pg.group_name!r} is alive and called "
+                         f"shrink_group, but the other survivors excluded it (ranks {sorted(excluded)}); it is not a "
+                         "member of the shrunk group")
+    return excluded
+
+
+def _rebuild(pg: ProcessGroup, count: int, excluded: set[int], pg_options: Any) -> ProcessGroup:
+    keep = [r for r in range(pg.size()) if r not in excluded]
+    kept_global = [pg.ranks[r] for r in keep]
+    name = f"{pg.group_name}:shrink{count}"
+    options = pg_options if pg_options is not None else pg.options
+    with _world.lock:
+        if pg is _world.default:
+            others = [g for g in _world.groups.values() if g is not pg]
+            for other in others:
+                other._shutdown(abort=True)
+            pg._shutdown()
+            me = kept_global.index(pg.ranks[pg.rank()])
+            _world.job_ranks = tuple(_world.job_ranks[g] for g in kept_global)
+            _world.lost = {kept_global.index(g): v for g, v in _world.lost.items() if g in kept_global}
+            _world.numbering = f"{_world.numbering}s{count}"
+            new = ProcessGroup(tuple(range(len(keep))), me, name, PrefixStore(name, _world.job_store),
+                               pg.backend_names, pg.timeout, options)
+            new.numbering = _world.numbering
+            _world.default = new
+            _world.groups = {name: new}
+        else:
+            pg._shutdown()
+            _world.groups.pop(pg.group_name, None)
+            new = ProcessGroup(tuple(kept_global), pg._global_rank, name, PrefixStore(name, _world.job_store),
+                               pg.backend_names, pg.timeout, options)
+            new.numbering = pg.numbering
+            _world.groups[name] = new
+        new.device_id = pg.device_id
+        new.group_desc = f"{pg.group_desc or pg.group_name}:shrunk"
+        lost = dict(_world.lost)
+    for grank, (host, cause, detail) in lost.items():  # lost during the agreement: revoked at birth
+        new.note_loss(grank, host, cause, detail)
+    log.info("group %r shrunk to %r: excluded ranks %s; this rank is %d of %d", pg.group_name, name,
+             sorted(excluded), new.rank(), new.size())
+    return new

@@ -1,0 +1,399 @@
+"""The member watch: every process of the job watched from ``init_process_group`` on.
+
+A rank learns that another process of its job is gone from one place, before any
+data link to it exists and whatever transport its groups use. Each process holds
+one watch connection to every other process of the job (a full mesh, authenticated
+with the job secret like every connection of ndist, on its own small listener), and
+one thread waits on all of them at once:
+
+* **died**: the connection closed without a goodbye (SIGKILL, a crash, ``os._exit``;
+  the kernel closes a dead process's sockets at once, on one host and across hosts;
+  TCP keep-alive backs this up for a host that vanished);
+* **exited**: a goodbye came first, sent by the process's ``atexit`` hook (its
+  interpreter ended: the script finished, ``sys.exit``, an uncaught exception, which
+  it names);
+* **left**: a goodbye sent by ``destroy_process_group`` (it left the job).
+
+A member that published its listener and then refuses the watch connection is gone
+too (it exited or died before the watch connected): the goodbye it wrote to the store
+on its way out says which, if it had time to write one.
+
+The watch only tells: it calls ``on_loss(rank, host, cause, detail)`` once per lost
+process, from its thread, with ``rank`` the process's rank in the job (its rank at
+``init_process_group``). What a loss means for each group (fail what waits on it,
+revoke the group) is the process group's business (``_group.ProcessGroup.note_loss``).
+
+The mesh is made in two steps: ``publish`` (listen, write this process's address to the
+store) before the rendezvous' join, ``start`` (dial every lower rank, accept every
+higher one, on the watch thread) after it, so ``init_process_group`` waits for no
+connection. Rank ``i`` dials ranks ``j < i``: ``n - 1`` sockets per process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import selectors
+import socket
+import struct
+import sys
+import threading
+import time
+import weakref
+from typing import Callable
+
+from . import _net
+
+__all__ = ["MemberWatch", "DIED", "EXITED", "LEFT"]
+
+log = logging.getLogger("ndist.runtime.watch")
+
+DIED, EXITED, LEFT = "died", "exited", "left"
+_HELLO = struct.Struct("!4sI16s")  # magic, the dialer's job rank, the listener's token
+_MAGIC = b"NDWH"
+_BYE = b"B"
+_HANDSHAKE_S = 10.0
+#: how often the listeners of higher ranks that have not dialled yet are probed
+_PROBE_S = 0.25
+
+#: the live watches of this process (the ``atexit`` goodbye and the fork hook use them)
+_live: "weakref.WeakSet[MemberWatch]" = weakref.WeakSet()
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """Keep-alive probes after 2 s of silence, every 1 s, 3 of them: a peer whose host
+    vanished (no FIN, no RST) is found dead in about 5 s."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for opt, value in (("TCP_KEEPIDLE", 2), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, opt):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+    except OSError:
+        pass
+
+
+class MemberWatch:
+    """Watches the other ``size - 1`` processes of one ``init_process_group`` round.
+
+    ``store``: the round's store (already prefixed for the watch); ``on_loss(rank, host,
+    cause, detail)``: called once per lost process, on the watch thread."""
+
+    def __init__(self, store, rank: int, size: int, secret: bytes, timeout: float,
+                 on_loss: Callable[[int, str, str, str], None]) -> None:
+        self.store = store
+        self.rank = rank
+        self.size = size
+        self.secret = secret
+        self.timeout = timeout
+        self.on_loss = on_loss
+        self.token = os.urandom(16)
+        #: rank -> its published facts (host, port, hostname, token)
+        self.peers: dict[int, dict] = {}
+        #: rank -> (cause, detail): the losses told, each once
+        self.lost: dict[int, tuple[str, str]] = {}
+        self._byes: dict[int, tuple[str, str]] = {}  # goodbyes received, before the close that follows
+        self._socks: dict[int, socket.socket] = {}
+        self._lock = threading.Lock()
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._closing = False
+        self._bye: bytes | None = None  # the goodbye of ``close``
+        self._thread: threading.Thread | None = None
+        bind, advertised = _net.listen_address()
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((bind, 0))
+        self._listener.listen(max(16, size))
+        self._listener.setblocking(False)
+        self._sel.register(self._listener, selectors.EVENT_READ, "accept")
+        self.info = {"host": advertised, "port": self._listener.getsockname()[1], "hostname": socket.gethostname(),
+                     "token": self.token.hex(), "pid": os.getpid()}
+        _live.add(self)
+
+    # ------------------------------------------------------------ set-up
+    def publish(self) -> None:
+        """Write this process's watch address to the store (before the join)."""
+        self.store.set(f"addr/{self.rank}", json.dumps(self.info))
+
+    def start(self) -> None:
+        """After the join (every rank has published): read every member's address (one
+        store round trip, here: the store may go with a lost member, the watch must
+        not need it), then dial the lower ranks and watch, on the watch thread."""
+        self._load_peers()
+        self._thread = threading.Thread(target=self._run, name=f"ndist-watch-{self.rank}", daemon=True)
+        self._thread.start()
+
+    def host_of(self, rank: int) -> str:
+        info = self.peers.get(rank)
+        return str(info.get("hostname") or info.get("host")) if info else "?"
+
+    # ------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        try:
+            for peer in range(self.rank):
+                if self._closing:
+                    return
+                self._dial(peer)
+            self._loop()
+        except Exception:  # noqa: BLE001 - the watch must never take the process down
+            log.warning("rank %d: the member watch stopped", self.rank, exc_info=True)
+
+    def _load_peers(self) -> None:
+        ranks = [r for r in range(self.size) if r != self.rank]
+        raws = self.store.multi_get([f"addr/{r}" for r in ranks])
+        for r, raw in zip(ranks, raws):
+            self.peers[r] = json.loads(raw)
+
+    def _dial(self, peer: int) -> None:
+        info = self.peers[peer]
+        what = f"rank {peer} ({self.host_of(peer)})"
+        try:
+            sock = socket.create_connection((info["host"], info["port"]), timeout=_HANDSHAKE_S)
+        except OSError as err:  # it published, then stopped listening: gone
+            self._gone(peer, None, f"its watch connection was refused ({err})")
+            return
+        try:
+            _net.client_handshake(sock, self.secret, timeout=_HANDSHAKE_S, what=what, rank=peer,
+                                  host=self.host_of(peer))
+            _net.send_all(sock, _HELLO.pack(_MAGIC, self.rank, bytes.fromhex(info["token"])))
+        except (OSError, Exception) as err:  # noqa: BLE001 - any failure here means the peer went away
+            sock.close()
+            self._gone(peer, None, f"its watch connection failed ({err})")
+            return
+        self._adopt(peer, sock)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            # the handshake on a thread of its own: a slow stranger cannot delay the watch
+            threading.Thread(target=self._take, args=(sock,), name=f"ndist-watch-accept-{self.rank}",
+                             daemon=True).start()
+
+    def _take(self, sock: socket.socket) -> None:
+        try:
+            sock.setblocking(True)
+            _net.server_handshake(sock, self.secret, timeout=_HANDSHAKE_S, what="a watch peer")
+            magic, peer, token = _HELLO.unpack(_net.recv_exact_before(sock, _HELLO.size,
+                                                                      time.monotonic() + _HANDSHAKE_S))
+        except Exception as err:  # noqa: BLE001 - a stranger, or a peer that died meanwhile
+            log.debug("rank %d: a watch connection was refused: %s", self.rank, err)
+            sock.close()
+            return
+        if magic != _MAGIC or token != self.token or not self.rank < peer < self.size:
+            log.debug("rank %d: a watch hello was not for this job round (rank %d)", self.rank, peer)
+            sock.close()
+            return
+        self._adopt(peer, sock)
+
+    def _adopt(self, peer: int, sock: socket.socket) -> None:
+        _keepalive(sock)
+        sock.setblocking(False)
+        with self._lock:
+            if self._closing or peer in self.lost:
+                if self._bye is not None:  # (closed while this connection was being made)
+                    try:
+                        sock.setblocking(True)
+                        sock.settimeout(0.2)
+                        sock.sendall(self._bye)
+                    except OSError:
+                        pass
+                sock.close()
+                return
+            old = self._socks.pop(peer, None)
+            self._socks[peer] = sock
+            try:
+                if old is not None:
+                    self._sel.unregister(old)
+                self._sel.register(sock, selectors.EVENT_READ, peer)
+            except (KeyError, ValueError, OSError):
+                pass
+        if old is not None:
+            old.close()
+        self._wake_w.send(b"x")  # (the loop's select may not see the new socket yet)
+
+    def _probe(self) -> None:
+        """A higher rank dials this one; until it has, its listener is probed: one that
+        refuses is gone (it died or exited before its watch thread dialled)."""
+        with self._lock:
+            missing = [r for r in range(self.rank + 1, self.size) if r not in self._socks and r not in self.lost]
+        for peer in missing:
+            info = self.peers[peer]
+            try:
+                socket.create_connection((info["host"], info["port"]), timeout=_HANDSHAKE_S).close()
+            except OSError as err:
+                with self._lock:
+                    if peer in self._socks:  # (it connected meanwhile, then closed its listener)
+                        continue
+                self._gone(peer, None, f"its watch listener refused a connection ({err})")
+
+    def _loop(self) -> None:
+        probe_at = time.monotonic() + _PROBE_S
+        while not self._closing:
+            now = time.monotonic()
+            if now >= probe_at:
+                probe_at = now + _PROBE_S
+                if len(self._socks) + len(self.lost) < self.size - 1:
+                    self._probe()
+            for key, _ev in self._sel.select(timeout=_PROBE_S):
+                if key.data == "accept":
+                    self._accept()
+                elif key.data is None:
+                    try:
+                        self._wake_r.recv(4096)
+                    except OSError:
+                        pass
+                else:
+                    self._readable(key.data, key.fileobj)
+
+    def _readable(self, peer: int, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as err:
+            data = b""
+            log.debug("rank %d: watch connection to rank %d: %s", self.rank, peer, err)
+        if data.startswith(_BYE):
+            try:
+                bye = json.loads(data[1:].decode())
+                self._byes[peer] = (str(bye.get("cause", EXITED)), str(bye.get("detail", "")))
+            except ValueError:
+                self._byes[peer] = (EXITED, "")
+            return  # the close follows
+        if data:
+            return
+        with self._lock:
+            if self._socks.get(peer) is sock:
+                del self._socks[peer]
+                try:
+                    self._sel.unregister(sock)
+                except (KeyError, ValueError):
+                    pass
+        sock.close()
+        if self._closing:
+            return
+        got = self._byes.pop(peer, None)
+        cause, detail = got if got is not None else self._check_bye(
+            peer, "its watch connection closed without a goodbye")
+        self._tell(peer, cause, detail)
+
+    def _gone(self, peer: int, cause: str | None, detail: str) -> None:
+        """A member refused the watch connection: the goodbye it wrote to the store says
+        how it went, if it wrote one."""
+        if cause is None:
+            cause, detail = self._check_bye(peer, detail)
+        self._tell(peer, cause, detail)
+
+    def _check_bye(self, peer: int, detail: str) -> tuple[str, str]:
+        try:
+            if self.store.check([f"bye/{peer}"]):
+                bye = json.loads(self.store.get(f"bye/{peer}"))
+                return str(bye.get("cause", EXITED)), str(bye.get("detail", ""))
+        except Exception as err:  # noqa: BLE001 - the store may have gone with the peer
+            log.debug("rank %d: looking up rank %d's goodbye failed: %s", self.rank, peer, err)
+        return DIED, detail
+
+    def _tell(self, peer: int, cause: str, detail: str) -> None:
+        with self._lock:
+            if peer in self.lost or self._closing:
+                return
+            self.lost[peer] = (cause, detail)
+        log.info("rank %d: rank %d (%s) %s%s", self.rank, peer, self.host_of(peer), cause,
+                 f": {detail}" if detail else "")
+        try:
+            self.on_loss(peer, self.host_of(peer), cause, detail)
+        except Exception:  # noqa: BLE001 - a listener's failure must not stop the watch
+            log.warning("rank %d: telling the loss of rank %d failed", self.rank, peer, exc_info=True)
+
+    # ------------------------------------------------------------ the end
+    def close(self, cause: str = LEFT, detail: str = "") -> None:
+        """Say goodbye to every watched peer (``cause``: why this process goes) and stop.
+        Never blocks on a peer."""
+        bye = _BYE + json.dumps({"cause": cause, "detail": detail}).encode()
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            self._bye = bye
+            socks = list(self._socks.values())
+            self._socks.clear()
+        unconnected = len(socks) < self.size - 1 - len(self.lost)
+        for s in socks:
+            try:
+                s.setblocking(True)
+                s.settimeout(0.2)
+                s.sendall(bye)
+            except OSError:
+                pass
+        if unconnected and self._thread is not None:  # a peer still to connect learns it from the store
+            try:
+                self.store.set(f"bye/{self.rank}", bye[1:])
+            except Exception:  # noqa: BLE001 - best effort: the store may be gone
+                pass
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(2.0)
+        for s in (self._listener, self._wake_r, self._wake_w):
+            try:
+                s.close()
+            except OSError:
+                pass
+        try:
+            self._sel.close()
+        except (OSError, ValueError):
+            pass
+        _live.discard(self)
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: close this process's copies of the watch sockets, so a
+        parent that dies is seen dead at once (the child's copy would keep its
+        connections open)."""
+        self._closing = True
+        for s in [*self._socks.values(), self._listener, self._wake_r, self._wake_w]:
+            try:
+                s.close()
+            except OSError:
+                pass
+        self._socks.clear()
+
+
+def _exit_detail() -> str:
+    err = getattr(sys, "last_value", None)  # set when an exception ended the interpreter
+    if err is not None:
+        return f"an uncaught {type(err).__name__}: {err}"
+    return "its interpreter ended"
+
+
+@atexit.register
+def _say_goodbye() -> None:
+    for watch in list(_live):
+        watch.close(EXITED, _exit_detail())
+
+
+def _after_fork_in_child() -> None:
+    for watch in list(_live):
+        watch._forget_after_fork()
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
