@@ -54,8 +54,6 @@ if [ -z "$OUTDIR" ]; then
     echo "usage: bash tools/gpu_check.sh OUTDIR (or set OUT)" >&2
     exit 2
 fi
-mkdir -p "$OUTDIR" || exit 2
-OUTDIR=$(cd "$OUTDIR" && pwd)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
 BUDGET=${NDIST_GPU_CHECK_BUDGET:-345}
@@ -67,16 +65,22 @@ for p in $PARTS; do
         exit 2
     fi
 done
+if ! [[ "$BUDGET" =~ ^[0-9]+$ ]]; then
+    echo "gpu_check: NDIST_GPU_CHECK_BUDGET: expected whole seconds; got '$BUDGET'" >&2
+    exit 2
+fi
 TIMEOUTS=${NDIST_GPU_CHECK_TIMEOUTS:-}
 for kv in ${TIMEOUTS//,/ }; do
     name=${kv%%=*}
-    if [ -z "${TIMEOUT[$name]+x}" ] || [ "$kv" = "$name" ]; then
+    if [ -z "${TIMEOUT[$name]+x}" ] || ! [[ "$kv" =~ ^[a-z_]+=[0-9]+(\.[0-9]+)?$ ]]; then
         echo "gpu_check: bad entry '$kv' in NDIST_GPU_CHECK_TIMEOUTS; expected PART=SECONDS, PART one of: $ALL_PARTS" >&2
         exit 2
     fi
     TIMEOUT[$name]=${kv#*=}
 done
 
+mkdir -p "$OUTDIR" || exit 2
+OUTDIR=$(cd "$OUTDIR" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ndist-gpu-check.XXXXXX") || exit 2
 CURRENT_PGID=
 on_exit() {  # also when the script itself is stopped: the running part's processes go too
