@@ -3,16 +3,24 @@
 #
 #   bash tools/gpu_check.sh [OUTDIR]        (OUTDIR defaults to $OUT)
 #
-# Parts, each under its own `timeout` (seconds below), in this order: versions, build,
-# seed (CUDA-semantics seed page), suite (the rest of tests/gpu), example
-# (examples/gpu_all_reduce.py), staging (socket backend with CUDA arrays, 2-4 ranks), ipc
-# (CUDA IPC through ndist.multiprocessing), nccl_bench (benchmarks/nccl_overhead.py),
-# staging_bench (benchmarks/staging_overhead.py). A failed or hung part does not stop the
-# others. The whole run stays within NDIST_GPU_CHECK_BUDGET seconds (default 345): a part
-# gets at most what is left, and one with under 5 s left is NOT RUN.
+# Parts, each under its own `timeout` (seconds in TIMEOUT below), in this order:
+#   versions       device, driver, CUDA runtime, CuPy, NCCL, MPI, Python packages
+#   build          the native engine, built in place (setup.py build_ext --inplace)
+#   seed           tests/gpu/test_cuda_semantics_seed.py (the CUDA-semantics seed page)
+#   suite          the rest of tests/gpu, but for the files of the parts below
+#   mpi            tests/gpu/test_mpi_cupy.py (CuPy arrays through the mpi backend)
+#   example        examples/gpu_all_reduce.py under ndistrun, 1 rank
+#   staging        tests/gpu/test_staging_cupy.py (socket backend, CUDA arrays, 2-4 ranks, 1 GPU)
+#   ipc            tests/gpu/test_mp_cuda.py (CUDA IPC through ndist.multiprocessing)
+#   nccl_bench     benchmarks/nccl_overhead.py (nccl at world size 1 vs raw CuPy NCCL)
+#   staging_bench  benchmarks/staging_overhead.py (host-staged socket all_reduce vs cudaMemcpy)
+# A failed or hung part does not stop the others. The whole run stays within
+# NDIST_GPU_CHECK_BUDGET seconds (default 345): a part gets at most what is left, and one
+# with under 5 s left is NOT RUN. A pytest part whose tests all skipped for reasons one
+# GPU explains (more GPUs, no mpiexec) is SKIP, which is not a failure.
 #
 # Writes into OUTDIR (at most 5 files, so that all of them come back from the device tool):
-#   report.md            one line per part (PASS / FAIL / TIMEOUT / NOT RUN, seconds, note),
+#   report.md            one line per part (PASS / SKIP / FAIL / TIMEOUT / NOT RUN, seconds, note),
 #                        versions, the benchmark tables, the tail of every failed part's log;
 #                        rewritten after every part
 #   junit.xml            the pytest parts' JUnit XML, merged
@@ -33,8 +41,8 @@
 # shellcheck disable=SC2317  # the check_* and *_cmd functions are called indirectly (run_part, bash -c)
 set -u
 
-ALL_PARTS="versions build seed suite example staging ipc nccl_bench staging_bench"
-declare -A TIMEOUT=([versions]=20 [build]=45 [seed]=30 [suite]=110 [example]=30 [staging]=60
+ALL_PARTS="versions build seed suite mpi example staging ipc nccl_bench staging_bench"
+declare -A TIMEOUT=([versions]=20 [build]=45 [seed]=30 [suite]=100 [mpi]=30 [example]=30 [staging]=60
                     [ipc]=40 [nccl_bench]=40 [staging_bench]=40)
 
 have_gpu() {
@@ -122,7 +130,7 @@ write_report() {
         section_file "NCCL at world size 1: ndist vs raw CuPy NCCL" "$WORK/nccl_bench.table"
         section_file "Host-staged socket all_reduce vs cudaMemcpy" "$WORK/staging_bench.table"
         while IFS=$'\t' read -r name status secs limit note; do
-            [ "$status" = PASS ] || [ "$status" = "NOT RUN" ] && continue
+            case $status in PASS | SKIP | "NOT RUN") continue ;; esac
             printf '\n## %s: %s (last 60 lines of its log)\n\n```\n' "$name" "$status"
             tail -n 60 "$WORK/$name.log" 2>/dev/null
             printf '```\n'
@@ -188,7 +196,7 @@ run_part() {
     if [ "$left_over" -gt 0 ]; then
         note="$note; left $left_over process(es) running (killed)"
     fi
-    [ "$status" = PASS ] || FAILED=1
+    [ "$status" = PASS ] || [ "$status" = SKIP ] || FAILED=1
     printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$secs" "$limit" "$note" >>"$WORK/parts.tsv"
     echo "   $name: $status in ${secs} s: $note" >&2
     write_report
@@ -196,6 +204,14 @@ run_part() {
 
 check_rc() {  # PASS iff exit status 0
     if [ "$2" = 0 ]; then printf 'PASS\texit 0\n'; else printf 'FAIL\texit %s\n' "$2"; fi
+}
+
+check_build() {  # the native engine was built and imports; else ndist runs its Python engine
+    if [ "$2" = 0 ]; then
+        printf 'PASS\tnative engine built\n'
+    else
+        printf 'FAIL\texit %s: %s\n' "$2" "$( (grep -m1 'WARNING: ndist' "$WORK/$1.log" || tail -n 1 "$WORK/$1.log") | cut -c1-250)"
+    fi
 }
 
 check_pytest() {  # PASS iff exit 0, a test passed and only skips that one GPU explains (gpu_check_helper.py)
@@ -260,10 +276,12 @@ export PY ROOT
 for part in $PARTS; do
     case $part in
         versions) run_part versions check_rc bash -c versions_cmd ;;
-        build) run_part build check_rc bash -c build_cmd ;;
+        build) run_part build check_build bash -c build_cmd ;;
         seed) pytest_part seed tests/gpu/test_cuda_semantics_seed.py ;;
         suite) pytest_part suite tests/gpu --ignore=tests/gpu/test_cuda_semantics_seed.py \
-                   --ignore=tests/gpu/test_staging_cupy.py --ignore=tests/gpu/test_mp_cuda.py ;;
+                   --ignore=tests/gpu/test_staging_cupy.py --ignore=tests/gpu/test_mp_cuda.py \
+                   --ignore=tests/gpu/test_mpi_cupy.py ;;
+        mpi) pytest_part mpi tests/gpu/test_mpi_cupy.py ;;
         example) run_part example check_example "$PY" -m ndist.launch --nproc-per-node 1 examples/gpu_all_reduce.py ;;
         staging) pytest_part staging tests/gpu/test_staging_cupy.py ;;
         ipc) pytest_part ipc tests/gpu/test_mp_cuda.py ;;
@@ -274,8 +292,12 @@ for part in $PARTS; do
     esac
 done
 
-if compgen -G "$WORK/*.xml" >/dev/null; then
-    "$PY" "$ROOT/tools/gpu_check_helper.py" merge "$OUTDIR/junit.xml" "$WORK"/*.xml >>"$WORK/merge.log" 2>&1
+xmls=()
+for part in $PARTS; do  # in the order the parts ran
+    [ -f "$WORK/$part.xml" ] && xmls+=("$WORK/$part.xml")
+done
+if [ "${#xmls[@]}" -gt 0 ]; then
+    "$PY" "$ROOT/tools/gpu_check_helper.py" merge "$OUTDIR/junit.xml" "${xmls[@]}" >>"$WORK/merge.log" 2>&1
 fi
 write_report
 cat "$OUTDIR/report.md"

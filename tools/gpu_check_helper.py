@@ -2,7 +2,7 @@
 
     python tools/gpu_check_helper.py versions             versions of the GPU stack; exit 1 if a need is missing
     python tools/gpu_check_helper.py count RESULT.xml     "P passed, F failed, E errors, S skipped" of a JUnit XML
-    python tools/gpu_check_helper.py verdict RESULT.xml RC    "PASS<TAB>note" or "FAIL<TAB>note" of a pytest part
+    python tools/gpu_check_helper.py verdict RESULT.xml RC    "PASS|SKIP|FAIL<TAB>note" of a pytest part
     python tools/gpu_check_helper.py merge OUT.xml IN.xml...   one <testsuites> document of several
 """
 
@@ -103,7 +103,8 @@ def _skip_reasons(path: str) -> list[str]:
 
 
 def verdict(path: str, rc: int) -> tuple[str, str]:
-    """PASS when pytest exited 0, at least one test passed and every skip is allowed (``ALLOWED_SKIPS``)."""
+    """PASS when pytest exited 0, at least one test passed and every skip is allowed
+    (``ALLOWED_SKIPS``); SKIP when none ran and every skip is allowed; else FAIL."""
     counts = count(path)
     passed = int(counts.split()[0])
     allowed: dict[str, int] = {}
@@ -121,9 +122,9 @@ def verdict(path: str, rc: int) -> tuple[str, str]:
         note += f"; unexpected skip(s): {' / '.join(sorted(set(other)))[:300]}"
     if rc != 0:
         return "FAIL", f"exit {rc}: {note}"
-    if passed == 0 or other:
+    if other or (passed == 0 and not allowed):
         return "FAIL", note
-    return "PASS", note
+    return ("PASS" if passed else "SKIP"), note
 
 
 def merge(out: str, paths: list[str]) -> None:
