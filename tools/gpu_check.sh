@@ -124,7 +124,7 @@ write_report() {
         echo "| part | result | seconds | timeout | note |"
         echo "|------|--------|---------|---------|------|"
         while IFS=$'\t' read -r name status secs limit note; do
-            echo "| $name | $status | $secs | $limit | $note |"
+            echo "| $name | $status | $secs | $limit | ${note//|/\\|} |"
         done <"$WORK/parts.tsv"
         section_file "Versions" "$WORK/versions.log"
         section_file "NCCL at world size 1: ndist vs raw CuPy NCCL" "$WORK/nccl_bench.table"
@@ -202,8 +202,12 @@ run_part() {
     write_report
 }
 
-check_rc() {  # PASS iff exit status 0
-    if [ "$2" = 0 ]; then printf 'PASS\texit 0\n'; else printf 'FAIL\texit %s\n' "$2"; fi
+check_versions() {  # PASS iff nothing the checks need is missing
+    if [ "$2" = 0 ]; then
+        printf 'PASS\t%s\n' "$(grep -m1 -E '^cuda:0 ' "$WORK/$1.log" | cut -c1-200)"
+    else
+        printf 'FAIL\texit %s: %s\n' "$2" "$( (grep -m1 '^MISSING' "$WORK/$1.log" || tail -n 1 "$WORK/$1.log") | cut -c1-200)"
+    fi
 }
 
 check_build() {  # the native engine was built and imports; else ndist runs its Python engine
@@ -275,7 +279,7 @@ export PY ROOT
 # ------------------------------------------------------------------ the parts
 for part in $PARTS; do
     case $part in
-        versions) run_part versions check_rc bash -c versions_cmd ;;
+        versions) run_part versions check_versions bash -c versions_cmd ;;
         build) run_part build check_build bash -c build_cmd ;;
         seed) pytest_part seed tests/gpu/test_cuda_semantics_seed.py ;;
         suite) pytest_part suite tests/gpu --ignore=tests/gpu/test_cuda_semantics_seed.py \

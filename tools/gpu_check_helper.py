@@ -92,13 +92,21 @@ def count(path: str) -> str:
     return f"{passed} passed, {failed} failed, {errors} errors, {skipped} skipped"
 
 
+def _reason(message: str, text: str) -> str:
+    """The reason of one JUnit ``<skipped>``: its message, or for a module-level skip (message
+    "collection skipped") the reason inside its text ``('file', line, "Skipped: reason")``."""
+    if message and message != "collection skipped":
+        return message
+    m = re.search(r"Skipped: (.*?)['\"]?\)?\s*$", text, re.S)
+    return (m.group(1) if m else text or message or "?").strip()
+
+
 def _skip_reasons(path: str) -> list[str]:
     reasons = []
     for suite in _suites(ET.parse(path).getroot()):
         for case in suite.iter("testcase"):
             for skip in case.findall("skipped"):
-                # a module-level skip says "collection skipped" and gives its reason in the text
-                reasons.append(" ".join(x for x in (skip.get("message"), skip.text) if x) or "?")
+                reasons.append(_reason(skip.get("message") or "", skip.text or ""))
     return reasons
 
 
@@ -119,7 +127,9 @@ def verdict(path: str, rc: int) -> tuple[str, str]:
     if allowed:
         note += " (" + ", ".join(f"{n} for {lab}" for lab, n in allowed.items()) + ")"
     if other:
-        note += f"; unexpected skip(s): {' / '.join(sorted(set(other)))[:300]}"
+        seen = {r: other.count(r) for r in dict.fromkeys(other)}
+        listed = " / ".join(r if n == 1 else f"{r} (x{n})" for r, n in seen.items())
+        note += f"; unexpected skip(s): {listed[:300]}"
     if rc != 0:
         return "FAIL", f"exit {rc}: {note}"
     if other or (passed == 0 and not allowed):

@@ -189,9 +189,11 @@ def test_verdict_passes_with_only_the_skips_one_gpu_explains(tmp_path):
 
 def test_verdict_fails_on_a_skip_that_means_the_gpu_code_did_not_run(tmp_path):
     h = _helper()
-    xml = _junit(tmp_path / "a.xml", [None, ("skip", "tests/gpu/_gpu.py:70: NCCL is not installed: ...")])
-    status, note = h.verdict(xml, 0)
-    assert status == "FAIL" and "unexpected skip(s): collection skipped tests/gpu/_gpu.py:70: NCCL" in note
+    # a module-level skip, as pytest writes it: message "collection skipped", the reason in the text
+    nccl = "('/r/tests/gpu/_gpu.py', 70, \"Skipped: NCCL is not installed: cupy.cuda.nccl.available is False\")"
+    xml = _junit(tmp_path / "a.xml", [None, ("skip", nccl), ("skip", nccl), ("skip", "needs 2 GPUs")])
+    assert h.verdict(xml, 0) == ("FAIL", "1 passed, 0 failed, 0 errors, 3 skipped (1 for more GPUs); unexpected "
+                                         "skip(s): NCCL is not installed: cupy.cuda.nccl.available is False (x2)")
 
 
 def test_verdict_fails_on_failures_a_bad_exit_or_nothing_passed(tmp_path):
