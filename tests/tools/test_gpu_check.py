@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,7 +110,9 @@ def test_bad_settings_are_usage_errors(tmp_path, env, message):
 FORCED = {
     "versions": "FAIL",       # no CuPy (or no usable one): MISSING ...
     "seed": "FAIL",           # every test skipped: no GPU
+    "suite": "FAIL",          # the GPU modules skip (test_gpu_setup.py passes)
     "mpi": "FAIL",            # skipped: needs CuPy and a CUDA GPU
+    "staging": "FAIL",        # the module skips: no CuPy
     "example": "FAIL",        # the example says "skipped: no CUDA GPU ..."
     "nccl_bench": "FAIL",     # "skipped: ..." instead of "# PASS"
     "staging_bench": "FAIL",  # "skipped: ..." instead of "# OK"
@@ -140,17 +143,43 @@ def test_forced_run_without_a_gpu_reports_every_part_and_fails(tmp_path):
     assert table["ipc"][2] == "0.2"
     assert "MISSING" in report and "## Versions" in report
     assert "skipped:" in table["nccl_bench"][3] and "skipped:" in table["staging_bench"][3]
-    assert "unexpected skip(s)" in table["seed"][3]
+    for part in ("seed", "suite", "mpi", "staging"):  # collected, and skipped for want of a GPU
+        assert "unexpected skip(s)" in table[part][3], table[part]
     # what comes back from the device tool: few files, no folder
     assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "logs.tar.gz", "report.md"]
     suites = ET.parse(out / "junit.xml").getroot()
     assert suites.tag == "testsuites"
-    assert [s.get("name") for s in suites.iter("testsuite")] == ["seed", "mpi"]
+    assert [s.get("name") for s in suites.iter("testsuite")] == ["seed", "suite", "mpi", "staging"]
     with tarfile.open(out / "logs.tar.gz") as tar:
         names = {Path(n).name for n in tar.getnames()}
     assert {f"{p}.log" for p in FORCED} <= names and "seed.xml" in names
     assert list(tmp.iterdir()) == []  # its work folder is gone
     assert _processes_with(token) == []
+
+
+@needs_bash
+def test_the_script_parses():
+    proc = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (apt install shellcheck)")
+def test_shellcheck_finds_nothing():
+    proc = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_every_file_the_script_runs_exists():
+    text = SCRIPT.read_text()
+    paths = set(re.findall(r"\b((?:tests|examples|benchmarks|tools)/[\w/]+\.py)\b", text))
+    assert {"tests/gpu/test_cuda_semantics_seed.py", "tests/gpu/test_staging_cupy.py", "tests/gpu/test_mp_cuda.py",
+            "tests/gpu/test_mpi_cupy.py", "examples/gpu_all_reduce.py", "benchmarks/nccl_overhead.py",
+            "benchmarks/staging_overhead.py", "tools/gpu_check_helper.py"} <= paths
+    assert [p for p in sorted(paths) if not (ROOT / p).is_file()] == []
+    # the suite part is tests/gpu without the files the other parts run
+    ignored = set(re.findall(r"--ignore=(tests/gpu/\w+\.py)", text))
+    assert ignored == {"tests/gpu/test_cuda_semantics_seed.py", "tests/gpu/test_staging_cupy.py",
+                       "tests/gpu/test_mp_cuda.py", "tests/gpu/test_mpi_cupy.py"}
 
 
 # ------------------------------------------------------------------ the helper
