@@ -119,7 +119,7 @@ write_report() {
     {
         echo "# ndist GPU check"
         echo
-        echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'), host $(hostname), checkout $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(( $(date +%s) - START )) s so far, budget ${BUDGET} s"
+        echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'), host ${HOSTNAME:-$(uname -n)}, checkout $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(( $(date +%s) - START )) s so far, budget ${BUDGET} s"
         echo
         echo "| part | result | seconds | timeout | note |"
         echo "|------|--------|---------|---------|------|"
@@ -143,7 +143,7 @@ write_report() {
 group_members() {  # PGID: the pids of the live processes of that process group (from /proc)
     local f stat state pgrp
     for f in /proc/[0-9]*/stat; do
-        stat=$(cat "$f" 2>/dev/null) || continue
+        { read -r stat <"$f"; } 2>/dev/null || continue
         read -r state _ pgrp _ <<<"${stat##*) }"
         [ "$pgrp" = "$1" ] && [ "$state" != Z ] && echo "${f//[^0-9]/}"
     done

@@ -60,7 +60,8 @@ def _run(tmp_path, args, extra_env, timeout):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NDIST_GPU_CHECK") and k != "OUT"}
-    env.update(TMPDIR=str(tmp), PYTHON=sys.executable, GPU_CHECK_TEST_TOKEN=token, **extra_env)
+    env.update(TMPDIR=str(tmp), PYTHON=sys.executable, GPU_CHECK_TEST_TOKEN=token)
+    env.update(extra_env)
     proc = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout)
     return proc, tmp, token
 
@@ -167,6 +168,24 @@ def test_the_script_parses():
 def test_shellcheck_finds_nothing():
     proc = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout
+
+
+@needs_bash
+@needs_no_gpu
+@pytest.mark.timeout(120)
+def test_a_process_a_part_leaves_running_is_killed_and_reported(tmp_path):
+    # an interpreter that leaves a sleeper behind, in the part's process group, before it runs
+    wrapper = tmp_path / "python-leaving-a-process"
+    wrapper.write_text(f"#!/bin/bash\n(sleep 300 >/dev/null 2>&1 &)\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    out = tmp_path / "out"
+    proc, tmp, token = _run(tmp_path, [str(out)], {"NDIST_GPU_CHECK_FORCE": "1", "NDIST_GPU_CHECK_PARTS": "nccl_bench",
+                                                   "PYTHON": str(wrapper)}, timeout=100)
+    assert proc.returncode == 1
+    row = next(line for line in (out / "report.md").read_text().splitlines() if line.startswith("| nccl_bench "))
+    assert "skipped:" in row and "left 1 process(es) running (killed)" in row
+    assert _processes_with(token) == []
+    assert list(tmp.iterdir()) == []
 
 
 def test_every_file_the_script_runs_exists():
