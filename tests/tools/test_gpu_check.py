@@ -123,6 +123,7 @@ FORCED = {
 
 @needs_bash
 @needs_no_gpu
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_forced_run_without_a_gpu_reports_every_part_and_fails(tmp_path):
     out = tmp_path / "out"
