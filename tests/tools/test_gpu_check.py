@@ -189,6 +189,25 @@ def test_a_process_a_part_leaves_running_is_killed_and_reported(tmp_path):
     assert list(tmp.iterdir()) == []
 
 
+@needs_bash
+@needs_no_gpu
+@pytest.mark.timeout(120)
+def test_a_missing_pytest_is_reported_as_such(tmp_path):
+    # -S: no site-packages, so this interpreter has no pytest
+    wrapper = tmp_path / "python-without-pytest"
+    wrapper.write_text(f"#!/bin/bash\nexec {sys.executable} -S \"$@\"\n")
+    wrapper.chmod(0o755)
+    out = tmp_path / "out"
+    proc, tmp, _ = _run(tmp_path, [str(out)], {"NDIST_GPU_CHECK_FORCE": "1", "NDIST_GPU_CHECK_PARTS": "seed,ipc",
+                                               "PYTHON": str(wrapper)}, timeout=100)
+    assert proc.returncode == 1
+    rows = [line for line in (out / "report.md").read_text().splitlines() if line.startswith(("| seed ", "| ipc "))]
+    assert len(rows) == 2
+    for row in rows:
+        assert "| FAIL | 0 |" in row and f"pytest is not installed for {wrapper}" in row
+    assert list(tmp.iterdir()) == []
+
+
 def test_every_file_the_script_runs_exists():
     text = SCRIPT.read_text()
     paths = set(re.findall(r"\b((?:tests|examples|benchmarks|tools)/[\w/]+\.py)\b", text))
