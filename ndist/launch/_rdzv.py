@@ -61,6 +61,8 @@ _END_TIMEOUT = 15.0
 #: after an attempt failed, how long node 0 waits for the other nodes' reports beyond
 #: ``--term-timeout`` (a live node stops its ranks within that, then reports at once)
 _END_GRACE = 10.0
+#: the longest single wait of an agent's watcher on the store (see ``_watch``)
+_WATCH_POLL = 1.0
 
 
 class LaunchError(Exception):
@@ -295,7 +297,9 @@ class _StoreRendezvous:
 
         while True:
             try:
-                store.wait([key], timeout=3600)
+                # Short waits: node 0's store server reads a connection only between requests, so
+                # it notices this agent's death (and stops counting it as connected) within one.
+                store.wait([key], timeout=_WATCH_POLL)
                 value = store.get(key)
                 break
             except DistTimeoutError:
@@ -495,10 +499,10 @@ class _StoreRendezvous:
             log.warning("node %d: the job's store on node 0 (%s:%d) is gone (%s)", c.node_rank, self.addr, self.port, err)
             return unknown
         self._end(attempt, out.state)
-        if out.state == "succeeded":
-            self._wait_all_ended(attempt)
-        else:
-            self._wait_all_ended(attempt, self._after_failure(), failed=True)
+        # after a success, other nodes' ranks may still be running (and using the store);
+        # a node whose agent is gone is not waited for either way
+        timeout = None if out.state == "succeeded" else self._after_failure()
+        self._wait_all_ended(attempt, timeout, failed=True)
         return out
 
     def _count_gone_nodes(self, attempt: int) -> None:

@@ -86,7 +86,7 @@ def format_continue_summary(what: str, outcome: JobOutcome, attempts: int, max_r
         if o.note:
             out.append(f"{o.note}: this node's ranks are listed")
         else:
-            out.append(f"{n_lost} of {o.world} {ranks} lost: fewer than --min-nproc {o.min_nproc} could still finish "
+            out.append(f"{n_lost} of {o.world} ranks lost: fewer than --min-nproc {o.min_nproc} could still finish "
                        "with status 0, so the job was stopped")
         root = o.root_cause
         if root is not None:
