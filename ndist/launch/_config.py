@@ -117,7 +117,8 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
     a("--standalone", action="store_true", help="single-node job with a private store on a free port (the default for --nnodes 1).")
     a = p.add_argument_group("failures").add_argument
     a("--max-restarts", "--max_restarts", default="0", metavar="N",
-      help="restart the whole local worker group up to N times when a rank fails. Default 0.")
+      help="restart the whole local worker group up to N times when a rank fails (with --on-failure "
+           "continue: when fewer than --min-nproc ranks can still finish). Default 0.")
     a("--on-failure", "--on_failure", default="stop", metavar="stop|continue",
       help="when a rank fails: 'stop' every rank (default), or 'continue' with the others, "
            "listing each lost rank in the summary.")

@@ -30,7 +30,7 @@ if rank in victims:
     world = int(os.environ["WORLD_SIZE"])
     while not all(os.path.exists(os.path.join(d, f"pid-{r}")) for r in range(world)):
         time.sleep(0.01)  # every rank is up
-    time.sleep(0.2 * list(victims).index(rank))  # several victims die in the order given
+    time.sleep(0.5 * list(victims).index(rank))  # several victims die in the order given
     how = victims[rank]
     if how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
