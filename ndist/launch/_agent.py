@@ -19,9 +19,10 @@ import threading
 from dataclasses import dataclass
 
 from ._config import STDERR, STDOUT, LaunchConfig
+from ._outcome import JobOutcome
 from ._output import format_prefix
 from ._rdzv import LaunchError, Round, make_rendezvous
-from ._workers import GroupResult, WorkerGroup, WorkerSpec, set_child_subreaper
+from ._workers import Failure, GroupResult, WorkerGroup, WorkerSpec, set_child_subreaper
 
 __all__ = ["Agent", "AgentResult", "LaunchError", "rank_env"]
 
@@ -36,6 +37,7 @@ class AgentResult:
     result: GroupResult
     attempts: int  # how many attempts ran
     log_dir: str | None  # the job's log directory, if it was kept
+    outcome: JobOutcome | None = None  # --on-failure continue: the job-wide outcome of the last attempt
 
 
 class _Interrupted(BaseException):
@@ -192,9 +194,26 @@ class Agent:
                 except BaseException:
                     group.abort()
                     raise
-                result = group.monitor()
+                result = group.monitor(self._on_loss(rdzv, attempt) if c.keep_going else None)
                 self._raise_on_signal = True
                 _remove_job_files(secret, everything=False)  # the ranks are gone: their files go too
+                if c.keep_going and result.state != "interrupted":
+                    self._raise_on_signal = False  # settle() polls for signals between its store calls
+                    outcome = rdzv.settle(attempt, result, self._check_pending_signal)
+                    self._raise_on_signal = True
+                    if outcome.state == "interrupted":
+                        origin = f"on node {outcome.node}" if outcome.node is not None else None
+                        stopped = GroupResult("interrupted", signal=outcome.signal, origin=origin)
+                        return AgentResult(outcome.exit_status, stopped, attempt + 1, self._kept_dir())
+                    if outcome.state == "succeeded" or attempt >= c.max_restarts:
+                        return AgentResult(outcome.exit_status, result, attempt + 1, self._kept_dir(), outcome)
+                    attempt += 1
+                    log.warning(
+                        "%d of %d ranks lost: fewer than --min-nproc %d can finish; restarting the worker group "
+                        "(restart %d of %d)", len(outcome.lost) + len(outcome.gone), outcome.world, c.min_nproc,
+                        attempt, c.max_restarts,
+                    )
+                    continue
                 if result.state == "succeeded":
                     rdzv.report_success(attempt)
                     return AgentResult(0, result, attempt + 1, self._kept_dir())
@@ -236,6 +255,20 @@ class Agent:
                 _remove_job_files(secret, everything=c.single_node)
             if self.job_dir is not None and not self._keep_dir:
                 shutil.rmtree(self.job_dir, ignore_errors=True)
+
+    def _on_loss(self, rdzv, attempt: int):
+        """``--on-failure continue``: the monitor's ``on_loss``: log the lost rank, count it for
+        the job; True (stop the ranks) when fewer than ``--min-nproc`` can still finish."""
+        def on_loss(f: Failure) -> bool:
+            log.warning("rank %d (local rank %d) failed: %s; the job continues without it (--on-failure continue)",
+                        f.rank, f.local_rank, f.describe_exit())
+            stop = rdzv.report_loss(attempt, f)
+            if stop:
+                log.warning("fewer than --min-nproc %d ranks can still finish with status 0: stopping the job",
+                            self.config.min_nproc)
+            return stop
+
+        return on_loss
 
     def _check_pending_signal(self) -> None:
         try:

@@ -28,7 +28,8 @@ def _configure_logging() -> None:
 def run(argv: list[str] | None = None, *, _command: bool = False) -> int:
     """Run ``ndistrun`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
 
-    0 when every rank succeeded; the first failing rank's exit code (128 +
+    0 when every rank succeeded (with ``--on-failure continue``: when at least
+    ``--min-nproc`` ranks did); the first failing rank's exit code (128 +
     signal number when it was killed by a signal); 128 + signal when the
     launcher itself was interrupted; 2 for bad arguments (the message is on
     stderr) or a job that cannot start.
@@ -41,15 +42,18 @@ def run(argv: list[str] | None = None, *, _command: bool = False) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     _configure_logging()
     from ._agent import Agent, LaunchError
-    from ._summary import format_summary
+    from ._summary import format_continue_summary, format_summary
 
     try:
         out = Agent(config, adopt_orphans=_command).run()
     except LaunchError as err:
         sys.stderr.write(f"ndistrun: error: {err}\n")
         return 2
-    if out.exit_status != 0:
-        what = ("-m " if config.module else "") + config.entrypoint
+    what = ("-m " if config.module else "") + config.entrypoint
+    o = out.outcome
+    if o is not None and (o.state != "succeeded" or o.lost or o.gone):
+        sys.stderr.write(format_continue_summary(what, o, out.attempts, config.max_restarts, out.log_dir) + "\n")
+    elif out.exit_status != 0:
         sys.stderr.write(format_summary(what, out.result, out.attempts, config.max_restarts, out.log_dir) + "\n")
     return out.exit_status
 

@@ -36,7 +36,9 @@ Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT and NDIST_STORE, so init_process_group() needs no arguments.
 Exit status: 0 when every rank succeeded, else the first failing rank's
 (128 + signal when killed); 2 for bad arguments. When a rank fails, the
-summary names it with its host, exit code and traceback.
+summary names it with its host, exit code and traceback. With
+--on-failure continue the other ranks run on; the exit status is 0 when at
+least --min-nproc ranks finished with status 0.
 See docs/launch.md and docs/troubleshooting.md.
 """
 
@@ -66,6 +68,13 @@ class LaunchConfig:
     run_id: str = ""
     term_timeout: float = 5.0
     prefix_template: str = DEFAULT_PREFIX
+    on_failure: str = "stop"  # "stop": a failed rank ends the job; "continue": the others run on
+    min_nproc: int = 1  # with "continue": ranks that must finish with status 0 for exit status 0
+
+    @property
+    def keep_going(self) -> bool:
+        """``--on-failure continue``."""
+        return self.on_failure == "continue"
 
     @property
     def single_node(self) -> bool:
@@ -108,7 +117,14 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
     a("--standalone", action="store_true", help="single-node job with a private store on a free port (the default for --nnodes 1).")
     a = p.add_argument_group("failures").add_argument
     a("--max-restarts", "--max_restarts", default="0", metavar="N",
-      help="restart the whole local worker group up to N times when a rank fails. Default 0.")
+      help="restart the whole local worker group up to N times when a rank fails (with --on-failure "
+           "continue: when fewer than --min-nproc ranks can still finish). Default 0.")
+    a("--on-failure", "--on_failure", default="stop", metavar="stop|continue",
+      help="when a rank fails: 'stop' every rank (default), or 'continue' with the others, "
+           "listing each lost rank in the summary.")
+    a("--min-nproc", "--min_nproc", default=None, metavar="N",
+      help="with --on-failure continue: the job succeeds (exit status 0) when at least N ranks finish with "
+           "status 0, and is stopped as soon as fewer than N can. Default 1.")
     a("--term-timeout", "--term_timeout", default="5", metavar="SECONDS",
       help="grace period between SIGTERM and SIGKILL when ranks are torn down. Default 5.")
     a = p.add_argument_group("output and logs").add_argument
@@ -242,6 +258,18 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         bad = sorted(r for r in flt if r >= nproc)
         if bad:
             p.error(f"--local-ranks-filter: local ranks {bad} are not in 0..{nproc - 1} (--nproc-per-node {nproc})")
+    if ns.on_failure not in ("stop", "continue"):
+        p.error(f"--on-failure: expected 'stop' or 'continue', got {ns.on_failure!r}")
+    min_nproc = 1
+    if ns.min_nproc is not None:
+        if ns.on_failure != "continue":
+            p.error(f"--min-nproc: applies to --on-failure continue only (with 'stop' the first failure ends the "
+                    f"job), got --min-nproc {ns.min_nproc} with --on-failure {ns.on_failure}")
+        # the job's total is known here on one node; on several, once the nodes have joined (_rdzv)
+        min_nproc = _int(p, "--min-nproc", ns.min_nproc, 1)
+        if nnodes == 1 and min_nproc > nproc:
+            p.error(f"--min-nproc: expected an integer in 1..{nproc} (the job's ranks: --nproc-per-node {nproc}), "
+                    f"got {min_nproc}")
     if ns.run_path:
         p.error("--run-path is not supported: every rank runs its script in a fresh interpreter with the "
                 "semantics of 'python script.py' already; drop the option")
@@ -275,4 +303,6 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         run_id=run_id,
         term_timeout=_seconds(p, "--term-timeout", ns.term_timeout),
         prefix_template=ns.log_line_prefix_template,
+        on_failure=ns.on_failure,
+        min_nproc=min_nproc,
     )

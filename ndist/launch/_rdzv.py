@@ -21,6 +21,16 @@ attempt; after a failure at most ``--term-timeout`` + 10 s (a node that has not
 reported by then is dead or cut off). Ranks use the same store under their own keys; the runtime keys
 them by ``NDIST_RESTART_COUNT``.
 
+With ``--on-failure continue`` (every node must give the same ``--on-failure`` and
+``--min-nproc``) the rendezvous also keeps the job's tally of lost ranks
+(``_outcome``). A node publishes each rank it loses under ``ndistrun/k/lost/<rank>``
+and counts it in ``ndistrun/k/nlost``; the one whose count leaves fewer than
+``--min-nproc`` ranks able to finish sets ``ndistrun/k/outcome`` to ``failed`` and
+wakes every node (the ``stop`` above). A node whose ranks have all ended adds those
+that exited 0 to ``ndistrun/k/nok``; the one that brings it to ``--min-nproc`` sets
+the outcome to ``succeeded``. Every agent then waits for the outcome (node 0 also
+counts the ranks of a node whose agent vanished as lost) and ends the attempt.
+
 The ranks' ``MASTER_ADDR:MASTER_PORT`` is node 0's address and a port free on it
 (``Round.torch_port``, picked by node 0's agent for every attempt, as torchrun does), not
 the store: a program's own rank 0 may host a store there, as torch's default
@@ -38,6 +48,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ._outcome import JobOutcome, too_few_left
+from ._workers import Failure
+
 __all__ = ["LaunchError", "Round", "make_rendezvous"]
 
 log = logging.getLogger("ndist.launch")
@@ -48,6 +61,8 @@ _END_TIMEOUT = 15.0
 #: after an attempt failed, how long node 0 waits for the other nodes' reports beyond
 #: ``--term-timeout`` (a live node stops its ranks within that, then reports at once)
 _END_GRACE = 10.0
+#: the longest single wait of an agent's watcher on the store (see ``_watch``)
+_WATCH_POLL = 1.0
 
 
 class LaunchError(Exception):
@@ -91,6 +106,7 @@ class _LocalRendezvous:
 
     def next_round(self, attempt: int) -> Round:
         self.close()
+        self._nlost = 0
         self.listener = _listen(self.addr, self.config.master_port or 0)
         return Round(self.config.nproc_per_node, 0, self.addr, self.listener.getsockname()[1], _free_port())
 
@@ -111,6 +127,18 @@ class _LocalRendezvous:
 
     def remote_outcome(self, attempt: int):
         return None
+
+    def report_loss(self, attempt: int, failure) -> bool:
+        """``--on-failure continue``: count a lost rank; True when too few are left to go on."""
+        self._nlost += 1
+        return too_few_left(self.config.nproc_per_node, self._nlost, self.config.min_nproc)
+
+    def settle(self, attempt: int, result, poll) -> JobOutcome:
+        """``--on-failure continue``: the attempt's outcome, once the local ranks have all ended."""
+        c = self.config
+        state = "succeeded" if result.state != "failed" and result.ok >= c.min_nproc else "failed"
+        lost = sorted(result.failures, key=lambda f: f.rank)
+        return JobOutcome(state, c.nproc_per_node, c.min_nproc, ok=result.ok, lost=lost)
 
     def close(self) -> None:
         if self.listener is not None:
@@ -170,6 +198,9 @@ class _StoreRendezvous:
         self._ended: set[int] = set()
         self._lost = False  # node 0's store stopped answering while an attempt ended (see _bounded)
         self._idents: list = []  # each node's agent as the store server names its connections
+        self._ranges: list[tuple[int, int]] = []  # each node's (first global rank, ranks)
+        self._world = 0
+        self._gone: set[int] = set()  # nodes whose agent vanished (node 0, --on-failure continue)
 
     def serve(self) -> None:
         pass  # node 0's server is up from the start: the other agents need it to rendezvous
@@ -196,7 +227,7 @@ class _StoreRendezvous:
         # The nonce tells two agents on one host with the same --node-rank apart.
         # "ident": how node 0's store server names this agent's connections (host:pid)
         info = {"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex(),
-                "ident": f"{self.host}:{os.getpid()}"}
+                "ident": f"{self.host}:{os.getpid()}", "on_failure": c.on_failure, "min_nproc": c.min_nproc}
         if c.node_rank == 0:  # its ranks start at global rank 0, whose torch env:// store binds this port
             info["torch_port"] = _free_port()
         me = json.dumps(info).encode()
@@ -223,9 +254,29 @@ class _StoreRendezvous:
         self.store.set_timeout(min(c.rdzv_timeout, 10.0))
         offset = sum(i["nproc"] for i in infos[: c.node_rank])
         world = sum(i["nproc"] for i in infos)
+        self._world = world
+        self._ranges = [(sum(i["nproc"] for i in infos[:n]), infos[n]["nproc"]) for n in range(c.nnodes)]
+        problem = self._config_problem(infos, world)
+        if problem:  # every agent sees the same infos, so every one refuses
+            self._end(attempt, "refused")
+            self._wait_all_ended(attempt, self._after_failure(), failed=True)
+            raise LaunchError(problem)
         self._start_watcher(attempt)
         log.info("node %d of %d joined: ranks %d..%d of %d", c.node_rank, c.nnodes, offset, offset + c.nproc_per_node - 1, world)
         return Round(world, offset, self.addr, self.port, infos[0]["torch_port"])
+
+    def _config_problem(self, infos: list, world: int) -> str | None:
+        """What is wrong with the failure options, now that every node's are known."""
+        c = self.config
+        for n, i in enumerate(infos):
+            theirs = (i.get("on_failure", "stop"), i.get("min_nproc", 1))
+            if theirs != (c.on_failure, c.min_nproc):
+                return (f"--on-failure/--min-nproc: every node must give the same values; node {c.node_rank} has "
+                        f"{c.on_failure} {c.min_nproc}, node {n} has {theirs[0]} {theirs[1]}")
+        if c.min_nproc > world:
+            return (f"--min-nproc: expected an integer in 1..{world} (the job's ranks on {c.nnodes} nodes), "
+                    f"got {c.min_nproc}")
+        return None
 
     # -------------------------------------------------------- watching peers
     def _start_watcher(self, attempt: int) -> None:
@@ -246,7 +297,9 @@ class _StoreRendezvous:
 
         while True:
             try:
-                store.wait([key], timeout=3600)
+                # Short waits: node 0's store server reads a connection only between requests, so
+                # it notices this agent's death (and stops counting it as connected) within one.
+                store.wait([key], timeout=_WATCH_POLL)
                 value = store.get(key)
                 break
             except DistTimeoutError:
@@ -318,6 +371,8 @@ class _StoreRendezvous:
             if signum is not None:
                 info = json.dumps({"node": self.config.node_rank, "signal": signum}).encode()
                 self._quietly(self.store.compare_set, self._key(attempt, "interrupted"), b"", info)
+                # (--on-failure continue) agents waiting for the outcome learn it here
+                self._quietly(self.store.compare_set, self._key(attempt, "outcome"), b"", b"interrupted")
             self._quietly(self._wake_all, attempt)
             self._end(attempt, "stopped")
             self._wait_all_ended(attempt, min(self.config.rdzv_timeout, self.config.term_timeout + 30))
@@ -374,6 +429,99 @@ class _StoreRendezvous:
             info = json.loads(raw[1])
             return int(info["node"]), int(info["signal"])
         return None
+
+    # -------------------------------------------------------- --on-failure continue
+    def report_loss(self, attempt: int, failure) -> bool:
+        """Publish a rank this node lost and count it for the job. True when fewer than
+        ``--min-nproc`` ranks can still finish: then the outcome is ``failed`` and every
+        other node has been woken to stop its ranks (this one stops its own)."""
+        from ndist.runtime import DistError
+
+        if self._lost:
+            return False  # node 0's store is gone: the ranks here run on; settle() says so
+        c = self.config
+        try:
+            self.store.set(self._key(attempt, "lost", failure.rank), json.dumps(failure.to_json()))
+            total = self.store.add(self._key(attempt, "nlost"), 1)
+            if not too_few_left(self._world, total, c.min_nproc):
+                return False
+            self._stop_watcher()  # before the wake keys are set: it must not wake our next attempt
+            self.store.compare_set(self._key(attempt, "outcome"), b"", b"failed")
+            self._wake_all(attempt)
+            return True
+        except (DistError, OSError) as err:
+            self._lost = True
+            log.warning("node %d: the job's store on node 0 (%s:%d) is gone (%s): the ranks here run on, but the "
+                        "job's outcome cannot be known", c.node_rank, self.addr, self.port, err)
+            return False
+
+    def settle(self, attempt: int, result, poll) -> JobOutcome:
+        """The job's outcome of ``attempt``, once this node's ranks have all ended; see the
+        module docstring. ``poll()`` is called while waiting (it raises on a signal)."""
+        from ndist.runtime import DistError, DistTimeoutError
+
+        c = self.config
+        self._stop_watcher()
+        lost_here = sorted(result.failures, key=lambda f: f.rank)
+        unknown = JobOutcome("failed", self._world, c.min_nproc, ok=result.ok, lost=lost_here,
+                             note="the job's store on node 0 is gone: the other nodes' ranks are unaccounted for")
+        if self._lost:
+            return unknown
+        store, key = self.store, self._key
+        try:
+            if result.state in ("succeeded", "continued"):
+                store.set(key(attempt, "ok", c.node_rank), str(result.ok))
+                if store.add(key(attempt, "nok"), result.ok) >= c.min_nproc:
+                    store.compare_set(key(attempt, "outcome"), b"", b"succeeded")
+            while True:  # until enough ranks finished, or too few can; short waits, for signals
+                try:
+                    store.wait([key(attempt, "outcome")], timeout=0.5)
+                    break
+                except DistTimeoutError:
+                    pass
+                poll()
+                if self.server is not None:
+                    self._count_gone_nodes(attempt)
+            state = store.get(key(attempt, "outcome")).decode()
+            out = JobOutcome(state, self._world, c.min_nproc, ok=store.add(key(attempt, "nok"), 0))
+            for r in range(self._world):
+                k = key(attempt, "lost", r)
+                if store.check([k]):
+                    out.lost.append(Failure.from_json(json.loads(store.get(k))))
+            for n in range(c.nnodes):
+                if store.check([key(attempt, "gone", n)]):
+                    out.gone.extend(json.loads(store.get(key(attempt, "gone", n))))
+            if state == "interrupted" and store.check([key(attempt, "interrupted")]):
+                info = json.loads(store.get(key(attempt, "interrupted")))
+                out.node, out.signal = int(info["node"]), int(info["signal"])
+        except (DistError, OSError) as err:
+            self._lost = True
+            log.warning("node %d: the job's store on node 0 (%s:%d) is gone (%s)", c.node_rank, self.addr, self.port, err)
+            return unknown
+        self._end(attempt, out.state)
+        # after a success, other nodes' ranks may still be running (and using the store);
+        # a node whose agent is gone is not waited for either way
+        timeout = None if out.state == "succeeded" else self._after_failure()
+        self._wait_all_ended(attempt, timeout, failed=True)
+        return out
+
+    def _count_gone_nodes(self, attempt: int) -> None:
+        """Node 0, waiting for a ``continue`` outcome: a node whose agent vanished before its
+        ranks all ended (no ``ok`` count, no connection to the store) lost its ranks too."""
+        c, store, key = self.config, self.store, self._key
+        for n in range(c.nnodes):
+            if n == c.node_rank or n in self._gone or store.check([key(attempt, "ok", n)]):
+                continue
+            if store.check([key(attempt, "end", n)]) or self._agents_connected([n]):
+                continue
+            self._gone.add(n)
+            first, count = self._ranges[n]
+            ranks = [r for r in range(first, first + count) if not store.check([key(attempt, "lost", r)])]
+            log.warning("node %d's agent is gone before its ranks ended: counting ranks %s as lost", n, ranks)
+            store.set(key(attempt, "gone", n), json.dumps(ranks))
+            if too_few_left(self._world, store.add(key(attempt, "nlost"), len(ranks)), c.min_nproc):
+                store.compare_set(key(attempt, "outcome"), b"", b"failed")
+                self._wake_all(attempt)
 
     def _after_failure(self) -> float:
         """How long node 0 waits for the other nodes to report the end of a failed attempt.

@@ -1,12 +1,14 @@
-"""The failure summary ``ndistrun`` prints on stderr when a job fails (torchrun's report)."""
+"""The summary ``ndistrun`` prints on stderr when a job fails (torchrun's report), or,
+with ``--on-failure continue``, when it lost ranks on the way."""
 
 from __future__ import annotations
 
 import os
 
+from ._outcome import JobOutcome
 from ._workers import Failure, GroupResult, signal_name
 
-__all__ = ["format_summary"]
+__all__ = ["format_summary", "format_continue_summary"]
 
 _RULE = "=" * 72
 
@@ -59,6 +61,43 @@ def format_summary(what: str, result: GroupResult, attempts: int, max_restarts: 
         if others:
             out.append("other failures:")
             out.extend(f"  rank {f.rank} on {f.host}: {f.describe_exit()}" for f in sorted(others, key=lambda f: f.rank))
+    if log_dir is not None:
+        out.append(f"logs: {log_dir}")
+    out.append(_RULE)
+    return "\n".join(out)
+
+
+def format_continue_summary(what: str, outcome: JobOutcome, attempts: int, max_restarts: int, log_dir: str | None) -> str:
+    """The report of a ``--on-failure continue`` job that lost ranks or failed: every lost rank
+    (host, exit or signal, traceback) and whether at least ``--min-nproc`` ranks finished with 0."""
+    o = outcome
+    n_lost = len(o.lost) + len(o.gone)
+    ranks = "rank" if n_lost == 1 else "ranks"
+    rule = f"{o.ok} of {o.world} ranks finished with status 0 (--min-nproc {o.min_nproc})"
+    if o.state == "succeeded":
+        out = [_RULE, f"ndistrun: {what} finished without {n_lost} lost {ranks} (--on-failure continue)", "-" * 72,
+               f"{rule}: exit status 0"]
+        for f in o.lost:
+            out.append(f"lost rank {f.rank} (the job continued without it):")
+            out.extend(_root_lines(f, log_dir is not None))
+    else:
+        out = [_RULE, f"ndistrun: {what} FAILED (attempt {attempts} of {max_restarts + 1}; --on-failure continue)",
+               "-" * 72]
+        if o.note:
+            out.append(f"{o.note}: this node's ranks are listed")
+        else:
+            out.append(f"{n_lost} of {o.world} ranks lost: fewer than --min-nproc {o.min_nproc} could still finish "
+                       "with status 0, so the job was stopped")
+        root = o.root_cause
+        if root is not None:
+            out.append("root cause (first rank to fail):")
+            out.extend(_root_lines(root, log_dir is not None))
+        for f in o.lost:
+            if f is not root:
+                out.append(f"also lost: rank {f.rank}")
+                out.extend(_root_lines(f, log_dir is not None))
+    if o.gone:
+        out.append(f"ranks {sorted(o.gone)} counted as lost: the agent of their node vanished before they ended")
     if log_dir is not None:
         out.append(f"logs: {log_dir}")
     out.append(_RULE)

@@ -8,7 +8,8 @@ notices exits through pidfds (``os.pidfd_open``; a 10 ms poll where that is
 missing) and wakes on signals through a self-pipe: nothing sleeps.
 
 When a rank fails, every other rank's process group gets SIGTERM, then
-SIGKILL after ``term_timeout``; when the launcher is interrupted, the signal
+SIGKILL after ``term_timeout`` (with ``--on-failure continue``, only once the
+agent's ``on_loss`` says too few ranks are left); when the launcher is interrupted, the signal
 it got is forwarded the same way. After the last rank is reaped, whatever
 is left in the ranks' process groups is killed, so no process outlives the
 group.
@@ -24,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ._output import StreamPump
@@ -132,10 +134,13 @@ class Failure:
 
 @dataclass
 class GroupResult:
-    state: str  # "succeeded" | "failed" | "interrupted" | "stopped"
+    # "succeeded" | "failed" | "interrupted" | "stopped"; or, with ``on_loss``,
+    # "continued": every rank ended on its own, ``failures`` are the ranks lost on the way
+    state: str
     failures: list[Failure] = field(default_factory=list)
     signal: int | None = None  # the launcher's signal for "interrupted"
     origin: str | None = None  # where that signal was received, when not here ("on node 0")
+    ok: int = 0  # ranks that exited with status 0
 
     @property
     def root_cause(self) -> Failure | None:
@@ -245,12 +250,17 @@ class WorkerGroup:
                 p.close()
 
     # ------------------------------------------------------------ watch
-    def monitor(self) -> GroupResult:
+    def monitor(self, on_loss: Callable[[Failure], bool] | None = None) -> GroupResult:
         """Forward output and wait until every rank has exited; tear down on failure.
 
         Each byte read from ``wake_fd`` is a signal number the launcher got
         (forwarded to the ranks; the group ends "interrupted") or
         ``WAKE_STOP`` (another node failed; the group ends "stopped").
+
+        ``on_loss`` (``--on-failure continue``): called with each rank that fails
+        on its own; the others run on unless it returns True (too few ranks
+        left), which tears the group down ("failed"). Without a teardown the
+        group ends "continued" when it lost ranks.
         """
         sel = selectors.DefaultSelector()
         live: dict[int, _Worker] = {}
@@ -299,6 +309,7 @@ class WorkerGroup:
                 if polling:
                     exited.extend(w for w in live.values() if w not in exited and w.proc.poll() is not None)
                 teardown_wall = self._teardown_wall
+                lost: list[Failure] = []
                 for w in exited:
                     del live[w.pid]
                     w.returncode = w.proc.returncode
@@ -314,14 +325,19 @@ class WorkerGroup:
                         # exited later (slow atexit handlers, say).
                         if not w.signalled:
                             result.failures.append(f)
+                            lost.append(f)
                         elif f.record is not None and f.timestamp < teardown_wall:
                             f.stopped = True
                             result.failures.append(f)
                     log.debug("rank %d (pid %d) exited with %s", w.spec.rank, w.pid, w.returncode)
-                if result.failures and not stopping:
-                    result.state = "failed"
-                    stopping = True
-                    deadline = self._begin_teardown(signal.SIGTERM)
+                if lost and not stopping:
+                    # every loss is reported, in exit order, even when an earlier one already says stop
+                    if on_loss is None or any([on_loss(f) for f in lost]):
+                        result.state = "failed"
+                        stopping = True
+                        deadline = self._begin_teardown(signal.SIGTERM)
+                    else:
+                        result.state = "continued"
                 if deadline is not None and live and time.monotonic() >= deadline:
                     names = ", ".join(str(w.spec.rank) for w in live.values())
                     log.warning(
@@ -339,6 +355,7 @@ class WorkerGroup:
             for w in self.workers:
                 self._drain(w, sel, final=True)
             sel.close()
+        result.ok = sum(1 for w in self.workers if w.returncode == 0)
         return result
 
     def _kill_adopted(self) -> None:
