@@ -6,7 +6,17 @@ secret, so every process that knows the secret (a rank, its launcher,
 ``run_ranks``) can find the job's files, and ``<pid>`` is the owner, so a file
 whose owner is gone can be told apart from one in use.
 
-Who unlinks them, so that none outlives the job whatever ends a rank:
+The backend's own files never stay in ``/dev/shm``: ``create_unlinked`` makes a
+file and unlinks it in the next system call, keeping a descriptor; a peer of the
+same host maps it through ``/proc/<owner pid>/fd`` (``open_shared``), and the
+mappings keep the memory alive. The kernel frees it once the owner has closed
+the descriptor (or died, even by SIGKILL) and the last mapping is gone, so no
+file outlives the processes that use it, whatever kills them. The only window is
+between those two system calls (a SIGKILL landing exactly there). A peer needs
+the owner's ``/proc/<pid>/fd`` (same user and pid namespace, as CMA already
+requires of a same-host pair; the owner not made non-dumpable).
+
+For files made by name (an older ndist, a test), who unlinks them:
 
 * the owner, on ``close()`` (``destroy_process_group``), on garbage collection,
   at interpreter exit (``atexit``: a normal end without ``destroy``, an
@@ -23,6 +33,7 @@ collectives layer; it imports only the standard library.
 from __future__ import annotations
 
 import atexit
+import errno
 import glob
 import hashlib
 import logging
@@ -32,7 +43,7 @@ import signal
 import threading
 
 __all__ = ["SHM_DIR", "job_prefix", "owner_pid", "unlink_prefix", "sweep_dead", "track", "untrack",
-           "cleanup_now"]
+           "cleanup_now", "create_unlinked", "open_shared", "held"]
 
 log = logging.getLogger("ndist.runtime.shm")
 
@@ -74,6 +85,73 @@ def unlink_prefix(prefix: str) -> int:
         except OSError:
             pass
     return n
+
+
+def create_unlinked(name: str) -> int:
+    """A new file ``/dev/shm/<name>``, unlinked at once: its descriptor (the caller sizes,
+    maps and, once no peer may still open it, closes it). Peers reach it with
+    ``open_shared(name, os.getpid())`` while the descriptor is open."""
+    path = os.path.join(SHM_DIR, name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.unlink(path)  # (the next system call: a SIGKILL between the two is the only way it stays)
+    return fd
+
+
+def open_shared(name: str, pid: int) -> int:
+    """A read-write descriptor on ``/dev/shm/<name>`` made by process ``pid``: by its name
+    while it has one (made by an older ndist), else the unlinked file ``pid`` holds open
+    (``create_unlinked``), found through ``/proc/<pid>/fd``. ``FileNotFoundError`` when
+    ``pid`` holds no such file (it closed it, or it exited); ``PermissionError`` when this
+    process may not look into ``pid``'s descriptors."""
+    path = os.path.join(SHM_DIR, name)
+    try:
+        return os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        pass
+    want = path + " (deleted)"
+    fds = f"/proc/{int(pid)}/fd"
+    try:
+        entries = os.listdir(fds)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"process {pid}, which made it, has exited", path) from None
+    except PermissionError as err:
+        raise PermissionError(errno.EACCES, f"cannot open process {pid}'s descriptors ({err.strerror}): ranks "
+                              f"of one host need the same user and pid namespace", path) from None
+    for entry in entries:
+        link = f"{fds}/{entry}"
+        try:
+            if os.readlink(link) != want:
+                continue
+            fd = os.open(link, os.O_RDWR)
+        except OSError:
+            continue  # (closed meanwhile)
+        try:  # the number may have been closed and reused between the look and the open
+            if os.readlink(f"/proc/self/fd/{fd}") == want:
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+    raise FileNotFoundError(errno.ENOENT, f"process {pid} holds no such file (it closed it)", path)
+
+
+def held(prefix: str, pid: int | None = None) -> list:
+    """Names of the unlinked ``/dev/shm`` files starting with ``prefix`` that process ``pid``
+    (this one when None) holds open: what ``create_unlinked`` made and still shares."""
+    fds = f"/proc/{os.getpid() if pid is None else int(pid)}/fd"
+    start = os.path.join(SHM_DIR, prefix)
+    out = set()
+    try:
+        entries = os.listdir(fds)
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            link = os.readlink(f"{fds}/{entry}")
+        except OSError:
+            continue
+        if link.startswith(start) and link.endswith(" (deleted)"):
+            out.add(os.path.basename(link[: -len(" (deleted)")]))
+    return sorted(out)
 
 
 def _dead(pid: int) -> bool:
