@@ -37,13 +37,15 @@ import errno
 import glob
 import hashlib
 import logging
+import mmap
 import os
 import re
 import signal
+import sys
 import threading
 
 __all__ = ["SHM_DIR", "job_prefix", "owner_pid", "unlink_prefix", "sweep_dead", "track", "untrack",
-           "cleanup_now", "create_unlinked", "open_shared", "held"]
+           "cleanup_now", "create_unlinked", "map_owned", "open_shared", "held"]
 
 log = logging.getLogger("ndist.runtime.shm")
 
@@ -95,6 +97,32 @@ def create_unlinked(name: str) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     os.unlink(path)  # (the next system call: a SIGKILL between the two is the only way it stays)
     return fd
+
+
+def map_owned(fd: int, size: int) -> mmap.mmap:
+    """``mmap.mmap(fd, size)`` for the owner of a ``create_unlinked`` file, keeping no other
+    descriptor on the file: CPython's mmap keeps a duplicate of ``fd`` (for ``size()``),
+    which would let peers open the file after the owner closed ``fd`` to stop sharing it.
+    Python 3.13 has ``trackfd=False``; before, the duplicate is pointed at /dev/null."""
+    if sys.version_info >= (3, 13):
+        return mmap.mmap(fd, size, trackfd=False)
+    mm = mmap.mmap(fd, size)
+    st = os.fstat(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        for entry in os.listdir("/proc/self/fd"):
+            other = int(entry)
+            if other in (fd, null):
+                continue
+            try:
+                o = os.fstat(other)
+            except OSError:
+                continue
+            if (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino):
+                os.dup2(null, other, inheritable=False)  # (closed with the mmap, as before)
+    finally:
+        os.close(null)
+    return mm
 
 
 def open_shared(name: str, pid: int) -> int:

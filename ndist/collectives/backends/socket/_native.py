@@ -192,7 +192,7 @@ class NativeFile:
         fd = _shmfiles.create_unlinked(prefix + "-nat")
         try:
             os.posix_fallocate(fd, 0, nbytes)  # a full /dev/shm fails here, not with SIGBUS later
-            self.mm = mmap.mmap(fd, nbytes)
+            self.mm = _shmfiles.map_owned(fd, nbytes)
         except BaseException:
             _unlink(fd)
             raise

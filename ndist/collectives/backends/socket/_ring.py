@@ -187,7 +187,7 @@ class RingFile:
                 os.ftruncate(fd, size * self.stride)
             elif os.fstat(fd).st_size < size * self.stride:
                 raise ValueError(f"{path}: ring file is smaller than {size} rings of {capacity} bytes")
-            self._mm = mmap.mmap(fd, size * self.stride)
+            self._mm = (_shmfiles.map_owned if create else mmap.mmap)(fd, size * self.stride)
         except BaseException:
             os.close(fd)
             raise

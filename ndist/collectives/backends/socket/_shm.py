@@ -85,7 +85,7 @@ class OwnSegment:
         fd = _shmfiles.create_unlinked(name)
         try:
             os.ftruncate(fd, size)
-            self._mm = mmap.mmap(fd, size)
+            self._mm = _shmfiles.map_owned(fd, size)
         except BaseException:
             os.close(fd)
             raise
