@@ -334,7 +334,7 @@ def test_no_job_file_left_when_a_launched_job_is_killed(tmp_path, engine, kill, 
 
 
 _TORCH_STUCK = """
-import glob, os, time
+import glob, os, signal, time
 import torch
 import torch.distributed as dist
 import ndist.torch  # noqa: F401 - registers backend "ndist"
@@ -353,8 +353,12 @@ engine = "native" if any(n.endswith("-nat") for n in names) else "python"  # (th
 with open(f"job{rank}.tmp", "w") as f:
     f.write(f"{job} {os.getpid()} {files} {engine}")
 os.rename(f"job{rank}.tmp", f"job{rank}")
+# a program's own SIGTERM handler (e.g. "checkpoint at the next step"): the stuck ranks
+# outlive torchrun's SIGTERM and are SIGKILLed at the end of its grace period
+signal.signal(signal.SIGTERM, lambda *args: None)
 if rank == 1:
-    time.sleep(300)  # rank 0 waits for it in the collective below
+    while True:
+        time.sleep(300)  # rank 0 waits for it in the collective below
 dist.all_reduce(torch.ones(1 << 16))
 """
 
@@ -365,11 +369,14 @@ dist.all_reduce(torch.ones(1 << 16))
 def test_no_job_file_left_when_torchrun_stops_stuck_ranks(tmp_path, engine, shm_job):
     """A torch job on backend "ndist" under torchrun, stopped (SIGTERM to torchrun) while
     rank 0 is stuck in a collective that rank 1 (asleep) never joins: no file of the
-    job is left in /dev/shm once the ranks are gone."""
+    job is left in /dev/shm once the ranks are gone. The program handles SIGTERM, so
+    the ranks die of the SIGKILL that follows at the end of torchrun's grace period
+    (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, 2 s here): no clean-up of theirs can run."""
     pytest.importorskip("torch")
     (tmp_path / "job.py").write_text(textwrap.dedent(_TORCH_STUCK))
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             "job.py"], cwd=tmp_path, env=_kill_env(engine), stdout=subprocess.DEVNULL,
+                             "job.py"], cwd=tmp_path, env=dict(_kill_env(engine), TORCH_ELASTIC_SHUTDOWN_TIMEOUT="2"),
+                            stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True)
     pids, job = [], None
     try:
