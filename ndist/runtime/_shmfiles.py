@@ -13,18 +13,12 @@ mappings keep the memory alive. The kernel frees it once the owner has closed
 the descriptor (or died, even by SIGKILL) and the last mapping is gone, so no
 file outlives the processes that use it, whatever kills them. The only window is
 between those two system calls (a SIGKILL landing exactly there). A peer needs
-the owner's ``/proc/<pid>/fd`` (same user and pid namespace, as CMA already
-requires of a same-host pair; the owner not made non-dumpable).
+the owner's ``/proc/<pid>/fd``: the same user and pid namespace (a same-host pair
+in two pid namespaces does not share memory), the owner not made non-dumpable.
 
-For files made by name (an older ndist, a test), who unlinks them:
-
-* the owner, on ``close()`` (``destroy_process_group``), on garbage collection,
-  at interpreter exit (``atexit``: a normal end without ``destroy``, an
-  unhandled exception) and on SIGTERM (a launcher's teardown: the handler
-  unlinks, then dies of the signal as before);
-* the job's other processes: at interpreter exit and at every backend's start
-  they unlink the job's files whose owner pid is dead (a SIGKILLed rank);
-* the launcher (``ndistrun``, ``run_ranks``) once its ranks are gone.
+Files made by name (an older ndist, a test) are still removed: every backend's
+start unlinks the job's files whose owner pid is dead (``sweep_dead``), and the
+launcher (``ndistrun``, ``run_ranks``) the job's files once its ranks are gone.
 
 This module lives in the runtime so the launcher can use it without the
 collectives layer; it imports only the standard library.
@@ -32,32 +26,20 @@ collectives layer; it imports only the standard library.
 
 from __future__ import annotations
 
-import atexit
 import errno
 import glob
 import hashlib
-import logging
 import mmap
 import os
 import re
-import signal
 import sys
-import threading
 
-__all__ = ["SHM_DIR", "job_prefix", "owner_pid", "unlink_prefix", "sweep_dead", "track", "untrack",
-           "cleanup_now", "create_unlinked", "map_owned", "open_shared", "held"]
+__all__ = ["SHM_DIR", "job_prefix", "owner_pid", "unlink_prefix", "sweep_dead", "create_unlinked", "map_owned",
+           "open_shared", "held"]
 
-log = logging.getLogger("ndist.runtime.shm")
 
 SHM_DIR = "/dev/shm"
 _PID = re.compile(r"-p(\d+)-")
-
-#: path -> pid of the process that created it (a forked child must not unlink its parent's files)
-_tracked: dict[str, int] = {}
-#: job prefixes this process made files for (swept for dead owners at exit)
-_jobs: set[str] = set()
-_lock = threading.Lock()
-_installed = False
 
 
 def job_prefix(secret: bytes | str, group_name: str | None = None) -> str:
@@ -207,65 +189,3 @@ def sweep_dead(job: str) -> int:
         except OSError:
             pass
     return n
-
-
-def track(path: str, job: str | None = None) -> None:
-    """``path`` was created by this process: unlink it at interpreter exit or on
-    SIGTERM unless ``untrack`` came first; at exit also sweep ``job``'s dead owners."""
-    with _lock:
-        _tracked[path] = os.getpid()
-        if job:
-            _jobs.add(job)
-    _install()
-
-
-def untrack(path: str) -> None:
-    with _lock:
-        _tracked.pop(path, None)
-
-
-def cleanup_now() -> None:
-    """Unlink every tracked file of this process and sweep its jobs' dead owners."""
-    me = os.getpid()
-    with _lock:
-        mine = [p for p, pid in _tracked.items() if pid == me]
-        for p in mine:
-            del _tracked[p]
-        jobs = list(_jobs)
-    for path in mine:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-    for job in jobs:
-        try:
-            sweep_dead(job)
-        except OSError:  # pragma: no cover - /dev/shm vanished
-            pass
-
-
-def _on_sigterm(signum, frame) -> None:
-    try:
-        cleanup_now()
-    finally:
-        # die of the signal as if no handler had been installed (the exit status a
-        # launcher reports stays "killed by SIGTERM")
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
-def _install() -> None:
-    """Once per process: the atexit hook, and a SIGTERM handler where SIGTERM has its
-    default action and this is the main thread (a program's own handler is left alone)."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    atexit.register(cleanup_now)
-    if threading.current_thread() is not threading.main_thread():
-        return
-    try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):  # pragma: no cover - not the main interpreter
-        pass

@@ -12,7 +12,7 @@ import pytest
 
 from ndist.collectives import ReduceOp
 from ndist.collectives.backends.socket._native import SLOT
-from ndist.runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+from ndist.runtime import DistMismatchError, DistNetworkError, DistTimeoutError, _shmfiles
 
 from _socket_threads import make_backends, run_group, run_threads
 
