@@ -36,8 +36,10 @@ for _ in range(3):
     x = np.ones(1 << 16)  # 512 KiB: payloads through the shared-memory segments
     dist.all_reduce(x)
     dist.all_reduce(np.ones(4))  # small frames: through the rings
-# this job does have files now (else the test could not fail)
-n = len(glob.glob(os.path.join(SHM_DIR, job_prefix(os.environ["NDIST_SECRET"]) + "*")))
+# this job does have shared-memory files now, nameless or not (else the test could not fail)
+from ndist.runtime._shmfiles import held
+job = job_prefix(os.environ["NDIST_SECRET"])
+n = len(set(held(job)) | {os.path.basename(p) for p in glob.glob(os.path.join(SHM_DIR, job + "*"))})
 with open(os.path.join(out, f"count{rank}"), "w") as f:
     f.write(str(n))
 dist.barrier()
@@ -195,6 +197,9 @@ for _ in range(3):
     dist.all_reduce(np.ones(4))
 if rank == 0:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the launcher's SIGKILL ends it
+from ndist.runtime._shmfiles import held, job_prefix
+with open(f"files{rank}", "w") as f:
+    f.write(str(len(held(job_prefix(os.environ["NDIST_SECRET"])))))
 with open(f"secret{rank}", "w") as f:
     f.write(os.environ["NDIST_SECRET"])
 time.sleep(60)
@@ -208,7 +213,8 @@ def test_a_launcher_stopped_by_sigterm_removes_the_job_files(tmp_path):
     try:
         _wait_files(tmp_path, ["secret0", "secret1"], written=True)
         secret = (tmp_path / "secret0").read_text()
-        assert _job_files(secret), "the job made no files: this test could not fail"
+        files = [int((tmp_path / f"files{r}").read_text()) for r in range(2)]
+        assert all(files), f"the job made no files: this test could not fail ({files})"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
