@@ -26,20 +26,33 @@ collectives layer; it imports only the standard library.
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import errno
 import glob
 import hashlib
 import mmap
 import os
 import re
+import signal
 import sys
+import threading
 
-__all__ = ["SHM_DIR", "job_prefix", "owner_pid", "unlink_prefix", "sweep_dead", "create_unlinked", "map_owned",
-           "open_shared", "held"]
+__all__ = ["SHM_DIR", "job_prefix", "owner_pid", "unlink_prefix", "sweep_dead", "create_unlinked", "release",
+           "map_owned", "open_shared", "held", "track", "untrack", "cleanup_now"]
 
 
 SHM_DIR = "/dev/shm"
 _PID = re.compile(r"-p(\d+)-")
+_PR_GET_DUMPABLE = 3
+
+#: path -> pid of the process that created it (a forked child must not unlink its parent's files)
+_tracked: dict[str, int] = {}
+#: job prefixes this process made files for (swept for dead owners at exit)
+_jobs: set[str] = set()
+_lock = threading.Lock()
+_installed = False
+_prctl = None
 
 
 def job_prefix(secret: bytes | str, group_name: str | None = None) -> str:
@@ -71,14 +84,69 @@ def unlink_prefix(prefix: str) -> int:
     return n
 
 
-def create_unlinked(name: str) -> int:
+def _caps() -> tuple:
+    """This process's permitted and effective capability sets (``/proc/self/status``)."""
+    prm = eff = 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapPrm:"):
+                prm = int(line.split()[1], 16)
+            elif line.startswith("CapEff:"):
+                eff = int(line.split()[1], 16)
+    return prm, eff
+
+
+def _peers_may_open() -> bool:
+    """Whether a same-user peer may open this process's ``/proc/<pid>/fd`` (the kernel's
+    ptrace read check): this process is dumpable (``PR_SET_DUMPABLE`` 0, or a set-uid
+    start, forbids it), and its permitted capabilities are all effective: a peer started
+    alike then holds them effective too (the kernel wants the owner's permitted set within
+    the reader's effective one; a process that dropped an effective capability, e.g.
+    ``CAP_SYS_PTRACE``, may not open a peer that still has it)."""
+    global _prctl
+    try:
+        if _prctl is None:
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        if _prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) != 1:
+            return False
+        prm, eff = _caps()
+    except (OSError, AttributeError, ValueError):  # pragma: no cover - no prctl or /proc: keep the names
+        return False
+    return prm & ~eff == 0
+
+
+def create_unlinked(name: str, job: str | None = None) -> int:
     """A new file ``/dev/shm/<name>``, unlinked at once: its descriptor (the caller sizes,
-    maps and, once no peer may still open it, closes it). Peers reach it with
-    ``open_shared(name, os.getpid())`` while the descriptor is open."""
+    maps and, once no peer may still open it, gives it to ``release``). Peers reach it with
+    ``open_shared(name, os.getpid())`` while the descriptor is open.
+
+    Where peers may not open this process's descriptors (it is not dumpable), the file
+    keeps its name until ``release`` (then it is ``track``-ed: unlinked at exit, on SIGTERM,
+    and by the job's other processes once this one is dead; ``job``: swept at exit)."""
     path = os.path.join(SHM_DIR, name)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    os.unlink(path)  # (the next system call: a SIGKILL between the two is the only way it stays)
+    if _peers_may_open():
+        os.unlink(path)  # (the next system call: a SIGKILL between the two is the only way it stays)
+    else:
+        track(path, job)
     return fd
+
+
+def release(name: str, fd: int) -> None:
+    """Stop sharing ``name`` (made by ``create_unlinked``): close ``fd`` and unlink the name
+    where it still has one. Peers' mappings stay valid."""
+    path = os.path.join(SHM_DIR, name)
+    with _lock:
+        named = _tracked.pop(path, None) is not None
+    if named:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    try:
+        os.close(fd)
+    except OSError:  # pragma: no cover
+        pass
 
 
 def map_owned(fd: int, size: int) -> mmap.mmap:
@@ -126,13 +194,17 @@ def open_shared(name: str, pid: int) -> int:
         raise FileNotFoundError(errno.ENOENT, f"process {pid}, which made it, has exited", path) from None
     except PermissionError as err:
         raise PermissionError(errno.EACCES, f"cannot open process {pid}'s descriptors ({err.strerror}): ranks "
-                              f"of one host need the same user and pid namespace", path) from None
+                              f"of one host need the same user, pid namespace and capabilities", path) from None
+    denied = None
     for entry in entries:
         link = f"{fds}/{entry}"
         try:
             if os.readlink(link) != want:
                 continue
             fd = os.open(link, os.O_RDWR)
+        except PermissionError as err:
+            denied = err
+            continue
         except OSError:
             continue  # (closed meanwhile)
         try:  # the number may have been closed and reused between the look and the open
@@ -141,6 +213,9 @@ def open_shared(name: str, pid: int) -> int:
         except OSError:
             pass
         os.close(fd)
+    if denied is not None:
+        raise PermissionError(errno.EACCES, f"cannot open process {pid}'s descriptors ({denied.strerror}): ranks "
+                              f"of one host need the same user, pid namespace and capabilities", path)
     raise FileNotFoundError(errno.ENOENT, f"process {pid} holds no such file (it closed it)", path)
 
 
@@ -189,3 +264,65 @@ def sweep_dead(job: str) -> int:
         except OSError:
             pass
     return n
+
+
+def track(path: str, job: str | None = None) -> None:
+    """``path`` was created by this process: unlink it at interpreter exit or on
+    SIGTERM unless ``untrack`` came first; at exit also sweep ``job``'s dead owners."""
+    with _lock:
+        _tracked[path] = os.getpid()
+        if job:
+            _jobs.add(job)
+    _install()
+
+
+def untrack(path: str) -> None:
+    with _lock:
+        _tracked.pop(path, None)
+
+
+def cleanup_now() -> None:
+    """Unlink every tracked file of this process and sweep its jobs' dead owners."""
+    me = os.getpid()
+    with _lock:
+        mine = [p for p, pid in _tracked.items() if pid == me]
+        for p in mine:
+            del _tracked[p]
+        jobs = list(_jobs)
+    for path in mine:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    for job in jobs:
+        try:
+            sweep_dead(job)
+        except OSError:  # pragma: no cover - /dev/shm vanished
+            pass
+
+
+def _on_sigterm(signum, frame) -> None:
+    try:
+        cleanup_now()
+    finally:
+        # die of the signal as if no handler had been installed (the exit status a
+        # launcher reports stays "killed by SIGTERM")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install() -> None:
+    """Once per process: the atexit hook, and a SIGTERM handler where SIGTERM has its
+    default action and this is the main thread (a program's own handler is left alone)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    atexit.register(cleanup_now)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+        pass

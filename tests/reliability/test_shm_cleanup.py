@@ -402,3 +402,36 @@ def test_no_job_file_left_when_torchrun_stops_stuck_ranks(tmp_path, engine, shm_
         _wait_gone(pids, 5)
         proc.stderr.close()
     assert _left(job) == []
+
+
+_NAMES = """
+import ctypes, os
+from ndist.runtime import _shmfiles
+
+def made(name):
+    fd = _shmfiles.create_unlinked(name)
+    named = os.path.exists(os.path.join(_shmfiles.SHM_DIR, name))
+    return fd, named
+
+first = f"ndist-test-p{os.getpid()}-a"
+fd1, named1 = made(first)
+other = os.fork()
+if other == 0:  # a peer maps it by the owner's descriptor
+    fd = _shmfiles.open_shared(first, os.getppid())
+    os._exit(0 if os.fstat(fd).st_ino == os.fstat(fd1).st_ino else 1)
+_, status = os.waitpid(other, 0)
+ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: peers may not open our fds
+second = f"ndist-test-p{os.getpid()}-b"
+fd2, named2 = made(second)
+_shmfiles.release(second, fd2)
+_shmfiles.release(first, fd1)
+print(named1, status, named2, os.path.exists(os.path.join(_shmfiles.SHM_DIR, second)))
+"""
+
+
+def test_files_have_no_name_unless_peers_may_not_open_the_owner():
+    """``create_unlinked``: nameless, reached through the owner's descriptor; where peers may
+    not open it (a non-dumpable owner), the file keeps its name until ``release``."""
+    r = subprocess.run([sys.executable, "-c", _NAMES], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "0", "True", "False"], r.stdout + r.stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import socket
 
 import numpy as np

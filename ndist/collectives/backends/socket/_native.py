@@ -27,11 +27,11 @@ import weakref
 
 import numpy as np
 
-from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
 from ....runtime import _shmfiles
 from . import _frame as F
 from ._reduce import _ERRVAR, _IGNORE, _UFUNC, finalize
-from ._shm import SHM_DIR
+from ._shm import SHM_DIR, _job_of
 
 __all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "cma_min_bytes", "engine_mode", "module_for", "slot_bytes", "NativeFile", "NativeAlgorithms",
            "attach"]
@@ -174,12 +174,9 @@ def _file_bytes(size: int, slot: int) -> int:
     return _CTL + 2 * stride
 
 
-def _unlink(fd: int) -> None:
-    """Stop sharing: close the descriptor peers map the (nameless) file through."""
-    try:
-        os.close(fd)
-    except OSError:  # pragma: no cover
-        pass
+def _unlink(name: str, fd: int) -> None:
+    """Stop sharing: close the descriptor peers map the file through (``_shmfiles.release``)."""
+    _shmfiles.release(name, fd)
 
 
 class NativeFile:
@@ -189,14 +186,15 @@ class NativeFile:
         self.slot = slot
         self.path = os.path.join(SHM_DIR, prefix + "-nat")
         nbytes = _file_bytes(size, slot)
-        fd = _shmfiles.create_unlinked(prefix + "-nat")
+        name = prefix + "-nat"
+        fd = _shmfiles.create_unlinked(name, _job_of(prefix))
         try:
             os.posix_fallocate(fd, 0, nbytes)  # a full /dev/shm fails here, not with SIGBUS later
             self.mm = _shmfiles.map_owned(fd, nbytes)
         except BaseException:
-            _unlink(fd)
+            _unlink(name, fd)
             raise
-        self._finalizer = weakref.finalize(self, _unlink, fd)  # (kept open while peers may map it)
+        self._finalizer = weakref.finalize(self, _unlink, name, fd)  # (kept open while peers may map it)
 
     def unlink(self) -> None:
         self._finalizer()
@@ -218,6 +216,8 @@ def attach(mod, own: NativeFile, prefixes: dict, pids: dict, rank: int, size: in
             fd = _shmfiles.open_shared(prefixes[r] + "-nat", int(pids[r]))
         except FileNotFoundError:
             raise PeerFileGone(r) from None  # it closed the group (or died) before this rank came
+        except PermissionError as err:
+            raise DistBackendError(f"cannot map group rank {r}'s native engine file: {err}") from None
         try:
             maps.append(mmap.mmap(fd, nbytes))
         finally:

@@ -37,7 +37,7 @@ import platform
 import threading
 
 from ....runtime import _shmfiles
-from ._shm import SHM_DIR
+from ._shm import SHM_DIR, _job_of
 
 __all__ = ["available", "capacity_from_env", "path_for", "RingFile", "Ring", "MAX_SLEEP_S", "RING_ENV"]
 
@@ -178,7 +178,8 @@ class RingFile:
         self.stride = _CTRL + capacity
         name = os.path.basename(path)
         # no name in /dev/shm: the owner's descriptor (``_fd``) is how peers map it
-        fd = _shmfiles.create_unlinked(name) if create else _shmfiles.open_shared(name, _shmfiles.owner_pid(name))
+        fd = (_shmfiles.create_unlinked(name, _job_of(name)) if create
+              else _shmfiles.open_shared(name, _shmfiles.owner_pid(name)))
         self._mm = None
         self._fd = -1
         try:
@@ -189,7 +190,10 @@ class RingFile:
                 raise ValueError(f"{path}: ring file is smaller than {size} rings of {capacity} bytes")
             self._mm = (_shmfiles.map_owned if create else mmap.mmap)(fd, size * self.stride)
         except BaseException:
-            os.close(fd)
+            if create:
+                _shmfiles.release(name, fd)
+            else:
+                os.close(fd)
             raise
         if create:
             self._fd = fd
@@ -218,4 +222,4 @@ class RingFile:
         """Stop sharing: close the descriptor peers map the file through (their mappings stay)."""
         fd, self._fd = self._fd, -1
         if fd >= 0:
-            os.close(fd)
+            _shmfiles.release(os.path.basename(self.path), fd)

@@ -31,15 +31,11 @@ log = logging.getLogger("ndist.collectives.socket")
 _MIN_SEGMENT = 1 << 20
 
 
-def _unlink(fds: list) -> None:
-    """Stop sharing: close the descriptors peers open the generations through (the
-    files have no name; peers' mappings stay valid)."""
-    for fd in list(fds):
-        try:
-            os.close(fd)
-        except OSError:  # pragma: no cover - diagnostics only
-            log.debug("could not close %d", fd, exc_info=True)
-    fds.clear()
+def _unlink(names: list) -> None:
+    """Stop sharing: ``_shmfiles.release`` each (name, descriptor); peers' mappings stay valid."""
+    for name, fd in list(names):
+        _shmfiles.release(name, fd)
+    names.clear()
 
 
 def _job_of(prefix: str) -> str:
@@ -64,7 +60,7 @@ class OwnSegment:
         self.gen = 0
         self.buf: np.ndarray | None = None
         self._mm: mmap.mmap | None = None
-        self._names: list = []  # descriptors of the current generation, shared with the finalizer
+        self._names: list = []  # (name, descriptor) of the current generation, shared with the finalizer
         self._finalizer = weakref.finalize(self, _unlink, self._names)
 
     @property
@@ -82,14 +78,14 @@ class OwnSegment:
         self.release()
         self.gen += 1
         name = self.name
-        fd = _shmfiles.create_unlinked(name)
+        fd = _shmfiles.create_unlinked(name, _job_of(self.prefix))
         try:
             os.ftruncate(fd, size)
             self._mm = _shmfiles.map_owned(fd, size)
         except BaseException:
-            os.close(fd)
+            _shmfiles.release(name, fd)
             raise
-        self._names.append(fd)  # open while peers may map this generation
+        self._names.append((name, fd))  # open while peers may map this generation
         self.buf = np.frombuffer(self._mm, dtype=np.uint8)
         log.debug("segment %s: %d bytes", name, size)
 
