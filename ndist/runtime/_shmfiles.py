@@ -14,11 +14,15 @@ the descriptor (or died, even by SIGKILL) and the last mapping is gone, so no
 file outlives the processes that use it, whatever kills them. The only window is
 between those two system calls (a SIGKILL landing exactly there). A peer needs
 the owner's ``/proc/<pid>/fd``: the same user and pid namespace (a same-host pair
-in two pid namespaces does not share memory), the owner not made non-dumpable.
+in two pid namespaces does not share memory) and the owner's capabilities.
 
-Files made by name (an older ndist, a test) are still removed: every backend's
-start unlinks the job's files whose owner pid is dead (``sweep_dead``), and the
-launcher (``ndistrun``, ``run_ranks``) the job's files once its ranks are gone.
+Where peers may not open the owner's descriptors as far as it can tell (not
+dumpable, or permitted capabilities that are not effective), files keep their
+names (``track``) until ``release``. Those, and files named by an older ndist, are
+unlinked by their owner at release, at interpreter exit and on SIGTERM (a handler
+installed only then, where SIGTERM has its default action), by every backend's
+start for the job's files whose owner pid is dead (``sweep_dead``), and by the
+launcher (``ndistrun``, ``run_ranks``) once the job's ranks are gone.
 
 This module lives in the runtime so the launcher can use it without the
 collectives layer; it imports only the standard library.
