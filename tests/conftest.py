@@ -12,8 +12,11 @@ os.environ["PYTHONPATH"] = _ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.
 # (other test runs) create and remove ndist files at the same time, so a file counts
 # as this run's only if the process that owns it (the pid in its name) carries this
 # run's token in its environment: every process the tests start inherits it. A
-# watcher looks at new files while their owners are alive (five times a second; a
-# file whose owner was created and gone in between is not attributed).
+# watcher looks at new files while their owners are alive (five times a second).
+# A killed job's files may outlive owners the watcher never saw alive (a job killed
+# within 0.2 s, or between two looks), so a file counts by its job too: the files of
+# a job (``ndist-<job>-...``) one of whose files was this run's, or that a test
+# declared its own (the ``shm_job`` fixture: kill tests do), are this run's.
 import re  # noqa: E402
 import threading  # noqa: E402
 
@@ -23,6 +26,14 @@ _SHM = "/dev/shm"
 _TOKEN_VAR = "NDIST_TEST_SESSION"
 _TOKEN = os.environ.setdefault(_TOKEN_VAR, os.urandom(8).hex())
 _OWNER = re.compile(r"-p(\d+)-|^ndist_mp_(\d+)_")
+_JOB = re.compile(r"^(ndist-[0-9a-f]{10})-")
+#: job prefixes (``ndist-<job>``) whose files are this run's
+_OUR_JOBS: set = set()
+
+
+def _job(name: str):
+    m = _JOB.match(name)
+    return m.group(1) if m else None
 
 
 class _ShmWatch(threading.Thread):
@@ -30,6 +41,8 @@ class _ShmWatch(threading.Thread):
         super().__init__(name="shm-watch", daemon=True)
         self.seen: set = set()
         self.ours: set = set()
+        self.orphans: set = set()  # seen with their owner gone: this run's if their job is
+        self.before: set = set()  # there when the run began
         self.stop = threading.Event()
         self._mark = f"{_TOKEN_VAR}={_TOKEN}".encode()
 
@@ -47,15 +60,30 @@ class _ShmWatch(threading.Thread):
                 continue
             pid = int(m.group(1) or m.group(2))
             if pid == os.getpid():  # (this process's own environ block predates the token)
-                self.ours.add(name)
+                self._ours(name)
                 continue
             try:
                 with open(f"/proc/{pid}/environ", "rb") as f:
                     env = f.read().split(b"\0")
             except OSError:
+                self.orphans.add(name)
                 continue
             if self._mark in env:
-                self.ours.add(name)
+                self._ours(name)
+
+    def _ours(self, name: str) -> None:
+        self.ours.add(name)
+        if _job(name) is not None:
+            _OUR_JOBS.add(_job(name))
+
+    def all_ours(self) -> set:
+        """This run's files: attributed by owner, or by job (see above)."""
+        try:
+            now = set(os.listdir(_SHM))
+        except OSError:
+            now = set()
+        by_job = {n for n in (self.orphans | now) - self.before if _job(n) in _OUR_JOBS}
+        return self.ours | by_job
 
     def run(self) -> None:
         while not self.stop.wait(0.2):
@@ -70,12 +98,13 @@ def _leaves_dev_shm_as_found():
     before = set(os.listdir(_SHM))
     watch = _ShmWatch()
     watch.seen |= before
+    watch.before = before
     watch.start()
     yield
     watch.stop.set()
     watch.join(5)
     watch.scan()
-    leaked = sorted(n for n in watch.ours if os.path.exists(os.path.join(_SHM, n)))
+    leaked = sorted(n for n in watch.all_ours() if os.path.exists(os.path.join(_SHM, n)))
     for n in leaked:
         try:
             os.unlink(os.path.join(_SHM, n))
@@ -89,6 +118,15 @@ def _leaves_dev_shm_as_found():
     if leaked:
         pytest.fail(f"the tests left {len(leaked)} file(s) of their own in {_SHM} (now removed): {leaked[:20]}",
                     pytrace=False)
+
+
+@pytest.fixture
+def shm_job():
+    """``shm_job(prefix)``: the files of job ``prefix`` (``ndist-<job>``, ``_shmfiles.job_prefix``)
+    are this run's, for the /dev/shm guard, whether or not their owners were seen alive."""
+    def declare(prefix: str) -> None:
+        _OUR_JOBS.add(_job(prefix + "-") or prefix)
+    return declare
 
 
 # ---------------------------------------------------------------- MPI-job tests

@@ -12,7 +12,7 @@ import pytest
 
 from ndist.collectives import ReduceOp
 from ndist.collectives.backends.socket._native import SLOT
-from ndist.runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+from ndist.runtime import DistMismatchError, DistNetworkError, DistTimeoutError, _shmfiles
 
 from _socket_threads import make_backends, run_group, run_threads
 
@@ -274,7 +274,9 @@ def test_close_is_prompt_with_pending_ops_and_unlinks_shm():
     backends = make_backends(2, transport="shm")
     run_threads(backends, lambda b: b.all_reduce(np.ones(1 << 18), ReduceOp.SUM, blocking=True).wait())
     prefixes = [b._prefix for b in backends]
-    assert all(glob.glob(f"/dev/shm/{p}-*") for p in prefixes)  # segments (Python engine) or -nat (native)
+    # segments (Python engine) or -nat (native), shared with no name in /dev/shm
+    assert all(_shmfiles.held(p + "-") for p in prefixes)
+    assert not any(glob.glob(f"/dev/shm/{p}*") for p in prefixes)
     w = backends[0].all_reduce(np.ones(10), ReduceOp.SUM)  # rank 1 never joins
     r = backends[0].recv(np.empty(1), 1)
     t0 = time.monotonic()

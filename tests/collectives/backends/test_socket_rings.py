@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not _ring.available(), reason="shared-memory rin
 
 @pytest.fixture
 def ring_pair(tmp_path):
-    path = f"/dev/shm/ndist-test-ring-{os.getpid()}-{time.monotonic_ns()}"
+    path = f"/dev/shm/ndist-test-ring-p{os.getpid()}-{time.monotonic_ns()}"
     owner = _ring.RingFile(path, 2, 4096, create=True)
     peer = _ring.RingFile(path, 2, 4096, create=False)
     try:

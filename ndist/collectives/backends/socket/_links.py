@@ -56,7 +56,9 @@ def setup(links: Links, mesh, rank: int, size: int, mode: str, chunk: int) -> No
     peers = [p for p in range(size) if p != rank]
     mesh.prefetch()
     for p in peers:
-        links.same_host[p] = mode != "tcp" and mesh.peer(p)["hostid"] == mesh.hostid
+        # (shared memory also needs one pid namespace: peers map files through /proc/<pid>/fd)
+        links.same_host[p] = (mode != "tcp" and mesh.peer(p)["hostid"] == mesh.hostid
+                              and mesh.peer(p).get("pidns") == mesh.pidns)
     links.hosts = topology(mesh.hostid if p == rank else mesh.peer(p)["hostid"] for p in range(size))
     # Pipelining pays when every rank has a core and shares the cache; every
     # rank computes this from the same published facts, so all agree.

@@ -51,7 +51,8 @@ def recv_exact(sock, n: int) -> bytes:
 
 
 def _same(mesh, info: dict) -> bool:
-    return mesh.info.get("transport") != "tcp" and info["hostid"] == mesh.hostid
+    return (mesh.info.get("transport") != "tcp" and info["hostid"] == mesh.hostid
+            and info.get("pidns") == mesh.pidns)  # (peers map files through /proc/<pid>/fd)
 
 
 def _can_read(mesh, peer: int, pid: int, probe) -> bool:

@@ -3,11 +3,13 @@
 When every rank of a group is on this host (and none forced ``NDIST_TRANSPORT=tcp``),
 the socket backend runs its collectives on the compiled engine (``_cnative``, source in
 ``_native/cnative.c``): one call into C per collective, the GIL released while it
-copies, reduces and waits. Each rank owns one file in ``/dev/shm``
-(``<shm prefix>-nat``: a control block and two slots) that every peer maps; the C
-source describes the protocol. Point-to-point traffic, and groups that span hosts,
-stay on the Python engine (``_engine.py``), which is also the reference the
-conformance suite holds the native engine to.
+copies, reduces and waits. Each rank owns one file (``<shm prefix>-nat``: a control
+block and two slots) that every peer maps; the C source describes the protocol. The
+file is unlinked from ``/dev/shm`` as soon as it is made: peers map it through the
+owner's descriptor (``_shmfiles.open_shared``), which the owner closes with the group.
+Point-to-point traffic, and groups that span hosts, stay on the Python engine
+(``_engine.py``), which is also the reference the conformance suite holds the native
+engine to.
 
 ``NDIST_ENGINE=python|auto|native`` (every rank alike) picks the engine: ``auto`` (the
 default: native where it can run; without the extension, one warning at first use saying
@@ -25,7 +27,7 @@ import weakref
 
 import numpy as np
 
-from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
 from ....runtime import _shmfiles
 from . import _frame as F
 from ._reduce import _ERRVAR, _IGNORE, _UFUNC, finalize
@@ -172,12 +174,9 @@ def _file_bytes(size: int, slot: int) -> int:
     return _CTL + 2 * stride
 
 
-def _unlink(path: str) -> None:
-    _shmfiles.untrack(path)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+def _unlink(name: str, fd: int) -> None:
+    """Stop sharing: close the descriptor peers map the file through (``_shmfiles.release``)."""
+    _shmfiles.release(name, fd)
 
 
 class NativeFile:
@@ -187,17 +186,15 @@ class NativeFile:
         self.slot = slot
         self.path = os.path.join(SHM_DIR, prefix + "-nat")
         nbytes = _file_bytes(size, slot)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        _shmfiles.track(self.path, _job_of(prefix))
+        name = prefix + "-nat"
+        fd = _shmfiles.create_unlinked(name, _job_of(prefix))
         try:
             os.posix_fallocate(fd, 0, nbytes)  # a full /dev/shm fails here, not with SIGBUS later
-            self.mm = mmap.mmap(fd, nbytes)
+            self.mm = _shmfiles.map_owned(fd, nbytes)
         except BaseException:
-            _unlink(self.path)
+            _unlink(name, fd)
             raise
-        finally:
-            os.close(fd)
-        self._finalizer = weakref.finalize(self, _unlink, self.path)
+        self._finalizer = weakref.finalize(self, _unlink, name, fd)  # (kept open while peers may map it)
 
     def unlink(self) -> None:
         self._finalizer()
@@ -216,9 +213,11 @@ def attach(mod, own: NativeFile, prefixes: dict, pids: dict, rank: int, size: in
             maps.append(own.mm)
             continue
         try:
-            fd = os.open(os.path.join(SHM_DIR, prefixes[r] + "-nat"), os.O_RDWR)
+            fd = _shmfiles.open_shared(prefixes[r] + "-nat", int(pids[r]))
         except FileNotFoundError:
             raise PeerFileGone(r) from None  # it closed the group (or died) before this rank came
+        except PermissionError as err:
+            raise DistBackendError(f"cannot map group rank {r}'s native engine file: {err}") from None
         try:
             maps.append(mmap.mmap(fd, nbytes))
         finally:

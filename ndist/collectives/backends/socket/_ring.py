@@ -1,9 +1,11 @@
 """Shared-memory byte rings between two ranks of one host: the collective
 stream of a pair without a system call per frame.
 
-Each rank owns one file in ``/dev/shm`` (``<shm prefix>-ring``) holding one
-single-producer single-consumer ring per destination rank. The owner writes
-frames into the ring of a peer; that peer maps the file and reads its ring.
+Each rank owns one file (``<shm prefix>-ring``) holding one single-producer
+single-consumer ring per destination rank. The owner writes frames into the ring
+of a peer; that peer maps the file and reads its ring. The file is unlinked from
+``/dev/shm`` as soon as it is made; the owner keeps a descriptor, through which
+peers map it (``_shmfiles.open_shared``), until it closes the group.
 The ring replaces the socket's byte stream for that direction exactly (same
 frames, same order), so the engine's framing, checks and failure handling are
 unchanged. The socket stays open: it carries one-byte doorbells to a reader
@@ -174,34 +176,37 @@ class RingFile:
         self.path = path
         self.capacity = capacity
         self.stride = _CTRL + capacity
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(path, flags, 0o600)
+        name = os.path.basename(path)
+        # no name in /dev/shm: the owner's descriptor (``_fd``) is how peers map it
+        fd = (_shmfiles.create_unlinked(name, _job_of(name)) if create
+              else _shmfiles.open_shared(name, _shmfiles.owner_pid(name)))
         self._mm = None
-        if create:  # unlinked at exit / on SIGTERM if close() does not come first
-            _shmfiles.track(path, _job_of(os.path.basename(path)))
+        self._fd = -1
         try:
             if create:
                 # sparse: each ring is allocated when its link opens (``reserve``)
                 os.ftruncate(fd, size * self.stride)
             elif os.fstat(fd).st_size < size * self.stride:
                 raise ValueError(f"{path}: ring file is smaller than {size} rings of {capacity} bytes")
-            self._mm = mmap.mmap(fd, size * self.stride)
+            self._mm = (_shmfiles.map_owned if create else mmap.mmap)(fd, size * self.stride)
         except BaseException:
             if create:
-                _shmfiles.untrack(path)
-                os.unlink(path)
+                _shmfiles.release(name, fd)
+            else:
+                os.close(fd)
             raise
-        finally:
+        if create:
+            self._fd = fd
+        else:
             os.close(fd)
 
     def reserve(self, index: int) -> bool:
         """Allocate ring ``index`` (this rank's ring to that peer) before its first use:
         False when /dev/shm is full (that pair then uses its socket), instead of
         SIGBUS on the first write to a page. Any thread."""
-        try:
-            fd = os.open(self.path, os.O_RDWR)
-        except OSError:
-            return False
+        fd = self._fd
+        if fd < 0:
+            return False  # (closed)
         try:
             os.posix_fallocate(fd, index * self.stride, self.stride)
             return True
@@ -209,15 +214,12 @@ class RingFile:
             log.warning("no shared-memory rings with peer %d (%s); that pair's collectives use its socket", index,
                         err)
             return False
-        finally:
-            os.close(fd)
 
     def ring(self, index: int) -> Ring:
         return Ring(self._mm, index * self.stride, self.capacity)
 
     def unlink(self) -> None:
-        _shmfiles.untrack(self.path)
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        """Stop sharing: close the descriptor peers map the file through (their mappings stay)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            _shmfiles.release(os.path.basename(self.path), fd)

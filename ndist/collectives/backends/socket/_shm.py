@@ -1,13 +1,15 @@
 """Shared-memory segments of the socket backend.
 
-Each backend owns one growing segment in ``/dev/shm`` that it writes the
-payloads of large messages into; peers on the same host map it and read (or
-reduce) straight from it. Names carry a job-unique prefix
-(``ndist-<job>-<group>-r<rank>-p<pid>-i<instance>-g<generation>``) so that a
-survivor can unlink the segments of a peer that died, and the owner unlinks
-its own on ``close()``, on garbage collection, at interpreter exit and on
-SIGTERM; a new backend, and every rank at exit, also unlinks segments of its
-job whose owner pid no longer exists (see ``ndist.runtime._shmfiles``).
+Each backend owns one growing segment that it writes the payloads of large
+messages into; peers on the same host map it and read (or reduce) straight
+from it. A generation is made in ``/dev/shm`` and unlinked at once
+(``_shmfiles.create_unlinked``): the owner keeps a descriptor until it grows
+or closes, a peer maps it through ``/proc/<owner pid>/fd`` on the first
+reference to it, and nothing is left in ``/dev/shm`` whatever ends the
+ranks. Names carry a job-unique prefix
+(``ndist-<job>-<group>-r<rank>-p<pid>-i<instance>-g<generation>``); a new
+backend also unlinks files of its job that an older ndist left named and
+whose owner pid no longer exists (see ``ndist.runtime._shmfiles``).
 """
 
 from __future__ import annotations
@@ -30,15 +32,9 @@ _MIN_SEGMENT = 1 << 20
 
 
 def _unlink(names: list) -> None:
-    for name in list(names):
-        path = os.path.join(SHM_DIR, name)
-        _shmfiles.untrack(path)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError:  # pragma: no cover - diagnostics only
-            log.debug("could not unlink %s", name, exc_info=True)
+    """Stop sharing: ``_shmfiles.release`` each (name, descriptor); peers' mappings stay valid."""
+    for name, fd in list(names):
+        _shmfiles.release(name, fd)
     names.clear()
 
 
@@ -64,7 +60,7 @@ class OwnSegment:
         self.gen = 0
         self.buf: np.ndarray | None = None
         self._mm: mmap.mmap | None = None
-        self._names: list = []  # shared with the finalizer
+        self._names: list = []  # (name, descriptor) of the current generation, shared with the finalizer
         self._finalizer = weakref.finalize(self, _unlink, self._names)
 
     @property
@@ -82,20 +78,19 @@ class OwnSegment:
         self.release()
         self.gen += 1
         name = self.name
-        path = os.path.join(SHM_DIR, name)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        self._names.append(name)
-        _shmfiles.track(path, _job_of(self.prefix))
+        fd = _shmfiles.create_unlinked(name, _job_of(self.prefix))
         try:
             os.ftruncate(fd, size)
-            self._mm = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+            self._mm = _shmfiles.map_owned(fd, size)
+        except BaseException:
+            _shmfiles.release(name, fd)
+            raise
+        self._names.append((name, fd))  # open while peers may map this generation
         self.buf = np.frombuffer(self._mm, dtype=np.uint8)
         log.debug("segment %s: %d bytes", name, size)
 
     def release(self) -> None:
-        """Unlink the current generation (mappings die with their last view)."""
+        """Stop sharing the current generation (mappings die with their last view)."""
         _unlink(self._names)
         self.buf = None
         self._mm = None  # closed by GC once peers' views into it are gone
@@ -114,7 +109,7 @@ class PeerSegments:
         cached = self._maps.get(peer)
         if cached is None or cached[0] != gen:
             name = f"{prefix}-g{gen}"
-            fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
+            fd = _shmfiles.open_shared(name, _shmfiles.owner_pid(prefix))
             try:
                 size = os.fstat(fd).st_size
                 mm = mmap.mmap(fd, size)
