@@ -95,7 +95,7 @@ def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
         if isinstance(exc, DistNetworkError) and not isinstance(exc, DistRankFailureError):
             pg = world.groups.get(rec.group_name)
-            failure = pg.failure() if pg is not None else None
+            failure = pg.failure(exc) if pg is not None else None
             if failure is not None:
                 raise failure from exc
 
