@@ -64,6 +64,9 @@ def _loop() -> None:
             job()
         except BaseException:  # noqa: BLE001 - a callback's error must not end the thread
             log.exception("a future's callback raised")
+        # An idle thread keeps nothing: the job holds its future, whose callbacks may hold a
+        # Work, its backend and the store (torch's file:// store is deleted with its last user).
+        del job
 
 
 def _reset_after_fork() -> None:
