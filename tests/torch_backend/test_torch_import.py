@@ -49,15 +49,15 @@ def test_the_installed_torch_is_supported():
     assert _version.MINIMUM <= _version.parse(torch.__version__) < _version.BELOW
 
 
-@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "2.13.1", "2.14.0", "2.14.1+cu130", "2.14.0a0+git1f2e3d"])
+@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "2.13.1", "2.13.0a0+git1f2e3d", "2.13.2+cu130"])
 def test_supported_versions_pass(version):
     from ndist.torch import _version
 
     _version.check(version)
 
 
-@pytest.mark.parametrize("version", ["2.12.1", "2.12.0+cpu", "2.6.0", "1.13.1", "2.15.0", "2.15.0.dev20260101",
-                                     "3.0.0", "", "nightly"])
+@pytest.mark.parametrize("version", ["2.12.1", "2.12.0+cpu", "2.6.0", "1.13.1", "2.14.0", "2.14.1+cu130",
+                                     "2.14.0.dev20260101", "2.15.0", "3.0.0", "", "nightly"])
 def test_other_versions_fail_naming_installed_and_supported(version):
     from ndist.torch import _version
 
@@ -65,7 +65,7 @@ def test_other_versions_fail_naming_installed_and_supported(version):
         _version.check(version)
     msg = str(info.value)
     assert f"torch {version} is installed" in msg
-    assert "supports torch >=2.13,<2.15 (torch 2.13 and 2.14)" in msg
+    assert "supports torch >=2.13,<2.14 (torch 2.13)" in msg
 
 
 def test_import_fails_clearly_under_an_unsupported_torch():
@@ -73,7 +73,7 @@ def test_import_fails_clearly_under_an_unsupported_torch():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert out.stderr.strip().splitlines()[-1] == (
-        "ImportError: ndist.torch supports torch >=2.13,<2.15 (torch 2.13 and 2.14); torch 2.12.1 is installed. "
+        "ImportError: ndist.torch supports torch >=2.13,<2.14 (torch 2.13); torch 2.12.1 is installed. "
         "Install a supported torch (pip install 'ndist[torch]'), or use ndist without ndist.torch.")
 
 
