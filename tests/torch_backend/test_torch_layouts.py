@@ -73,6 +73,20 @@ def _layouts(rank, n):  # noqa: PLR0915 - one program, every layout
 
     check("allgather_coalesced/method", allgather_coalesced_method)
 
+    def allgather_coalesced_bad_layouts():  # raised before anything is sent; the group goes on below
+        ins = [_val(rank, i, s) for i, s in enumerate(shapes)]
+        errors = []
+        for outs in ([[torch.zeros(s) for s in shapes] for _ in range(n + 1)],  # a list too many
+                     [[torch.zeros(s) for s in shapes[:-1]] for _ in range(n)]):  # an input short
+            try:
+                pg.allgather_coalesced(outs, ins, AllgatherOptions())
+            except ValueError as exc:
+                errors.append(str(exc))
+        return errors
+
+    if backend == "ndist":
+        got["allgather_coalesced/bad_layouts"] = allgather_coalesced_bad_layouts()
+
     # allgather: output_tensors[0][rank] (one list per device)
     def allgather_method():
         outs = [torch.full((3, 2), -1.0) for _ in range(n)]
@@ -238,6 +252,10 @@ def test_every_list_layout_is_torchs(tmp_path, world_size):
     for rank in range(world_size):
         backend, got = ours[rank]
         assert backend == "ndist"
+        k = 5 - world_size
+        assert got.pop("allgather_coalesced/bad_layouts") == [
+            f"output_lists: expected {world_size} lists (one per rank), got {world_size + 1}",
+            f"output_lists[0]: expected {k} tensors (one per input), got {k - 1}"]
         bad = {k: v for k, v in got.items() if v is not True}
         assert bad == {}, f"rank {rank} on ndist: {bad}"
         _, on_gloo = gloo[rank]
