@@ -187,7 +187,7 @@ def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,
         if outputs is not None:
             work.outputs = outputs
         if not getattr(work, "stream_ordered", False):  # CUDA works make their Future lazily: not forced
-            work.add_done_callback(lambda w: _failed(rec, slot, seq, w.exception()))
+            work.add_done_hook(lambda w: _failed(rec, slot, seq, w.error))
         work.on_timeout = lambda exc: _debug.dump_all(
             f"{call.op} #{seq} in group {rec.group_name!r}: Work.wait timed out: {exc}")
         return work
