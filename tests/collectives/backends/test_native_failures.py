@@ -14,7 +14,7 @@ from ndist.runtime import DistNetworkError
 
 from _socket_threads import make_backends, run_threads
 
-pytest.importorskip("ndist.collectives.backends.socket._cnative")
+pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 pytestmark = pytest.mark.timeout(120)
 
 

@@ -11,7 +11,8 @@ from collections import deque
 import numpy as np
 import pytest
 
-from ndist.collectives.backends.socket import _engine, _ring
+from ndist.collectives.backends.socket.engine import _engine
+from ndist.collectives.backends.socket.wire import _ring
 from ndist.collectives._reduce_op import ReduceOp
 
 from _socket_threads import make_backends, run_group, run_threads

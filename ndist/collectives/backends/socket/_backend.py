@@ -13,21 +13,21 @@ import numpy as np
 from ....runtime import BackendContext, DistBackendError, DistError, DistNetworkError, DistTimeoutError, Work
 from ....runtime import _net
 from ..._backend import DONE, Call, CollectiveBackend, split_views
-from . import _cma
-from . import _frame as F
-from . import _losses
-from . import _native
-from . import _stalls
-from ._algorithms import CHUNK, Algorithms
-from ._backend_pending import PendingDescriptions
-from ._links import Links, attach, setup
-from ._engine import Engine, OpInfo, wait_warning_from_env
+from .wire import _cma
+from .wire import _frame as F
+from .failure import _losses
+from .native import _engine as _native
+from .failure import _stalls
+from .engine._algorithms import CHUNK, Algorithms
+from ._pending import PendingDescriptions
+from .wire._links import Links, attach, setup
+from .engine._engine import Engine, OpInfo, wait_warning_from_env
 from ._executor import Executor
-from ._p2p import P2P
-from ._reduce import finalize
-from . import _ring
-from ._shm import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
-from ._tcp import Mesh
+from .p2p._p2p import P2P
+from .schedules._reduce import finalize
+from .wire import _ring
+from .wire._segment import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
+from .wire._tcp import Mesh
 
 __all__ = ["SocketBackend", "TRANSPORT_ENV", "SHM_MIN"]
 

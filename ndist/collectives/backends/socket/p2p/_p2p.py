@@ -50,16 +50,16 @@ import weakref
 
 import numpy as np
 
-from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError, Work
-from ....runtime import _net
-from . import _frame as F
-from . import _stalls
-from ._p2p_loss import P2PLosses
-from ._p2p_stall import P2PStalls
-from ._p2p_stream import Stream as _Stream
-from ._p2p_stream import recv_payload as _recv_payload
-from ._p2p_stream import send_ctl as _send_ctl
-from ._tcp import P2P_CH
+from .....runtime import DistMismatchError, DistNetworkError, DistTimeoutError, Work
+from .....runtime import _net
+from ..wire import _frame as F
+from ..failure import _stalls
+from ..failure._p2p_loss import P2PLosses
+from ..failure._p2p_stall import P2PStalls
+from ._stream import Stream as _Stream
+from ._stream import recv_payload as _recv_payload
+from ._stream import send_ctl as _send_ctl
+from ..wire._tcp import P2P_CH
 
 __all__ = ["P2P"]
 

@@ -12,7 +12,7 @@ works. Waiting spins briefly (only when every rank has a core), then retries
 with ``sched_yield`` for up to 2 ms (a peer that is not asleep needs no
 wake-up), then blocks in ``poll``.
 
-Frames in and out, and the header checks: ``_engine_io``. A lost peer (this
+Frames in and out, and the header checks: ``engine/_frame_io``. A lost peer (this
 engine's own finding, a peer's ``lost`` notice, or the backend's point-to-point
 side): ``_engine_loss``. Messages name global ranks.
 """
@@ -27,13 +27,13 @@ from collections import deque
 
 import numpy as np
 
-from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
-from . import _frame as F
-from . import _ring
-from ._engine_io import Expect, FrameIO
-from ._engine_loss import LossHandling
-from ._engine_stall import StallHandling
-from ._engine_links import Conns, LinkHandling
+from .....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+from ..wire import _frame as F
+from ..wire import _ring
+from ._frame_io import Expect, FrameIO
+from ..failure._engine_loss import LossHandling
+from ..failure._engine_stall import StallHandling
+from ._conns import Conns, LinkHandling
 
 __all__ = ["Engine", "OpInfo", "Expect"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....runtime import DistBackendError, DistMismatchError
-from . import _cma
-from . import _frame as F
-from ._engine_loss import abort_reader
+from .....runtime import DistBackendError, DistMismatchError
+from ..wire import _cma
+from ..wire import _frame as F
+from ..failure._engine_loss import abort_reader
 
 __all__ = ["Expect", "FrameIO"]
 

@@ -13,7 +13,7 @@ backend instance it was meant for. The listeners' side of that runs in
 Channel 0 carries collectives: one connection per pair that talks, opened by
 whichever rank of the pair first needs it (``collective_link``: a schedule talks
 to O(log n) peers, so a rank holds O(log n) links, not n - 1), with the pair's
-shared-memory paths agreed in its opening (``_links_wire``). Channel 1 carries
+shared-memory paths agreed in its opening (``wire/_link_facts``). Channel 1 carries
 point-to-point messages: rank ``i`` sends to ``j`` only on the connection ``i``
 opened (one ordered stream per direction), opened on first use.
 """
@@ -28,11 +28,11 @@ import socket
 import threading
 import time
 
-from ....runtime import DistNetworkError, DistTimeoutError
-from ....runtime import _net
+from .....runtime import DistNetworkError, DistTimeoutError
+from .....runtime import _net
 from . import _frame as F
-from . import _losses
-from . import _links_wire
+from ..failure import _losses
+from . import _link_facts
 from ._accept import HANDSHAKE_S, HELLO, HELLO_MAGIC, Acceptor
 
 __all__ = ["Mesh", "host_identity", "COLL", "P2P_CH"]
@@ -147,12 +147,12 @@ class Mesh:
         #: peers with a collective link (dialled or accepted); peers this rank dials now
         self._linked: set = set()
         self._dialing: set = set()
-        #: ``_links_wire``: allocate this rank's ring to a peer (-> bool), and whether this
+        #: ``wire/_link_facts``: allocate this rank's ring to a peer (-> bool), and whether this
         #: rank reads same-host peers' memory and offers its own (CMA, ``auto`` mode only)
         self.ring_for = ring_for
         self.cma_mode = extra.get("transport") == "auto" and extra.get("cma") is not None
-        self._offers: dict[int, int] = {}  # peer -> flags this rank sent or answered (``_links_wire``)
-        self._reads: dict[int, bool] = {}  # peer -> this rank reads its memory (``_links_wire``)
+        self._offers: dict[int, int] = {}  # peer -> flags this rank sent or answered (``wire/_link_facts``)
+        self._reads: dict[int, bool] = {}  # peer -> this rank reads its memory (``wire/_link_facts``)
         self._reads_lock = threading.Lock()
         self._p2p_out: dict[int, socket.socket] = {}
         self._p2p_lock = threading.Lock()
@@ -362,7 +362,7 @@ class Mesh:
         # the collective channel: the dialer's offer follows the hello; answer it
         try:
             sock.settimeout(HANDSHAKE_S)
-            offer = _links_wire.recv_exact(sock, _links_wire.OFFER.size)
+            offer = _link_facts.recv_exact(sock, _link_facts.OFFER.size)
         except OSError as err:
             log.debug("collective link from rank %d: no offer (%s)", self.granks[rank], err)
             sock.close()
@@ -373,14 +373,14 @@ class Mesh:
                 self._linked.add(rank)
         if refuse:  # this rank's own dial is (or was) the pair's link
             try:
-                sock.sendall(_links_wire.REFUSE)
+                sock.sendall(_link_facts.REFUSE)
             except OSError:
                 pass
             sock.close()
             return
-        facts = _links_wire.answer(self, rank, offer)
+        facts = _link_facts.answer(self, rank, offer)
         try:
-            sock.sendall(_links_wire.reply(facts))
+            sock.sendall(_link_facts.reply(facts))
             if self._abandoned is not None:  # this rank's collective channel is broken
                 self._tell_abandoned(sock)
             sock.settimeout(None)
@@ -409,7 +409,7 @@ class Mesh:
 
     def collective_link(self, peer: int, deadline: float):
         """This rank's collective connection to ``peer``, opened now if it is not yet:
-        ``(socket, facts)`` where ``facts`` (``_links_wire.Facts``) says which shared-memory
+        ``(socket, facts)`` where ``facts`` (``_link_facts.Facts``) says which shared-memory
         paths both ends agreed on. Either side may dial when it first needs the link; if
         both dial at once, the higher rank's dial is the link (its acceptor refuses the
         lower rank's, which then takes the higher rank's from its own acceptor), so no
@@ -445,20 +445,20 @@ class Mesh:
     def _dial_collective(self, peer: int, deadline: float):
         """Dial ``peer``'s collective channel with this rank's offer; ``(None, None)`` when
         it refused (its own dial to this rank is the pair's link)."""
-        offer = _links_wire.offer(self, peer)  # before connecting: the peer's acceptor waits for it
+        offer = _link_facts.offer(self, peer)  # before connecting: the peer's acceptor waits for it
         sock = self._connect(peer, COLL, deadline)
         gpeer, host = self.granks[peer], self.host_of(peer)
         try:
             sock.sendall(offer)
             sock.settimeout(max(0.1, deadline - time.monotonic()))
-            raw = _links_wire.recv_exact(sock, _links_wire.REPLY.size)
+            raw = _link_facts.recv_exact(sock, _link_facts.REPLY.size)
             sock.settimeout(None)
         except OSError as err:
             sock.close()
             self.check_dead(peer)
             raise DistNetworkError(f"group {self.group_name!r}: connecting to rank {gpeer} ({host}) failed: {err}",
                                    rank=gpeer, host=host) from None
-        facts = _links_wire.facts(self, peer, raw)
+        facts = _link_facts.facts(self, peer, raw)
         if facts is None:
             sock.close()
             return None, None

@@ -34,8 +34,8 @@ import os
 import platform
 import threading
 
-from ....runtime import _shmfiles
-from ._shm import SHM_DIR, _job_of
+from .....runtime import _shmfiles
+from ._segment import SHM_DIR, _job_of
 
 __all__ = ["available", "capacity_from_env", "path_for", "RingFile", "Ring", "MAX_SLEEP_S", "RING_ENV"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from ....runtime import Work
-from ._engine_stall import grace_s
+from .failure._engine_stall import grace_s
 
 __all__ = ["PendingDescriptions"]
 

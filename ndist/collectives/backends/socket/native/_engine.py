@@ -2,7 +2,7 @@
 
 When every rank of a group is on this host (and none forced ``NDIST_TRANSPORT=tcp``),
 the socket backend runs its collectives on the compiled engine (``_cnative``, source in
-``_native/cnative.c``): one call into C per collective, the GIL released while it
+``native/cnative.c``): one call into C per collective, the GIL released while it
 copies, reduces and waits. Each rank owns one file in ``/dev/shm``
 (``<shm prefix>-nat``: a control block and two slots) that every peer maps; the C
 source describes the protocol. Point-to-point traffic, and groups that span hosts,
@@ -25,11 +25,11 @@ import weakref
 
 import numpy as np
 
-from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
-from ....runtime import _shmfiles
-from . import _frame as F
-from ._reduce import _ERRVAR, _IGNORE, _UFUNC, finalize
-from ._shm import SHM_DIR, _job_of
+from .....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+from .....runtime import _shmfiles
+from ..wire import _frame as F
+from ..schedules._reduce import _ERRVAR, _IGNORE, _UFUNC, finalize
+from ..wire._segment import SHM_DIR, _job_of
 
 __all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "cma_min_bytes", "engine_mode", "module_for", "slot_bytes", "NativeFile", "NativeAlgorithms",
            "attach"]

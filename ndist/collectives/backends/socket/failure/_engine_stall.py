@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import logging
 
-from ....runtime import DistTimeoutError
-from . import _frame as F
+from .....runtime import DistTimeoutError
+from ..wire import _frame as F
 
 __all__ = ["StallHandling", "grace_s"]
 

@@ -5,7 +5,7 @@ a peer missing there is linked when a step first names it (``Conns.__missing__``
 or with ``open_links`` where an op must have several before its first frame (every
 peer of a direct exchange, a schedule round's peers, the pairs of an all_to_all that
 must agree on their paths). ``opener`` (``Mesh.collective_link``) opens the socket and
-says what the pair agreed (``_links_wire.Facts``); ``on_link`` (``_links.attach``)
+says what the pair agreed (``wire/_link_facts.Facts``); ``on_link`` (``_links.attach``)
 wires the rings and CMA. A peer known dead fails the opening at once, naming it: the
 group is then broken, as after a lost connection (``_engine_loss``).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from ....runtime import DistNetworkError
+from .....runtime import DistNetworkError
 
 __all__ = ["Conns", "LinkHandling"]
 

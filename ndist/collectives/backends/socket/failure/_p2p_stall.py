@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ....runtime import DistTimeoutError
-from . import _frame as F
+from .....runtime import DistTimeoutError
+from ..wire import _frame as F
 from ._engine_stall import grace_s
 
 __all__ = ["P2PStalls"]

@@ -11,10 +11,10 @@ import logging
 import threading
 import time
 
-from ....runtime import DistNetworkError
-from . import _frame as F
-from ._p2p_stream import Stream as _Stream
-from ._p2p_stream import send_ctl as _send_ctl
+from .....runtime import DistNetworkError
+from ..wire import _frame as F
+from ..p2p._stream import Stream as _Stream
+from ..p2p._stream import send_ctl as _send_ctl
 
 __all__ = ["P2PLosses"]
 

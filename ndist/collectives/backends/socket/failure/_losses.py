@@ -69,7 +69,7 @@ def _is_self(ident) -> bool:
 
 def _own() -> tuple:
     if not _self:
-        from ._tcp import host_identity, pid_namespace  # (lazily: _tcp imports this module)
+        from ..wire._tcp import host_identity, pid_namespace  # (lazily: _tcp imports this module)
 
         _self.extend((host_identity(), pid_namespace()))
     return tuple(_self)

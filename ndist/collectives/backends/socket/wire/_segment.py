@@ -19,8 +19,8 @@ import weakref
 
 import numpy as np
 
-from ....runtime import _shmfiles
-from ....runtime._shmfiles import SHM_DIR, job_prefix, sweep_dead, unlink_prefix
+from .....runtime import _shmfiles
+from .....runtime._shmfiles import SHM_DIR, job_prefix, sweep_dead, unlink_prefix
 
 __all__ = ["SHM_DIR", "job_prefix", "OwnSegment", "PeerSegments", "unlink_prefix", "sweep_dead"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._reduce_op import ReduceOp
+from ...._reduce_op import ReduceOp
 
 __all__ = ["reduce_ordered", "finalize"]
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ....runtime import DistTimeoutError
+from .....runtime import DistTimeoutError
 from . import _losses
 from ._engine_stall import grace_s
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 import os
 
-from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
-from . import _frame as F
+from .....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
+from ..wire import _frame as F
 
 __all__ = ["LossHandling", "abort_reader"]
 
