@@ -112,12 +112,11 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
             except OSError as err:  # e.g. /dev/shm full: the Python engine runs everything
                 log.warning("no native engine (%s); collectives run on the Python engine", err)
         self._native: _native.NativeAlgorithms | None = None
-        self._seq = 0
         self._eng: Engine | None = None
         self._alg: Algorithms | None = None
         self._closed = False
+        #: runs the collectives in issue order, and numbers them (``Executor.number`` / ``claim``)
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
-        self._seq_lock = self._exec._lock  # (numbering and the executor's state under one lock: ``_inline``)
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
                         self._granks, self._record_loss)
@@ -296,14 +295,14 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         ``NativeAlgorithms.lane_*`` method; four arguments rather than ``*args``, which
         cost ~1.3k instructions more per call) on this thread, with no closure, Work or
         executor job, and return True; else False (the op then goes through
-        ``_submit``). Numbered under the executor's lock (``_seq_lock`` is that lock),
-        described, and failing with the typed errors, as ``_submit``'s job does."""
+        ``_submit``). Numbered by the executor (``Executor.claim``), described, and failing
+        with the typed errors, as ``_submit``'s job does."""
+        if self._closed:
+            return False
         ex = self._exec
-        with ex._lock:
-            if ex._busy or ex._queue or ex._closed or self._closed:
-                return False
-            ex._busy = True
-            self._seq = seq = self._seq + 1
+        seq = ex.claim()
+        if not seq:
+            return False
         try:
             if nat.broken is not None:  # as the Python engine: the first failure, again
                 raise nat.broken
@@ -318,9 +317,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         return True
 
     def _submit(self, name: str, arr, count: int, root, body, blocking: bool, outputs=None, redop=None) -> Work:
-        with self._seq_lock:
-            self._seq += 1
-            seq = self._seq
+        seq = self._exec.number()
         dcode = F.dtype_code(arr.dtype) if arr is not None else 0
         root_v = -1 if root is None else root
 
@@ -385,11 +382,10 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
     # ------------------------------------------------------------ reductions
     # The thin lane (``_inline``): a blocking op on the native engine with nothing running
     # or queued runs here, on the caller's thread, with no closure, Work or executor job;
-    # numbered, described and failing as through ``_submit``. The record is read by index
-    # (a NamedTuple's attributes are descriptors): out 3, inp 4, out_splits 7,
-    # in_splits 8, root 9, redop 10, scale 11.
+    # numbered, described and failing as through ``_submit``. The record's fields are
+    # read by name (a few ns each more than by index: docs/architecture.md, "Call").
     def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
-        buf, op, scale = call[3], call[10], call[11]
+        buf, op, scale = call.out, call.redop, call.scale
         if self.size == 1:
             finalize(buf, op, scale, 1)
             return _trivial("all_reduce", blocking, [buf])
@@ -412,7 +408,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         return self._reduce_scatter(call.out, call.inputs, call.redop, call.scale, blocking)
 
     def reduce_scatter_from(self, call: Call, *, blocking: bool = False) -> Work:
-        out, inp, splits, op, scale = call[3], call[4], call[8], call[10], call[11]
+        out, inp, splits, op, scale = call.out, call.inp, call.in_splits, call.redop, call.scale
         nat = self._native
         # the lane passes even splits as the one buffer (the C engine cuts it: no views)
         if blocking and nat is not None and self._eng is not None and self._inline(
@@ -435,7 +431,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
 
     # ------------------------------------------------------------ movement
     def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
-        buf, src = call[3], call[9]
+        buf, src = call.out, call.root
         if self.size == 1:
             return _trivial("broadcast", blocking, [buf])
         nat = self._native
@@ -449,7 +445,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         return self._all_gather(call.outputs, call.inp, blocking)
 
     def all_gather_into(self, call: Call, *, blocking: bool = False) -> Work:
-        out, inp, splits = call[3], call[4], call[7]
+        out, inp, splits = call.out, call.inp, call.out_splits
         nat = self._native
         if blocking and nat is not None and self._eng is not None and self._inline(
                 nat, nat.lane_all_gather, out if splits is None else split_views(out, splits, self.size), inp):
@@ -479,7 +475,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         return self._all_to_all(call.outputs, call.inputs, blocking)
 
     def all_to_all_single(self, call: Call, *, blocking: bool = False) -> Work:
-        n, out, inp, osplits, isplits = self.size, call[3], call[4], call[7], call[8]
+        n, out, inp, osplits, isplits = self.size, call.out, call.inp, call.out_splits, call.in_splits
         nat = self._native
         # the lane hands C the two buffers, and the split sizes when there are any (C cuts them)
         if blocking and nat is not None and self._eng is not None and self._inline(
@@ -531,7 +527,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         self._closed = True
         self._p2p.flush()  # what this rank sent is read before its connections close
         ex = self._exec
-        if self._eng is not None and not ex._busy and not ex._queue:
+        if self._eng is not None and ex.idle():
             # a peer may not have mapped our segment yet for the last op
             self._eng.drain_acks(min(self._timeout, 10.0))
         conns = []

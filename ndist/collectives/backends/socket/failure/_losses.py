@@ -25,6 +25,8 @@ import os
 import threading
 import weakref
 
+from ..wire._identity import host_identity, pid_namespace
+
 __all__ = ["remember", "host_of", "record_lost", "dead_reason", "pid_gone", "watch", "tell_groups", "groups_of"]
 
 _lock = threading.Lock()
@@ -69,8 +71,6 @@ def _is_self(ident) -> bool:
 
 def _own() -> tuple:
     if not _self:
-        from ..wire._tcp import host_identity, pid_namespace  # (lazily: _tcp imports this module)
-
         _self.extend((host_identity(), pid_namespace()))
     return tuple(_self)
 

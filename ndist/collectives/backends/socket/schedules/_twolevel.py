@@ -42,12 +42,13 @@ algorithm), idle rounds where a rank has nothing to do.
 
 from __future__ import annotations
 
-from . import _schedule as S
+from . import _flat as S
 
 __all__ = ["topology", "OPS", "two_level"]
 
 #: the ops that have a two-level schedule
-OPS = S.TWO_LEVEL_OPS
+#: the ops that have a two-level schedule
+OPS = ("all_reduce", "broadcast", "barrier", "all_gather")
 
 
 def topology(hostids) -> tuple:

@@ -33,9 +33,10 @@ from .....runtime import _net
 from . import _frame as F
 from ..failure import _losses
 from . import _link_facts
+from ._identity import host_identity, pid_namespace
 from ._accept import HANDSHAKE_S, HELLO, HELLO_MAGIC, Acceptor
 
-__all__ = ["Mesh", "host_identity", "COLL", "P2P_CH"]
+__all__ = ["Mesh", "COLL", "P2P_CH"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -44,32 +45,6 @@ COLL, P2P_CH = 0, 1
 _DEAD_CHECK_S = 0.25
 _HELLO, _HELLO_MAGIC = HELLO, HELLO_MAGIC
 _SOCKBUF = 4 << 20
-
-
-def host_identity() -> str:
-    """hostname + boot id + network namespace: equal exactly when two processes share
-    a kernel (so /dev/shm) and a loopback interface (so 127.0.0.1 reaches the peer).
-    Ranks in different network namespaces of one machine (containers, ``ip netns``)
-    count as different hosts."""
-    boot = ""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        pass
-    try:
-        netns = os.readlink("/proc/self/ns/net")
-    except OSError:
-        netns = ""
-    return f"{socket.gethostname()}/{boot}/{netns}"
-
-
-def pid_namespace() -> str:
-    """This process's pid namespace (two pids compare only within one)."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
 
 
 def _tune(sock: socket.socket) -> None:
