@@ -29,14 +29,14 @@ from .wire import _ring
 from .wire._segment import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
 from .wire._tcp import Mesh
 
-__all__ = ["SocketBackend", "TRANSPORT_ENV", "SHM_MIN"]
+__all__ = ["SocketBackend", "TRANSPORT_ENV", "SEGMENT_MIN"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
 TRANSPORT_ENV = "NDIST_TRANSPORT"
-#: payloads to a same-host peer at least this large go through shared memory
+#: payloads to a same-host peer at least this large go through this rank's shared-memory segment
 #: (``NDIST_TRANSPORT=shm``: every non-empty payload).
-SHM_MIN = 32 << 10
+SEGMENT_MIN = 32 << 10
 _instances = itertools.count()
 
 
@@ -86,7 +86,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         #: collective and point-to-point sides were told (e.g. to fail the native group)
         self._loss_hooks: list = []
         self._mode = _transport_mode(ctx.options)
-        self._links = Links(1 if self._mode == "shm" else SHM_MIN)
+        self._links = Links(1 if self._mode == "shm" else SEGMENT_MIN)
         secret = _net.job_secret()
         self._prefix = f"{job_prefix(secret, ctx.group_name)}-r{ctx.rank}-p{os.getpid()}-i{next(_instances)}"
         self._seg = OwnSegment(self._prefix)
