@@ -16,6 +16,7 @@ from ..._backend import DONE, Call, CollectiveBackend, split_views
 from .wire import _cma
 from .wire import _frame as F
 from .failure import _losses
+from .failure._group import GroupFailure
 from .native import _engine as _native
 from .failure import _stalls
 from .engine._algorithms import CHUNK, Algorithms
@@ -79,12 +80,9 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         granks = tuple(ctx.global_ranks or ())
         self._granks = granks if len(granks) == ctx.size else tuple(range(ctx.size))
         self._gindex = {g: i for i, g in enumerate(self._granks)}
-        #: the first loss of a member recorded (``_record_loss``): (global rank, host, message)
-        self._loss: tuple | None = None
-        self._loss_lock = threading.Lock()
-        #: called with (global rank, host, message) on the first loss recorded, after the
-        #: collective and point-to-point sides were told (e.g. to fail the native group)
-        self._loss_hooks: list = []
+        #: the group's failure state: the members lost, the first loss, who is told
+        #: (``failure/_group``); every part of the backend reports a loss to ``record``
+        self._failure = GroupFailure(self._tell_sides, self._tell_groups)
         self._mode = _transport_mode(ctx.options)
         self._links = Links(1 if self._mode == "shm" else SEGMENT_MIN)
         secret = _net.job_secret()
@@ -119,7 +117,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
-                        self._granks, self._record_loss)
+                        self._granks, self._failure.record)
         self._p2p.on_stalled = lambda ranks, final=False: self._stalled(ranks, True, final)  # (its own collectives too)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
@@ -137,8 +135,8 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         """Set the group up on its first collective: the group-wide paths (``Links``), the
         engine (its collective links open as each is first needed) and the algorithms."""
         if self._eng is None:
-            if self._loss is not None:  # a member was lost before the group connected
-                rank, host, message = self._loss
+            if self._failure.first is not None:  # a member was lost before the group connected
+                rank, host, message = self._failure.first
                 raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {rank} ({host}) is lost; {message}",
                                        rank=rank, host=host)
             peers = [p for p in range(self.size) if p != self.rank]
@@ -151,15 +149,15 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                          self._seg, spin, self._granks, opener=self._open_link,
                          on_link=lambda conn, facts: attach(self._links, eng, conn, facts, self._mesh, self.rank,
                                                             self.size, self._rings, self.ctx.group_name))
-            eng.on_loss = self._record_loss
+            eng.on_loss = self._failure.record
             eng.on_stalled = self._stalled
             self._alg = Algorithms(eng, self._seg, self._links, self.rank, self.size)
             self._attach_native(peers)
             self._eng = eng
             if self._native is not None and self._native.broken is not None:
                 raise self._native.broken
-            if self._loss is not None:  # recorded while connecting
-                eng.notify_lost(*self._loss)
+            if self._failure.first is not None:  # recorded while connecting
+                eng.notify_lost(*self._failure.first)
         return self._eng
 
     def _open_link(self, peer: int, deadline: float):
@@ -177,28 +175,16 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                 raise
             raise exc from None
 
-    def _record_loss(self, rank: int, host, message: str) -> None:
-        """Record that global rank ``rank`` (on ``host``) of this group is lost: its
-        process died, or its connection failed without a goodbye. ``message`` says how
-        this rank learned it (``lost connection to rank 2 (host) during ...``,
-        ``rank 0 (host) reported: ...``).
-
-        The one place every part of this backend reports a loss to, from any thread:
-        the collective engine (a lost connection, or a ``lost`` notice from a peer) and
-        the point-to-point side (a stream that ended without a bye, or a notice). The
-        first loss is told to each side that does not know it yet, and each side then
-        tells its own peers (ABORT ``lost``) and fails what waits, now and later: a
-        survivor waiting on a live survivor fails at once, naming the dead rank. Then
-        ``_loss_hooks`` run, and the other groups of this process that have ``rank`` as
-        a member are told the same way (a survivor that stopped after a loss in one group
-        may be awaited in another). The process-wide record (``_losses``) lets a group
-        built later fail at once instead of waiting for the dead member."""
-        with self._loss_lock:
-            if self._loss is not None or self._closed:  # (closing: peers end their streams too)
-                return
-            self._loss = (rank, host, message)
+    def _tell_sides(self, rank: int, host, message: str) -> None:
+        """``GroupFailure``'s first step on the group's first loss (global rank ``rank`` on
+        ``host``): the process-wide record (``_losses``: a group built later fails at once
+        instead of waiting for the dead member), then each side of this backend that does
+        not know it yet (the mesh for links not taken yet or dialled later, the collective
+        engine, the point-to-point side); each tells its own peers (ABORT ``lost``) and
+        fails what waits, now and later: a survivor waiting on a live survivor fails at
+        once, naming the dead rank."""
         peer = self._gindex.get(rank)
-        info = self._mesh._peers.get(peer) if peer is not None else None
+        info = self._mesh.peer_info(peer) if peer is not None else None
         _losses.record_lost(self._mesh.job, rank, info, message)
         body = F.pack_abort("lost", message, rank, host)  # links not taken yet, or dialled later
         head = F.pack(F.ABORT, 0, 0, 0, 0, F.group_hash(self.ctx.group_name), 0, 0, -1, 0, len(body))
@@ -210,11 +196,11 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
             # does it from the op that is waiting (woken by notify_lost) or the next one
             self._exec.run_inline(eng.take_external)
         self._p2p.record_lost(rank, host, message)  # (nothing new to the side that found it)
-        for hook in list(self._loss_hooks):
-            try:
-                hook(rank, host, message)
-            except Exception as err:  # noqa: BLE001 - the loss is recorded; a hook must not hide it
-                log.debug("a loss hook failed: %s", err)
+
+    def _tell_groups(self, rank: int, host, message: str) -> None:
+        """``GroupFailure``'s last step: the other groups of this process that have global
+        rank ``rank`` as a member record its loss too (a survivor that stopped after a loss
+        in one group may be awaited in another)."""
         if not message.startswith("in group "):
             message = f"in group {self.ctx.group_name!r}: {message}"
         _losses.tell_groups(self._job, rank, host, message, self)
@@ -246,7 +232,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                                    f"collective on the group: {how}", rank=g, host=host) from None
         self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size,
                                                             self.ctx.group_name, wait_warning_from_env(), self._granks)
-        self._loss_hooks.append(self._native_loss)
+        self._failure.hooks.append(self._native_loss)
         self._native.on_stalled = self._stalled
         # every rank has mapped every file before any rank may finish an op and unlink its own
         self._mesh.connecting = [self._granks[p] for p in peers]  # (what a wait meanwhile names)
@@ -282,7 +268,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                 nat.broken = exc
             if err.args[0] in ("dead", "failed") and isinstance(exc, DistNetworkError) and exc.rank is not None:
                 # the point-to-point side and this process's other groups learn it too
-                self._record_loss(exc.rank, exc.host, str(exc).split(": ", 1)[-1])
+                self._failure.record(exc.rank, exc.host, str(exc).split(": ", 1)[-1])
             return exc
         if nat.g.broken and nat.broken is None:
             nat.broken = err if isinstance(err, DistError) else DistBackendError(
@@ -361,7 +347,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         return self._exec.submit(work, job, blocking)
 
     def _native_loss(self, rank: int, host: str, message: str) -> None:
-        """A ``_loss_hooks`` entry: a member is lost (``_record_loss``), learnt outside the
+        """A ``GroupFailure.hooks`` entry: a member is lost, learnt outside the
         native engine (e.g. by the point-to-point side): same-host ranks waiting in the
         native engine, here or on another rank, raise naming ``rank`` at once, and later
         collectives raise the same error."""
@@ -525,6 +511,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         if self._closed:
             return
         self._closed = True
+        self._failure.closed = True  # (closing: peers end their streams too)
         self._p2p.flush()  # what this rank sent is read before its connections close
         ex = self._exec
         if self._eng is not None and ex.idle():

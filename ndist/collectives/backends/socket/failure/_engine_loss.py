@@ -3,7 +3,7 @@
 A rank that loses a peer's connection during an op tells every other peer at
 once (ABORT of kind ``lost``): the group is broken, and a survivor may be
 waiting on this rank rather than on the dead one. A loss another part of the
-backend learned of (its point-to-point side; ``SocketBackend._record_loss``)
+backend learned of (its point-to-point side; ``GroupFailure.record``)
 reaches the engine through ``notify_lost``: from any thread, it wakes the op
 waiting in ``poll`` (a pipe the loop watches), which fails naming the dead
 rank and tells the peers; an idle engine tells them at once
@@ -30,7 +30,7 @@ class LossHandling:
 
     def _init_losses(self) -> None:
         #: called (on the engine's thread) with each loss this engine finds out first:
-        #: ``on_loss(global_rank, host, message)`` (the backend's ``_record_loss``)
+        #: ``on_loss(global_rank, host, message)`` (the backend's ``GroupFailure.record``)
         self.on_loss = None
         self.acking = False  # ``finish`` flushes its ACKs: a closed reader is not reported lost
         #: a loss another part of the backend learned of (``notify_lost``), taken up by

@@ -1,6 +1,6 @@
 """What this process knows of its job's dead processes, across its groups.
 
-A socket backend that records the loss of a peer (``SocketBackend._record_loss``)
+A socket backend that records the loss of a peer (``GroupFailure.record``, ``_group``)
 also notes it here, by the peer's process identity (host id, pid namespace, pid,
 from the address it published), and every backend notes the identity of the
 peers it connected to, by the job and global rank. A group built later (a
@@ -34,7 +34,7 @@ _lock = threading.Lock()
 _ident: dict[tuple[str, int], tuple[str, str, int]] = {}
 #: (job, global rank) -> its host name (for messages)
 _hostname: dict[tuple[str, int], str] = {}
-#: the socket backends of this process (each has ``_job``, ``_gindex``, ``_record_loss``)
+#: the socket backends of this process (each has ``_job``, ``_gindex``, ``_failure``)
 _groups: "weakref.WeakSet" = weakref.WeakSet()
 #: process identity -> what recorded its loss
 _lost: dict[tuple[str, str, int], str] = {}
@@ -138,7 +138,7 @@ def tell_groups(job: str, grank: int, host, message: str, source) -> None:
         groups = [b for b in _groups if b is not source and b._job == job and grank in b._gindex
                   and b._granks[b.rank] == me]
     for b in groups:
-        b._record_loss(grank, host, message)
+        b._failure.record(grank, host, message)
 
 
 def groups_of(source) -> list:

@@ -90,7 +90,7 @@ class P2P(P2PLosses, P2PStalls):
         self.granks = tuple(granks) if granks is not None else tuple(range(size))
         self._gindex = {g: i for i, g in enumerate(self.granks)}
         #: ``on_loss(global_rank, host, message)``: a loss this side found out first (the
-        #: backend's ``_record_loss``, which tells the collective side)
+        #: backend's ``GroupFailure.record``, which tells the collective side)
         self.on_loss = on_loss
         #: ``on_stalled(global ranks)``: a receive passed its deadline waiting on them (the
         #: backend's ``_stalled``: every group of the process tells its peers)

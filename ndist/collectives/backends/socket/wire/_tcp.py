@@ -167,6 +167,10 @@ class Mesh:
         store.set(f"sock/peer/{rank}", json.dumps(self.info))
 
     # ------------------------------------------------------------ peers
+    def peer_info(self, rank: int) -> dict | None:
+        """What ``rank`` published, if this rank has read it already (None: not yet)."""
+        return self._peers.get(rank)
+
     def peer(self, rank: int) -> dict:
         info = self._peers.get(rank)
         if info is None:
