@@ -23,6 +23,7 @@ from .engine._algorithms import CHUNK, Algorithms
 from ._pending import PendingDescriptions
 from .wire._links import Links, attach, setup
 from .engine._engine import Engine, OpInfo, wait_warning_from_env
+from ._engines import NATIVE, PYTHON, CollectiveEngine, select
 from ._executor import Executor
 from .p2p._p2p import P2P
 from .schedules._reduce import finalize
@@ -111,7 +112,9 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                 log.warning("no native engine (%s); collectives run on the Python engine", err)
         self._native: _native.NativeAlgorithms | None = None
         self._eng: Engine | None = None
-        self._alg: Algorithms | None = None
+        #: the engine the collectives run on (``_engines.select``: ``Algorithms`` over the
+        #: Python engine, or ``NativeAlgorithms``, which is then ``_native`` too)
+        self._alg: CollectiveEngine | None = None
         self._closed = False
         #: runs the collectives in issue order, and numbers them (``Executor.number`` / ``claim``)
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
@@ -212,12 +215,12 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         _stalls.tell(self, ranks, engine, final)
 
     def _attach_native(self, peers) -> None:
-        """Every rank on this host with the same native slots: collectives go native. Every
-        rank decides from the same published facts, so all decide alike."""
+        """Run the group's collectives on the native engine when ``_engines.select`` says so
+        (every rank on this host, with the same native slots), mapping every peer's file."""
         if self._nfile is None:
             return
         infos = {p: self._mesh.peer(p) for p in peers}
-        if not all(self._links.same_host.get(p) and infos[p].get("native") == self._nfile.slot for p in peers):
+        if select(self._nfile.slot, peers, self._links.same_host, infos) != NATIVE:
             return
         try:
             group = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
@@ -252,7 +255,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         (decided at the first collective; before it, the engine it will use)."""
         if self._eng is None:
             return "native" if self._nfile is not None and self.size > 1 else "python"
-        return "native" if self._native is not None else "python"
+        return NATIVE if self._native is not None else PYTHON
 
     def _native_failure(self, nat, err: BaseException) -> BaseException:
         """What an op on the native engine raises for ``err``: a ``_cnative.Error`` turns
