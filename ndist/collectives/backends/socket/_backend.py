@@ -20,7 +20,7 @@ from .failure._group import GroupFailure
 from .native import _engine as _native
 from .failure import _stalls
 from .engine._algorithms import CHUNK, Algorithms
-from ._pending import PendingDescriptions
+from ._pending import Pending
 from .wire._links import Links, attach, setup
 from .engine._engine import Engine, OpInfo, wait_warning_from_env
 from ._engines import NATIVE, PYTHON, CollectiveEngine, select
@@ -60,7 +60,7 @@ def _u8(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
-class SocketBackend(PendingDescriptions, CollectiveBackend):
+class SocketBackend(CollectiveBackend):
     """Gloo-style backend: TCP links opened as collectives need them (not a full mesh),
     shared-memory payloads between ranks on one host.
 
@@ -130,6 +130,8 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                           on_p2p=self._p2p.incoming, granks=self._granks, job=job_prefix(secret),
                           ring_for=self._rings.reserve if self._rings is not None else None)
         self._job = self._mesh.job
+        #: what a Work of this group waits on (``Work.pending``, for its timeout's message)
+        self._pending = Pending(self._exec, self._mesh, self._timeout)
         self._mesh.explain_wait = lambda granks: _stalls.explain_wait(self, granks)
         _losses.watch(self)
 
@@ -152,15 +154,15 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                          self._seg, spin, self._granks, opener=self._open_link,
                          on_link=lambda conn, facts: attach(self._links, eng, conn, facts, self._mesh, self.rank,
                                                             self.size, self._rings, self.ctx.group_name))
-            eng.on_loss = self._failure.record
-            eng.on_stalled = self._stalled
+            eng.losses.on_loss = self._failure.record
+            eng.stalls.on_stalled = self._stalled
             self._alg = Algorithms(eng, self._seg, self._links, self.rank, self.size)
             self._attach_native(peers)
-            self._eng = eng
+            self._eng = self._pending.eng = eng
             if self._native is not None and self._native.broken is not None:
                 raise self._native.broken
             if self._failure.first is not None:  # recorded while connecting
-                eng.notify_lost(*self._failure.first)
+                eng.losses.notify_lost(*self._failure.first)
         return self._eng
 
     def _open_link(self, peer: int, deadline: float):
@@ -194,10 +196,10 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         self._mesh.abandon(head + body, (rank, host, message))
         eng = self._eng
         if eng is not None:
-            eng.notify_lost(rank, host, message)  # (nothing new to an engine that found it itself)
+            eng.losses.notify_lost(rank, host, message)  # (nothing new to an engine that found it itself)
             # an idle engine tells its collective peers now, on this thread; a busy one
             # does it from the op that is waiting (woken by notify_lost) or the next one
-            self._exec.run_inline(eng.take_external)
+            self._exec.run_inline(eng.losses.take_external)
         self._p2p.record_lost(rank, host, message)  # (nothing new to the side that found it)
 
     def _tell_groups(self, rank: int, host, message: str) -> None:
@@ -233,8 +235,9 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                 "it closed the group (destroy_process_group or exit)")
             raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {g} ({host}) left before this rank's first "
                                    f"collective on the group: {how}", rank=g, host=host) from None
-        self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size,
-                                                            self.ctx.group_name, wait_warning_from_env(), self._granks)
+        nat = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size, self.ctx.group_name,
+                                       wait_warning_from_env(), self._granks)
+        self._native = self._alg = self._pending.native = nat
         self._failure.hooks.append(self._native_loss)
         self._native.on_stalled = self._stalled
         # every rank has mapped every file before any rank may finish an op and unlink its own
@@ -346,7 +349,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         if blocking and self._exec.run_inline(job):
             return DONE
         work = Work(name, seq, outputs)
-        work.pending = self._pending(work)
+        work.pending = self._pending.describe(work)
         return self._exec.submit(work, job, blocking)
 
     def _native_loss(self, rank: int, host: str, message: str) -> None:

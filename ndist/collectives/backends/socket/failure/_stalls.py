@@ -58,7 +58,7 @@ def _tell_group(b, ranks, engine: bool, final: bool) -> None:
     if engine and eng is not None:
         # (run_inline: only when no op runs or is queued there; then on this thread)
         b._exec.run_inline(lambda: nat.tell_stalled(ranks, final) if nat is not None else
-                           eng.tell_stalled_idle(ranks, b._exec.seq + 1, final))
+                           eng.stalls.tell_stalled_idle(ranks, b._exec.seq + 1, final))
 
 
 def set_up_failed(b, err, peer: int):
