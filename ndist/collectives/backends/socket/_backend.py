@@ -121,7 +121,7 @@ class SocketBackend(CollectiveBackend):
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
                         self._granks, self._failure.record)
-        self._p2p.on_stalled = lambda ranks, final=False: self._stalled(ranks, True, final)  # (its own collectives too)
+        self._p2p.stalls.on_stalled = lambda ranks, final=False: self._stalled(ranks, True, final)  # (its own collectives too)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
@@ -200,7 +200,7 @@ class SocketBackend(CollectiveBackend):
             # an idle engine tells its collective peers now, on this thread; a busy one
             # does it from the op that is waiting (woken by notify_lost) or the next one
             self._exec.run_inline(eng.losses.take_external)
-        self._p2p.record_lost(rank, host, message)  # (nothing new to the side that found it)
+        self._p2p.losses.record_lost(rank, host, message)  # (nothing new to the side that found it)
 
     def _tell_groups(self, rank: int, host, message: str) -> None:
         """``GroupFailure``'s last step: the other groups of this process that have global
@@ -499,7 +499,7 @@ class SocketBackend(CollectiveBackend):
             work.fail(DistNetworkError(f"{self!r} is closed", rank=self._granks[dst]))
             return work
         # (a blocking send waits too when it is queued behind another send)
-        work.pending = lambda: self._p2p.pending_send(dst, tag, work, self._p2p_exec.current)
+        work.pending = lambda: self._p2p.stalls.pending_send(dst, tag, work, self._p2p_exec.current)
         return self._p2p_exec.submit(work, lambda: self._p2p.send(buf, dst, tag), blocking)
 
     def recv(self, call: Call, *, blocking: bool = False) -> Work:
@@ -508,7 +508,7 @@ class SocketBackend(CollectiveBackend):
         if self._closed:
             work.fail(DistNetworkError(f"{self!r} is closed", rank=None if src is None else self._granks[src]))
             return work
-        work.pending = lambda: self._p2p.pending_recv(src, call.tag, work)
+        work.pending = lambda: self._p2p.stalls.pending_recv(src, call.tag, work)
         self._p2p.post(call.out, call.root, call.tag, work)
         return work
 

@@ -53,7 +53,7 @@ def tell(source, ranks, engine: bool = True, final: bool = False) -> None:
 def _tell_group(b, ranks, engine: bool, final: bool) -> None:
     """Group ``b`` (a SocketBackend) tells its point-to-point peers, and its collective
     peers when its collectives are idle (``engine``), that this process waits on ``ranks``."""
-    b._p2p.tell_stalled(ranks, final)
+    b._p2p.stalls.tell_stalled(ranks, final)
     eng, nat = b._eng, b._native
     if engine and eng is not None:
         # (run_inline: only when no op runs or is queued there; then on this thread)
@@ -106,7 +106,7 @@ def root_of(source, grank: int) -> list:
     for b in _losses.groups_of(source):
         peer = b._gindex.get(grank)
         if peer is not None:
-            root = b._p2p.notice_of(peer)
+            root = b._p2p.stalls.notice_of(peer)
             if root:
                 return root
     return []
