@@ -33,7 +33,7 @@ import numpy as np
 from ..wire import _frame as F
 from ._engine import Expect
 from ..schedules._reduce import finalize, reduce_ordered
-from ..schedules._schedule import choose, spans_hosts
+from ..schedules._flat import choose, spans_hosts
 from ..schedules._run import Scheduled
 
 __all__ = ["Algorithms", "DIRECT_MAX", "ALGO_ENV", "algo_mode"]

@@ -53,7 +53,7 @@ from typing import NamedTuple
 __all__ = [
     "COPY", "REDUCE", "REDUCE_REV", "BUF", "INP", "TMP", "OUTS", "INS", "OUT", "IN",
     "Send", "Recv", "Copy", "Round", "Schedule", "schedule", "choose", "ALGOS", "SMALL_MAX", "A2A_BRUCK_MAX",
-    "DIRECT_MAX_RANKS", "subtree",
+    "DIRECT_MAX_RANKS", "subtree", "TWO_LEVEL", "TWO_LEVEL_OPS", "spans_hosts",
 ]
 
 COPY, REDUCE, REDUCE_REV = 0, 1, 2
@@ -493,11 +493,36 @@ def schedule(op: str, algo: str, item: int, sizes: tuple, n: int, rank: int, roo
     raise ValueError(f"algo: expected one of {ALGOS.get(op)} for {op!r}, got {algo!r}")
 
 
-def choose(op: str, nbytes: int, n: int, count: int = 0, force: str = "auto", even: bool = False) -> str | None:
-    """The flat algorithm for ``op`` (``_schedule.choose``, which also picks the two-level
-    ones, says what the arguments are); ``None`` keeps the direct one-step exchange."""
+#: the algorithm name of every two-level schedule (``_twolevel.py``) and its ops
+TWO_LEVEL = "two_level"
+TWO_LEVEL_OPS = ("all_reduce", "broadcast", "barrier", "all_gather")
+
+
+def spans_hosts(topo) -> bool:
+    """More than one host, and at least one host with more than one rank (with one
+    rank per host, two levels are the flat algorithm): ``choose``'s test."""
+    nh = max(topo) + 1 if topo else 0
+    return 1 < nh < len(topo)
+
+
+def choose(op: str, nbytes: int, n: int, count: int = 0, force: str = "auto", topo=None,
+           even: bool = False) -> str | None:
+    """The algorithm for ``op`` moving ``nbytes`` (all_reduce: the buffer; ``count``
+    its elements; all_to_all: one block) in a group of ``n``: ``None`` keeps the
+    direct one-step exchange. Depends only on its arguments, so every rank chooses
+    alike: ``even`` (all_to_all) says that every block of every rank is ``nbytes``,
+    which only the even form (``all_to_all_single`` without split sizes) promises;
+    a rank of any other all_to_all knows its own sizes only, and stays pairwise. ``force``:
+    ``direct`` / ``sched`` / ``flat`` / ``auto`` (``NDIST_ALGO``). ``topo`` (the
+    host index of every rank): a group on more than one host, with some host
+    holding several ranks, runs ``two_level`` for the ops that have it (not with
+    ``direct`` or ``flat``: ``flat`` is ``auto`` as if every rank were on one host).
+    (Here, beside the flat algorithms, so that ``_twolevel`` can choose its leaders'
+    algorithm without importing ``_schedule``; one call on every op's path.)"""
     if force == "direct" or n <= 1:
         return None
+    if force != "flat" and topo is not None and op in TWO_LEVEL_OPS and spans_hosts(topo):
+        return TWO_LEVEL
     if force != "sched" and n <= DIRECT_MAX_RANKS:
         return None
     if op == "all_reduce":

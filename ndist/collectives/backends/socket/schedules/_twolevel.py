@@ -47,8 +47,7 @@ from . import _flat as S
 __all__ = ["topology", "OPS", "two_level"]
 
 #: the ops that have a two-level schedule
-#: the ops that have a two-level schedule
-OPS = ("all_reduce", "broadcast", "barrier", "all_gather")
+OPS = S.TWO_LEVEL_OPS
 
 
 def topology(hostids) -> tuple:
