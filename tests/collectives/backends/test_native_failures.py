@@ -41,7 +41,7 @@ def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_ran
         for t in threads:
             t.start()
         time.sleep(0.5)  # all three asleep in C
-        backends[2]._failure.record(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
+        backends[2].failure.record(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
         for t in threads:
             t.join(60)
         for r in (0, 1, 2):

@@ -79,11 +79,11 @@ class SocketBackend(CollectiveBackend):
         self._timeout = ctx.timeout.total_seconds()
         #: global rank of each group rank: every message and ``.rank`` names global ranks
         granks = tuple(ctx.global_ranks or ())
-        self._granks = granks if len(granks) == ctx.size else tuple(range(ctx.size))
-        self._gindex = {g: i for i, g in enumerate(self._granks)}
+        self.granks = granks if len(granks) == ctx.size else tuple(range(ctx.size))
+        self.gindex = {g: i for i, g in enumerate(self.granks)}
         #: the group's failure state: the members lost, the first loss, who is told
         #: (``failure/_group``); every part of the backend reports a loss to ``record``
-        self._failure = GroupFailure(self._tell_sides, self._tell_groups)
+        self.failure = GroupFailure(self._tell_sides, self._tell_groups)
         self._mode = _transport_mode(ctx.options)
         self._links = Links(1 if self._mode == "shm" else SEGMENT_MIN)
         secret = _net.job_secret()
@@ -120,19 +120,19 @@ class SocketBackend(CollectiveBackend):
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
-                        self._granks, self._failure.record)
+                        self.granks, self.failure.record)
         self._p2p.stalls.on_stalled = lambda ranks, final=False: self._stalled(ranks, True, final)  # (its own collectives too)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
                            "ring": self._rings.capacity if self._rings is not None else 0,
                            "native": self._nfile.slot if self._nfile is not None else 0},
-                          on_p2p=self._p2p.incoming, granks=self._granks, job=job_prefix(secret),
+                          on_p2p=self._p2p.incoming, granks=self.granks, job=job_prefix(secret),
                           ring_for=self._rings.reserve if self._rings is not None else None)
-        self._job = self._mesh.job
+        self.job = self._mesh.job
         #: what a Work of this group waits on (``Work.pending``, for its timeout's message)
         self._pending = Pending(self._exec, self._mesh, self._timeout)
-        self._mesh.explain_wait = lambda granks: _stalls.explain_wait(self, granks)
+        self._mesh.explain_wait = lambda granks: _stalls.explain_wait(self, granks, self._timeout)
         _losses.watch(self)
 
     # ------------------------------------------------------------ plumbing
@@ -140,8 +140,8 @@ class SocketBackend(CollectiveBackend):
         """Set the group up on its first collective: the group-wide paths (``Links``), the
         engine (its collective links open as each is first needed) and the algorithms."""
         if self._eng is None:
-            if self._failure.first is not None:  # a member was lost before the group connected
-                rank, host, message = self._failure.first
+            if self.failure.first is not None:  # a member was lost before the group connected
+                rank, host, message = self.failure.first
                 raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {rank} ({host}) is lost; {message}",
                                        rank=rank, host=host)
             peers = [p for p in range(self.size) if p != self.rank]
@@ -151,18 +151,18 @@ class SocketBackend(CollectiveBackend):
             spin = self.size <= (os.cpu_count() or 1)
             # no link opens here: each opens on its first use (``Engine.open``)
             eng = Engine(self.rank, self.size, self.ctx.group_name, {}, hosts, prefixes, self._peer_segs,
-                         self._seg, spin, self._granks, opener=self._open_link,
+                         self._seg, spin, self.granks, opener=self._open_link,
                          on_link=lambda conn, facts: attach(self._links, eng, conn, facts, self._mesh, self.rank,
                                                             self.size, self._rings, self.ctx.group_name))
-            eng.losses.on_loss = self._failure.record
+            eng.losses.on_loss = self.failure.record
             eng.stalls.on_stalled = self._stalled
             self._alg = Algorithms(eng, self._seg, self._links, self.rank, self.size)
             self._attach_native(peers)
             self._eng = self._pending.eng = eng
             if self._native is not None and self._native.broken is not None:
                 raise self._native.broken
-            if self._failure.first is not None:  # recorded while connecting
-                eng.losses.notify_lost(*self._failure.first)
+            if self.failure.first is not None:  # recorded while connecting
+                eng.losses.notify_lost(*self.failure.first)
         return self._eng
 
     def _open_link(self, peer: int, deadline: float):
@@ -172,13 +172,28 @@ class SocketBackend(CollectiveBackend):
             return self._mesh.collective_link(peer, deadline)
         except (DistNetworkError, DistTimeoutError) as err:
             if isinstance(err, DistNetworkError):
-                err.dead = err.rank in self._gindex and self._mesh.is_dead(self._gindex[err.rank])
+                err.dead = err.rank in self.gindex and self._mesh.is_dead(self.gindex[err.rank])
                 if err.dead:
                     raise
-            exc = _stalls.set_up_failed(self, err, peer)  # a timeout, or a stopped peer: the groups are told
+            exc = self._set_up_failed(err, peer)  # a timeout, or a stopped peer: the groups are told
             if exc is err:
                 raise
             raise exc from None
+
+    def _set_up_failed(self, err, peer: int):
+        """The error for a failure of this group's collective link to group rank ``peer``,
+        after telling the process's groups when it is a timeout: the peer never dialled in
+        time (a DistTimeoutError), or it accepted and never answered the handshake (a
+        stopped rank: a DistNetworkError before, as if it were lost)."""
+        if isinstance(err, DistTimeoutError):
+            self._stalled([self.granks[peer]], True, True)
+            return err
+        gpeer = self.gindex.get(err.rank)
+        if gpeer is None or not _stalls.timed_out(err) or self._mesh.is_dead(gpeer):
+            return err
+        self._stalled([err.rank], True, True)
+        return DistTimeoutError(f"group {self.ctx.group_name!r}: rank {self.granks[self.rank]}: connecting timed out; "
+                                f"ranks not heard from: [{err.rank}] ({err})")
 
     def _tell_sides(self, rank: int, host, message: str) -> None:
         """``GroupFailure``'s first step on the group's first loss (global rank ``rank`` on
@@ -188,7 +203,7 @@ class SocketBackend(CollectiveBackend):
         engine, the point-to-point side); each tells its own peers (ABORT ``lost``) and
         fails what waits, now and later: a survivor waiting on a live survivor fails at
         once, naming the dead rank."""
-        peer = self._gindex.get(rank)
+        peer = self.gindex.get(rank)
         info = self._mesh.peer_info(peer) if peer is not None else None
         _losses.record_lost(self._mesh.job, rank, info, message)
         body = F.pack_abort("lost", message, rank, host)  # links not taken yet, or dialled later
@@ -208,13 +223,37 @@ class SocketBackend(CollectiveBackend):
         in one group may be awaited in another)."""
         if not message.startswith("in group "):
             message = f"in group {self.ctx.group_name!r}: {message}"
-        _losses.tell_groups(self._job, rank, host, message, self)
+        _losses.tell_groups(self.job, rank, host, message, self)
 
     def _stalled(self, ranks, engine: bool = False, final: bool = False) -> None:
         """A wait of this group passed its deadline on global ``ranks`` (``final``: it raised
         naming them): the other groups of this process and this group's other side tell
         their peers (``_stalls``)."""
         _stalls.tell(self, ranks, engine, final)
+
+    # ------------------------------------------------ what the process's other groups ask
+    # (failure/_losses, failure/_stalls: the groups of one process tell each other)
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def tell_stalled(self, ranks, engine: bool, final: bool) -> None:
+        """This process waits on global ``ranks`` (``final``: it raised naming them): this
+        group tells its point-to-point peers, and its collective peers when its collectives
+        are idle (``engine``)."""
+        self._p2p.stalls.tell_stalled(ranks, final)
+        eng, nat = self._eng, self._native
+        if engine and eng is not None:
+            # (run_inline: only when no op runs or is queued there; then on this thread)
+            self._exec.run_inline(lambda: nat.tell_stalled(ranks, final) if nat is not None else
+                                  eng.stalls.tell_stalled_idle(ranks, self._exec.seq + 1, final))
+
+    def notice_of(self, grank: int) -> list:
+        """The global ranks a timeout notice from global rank ``grank`` names (this rank
+        left out), as this group's point-to-point side heard it; [] when none (or not a
+        member)."""
+        peer = self.gindex.get(grank)
+        return self._p2p.stalls.notice_of(peer) if peer is not None else []
 
     def _attach_native(self, peers) -> None:
         """Run the group's collectives on the native engine when ``_engines.select`` says so
@@ -230,18 +269,18 @@ class SocketBackend(CollectiveBackend):
                                    self.size <= _native.SPIN_RANKS_PER_CORE * (os.cpu_count() or 1))
         except _native.PeerFileGone as gone:  # (its files go when it closes the group or its job sweeps them)
             p = gone.args[0]
-            g, host = self._granks[p], self._mesh.host_of(p)
+            g, host = self.granks[p], self._mesh.host_of(p)
             how = "its process exited" if self._mesh.is_dead(p) else (
                 "it closed the group (destroy_process_group or exit)")
             raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {g} ({host}) left before this rank's first "
                                    f"collective on the group: {how}", rank=g, host=host) from None
         nat = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size, self.ctx.group_name,
-                                       wait_warning_from_env(), self._granks)
+                                       wait_warning_from_env(), self.granks)
         self._native = self._alg = self._pending.native = nat
-        self._failure.hooks.append(self._native_loss)
+        self.failure.hooks.append(self._native_loss)
         self._native.on_stalled = self._stalled
         # every rank has mapped every file before any rank may finish an op and unlink its own
-        self._mesh.connecting = [self._granks[p] for p in peers]  # (what a wait meanwhile names)
+        self._mesh.connecting = [self.granks[p] for p in peers]  # (what a wait meanwhile names)
         try:
             group.barrier()
         except self._native_mod.Error as err:  # (no link was opened before: the first wait on the group)
@@ -274,7 +313,7 @@ class SocketBackend(CollectiveBackend):
                 nat.broken = exc
             if err.args[0] in ("dead", "failed") and isinstance(exc, DistNetworkError) and exc.rank is not None:
                 # the point-to-point side and this process's other groups learn it too
-                self._failure.record(exc.rank, exc.host, str(exc).split(": ", 1)[-1])
+                self.failure.record(exc.rank, exc.host, str(exc).split(": ", 1)[-1])
             return exc
         if nat.g.broken and nat.broken is None:
             nat.broken = err if isinstance(err, DistError) else DistBackendError(
@@ -329,15 +368,15 @@ class SocketBackend(CollectiveBackend):
                         raise
                     raise exc from None
                 return
-            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop), self._granks),
+            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop), self.granks),
                       self._timeout)
             try:
                 body()
                 eng.finish()
             except BaseException as err:
                 eng.fail(err)
-                if isinstance(err, DistNetworkError) and self._gindex.get(err.rank) in self._links.same_host:
-                    self._peer_died(self._gindex[err.rank])
+                if isinstance(err, DistNetworkError) and self.gindex.get(err.rank) in self._links.same_host:
+                    self._peer_died(self.gindex[err.rank])
                 raise
 
         if self._closed:
@@ -496,7 +535,7 @@ class SocketBackend(CollectiveBackend):
         buf, dst, tag = call.out, call.root, call.tag
         work = Work("send", -1, [])
         if self._closed:
-            work.fail(DistNetworkError(f"{self!r} is closed", rank=self._granks[dst]))
+            work.fail(DistNetworkError(f"{self!r} is closed", rank=self.granks[dst]))
             return work
         # (a blocking send waits too when it is queued behind another send)
         work.pending = lambda: self._p2p.stalls.pending_send(dst, tag, work, self._p2p_exec.current)
@@ -506,7 +545,7 @@ class SocketBackend(CollectiveBackend):
         work = Work("recv", -1, None)
         src = call.root
         if self._closed:
-            work.fail(DistNetworkError(f"{self!r} is closed", rank=None if src is None else self._granks[src]))
+            work.fail(DistNetworkError(f"{self!r} is closed", rank=None if src is None else self.granks[src]))
             return work
         work.pending = lambda: self._p2p.stalls.pending_recv(src, call.tag, work)
         self._p2p.post(call.out, call.root, call.tag, work)
@@ -517,7 +556,7 @@ class SocketBackend(CollectiveBackend):
         if self._closed:
             return
         self._closed = True
-        self._failure.closed = True  # (closing: peers end their streams too)
+        self.failure.closed = True  # (closing: peers end their streams too)
         self._p2p.flush()  # what this rank sent is read before its connections close
         ex = self._exec
         if self._eng is not None and ex.idle():
