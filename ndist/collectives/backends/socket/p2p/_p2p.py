@@ -278,7 +278,7 @@ class P2P:
                     return
                 mesh = self.mesh()
                 try:
-                    sock = mesh._connect(peer, P2P_CH, min(end, now + 1.0))
+                    sock = mesh.connect(peer, P2P_CH, min(end, now + 1.0))
                 except DistTimeoutError as e:  # the peer never published its address
                     # lost only when it is known dead; a live one that never published (stopped
                     # before its group's set-up, say) is named by the receive's own timeout
@@ -291,8 +291,7 @@ class P2P:
                         self.losses.unreachable(peer, e)
                         return
                     continue
-                with mesh._p2p_lock:  # our sends to it may use it too (one ordered stream)
-                    mesh._p2p_out.setdefault(peer, sock)
+                mesh.keep_p2p(peer, sock)  # our sends to it may use it too (one ordered stream)
                 self._watch(peer, sock, True)
                 return
         finally:

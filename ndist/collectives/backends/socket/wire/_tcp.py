@@ -257,7 +257,7 @@ class Mesh:
         return self.peer(rank)["hostid"] == self.hostid
 
     # ------------------------------------------------------------ connect
-    def _connect(self, peer: int, channel: int, deadline: float) -> socket.socket:
+    def connect(self, peer: int, channel: int, deadline: float) -> socket.socket:
         info = self.peer(peer)
         sock = None
         if info["hostid"] == self.hostid and info.get("unix") and self._ulistener is not None:
@@ -425,7 +425,7 @@ class Mesh:
         """Dial ``peer``'s collective channel with this rank's offer; ``(None, None)`` when
         it refused (its own dial to this rank is the pair's link)."""
         offer = _link_facts.offer(self, peer)  # before connecting: the peer's acceptor waits for it
-        sock = self._connect(peer, COLL, deadline)
+        sock = self.connect(peer, COLL, deadline)
         gpeer, host = self.granks[peer], self.host_of(peer)
         try:
             sock.sendall(offer)
@@ -481,6 +481,12 @@ class Mesh:
         for s in socks:
             self._tell_abandoned(s)
 
+    def keep_p2p(self, peer: int, sock: socket.socket) -> None:
+        """``sock`` (dialled to ``peer`` on the point-to-point channel, to watch it) becomes
+        this rank's stream to ``peer`` unless it has one already: sends use it too."""
+        with self._p2p_lock:
+            self._p2p_out.setdefault(peer, sock)
+
     def p2p_socket(self, peer: int, deadline: float) -> socket.socket:
         """This rank's outgoing point-to-point connection to ``peer``."""
         with self._p2p_lock:
@@ -490,7 +496,7 @@ class Mesh:
                     raise DistNetworkError(f"backend closed; cannot reach rank {self.granks[peer]}",
                                            rank=self.granks[peer],
                                            host=self.host_of(peer))
-                sock = self._connect(peer, P2P_CH, deadline)
+                sock = self.connect(peer, P2P_CH, deadline)
                 self._p2p_out[peer] = sock
             return sock
 
