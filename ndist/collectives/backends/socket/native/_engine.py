@@ -28,8 +28,8 @@ import numpy as np
 from .....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
 from .....runtime import _shmfiles
 from ..wire import _frame as F
-from ..schedules._reduce import _ERRVAR, _IGNORE, _UFUNC, finalize
-from ..wire._segment import SHM_DIR, _job_of
+from ..schedules._reduce import ERRVAR, IGNORE_ERRORS, UFUNC, finalize
+from ..wire._segment import SHM_DIR, job_of
 
 __all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "cma_min_bytes", "engine_mode", "module_for", "slot_bytes", "NativeFile", "NativeAlgorithms",
            "attach"]
@@ -188,7 +188,7 @@ class NativeFile:
         self.path = os.path.join(SHM_DIR, prefix + "-nat")
         nbytes = _file_bytes(size, slot)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        _shmfiles.track(self.path, _job_of(prefix))
+        _shmfiles.track(self.path, job_of(prefix))
         try:
             os.posix_fallocate(fd, 0, nbytes)  # a full /dev/shm fails here, not with SIGBUS later
             self.mm = mmap.mmap(fd, nbytes)
@@ -242,16 +242,16 @@ def _u8(a: np.ndarray) -> np.ndarray:
 
 def _fallback(op, dtype):
     """NumPy's ufunc for a (dtype, op) without a C kernel (float8, longdouble, ...)."""
-    f = _UFUNC[op]
+    f = UFUNC[op]
 
     def reduce(d, a, b):
         out = np.frombuffer(d, dtype)
-        token = _ERRVAR.set(_IGNORE) if _ERRVAR is not None else None
+        token = ERRVAR.set(IGNORE_ERRORS) if ERRVAR is not None else None
         try:
             f(np.frombuffer(a, dtype), np.frombuffer(b, dtype), out=out)
         finally:
             if token is not None:
-                _ERRVAR.reset(token)
+                ERRVAR.reset(token)
     return reduce
 
 

@@ -35,7 +35,7 @@ import platform
 import threading
 
 from .....runtime import _shmfiles
-from ._segment import SHM_DIR, _job_of
+from ._segment import SHM_DIR, job_of
 
 __all__ = ["available", "capacity_from_env", "path_for", "RingFile", "Ring", "MAX_SLEEP_S", "RING_ENV",
            "OLD_RING_ENV"]
@@ -192,7 +192,7 @@ class RingFile:
         fd = os.open(path, flags, 0o600)
         self._mm = None
         if create:  # unlinked at exit / on SIGTERM if close() does not come first
-            _shmfiles.track(path, _job_of(os.path.basename(path)))
+            _shmfiles.track(path, job_of(os.path.basename(path)))
         try:
             if create:
                 # sparse: each ring is allocated when its link opens (``reserve``)

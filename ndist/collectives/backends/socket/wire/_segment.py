@@ -22,7 +22,7 @@ import numpy as np
 from .....runtime import _shmfiles
 from .....runtime._shmfiles import SHM_DIR, job_prefix, sweep_dead, unlink_prefix
 
-__all__ = ["SHM_DIR", "job_prefix", "OwnSegment", "PeerSegments", "unlink_prefix", "sweep_dead"]
+__all__ = ["SHM_DIR", "job_prefix", "job_of", "OwnSegment", "PeerSegments", "unlink_prefix", "sweep_dead"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -42,7 +42,7 @@ def _unlink(names: list) -> None:
     names.clear()
 
 
-def _job_of(prefix: str) -> str:
+def job_of(prefix: str) -> str:
     """``ndist-<job>`` of a segment prefix ``ndist-<job>-<group>-r...``."""
     return "-".join(prefix.split("-")[:2])
 
@@ -58,7 +58,7 @@ class OwnSegment:
         self.prefix = prefix
         # every backend's start, whatever its transport: segments and rings of this
         # job whose owner is dead (a SIGKILLed rank, an earlier attempt) go now
-        n = sweep_dead(_job_of(prefix))
+        n = sweep_dead(job_of(prefix))
         if n:
             log.info("unlinked %d shared-memory file(s) left by dead processes of this job", n)
         self.gen = 0
@@ -85,7 +85,7 @@ class OwnSegment:
         path = os.path.join(SHM_DIR, name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         self._names.append(name)
-        _shmfiles.track(path, _job_of(self.prefix))
+        _shmfiles.track(path, job_of(self.prefix))
         try:
             os.ftruncate(fd, size)
             self._mm = mmap.mmap(fd, size)
