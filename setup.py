@@ -1,12 +1,12 @@
 """Build of ndist's compiled extensions: the native same-host engine
-(``ndist/collectives/backends/socket/_native/cnative.c`` -> ``_cnative``) and the
+(``ndist/collectives/backends/socket/native/cnative.c`` -> ``_cnative``) and the
 repeated call's bookkeeping (``ndist/collectives/_crun.c`` -> ``_crun``).
 
 setuptools' own ``Extension``: no build dependency beyond setuptools and a C compiler,
 nothing new at run time. Both are optional: where they cannot be built (no
 compiler, no Python headers) ``pip install`` still succeeds and ndist runs its Python
 engine, logging one warning at first use that says what to install
-(``ndist/collectives/backends/socket/_native.py``). ``NDIST_BUILD_NATIVE=0`` skips the
+(``ndist/collectives/backends/socket/native/_engine.py``). ``NDIST_BUILD_NATIVE=0`` skips the
 build; ``NDIST_NATIVE_CFLAGS`` adds flags (the sanitizer build in docs/native.md).
 """
 
@@ -47,10 +47,10 @@ def _extensions():
     flags = ["-std=gnu11", "-O3", "-ffp-contract=off", "-fno-strict-aliasing"]
     flags += shlex.split(os.environ.get("NDIST_NATIVE_CFLAGS", ""))
     link = shlex.split(os.environ.get("NDIST_NATIVE_LDFLAGS", ""))
-    return [Extension("ndist.collectives.backends.socket._cnative",
-                      sources=["ndist/collectives/backends/socket/_native/cnative.c"],
-                      depends=["ndist/collectives/backends/socket/_native/kernels.h",
-                               "ndist/collectives/backends/socket/_native/cma.h"],
+    return [Extension("ndist.collectives.backends.socket.native._cnative",
+                      sources=["ndist/collectives/backends/socket/native/cnative.c"],
+                      depends=["ndist/collectives/backends/socket/native/kernels.h",
+                               "ndist/collectives/backends/socket/native/cma.h"],
                       extra_compile_args=flags, extra_link_args=link, optional=True),
             Extension("ndist.collectives._crun", sources=["ndist/collectives/_crun.c"],
                       extra_compile_args=flags, extra_link_args=link, optional=True)]

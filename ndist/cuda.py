@@ -20,8 +20,6 @@ from .tensor._cuda import (
     get_device_name,
     get_device_properties,
     is_available,
-    manual_seed,
-    manual_seed_all,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
@@ -32,6 +30,8 @@ from .tensor._cuda import (
     stream,
     synchronize,
 )
+from .tensor._random import cuda_manual_seed as manual_seed
+from .tensor._random import cuda_manual_seed_all as manual_seed_all
 
 __all__ = [
     "is_available", "device_count", "current_device", "set_device", "device", "device_of",

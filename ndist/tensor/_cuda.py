@@ -38,8 +38,6 @@ __all__ = [
     "reset_peak_memory_stats",
     "empty_cache",
     "mem_get_info",
-    "manual_seed",
-    "manual_seed_all",
 ]
 
 _log = logging.getLogger("ndist.tensor")
@@ -480,18 +478,3 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:  # noqa: A002
     with cp.cuda.Device(_index_of(device)):
         free, total = cp.cuda.runtime.memGetInfo()
     return int(free), int(total)
-
-
-def manual_seed(seed: int) -> None:
-    """Seed the random generator of the current CUDA device."""
-    from ._random import seed_cuda  # noqa: PLC0415 - avoids an import cycle
-
-    seed_cuda(int(seed), current_device())
-
-
-def manual_seed_all(seed: int) -> None:
-    """Seed the random generators of every CUDA device."""
-    from ._random import seed_cuda  # noqa: PLC0415
-
-    for i in range(device_count()):
-        seed_cuda(int(seed), i)

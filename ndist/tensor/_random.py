@@ -8,8 +8,11 @@ from typing import Any
 import numpy as np
 
 from . import _dtype as D
+from ._cuda import current_device, device_count, index_guard, require_cupy
+from ._device import CPU, to_device
 
-__all__ = ["Generator", "default_generator", "manual_seed", "initial_seed", "seed"]
+__all__ = ["Generator", "default_generator", "manual_seed", "initial_seed", "seed", "cuda_manual_seed",
+           "cuda_manual_seed_all"]
 
 
 def _entropy() -> int:
@@ -20,8 +23,6 @@ class Generator:
     """A CPU random generator (``ndist.Generator``), seedable like torch's."""
 
     def __init__(self, device: Any = "cpu") -> None:
-        from ._device import to_device  # noqa: PLC0415
-
         if to_device(device).type != "cpu":
             raise ValueError(f"Generator: device must be 'cpu' (CUDA generators are per device "
                              f"and seeded with ndist.cuda.manual_seed), got {device!r}")
@@ -37,8 +38,6 @@ class Generator:
 
     @property
     def device(self):
-        from ._device import CPU  # noqa: PLC0415
-
         return CPU
 
     def manual_seed(self, seed: int) -> "Generator":
@@ -69,8 +68,6 @@ _cuda_seed = [None]
 
 
 def seed_cuda(seed: int, index: int) -> None:
-    from ._cuda import index_guard, require_cupy  # noqa: PLC0415
-
     cp = require_cupy()
     with index_guard(index):
         _cuda_states[index] = cp.random.RandomState(seed)
@@ -123,8 +120,6 @@ def uniform(shape: tuple, dt: D.dtype, dev, generator=None):
         raise TypeError(f"rand: dtype must be floating point or complex, got {dt}")
     real = dt.to_real()
     if dev.type == "cuda":
-        from ._cuda import index_guard  # noqa: PLC0415
-
         with index_guard(dev.index):
             st = _cuda_state(dev.index)
             out = st.random_sample(shape + ((2,) if dt.is_complex else ()), dtype=_real(real))
@@ -145,8 +140,6 @@ def normal(shape: tuple, dt: D.dtype, dev, generator=None):
     real = dt.to_real()
     extra = (2,) if dt.is_complex else ()
     if dev.type == "cuda":
-        from ._cuda import index_guard  # noqa: PLC0415
-
         with index_guard(dev.index):
             out = _cuda_state(dev.index).standard_normal(shape + extra, dtype=_real(real))
             if dt.is_complex:
@@ -163,10 +156,19 @@ def integers(low: int, high: int, shape: tuple, dt: D.dtype, dev, generator=None
     if high <= low:
         raise ValueError(f"randint: expected low < high, got low={low} and high={high}")
     if dev.type == "cuda":
-        from ._cuda import index_guard  # noqa: PLC0415
-
         with index_guard(dev.index):
             out = _cuda_state(dev.index).randint(low, high, size=shape, dtype=np.int64)
             return out.astype(dt.numpy_dtype, copy=False)
     out = _gen(generator).integers(low, high, size=shape, dtype=np.int64)
     return out.astype(dt.numpy_dtype, copy=False)
+
+
+def cuda_manual_seed(seed: int) -> None:
+    """Seed the random generator of the current CUDA device (``ndist.cuda.manual_seed``)."""
+    seed_cuda(int(seed), current_device())
+
+
+def cuda_manual_seed_all(seed: int) -> None:
+    """Seed the random generators of every CUDA device (``ndist.cuda.manual_seed_all``)."""
+    for i in range(device_count()):
+        seed_cuda(int(seed), i)

@@ -11,16 +11,14 @@ first rank's random one; it is as private as torch's store is.
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as tdist
 
-from ..runtime import _net
 from ._group import BACKEND_NAME, ProcessGroupNdist
-from . import _rendezvous
+from . import _rendezvous, _secret
 from ._store import TorchStore
 
 __all__ = ["Options", "create", "register", "ENGINE_ENV", "ENGINES"]
@@ -28,10 +26,8 @@ __all__ = ["Options", "create", "register", "ENGINE_ENV", "ENGINES"]
 #: picks the engine when no ``pg_options`` are given (``socket`` or ``mpi``)
 ENGINE_ENV = "NDIST_TORCH_ENGINE"
 ENGINES = ("socket", "mpi")
-_SECRET_KEY = "ndist/secret"
 
 _lock = threading.Lock()
-_secret: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,23 +59,6 @@ class Options:
         return engine
 
 
-def use_secret(secret: str) -> None:
-    """The secret a rendezvous already agreed on (``ndist://``): proposed first."""
-    global _secret
-    with _lock:
-        _secret = secret
-
-
-def _agree_secret(store: TorchStore) -> None:
-    """Every member proposes its secret; the first one stored wins, on every rank."""
-    global _secret
-    with _lock:
-        mine = os.environ.get(_net.SECRET_ENV) or _secret or secrets.token_hex(16)
-        agreed = store.compare_set(_SECRET_KEY, "", mine).decode()
-        _net.set_job_secret(agreed)
-        _secret = agreed
-
-
 def create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupNdist:
     """torch's creator for backend ``"ndist"`` (``extended_api=True``)."""
     if pg_options is None:
@@ -88,7 +67,7 @@ def create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupNdist:
         raise TypeError(f"pg_options: expected ndist.torch.Options or None, got {type(pg_options).__name__}")
     engine = pg_options.resolved_engine()
     store = TorchStore(dist_opts.store, dist_opts.timeout)
-    _agree_secret(store)
+    _secret.agree(store)
     return ProcessGroupNdist(
         store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout, str(dist_opts.group_id),
         list(dist_opts.global_ranks_in_group), engine, pg_options,

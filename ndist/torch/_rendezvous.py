@@ -25,6 +25,7 @@ from ..runtime import DistError, _env
 from ..runtime import _net
 from ..runtime._rendezvous import join, rendezvous
 from ..runtime.store import PrefixStore, Store
+from . import _secret
 
 __all__ = ["StoreForTorch", "ndist_rendezvous_handler", "SCHEME"]
 
@@ -102,8 +103,6 @@ def _query_int(url: str, name: str) -> int:
 
 def ndist_rendezvous_handler(url: str, timeout: timedelta = timedelta(minutes=30), **kwargs) -> Iterator:
     """torch's handler for ``ndist://``: yields ``(store, rank, world_size)`` once."""
-    from . import _backend
-
     env = _env.detect()
     rdzv = rendezvous("env://", _query_int(url, "rank"), _query_int(url, "world_size"), timeout, env)
     try:
@@ -116,7 +115,7 @@ def ndist_rendezvous_handler(url: str, timeout: timedelta = timedelta(minutes=30
         raise
     secret = _net.job_secret()  # the launcher's, or the one the MPI rendezvous agreed on
     if secret:
-        _backend.use_secret(secret.decode())
+        _secret.use(secret.decode())
     # rank 0 may host the store: keep it up until the peers are done with it (bounded)
     atexit.register(rdzv.close, grace=min(30.0, timeout.total_seconds()))
     store = StoreForTorch(ns, keep=rdzv)

@@ -30,7 +30,7 @@ def _documented() -> dict:
 
 
 def _native_built() -> bool:
-    from ndist.collectives.backends.socket import _native
+    from ndist.collectives.backends.socket.native import _engine as _native
 
     return _native._load() is not None
 

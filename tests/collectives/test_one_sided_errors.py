@@ -52,7 +52,7 @@ def _one_sided(rank, size, retry):
 @pytest.mark.parametrize("engine", ["native", "python"])
 def test_the_same_call_retried_completes_the_peers_call(engine):
     if engine == "native":
-        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     r0, r1 = run_ranks(_one_sided, 2, args=(True,), init=False, timeout=90, env={"NDIST_ENGINE": engine})
     assert r0 == {"out": [0.0, 1.0, 10.0, 11.0], "after": [3.0] * 3}
     assert r1 == {"out": [2.0, 3.0, 12.0, 13.0], "after": [3.0] * 3}
@@ -61,7 +61,7 @@ def test_the_same_call_retried_completes_the_peers_call(engine):
 @pytest.mark.parametrize("engine", ["native", "python"])
 def test_another_op_next_is_a_mismatch_on_both_and_the_group_goes_on(engine):
     if engine == "native":
-        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     r0, r1 = run_ranks(_one_sided, 2, args=(False,), init=False, timeout=90, env={"NDIST_ENGINE": engine})
     for got in (r0, r1):
         assert "rank 0: barrier" in got["error"] and "rank 1: all_to_all float32[4] #1" in got["error"], got

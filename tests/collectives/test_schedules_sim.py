@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from ndist.collectives import ReduceOp
-from ndist.collectives.backends.socket import _schedule as S
-from ndist.collectives.backends.socket._simulate import ScheduleError, simulate
+from ndist.collectives.backends.socket.schedules import _schedule as S
+from ndist.collectives.backends.socket.schedules._simulate import ScheduleError, simulate
 
 NS = (1, 2, 3, 4, 5, 7, 8, 16, 31, 64, 1024)
 POW2 = tuple(n for n in NS if n & (n - 1) == 0)

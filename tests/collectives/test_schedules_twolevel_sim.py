@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from ndist.collectives import ReduceOp
-from ndist.collectives.backends.socket import _schedule as S
-from ndist.collectives.backends.socket._simulate import simulate
-from ndist.collectives.backends.socket._twolevel import topology
+from ndist.collectives.backends.socket.schedules import _schedule as S
+from ndist.collectives.backends.socket.schedules._simulate import simulate
+from ndist.collectives.backends.socket.schedules._twolevel import topology
 
 
 def blocks(*per_host):

@@ -105,7 +105,7 @@ while rank == 0 and time.time() < deadline and not os.path.exists(os.path.join(o
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport,engine", [
     ("tcp", "python"), ("shm", "python"),
-    # the native engine: told through _loss_hooks (and rank 1 sees rank 2's process gone)
+    # the native engine: told through GroupFailure.hooks (and rank 1 sees rank 2's process gone)
     ("auto", "native"),
 ])
 def test_a_collective_fails_at_once_on_a_group_whose_p2p_side_heard_a_member_is_lost(tmp_path, transport, engine):

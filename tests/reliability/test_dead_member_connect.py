@@ -192,7 +192,7 @@ import json, os, signal, sys, time
 from datetime import timedelta
 import numpy as np
 import ndist.distributed as dist
-from ndist.collectives.backends.socket import _cma
+from ndist.collectives.backends.socket.wire import _cma
 
 out = sys.argv[1]
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace

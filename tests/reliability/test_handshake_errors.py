@@ -12,7 +12,7 @@ import time
 import pytest
 
 import ndist.distributed as dist
-from ndist.collectives.backends.socket._tcp import Mesh
+from ndist.collectives.backends.socket.wire._tcp import Mesh
 from ndist.runtime import DistAuthenticationError, DistError, DistNetworkError
 from ndist.runtime import _net
 from ndist.runtime.store import HashStore

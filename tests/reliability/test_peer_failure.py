@@ -222,7 +222,7 @@ _SLOW_ACK_JOB = """
 import json, os, signal, sys, time
 import numpy as np
 import ndist.distributed as dist
-from ndist.collectives.backends.socket import _engine
+from ndist.collectives.backends.socket.engine import _engine
 
 out = sys.argv[1]
 signal.signal(signal.SIGTERM, lambda *a: None)

@@ -69,7 +69,7 @@ def test_every_survivor_of_a_chain_names_the_stopped_rank(tmp_path, transport, e
     """late=1: rank 1 enters 0.15 s late, so rank 0's deadline passes first and it
     waits in its grace for rank 1's notice; late=0: rank 1's notice comes first."""
     if engine == "native":
-        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     res = run_ranks(_chain, 3, args=(str(tmp_path), late), init=False, timeout=90,
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
     for rank in (0, 1):

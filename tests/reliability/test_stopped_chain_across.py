@@ -105,7 +105,7 @@ def test_a_survivor_names_the_stopped_rank_its_peer_waits_on_elsewhere(tmp_path,
     """late=B: B enters 0.15 s late, so A's deadline passes first and A waits in its grace
     for B's notice; late=A: B's notice is there before A's deadline passes."""
     if engine == "native":
-        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     res = run_ranks(_across, 3, args=(str(tmp_path), case, late), init=False, timeout=90,
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
     kind, msg, waited, err_rank = res[B]
@@ -166,7 +166,7 @@ def test_a_group_set_up_with_a_stopped_member_times_out_and_tells(tmp_path, tran
     waits for its dial (kill trial seed 2031). B raises DistTimeoutError naming it, and
     the survivor waiting on B names it too."""
     if engine == "native":
-        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     waiter = 2 if stopped == 0 else 0
     res = run_ranks(_connect_chain, 3, args=(str(tmp_path), stopped, B), init=False, timeout=90,
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
@@ -220,7 +220,7 @@ def _stale_notice(rank, size):
 @pytest.mark.parametrize("transport,engine", [("tcp", "python"), ("auto", "native")])
 def test_a_notice_from_another_group_is_dropped_once_its_rank_goes_on(transport, engine):
     if engine == "native":
-        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     res = run_ranks(_stale_notice, 3, init=False, timeout=90,
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
     assert res[B][0] is not None and not_heard_from(res[B][0]) == [S], res[B]

@@ -74,7 +74,7 @@ _RUNS = [(case, "waiter-first") for case in CASES] + [("groups", "end-first")]
 @pytest.mark.parametrize("case,order", _RUNS, ids=[f"{c}-{o}" for c, o in _RUNS])
 def test_every_survivor_of_a_two_hop_chain_names_the_stopped_rank(tmp_path, case, order, transport, engine):
     if engine == "native":
-        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     res = run_ranks(_two_hops, 4, args=(str(tmp_path), case, ORDERS[order]), init=False, timeout=90,
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
     for rank, via in ((C, None), (B, C), (A, B)):

@@ -66,7 +66,7 @@ _RUNS = [("collective", "waiter-first"), ("send", "waited-first"), ("recv-behind
 def test_a_set_up_waiting_for_a_stuck_members_address_names_the_stopped_rank(tmp_path, how, order, transport,
                                                                               engine):
     if engine == "native":
-        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     res = run_ranks(_set_up_wait, 3, args=(str(tmp_path), how, ORDERS[order]), init=False, timeout=90,
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
     kind, msg, waited, _ = res[B]

@@ -58,7 +58,7 @@ def test_a_wait_of_the_group_timeout_gives_the_op_its_own_outcome(tmp_path, tran
     7315: its message said "running all_gather (#52): done", the running op having failed
     while its description waited for its outcome); it names the running op's error."""
     if engine == "native":
-        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     res = run_ranks(_wait_outcome, 3, args=(str(tmp_path), queued), init=False, timeout=90,
                     env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
     assert res[B][0] == "DistTimeoutError" and not_heard_from(res[B][1]) == [S], res[B]

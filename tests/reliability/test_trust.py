@@ -46,7 +46,7 @@ def _attacks(rank, size, bomb_path):
     import numpy as np
 
     import ndist.distributed as dist
-    from ndist.collectives.backends.socket import _frame as F
+    from ndist.collectives.backends.socket.wire import _frame as F
     from ndist.runtime import _net, resolve_group
 
     records = []

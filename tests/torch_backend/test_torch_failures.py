@@ -23,7 +23,7 @@ from datetime import timedelta
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 import ndist.torch
-from ndist.collectives.backends.socket._shm import job_prefix
+from ndist.collectives.backends.socket.wire._segment import job_prefix
 from ndist.runtime import _net
 
 rank, size, folder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

@@ -17,7 +17,7 @@ def _entry(rank, world_size, fn, backend, path, args, timeout):
     import torch.distributed as dist
 
     import ndist.torch  # noqa: F401 - registers "ndist"
-    from ndist.collectives.backends.socket._shm import job_prefix
+    from ndist.collectives.backends.socket.wire._segment import job_prefix
     from ndist.runtime import _net
 
     torch.set_num_threads(1)

@@ -8,7 +8,7 @@ hundreds under memcheck), never one with a frame of ndist's native engine.
 
 Each suppression keeps the innermost ``--frames`` frames (6) of the generated one, so
 that it matches the same fault reached from another Python call path. A suppression
-whose kept frames name a function of ``_native/*.c`` / ``*.h`` (or the ``_cnative``
+whose kept frames name a function of ``native/*.c`` / ``*.h`` (or the ``_cnative``
 object) is refused: the script exits 1 naming it.
 """
 
@@ -21,7 +21,7 @@ import re
 import sys
 
 NATIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ndist", "collectives", "backends",
-                      "socket", "_native")
+                      "socket", "native")
 
 
 def native_functions() -> set[str]:

@@ -1,4 +1,4 @@
-"""Test helper: the native engine's reduction kernels (``_native/kernels.h``) built
+"""Test helper: the native engine's reduction kernels (``native/kernels.h``) built
 with the C compiler into a temporary folder and called through ctypes.
 
 The kernels are checked on their own, without the extension that will embed them,
@@ -20,7 +20,7 @@ import tempfile
 
 import ndist.collectives.backends.socket as _socket_pkg
 
-HEADER_DIR = pathlib.Path(_socket_pkg.__file__).parent / "_native"
+HEADER_DIR = pathlib.Path(_socket_pkg.__file__).parent / "native"
 CFLAGS = ("-std=c11", "-O3", "-ffp-contract=off", "-fPIC", "-shared", "-Wall", "-Wextra")
 
 _SHIM = """

@@ -21,7 +21,7 @@ import pytest
 
 from ndist.testing import run_ranks
 
-pytest.importorskip("ndist.collectives.backends.socket._cnative")
+pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 
 SLOW = 1.5  # seconds a receiver sleeps before it calls
 

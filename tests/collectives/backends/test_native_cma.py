@@ -14,7 +14,7 @@ import pytest
 
 from ndist.testing import run_ranks
 
-pytest.importorskip("ndist.collectives.backends.socket._cnative")
+pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 
 KIB = 1 << 10
 
@@ -127,7 +127,7 @@ def test_threshold_env_lowers_it():
 
 
 def test_bad_threshold_env_is_a_value_error(monkeypatch):
-    from ndist.collectives.backends.socket import _native
+    from ndist.collectives.backends.socket.native import _engine as _native
 
     monkeypatch.setenv("NDIST_NATIVE_CMA_MIN", "lots")
     with pytest.raises(ValueError, match="NDIST_NATIVE_CMA_MIN.*'lots'"):

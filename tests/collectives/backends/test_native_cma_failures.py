@@ -15,7 +15,7 @@ import pytest
 
 from ndist.testing import run_ranks
 
-pytest.importorskip("ndist.collectives.backends.socket._cnative")
+pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 
 N = 256 * 1024  # float32 values per block: 1 MiB, above the single-copy threshold
 

@@ -35,7 +35,7 @@ def test_the_extension_is_built_where_a_compiler_exists():
     if os.environ.get("NDIST_BUILD_NATIVE", "1") == "0":
         pytest.skip("NDIST_BUILD_NATIVE=0 skipped the build")
     from ndist.collectives import _crun  # noqa: F401 - the assertion is the import
-    from ndist.collectives.backends.socket import _cnative  # noqa: F401
+    from ndist.collectives.backends.socket.native import _cnative  # noqa: F401
 
 
 def _engines(rank, size):
@@ -50,7 +50,7 @@ def _engines(rank, size):
 
 @pytest.mark.parametrize("engine", ["", "auto", "native"], ids=["default", "auto", "native"])
 def test_same_host_groups_run_native_and_say_so(engine):
-    pytest.importorskip("ndist.collectives.backends.socket._cnative")
+    pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     assert run_ranks(_engines, 2, timeout=60, env={"NDIST_ENGINE": engine}) == [("native", "native")] * 2
 
 
@@ -61,7 +61,7 @@ def test_python_engine_when_asked(env):
 
 
 def test_bad_engine_name_is_a_value_error(monkeypatch):
-    from ndist.collectives.backends.socket import _native
+    from ndist.collectives.backends.socket.native import _engine as _native
 
     monkeypatch.setenv("NDIST_ENGINE", "fast")
     with pytest.raises(ValueError, match="NDIST_ENGINE: expected 'auto', 'native' or 'python', got 'fast'"):
@@ -73,7 +73,7 @@ _BLOCK = textwrap.dedent("""
     import sys
     class _NoNative:
         def find_spec(self, name, path=None, target=None):
-            if name in ("ndist.collectives.backends.socket._cnative", "ndist.collectives._crun"):
+            if name in ("ndist.collectives.backends.socket.native._cnative", "ndist.collectives._crun"):
                 raise ImportError("blocked by the test: no compiled extension")
             return None
     sys.meta_path.insert(0, _NoNative())

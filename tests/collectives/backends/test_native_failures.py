@@ -1,5 +1,5 @@
 """The native engine's failure paths that the shared suites do not reach: a loss the
-backend learnt of elsewhere (``SocketBackend._record_loss``, e.g. from the
+backend learnt of elsewhere (``GroupFailure.record``, e.g. from the
 point-to-point side) wakes every same-host waiter at once, naming the lost rank."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ndist.runtime import DistNetworkError
 
 from _socket_threads import make_backends, run_threads
 
-pytest.importorskip("ndist.collectives.backends.socket._cnative")
+pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -41,7 +41,7 @@ def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_ran
         for t in threads:
             t.start()
         time.sleep(0.5)  # all three asleep in C
-        backends[2]._record_loss(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
+        backends[2].failure.record(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
         for t in threads:
             t.join(60)
         for r in (0, 1, 2):

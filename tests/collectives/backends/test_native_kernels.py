@@ -17,7 +17,8 @@ import pytest
 
 from ndist.collectives import _check
 from ndist.collectives._reduce_op import ReduceOp, _PremulSum
-from ndist.collectives.backends.socket import _frame, _reduce
+from ndist.collectives.backends.socket.wire import _frame
+from ndist.collectives.backends.socket.schedules import _reduce
 
 import _kernels_ctypes
 
@@ -71,7 +72,7 @@ def nd_reduce(request):
         yield k.nd_reduce
         k.close()
     else:
-        mod = pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        mod = pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
         yield mod.reduce
 
 

@@ -279,7 +279,7 @@ def test_pipelined_rs_ag_in_many_chunks(transport, n, many_cores, monkeypatch):
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_all_to_all_large_messages_in_pieces(transport, many_cores):
-    from ndist.collectives.backends.socket._algorithms import A2A_CHUNK
+    from ndist.collectives.backends.socket.engine._algorithms import A2A_CHUNK
 
     n = 3
     big = 2 * A2A_CHUNK + 3  # three pieces, uneven
@@ -301,8 +301,8 @@ def test_all_to_all_large_messages_in_pieces(transport, many_cores):
 def test_all_to_all_large_messages_read_from_the_senders_memory(monkeypatch):
     """auto transport: messages >= CMA_MIN are read by the receiver straight from the
     sender's input (process_vm_readv), smaller ones go through shm or inline."""
-    from ndist.collectives.backends.socket import _cma
-    from ndist.collectives.backends.socket._algorithms import CMA_MIN
+    from ndist.collectives.backends.socket.wire import _cma
+    from ndist.collectives.backends.socket.engine._algorithms import CMA_MIN
 
     if not _cma.available():
         pytest.skip("process_vm_readv is not available here")
@@ -343,7 +343,7 @@ def test_a_peer_is_probed_once_when_dialer_and_acceptor_ask_at_once(monkeypatch)
     import time
     from types import SimpleNamespace
 
-    from ndist.collectives.backends.socket import _cma, _links_wire
+    from ndist.collectives.backends.socket.wire import _cma, _link_facts
 
     if not _cma.available():
         pytest.skip("process_vm_readv is not available here")
@@ -360,7 +360,7 @@ def test_a_peer_is_probed_once_when_dialer_and_acceptor_ask_at_once(monkeypatch)
 
     def ask():
         go.wait()
-        got.append(_links_wire._can_read(mesh, 1, os.getpid(), info))
+        got.append(_link_facts._can_read(mesh, 1, os.getpid(), info))
     threads = [threading.Thread(target=ask) for _ in range(2)]
     for t in threads:
         t.start()
@@ -383,7 +383,8 @@ def test_transport_shm_does_not_read_peer_memory():
 def test_large_all_reduce_reads_slices_from_peer_memory(n, many_cores, monkeypatch):
     """auto transport: rs+ag reads peers' slices straight from their buffers, in
     several pipelined chunks; ranks >= 2 reduce into scratch (rank order kept)."""
-    from ndist.collectives.backends.socket import _backend, _cma
+    from ndist.collectives.backends.socket import _backend
+    from ndist.collectives.backends.socket.wire import _cma
 
     if not _cma.available():
         pytest.skip("process_vm_readv is not available here")
@@ -422,8 +423,8 @@ def test_failed_memory_read_fails_the_op_and_the_group_recovers(monkeypatch):
     import errno
     import threading
 
-    from ndist.collectives.backends.socket import _cma
-    from ndist.collectives.backends.socket._algorithms import CMA_MIN
+    from ndist.collectives.backends.socket.wire import _cma
+    from ndist.collectives.backends.socket.engine._algorithms import CMA_MIN
     from ndist.runtime import DistBackendError
 
     if not _cma.available():

@@ -12,7 +12,7 @@ import pytest
 
 from ndist.testing import run_ranks
 
-pytest.importorskip("ndist.collectives.backends.socket._cnative")
+pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 
 SOCKET = "ndist/collectives/backends/socket/"
 

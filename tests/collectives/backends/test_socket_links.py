@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def _schedule_peers(op: str, n: int, rank: int, nbytes: int, count: int) -> set:
-    from ndist.collectives.backends.socket import _schedule as S
+    from ndist.collectives.backends.socket.schedules import _schedule as S
 
     algo = S.choose(op, nbytes, n, count)
     assert algo is not None, f"{op} at n={n} runs the direct exchange"
@@ -83,7 +83,7 @@ def test_a_rank_links_only_the_peers_its_schedules_name(n):
 
 
 def test_a_group_on_the_native_engine_opens_no_collective_link():
-    from ndist.collectives.backends.socket import _native
+    from ndist.collectives.backends.socket.native import _engine as _native
 
     from types import SimpleNamespace
 

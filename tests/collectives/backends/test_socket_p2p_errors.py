@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ndist.collectives import ReduceOp
-from ndist.collectives.backends.socket._native import SLOT
+from ndist.collectives.backends.socket.native._engine import SLOT
 from ndist.runtime import DistMismatchError, DistNetworkError, DistTimeoutError, _shmfiles
 
 from _socket_threads import make_backends, run_group, run_threads

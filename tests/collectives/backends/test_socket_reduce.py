@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ndist.collectives._reduce_op import ReduceOp
-from ndist.collectives.backends.socket import _reduce
+from ndist.collectives.backends.socket.schedules import _reduce
 
 
 @pytest.mark.parametrize("raise_mode", [None, "raise"])

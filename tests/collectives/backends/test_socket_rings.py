@@ -1,8 +1,9 @@
 """Shared-memory rings of the socket backend: the ring itself (two real mappings of
 one /dev/shm file), and collectives over rings: used only between same-host ranks,
-off with NDIST_SHM_RING=0 or the tcp transport, correct when tiny rings wrap and
+off with NDIST_RING=0 or the tcp transport, correct when tiny rings wrap and
 fill, and a reader asleep in poll woken by the writer's doorbell."""
 
+import logging
 import os
 import threading
 import time
@@ -11,7 +12,8 @@ from collections import deque
 import numpy as np
 import pytest
 
-from ndist.collectives.backends.socket import _engine, _ring
+from ndist.collectives.backends.socket.engine import _engine
+from ndist.collectives.backends.socket.wire import _ring
 from ndist.collectives._reduce_op import ReduceOp
 
 from _socket_threads import make_backends, run_group, run_threads
@@ -71,14 +73,33 @@ def test_reader_about_to_sleep_is_told_of_data_and_the_writer_sees_it_asleep(rin
 
 def test_ring_capacity_from_the_environment(monkeypatch):
     monkeypatch.delenv(_ring.RING_ENV, raising=False)
+    monkeypatch.delenv(_ring.OLD_RING_ENV, raising=False)
     assert _ring.capacity_from_env(2) == _ring.capacity_from_env(16) == _ring.DEFAULT_CAPACITY
     assert _ring.capacity_from_env(32) == 128 << 10 and _ring.capacity_from_env(1024) == 64 << 10
     monkeypatch.setenv(_ring.RING_ENV, "0")
     assert _ring.capacity_from_env() == 0
     for bad in ("lots", "100", "-4096"):
         monkeypatch.setenv(_ring.RING_ENV, bad)
-        with pytest.raises(ValueError, match="NDIST_SHM_RING"):
+        with pytest.raises(ValueError, match="NDIST_RING"):
             _ring.capacity_from_env()
+
+
+def test_the_old_ring_variable_still_works_and_is_logged_once(monkeypatch, caplog):
+    """NDIST_SHM_RING (before "ring" was the rings' one word) is read when NDIST_RING is
+    unset, with one deprecation line in the log; NDIST_RING wins over it."""
+    monkeypatch.delenv(_ring.RING_ENV, raising=False)
+    monkeypatch.setenv("NDIST_SHM_RING", "8192")
+    monkeypatch.setattr(_ring, "_told_old", [])
+    with caplog.at_level(logging.WARNING, logger="ndist.collectives.socket"):
+        assert _ring.capacity_from_env() == 8192
+        assert _ring.capacity_from_env() == 8192
+    told = [r for r in caplog.records if "NDIST_SHM_RING is deprecated" in r.getMessage()]
+    assert len(told) == 1 and "NDIST_RING" in told[0].getMessage()
+    monkeypatch.setenv("NDIST_SHM_RING", "lots")
+    with pytest.raises(ValueError, match="NDIST_SHM_RING"):  # the error names the variable that was set
+        _ring.capacity_from_env()
+    monkeypatch.setenv(_ring.RING_ENV, "0")
+    assert _ring.capacity_from_env() == 0
 
 
 @pytest.mark.parametrize("transport, env, used", [("auto", None, True), ("shm", None, True), ("tcp", None, False),

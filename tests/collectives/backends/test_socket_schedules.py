@@ -35,16 +35,16 @@ def _backend():
 def _spy():
     """Record the algorithm of every schedule this rank runs (instrumentation only:
     the real executor still runs)."""
-    from ndist.collectives.backends.socket import _scheduled
+    from ndist.collectives.backends.socket.schedules import _run
 
     seen = []
-    run = _scheduled.Scheduled.run
+    run = _run.Scheduled.run
 
     def recorded(self, sch, *args, **kwargs):
         seen.append(sch.algo)
         return run(self, sch, *args, **kwargs)
 
-    _scheduled.Scheduled.run = recorded
+    _run.Scheduled.run = recorded
     return seen
 
 
@@ -106,7 +106,7 @@ def test_float_all_reduce_is_bit_identical_on_every_rank(n):
 
 def _a2a_algos(rank, world_size):
     import ndist.distributed as dist
-    from ndist.collectives.backends.socket._schedule import A2A_BRUCK_MAX
+    from ndist.collectives.backends.socket.schedules._schedule import A2A_BRUCK_MAX
 
     seen = _spy()
     n, out = world_size, []
@@ -136,7 +136,7 @@ def test_even_small_all_to_all_single_runs_bruck(n):
 
 
 def test_bad_algo_mode_names_the_variable(monkeypatch):
-    from ndist.collectives.backends.socket._algorithms import algo_mode
+    from ndist.collectives.backends.socket.engine._algorithms import algo_mode
 
     monkeypatch.setenv("NDIST_ALGO", "fastest")
     with pytest.raises(ValueError, match="NDIST_ALGO.*'fastest'"):

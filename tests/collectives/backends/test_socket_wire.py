@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ndist.collectives import ReduceOp
-from ndist.collectives.backends.socket import _frame as F
+from ndist.collectives.backends.socket.wire import _frame as F
 from ndist.runtime import _net, _shmfiles
 
 from _socket_threads import make_backends, run_group, run_threads
@@ -98,7 +98,7 @@ def test_transport_env_is_read(monkeypatch):
 @pytest.mark.parametrize("engine", ["python", "native"])
 def test_pending_description_on_user_wait_timeout(engine):
     if engine == "native":
-        pytest.importorskip("ndist.collectives.backends.socket._cnative")
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
     backends = make_backends(2, timeout=30, engine=engine)
     try:
         run_threads(backends, lambda b: b.barrier(blocking=True).wait())
@@ -127,7 +127,7 @@ def test_new_backend_sweeps_segments_of_dead_processes_of_its_job(monkeypatch):
     import multiprocessing as mp
     import os
 
-    from ndist.collectives.backends.socket._shm import job_prefix
+    from ndist.collectives.backends.socket.wire._segment import job_prefix
 
     monkeypatch.setenv("NDIST_SECRET", "sweep-test-" + os.urandom(4).hex())
     p = mp.get_context("spawn").Process(target=int)
@@ -166,7 +166,7 @@ def test_memory_reference_frames_are_checked():
 def test_cma_probe_reads_only_a_matching_token():
     import os
 
-    from ndist.collectives.backends.socket import _cma
+    from ndist.collectives.backends.socket.wire import _cma
 
     if not _cma.available():
         pytest.skip("process_vm_readv is not available here")
@@ -189,7 +189,7 @@ def test_spin_only_when_every_rank_has_a_core_and_yield_always(monkeypatch, core
     core to that peer (4 ranks on 2 cores: 4 KiB all_reduce 280-340 -> 140-230 us)."""
     import os
 
-    from ndist.collectives.backends.socket import _engine
+    from ndist.collectives.backends.socket.engine import _engine
 
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
 

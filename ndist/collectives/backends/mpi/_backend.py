@@ -105,9 +105,9 @@ class MPIBackend(CollectiveBackend):
         # element); for SUM, and per other op value, dtype -> (IN_PLACE, datatype, mpi_op)
         # when MPI reduces the dtype as it is, else None. Their buffer specs give no count
         # where mpi4py derives it from the buffer (as raw mpi4py calls do). Counted with
-        # callgrind (benchmarks/mpi_overhead.py): they read the call record by index (a
-        # NamedTuple's attributes go through a descriptor each, and a 13-field unpack
-        # through an iterator), and call the communicator's methods bound once, loaded
+        # callgrind (benchmarks/mpi_overhead.py): they read the call record's fields by
+        # name (a few ns each more than by index: docs/architecture.md, "Call"), and
+        # call the communicator's methods bound once, loaded
         # as attributes (``f = self._x; f(...)``: a method call on an instance attribute
         # is not specialised by CPython 3.11).
         self._moves = _Plans(lambda dtype: move_type(MPI, dtype))
@@ -182,10 +182,10 @@ class MPIBackend(CollectiveBackend):
 
     def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
         if blocking:
-            buf = call[3]  # out
+            buf = call.out
             if type(buf) is _ndarray:
                 # The synchronous hot path: one MPI call on the caller's buffer.
-                op, dt = call[10], call[2]  # redop, dtype
+                op, dt = call.redop, call.dtype
                 plan = (self._sum if op is _SUM else self._by_op[op._value_])[buf.dtype if dt is None else dt]
                 if plan is not None:
                     allreduce = self._allreduce
@@ -215,10 +215,10 @@ class MPIBackend(CollectiveBackend):
         """One ``MPI_Reduce_scatter_block`` when every chunk has the same size (every
         rank knows every chunk's size: the same choice everywhere), else
         ``MPI_Reduce_scatter``."""
-        out, inp, splits = call[3], call[4], call[8]  # out, inp, in_splits
+        out, inp, splits = call.out, call.inp, call.in_splits
         even = splits is None or len(set(splits)) <= 1
         if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
-            op, dt = call[10], call[2]
+            op, dt = call.redop, call.dtype
             plan = (self._sum if op is _SUM else self._by_op[op._value_])[out.dtype if dt is None else dt]
             if plan is not None:
                 mtype, rsb = plan[1], self._reduce_scatter_block
@@ -242,11 +242,11 @@ class MPIBackend(CollectiveBackend):
 
     # ---------------------------------------------------------- data movement
     def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
-        buf = call[3]  # out
+        buf = call.out
         if blocking and type(buf) is _ndarray:
-            dt, bcast = call[2], self._bcast
+            dt, bcast = call.dtype, self._bcast
             try:  # no count: mpi4py takes the buffer's bytes over the datatype's extent
-                bcast([buf, self._moves[buf.dtype if dt is None else dt][0]], call[9])  # root
+                bcast([buf, self._moves[buf.dtype if dt is None else dt][0]], call.root)
             except Exception as err:  # noqa: BLE001 - delivered through the Work
                 return Work.failed("broadcast", _as_dist_error("broadcast", err))
             return DONE
@@ -260,10 +260,10 @@ class MPIBackend(CollectiveBackend):
     def all_gather_into(self, call: Call, *, blocking: bool = False) -> Work:
         """``MPI_Allgather`` when every rank contributes alike (every rank knows every
         contribution's size: the same choice everywhere), else ``MPI_Allgatherv``."""
-        out, inp, splits = call[3], call[4], call[7]  # out, inp, out_splits
+        out, inp, splits = call.out, call.inp, call.out_splits
         even = splits is None or len(set(splits)) <= 1
         if blocking and even and type(inp) is _ndarray and type(out) is _ndarray:
-            dt, allgather = call[2], self._allgather
+            dt, allgather = call.dtype, self._allgather
             mtype = self._moves[inp.dtype if dt is None else dt][0]
             try:  # no counts: mpi4py's are the send buffer's, and the receive buffer's over the ranks
                 allgather([inp, mtype], [out, mtype])
@@ -316,10 +316,10 @@ class MPIBackend(CollectiveBackend):
     def all_to_all_single(self, call: Call, *, blocking: bool = False) -> Work:
         """``MPI_Alltoall`` without splits (every rank's promise of equal chunks: the
         same choice everywhere), else ``MPI_Alltoallv``."""
-        out, inp, osplits, isplits = call[3], call[4], call[7], call[8]
+        out, inp, osplits, isplits = call.out, call.inp, call.out_splits, call.in_splits
         even = isplits is None and osplits is None
         if blocking and type(inp) is _ndarray and type(out) is _ndarray:
-            dt = call[2]
+            dt = call.dtype
             mtype, unit = self._moves[inp.dtype if dt is None else dt]
             try:
                 if even:  # no counts: mpi4py splits both buffers over the ranks

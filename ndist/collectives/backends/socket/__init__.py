@@ -2,12 +2,12 @@
 
 Registered as ``"socket"`` (and ``"gloo"``); ``NDIST_TRANSPORT=tcp|shm``
 forces one transport between ranks of one host (default: shared memory for
-payloads of at least ``SHM_MIN`` bytes, TCP for the rest).
+payloads of at least ``SEGMENT_MIN`` bytes, TCP for the rest).
 """
 
-from ._backend import SHM_MIN, TRANSPORT_ENV, SocketBackend
+from ._backend import SEGMENT_MIN, TRANSPORT_ENV, SocketBackend
 
-__all__ = ["SocketBackend", "create", "is_available", "SHM_MIN", "TRANSPORT_ENV"]
+__all__ = ["SocketBackend", "create", "is_available", "SEGMENT_MIN", "TRANSPORT_ENV"]
 
 
 def create(ctx):

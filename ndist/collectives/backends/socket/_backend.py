@@ -13,30 +13,32 @@ import numpy as np
 from ....runtime import BackendContext, DistBackendError, DistError, DistNetworkError, DistTimeoutError, Work
 from ....runtime import _net
 from ..._backend import DONE, Call, CollectiveBackend, split_views
-from . import _cma
-from . import _frame as F
-from . import _losses
-from . import _native
-from . import _stalls
-from ._algorithms import CHUNK, Algorithms
-from ._backend_pending import PendingDescriptions
-from ._links import Links, attach, setup
-from ._engine import Engine, OpInfo, wait_warning_from_env
+from .wire import _cma
+from .wire import _frame as F
+from .failure import _losses
+from .failure._group import GroupFailure
+from .native import _engine as _native
+from .failure import _stalls
+from .engine._algorithms import CHUNK, Algorithms
+from ._pending import Pending
+from .wire._links import Links, attach, setup
+from .engine._engine import Engine, OpInfo, wait_warning_from_env
+from ._engines import NATIVE, PYTHON, CollectiveEngine, select
 from ._executor import Executor
-from ._p2p import P2P
-from ._reduce import finalize
-from . import _ring
-from ._shm import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
-from ._tcp import Mesh
+from .p2p._p2p import P2P
+from .schedules._reduce import finalize
+from .wire import _ring
+from .wire._segment import OwnSegment, PeerSegments, job_prefix, sweep_dead, unlink_prefix
+from .wire._tcp import Mesh
 
-__all__ = ["SocketBackend", "TRANSPORT_ENV", "SHM_MIN"]
+__all__ = ["SocketBackend", "TRANSPORT_ENV", "SEGMENT_MIN"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
 TRANSPORT_ENV = "NDIST_TRANSPORT"
-#: payloads to a same-host peer at least this large go through shared memory
+#: payloads to a same-host peer at least this large go through this rank's shared-memory segment
 #: (``NDIST_TRANSPORT=shm``: every non-empty payload).
-SHM_MIN = 32 << 10
+SEGMENT_MIN = 32 << 10
 _instances = itertools.count()
 
 
@@ -58,7 +60,7 @@ def _u8(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
-class SocketBackend(PendingDescriptions, CollectiveBackend):
+class SocketBackend(CollectiveBackend):
     """Gloo-style backend: TCP links opened as collectives need them (not a full mesh),
     shared-memory payloads between ranks on one host.
 
@@ -77,16 +79,13 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         self._timeout = ctx.timeout.total_seconds()
         #: global rank of each group rank: every message and ``.rank`` names global ranks
         granks = tuple(ctx.global_ranks or ())
-        self._granks = granks if len(granks) == ctx.size else tuple(range(ctx.size))
-        self._gindex = {g: i for i, g in enumerate(self._granks)}
-        #: the first loss of a member recorded (``_record_loss``): (global rank, host, message)
-        self._loss: tuple | None = None
-        self._loss_lock = threading.Lock()
-        #: called with (global rank, host, message) on the first loss recorded, after the
-        #: collective and point-to-point sides were told (e.g. to fail the native group)
-        self._loss_hooks: list = []
+        self.granks = granks if len(granks) == ctx.size else tuple(range(ctx.size))
+        self.gindex = {g: i for i, g in enumerate(self.granks)}
+        #: the group's failure state: the members lost, the first loss, who is told
+        #: (``failure/_group``); every part of the backend reports a loss to ``record``
+        self.failure = GroupFailure(self._tell_sides, self._tell_groups)
         self._mode = _transport_mode(ctx.options)
-        self._links = Links(1 if self._mode == "shm" else SHM_MIN)
+        self._links = Links(1 if self._mode == "shm" else SEGMENT_MIN)
         secret = _net.job_secret()
         self._prefix = f"{job_prefix(secret, ctx.group_name)}-r{ctx.rank}-p{os.getpid()}-i{next(_instances)}"
         self._seg = OwnSegment(self._prefix)
@@ -112,26 +111,29 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
             except OSError as err:  # e.g. /dev/shm full: the Python engine runs everything
                 log.warning("no native engine (%s); collectives run on the Python engine", err)
         self._native: _native.NativeAlgorithms | None = None
-        self._seq = 0
         self._eng: Engine | None = None
-        self._alg: Algorithms | None = None
+        #: the engine the collectives run on (``_engines.select``: ``Algorithms`` over the
+        #: Python engine, or ``NativeAlgorithms``, which is then ``_native`` too)
+        self._alg: CollectiveEngine | None = None
         self._closed = False
+        #: runs the collectives in issue order, and numbers them (``Executor.number`` / ``claim``)
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
-        self._seq_lock = self._exec._lock  # (numbering and the executor's state under one lock: ``_inline``)
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
-                        self._granks, self._record_loss)
-        self._p2p.on_stalled = lambda ranks, final=False: self._stalled(ranks, True, final)  # (its own collectives too)
+                        self.granks, self.failure.record)
+        self._p2p.stalls.on_stalled = lambda ranks, final=False: self._stalled(ranks, True, final)  # (its own collectives too)
         self._mesh = Mesh(ctx.store, ctx.rank, ctx.size, ctx.group_name, secret, self._timeout,
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
                            "ring": self._rings.capacity if self._rings is not None else 0,
                            "native": self._nfile.slot if self._nfile is not None else 0},
-                          on_p2p=self._p2p.incoming, granks=self._granks,
+                          on_p2p=self._p2p.incoming, granks=self.granks,
                           job=job_prefix(secret) + ctx.numbering,
                           ring_for=self._rings.reserve if self._rings is not None else None)
-        self._job = self._mesh.job
-        self._mesh.explain_wait = lambda granks: _stalls.explain_wait(self, granks)
+        self.job = self._mesh.job
+        #: what a Work of this group waits on (``Work.pending``, for its timeout's message)
+        self._pending = Pending(self._exec, self._mesh, self._timeout)
+        self._mesh.explain_wait = lambda granks: _stalls.explain_wait(self, granks, self._timeout)
         _losses.watch(self)
 
     # ------------------------------------------------------------ plumbing
@@ -139,8 +141,8 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         """Set the group up on its first collective: the group-wide paths (``Links``), the
         engine (its collective links open as each is first needed) and the algorithms."""
         if self._eng is None:
-            if self._loss is not None:  # a member was lost before the group connected
-                rank, host, message = self._loss
+            if self.failure.first is not None:  # a member was lost before the group connected
+                rank, host, message = self.failure.first
                 raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {rank} ({host}) is lost; {message}",
                                        rank=rank, host=host)
             peers = [p for p in range(self.size) if p != self.rank]
@@ -150,18 +152,18 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
             spin = self.size <= (os.cpu_count() or 1)
             # no link opens here: each opens on its first use (``Engine.open``)
             eng = Engine(self.rank, self.size, self.ctx.group_name, {}, hosts, prefixes, self._peer_segs,
-                         self._seg, spin, self._granks, opener=self._open_link,
+                         self._seg, spin, self.granks, opener=self._open_link,
                          on_link=lambda conn, facts: attach(self._links, eng, conn, facts, self._mesh, self.rank,
                                                             self.size, self._rings, self.ctx.group_name))
-            eng.on_loss = self._record_loss
-            eng.on_stalled = self._stalled
+            eng.losses.on_loss = self.failure.record
+            eng.stalls.on_stalled = self._stalled
             self._alg = Algorithms(eng, self._seg, self._links, self.rank, self.size)
             self._attach_native(peers)
-            self._eng = eng
+            self._eng = self._pending.eng = eng
             if self._native is not None and self._native.broken is not None:
                 raise self._native.broken
-            if self._loss is not None:  # recorded while connecting
-                eng.notify_lost(*self._loss)
+            if self.failure.first is not None:  # recorded while connecting
+                eng.losses.notify_lost(*self.failure.first)
         return self._eng
 
     def _open_link(self, peer: int, deadline: float):
@@ -171,68 +173,72 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
             return self._mesh.collective_link(peer, deadline)
         except (DistNetworkError, DistTimeoutError) as err:
             if isinstance(err, DistNetworkError):
-                err.dead = err.rank in self._gindex and self._mesh.is_dead(self._gindex[err.rank])
+                err.dead = err.rank in self.gindex and self._mesh.is_dead(self.gindex[err.rank])
                 if err.dead:
                     raise
-            exc = _stalls.set_up_failed(self, err, peer)  # a timeout, or a stopped peer: the groups are told
+            exc = self._set_up_failed(err, peer)  # a timeout, or a stopped peer: the groups are told
             if exc is err:
                 raise
             raise exc from None
 
-    def _record_loss(self, rank: int, host, message: str) -> None:
-        """Record that global rank ``rank`` (on ``host``) of this group is lost: its
-        process died, or its connection failed without a goodbye. ``message`` says how
-        this rank learned it (``lost connection to rank 2 (host) during ...``,
-        ``rank 0 (host) reported: ...``).
+    def _set_up_failed(self, err, peer: int):
+        """The error for a failure of this group's collective link to group rank ``peer``,
+        after telling the process's groups when it is a timeout: the peer never dialled in
+        time (a DistTimeoutError), or it accepted and never answered the handshake (a
+        stopped rank: a DistNetworkError before, as if it were lost)."""
+        if isinstance(err, DistTimeoutError):
+            self._stalled([self.granks[peer]], True, True)
+            return err
+        gpeer = self.gindex.get(err.rank)
+        if gpeer is None or not _stalls.timed_out(err) or self._mesh.is_dead(gpeer):
+            return err
+        self._stalled([err.rank], True, True)
+        return DistTimeoutError(f"group {self.ctx.group_name!r}: rank {self.granks[self.rank]}: connecting timed out; "
+                                f"ranks not heard from: [{err.rank}] ({err})")
 
-        The one place every part of this backend reports a loss to, from any thread:
-        the collective engine (a lost connection, or a ``lost`` notice from a peer) and
-        the point-to-point side (a stream that ended without a bye, or a notice). The
-        first loss is told to each side that does not know it yet, and each side then
-        tells its own peers (ABORT ``lost``) and fails what waits, now and later: a
-        survivor waiting on a live survivor fails at once, naming the dead rank. Then
-        ``_loss_hooks`` run, and the other groups of this process that have ``rank`` as
-        a member are told the same way (a survivor that stopped after a loss in one group
-        may be awaited in another). The process-wide record (``_losses``) lets a group
-        built later fail at once instead of waiting for the dead member."""
-        with self._loss_lock:
-            if self._loss is not None or self._closed:  # (closing: peers end their streams too)
-                return
-            self._loss = (rank, host, message)
-        if self.ctx.report_loss is not None:  # the group: every later op fails at once (revoked)
+    def _tell_sides(self, rank: int, host, message: str) -> None:
+        """``GroupFailure``'s first step on the group's first loss (global rank ``rank`` on
+        ``host``): the process-wide record (``_losses``: a group built later fails at once
+        instead of waiting for the dead member), then each side of this backend that does
+        not know it yet (the mesh for links not taken yet or dialled later, the collective
+        engine, the point-to-point side); each tells its own peers (ABORT ``lost``) and
+        fails what waits, now and later: a survivor waiting on a live survivor fails at
+        once, naming the dead rank. The process group learns it first (``report_loss``:
+        every later op on it fails at once, revoked)."""
+        if self.ctx.report_loss is not None:
             self.ctx.report_loss(rank, host, message)
-        peer = self._gindex.get(rank)
-        info = self._mesh._peers.get(peer) if peer is not None else None
+        peer = self.gindex.get(rank)
+        info = self._mesh.peer_info(peer) if peer is not None else None
         _losses.record_lost(self._mesh.job, rank, info, message)
         body = F.pack_abort("lost", message, rank, host)  # links not taken yet, or dialled later
         head = F.pack(F.ABORT, 0, 0, 0, 0, F.group_hash(self.ctx.group_name), 0, 0, -1, 0, len(body))
         self._mesh.abandon(head + body, (rank, host, message))
         eng = self._eng
         if eng is not None:
-            eng.notify_lost(rank, host, message)  # (nothing new to an engine that found it itself)
+            eng.losses.notify_lost(rank, host, message)  # (nothing new to an engine that found it itself)
             # an idle engine tells its collective peers now, on this thread; a busy one
             # does it from the op that is waiting (woken by notify_lost) or the next one
-            self._exec.run_inline(eng.take_external)
-        self._p2p.record_lost(rank, host, message)  # (nothing new to the side that found it)
-        for hook in list(self._loss_hooks):
-            try:
-                hook(rank, host, message)
-            except Exception as err:  # noqa: BLE001 - the loss is recorded; a hook must not hide it
-                log.debug("a loss hook failed: %s", err)
+            self._exec.run_inline(eng.losses.take_external)
+        self._p2p.losses.record_lost(rank, host, message)  # (nothing new to the side that found it)
+
+    def _tell_groups(self, rank: int, host, message: str) -> None:
+        """``GroupFailure``'s last step: the other groups of this process that have global
+        rank ``rank`` as a member record its loss too (a survivor that stopped after a loss
+        in one group may be awaited in another)."""
         if not message.startswith("in group "):
             message = f"in group {self.ctx.group_name!r}: {message}"
-        _losses.tell_groups(self._job, rank, host, message, self)
+        _losses.tell_groups(self.job, rank, host, message, self)
 
     def member_lost(self, rank: int, host, message: str) -> None:
         """The group learned that member ``rank`` (global) is lost (the member watch, or
         another backend of the group): recorded as a loss this backend found."""
-        self._record_loss(rank, host, message)
+        self.failure.record(rank, host, message)
 
     def member_departed(self, rank: int, host, message: str) -> None:
         """The group learned that member ``rank`` (global) left: its process exited, or it
         destroyed the group. What it sent before is delivered (its streams end after it);
         a connection to it, or a wait for its dial, fails at once."""
-        peer = self._gindex.get(rank)
+        peer = self.gindex.get(rank)
         if peer is not None and peer != self.rank:
             self._mesh.depart(peer, message)
 
@@ -242,13 +248,37 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         their peers (``_stalls``)."""
         _stalls.tell(self, ranks, engine, final)
 
+    # ------------------------------------------------ what the process's other groups ask
+    # (failure/_losses, failure/_stalls: the groups of one process tell each other)
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def tell_stalled(self, ranks, engine: bool, final: bool) -> None:
+        """This process waits on global ``ranks`` (``final``: it raised naming them): this
+        group tells its point-to-point peers, and its collective peers when its collectives
+        are idle (``engine``)."""
+        self._p2p.stalls.tell_stalled(ranks, final)
+        eng, nat = self._eng, self._native
+        if engine and eng is not None:
+            # (run_inline: only when no op runs or is queued there; then on this thread)
+            self._exec.run_inline(lambda: nat.tell_stalled(ranks, final) if nat is not None else
+                                  eng.stalls.tell_stalled_idle(ranks, self._exec.seq + 1, final))
+
+    def notice_of(self, grank: int) -> list:
+        """The global ranks a timeout notice from global rank ``grank`` names (this rank
+        left out), as this group's point-to-point side heard it; [] when none (or not a
+        member)."""
+        peer = self.gindex.get(grank)
+        return self._p2p.stalls.notice_of(peer) if peer is not None else []
+
     def _attach_native(self, peers) -> None:
-        """Every rank on this host with the same native slots: collectives go native. Every
-        rank decides from the same published facts, so all decide alike."""
+        """Run the group's collectives on the native engine when ``_engines.select`` says so
+        (every rank on this host, with the same native slots), mapping every peer's file."""
         if self._nfile is None:
             return
         infos = {p: self._mesh.peer(p) for p in peers}
-        if not all(self._links.same_host.get(p) and infos[p].get("native") == self._nfile.slot for p in peers):
+        if select(self._nfile.slot, peers, self._links.same_host, infos) != NATIVE:
             return
         try:
             group = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
@@ -256,17 +286,18 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                                    self.size <= _native.SPIN_RANKS_PER_CORE * (os.cpu_count() or 1))
         except _native.PeerFileGone as gone:  # (its files go when it closes the group or its job sweeps them)
             p = gone.args[0]
-            g, host = self._granks[p], self._mesh.host_of(p)
+            g, host = self.granks[p], self._mesh.host_of(p)
             how = "its process exited" if self._mesh.is_dead(p) else (
                 "it closed the group (destroy_process_group or exit)")
             raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {g} ({host}) left before this rank's first "
                                    f"collective on the group: {how}", rank=g, host=host) from None
-        self._native = self._alg = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size,
-                                                            self.ctx.group_name, wait_warning_from_env(), self._granks)
-        self._loss_hooks.append(self._native_loss)
+        nat = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size, self.ctx.group_name,
+                                       wait_warning_from_env(), self.granks)
+        self._native = self._alg = self._pending.native = nat
+        self.failure.hooks.append(self._native_loss)
         self._native.on_stalled = self._stalled
         # every rank has mapped every file before any rank may finish an op and unlink its own
-        self._mesh.connecting = [self._granks[p] for p in peers]  # (what a wait meanwhile names)
+        self._mesh.connecting = [self.granks[p] for p in peers]  # (what a wait meanwhile names)
         try:
             group.barrier()
         except self._native_mod.Error as err:  # (no link was opened before: the first wait on the group)
@@ -283,7 +314,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         (decided at the first collective; before it, the engine it will use)."""
         if self._eng is None:
             return "native" if self._nfile is not None and self.size > 1 else "python"
-        return "native" if self._native is not None else "python"
+        return NATIVE if self._native is not None else PYTHON
 
     def _native_failure(self, nat, err: BaseException) -> BaseException:
         """What an op on the native engine raises for ``err``: a ``_cnative.Error`` turns
@@ -299,7 +330,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                 nat.broken = exc
             if err.args[0] in ("dead", "failed") and isinstance(exc, DistNetworkError) and exc.rank is not None:
                 # the point-to-point side and this process's other groups learn it too
-                self._record_loss(exc.rank, exc.host, str(exc).split(": ", 1)[-1])
+                self.failure.record(exc.rank, exc.host, str(exc).split(": ", 1)[-1])
             return exc
         if nat.g.broken and nat.broken is None:
             nat.broken = err if isinstance(err, DistError) else DistBackendError(
@@ -312,14 +343,14 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         ``NativeAlgorithms.lane_*`` method; four arguments rather than ``*args``, which
         cost ~1.3k instructions more per call) on this thread, with no closure, Work or
         executor job, and return True; else False (the op then goes through
-        ``_submit``). Numbered under the executor's lock (``_seq_lock`` is that lock),
-        described, and failing with the typed errors, as ``_submit``'s job does."""
+        ``_submit``). Numbered by the executor (``Executor.claim``), described, and failing
+        with the typed errors, as ``_submit``'s job does."""
+        if self._closed:
+            return False
         ex = self._exec
-        with ex._lock:
-            if ex._busy or ex._queue or ex._closed or self._closed:
-                return False
-            ex._busy = True
-            self._seq = seq = self._seq + 1
+        seq = ex.claim()
+        if not seq:
+            return False
         try:
             if nat.broken is not None:  # as the Python engine: the first failure, again
                 raise nat.broken
@@ -334,9 +365,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         return True
 
     def _submit(self, name: str, arr, count: int, root, body, blocking: bool, outputs=None, redop=None) -> Work:
-        with self._seq_lock:
-            self._seq += 1
-            seq = self._seq
+        seq = self._exec.number()
         dcode = F.dtype_code(arr.dtype) if arr is not None else 0
         root_v = -1 if root is None else root
 
@@ -356,15 +385,15 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
                         raise
                     raise exc from None
                 return
-            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop), self._granks),
+            eng.begin(OpInfo(name, dcode, count, root_v, seq, self.rank, F.redop_code(redop), self.granks),
                       self._timeout)
             try:
                 body()
                 eng.finish()
             except BaseException as err:
                 eng.fail(err)
-                if isinstance(err, DistNetworkError) and self._gindex.get(err.rank) in self._links.same_host:
-                    self._peer_died(self._gindex[err.rank])
+                if isinstance(err, DistNetworkError) and self.gindex.get(err.rank) in self._links.same_host:
+                    self._peer_died(self.gindex[err.rank])
                 raise
 
         if self._closed:
@@ -376,11 +405,11 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         if blocking and self._exec.run_inline(job):
             return DONE
         work = Work(name, seq, outputs)
-        work.pending = self._pending(work)
+        work.pending = self._pending.describe(work)
         return self._exec.submit(work, job, blocking)
 
     def _native_loss(self, rank: int, host: str, message: str) -> None:
-        """A ``_loss_hooks`` entry: a member is lost (``_record_loss``), learnt outside the
+        """A ``GroupFailure.hooks`` entry: a member is lost, learnt outside the
         native engine (e.g. by the point-to-point side): same-host ranks waiting in the
         native engine, here or on another rank, raise naming ``rank`` at once, and later
         collectives raise the same error."""
@@ -401,11 +430,10 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
     # ------------------------------------------------------------ reductions
     # The thin lane (``_inline``): a blocking op on the native engine with nothing running
     # or queued runs here, on the caller's thread, with no closure, Work or executor job;
-    # numbered, described and failing as through ``_submit``. The record is read by index
-    # (a NamedTuple's attributes are descriptors): out 3, inp 4, out_splits 7,
-    # in_splits 8, root 9, redop 10, scale 11.
+    # numbered, described and failing as through ``_submit``. The record's fields are
+    # read by name (a few ns each more than by index: docs/architecture.md, "Call").
     def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
-        buf, op, scale = call[3], call[10], call[11]
+        buf, op, scale = call.out, call.redop, call.scale
         if self.size == 1:
             finalize(buf, op, scale, 1)
             return _trivial("all_reduce", blocking, [buf])
@@ -428,7 +456,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         return self._reduce_scatter(call.out, call.inputs, call.redop, call.scale, blocking)
 
     def reduce_scatter_from(self, call: Call, *, blocking: bool = False) -> Work:
-        out, inp, splits, op, scale = call[3], call[4], call[8], call[10], call[11]
+        out, inp, splits, op, scale = call.out, call.inp, call.in_splits, call.redop, call.scale
         nat = self._native
         # the lane passes even splits as the one buffer (the C engine cuts it: no views)
         if blocking and nat is not None and self._eng is not None and self._inline(
@@ -451,7 +479,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
 
     # ------------------------------------------------------------ movement
     def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
-        buf, src = call[3], call[9]
+        buf, src = call.out, call.root
         if self.size == 1:
             return _trivial("broadcast", blocking, [buf])
         nat = self._native
@@ -465,7 +493,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         return self._all_gather(call.outputs, call.inp, blocking)
 
     def all_gather_into(self, call: Call, *, blocking: bool = False) -> Work:
-        out, inp, splits = call[3], call[4], call[7]
+        out, inp, splits = call.out, call.inp, call.out_splits
         nat = self._native
         if blocking and nat is not None and self._eng is not None and self._inline(
                 nat, nat.lane_all_gather, out if splits is None else split_views(out, splits, self.size), inp):
@@ -495,7 +523,7 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         return self._all_to_all(call.outputs, call.inputs, blocking)
 
     def all_to_all_single(self, call: Call, *, blocking: bool = False) -> Work:
-        n, out, inp, osplits, isplits = self.size, call[3], call[4], call[7], call[8]
+        n, out, inp, osplits, isplits = self.size, call.out, call.inp, call.out_splits, call.in_splits
         nat = self._native
         # the lane hands C the two buffers, and the split sizes when there are any (C cuts them)
         if blocking and nat is not None and self._eng is not None and self._inline(
@@ -524,19 +552,19 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         buf, dst, tag = call.out, call.root, call.tag
         work = Work("send", -1, [])
         if self._closed:
-            work.fail(DistNetworkError(f"{self!r} is closed", rank=self._granks[dst]))
+            work.fail(DistNetworkError(f"{self!r} is closed", rank=self.granks[dst]))
             return work
         # (a blocking send waits too when it is queued behind another send)
-        work.pending = lambda: self._p2p.pending_send(dst, tag, work, self._p2p_exec.current)
+        work.pending = lambda: self._p2p.stalls.pending_send(dst, tag, work, self._p2p_exec.current)
         return self._p2p_exec.submit(work, lambda: self._p2p.send(buf, dst, tag), blocking)
 
     def recv(self, call: Call, *, blocking: bool = False) -> Work:
         work = Work("recv", -1, None)
         src = call.root
         if self._closed:
-            work.fail(DistNetworkError(f"{self!r} is closed", rank=None if src is None else self._granks[src]))
+            work.fail(DistNetworkError(f"{self!r} is closed", rank=None if src is None else self.granks[src]))
             return work
-        work.pending = lambda: self._p2p.pending_recv(src, call.tag, work)
+        work.pending = lambda: self._p2p.stalls.pending_recv(src, call.tag, work)
         self._p2p.post(call.out, call.root, call.tag, work)
         return work
 
@@ -545,9 +573,10 @@ class SocketBackend(PendingDescriptions, CollectiveBackend):
         if self._closed:
             return
         self._closed = True
+        self.failure.closed = True  # (closing: peers end their streams too)
         self._p2p.flush()  # what this rank sent is read before its connections close
         ex = self._exec
-        if self._eng is not None and not ex._busy and not ex._queue:
+        if self._eng is not None and ex.idle():
             # a peer may not have mapped our segment yet for the last op
             self._eng.drain_acks(min(self._timeout, 10.0))
         conns = []

@@ -4,6 +4,10 @@ A blocking call (the caller waits right away) on an idle executor runs on the
 caller's thread: no thread hop. Anything else is queued to one worker thread
 per executor, which runs jobs strictly in submission order; a blocking call
 behind queued work is queued too, so order holds.
+
+The executor also numbers its owner's operations (``number``, ``claim``: the sequence
+number every rank's frames and records carry), under the same lock as its queue, so
+the numbers follow the order the operations run in.
 """
 
 from __future__ import annotations
@@ -39,6 +43,31 @@ class Executor:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.current: Work | None = None
+        #: the number of the last operation numbered (``number`` / ``claim``)
+        self.seq = 0
+
+    def number(self) -> int:
+        """The next operation's sequence number (an operation that will be queued or run
+        with ``run_inline``)."""
+        with self._lock:
+            self.seq = seq = self.seq + 1
+        return seq
+
+    def claim(self) -> int:
+        """The thin lane's entry (``SocketBackend._inline``): when nothing runs or is queued,
+        mark this executor busy, number the operation and return its number; the caller
+        then runs it on its own thread and ends it with ``leave``. 0: the operation must
+        go through ``submit`` instead (numbering nothing)."""
+        with self._lock:
+            if self._busy or self._queue or self._closed:
+                return 0
+            self._busy = True
+            self.seq = seq = self.seq + 1
+        return seq
+
+    def idle(self) -> bool:
+        """Nothing runs or is queued (a snapshot, without the lock)."""
+        return not self._busy and not self._queue
 
     def run_inline(self, job) -> bool:
         """Run ``job`` on this thread now if nothing is running or queued; False if
@@ -58,7 +87,7 @@ class Executor:
 
     def leave(self) -> None:
         """End a job run on the caller's thread after the owner marked this executor busy
-        under its lock (the socket backend's thin lane, ``SocketBackend._inline``).
+        under its lock (``claim``: the socket backend's thin lane, ``SocketBackend._inline``).
 
         Unlike ``run_inline``'s end, ``_busy`` is cleared without the lock (a store,
         atomic under the GIL), and the lock is taken only to wake the worker when a

@@ -1,5 +1,5 @@
 """What a Work of the socket backend waits on, for its timeout's message
-(``SocketBackend``, a mixin): ``Work.pending`` describes the running op (the native or
+(``Pending``, one per ``SocketBackend``): ``Work.pending`` describes the running op (the native or
 Python engine's peers not heard from, or the links still opening), a queued one (how
 many ops are ahead, and what the running one waits on or how it failed), and gives the
 running op its own deadline and grace to raise its own error first.
@@ -10,29 +10,40 @@ from __future__ import annotations
 import time
 
 from ....runtime import Work
-from ._engine_stall import grace_s
+from .failure._engine_stall import grace_s
 
-__all__ = ["PendingDescriptions"]
+__all__ = ["Pending"]
 
 
-class PendingDescriptions:
-    """The Work-timeout half of ``SocketBackend`` (it uses the backend's executor,
-    engines, links and timeout)."""
+class Pending:
+    """What a socket backend's Works wait on: its executor (``ex``, what runs and what is
+    queued), its mesh (the links still opening), its group timeout, and the engine that
+    runs its collectives once the group is set up (``eng``, the Python engine, and
+    ``native``, the native engine's algorithms when the group runs there: the backend
+    sets them when it makes them)."""
 
-    def _pending(self, work: Work):
+    def __init__(self, ex, mesh, timeout: float) -> None:
+        self.ex = ex
+        self.mesh = mesh
+        self.timeout = timeout
+        self.eng = None
+        self.native = None
+
+    def describe(self, work: Work):
+        """``work.pending``: a function saying what ``work`` waits on now."""
         def describe() -> str:
             if work.is_completed():
                 return "done"
-            if self._exec.current is work:
+            if self.ex.current is work:
                 self._await_own_outcome(work)
                 if work.is_completed():
                     return "done"
-                if self._native is not None:
-                    return self._native.pending()
-                return self._eng.pending() if self._eng is not None else self._connecting()
-            n = self._exec.ahead(work)
+                if self.native is not None:
+                    return self.native.pending()
+                return self.eng.pending() if self.eng is not None else self._connecting()
+            n = self.ex.ahead(work)
             if n:
-                running = self._exec.current
+                running = self.ex.current
                 if running is not None and running.pending is not None and running is not work:
                     ahead = f"; running {running.op} (#{running.seq}): {running.pending()}"
                     failed = running.exception()  # (it may end while pending() looks)
@@ -50,7 +61,7 @@ class PendingDescriptions:
         own timeout and grace (``_engine_stall``) to raise its own error, which names a
         root cause told by a notice (kill trial seed 7213: a blocking op queued behind an
         async one named the rank it waited on)."""
-        nat, eng = self._native, self._eng
+        nat, eng = self.native, self.eng
         if nat is not None:
             own = nat.g.op_start + nat.g.timeout
         elif eng is not None and eng.op is not None:
@@ -60,18 +71,18 @@ class PendingDescriptions:
         now = time.monotonic()
         if own - now > 0.5:  # its deadline is not near: a short wait by the caller
             return
-        end = min(own + grace_s(self._timeout) + 0.1, now + 2.0)
+        end = min(own + grace_s(self.timeout) + 0.1, now + 2.0)
         while not work.is_completed() and time.monotonic() < end:
             time.sleep(0.005)
 
     def _running_detail(self) -> str:
         """What the op running now (inline, without a Work) waits on, for a queued op."""
-        if self._native is not None:
-            return "; " + self._native.pending()
-        if self._eng is not None:
-            return "; " + self._eng.pending() if self._eng.op is not None else ""
+        if self.native is not None:
+            return "; " + self.native.pending()
+        if self.eng is not None:
+            return "; " + self.eng.pending() if self.eng.op is not None else ""
         return "; " + self._connecting()
 
     def _connecting(self) -> str:
-        waiting = self._mesh.connecting
+        waiting = self.mesh.connecting
         return "connecting to the group's ranks" + (f"; ranks not heard from: {waiting}" if waiting else "")

@@ -2,7 +2,7 @@
 
 When every rank of a group is on this host (and none forced ``NDIST_TRANSPORT=tcp``),
 the socket backend runs its collectives on the compiled engine (``_cnative``, source in
-``_native/cnative.c``): one call into C per collective, the GIL released while it
+``native/cnative.c``): one call into C per collective, the GIL released while it
 copies, reduces and waits. Each rank owns one file (``<shm prefix>-nat``: a control
 block and two slots) that every peer maps; the C source describes the protocol. The
 file is unlinked from ``/dev/shm`` as soon as it is made: peers map it through the
@@ -27,11 +27,11 @@ import weakref
 
 import numpy as np
 
-from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
-from ....runtime import _shmfiles
-from . import _frame as F
-from ._reduce import _ERRVAR, _IGNORE, _UFUNC, finalize
-from ._shm import SHM_DIR, _job_of
+from .....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
+from .....runtime import _shmfiles
+from ..wire import _frame as F
+from ..schedules._reduce import ERRVAR, IGNORE_ERRORS, UFUNC, finalize
+from ..wire._segment import SHM_DIR, job_of
 
 __all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "cma_min_bytes", "engine_mode", "module_for", "slot_bytes", "NativeFile", "NativeAlgorithms",
            "attach"]
@@ -187,7 +187,7 @@ class NativeFile:
         self.path = os.path.join(SHM_DIR, prefix + "-nat")
         nbytes = _file_bytes(size, slot)
         name = prefix + "-nat"
-        fd = _shmfiles.create_unlinked(name, _job_of(prefix))
+        fd = _shmfiles.create_unlinked(name, job_of(prefix))
         try:
             os.posix_fallocate(fd, 0, nbytes)  # a full /dev/shm fails here, not with SIGBUS later
             self.mm = _shmfiles.map_owned(fd, nbytes)
@@ -241,16 +241,16 @@ def _u8(a: np.ndarray) -> np.ndarray:
 
 def _fallback(op, dtype):
     """NumPy's ufunc for a (dtype, op) without a C kernel (float8, longdouble, ...)."""
-    f = _UFUNC[op]
+    f = UFUNC[op]
 
     def reduce(d, a, b):
         out = np.frombuffer(d, dtype)
-        token = _ERRVAR.set(_IGNORE) if _ERRVAR is not None else None
+        token = ERRVAR.set(IGNORE_ERRORS) if ERRVAR is not None else None
         try:
             f(np.frombuffer(a, dtype), np.frombuffer(b, dtype), out=out)
         finally:
             if token is not None:
-                _ERRVAR.reset(token)
+                ERRVAR.reset(token)
     return reduce
 
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _frame as F
+from ..wire import _frame as F
 from . import _schedule as S
-from ._engine import Expect
+from ..engine._engine import Expect
 from ._reduce import finalize, reduce_ordered
 
 __all__ = ["Scheduled"]

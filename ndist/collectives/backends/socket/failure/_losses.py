@@ -1,6 +1,6 @@
 """What this process knows of its job's dead processes, across its groups.
 
-A socket backend that records the loss of a peer (``SocketBackend._record_loss``)
+A socket backend that records the loss of a peer (``GroupFailure.record``, ``_group``)
 also notes it here, by the peer's process identity (host id, pid namespace, pid,
 from the address it published), and every backend notes the identity of the
 peers it connected to, by the job and global rank. A group built later (a
@@ -25,6 +25,8 @@ import os
 import threading
 import weakref
 
+from .....runtime._net import host_identity, pid_namespace
+
 __all__ = ["remember", "host_of", "record_lost", "dead_reason", "pid_gone", "watch", "tell_groups", "groups_of"]
 
 _lock = threading.Lock()
@@ -32,7 +34,7 @@ _lock = threading.Lock()
 _ident: dict[tuple[str, int], tuple[str, str, int]] = {}
 #: (job, global rank) -> its host name (for messages)
 _hostname: dict[tuple[str, int], str] = {}
-#: the socket backends of this process (each has ``_job``, ``_gindex``, ``_record_loss``)
+#: the socket backends of this process (each has ``job``, ``gindex``, ``failure``)
 _groups: "weakref.WeakSet" = weakref.WeakSet()
 #: process identity -> what recorded its loss
 _lost: dict[tuple[str, str, int], str] = {}
@@ -69,8 +71,6 @@ def _is_self(ident) -> bool:
 
 def _own() -> tuple:
     if not _self:
-        from ._tcp import host_identity, pid_namespace  # (lazily: _tcp imports this module)
-
         _self.extend((host_identity(), pid_namespace()))
     return tuple(_self)
 
@@ -133,17 +133,17 @@ def watch(backend) -> None:
 def tell_groups(job: str, grank: int, host, message: str, source) -> None:
     """Every other group of ``job`` in this process with global rank ``grank`` as a
     member records its loss (each once; they tell their own peers)."""
-    me = source._granks[source.rank]  # (tests run ranks as threads of one process: only this rank's groups)
+    me = source.granks[source.rank]  # (tests run ranks as threads of one process: only this rank's groups)
     with _lock:
-        groups = [b for b in _groups if b is not source and b._job == job and grank in b._gindex
-                  and b._granks[b.rank] == me]
+        groups = [b for b in _groups if b is not source and b.job == job and grank in b.gindex
+                  and b.granks[b.rank] == me]
     for b in groups:
-        b._record_loss(grank, host, message)
+        b.failure.record(grank, host, message)
 
 
 def groups_of(source) -> list:
     """The open groups of ``source``'s job in this process in which it is the same
     global rank (``source`` included)."""
-    me = source._granks[source.rank]
+    me = source.granks[source.rank]
     with _lock:
-        return [b for b in _groups if b._job == source._job and b._granks[b.rank] == me and not b._closed]
+        return [b for b in _groups if b.job == source.job and b.granks[b.rank] == me and not b.closed]

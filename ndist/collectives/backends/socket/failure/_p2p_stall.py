@@ -1,4 +1,4 @@
-"""The point-to-point side's timeouts (``_p2p.P2P``, a mixin): a receive from one rank
+"""The point-to-point side's timeouts (``P2PStalls``, one per ``_p2p.P2P``: ``p2p.stalls``): a receive from one rank
 whose deadline passes tells the process's groups that this rank waits on it
 (``on_stalled``, the backend's ``_stalled``: ``_stalls``; with no backend, ABORT
 ``stalled`` on this side's streams only) and gives a notice from that rank a grace of
@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ....runtime import DistTimeoutError
-from . import _frame as F
+from .....runtime import DistTimeoutError
+from ..wire import _frame as F
 from ._engine_stall import grace_s
 
 __all__ = ["P2PStalls"]
@@ -25,75 +25,78 @@ log = logging.getLogger("ndist.collectives.socket")
 
 
 class P2PStalls:
-    """The timeout half of ``P2P`` (it uses the side's lock, receives and streams)."""
+    """What one ``P2P`` side does when a wait passes its deadline, and the state it keeps
+    for that: the timeout notices its peers sent (``notes``), the hook to the backend
+    (``on_stalled``). Receives are the side's (``p2p.posted``, under ``p2p.lock``)."""
 
-    def _select_wait(self) -> float:
-        """How long the reader may sleep: at most 0.5 s, and not past a receive's deadline."""
-        with self._lock:
-            if not self._posted:
-                return 0.5
-            first = min(r.deadline for r in self._posted)
-        return min(0.5, max(0.005, first - time.monotonic()))
+    def __init__(self, p2p) -> None:
+        self.p2p = p2p
+        #: ``on_stalled(global ranks)``: a receive passed its deadline waiting on them (the
+        #: backend's ``_stalled``: every group of the process tells its peers)
+        self.on_stalled = None
+        #: group rank -> (the global ranks its last timeout notice named, final), until its
+        #: next message
+        self.notes: dict[int, tuple] = {}
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         """Receives past their deadline: one from a rank whose final notice names the ranks
         it waits on fails naming them; any other tells the process's groups (the root it
         knows of so far, from a first notice, else the rank it waits on) and waits a grace
         (once); then it fails naming the root, or the rank it waited on, and tells that."""
         now = time.monotonic()
         failed, stalled = [], set()
-        with self._lock:
-            if not self._posted or min(r.deadline for r in self._posted) > now:
+        with self.p2p.lock:
+            if not self.p2p.posted or min(r.deadline for r in self.p2p.posted) > now:
                 return
             keep = []
-            for r in self._posted:
+            for r in self.p2p.posted:
                 if r.deadline > now:
                     keep.append(r)
                     continue
-                root, final = self._root(r.src)
-                if not final and not r.grace and r.src is not None and grace_s(self.timeout) > 0:
+                root, final = self.root(r.src)
+                if not final and not r.grace and r.src is not None and grace_s(self.p2p.timeout) > 0:
                     r.grace = True
-                    r.deadline = now + grace_s(self.timeout)
-                    stalled.update(root or [self.granks[r.src]])
+                    r.deadline = now + grace_s(self.p2p.timeout)
+                    stalled.update(root or [self.p2p.granks[r.src]])
                     keep.append(r)
                     continue
                 failed.append((r, root))
-            self._posted = keep
+            self.p2p.posted = keep
         named = set()
         for r, root in failed:
-            r.work.fail(self._timeout_error(r, root))
-            named.update(root or ([self.granks[r.src]] if r.src is not None else []))
+            r.work.fail(self.timeout_error(r, root))
+            named.update(root or ([self.p2p.granks[r.src]] if r.src is not None else []))
         if stalled:
-            self._stalled(stalled)
+            self.stalled(stalled)
         if named:
-            self._stalled(named, final=True)
+            self.stalled(named, final=True)
 
-    def _root(self, src: int | None) -> tuple:
+    def root(self, src: int | None) -> tuple:
         """(lock held) The global ranks ``src`` told it waits on (this rank left out), and
         whether that notice is final."""
-        note = self._notes.get(src) if src is not None else None
+        note = self.notes.get(src) if src is not None else None
         if not note:
             return [], False
-        me = self.granks[self.rank]
+        me = self.p2p.granks[self.p2p.rank]
         root = sorted(r for r in note[0] if r != me)
         return root, bool(root) and note[1]
 
     def notice_of(self, peer: int) -> list:
         """The global ranks ``peer``'s timeout notice names (this rank left out), if any."""
-        with self._lock:
-            return self._root(peer)[0]
+        with self.p2p.lock:
+            return self.root(peer)[0]
 
-    def _timeout_error(self, r, root: list) -> DistTimeoutError:
-        g = self.granks
-        msg = (f"group {self.group_name!r}: recv on rank {g[self.rank]} from "
+    def timeout_error(self, r, root: list) -> DistTimeoutError:
+        g = self.p2p.granks
+        msg = (f"group {self.p2p.group_name!r}: recv on rank {g[self.p2p.rank]} from "
                f"{'any rank' if r.src is None else f'rank {g[r.src]}'} (tag {r.tag}) did not complete "
-               f"within {self.timeout:g} s; ranks not heard from: ")
+               f"within {self.p2p.timeout:g} s; ranks not heard from: ")
         if root:
-            return DistTimeoutError(f"{msg}{root} (rank {g[r.src]} ({self._host(r.src)}) waited on "
+            return DistTimeoutError(f"{msg}{root} (rank {g[r.src]} ({self.p2p.host(r.src)}) waited on "
                                     f"{'it' if len(root) == 1 else 'them'})")
         return DistTimeoutError(f"{msg}{'any source' if r.src is None else [g[r.src]]}")
 
-    def _stalled(self, ranks, final: bool = False) -> None:
+    def stalled(self, ranks, final: bool = False) -> None:
         if self.on_stalled is not None:
             try:
                 self.on_stalled(sorted(ranks), final=final)
@@ -102,44 +105,44 @@ class P2PStalls:
         else:
             self.tell_stalled(sorted(ranks), final)
 
-    def _on_stall_notice(self, peer: int, ranks, final: bool = False) -> None:
+    def on_stall_notice(self, peer: int, ranks, final: bool = False) -> None:
         """``peer`` passed a deadline waiting on global ``ranks`` (``final``: it raised
         naming them): kept until its next message. A receive from it in its grace fails
         naming them now when final; a first notice refines this rank's own notice, and
         counts at the end of the grace (``_engine_stall``)."""
         if not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks):
             return
-        with self._lock:
-            old = self._notes.get(peer)
-            self._notes[peer] = (ranks, final)
-            root, final = self._root(peer)
-            waiting = [r for r in self._posted if r.grace and r.src == peer] if root else []
+        with self.p2p.lock:
+            old = self.notes.get(peer)
+            self.notes[peer] = (ranks, final)
+            root, final = self.root(peer)
+            waiting = [r for r in self.p2p.posted if r.grace and r.src == peer] if root else []
             hit = waiting if final else []
             if hit:
-                self._posted = [r for r in self._posted if r not in hit]
+                self.p2p.posted = [r for r in self.p2p.posted if r not in hit]
         for r in hit:
-            r.work.fail(self._timeout_error(r, root))
+            r.work.fail(self.timeout_error(r, root))
         if hit:
-            self._stalled(root, final=True)
+            self.stalled(root, final=True)
         elif waiting and (old is None or sorted(old[0]) != sorted(ranks)):
-            self._stalled(root)  # a refined first notice
+            self.stalled(root)  # a refined first notice
 
     def tell_stalled(self, ranks, final: bool = False) -> None:
         """This process passed a deadline waiting on global ``ranks`` (here or elsewhere;
         ``final``: it raised naming them): tell each live peer this rank has a stream to
         (ABORT ``stalled``). Never blocks."""
-        if self._closed or self._byes:
+        if self.p2p.closed or self.p2p.byes:
             return
         ranks = [int(r) for r in ranks]
         body = F.pack_abort("stalled", f"timed out; ranks not heard from: {ranks}", ranks=ranks, final=final)
-        self._tell(F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, 0, -1, 0, len(body)) + body, set(), "stalled")
+        self.p2p.tell(F.pack(F.ABORT, 0, 0, 0, 0, self.p2p.ghash, 0, 0, -1, 0, len(body)) + body, set(), "stalled")
 
-    def _send_timeout(self, dst: int, tag: int, err) -> DistTimeoutError:
+    def send_timeout(self, dst: int, tag: int, err) -> DistTimeoutError:
         """A send whose connection to ``dst`` timed out (it accepted, never answered)."""
-        g = self.granks
-        self._stalled([g[dst]], final=True)
-        return DistTimeoutError(f"group {self.group_name!r}: send on rank {g[self.rank]} to rank {g[dst]} (tag {tag}) "
-                                f"did not complete within {self.timeout:g} s; ranks not heard from: [{g[dst]}] "
+        g = self.p2p.granks
+        self.stalled([g[dst]], final=True)
+        return DistTimeoutError(f"group {self.p2p.group_name!r}: send on rank {g[self.p2p.rank]} to rank {g[dst]} (tag {tag}) "
+                                f"did not complete within {self.p2p.timeout:g} s; ranks not heard from: [{g[dst]}] "
                                 f"({err})")
 
     def pending_recv(self, src: int | None, tag: int, work=None) -> str:
@@ -148,18 +151,18 @@ class P2PStalls:
         of the rank it waits on its grace, as the receive itself does."""
         if src is None:
             return f"waiting for a message from any source (tag {tag}); ranks not heard from: any source"
-        g = self.granks[src]
-        with self._lock:
-            r = next((r for r in self._posted if r.work is work), None) if work is not None else None
+        g = self.p2p.granks[src]
+        with self.p2p.lock:
+            r = next((r for r in self.p2p.posted if r.work is work), None) if work is not None else None
         if r is not None and time.monotonic() >= r.due:
-            end = r.due + grace_s(self.timeout) + 0.05
+            end = r.due + grace_s(self.p2p.timeout) + 0.05
             while not work.is_completed() and time.monotonic() < end:
                 time.sleep(0.01)
-        with self._lock:
-            root, _ = self._root(src)
+        with self.p2p.lock:
+            root, _ = self.root(src)
         if root:
             return (f"waiting for a message from rank {g} (tag {tag}); ranks not heard from: {root} (rank {g} "
-                    f"({self._host(src)}) waited on {'it' if len(root) == 1 else 'them'})")
+                    f"({self.p2p.host(src)}) waited on {'it' if len(root) == 1 else 'them'})")
         return f"waiting for a message from rank {g} (tag {tag}); ranks not heard from: [{g}]"
 
     def pending_send(self, dst: int, tag: int, work, running) -> str:
@@ -167,5 +170,5 @@ class P2PStalls:
         behind (``running``: one to a stopped rank, whose socket buffer is full, say)."""
         if running is not None and running is not work and running.pending is not None:
             return f"queued behind a {running.op}: {running.pending()}"
-        g = self.granks[dst]
+        g = self.p2p.granks[dst]
         return f"sending to rank {g} (tag {tag}); ranks not heard from: [{g}]"

@@ -13,7 +13,7 @@ backend instance it was meant for. The listeners' side of that runs in
 Channel 0 carries collectives: one connection per pair that talks, opened by
 whichever rank of the pair first needs it (``collective_link``: a schedule talks
 to O(log n) peers, so a rank holds O(log n) links, not n - 1), with the pair's
-shared-memory paths agreed in its opening (``_links_wire``). Channel 1 carries
+shared-memory paths agreed in its opening (``wire/_link_facts``). Channel 1 carries
 point-to-point messages: rank ``i`` sends to ``j`` only on the connection ``i``
 opened (one ordered stream per direction), opened on first use.
 """
@@ -28,14 +28,15 @@ import socket
 import threading
 import time
 
-from ....runtime import DistNetworkError, DistTimeoutError
-from ....runtime import _net
+from .....runtime import DistNetworkError, DistTimeoutError
+from .....runtime import _net
+from .....runtime._net import host_identity, listen_address, pid_namespace
 from . import _frame as F
-from . import _losses
-from . import _links_wire
+from ..failure import _losses
+from . import _link_facts
 from ._accept import HANDSHAKE_S, HELLO, HELLO_MAGIC, Acceptor
 
-__all__ = ["Mesh", "host_identity", "COLL", "P2P_CH"]
+__all__ = ["Mesh", "COLL", "P2P_CH"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -46,32 +47,6 @@ _HELLO, _HELLO_MAGIC = HELLO, HELLO_MAGIC
 _SOCKBUF = 4 << 20
 
 
-def host_identity() -> str:
-    """hostname + boot id + network namespace: equal exactly when two processes share
-    a kernel (so /dev/shm) and a loopback interface (so 127.0.0.1 reaches the peer).
-    Ranks in different network namespaces of one machine (containers, ``ip netns``)
-    count as different hosts."""
-    boot = ""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        pass
-    try:
-        netns = os.readlink("/proc/self/ns/net")
-    except OSError:
-        netns = ""
-    return f"{socket.gethostname()}/{boot}/{netns}"
-
-
-def pid_namespace() -> str:
-    """This process's pid namespace (two pids compare only within one)."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
 def _tune(sock: socket.socket) -> None:
     if sock.family != socket.AF_UNIX:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -80,47 +55,6 @@ def _tune(sock: socket.socket) -> None:
             sock.setsockopt(socket.SOL_SOCKET, opt, _SOCKBUF)
         except OSError:
             pass
-
-
-def _advertised_host() -> str:
-    """The address peers on other hosts dial: ``NDIST_SOCKET_HOST`` if set, else the
-    local address of the route to ``MASTER_ADDR`` (the interface the job uses),
-    else the host name's address."""
-    host = os.environ.get("NDIST_SOCKET_HOST")
-    if host:
-        return host
-    master = os.environ.get("MASTER_ADDR")
-    if master:
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-                probe.connect((master, int(os.environ.get("MASTER_PORT", "29500") or 29500)))
-                return probe.getsockname()[0]
-        except (OSError, ValueError):
-            pass
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
-
-
-def _is_loopback(host: str) -> bool:
-    return host == "localhost" or host.startswith("127.") or host == "::1"
-
-
-def _single_node() -> bool:
-    """The launcher says every rank runs on this node (LOCAL_WORLD_SIZE == WORLD_SIZE)."""
-    local, world = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("WORLD_SIZE")
-    return bool(local) and local == world and not os.environ.get("NDIST_SOCKET_HOST")
-
-
-def listen_address() -> tuple[str, str]:
-    """``(bind, advertised)``: a single-node job (or one whose peers are reached over
-    loopback) listens on 127.0.0.1 only; otherwise on every interface, advertising
-    the address of the route to the job's store."""
-    if _single_node():
-        return "127.0.0.1", "127.0.0.1"
-    host = _advertised_host()
-    return ("127.0.0.1" if _is_loopback(host) else ""), host
 
 
 class Mesh:
@@ -147,12 +81,12 @@ class Mesh:
         #: peers with a collective link (dialled or accepted); peers this rank dials now
         self._linked: set = set()
         self._dialing: set = set()
-        #: ``_links_wire``: allocate this rank's ring to a peer (-> bool), and whether this
+        #: ``wire/_link_facts``: allocate this rank's ring to a peer (-> bool), and whether this
         #: rank reads same-host peers' memory and offers its own (CMA, ``auto`` mode only)
         self.ring_for = ring_for
         self.cma_mode = extra.get("transport") == "auto" and extra.get("cma") is not None
-        self._offers: dict[int, int] = {}  # peer -> flags this rank sent or answered (``_links_wire``)
-        self._reads: dict[int, bool] = {}  # peer -> this rank reads its memory (``_links_wire``)
+        self._offers: dict[int, int] = {}  # peer -> flags this rank sent or answered (``wire/_link_facts``)
+        self._reads: dict[int, bool] = {}  # peer -> this rank reads its memory (``wire/_link_facts``)
         self._reads_lock = threading.Lock()
         self._p2p_out: dict[int, socket.socket] = {}
         self._p2p_lock = threading.Lock()
@@ -195,6 +129,10 @@ class Mesh:
         store.set(f"sock/peer/{rank}", json.dumps(self.info))
 
     # ------------------------------------------------------------ peers
+    def peer_info(self, rank: int) -> dict | None:
+        """What ``rank`` published, if this rank has read it already (None: not yet)."""
+        return self._peers.get(rank)
+
     def peer(self, rank: int) -> dict:
         info = self._peers.get(rank)
         if info is None:
@@ -285,7 +223,7 @@ class Mesh:
         return self.peer(rank)["hostid"] == self.hostid
 
     # ------------------------------------------------------------ connect
-    def _connect(self, peer: int, channel: int, deadline: float) -> socket.socket:
+    def connect(self, peer: int, channel: int, deadline: float) -> socket.socket:
         info = self.peer(peer)
         sock = None
         if info["hostid"] == self.hostid and info.get("unix") and self._ulistener is not None:
@@ -374,7 +312,7 @@ class Mesh:
         # the collective channel: the dialer's offer follows the hello; answer it
         try:
             sock.settimeout(HANDSHAKE_S)
-            offer = _links_wire.recv_exact(sock, _links_wire.OFFER.size)
+            offer = _link_facts.recv_exact(sock, _link_facts.OFFER.size)
         except OSError as err:
             log.debug("collective link from rank %d: no offer (%s)", self.granks[rank], err)
             sock.close()
@@ -385,14 +323,14 @@ class Mesh:
                 self._linked.add(rank)
         if refuse:  # this rank's own dial is (or was) the pair's link
             try:
-                sock.sendall(_links_wire.REFUSE)
+                sock.sendall(_link_facts.REFUSE)
             except OSError:
                 pass
             sock.close()
             return
-        facts = _links_wire.answer(self, rank, offer)
+        facts = _link_facts.answer(self, rank, offer)
         try:
-            sock.sendall(_links_wire.reply(facts))
+            sock.sendall(_link_facts.reply(facts))
             if self._abandoned is not None:  # this rank's collective channel is broken
                 self._tell_abandoned(sock)
             sock.settimeout(None)
@@ -421,7 +359,7 @@ class Mesh:
 
     def collective_link(self, peer: int, deadline: float):
         """This rank's collective connection to ``peer``, opened now if it is not yet:
-        ``(socket, facts)`` where ``facts`` (``_links_wire.Facts``) says which shared-memory
+        ``(socket, facts)`` where ``facts`` (``_link_facts.Facts``) says which shared-memory
         paths both ends agreed on. Either side may dial when it first needs the link; if
         both dial at once, the higher rank's dial is the link (its acceptor refuses the
         lower rank's, which then takes the higher rank's from its own acceptor), so no
@@ -457,20 +395,20 @@ class Mesh:
     def _dial_collective(self, peer: int, deadline: float):
         """Dial ``peer``'s collective channel with this rank's offer; ``(None, None)`` when
         it refused (its own dial to this rank is the pair's link)."""
-        offer = _links_wire.offer(self, peer)  # before connecting: the peer's acceptor waits for it
-        sock = self._connect(peer, COLL, deadline)
+        offer = _link_facts.offer(self, peer)  # before connecting: the peer's acceptor waits for it
+        sock = self.connect(peer, COLL, deadline)
         gpeer, host = self.granks[peer], self.host_of(peer)
         try:
             sock.sendall(offer)
             sock.settimeout(max(0.1, deadline - time.monotonic()))
-            raw = _links_wire.recv_exact(sock, _links_wire.REPLY.size)
+            raw = _link_facts.recv_exact(sock, _link_facts.REPLY.size)
             sock.settimeout(None)
         except OSError as err:
             sock.close()
             self.check_dead(peer)
             raise DistNetworkError(f"group {self.group_name!r}: connecting to rank {gpeer} ({host}) failed: {err}",
                                    rank=gpeer, host=host) from None
-        facts = _links_wire.facts(self, peer, raw)
+        facts = _link_facts.facts(self, peer, raw)
         if facts is None:
             sock.close()
             return None, None
@@ -521,6 +459,12 @@ class Mesh:
         with self._cond:
             self._cond.notify_all()
 
+    def keep_p2p(self, peer: int, sock: socket.socket) -> None:
+        """``sock`` (dialled to ``peer`` on the point-to-point channel, to watch it) becomes
+        this rank's stream to ``peer`` unless it has one already: sends use it too."""
+        with self._p2p_lock:
+            self._p2p_out.setdefault(peer, sock)
+
     def p2p_socket(self, peer: int, deadline: float) -> socket.socket:
         """This rank's outgoing point-to-point connection to ``peer``."""
         with self._p2p_lock:
@@ -530,7 +474,7 @@ class Mesh:
                     raise DistNetworkError(f"backend closed; cannot reach rank {self.granks[peer]}",
                                            rank=self.granks[peer],
                                            host=self.host_of(peer))
-                sock = self._connect(peer, P2P_CH, deadline)
+                sock = self.connect(peer, P2P_CH, deadline)
                 self._p2p_out[peer] = sock
             return sock
 

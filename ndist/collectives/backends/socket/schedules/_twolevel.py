@@ -42,7 +42,7 @@ algorithm), idle rounds where a rank has nothing to do.
 
 from __future__ import annotations
 
-from . import _schedule as S
+from . import _flat as S
 
 __all__ = ["topology", "OPS", "two_level"]
 

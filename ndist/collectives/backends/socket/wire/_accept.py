@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 
-from ....runtime import _net
+from .....runtime import _net
 
 __all__ = ["Acceptor", "HELLO", "HELLO_MAGIC", "HANDSHAKE_S"]
 

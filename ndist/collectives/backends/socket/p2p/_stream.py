@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ....runtime import _net
+from .....runtime import _net
 
 __all__ = ["Stream", "send_ctl", "recv_payload"]
 

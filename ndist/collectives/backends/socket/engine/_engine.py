@@ -12,9 +12,13 @@ works. Waiting spins briefly (only when every rank has a core), then retries
 with ``sched_yield`` for up to 2 ms (a peer that is not asleep needs no
 wake-up), then blocks in ``poll``.
 
-Frames in and out, and the header checks: ``_engine_io``. A lost peer (this
-engine's own finding, a peer's ``lost`` notice, or the backend's point-to-point
-side): ``_engine_loss``. Messages name global ranks.
+One class, ``Engine``, owns the group's collective streams and everything that acts on
+them: the op frame (``begin`` / ``finish`` / ``fail``), the loop (``step``), the links
+opened on first use (``open``, ``Conns``), frames in and out and the header checks
+(``_write`` / ``_read``). What it does on a failure is composed, each with its own state:
+a lost peer (this engine's own finding, a peer's ``lost`` notice, or the backend's
+point-to-point side) is ``losses`` (``failure/_engine_loss``), a passed deadline is
+``stalls`` (``failure/_engine_stall``). Messages name global ranks.
 """
 
 from __future__ import annotations
@@ -27,13 +31,12 @@ from collections import deque
 
 import numpy as np
 
-from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError
-from . import _frame as F
-from . import _ring
-from ._engine_io import Expect, FrameIO
-from ._engine_loss import LossHandling
-from ._engine_stall import StallHandling
-from ._engine_links import Conns, LinkHandling
+from .....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
+from ..wire import _frame as F
+from ..wire import _ring
+from ..wire import _cma
+from ..failure._engine_loss import EngineLosses, abort_reader
+from ..failure._engine_stall import EngineStalls
 
 __all__ = ["Engine", "OpInfo", "Expect"]
 
@@ -55,6 +58,11 @@ WAIT_WARNING_ENV = "NDIST_WAIT_WARNING"
 DEFAULT_WAIT_WARNING = 60.0
 WARNING_EVERY = 60.0
 _POLLERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
+_EXACT_COUNT = {F.op_code(n) for n in ("all_reduce", "reduce", "broadcast")}
+_ROOTED = {F.op_code(n) for n in ("reduce", "broadcast", "gather", "scatter")}
+_DISCARD = np.empty(1 << 20, dtype=np.uint8)
+
+
 
 
 def wait_warning_from_env() -> float:
@@ -69,6 +77,31 @@ def wait_warning_from_env() -> float:
     if value != value or value < 0:
         raise ValueError(f"{WAIT_WARNING_ENV}: expected a number of seconds >= 0, got {raw!r}")
     return value if value > 0 else float("inf")
+
+
+class Expect:
+    """One frame this rank waits for from ``peer`` in the current step."""
+
+    __slots__ = ("peer", "kind", "step", "nbytes", "into", "result", "done")
+
+    def __init__(self, peer, kind=F.DATA, step=0, nbytes=-1, into=None):
+        self.peer = peer
+        self.kind = kind
+        self.step = step
+        self.nbytes = nbytes
+        self.into = into
+        self.result = None
+        self.done = False
+
+
+class Conns(dict):
+    """peer -> ``_Conn`` of the links open so far; a peer not here yet is linked on
+    first use (``Engine.open``): a step to it, or ``open_links``."""
+
+    __slots__ = ("eng",)
+
+    def __missing__(self, peer):
+        return self.eng.open(peer)
 
 
 class OpInfo:
@@ -122,7 +155,7 @@ class _Conn:
         self.stall = None  # (seq, global ranks) of the peer's last timeout notice (_engine_stall)
 
 
-class Engine(FrameIO, LossHandling, StallHandling, LinkHandling):
+class Engine:
     def __init__(self, rank, size, group_name, socks: dict, hosts: dict, shm_prefixes: dict, peer_segs,
                  own_seg, spin: bool, granks=None, opener=None, on_link=None):
         self.rank = rank
@@ -158,12 +191,16 @@ class Engine(FrameIO, LossHandling, StallHandling, LinkHandling):
         self.cma_pids: dict = {}
         self.spin_s = SPIN_S if spin else 0.0
         self.yield_s = YIELD_S
-        self._waiting: list = []
+        self.waiting: list = []
         self.wait_warning = wait_warning_from_env()
         self._began = 0.0
         self._warn_at = float("inf")
-        self._init_losses()
-        self._init_stalls()
+        #: the op's timeout (``begin``)
+        self.timeout = 0.0
+        self.acking = False  # ``finish`` flushes its ACKs: a closed reader is not reported lost
+        #: what this engine does when the group loses a member / when an op's deadline passes
+        self.losses = EngineLosses(self)
+        self.stalls = EngineStalls(self)
 
     # ----------------------------------------------------------- helpers
     def new_conn(self, peer, host, sock, grank) -> _Conn:
@@ -211,9 +248,9 @@ class Engine(FrameIO, LossHandling, StallHandling, LinkHandling):
     def not_heard_from(self) -> list:
         """Global ranks the current step still waits on (empty when idle)."""
         g = self.granks
-        return sorted({g[e.peer] for e in self._waiting if not e.done}) if self.op is not None else []
+        return sorted({g[e.peer] for e in self.waiting if not e.done}) if self.op is not None else []
 
-    def _granks(self, peers) -> list:
+    def global_ranks(self, peers) -> list:
         g = self.granks
         return sorted({g[p] for p in peers})
 
@@ -228,8 +265,8 @@ class Engine(FrameIO, LossHandling, StallHandling, LinkHandling):
         self._warn_at = now + WARNING_EVERY
         if self.op is None:
             return
-        waiting = self._granks(e.peer for e in expects if not e.done)
-        unsent = self._granks(c.peer for c in self.conns.values() if c.out)
+        waiting = self.global_ranks(e.peer for e in expects if not e.done)
+        unsent = self.global_ranks(c.peer for c in self.conns.values() if c.out)
         log.warning("group %r: %s has waited %.0f s; ranks not heard from: %s%s (it fails at the group "
                     "timeout, in %.0f s)", self.group_name, self.op.desc, now - self._began, waiting,
                     f"; ranks not reading: {unsent}" if unsent else "", max(0.0, self.deadline - now))
@@ -239,17 +276,17 @@ class Engine(FrameIO, LossHandling, StallHandling, LinkHandling):
         if self.broken is not None:
             raise self.broken
         self.op = op
-        if self.external is not None:
+        if self.losses.external is not None:
             try:
-                self.take_external()
+                self.losses.take_external()
             finally:
                 self.op = None
-        if self.told_stalled:  # peers hold this rank's timeout notice: it goes on (_engine_stall)
-            self.withdraw_stall(op)
+        if self.stalls.told_stalled:  # peers hold this rank's timeout notice: it goes on (_engine_stall)
+            self.stalls.withdraw_stall(op)
         now = time.monotonic()
         self.deadline = now + timeout
         self.timeout = timeout
-        self.in_grace = False
+        self.stalls.in_grace = False
         self._began = now
         self._warn_at = now + self.wait_warning
         if self.refs_out:
@@ -274,7 +311,7 @@ class Engine(FrameIO, LossHandling, StallHandling, LinkHandling):
     def drain_acks(self, timeout: float) -> None:
         """Before our segment goes away: wait (bounded) until peers that may still
         map it for our last op have acknowledged, died or closed."""
-        if not self.unacked or self.broken is not None or self.external is not None:
+        if not self.unacked or self.broken is not None or self.losses.external is not None:
             return
         self.deadline = time.monotonic() + timeout
         try:
@@ -334,7 +371,7 @@ class Engine(FrameIO, LossHandling, StallHandling, LinkHandling):
     # ----------------------------------------------------------- the loop
     def step(self, expects=()) -> None:
         """Flush the frames queued with ``send()`` and satisfy ``expects`` (the op's deadline applies)."""
-        self._waiting = expects
+        self.waiting = expects
         conns = self.conns
         spin_end = 0.0
         while True:
@@ -377,18 +414,18 @@ class Engine(FrameIO, LossHandling, StallHandling, LinkHandling):
                 if now < yield_end:
                     _yield()
                     continue
-            if self.external is not None:
-                self.take_external()
+            if self.losses.external is not None:
+                self.losses.take_external()
             now = time.monotonic()
             left = self.deadline - now
             if now >= self._warn_at:  # (only here, where the loop is about to block)
                 self._warn_stall(expects, now)
             if left <= 0:
-                self._deadline_passed(expects, now)  # raises, or grants a grace for peers' notices
+                self.stalls.deadline_passed(expects, now)  # raises, or grants a grace for peers' notices
                 continue
             poller = select.poll()
-            if self._wake_r >= 0:
-                poller.register(self._wake_r, _POLLIN)  # notify_lost
+            if self.losses.wake_r >= 0:
+                poller.register(self.losses.wake_r, _POLLIN)  # notify_lost
             wait = min(left, 1.0)
             sleeping = []
             woke = False
@@ -427,3 +464,292 @@ class Engine(FrameIO, LossHandling, StallHandling, LinkHandling):
                     continue
                 if c.ring_in is not None:
                     self._check_socket(c)
+
+    # ----------------------------------------------------------- links (opened on first use)
+    def open(self, peer: int):
+        """Open the collective link to ``peer`` (its first use; ``Conns``). A peer known
+        dead fails it at once, as a lost connection does: the group is broken."""
+        if self.opener is None or peer == self.rank or not 0 <= peer < self.size:
+            raise KeyError(peer)
+        if self.broken is not None:
+            raise self.broken
+        deadline = self.deadline if self.op is not None else time.monotonic() + 60.0
+        try:
+            sock, facts = self.opener(peer, deadline)
+        except DistNetworkError as err:
+            if err.rank is not None and self.broken is None and getattr(err, "dead", False):
+                self.broken = err
+                if self.op is not None:
+                    self.losses.announce(err)
+                self.losses.told_backend(err, str(err).split(": ", 1)[-1])
+            raise
+        conn = self.new_conn(peer, self.hosts.get(peer, "?"), sock, self.granks[peer])
+        try:
+            if self.on_link is not None:
+                self.on_link(conn, facts)
+        except BaseException:
+            sock.close()
+            raise
+        dict.__setitem__(self.conns, peer, conn)
+        self._by_fd[conn.fd] = conn
+        return conn
+
+    def open_links(self, peers) -> None:
+        """Open the links to every peer in ``peers`` not linked yet (an op that talks to
+        all of them, and must agree per pair on their paths before its first frame)."""
+        conns = self.conns
+        if len(conns) == self.size - 1:
+            return
+        for p in peers:
+            if p not in conns:
+                self.open(p)
+
+    # ----------------------------------------------------------- frames in and out
+    def tell_peers(self, body: bytes, seq: int, root: int = -1) -> None:
+        """Send an ABORT frame with ``body`` to every peer whose connection is alive. Best
+        effort, never blocks: a peer that is gone too is already recorded by ``EngineLosses.lost``."""
+        head = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, seq, root, 0, len(body))
+        for conn in self.conns.values():
+            if conn.dead is None:
+                conn.out.append(memoryview(head))
+                conn.out.append(memoryview(body))
+                try:
+                    self._write(conn)
+                except DistNetworkError:
+                    pass
+
+    def _write(self, conn) -> bool:
+        if not conn.out:
+            return False
+        if conn.dead is not None:
+            raise conn.dead
+        ring = conn.ring_out
+        if ring is not None:
+            n, asleep = ring.write(conn.out)
+            if asleep:
+                self._doorbell(conn)
+            return n > 0
+        try:
+            sent = conn.sock.sendmsg(list(conn.out)[:64])
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as err:
+            raise self.losses.lost(conn, err) from None
+        out = conn.out
+        while sent:
+            head = out[0]
+            if sent >= len(head):
+                sent -= len(head)
+                out.popleft()
+            else:
+                out[0] = head[sent:]
+                sent = 0
+        return True
+
+    def _doorbell(self, conn) -> None:
+        """Wake a ring peer that was asleep when this rank wrote. Only a hint: the data is in
+        the ring. A peer that has closed its end meanwhile may have woken on its own, read it
+        and left (its op done); one that left without reading it is seen by the reads."""
+        try:
+            conn.sock.send(b"\x01")
+        except (BlockingIOError, InterruptedError, BrokenPipeError, ConnectionResetError):
+            pass  # doorbells already queued (the reader wakes anyway), or the reader left
+        except OSError as err:
+            raise self.losses.lost(conn, err) from None
+
+    def _check_socket(self, conn) -> None:
+        """A ring peer's socket is readable: doorbells (drop them) or its end (it died or closed)."""
+        try:
+            got = conn.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as err:
+            raise self.losses.lost(conn, err) from None
+        if got[:1] == b"D" and len(got) >= F.HDR_SIZE:  # not doorbells: a frame, from a peer
+            self._socket_notice(conn, got)  # that could not build its rings (Mesh._abandon)
+        if not got and not conn.ring_in.available():
+            raise self.losses.lost(conn, None)
+
+    def _socket_notice(self, conn, got: bytes) -> None:
+        try:
+            h = F.unpack(got[:F.HDR_SIZE])
+        except F.FrameError:
+            return
+        if h.kind == F.ABORT and h.group == self.ghash and len(got) >= F.HDR_SIZE + h.nbytes:
+            abort_reader(self, h, Expect(conn.peer))(conn, memoryview(got[F.HDR_SIZE:F.HDR_SIZE + h.nbytes]))
+
+    def _recv(self, conn, view) -> int:
+        ring = conn.ring_in
+        if ring is not None:
+            return ring.read_into(view) or -1
+        try:
+            n = conn.sock.recv_into(view)
+        except (BlockingIOError, InterruptedError):
+            return -1
+        except OSError as err:
+            raise self.losses.lost(conn, err) from None
+        if n == 0:
+            raise self.losses.lost(conn, None)
+        return n
+
+    def _read(self, conn, exp: Expect) -> bool:
+        """Read what is available from ``conn`` towards ``exp``; True on progress."""
+        progressed = False
+        while not exp.done:
+            if conn.drain:
+                n = self._recv(conn, memoryview(_DISCARD)[: min(conn.drain, _DISCARD.nbytes)])
+                if n < 0:
+                    return progressed
+                conn.drain -= n
+                progressed = True
+                continue
+            if conn.pay is not None:
+                n = self._recv(conn, conn.pay[conn.pgot:])
+                if n < 0:
+                    return progressed
+                conn.pgot += n
+                progressed = True
+                if conn.pgot == len(conn.pay):
+                    cb, view = conn.on_pay, conn.pay
+                    conn.pay, conn.on_pay = None, None
+                    if cb.__class__ is Expect:
+                        cb.done = True
+                    elif cb is not None:
+                        cb(conn, view)
+                continue
+            if conn.held is not None:
+                h, conn.held = conn.held, None
+                self._dispatch(conn, h, exp)
+                if conn.held is not None:
+                    return progressed
+                continue
+            n = self._recv(conn, conn.hview[conn.hgot:] if conn.hgot else conn.hview)
+            if n < 0:
+                return progressed
+            progressed = True
+            conn.hgot += n
+            if conn.hgot == F.HDR_SIZE:
+                conn.hgot = 0
+                if self._expected_data(conn, exp):
+                    continue
+                try:
+                    h = F.unpack(conn.hdr)
+                    if h.group != self.ghash:
+                        raise F.FrameError(f"frame of another group (hash {h.group:#x})")
+                except F.FrameError as err:
+                    raise self.losses.lost(conn, f"corrupt stream: {err}") from None
+                self._dispatch(conn, h, exp)
+        return progressed
+
+    def _expected_data(self, conn, exp: Expect) -> bool:
+        """Fast path: the header just read is exactly the inline DATA frame ``exp``
+        waits for (compared byte for byte with the header this rank would send for
+        its own call, so every check of ``_dispatch`` holds); start its payload."""
+        nb = exp.nbytes
+        op = self.op
+        if nb < 0 or exp.kind != F.DATA or op is None:
+            return False
+        want = self.frame(F.DATA, exp.step, nb)
+        hdr = conn.hdr
+        if op.code in _EXACT_COUNT:
+            if hdr != want:
+                return False
+        elif hdr[:32] != want[:32] or hdr[40:] != want[40:] or int.from_bytes(hdr[32:40], "little") > F.MAX_NBYTES:
+            return False  # (the sender's count may differ: it only names its call in errors)
+        self._start_payload(conn, exp, nb)
+        return True
+
+    def _start_payload(self, conn, exp: Expect, nbytes: int) -> None:
+        """An inline DATA frame for ``exp`` was accepted: read its payload into
+        ``exp.into`` (or this peer's scratch buffer)."""
+        dest = exp.into if exp.into is not None else self.scratch(conn.peer, nbytes)
+        exp.result = dest
+        if nbytes == 0:
+            exp.done = True
+            return
+        conn.pay = memoryview(dest).cast("B")
+        conn.pgot = 0
+        conn.on_pay = exp
+
+    def _dispatch(self, conn, h, exp: Expect) -> None:
+        op = self.op
+        cur = op.seq if op is not None else None
+        if h.kind == F.ABORT:
+            conn.pay = memoryview(bytearray(h.nbytes))
+            conn.pgot = 0
+            conn.on_pay = abort_reader(self, h, exp)
+            if h.nbytes == 0:
+                conn.pay, cb = None, conn.on_pay
+                conn.on_pay = None
+                cb(conn, memoryview(b""))
+            return
+        if conn.stall is not None and h.seq >= conn.stall[0]:
+            conn.stall = None  # sent after its notice: the peer goes on (the stream keeps order)
+        if h.kind == F.ACK:
+            if h.seq == self.unacked_seq:
+                self.unacked.discard(conn.peer)
+            elif h.seq == cur:
+                self.acked.add(conn.peer)
+            if exp.kind == -1 and conn.peer not in self.unacked:
+                exp.done = True
+            return
+        if cur is None or h.seq < cur:
+            # a frame of an op that failed here: drain it
+            if not h.flags:
+                conn.drain = h.nbytes
+            return
+        if h.seq > cur or exp.kind == -1:
+            conn.held = h
+            if exp.kind == -1:
+                self.unacked.discard(conn.peer)
+                exp.done = True
+                return
+            raise DistMismatchError(
+                f"collective mismatch in group {self.group_name!r}: {op.desc}; "
+                f"{self._describe_peer(conn, h)} "
+                f"(rank {conn.grank} did not take part in #{cur})")
+        # same op number: must be what we expect
+        bad = (h.op != op.code or h.dtype != op.dtype or (h.op in _ROOTED and h.root != op.root)
+               or (h.op in _EXACT_COUNT and h.count != op.count) or h.kind != exp.kind or h.redop != op.redop)
+        if not bad and exp.nbytes >= 0 and h.nbytes != exp.nbytes:
+            if not h.flags:
+                conn.drain = h.nbytes
+            raise DistMismatchError(
+                f"collective mismatch in group {self.group_name!r}: {op.desc} expects {exp.nbytes} bytes "
+                f"from rank {conn.grank}; {self._describe_peer(conn, h)} sends "
+                f"{h.nbytes} bytes")
+        if bad or h.step != exp.step:
+            if not h.flags and h.kind == F.DATA:
+                conn.drain = h.nbytes
+            raise DistMismatchError(f"collective mismatch in group {self.group_name!r}: {op.desc}; "
+                                    f"{self._describe_peer(conn, h)}")
+        if h.flags & F.F_CMA:
+            pid = self.cma_pids.get(conn.peer)
+            if pid is None:
+                raise self.losses.lost(conn, "corrupt stream: a memory reference from a peer this rank cannot read")
+            dest = exp.into if exp.into is not None else self.scratch(conn.peer, h.nbytes)
+            try:
+                _cma.read_into(pid, h.offset, dest.reshape(-1).view(np.uint8))
+            except OSError as err:
+                # the frame is consumed and the stream intact: fail this op only (a
+                # sender that failed meanwhile may have freed its buffer; a dead one
+                # shows up as a lost connection on the next read)
+                raise DistBackendError(
+                    f"group {self.group_name!r}: {op.desc}: cannot read rank {conn.grank}'s buffer "
+                    f"({conn.host}): {err}") from None
+            exp.result = dest
+            exp.done = True
+            return
+        if h.flags & F.F_SHM:
+            try:
+                view = self.peer_segs.view(conn.peer, self.prefixes[conn.peer], h.shm_gen, h.offset, h.nbytes)
+            except (OSError, ValueError) as err:
+                raise self.losses.lost(conn, f"cannot map its shared memory: {err}") from None
+            self.refs_in.add(conn.peer)
+            if exp.into is not None:
+                np.copyto(exp.into, view)
+                view = exp.into
+            exp.result = view
+            exp.done = True
+            return
+        self._start_payload(conn, exp, h.nbytes)

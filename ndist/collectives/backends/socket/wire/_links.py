@@ -3,7 +3,7 @@
 The group-wide choices are made once, at the first collective, from facts every
 rank published in the store (host id, transport mode, core count); the per-pair
 ones (rings, CMA) when the pair's link opens, from what both ends said in its
-opening (``_links_wire``), so both ends of a pair agree:
+opening (``wire/_link_facts``), so both ends of a pair agree:
 
 * ``shm(peer, nbytes)``: a payload this large to this peer goes by reference
   into our shared-memory segment (same host; ``NDIST_TRANSPORT=shm``: any size);
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 
-from ....runtime import DistNetworkError
+from .....runtime import DistNetworkError
 from . import _ring
-from ._twolevel import topology
+from ..schedules._twolevel import topology
 
 __all__ = ["Links", "setup", "attach"]
 
@@ -70,7 +70,7 @@ def setup(links: Links, mesh, rank: int, size: int, mode: str, chunk: int) -> No
 
 def attach(links: Links, eng, conn, facts, mesh, rank: int, size: int, rings, group_name: str) -> None:
     """A collective link to ``conn.peer`` just opened: wire the paths both ends agreed
-    on (``_links_wire.Facts``): its rings and CMA in each direction."""
+    on (``wire/_link_facts.Facts``): its rings and CMA in each direction."""
     p = conn.peer
     if facts.read_pid is not None:
         links.cma_from[p] = facts.read_pid

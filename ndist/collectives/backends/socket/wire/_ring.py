@@ -36,12 +36,18 @@ import os
 import platform
 import threading
 
-from ....runtime import _shmfiles
-from ._shm import SHM_DIR, _job_of
+from .....runtime import _shmfiles
+from ._segment import SHM_DIR, job_of
 
-__all__ = ["available", "capacity_from_env", "path_for", "RingFile", "Ring", "MAX_SLEEP_S", "RING_ENV"]
+__all__ = ["available", "capacity_from_env", "path_for", "RingFile", "Ring", "MAX_SLEEP_S", "RING_ENV",
+           "OLD_RING_ENV"]
 
-RING_ENV = "NDIST_SHM_RING"
+RING_ENV = "NDIST_RING"
+#: the variable's name before "ring" became the rings' one word (``shm`` named all three
+#: shared-memory mechanisms): still read when ``NDIST_RING`` is unset, with one
+#: deprecation line in the log
+OLD_RING_ENV = "NDIST_SHM_RING"
+_told_old: list = []
 #: default bytes per ring: several inline frames (inline payloads are < 32 KiB),
 #: fewer in big groups so that one rank's rings stay within ``_BUDGET``
 DEFAULT_CAPACITY = 256 << 10
@@ -72,17 +78,25 @@ def path_for(shm_prefix: str) -> str:
 
 
 def capacity_from_env(size: int = 2) -> int:
-    """Bytes per ring from ``NDIST_SHM_RING`` (0 turns rings off); if unset, the
-    default for a group of ``size`` ranks (256 KiB, less above 16 ranks: 4 MiB per rank)."""
-    raw = os.environ.get(RING_ENV, "").strip()
+    """Bytes per ring from ``NDIST_RING`` (0 turns rings off; its old name
+    ``NDIST_SHM_RING`` is read when it is unset); if unset, the default for a group of
+    ``size`` ranks (256 KiB, less above 16 ranks: 4 MiB per rank)."""
+    name = RING_ENV
+    raw = os.environ.get(RING_ENV)
+    if raw is None and os.environ.get(OLD_RING_ENV) is not None:
+        name, raw = OLD_RING_ENV, os.environ[OLD_RING_ENV]
+        if not _told_old:
+            _told_old.append(True)
+            log.warning("%s is deprecated: set %s instead (same meaning)", OLD_RING_ENV, RING_ENV)
+    raw = (raw or "").strip()
     if not raw:
         return max(_MIN_DEFAULT, min(DEFAULT_CAPACITY, _BUDGET // max(size, 1) // 4096 * 4096))
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{RING_ENV}: expected a byte count (0 turns the rings off), got {raw!r}") from None
+        raise ValueError(f"{name}: expected a byte count (0 turns the rings off), got {raw!r}") from None
     if value < 0 or (value and value < 4096):
-        raise ValueError(f"{RING_ENV}: expected 0 or at least 4096 bytes, got {value}")
+        raise ValueError(f"{name}: expected 0 or at least 4096 bytes, got {value}")
     return value
 
 
@@ -178,7 +192,7 @@ class RingFile:
         self.stride = _CTRL + capacity
         name = os.path.basename(path)
         # no name in /dev/shm: the owner's descriptor (``_fd``) is how peers map it
-        fd = (_shmfiles.create_unlinked(name, _job_of(name)) if create
+        fd = (_shmfiles.create_unlinked(name, job_of(name)) if create
               else _shmfiles.open_shared(name, _shmfiles.owner_pid(name)))
         self._mm = None
         self._fd = -1

@@ -26,11 +26,11 @@ from __future__ import annotations
 import logging
 import time
 
-from ....runtime import DistTimeoutError
+from .....runtime import DistTimeoutError
 from . import _losses
 from ._engine_stall import grace_s
 
-__all__ = ["tell", "timed_out", "set_up_failed", "explain_wait"]
+__all__ = ["tell", "timed_out", "explain_wait", "root_of"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -45,46 +45,19 @@ def tell(source, ranks, engine: bool = True, final: bool = False) -> None:
         return
     for b in _losses.groups_of(source):
         try:
-            _tell_group(b, ranks, engine or b is not source, final)
+            b.tell_stalled(ranks, engine or b is not source, final)
         except Exception as err:  # noqa: BLE001 - a notice is best effort: never hide the timeout
             log.debug("telling group %r of a stall failed: %s", getattr(b, "ctx", None), err)
 
 
-def _tell_group(b, ranks, engine: bool, final: bool) -> None:
-    """Group ``b`` (a SocketBackend) tells its point-to-point peers, and its collective
-    peers when its collectives are idle (``engine``), that this process waits on ``ranks``."""
-    b._p2p.tell_stalled(ranks, final)
-    eng, nat = b._eng, b._native
-    if engine and eng is not None:
-        # (run_inline: only when no op runs or is queued there; then on this thread)
-        b._exec.run_inline(lambda: nat.tell_stalled(ranks, final) if nat is not None else
-                           eng.tell_stalled_idle(ranks, b._seq + 1, final))
-
-
-def set_up_failed(b, err, peer: int):
-    """The error for a failure of group ``b``'s collective link to group rank ``peer``,
-    after telling the process's groups when it is a timeout: the peer never dialled in
-    time (a DistTimeoutError), or it accepted and never answered the handshake (a
-    stopped rank: a DistNetworkError before, as if it were lost)."""
-    if isinstance(err, DistTimeoutError):
-        b._stalled([b._granks[peer]], True, True)
-        return err
-    gpeer = b._gindex.get(err.rank)
-    if gpeer is None or not timed_out(err) or b._mesh.is_dead(gpeer):
-        return err
-    b._stalled([err.rank], True, True)
-    return DistTimeoutError(f"group {b.ctx.group_name!r}: rank {b._granks[b.rank]}: connecting timed out; ranks not "
-                            f"heard from: [{err.rank}] ({err})")
-
-
-def explain_wait(source, granks) -> str:
+def explain_wait(source, granks, timeout: float) -> str:
     """A wait of group ``source`` (a SocketBackend) in the store, for what members
     ``granks`` (global) publish in its set-up, timed out: a member stuck elsewhere with a
     stopped rank never publishes (kill trial seed 2029). The words naming the root cause
     a timeout notice from one of them told this process's point-to-point side (waiting a
     grace for one), else naming ``granks``. The process's groups tell their peers a first
     notice at once (naming ``granks``) and a final one at the end."""
-    end = time.monotonic() + grace_s(source._timeout)
+    end = time.monotonic() + grace_s(timeout)
     tell(source, granks, True)  # a first notice at once: a survivor waiting on this rank names them
     while True:
         for g in granks:
@@ -104,11 +77,9 @@ def root_of(source, grank: int) -> list:
     out), as heard by the point-to-point side of any group of ``source``'s process (read
     as notices come, unlike an idle engine's); [] when none."""
     for b in _losses.groups_of(source):
-        peer = b._gindex.get(grank)
-        if peer is not None:
-            root = b._p2p.notice_of(peer)
-            if root:
-                return root
+        root = b.notice_of(grank)
+        if root:
+            return root
     return []
 
 

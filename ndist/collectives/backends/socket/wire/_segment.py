@@ -21,10 +21,10 @@ import weakref
 
 import numpy as np
 
-from ....runtime import _shmfiles
-from ....runtime._shmfiles import SHM_DIR, job_prefix, sweep_dead, unlink_prefix
+from .....runtime import _shmfiles
+from .....runtime._shmfiles import SHM_DIR, job_prefix, sweep_dead, unlink_prefix
 
-__all__ = ["SHM_DIR", "job_prefix", "OwnSegment", "PeerSegments", "unlink_prefix", "sweep_dead"]
+__all__ = ["SHM_DIR", "job_prefix", "job_of", "OwnSegment", "PeerSegments", "unlink_prefix", "sweep_dead"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -38,7 +38,7 @@ def _unlink(names: list) -> None:
     names.clear()
 
 
-def _job_of(prefix: str) -> str:
+def job_of(prefix: str) -> str:
     """``ndist-<job>`` of a segment prefix ``ndist-<job>-<group>-r...``."""
     return "-".join(prefix.split("-")[:2])
 
@@ -54,7 +54,7 @@ class OwnSegment:
         self.prefix = prefix
         # every backend's start, whatever its transport: segments and rings of this
         # job whose owner is dead (a SIGKILLed rank, an earlier attempt) go now
-        n = sweep_dead(_job_of(prefix))
+        n = sweep_dead(job_of(prefix))
         if n:
             log.info("unlinked %d shared-memory file(s) left by dead processes of this job", n)
         self.gen = 0
@@ -78,7 +78,7 @@ class OwnSegment:
         self.release()
         self.gen += 1
         name = self.name
-        fd = _shmfiles.create_unlinked(name, _job_of(self.prefix))
+        fd = _shmfiles.create_unlinked(name, job_of(self.prefix))
         try:
             os.ftruncate(fd, size)
             self._mm = _shmfiles.map_owned(fd, size)

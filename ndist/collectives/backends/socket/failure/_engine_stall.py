@@ -1,4 +1,5 @@
-"""What the collective engine (``_engine.Engine``) does when its op's deadline passes.
+"""What the collective engine (``_engine.Engine``) does when its op's deadline passes
+(``EngineStalls``, one per engine: ``eng.stalls``).
 
 A rank whose op times out tells its peers first (ABORT of kind ``stalled``, with the
 global ranks it had not heard from), then gives such notices from others a short grace
@@ -29,10 +30,10 @@ from __future__ import annotations
 
 import logging
 
-from ....runtime import DistTimeoutError
-from . import _frame as F
+from .....runtime import DistTimeoutError
+from ..wire import _frame as F
 
-__all__ = ["StallHandling", "grace_s"]
+__all__ = ["EngineStalls", "grace_s"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -45,11 +46,14 @@ def grace_s(timeout: float) -> float:
     return max(0.0, min(GRACE_MAX_S, GRACE_SHARE * timeout))
 
 
-class StallHandling:
-    """The timeout half of ``Engine`` (a mixin: it uses the engine's streams and state)."""
+class EngineStalls:
+    """What one ``Engine`` does when its op's deadline passes, and the state it keeps for
+    that: whether the op is in its grace, what this rank told its peers, the hook to the
+    backend (``on_stalled``). The notices peers sent are kept on their connections
+    (``conn.stall``)."""
 
-    def _init_stalls(self) -> None:
-        self.timeout = 0.0
+    def __init__(self, eng) -> None:
+        self.eng = eng
         self.in_grace = False  # the current op's deadline passed: waiting for notices
         #: ``on_stalled(global ranks)``: told each time this engine's op passes its deadline
         #: (the backend's ``_stalled``: the process's other groups tell their peers)
@@ -57,44 +61,44 @@ class StallHandling:
         self.told_stalled = False  # peers hold a notice of this rank: withdrawn at the next op
         self._told_root: list = []  # the ranks this op's first notice named (refined in the grace)
 
-    def _deadline_passed(self, expects, now: float) -> None:
+    def deadline_passed(self, expects, now: float) -> None:
         """The deadline passed in ``step``: raise the timeout, or return with the deadline
         moved by the grace (once per op), having told the peers."""
         peers = [e.peer for e in expects if not e.done]
         root, via, final = self._stall_root(peers)
         if root and (final or self.in_grace):
             self._raise_root(root, via)
-        if self.op is not None and not self.in_grace:
+        if self.eng.op is not None and not self.in_grace:
             self.in_grace = True
             # a first notice: the root this rank knows of so far (a waited-on peer's first
             # notice), else the ranks it waits on; refined in the grace (on_stall_notice)
-            self._told_root = root or self._granks(peers)
+            self._told_root = root or self.eng.global_ranks(peers)
             self._tell_stalled(self._told_root)
-            grace = grace_s(self.timeout)
-            if grace > 0 and any(self.conns[p].dead is None for p in peers):
-                self.deadline = now + grace
+            grace = grace_s(self.eng.timeout)
+            if grace > 0 and any(self.eng.conns[p].dead is None for p in peers):
+                self.eng.deadline = now + grace
                 return
             if root:
                 self._raise_root(root, via)
-        waiting = self._granks(peers)
-        unsent = self._granks(c.peer for c in self.conns.values() if c.out)
-        if self.op is not None:
+        waiting = self.eng.global_ranks(peers)
+        unsent = self.eng.global_ranks(c.peer for c in self.eng.conns.values() if c.out)
+        if self.eng.op is not None:
             self._tell_stalled(waiting, final=True)
         raise DistTimeoutError(
-            f"group {self.group_name!r}: {self.op.desc if self.op else 'collective'} timed out; "
+            f"group {self.eng.group_name!r}: {self.eng.op.desc if self.eng.op else 'collective'} timed out; "
             f"ranks not heard from: {waiting}" + (f"; ranks not reading: {unsent}" if unsent else ""))
 
     def _stall_root(self, peers) -> tuple:
         """The ranks the waited-on ``peers`` told (``stalled``) they could not hear from in
         this op or an earlier one, this rank left out; the connections that told; and
         whether every one of those notices is final (its sender raised naming them)."""
-        op = self.op
+        op = self.eng.op
         if op is None:
             return [], [], False
-        me = self.granks[self.rank]
+        me = self.eng.granks[self.eng.rank]
         root, via, final = set(), [], True
         for p in peers:
-            conn = self.conns[p]
+            conn = self.eng.conns[p]
             note = conn.stall
             if note is None or note[0] > op.seq:
                 continue
@@ -113,7 +117,7 @@ class StallHandling:
     def _root_timeout(self, root, via) -> DistTimeoutError:
         who = ", ".join(f"rank {c.grank} ({c.host})" for c in via)
         err = DistTimeoutError(
-            f"group {self.group_name!r}: {self.op.desc} timed out; ranks not heard from: {root} "
+            f"group {self.eng.group_name!r}: {self.eng.op.desc} timed out; ranks not heard from: {root} "
             f"({who} waited on {'it' if len(root) == 1 else 'them'})")
         return err
 
@@ -121,10 +125,10 @@ class StallHandling:
         """Tell every peer this op passed its deadline not having heard from ``ranks``
         (global): a first notice, or (``final``) the ranks this rank's error names. Best
         effort, never blocks."""
-        op = self.op
+        op = self.eng.op
         body = F.pack_abort("stalled", f"{op.desc} timed out; ranks not heard from: {list(ranks)}",
                             ranks=ranks, final=final)
-        self._tell_peers(body, op.seq, op.root)  # (_engine_loss)
+        self.eng.tell_peers(body, op.seq, op.root)  # (_engine_loss)
         self.told_stalled = True
         if self.on_stalled is not None:
             try:
@@ -137,11 +141,11 @@ class StallHandling:
         point) waiting on global ``ranks``: tell every peer, as of op ``seq`` (the next one
         this rank runs here). A peer waiting on this rank in that op names ``ranks``; any
         frame this rank sends for it drops the notice there. Best effort, never blocks."""
-        if self.op is not None or self.broken is not None or self.closing:
+        if self.eng.op is not None or self.eng.broken is not None or self.eng.closing:
             return
         body = F.pack_abort("stalled", f"timed out elsewhere; ranks not heard from: {list(ranks)}",
                             ranks=list(ranks), final=final)
-        self._tell_peers(body, seq)
+        self.eng.tell_peers(body, seq)
         self.told_stalled = True
 
     def withdraw_stall(self, op) -> None:
@@ -149,8 +153,8 @@ class StallHandling:
         one, as of this op), so that a peer waiting on it later, in an op where this rank
         sent that peer nothing before, does not name the notice's ranks."""
         self.told_stalled = False
-        if self.broken is None:
-            self._tell_peers(F.pack_abort("stalled", "goes on", ranks=[]), op.seq)
+        if self.eng.broken is None:
+            self.eng.tell_peers(F.pack_abort("stalled", "goes on", ranks=[]), op.seq)
 
     def on_stall_notice(self, conn, seq: int, info: dict) -> None:
         """A peer's ``stalled`` notice (its op #seq timed out): kept on its connection. An op
@@ -163,9 +167,9 @@ class StallHandling:
         if not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks):
             return
         conn.stall = (seq, ranks, info.get("final") is True)
-        if not self.in_grace or self.op is None:
+        if not self.in_grace or self.eng.op is None:
             return
-        peers = [e.peer for e in self._waiting if not e.done]
+        peers = [e.peer for e in self.eng.waiting if not e.done]
         if conn.peer not in peers:
             return
         root, via, final = self._stall_root(peers)

@@ -1,9 +1,10 @@
-"""What the collective engine (``_engine.Engine``) does when the group loses a member.
+"""What the collective engine (``_engine.Engine``) does when the group loses a member
+(``EngineLosses``, one per engine: ``eng.losses``).
 
 A rank that loses a peer's connection during an op tells every other peer at
 once (ABORT of kind ``lost``): the group is broken, and a survivor may be
 waiting on this rank rather than on the dead one. A loss another part of the
-backend learned of (its point-to-point side; ``SocketBackend._record_loss``)
+backend learned of (its point-to-point side; ``GroupFailure.record``)
 reaches the engine through ``notify_lost``: from any thread, it wakes the op
 waiting in ``poll`` (a pipe the loop watches), which fails naming the dead
 rank and tells the peers; an idle engine tells them at once
@@ -17,38 +18,41 @@ from __future__ import annotations
 import logging
 import os
 
-from ....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
-from . import _frame as F
+from .....runtime import DistBackendError, DistMismatchError, DistNetworkError, DistTimeoutError
+from ..wire import _frame as F
 
-__all__ = ["LossHandling", "abort_reader"]
+__all__ = ["EngineLosses", "abort_reader"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
 
-class LossHandling:
-    """The loss half of ``Engine`` (a mixin: it uses the engine's streams and state)."""
+class EngineLosses:
+    """What one ``Engine`` does when its group loses a member, and the state it keeps for
+    that: the loss told from elsewhere (``external``), the pipe that wakes a waiting op
+    (``wake_r``), the hook to the backend (``on_loss``). ``eng.broken`` stays the
+    engine's: every op reads it."""
 
-    def _init_losses(self) -> None:
+    def __init__(self, eng) -> None:
+        self.eng = eng
         #: called (on the engine's thread) with each loss this engine finds out first:
-        #: ``on_loss(global_rank, host, message)`` (the backend's ``_record_loss``)
+        #: ``on_loss(global_rank, host, message)`` (the backend's ``GroupFailure.record``)
         self.on_loss = None
-        self.acking = False  # ``finish`` flushes its ACKs: a closed reader is not reported lost
         #: a loss another part of the backend learned of (``notify_lost``), taken up by
         #: the engine's own thread: at the next ``begin``, or at once by a waiting op
         self.external: DistNetworkError | None = None
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
 
     def notify_lost(self, rank: int, host, message: str) -> None:
         """Another part of the backend (its point-to-point side, or a notice) learned that
         global rank ``rank`` is lost. Any thread: the op waiting now (or the next one)
         fails naming it, and this rank tells its collective peers (ABORT ``lost``)."""
-        if self.external is not None or self.broken is not None:
+        if self.external is not None or self.eng.broken is not None:
             return
         self.external = DistNetworkError(f"{message}", rank=rank, host=host)
         try:
-            os.write(self._wake_w, b"x")
+            os.write(self.wake_w, b"x")
         except OSError:
             pass
 
@@ -56,82 +60,69 @@ class LossHandling:
         """On the engine's thread: turn a loss told by ``notify_lost`` into this
         engine's failure, tell every peer (also when idle), and raise it during an op."""
         told = self.external
-        if told is None or self.broken is not None:
-            if self.broken is not None and self.op is not None:
-                raise self.broken
+        if told is None or self.eng.broken is not None:
+            if self.eng.broken is not None and self.eng.op is not None:
+                raise self.eng.broken
             return
-        during = f", during {self.op.desc}" if self.op is not None else ""
-        exc = DistNetworkError(f"group {self.group_name!r}: rank {told.rank} ({told.host}) is lost{during}; {told}",
+        during = f", during {self.eng.op.desc}" if self.eng.op is not None else ""
+        exc = DistNetworkError(f"group {self.eng.group_name!r}: rank {told.rank} ({told.host}) is lost{during}; {told}",
                                rank=told.rank, host=told.host)
-        self.broken = exc
-        self._announce(exc)
-        if self.op is not None:
+        self.eng.broken = exc
+        self.announce(exc)
+        if self.eng.op is not None:
             raise exc
 
     def __del__(self):
         # (not at the backend's close: a worker thread that outlived it may still poll)
-        for fd in (getattr(self, "_wake_r", -1), getattr(self, "_wake_w", -1)):
+        for fd in (getattr(self, "wake_r", -1), getattr(self, "wake_w", -1)):
             if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
 
-    def _lost(self, conn, err) -> DistNetworkError:
-        what = self.op.desc if self.op is not None else "idle"
-        if self.closing:
-            exc = DistNetworkError(f"group {self.group_name!r}: backend closed during {what}", rank=conn.grank,
+    def lost(self, conn, err) -> DistNetworkError:
+        what = self.eng.op.desc if self.eng.op is not None else "idle"
+        if self.eng.closing:
+            exc = DistNetworkError(f"group {self.eng.group_name!r}: backend closed during {what}", rank=conn.grank,
                                    host=conn.host)
-            self.broken = exc
+            self.eng.broken = exc
             return exc
         exc = DistNetworkError(
-            f"group {self.group_name!r}: lost connection to rank {conn.grank} ({conn.host}) during {what}: "
+            f"group {self.eng.group_name!r}: lost connection to rank {conn.grank} ({conn.host}) during {what}: "
             f"{err or 'connection closed'}", rank=conn.grank, host=conn.host)
         conn.dead = exc
         conn.out.clear()
-        first = self.broken is None
-        self.broken = exc
+        first = self.eng.broken is None
+        self.eng.broken = exc
         if first:
-            if self.op is not None:
-                self._announce(exc)
-                if not self.acking:  # (an op's data all came: the peer may just have left)
-                    self._told_backend(exc, str(exc).split(": ", 1)[1])
+            if self.eng.op is not None:
+                self.announce(exc)
+                if not self.eng.acking:  # (an op's data all came: the peer may just have left)
+                    self.told_backend(exc, str(exc).split(": ", 1)[1])
         return exc
 
-    def _told_backend(self, exc: DistNetworkError, message: str) -> None:
+    def told_backend(self, exc: DistNetworkError, message: str) -> None:
         if self.on_loss is not None and exc.rank is not None:
             try:
                 self.on_loss(exc.rank, exc.host, message)
             except Exception as err:  # noqa: BLE001 - diagnostics path: never hide the loss itself
                 log.debug("recording the loss of rank %s failed: %s", exc.rank, err)
 
-    def _announce(self, exc: DistNetworkError) -> None:
+    def announce(self, exc: DistNetworkError) -> None:
         """Tell every other peer that the group lost rank ``exc.rank``: a survivor may
         be waiting on this rank (for an ACK, or data this rank will now never send)
         without polling the dead rank's connection itself. Best effort, never blocks."""
         msg = str(exc)
         msg = msg.split(": ", 1)[1] if msg.startswith("group ") else msg
-        self._tell_peers(F.pack_abort("lost", msg, exc.rank, exc.host), self.op.seq if self.op is not None else 0)
-
-    def _tell_peers(self, body: bytes, seq: int, root: int = -1) -> None:
-        """Send an ABORT frame with ``body`` to every peer whose connection is alive. Best
-        effort, never blocks: a peer that is gone too is already recorded by ``_lost``."""
-        head = F.pack(F.ABORT, 0, 0, 0, 0, self.ghash, 0, seq, root, 0, len(body))
-        for conn in self.conns.values():
-            if conn.dead is None:
-                conn.out.append(memoryview(head))
-                conn.out.append(memoryview(body))
-                try:
-                    self._write(conn)
-                except DistNetworkError:
-                    pass
+        self.eng.tell_peers(F.pack_abort("lost", msg, exc.rank, exc.host), self.eng.op.seq if self.eng.op is not None else 0)
 
 
 def abort_reader(engine, h, exp):
     def cb(conn, view):
         info = F.unpack_abort(bytes(view))
         if info.get("kind") == "stalled":  # a peer's op timed out (_engine_stall): not a failure of ours
-            engine.on_stall_notice(conn, h.seq, info)
+            engine.stalls.on_stall_notice(conn, h.seq, info)
             return
         if info.get("kind") == "lost":
             # a peer lost a rank: the group is broken, whatever op this is about
@@ -144,8 +135,8 @@ def abort_reader(engine, h, exp):
             if engine.broken is None:
                 engine.broken = exc
                 if engine.op is not None:
-                    engine._announce(exc)
-                engine._told_backend(exc, f"rank {conn.grank} ({conn.host}) reported: {info.get('msg')}")
+                    engine.losses.announce(exc)
+                engine.losses.told_backend(exc, f"rank {conn.grank} ({conn.host}) reported: {info.get('msg')}")
             raise exc
         if h.seq == engine.unacked_seq:
             engine.unacked.discard(conn.peer)

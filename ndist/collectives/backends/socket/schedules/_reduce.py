@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._reduce_op import ReduceOp
+from ...._reduce_op import ReduceOp
 
-__all__ = ["reduce_ordered", "finalize"]
+__all__ = ["reduce_ordered", "finalize", "UFUNC", "ERRVAR", "IGNORE_ERRORS"]
 
-_UFUNC = {
+UFUNC = {
     ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PREMUL_SUM: np.add,
     ReduceOp.PRODUCT: np.multiply, ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum,
     ReduceOp.BAND: np.bitwise_and, ReduceOp.BOR: np.bitwise_or, ReduceOp.BXOR: np.bitwise_xor,
@@ -29,12 +29,12 @@ _BITWISE = (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR)
 # set a prebuilt "ignore all" state directly when that private hook exists, else
 # fall back to errstate.
 try:
-    from numpy._core._ufunc_config import _extobj_contextvar as _ERRVAR
+    from numpy._core._ufunc_config import _extobj_contextvar as ERRVAR
     from numpy._core._ufunc_config import _make_extobj
 
-    _IGNORE = _make_extobj(all="ignore")
+    IGNORE_ERRORS = _make_extobj(all="ignore")
 except (ImportError, AttributeError, TypeError):  # pragma: no cover - other NumPy versions
-    _ERRVAR = _IGNORE = None
+    ERRVAR = IGNORE_ERRORS = None
 
 
 def reduce_ordered(out: np.ndarray, contribs: list, op: ReduceOp) -> None:
@@ -43,7 +43,7 @@ def reduce_ordered(out: np.ndarray, contribs: list, op: ReduceOp) -> None:
     ``out`` may be one of ``contribs[0]`` / ``contribs[1]`` (each ufunc here
     is exactly commutative), but no later one.
     """
-    f = _UFUNC[op]
+    f = UFUNC[op]
     if len(contribs) == 1:
         if contribs[0] is not out:
             np.copyto(out, contribs[0])
@@ -52,15 +52,15 @@ def reduce_ordered(out: np.ndarray, contribs: list, op: ReduceOp) -> None:
         _fold(f, out, contribs)
         return
     # overflow to inf is a result, as in torch: no warning
-    if _ERRVAR is None:  # pragma: no cover - other NumPy versions
+    if ERRVAR is None:  # pragma: no cover - other NumPy versions
         with np.errstate(all="ignore"):
             _fold(f, out, contribs)
         return
-    token = _ERRVAR.set(_IGNORE)
+    token = ERRVAR.set(IGNORE_ERRORS)
     try:
         _fold(f, out, contribs)
     finally:
-        _ERRVAR.reset(token)
+        ERRVAR.reset(token)
 
 
 def _fold(f, out: np.ndarray, contribs: list) -> None:

@@ -1,8 +1,9 @@
-"""Collective schedules: what one rank sends, receives and reduces, round by round.
+"""Flat collective schedules: what one rank sends, receives and reduces, round by round
+(one level: every rank a peer of every other; the records every schedule is made of).
 
 An algorithm is a pure function of (op, algorithm, item size, sizes, group size,
 rank, root, topology) that returns this rank's ``Schedule``; it does no I/O, so
-the same records run on the Python engine (``_scheduled.py``), in the simulator
+the same records run on the Python engine (``schedules/_run.py``), in the simulator
 (``_simulate.py``) and, later, in the native engine. Schedules are cached
 (``schedule()``, an ``lru_cache``): a repeated call costs a dictionary lookup.
 
@@ -321,7 +322,7 @@ def subtree(n: int, rank: int, root: int) -> list:
 def _binomial_gather(sizes: tuple, item: int, n: int, r: int, root: int) -> Schedule:
     """TMP holds this rank's subtree's blocks in relative rank order; round k: ranks
     with lowest set bit k send theirs to v - 2^k. ``sizes`` must be right for this
-    rank's subtree (the root knows all; see ``_scheduled.py`` for the others)."""
+    rank's subtree (the root knows all; see ``schedules/_run.py`` for the others)."""
     v = (r - root) % n
     rel = [0]  # rel[j]: offset of relative rank v + j's block in TMP
     top = n if v == 0 else min(n, v + (v & -v))
@@ -435,18 +436,6 @@ def _bruck_all_to_all(ins: tuple, outs: tuple, item: int, n: int, r: int) -> Sch
     return Schedule("bruck", tuple(rounds), pre, post, (n + 2 * c) * b)
 
 
-#: the algorithm name of every two-level schedule (``_twolevel.py``) and its ops
-TWO_LEVEL = "two_level"
-TWO_LEVEL_OPS = ("all_reduce", "broadcast", "barrier", "all_gather")
-
-
-def spans_hosts(topo) -> bool:
-    """More than one host, and at least one host with more than one rank (with one
-    rank per host, two levels are the flat algorithm): ``choose``'s test."""
-    nh = max(topo) + 1 if topo else 0
-    return 1 < nh < len(topo)
-
-
 #: the algorithms of each op, in the order ``choose`` prefers them
 ALGOS = {
     "all_reduce": ("recursive_doubling", "rabenseifner", "ring"),
@@ -462,23 +451,17 @@ ALGOS = {
 
 
 @functools.lru_cache(maxsize=4096)
-def schedule(op: str, algo: str, item: int, sizes: tuple, n: int, rank: int, root: int = 0,
-             topo=None) -> Schedule:
-    """This rank's schedule of ``op`` by ``algo``.
+def schedule(op: str, algo: str, item: int, sizes: tuple, n: int, rank: int, root: int = 0) -> Schedule:
+    """This rank's flat schedule of ``op`` by ``algo``.
 
     ``sizes`` (elements): ``(count,)`` for all_reduce / reduce / broadcast; one
     count per rank for reduce_scatter (its inputs), all_gather, gather and
     scatter; ``(ins, outs)`` (per-peer counts) for all_to_all; ``()`` for barrier.
-    ``topo``: the host index of every rank (``_twolevel.topology``); only the
-    ``two_level`` algorithm reads it (``None``: one flat level).
+    One flat level: ``_schedule.schedule`` is the entry that also builds the
+    two-level ones (``_twolevel``), which are made of these.
     """
     if not 0 <= rank < n:
         raise ValueError(f"rank: expected 0 <= rank < {n}, got {rank}")
-    if algo == TWO_LEVEL:
-        from ._twolevel import two_level
-        if topo is None:
-            raise ValueError("topo: expected the host index of every rank for a two-level schedule, got None")
-        return two_level(op, item, sizes, n, rank, root, topo)
     if op == "all_reduce":
         count = sizes[0]
         if algo == "recursive_doubling":
@@ -510,6 +493,18 @@ def schedule(op: str, algo: str, item: int, sizes: tuple, n: int, rank: int, roo
     raise ValueError(f"algo: expected one of {ALGOS.get(op)} for {op!r}, got {algo!r}")
 
 
+#: the algorithm name of every two-level schedule (``_twolevel.py``) and its ops
+TWO_LEVEL = "two_level"
+TWO_LEVEL_OPS = ("all_reduce", "broadcast", "barrier", "all_gather")
+
+
+def spans_hosts(topo) -> bool:
+    """More than one host, and at least one host with more than one rank (with one
+    rank per host, two levels are the flat algorithm): ``choose``'s test."""
+    nh = max(topo) + 1 if topo else 0
+    return 1 < nh < len(topo)
+
+
 def choose(op: str, nbytes: int, n: int, count: int = 0, force: str = "auto", topo=None,
            even: bool = False) -> str | None:
     """The algorithm for ``op`` moving ``nbytes`` (all_reduce: the buffer; ``count``
@@ -521,7 +516,9 @@ def choose(op: str, nbytes: int, n: int, count: int = 0, force: str = "auto", to
     ``direct`` / ``sched`` / ``flat`` / ``auto`` (``NDIST_ALGO``). ``topo`` (the
     host index of every rank): a group on more than one host, with some host
     holding several ranks, runs ``two_level`` for the ops that have it (not with
-    ``direct`` or ``flat``: ``flat`` is ``auto`` as if every rank were on one host)."""
+    ``direct`` or ``flat``: ``flat`` is ``auto`` as if every rank were on one host).
+    (Here, beside the flat algorithms, so that ``_twolevel`` can choose its leaders'
+    algorithm without importing ``_schedule``; one call on every op's path.)"""
     if force == "direct" or n <= 1:
         return None
     if force != "flat" and topo is not None and op in TWO_LEVEL_OPS and spans_hosts(topo):

@@ -50,20 +50,24 @@ import weakref
 
 import numpy as np
 
-from ....runtime import DistMismatchError, DistNetworkError, DistTimeoutError, Work
-from ....runtime import _net
-from . import _frame as F
-from . import _stalls
-from ._p2p_loss import P2PLosses
-from ._p2p_stall import P2PStalls
-from ._p2p_stream import Stream as _Stream
-from ._p2p_stream import recv_payload as _recv_payload
-from ._p2p_stream import send_ctl as _send_ctl
-from ._tcp import P2P_CH
+from .....runtime import DistMismatchError, DistNetworkError, DistTimeoutError, Work
+from .....runtime import _net
+from ..wire import _frame as F
+from ..failure import _stalls
+from ..failure._p2p_loss import P2PLosses
+from ..failure._p2p_stall import P2PStalls
+from ._stream import Stream as _Stream
+from ._stream import recv_payload as _recv_payload
+from ._stream import send_ctl as _send_ctl
+from ..wire._tcp import P2P_CH
 
 __all__ = ["P2P"]
 
 log = logging.getLogger("ndist.collectives.socket")
+
+#: a relayed notice is written within this long (a peer that does not read in that
+#: time learns of the loss by other means: its own streams, or its timeout)
+_RELAY_S = 5.0
 
 _OP_SEND = F.op_code("send")
 _OP_BYE = F.op_code("bye")
@@ -81,89 +85,118 @@ class _Recv:
         return (self.src is None or self.src == src) and self.tag == tag
 
 
-class P2P(P2PLosses, P2PStalls):
+class P2P:
     def __init__(self, rank: int, size: int, group_name: str, timeout: float, mesh_ref, executor=None,
                  granks=None, on_loss=None) -> None:
         self.rank = rank
         self.size = size
         #: global rank of each group rank: every message and ``.rank`` names global ranks
         self.granks = tuple(granks) if granks is not None else tuple(range(size))
-        self._gindex = {g: i for i, g in enumerate(self.granks)}
-        #: ``on_loss(global_rank, host, message)``: a loss this side found out first (the
-        #: backend's ``_record_loss``, which tells the collective side)
-        self.on_loss = on_loss
-        #: ``on_stalled(global ranks)``: a receive passed its deadline waiting on them (the
-        #: backend's ``_stalled``: every group of the process tells its peers)
-        self.on_stalled = None
-        #: group rank -> the global ranks its last timeout notice named (until its next message)
-        self._notes: dict[int, tuple] = {}  # peer -> (global ranks, final): its timeout notice
+        self.gindex = {g: i for i, g in enumerate(self.granks)}
         self.group_name = group_name
         self.ghash = F.group_hash(group_name)
         self.timeout = timeout
-        self._mesh = mesh_ref  # callable returning the Mesh
+        self.mesh = mesh_ref  # callable returning the Mesh
         self._executor = executor  # where sends queue (drained before the byes)
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._posted: list[_Recv] = []
+        self.lock = threading.Lock()
+        self._cond = threading.Condition(self.lock)
+        self.posted: list[_Recv] = []
         self._unexpected: list[tuple[int, int, np.ndarray, int, int]] = []  # src, tag, data, dtype, count
-        self._streams: dict[int, _Stream] = {}  # id(sock) -> stream
+        self.streams: dict[int, _Stream] = {}  # id(sock) -> stream
         self._new: list[_Stream] = []
-        self._dead: dict[int, DistNetworkError] = {}  # peers lost (died)
-        self._gone: dict[int, DistNetworkError] = {}  # peers that left the group (bye, then end)
-        self._leaving: set[int] = set()  # peers that said bye on some stream
-        self._broken: DistNetworkError | None = None
+        self.dead: dict[int, DistNetworkError] = {}  # peers lost (died)
+        self.gone: dict[int, DistNetworkError] = {}  # peers that left the group (bye, then end)
+        self.leaving: set[int] = set()  # peers that said bye on some stream
+        self.broken: DistNetworkError | None = None
         self._acks: set[int] = set()  # outgoing streams whose ACK of our bye is awaited
         self._dialing: set[int] = set()  # peers being dialled to watch them
         self._flushing = False  # leaving: queued sends still go out
-        self._byes = False  # leaving, no more sends: every stream gets a bye, new ones at once
+        self.byes = False  # leaving, no more sends: every stream gets a bye, new ones at once
         self._left_group = False  # flushed: streams now end because this rank closes them
         self._rd, self._wr = os.pipe()
         os.set_blocking(self._wr, False)
         self._sel = selectors.DefaultSelector()
         self._sel.register(self._rd, selectors.EVENT_READ, None)
-        self._closed = False
+        self.closed = False
+        #: what this side does when the group loses a member / when a wait passes its deadline
+        self.losses = P2PLosses(self, on_loss)
+        self.stalls = P2PStalls(self)
         self._thread = threading.Thread(target=self._loop, name=f"ndist-p2p-{group_name}-{rank}", daemon=True)
         self._thread.start()
         self._pid = os.getpid()
         _LIVE.add(self)
 
-    def _host(self, peer) -> str:
+    def host(self, peer) -> str:
         try:
-            return self._mesh().host_of(peer)
+            return self.mesh().host_of(peer)
         except Exception:  # noqa: BLE001 - the mesh is not built yet, or gone
             return "?"
 
     # ------------------------------------------------------------- sending
+
+    def tell(self, frame: bytes, skip: set, what: str) -> None:
+        """Write ``frame`` to each live peer with a stream (ours when there is one), on
+        a thread of its own: never blocks the caller."""
+        with self.lock:
+            targets: dict[int, _Stream] = {}
+            for st in self.streams.values():
+                if st.ended or st.peer in skip or st.peer in self.dead or st.peer in self.gone:
+                    continue
+                if st.peer not in targets or (st.outgoing and not targets[st.peer].outgoing):
+                    targets[st.peer] = st
+        if not targets:
+            return
+
+        def tell() -> None:
+            deadline = time.monotonic() + _RELAY_S
+            for st in targets.values():
+                if st.wlock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    try:
+                        _send_ctl(st.sock, frame, deadline)
+                    finally:
+                        st.wlock.release()
+            log.debug("rank %d told ranks %s: %s", self.rank, sorted(targets), what)
+
+        threading.Thread(target=tell, name=f"ndist-p2p-relay-{self.group_name}-{self.rank}", daemon=True).start()
+
+    def select_wait(self) -> float:
+        """How long the reader may sleep: at most 0.5 s, and not past a receive's deadline."""
+        with self.lock:
+            if not self.posted:
+                return 0.5
+            first = min(r.deadline for r in self.posted)
+        return min(0.5, max(0.005, first - time.monotonic()))
+
     def send(self, buf: np.ndarray, dst: int, tag: int) -> None:
         data = buf.reshape(-1).view(np.uint8)
         if dst == self.rank:
             self._deliver_local(buf, data, tag)
             return
-        err = self._dead.get(dst) or self._broken or self._gone.get(dst)
+        err = self.dead.get(dst) or self.broken or self.gone.get(dst)
         if err is not None:
             raise err
         try:
-            sock = self._mesh().p2p_socket(dst, time.monotonic() + self.timeout)
+            sock = self.mesh().p2p_socket(dst, time.monotonic() + self.timeout)
         except DistTimeoutError:
             raise
         except Exception as err:  # noqa: BLE001 - refused, reset, failed handshake: unreachable
             if _stalls.timed_out(err):  # alive but silent (stopped, say): a timeout, not a loss
-                raise self._send_timeout(dst, tag, err) from None
-            raise self._unreachable(dst, err) from None
+                raise self.stalls.send_timeout(dst, tag, err) from None
+            raise self.losses.unreachable(dst, err) from None
         st = self._watch(dst, sock, True)
         hdr = F.pack(F.P2P, _OP_SEND, F.dtype_code(buf.dtype), 0, 0, self.ghash, 0, 0, tag, buf.size, data.nbytes)
         with st.wlock:
             try:
                 _net.send_all(sock, hdr, data)
             except OSError as err:
-                raise self._unreachable(dst, err) from None
+                raise self.losses.unreachable(dst, err) from None
 
     def _deliver_local(self, buf, data, tag) -> None:
         dcode = F.dtype_code(buf.dtype)
-        with self._lock:
-            for i, r in enumerate(self._posted):
+        with self.lock:
+            for i, r in enumerate(self.posted):
                 if r.matches(self.rank, tag):
-                    del self._posted[i]
+                    del self.posted[i]
                     break
             else:
                 self._unexpected.append((self.rank, tag, data.copy(), dcode, buf.size))
@@ -179,7 +212,7 @@ class P2P(P2PLosses, P2PStalls):
             f"group {self.group_name!r}: recv on rank {g[self.rank]} from "
             f"{'any rank' if r.src is None else f'rank {g[r.src]}'} (tag {r.tag}) expects "
             f"{F.dtype_name(F.dtype_code(buf.dtype))}[{buf.size}] ({buf.nbytes} bytes); rank {g[src]} sent "
-            f"{F.dtype_name(dcode)}[{count}] ({nbytes} bytes; host {self._host(src)})")
+            f"{F.dtype_name(dcode)}[{count}] ({nbytes} bytes; host {self.host(src)})")
 
     def _fill(self, r: _Recv, src: int, data: np.ndarray, dcode: int, count: int) -> None:
         bad = self._mismatch(r, src, dcode, count, data.nbytes)
@@ -193,7 +226,7 @@ class P2P(P2PLosses, P2PStalls):
     # ------------------------------------------------------------- receiving
     def post(self, buf: np.ndarray, src: int | None, tag: int, work: Work) -> None:
         err = None
-        with self._lock:
+        with self.lock:
             for i, (s, t, data, dcode, count) in enumerate(self._unexpected):
                 if (src is None or src == s) and t == tag:
                     del self._unexpected[i]
@@ -201,10 +234,10 @@ class P2P(P2PLosses, P2PStalls):
             else:
                 data = None
                 # what arrived before a failure is still delivered (above); nothing more will
-                err = (None if src is None else self._dead.get(src)) or self._broken or (
-                    None if src is None else self._gone.get(src))
+                err = (None if src is None else self.dead.get(src)) or self.broken or (
+                    None if src is None else self.gone.get(src))
                 if err is None:
-                    self._posted.append(_Recv(buf, src, tag, work, time.monotonic() + self.timeout))
+                    self.posted.append(_Recv(buf, src, tag, work, time.monotonic() + self.timeout))
         if data is not None:
             self._fill(_Recv(buf, src, tag, work, 0), s, data, dcode, count)
             return
@@ -216,7 +249,7 @@ class P2P(P2PLosses, P2PStalls):
         # complete meanwhile, and a peer that sends and leaves closes its listener)
         for p in ([src] if src is not None else range(self.size)):
             if p != self.rank and self._needs_watch(p):
-                with self._lock:
+                with self.lock:
                     if p in self._dialing:
                         continue
                     self._dialing.add(p)
@@ -225,10 +258,10 @@ class P2P(P2PLosses, P2PStalls):
 
     def _needs_watch(self, peer: int) -> bool:
         """No stream shows ``peer``'s end yet (and it has not left or died)."""
-        with self._lock:
-            if peer in self._leaving or peer in self._dead or self._closed:
+        with self.lock:
+            if peer in self.leaving or peer in self.dead or self.closed:
                 return False
-            return not any(st.peer == peer and not st.ended for st in self._streams.values())
+            return not any(st.peer == peer and not st.ended for st in self.streams.values())
 
     def _dial(self, peer: int) -> None:
         """Open a stream to ``peer`` only to see its end. Short attempts, outside the
@@ -241,52 +274,51 @@ class P2P(P2PLosses, P2PStalls):
                 now = time.monotonic()
                 if now >= end:
                     if not _stalls.timed_out(err):  # (a silent peer: the receive's own timeout names it)
-                        self._unreachable(peer, err)
+                        self.losses.unreachable(peer, err)
                     return
-                mesh = self._mesh()
+                mesh = self.mesh()
                 try:
-                    sock = mesh._connect(peer, P2P_CH, min(end, now + 1.0))
+                    sock = mesh.connect(peer, P2P_CH, min(end, now + 1.0))
                 except DistTimeoutError as e:  # the peer never published its address
                     # lost only when it is known dead; a live one that never published (stopped
                     # before its group's set-up, say) is named by the receive's own timeout
-                    if not self._closed and self._waits_on(peer) and mesh.is_dead(peer):
-                        self._unreachable(peer, e)
+                    if not self.closed and self._waits_on(peer) and mesh.is_dead(peer):
+                        self.losses.unreachable(peer, e)
                     return
                 except Exception as e:  # noqa: BLE001 - refused, reset: retried until the deadline
                     err = e
                     if isinstance(e, DistNetworkError) and mesh.is_dead(peer):  # it will never answer
-                        self._unreachable(peer, e)
+                        self.losses.unreachable(peer, e)
                         return
                     continue
-                with mesh._p2p_lock:  # our sends to it may use it too (one ordered stream)
-                    mesh._p2p_out.setdefault(peer, sock)
+                mesh.keep_p2p(peer, sock)  # our sends to it may use it too (one ordered stream)
                 self._watch(peer, sock, True)
                 return
         finally:
-            with self._lock:
+            with self.lock:
                 self._dialing.discard(peer)
 
     def _waits_on(self, peer: int) -> bool:
-        with self._lock:
-            return not self._closed and any(r.src == peer or r.src is None for r in self._posted)
+        with self.lock:
+            return not self.closed and any(r.src == peer or r.src is None for r in self.posted)
 
     def incoming(self, peer: int, sock: socket.socket) -> None:
         """Called by the listener for a peer's new point-to-point connection."""
         self._watch(peer, sock, False)
 
     def _watch(self, peer: int, sock: socket.socket, outgoing: bool) -> _Stream:
-        with self._lock:
-            st = self._streams.get(id(sock))
+        with self.lock:
+            st = self.streams.get(id(sock))
             if st is not None and st.sock is sock:
                 return st
             st = _Stream(peer, sock, outgoing)
-            closed = self._closed
+            closed = self.closed
             if not closed:
-                self._streams[id(sock)] = st
+                self.streams[id(sock)] = st
                 self._new.append(st)
             # a stream made while this rank is leaving: a peer's (it carries no data of
             # ours), or after the last send a dial to watch a peer
-            late = self._byes or (self._flushing and not outgoing)
+            late = self.byes or (self._flushing and not outgoing)
         if closed:  # too late to read it: the peer sees this rank leave
             self._say_bye(st, time.monotonic() + 1.0)
             sock.close()
@@ -301,8 +333,8 @@ class P2P(P2PLosses, P2PStalls):
 
     # ------------------------------------------------------------- reader
     def _loop(self) -> None:
-        while not self._closed:
-            with self._lock:
+        while not self.closed:
+            with self.lock:
                 new, self._new = self._new, []
             for st in new:
                 try:
@@ -310,7 +342,7 @@ class P2P(P2PLosses, P2PStalls):
                 except (ValueError, KeyError, OSError) as err:
                     self._end(st, err)
             try:
-                events = self._sel.select(timeout=self._select_wait())
+                events = self._sel.select(timeout=self.select_wait())
             except OSError:
                 return
             for key, _ in events:
@@ -324,7 +356,7 @@ class P2P(P2PLosses, P2PStalls):
                     self._read_frame(key.data)
                 except Exception as err:  # noqa: BLE001 - OSError, FrameError, MemoryError: the stream ended
                     self._end(key.data, err)
-            self._expire()
+            self.stalls.expire()
 
     def _read_frame(self, st: _Stream) -> None:
         sock, peer = st.sock, st.peer
@@ -340,18 +372,18 @@ class P2P(P2PLosses, P2PStalls):
                 self._acks.discard(id(st))
                 self._cond.notify_all()
         elif h.kind == F.ABORT:
-            self._on_notice(st, F.unpack_abort(_net.recv_exact(sock, h.nbytes)))
+            self.losses.on_notice(st, F.unpack_abort(_net.recv_exact(sock, h.nbytes)))
         else:
             raise F.FrameError(f"unexpected frame (kind {h.kind}, op {h.op}) on a point-to-point stream")
         st.frames += 1
 
     def _read_message(self, peer: int, sock: socket.socket, h) -> None:
-        with self._lock:
-            if self._notes:
-                self._notes.pop(peer, None)  # it goes on: its timeout notice is stale
-            for i, r in enumerate(self._posted):
+        with self.lock:
+            if self.stalls.notes:
+                self.stalls.notes.pop(peer, None)  # it goes on: its timeout notice is stale
+            for i, r in enumerate(self.posted):
                 if r.matches(peer, h.root):
-                    del self._posted[i]
+                    del self.posted[i]
                     break
             else:
                 r = None
@@ -364,10 +396,10 @@ class P2P(P2PLosses, P2PStalls):
         data = _recv_payload(sock, h.nbytes)
         if r is None:
             # a receive may have been posted while the payload was arriving
-            with self._lock:
-                for i, r in enumerate(self._posted):
+            with self.lock:
+                for i, r in enumerate(self.posted):
                     if r.matches(peer, h.root):
-                        del self._posted[i]
+                        del self.posted[i]
                         break
                 else:
                     r = None
@@ -381,8 +413,8 @@ class P2P(P2PLosses, P2PStalls):
         streams end (it closes once every stream it sent on was acknowledged; it may
         have two to us, one opened to send and one to watch us)."""
         st.bye_in = True
-        with self._lock:
-            self._leaving.add(st.peer)
+        with self.lock:
+            self.leaving.add(st.peer)
         if st.outgoing:
             return
         if st.wlock.acquire(timeout=1.0):
@@ -406,31 +438,31 @@ class P2P(P2PLosses, P2PStalls):
             st.ended = True
             self._acks.discard(id(st))
             self._cond.notify_all()
-        if self._closed or self._left_group:
+        if self.closed or self._left_group:
             return  # (this rank's own close ends its streams)
         log.debug("rank %d: %s stream with rank %d ended (bye %s): %s", self.rank,
                   "outgoing" if st.outgoing else "incoming", st.peer, st.bye_in, err)
-        if st.bye_in or st.peer in self._leaving:
+        if st.bye_in or st.peer in self.leaving:
             self._left(st.peer)  # (a peer that said bye on one stream is leaving: all its streams end)
         else:
             # Peers and the group's collectives are told too, but only of a loss this rank
             # can vouch for: a stream it dialled, or one that carried the peer's frames, or
             # a peer known dead. A corrupt or forged stream (any holder of the job secret
             # can open one, claiming a rank) fails this rank's receives only.
-            vouched = not isinstance(err, F.FrameError) and (st.outgoing or st.frames > 0 or self._known_dead(st.peer))
-            self._peer_lost(st.peer, err, vouched=vouched)
+            vouched = not isinstance(err, F.FrameError) and (st.outgoing or st.frames > 0 or self.losses.known_dead(st.peer))
+            self.losses.peer_lost(st.peer, err, vouched=vouched)
 
     # ------------------------------------------------------------- departures and failures
     def _left(self, peer: int) -> None:
         """``peer`` left the group (destroy or exit) and will send nothing more."""
-        host, g = self._host(peer), self.granks
-        with self._lock:
-            self._leaving.add(peer)
-            self._gone.setdefault(peer, DistNetworkError(
+        host, g = self.host(peer), self.granks
+        with self.lock:
+            self.leaving.add(peer)
+            self.gone.setdefault(peer, DistNetworkError(
                 f"group {self.group_name!r}: rank {g[peer]} ({host}) has left the group "
                 f"(destroy_process_group() or exit)", rank=g[peer], host=host))
-            failed = [r for r in self._posted if r.src == peer]
-            self._posted = [r for r in self._posted if r.src != peer]
+            failed = [r for r in self.posted if r.src == peer]
+            self.posted = [r for r in self.posted if r.src != peer]
         for r in failed:
             r.work.fail(DistNetworkError(
                 f"group {self.group_name!r}: recv on rank {g[self.rank]} from rank {g[peer]} (tag {r.tag}): rank "
@@ -455,21 +487,21 @@ class P2P(P2PLosses, P2PStalls):
         """Before this rank's streams close: let queued sends go out, say bye on
         every stream and wait (up to ``timeout``, default the group timeout) until
         each peer we send to confirmed it read everything. True when all did."""
-        with self._lock:
-            if self._flushing or self._closed:
+        with self.lock:
+            if self._flushing or self.closed:
                 return True
             self._flushing = True
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         if self._executor is not None and not self._executor.drain(deadline):
             log.warning("group %r rank %d: leaving with point-to-point sends still queued", self.group_name,
                         self.rank)
-        with self._lock:
-            self._byes = True
-            streams = [st for st in self._streams.values() if not st.ended]
+        with self.lock:
+            self.byes = True
+            streams = [st for st in self.streams.values() if not st.ended]
             self._acks = {id(st) for st in streams if st.outgoing}
         for st in streams:
             if not self._say_bye(st, deadline) and st.outgoing:
-                with self._lock:
+                with self.lock:
                     self._acks.discard(id(st))
         with self._cond:
             while self._acks and self._thread.is_alive():
@@ -485,8 +517,8 @@ class P2P(P2PLosses, P2PStalls):
         return not missing
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
+        with self.lock:
+            self.closed = True
         _LIVE.discard(self)
         try:
             os.write(self._wr, b"x")
@@ -494,9 +526,9 @@ class P2P(P2PLosses, P2PStalls):
             pass
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
-        with self._lock:
-            pending, self._posted = self._posted, []
-            streams = list(self._streams.values())
+        with self.lock:
+            pending, self.posted = self.posted, []
+            streams = list(self.streams.values())
         for r in pending:
             r.work.fail(DistNetworkError(f"group {self.group_name!r}: backend closed before the receive "
                                           f"completed", rank=None if r.src is None else self.granks[r.src]))

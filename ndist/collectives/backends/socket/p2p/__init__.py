@@ -1,0 +1,3 @@
+"""Point-to-point messages of the socket backend: the side (`_p2p`) and its streams
+(`_stream`).
+"""

@@ -1,0 +1,35 @@
+"""The socket backend's two engines behind one interface (``_engines.CollectiveEngine``),
+and the one place that chooses between them (``_engines.select``)."""
+
+import inspect
+
+import pytest
+
+from ndist.collectives.backends.socket import _engines
+from ndist.collectives.backends.socket.engine._algorithms import Algorithms
+from ndist.collectives.backends.socket.native._engine import NativeAlgorithms
+
+OPS = [n for n, v in vars(_engines.CollectiveEngine).items() if callable(v) and not n.startswith("_")]
+
+
+def test_the_interface_names_every_collective():
+    assert sorted(OPS) == ["all_gather", "all_reduce", "all_to_all", "barrier", "broadcast", "direct_reduce",
+                           "gather", "reduce_scatter", "scatter"]
+
+
+@pytest.mark.parametrize("impl", [Algorithms, NativeAlgorithms])
+@pytest.mark.parametrize("op", OPS)
+def test_both_engines_implement_every_op_with_the_interfaces_parameters(impl, op):
+    want = list(inspect.signature(getattr(_engines.CollectiveEngine, op)).parameters)
+    got = list(inspect.signature(getattr(impl, op)).parameters)
+    assert got == want, (impl.__name__, op, got, want)
+
+
+def test_select_runs_native_only_when_every_peer_is_on_this_host_with_the_same_slots():
+    same = {1: True, 2: True}
+    pub = {1: {"native": 4096}, 2: {"native": 4096}}
+    assert _engines.select(4096, [1, 2], same, pub) == _engines.NATIVE
+    assert _engines.select(0, [1, 2], same, pub) == _engines.PYTHON  # this rank offers none
+    assert _engines.select(4096, [1, 2], {1: True, 2: False}, pub) == _engines.PYTHON  # a peer elsewhere
+    assert _engines.select(4096, [1, 2], same, {1: {"native": 4096}, 2: {"native": 8192}}) == _engines.PYTHON
+    assert _engines.select(4096, [1, 2], same, {1: {"native": 4096}, 2: {"native": 0}}) == _engines.PYTHON
