@@ -105,7 +105,7 @@ def _revoked_error(pg, exc: BaseException) -> BaseException:
     revoked group is the group's ``DistRankFailureError`` (``exc`` its cause), as for a
     blocking op (``_failed``): a p2p op or async collective in flight when a member died."""
     if isinstance(exc, DistNetworkError) and not isinstance(exc, DistRankFailureError):
-        failure = pg.failure()
+        failure = pg.failure(exc)
         if failure is not None:
             failure.__cause__ = exc
             return failure
