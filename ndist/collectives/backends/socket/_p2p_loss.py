@@ -61,11 +61,13 @@ class P2PLosses:
             if first:
                 self._broken = exc
             failed, self._posted = self._posted, []
-        for r in failed:
-            r.work.fail(exc)
         if first and vouched:
             self._relay(exc, skip={peer})
+            # the group first (it revokes), then the waiters: a receive woken below raises
+            # the group's DistRankFailureError, not this plain error (Work.on_error)
             self._tell_backend(exc, str(exc).split(": ", 1)[1] if str(exc).startswith("group ") else str(exc))
+        for r in failed:
+            r.work.fail(exc)
         return exc
 
     def _tell_backend(self, exc: DistNetworkError, message: str) -> None:
