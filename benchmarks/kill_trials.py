@@ -291,6 +291,8 @@ def job_continue(spec: dict) -> int:
         _settle(pending, wrong)
         dist.all_reduce(np.ones(1))  # the end of phase 1: every survivor learns of a loss here at the latest
     except Exception as err:  # noqa: BLE001 - recorded: the survivor's error
+        if mine == "op":  # (a victim of ``same`` that learnt of the other's loss before its op K)
+            _die(out, rank0)
         rec["error"] = _describe(err)
         rec["error"]["failed_ranks"] = getattr(err, "failed_ranks", None)
         rec["error"]["t"] = time.time()
