@@ -3,6 +3,7 @@ point of a random mix of collectives and point-to-point traffic, under ndistrun.
 
     python benchmarks/kill_trials.py [--trials 200] [--seed 0] [--transports tcp,shm,auto]
                                      [--engines python,native] [--stop-trials 6] [--max-latency 1.0]
+                                     [--continue-trials 0] [--sizes 4,8] [--losses 1,2]
 
 Each trial starts ``ndistrun --nproc-per-node 4`` on this file (``--job``). Every rank draws
 the same op sequence from the trial's seed: the collectives of ``soak.py`` (8 dtypes, empty
@@ -37,6 +38,19 @@ then fails at once naming that survivor.
 Stop trials (``--stop-trials``, the last ones): the harness SIGSTOPs the victim; the group
 timeout is ``--stop-group-timeout`` (3 s); survivors must raise ``DistTimeoutError`` naming
 it. Prints one line per trial and a summary table; exits 1 on any failure.
+
+Continue trials (``--continue-trials``, after the others; issue 29): ``ndistrun
+--nproc-per-node n --on-failure continue --min-nproc n-k``, n from ``--sizes``, k victims
+from ``--losses``, over ``--continue-transports`` x the engines. Ranks run a world-group mix
+(collectives and p2p rings) until the loss, ``shrink_group()`` (again for each further loss),
+check the shrunk group's members with its first collective, run ``--phase2-ops`` checked ops
+on it and end with ``destroy_process_group``. The first victim dies ``start`` (before any
+collective), ``op`` (before op K) or ``timer`` (the harness); a second one dies with it
+(``same``) or during the survivors' shrink (``shrink``: a timer started as it calls
+``shrink_group``). Failed: hang, wrong result, a survivor without a ``DistRankFailureError``
+naming only victims, a failed shrink, a final group other than the survivors, the launcher
+not exiting 0 or not listing every victim, files or processes left. Recovery time: the first
+kill -> the last survivor's first successful collective on the group without the victims.
 """
 
 from __future__ import annotations
@@ -50,8 +64,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +128,8 @@ def job(spec_path: str) -> int:
     import ndist.distributed as dist
 
     spec = json.loads(Path(spec_path).read_text())
+    if spec.get("mode") == "continue":
+        return job_continue(spec)
     out, seed, victim, kill_op = Path(spec["out"]), spec["seed"], spec["victim"], spec["kill_op"]
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
     dist.init_process_group("socket", timeout=timedelta(seconds=spec["group_timeout"]))
@@ -189,6 +207,132 @@ def job(spec_path: str) -> int:
     while time.monotonic() < stay and len(glob.glob(str(out / "r*.json"))) < size - 1:
         time.sleep(0.01)
     return 3 if rec["error"] else 0
+
+
+def _mix(dist, plan, i: int, size: int, rank: int, seed: int, pending: list, wrong: list, now: dict) -> None:
+    """Op ``i`` of a world-only mix (collectives and point-to-point rings; async ones
+    queued in ``pending``, waited in batches of 4)."""
+    groups = [(tuple(range(size)), None)]
+    p = plan.draw(i, groups)
+    rng = np.random.default_rng([seed, i, 99])
+    ranks, pg = groups[0]
+    if rng.random() < 0.3:
+        kind = P2P[rng.integers(len(P2P))]
+        now.update(op=kind)
+        works, check = _p2p(dist, kind, ranks, pg, rank, seed, i, rng)
+    else:
+        now.update(op=p["op"])
+        w, check = soak._run_one(dist, p, ranks, pg, rank, seed)
+        works = [w] if w is not None else []
+    if works:
+        pending.append((works, check))
+    else:
+        try:
+            check()
+        except AssertionError as err:
+            wrong.append(str(err))
+    if len(pending) >= 4 or not works:
+        _settle(pending, wrong)
+
+
+def _settle(pending: list, wrong: list) -> None:
+    try:
+        for works, check in pending:
+            for w in works:
+                w.wait()
+            try:
+                check()
+            except AssertionError as err:
+                wrong.append(str(err))
+    finally:
+        pending.clear()
+
+
+def _die(out: Path, rank: int) -> None:
+    (out / f"killed{rank}").write_text(repr(time.time()))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def job_continue(spec: dict) -> int:
+    """One rank of a ``--on-failure continue`` trial: a world-only mix until the loss,
+    ``shrink_group`` (again for every further loss), a check of the members, then a
+    mix on the shrunk world. ``spec["when"]``: original rank -> how it dies: ``start``
+    (right after init_process_group, before any collective), ``op`` (before op
+    ``spec["kill_op"]``), ``shrink`` (a timer of ``spec["shrink_delay"]`` s started as it
+    calls shrink_group: during the agreement or the rebuild), ``timer`` (the harness)."""
+    from datetime import timedelta
+
+    import ndist.distributed as dist
+
+    out, seed = Path(spec["out"]), spec["seed"]
+    when = {int(r): w for r, w in spec["when"].items()}
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    dist.init_process_group("socket", timeout=timedelta(seconds=spec["group_timeout"]))
+    rank0, size0 = dist.get_rank(), dist.get_world_size()
+    mine = when.get(rank0)
+    if rank0 == 0:
+        (out / "secret").write_text(os.environ["NDIST_SECRET"])
+    (out / f"pid{rank0}").write_text(str(os.getpid()))
+    if mine == "start":
+        _die(out, rank0)
+    rec: dict = {"error": None, "shrinks": 0, "oks": [], "wrong": [], "members": None, "shrink_errors": []}
+    wrong: list[str] = []
+    pending: list = []
+    now: dict = {"op": None}
+    plan = soak._Plan(seed, size0)
+    try:
+        deadline = time.monotonic() + spec["max_seconds"]
+        for i in range(10**9):  # until the loss (a harness kill may come late)
+            if mine == "op" and i == spec["kill_op"]:
+                _die(out, rank0)
+            if time.monotonic() > deadline:
+                break
+            _mix(dist, plan, i, size0, rank0, seed, pending, wrong, now)
+        _settle(pending, wrong)
+        dist.all_reduce(np.ones(1))  # the end of phase 1: every survivor learns of a loss here at the latest
+    except Exception as err:  # noqa: BLE001 - recorded: the survivor's error
+        if mine == "op":  # (a victim of ``same`` that learnt of the other's loss before its op K)
+            _die(out, rank0)
+        rec["error"] = _describe(err)
+        rec["error"]["failed_ranks"] = getattr(err, "failed_ranks", None)
+        rec["error"]["t"] = time.time()
+        rec["waiting"] = now.get("op")
+        pending.clear()
+    phase2, i, done = None, 0, False
+    while not done and rec["error"] is not None:
+        if mine == "shrink" and rec["shrinks"] == 0:
+            threading.Timer(spec["shrink_delay"], _die, (out, rank0)).start()
+        try:
+            shrunk = dist.shrink_group()
+            rec["shrinks"] += 1
+            members = np.zeros(size0)
+            members[rank0] = 1.0
+            dist.all_reduce(members)  # the first collective on the shrunk group
+            rec["oks"].append((time.time(), dist.get_world_size()))
+            if members.max() != 1.0 or int(members.sum()) != dist.get_world_size():
+                wrong.append(f"members {members.tolist()} on a group of {dist.get_world_size()}")
+            rec["members"] = [int(r) for r in np.flatnonzero(members)]
+            size, rank = dist.get_world_size(), dist.get_rank()
+            # a new mix at the new size, drawn alike by every member: from the group's name (a
+            # survivor may have called shrink_group once where another called it twice)
+            plan2 = soak._Plan([seed, zlib.crc32(shrunk.group_name.encode())], size)
+            for i in range(spec["phase2_ops"]):
+                _mix(dist, plan2, i, size, rank, seed + 1, pending, wrong, now)
+            _settle(pending, wrong)
+            dist.barrier()
+            done = True
+        except dist.DistRankFailureError as err:  # a further loss: shrink again
+            rec.setdefault("later", []).append(_describe(err))
+            pending.clear()
+        except Exception as err:  # noqa: BLE001 - recorded: the shrink failed
+            rec["shrink_errors"].append(_describe(err))
+            break
+    rec.update(t=time.time(), wrong=wrong[:5], n_wrong=len(wrong), size=dist.get_world_size(), done=done)
+    (out / f"r{rank0}.tmp").write_text(json.dumps(rec))
+    os.replace(out / f"r{rank0}.tmp", out / f"r{rank0}.json")
+    if done:
+        dist.destroy_process_group()
+    return 0 if done and not wrong else 3
 
 
 # ---------------------------------------------------------------- the harness
@@ -345,6 +489,155 @@ def run_trial(n: int, seed: int, transport: str, engine: str, mode: str, a) -> d
     return res
 
 
+def _draw_continue(seed: int, a) -> dict:
+    """A continue trial's world size, victims and how each dies."""
+    rng = np.random.default_rng([seed, 777])
+    n = int(rng.choice([int(x) for x in a.sizes.split(",")]))
+    k = int(rng.choice([int(x) for x in a.losses.split(",")]))
+    victims = [int(v) for v in rng.choice(n, size=k, replace=False)]
+    first = str(rng.choice(["start", "op", "op", "timer"]))
+    when = {victims[0]: first}
+    second = None
+    if k == 2:
+        second = str(rng.choice(["same", "shrink"]))  # simultaneous, or during the survivors' shrink
+        when[victims[1]] = first if second == "same" else "shrink"
+    return dict(n=n, k=k, victims=victims, when=when, moment=first + (f"+{second}" if second else ""),
+                kill_op=int(rng.integers(0, a.max_kill_op_continue)), delay=float(rng.uniform(0, a.max_delay)),
+                shrink_delay=float(rng.uniform(0, a.max_shrink_delay)))
+
+
+def run_continue_trial(n: int, seed: int, transport: str, engine: str, a) -> dict:
+    """A ``--on-failure continue`` trial: the survivors must shrink and finish with
+    correct results, the launcher exit 0 naming every lost rank; recovery time = the
+    first kill -> the first successful collective on the group without every victim."""
+    d = _draw_continue(seed, a)
+    size, victims = d["n"], d["victims"]
+    survivors = [r for r in range(size) if r not in victims]
+    res = dict(trial=n, seed=seed, transport=transport, engine=engine, mode="continue", size=size,
+               losses=d["k"], victims=victims, moment=d["moment"], fails=[], recovery=None, wall=0.0)
+    token = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory(prefix="ndist-kill-") as tmp:
+        out = Path(tmp)
+        spec = dict(mode="continue", out=tmp, seed=seed, when={str(r): w for r, w in d["when"].items()},
+                    kill_op=d["kill_op"], shrink_delay=d["shrink_delay"], group_timeout=a.group_timeout,
+                    max_seconds=a.group_timeout + 30, phase2_ops=a.phase2_ops)
+        (out / "spec.json").write_text(json.dumps(spec))
+        env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine, **{TOKEN_ENV: token})
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+        cmd = [sys.executable, "-m", "ndist.launch", "--nproc-per-node", str(size), "--on-failure", "continue",
+               "--min-nproc", str(len(survivors)), "--term-timeout", str(a.group_timeout + 10), __file__,
+               "--job", str(out / "spec.json")]
+        t0 = time.monotonic()
+        with open(out / "log", "w+") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            try:
+                timed = [r for r, w in d["when"].items() if w == "timer"]
+                if timed:
+                    pidf = [out / f"pid{r}" for r in range(size)]
+                    while not all(p.exists() for p in pidf) and proc.poll() is None \
+                            and time.monotonic() - t0 < a.hard_timeout:
+                        time.sleep(0.01)
+                    if proc.poll() is None and all(p.exists() for p in pidf):
+                        time.sleep(d["delay"])
+                        pids = [int(pidf[r].read_text()) for r in timed]
+                        for r, pid in zip(timed, pids):
+                            (out / f"killed{r}").write_text(repr(time.time()))
+                            os.kill(pid, signal.SIGKILL)
+                proc.wait(timeout=max(1.0, a.hard_timeout - (time.monotonic() - t0)))
+            except subprocess.TimeoutExpired:
+                res["fails"].append("hang")
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            res["wall"] = time.monotonic() - t0
+            time.sleep(0.2)
+            left = _token_pids(token)
+            if left:
+                res["fails"].append(f"procs: {len(left)} left")
+                for pid in left:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            log.seek(0)
+            text = log.read()
+        res["rc"] = proc.returncode
+        kills = {r: float((out / f"killed{r}").read_text()) for r in victims if (out / f"killed{r}").exists()}
+        if len(kills) != len(victims):
+            res["fails"].append(f"not every victim was killed: {sorted(kills)} of {victims}")
+        secret = (out / "secret").read_text() if (out / "secret").exists() else None
+        if secret is None:
+            res["fails"].append("no secret recorded")
+        else:
+            leaked = _job_files(secret)
+            if leaked:
+                res["fails"].append(f"files: {len(leaked)} left")
+                for f in leaked:
+                    os.unlink(f)
+        if "hang" not in res["fails"]:
+            if proc.returncode != 0:
+                res["fails"].append(f"launcher exited {proc.returncode}")
+            lost = "rank" if len(victims) == 1 else "ranks"
+            if f"finished without {len(victims)} lost {lost} (--on-failure continue)" not in text \
+                    or not all(re.search(rf"rank\s*:\s*{v}\b", text) for v in victims) \
+                    or text.count("killed by SIGKILL") < len(victims):
+                res["fails"].append("launcher summary does not name every lost rank")
+        oks = []
+        for r in survivors:
+            path = out / f"r{r}.json"
+            if not path.exists():
+                res["fails"].append(f"rank {r}: no record")
+                continue
+            rec = json.loads(path.read_text())
+            if rec["n_wrong"]:
+                res["fails"].append(f"wrong: rank {r}: {rec['wrong'][0]}")
+            err = rec["error"]
+            if err is None:
+                res["fails"].append(f"survivor: rank {r} saw no loss")
+            elif err["type"] != "DistRankFailureError" or not set(err.get("failed_ranks") or []) <= set(victims) \
+                    or not err.get("failed_ranks"):
+                res["fails"].append(f"survivor: rank {r}: {err['type']} (failed_ranks "
+                                    f"{err.get('failed_ranks')}): {err['msg'][:300]}")
+            for e in rec["shrink_errors"]:
+                res["fails"].append(f"shrink: rank {r}: {e['type']}: {e['msg'][:300]}")
+            if not rec["done"]:
+                res["fails"].append(f"survivor: rank {r} did not finish")
+            elif rec["members"] != survivors or rec["size"] != len(survivors):
+                res["fails"].append(f"survivor: rank {r} ended in a group of {rec['members']}, expected {survivors}")
+            res["shrinks"] = max(res.get("shrinks", 0), rec["shrinks"])
+            res["later"] = max(res.get("later", 0), len(rec.get("later", [])))
+            final = [t for t, s in rec["oks"] if s == len(survivors)]
+            if final:
+                oks.append(min(final))
+        if kills and len(oks) == len(survivors):
+            res["recovery"] = max(oks) - min(kills.values())
+        if res["fails"] and a.keep_logs:
+            keep = Path(a.keep_logs) / f"trial{n}-seed{seed}"
+            keep.mkdir(parents=True, exist_ok=True)
+            for f in out.iterdir():
+                if f.is_file():
+                    (keep / f.name).write_bytes(f.read_bytes())
+    return res
+
+
+def _summary_continue(results: list[dict]) -> str:
+    rows = {}
+    for r in results:
+        rows.setdefault((r["size"], r["losses"], r["transport"], r["engine"]), []).append(r)
+    lines = ["| n | losses | transport | engine | trials | passed | hangs | wrong | survivor / shrink errors | "
+             "launcher | files | procs | recovery median / max (s) |", "|" + "---|" * 13]
+    for key in sorted(rows):
+        rs = rows[key]
+        cnt = lambda pre: sum(any(f.startswith(pre) for f in r["fails"]) for r in rs)  # noqa: E731
+        rec = [r["recovery"] for r in rs if r["recovery"] is not None]
+        med = f"{np.median(rec):.3f} / {max(rec):.3f}" if rec else "-"
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {len(rs)} | {sum(not r['fails'] for r in rs)} | "
+                     f"{cnt('hang')} | {cnt('wrong')} | {cnt('survivor') + cnt('shrink') + cnt('rank ')} | "
+                     f"{cnt('launcher')} | {cnt('files')} | {cnt('procs')} | {med} |")
+    bad = sum(bool(r["fails"]) for r in results)
+    lines.append(f"continue trials={len(results)} failed={bad} load={os.getloadavg()[0]:.2f} (1-min, at the end)")
+    return "\n".join(lines)
+
+
 def _summary(results: list[dict], a) -> str:
     rows = {}
     for r in results:
@@ -378,6 +671,15 @@ def main(argv=None) -> int:
     ap.add_argument("--max-kill-op", type=int, default=120, help="op mode: the victim dies before op K < this")
     ap.add_argument("--max-delay", type=float, default=1.5, help="timer/stop mode: seconds after all are ready")
     ap.add_argument("--hard-timeout", type=float, default=120.0, help="per trial")
+    ap.add_argument("--continue-trials", type=int, default=0,
+                    help="--on-failure continue trials (survivors shrink and finish), after the others")
+    ap.add_argument("--continue-transports", default="tcp,shm")
+    ap.add_argument("--sizes", default="4,8", help="continue trials: world sizes drawn from")
+    ap.add_argument("--losses", default="1,2", help="continue trials: simultaneous losses drawn from")
+    ap.add_argument("--max-kill-op-continue", type=int, default=40, help="continue trials, op mode: before op K")
+    ap.add_argument("--max-shrink-delay", type=float, default=0.05,
+                    help="continue trials: a second victim dies this much (at most) after it calls shrink_group")
+    ap.add_argument("--phase2-ops", type=int, default=20, help="continue trials: ops on the shrunk group")
     ap.add_argument("--keep-logs", default=None, metavar="DIR", help="copy failed trials' files here")
     ap.add_argument("--json", default=None, metavar="FILE", help="write every trial's result here")
     a = ap.parse_args(argv)
@@ -399,9 +701,25 @@ def main(argv=None) -> int:
               f"rc {r.get('rc')} wall {r['wall']:5.1f}s max latency {max(lats) if lats else float('nan'):.3f}s "
               f"{'OK' if not r['fails'] else 'FAIL: ' + '; '.join(r['fails'])}"
               f"{''.join('; blocked: ' + b for b in r['blocked'])}", flush=True)
+    ccombos = [(t, e) for t in a.continue_transports.split(",") for e in engines]
+    cont = []
+    for m in range(a.continue_trials):
+        n = a.trials + a.stop_trials + m
+        seed = a.seed + n
+        transport, engine = ccombos[m % len(ccombos)]
+        r = run_continue_trial(n, seed, transport, engine, a)
+        cont.append(r)
+        rec = f"{r['recovery']:.3f}s" if r["recovery"] is not None else "-"
+        print(f"trial {n:3d} seed {seed} {transport:4s} {engine:6s} continue n={r['size']} victims {r['victims']} "
+              f"{r['moment']:11s} rc {r.get('rc')} wall {r['wall']:5.1f}s recovery {rec} "
+              f"{'OK' if not r['fails'] else 'FAIL: ' + '; '.join(r['fails'])}", flush=True)
+    results += cont
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
-    print(_summary(results, a))
+    if a.trials + a.stop_trials:
+        print(_summary([r for r in results if r["mode"] != "continue"], a))
+    if cont:
+        print(_summary_continue(cont))
     print(f"total time {time.monotonic() - t_start:.0f} s")
     return 1 if any(r["fails"] for r in results) else 0
 

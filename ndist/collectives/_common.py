@@ -100,6 +100,18 @@ def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
                 raise failure from exc
 
 
+def _revoked_error(pg, exc: BaseException) -> BaseException:
+    """What ``wait`` raises for a Work that failed with ``exc``: a network error of a
+    revoked group is the group's ``DistRankFailureError`` (``exc`` its cause), as for a
+    blocking op (``_failed``): a p2p op or async collective in flight when a member died."""
+    if isinstance(exc, DistNetworkError) and not isinstance(exc, DistRankFailureError):
+        failure = pg.failure(exc)
+        if failure is not None:
+            failure.__cause__ = exc
+            return failure
+    return exc
+
+
 _new_call = tuple.__new__  # a Call from its fields in order (_api.py checks the order once)
 
 
@@ -188,6 +200,7 @@ def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,
             work.outputs = outputs
         if not getattr(work, "stream_ordered", False):  # CUDA works make their Future lazily: not forced
             work.add_done_hook(lambda w: _failed(rec, slot, seq, w.error))
+        work.on_error = lambda exc: _revoked_error(pg, exc)
         work.on_timeout = lambda exc: _debug.dump_all(
             f"{call.op} #{seq} in group {rec.group_name!r}: Work.wait timed out: {exc}")
         return work

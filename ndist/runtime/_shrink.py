@@ -15,7 +15,10 @@ store: socket; see docs/errors.md for mpi and nccl). The steps:
    every set they posted, proposes it as the decision with one ``compare_set``:
    the first proposal wins, and every survivor adopts it. A rank of the decision
    that calls ``shrink_group`` itself was excluded while alive: the proposal says
-   so instead, and every caller raises ``ValueError``, nothing changed.
+   so instead, and every caller raises ``ValueError``, nothing changed. Beside its
+   set, each survivor posts the ranks it knows are *lost* (its group's record, and
+   what the others posted as lost): a rank that posted and then died is alive to
+   nobody once one survivor's watch saw it go, even before the others' watches did.
 3. **Rebuild**: the new group holds the survivors, renumbered in order, in a store
    namespace of its own. Shrinking the default group makes the result the new default
    (global ranks renumbered) and destroys every other group, as torch does. The old
@@ -140,7 +143,8 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
     store = PrefixStore(f"shrink/{count}", pg.store)
     me, n = pg.rank(), pg.size()
     mine = set(wanted or ()) | set(pg.failed_ranks())
-    posted: set[int] | None = None
+    known_lost = set(pg.failed_ranks())  # lost for sure: by this group's record or another survivor's
+    posted: tuple | None = None
     heard: dict[int, set[int]] = {}
     deadline = time.monotonic() + pg.timeout.total_seconds()
     try:
@@ -149,20 +153,25 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
             if decision is not None:
                 return _adopt(pg, json.loads(decision), me)
             mine |= set(pg.failed_ranks())
-            if mine != posted:
-                store.set(f"seen/{me}", json.dumps(sorted(mine)))
-                posted = set(mine)
+            known_lost |= set(pg.failed_ranks())
+            if (mine, known_lost) != posted:
+                store.set(f"seen/{me}", json.dumps({"exclude": sorted(mine), "lost": sorted(known_lost)}))
+                posted = (set(mine), set(known_lost))
             for r in range(n):
                 if r != me and r not in heard and store.check([f"seen/{r}"]):
                     heard[r] = set()
                 if r in heard:
-                    heard[r] = set(json.loads(store.get(f"seen/{r}")))
+                    post = json.loads(store.get(f"seen/{r}"))
+                    heard[r] = set(post["exclude"])
+                    known_lost |= set(post["lost"])  # (a survivor whose watch saw it go first)
             outside = [r for r in range(n) if r != me and r not in mine]
             union = set(mine).union(*(heard[r] for r in heard if r not in mine)) if heard else set(mine)
             if union != mine:
                 mine = union  # learned from another survivor; re-posted on the next pass
                 continue
-            lost = set(pg.failed_ranks())  # (a lost rank may have posted before it went)
+            # (a lost rank may have posted before it went; it is lost when any survivor knows
+            # it is, not only when this rank's own watch has told it yet)
+            lost = known_lost | set(pg.failed_ranks())
             alive_excluded = sorted(r for r in mine if r in heard and r not in lost)
             # an excluded rank not known lost is alive: wait until it is gone (an excluded
             # rank ends its process, as in torch) or calls shrink_group too (refused), or the

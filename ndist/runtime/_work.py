@@ -77,9 +77,13 @@ class Work:
     deadline), and if the op ended meanwhile ``wait`` returns or raises that.
     ``on_timeout`` is an optional callable the collectives layer sets (the
     flight recorder's dump), called with the timeout error before it is raised.
+    ``on_error`` is an optional callable the collectives layer sets: ``wait`` raises
+    ``on_error(error)`` instead of the error the work failed with (a revoked group's
+    ``DistRankFailureError`` for the backend's network error).
     """
 
-    __slots__ = ("op", "seq", "outputs", "pending", "on_timeout", "_lock", "_fut", "_hooks", "_state", "_exc",
+    __slots__ = ("op", "seq", "outputs", "pending", "on_timeout", "on_error", "_lock", "_fut", "_hooks", "_state",
+                 "_exc",
                  "__weakref__")
 
     def __init__(
@@ -94,6 +98,7 @@ class Work:
         self.outputs = outputs
         self.pending = pending
         self.on_timeout: Callable[[BaseException], None] | None = None
+        self.on_error: Callable[[BaseException], BaseException] | None = None
         self._lock = threading.Lock()
         self._fut: Future | None = None
         self._hooks: list | None = None
@@ -264,6 +269,8 @@ class Work:
                     pass
             raise exc
         if self._state == FAILED:
+            if self.on_error is not None:
+                raise self.on_error(self._exc)
             raise self._exc
         return True
 

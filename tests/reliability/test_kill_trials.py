@@ -31,3 +31,24 @@ def test_three_kill_trials_show_no_hang_wrong_result_leak_or_leftover(tmp_path):
         assert fails == [], res  # hang, wrong, files, procs, launcher, no record, not a DistError
         assert len(res["latencies"]) + len(res["blocked"]) == 3, res  # every survivor raised
     assert "| SIGKILL | tcp | python | 1 |" in r.stdout, r.stdout[-3000:]
+
+
+@pytest.mark.timeout(150)
+def test_continue_trials_survivors_shrink_and_finish(tmp_path):
+    # --on-failure continue (issue 29): seeds 1000-1002 at n = 4 draw two losses each, the
+    # second during the survivors' shrink: before the first collective (tcp, python), before
+    # op 2 (tcp, native), and before the first collective again (shm, python).
+    out = tmp_path / "trials.json"
+    r = subprocess.run([sys.executable, str(HARNESS), "--trials", "0", "--stop-trials", "0", "--continue-trials", "3",
+                        "--seed", "1000", "--sizes", "4", "--group-timeout", "10", "--hard-timeout", "40",
+                        "--json", str(out)], capture_output=True, text=True, timeout=140)
+    assert out.exists(), r.stdout[-3000:] + r.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert [(x["transport"], x["engine"], x["moment"], x["size"]) for x in results] == [
+        ("tcp", "python", "start+shrink", 4), ("tcp", "native", "op+shrink", 4), ("shm", "python", "start+shrink", 4)]
+    for res in results:
+        # hang, wrong, files, procs, launcher (exit 0 naming both victims), every survivor's
+        # DistRankFailureError, shrink and final membership
+        assert res["fails"] == [], res
+        assert res["recovery"] is not None and res["recovery"] < 10, res
+    assert r.returncode == 0 and "| 4 | 2 | tcp | python | 1 | 1 |" in r.stdout, r.stdout[-3000:]

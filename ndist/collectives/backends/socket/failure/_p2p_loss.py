@@ -64,11 +64,13 @@ class P2PLosses:
             if first:
                 self.p2p.broken = exc
             failed, self.p2p.posted = self.p2p.posted, []
-        for r in failed:
-            r.work.fail(exc)
         if first and vouched:
             self.relay(exc, skip={peer})
+            # the group first (it revokes), then the waiters: a receive woken below raises
+            # the group's DistRankFailureError, not this plain error (Work.on_error)
             self.tell_backend(exc, str(exc).split(": ", 1)[1] if str(exc).startswith("group ") else str(exc))
+        for r in failed:
+            r.work.fail(exc)
         return exc
 
     def tell_backend(self, exc: DistNetworkError, message: str) -> None:
@@ -90,8 +92,12 @@ class P2PLosses:
             dead = None
         host = host if isinstance(host, str) else None
         reported = f"rank {self.p2p.granks[st.peer]} ({self.p2p.host(st.peer)}) reported: {info.get('msg')}"
-        if self.record_lost(dead, host, reported, skip=st.peer) and dead is not None:
-            self.tell_backend(self.p2p.broken, reported)
+        if dead is not None and self.on_loss is not None:  # the group first (it revokes), then the waiters
+            try:
+                self.on_loss(dead, host, reported)
+            except Exception as err:  # noqa: BLE001 - the receives still fail below
+                log.debug("recording the loss of rank %s failed: %s", dead, err)
+        self.record_lost(dead, host, reported, skip=st.peer)
 
     def record_lost(self, dead: int | None, host, message: str, skip: int | None = None) -> bool:
         """The group lost global rank ``dead`` (told by a peer's notice, or by the

@@ -1,0 +1,187 @@
+"""Elastic data-parallel training: a rank dies, the survivors shrink the group and finish.
+
+A small NumPy MLP is trained with mini-batch gradient descent on 4 ranks. Each step every
+rank takes ``PER_RANK`` samples of that step's batch, so the batch of a step depends on how
+many ranks take part in it: step ``t`` uses the first ``PER_RANK * world_size`` samples of a
+permutation drawn from seed ``t``, rank ``r`` the ``r``-th slice of ``PER_RANK`` of them.
+The gradients (and the loss, in the same buffer) are summed with one ``all_reduce`` and
+divided by the batch size.
+
+    ndistrun --nproc-per-node 4 --on-failure continue examples/elastic_training.py --kill-rank 2 --kill-step 5
+
+Rank ``--kill-rank`` SIGKILLs itself at the start of step ``--kill-step`` (before its
+all_reduce). The survivors' all_reduce of that step raises ``DistRankFailureError``; each
+survivor calls ``dist.shrink_group()`` (the survivors agree on who is gone and become the new
+default group, renumbered 0..n-1) and carries on with the re-split batches.
+
+**The interrupted step is redone by the survivors.** A step counts only once every survivor
+has completed it. After a shrink, the survivors take the minimum of the steps each completed
+(one ``all_reduce(MIN)`` on the shrunk group); a survivor that had completed one step more (a
+loss in the middle of an all_reduce can let some ranks finish it and not others) rolls back
+to its weights before that step, and all redo it at the new world size. With a self-kill at
+the start of step K nobody completes step K, so the schedule is ``K`` steps on 4 ranks, then
+the remaining ``STEPS - K`` (step K included) on 3.
+
+At the end every survivor replays the recorded schedule (each step's seed and world size) in
+one process on the whole batch of each step, checks that its weights match to 1e-9, that the
+schedule is the expected one, and that the loss went down; it prints OK or exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+import numpy as np
+
+import ndist.distributed as dist
+
+SAMPLES, FEATURES, HIDDEN = 960, 8, 16
+PER_RANK, STEPS, LR = 24, 40, 0.2
+WORLD = 4
+
+
+def dataset():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((SAMPLES, FEATURES))
+    w = rng.standard_normal(FEATURES) / np.sqrt(FEATURES)
+    y = np.sin(2 * x @ w)[:, None] + 0.05 * rng.standard_normal((SAMPLES, 1))
+    return x, y
+
+
+def init_params():
+    rng = np.random.default_rng(42)
+    return {
+        "w1": rng.standard_normal((FEATURES, HIDDEN)) / np.sqrt(FEATURES),
+        "b1": np.zeros(HIDDEN),
+        "w2": rng.standard_normal((HIDDEN, 1)) / np.sqrt(HIDDEN),
+        "b2": np.zeros(1),
+    }
+
+
+NAMES = ["w1", "b1", "w2", "b2"]
+
+
+def batch(step: int, world_size: int) -> np.ndarray:
+    """The sample indices of ``step`` when ``world_size`` ranks take part in it."""
+    return np.random.default_rng([7, step]).permutation(SAMPLES)[:PER_RANK * world_size]
+
+
+def shard(step: int, world_size: int, rank: int) -> np.ndarray:
+    return batch(step, world_size)[rank * PER_RANK:(rank + 1) * PER_RANK]
+
+
+def grad_sums(p, x, y) -> np.ndarray:
+    """This slice's sums of squared error and of its gradients: one flat buffer, the loss last."""
+    h = np.tanh(x @ p["w1"] + p["b1"])
+    diff = h @ p["w2"] + p["b2"] - y
+    d_pred = 2 * diff
+    d_h = (d_pred @ p["w2"].T) * (1 - h ** 2)
+    grads = {"w1": x.T @ d_h, "b1": d_h.sum(0), "w2": h.T @ d_pred, "b2": d_pred.sum(0)}
+    return np.concatenate([grads[k].ravel() for k in NAMES] + [[float((diff ** 2).sum())]])
+
+
+def apply(p, summed: np.ndarray, batch_size: int) -> float:
+    """One update from the summed buffer; returns the step's mean loss."""
+    offset = 0
+    for k in NAMES:
+        n = p[k].size
+        p[k] -= LR * summed[offset:offset + n].reshape(p[k].shape) / batch_size
+        offset += n
+    return float(summed[-1]) / batch_size
+
+
+def replay(x, y, schedule: list[int]):
+    """Single process: step ``t`` on the whole batch that ``schedule[t]`` ranks shared."""
+    p, losses = init_params(), []
+    for step, world_size in enumerate(schedule):
+        idx = batch(step, world_size)
+        losses.append(apply(p, grad_sums(p, x[idx], y[idx]), len(idx)))
+    return p, losses
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kill-rank", type=int, default=None, help="the rank (at start) that SIGKILLs itself")
+    ap.add_argument("--kill-step", type=int, default=None, help="... at the start of this step")
+    a = ap.parse_args(argv)
+
+    dist.init_process_group()
+    start_rank, start_size = dist.get_rank(), dist.get_world_size()
+    if a.kill_step is not None and not 0 <= a.kill_step < STEPS:
+        raise SystemExit(f"--kill-step: expected a step in [0, {STEPS}), got {a.kill_step}")
+    if a.kill_rank is not None and not 0 <= a.kill_rank < start_size:
+        raise SystemExit(f"--kill-rank: expected a rank in [0, {start_size}), got {a.kill_rank}")
+    x, y = dataset()
+    params, before = init_params(), None
+    schedule: list[int] = []  # world size of each completed step
+    losses: list[float] = []
+    shrinks = 0
+
+    step = 0
+    while step < STEPS:
+        if start_rank == a.kill_rank and step == a.kill_step:
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        idx = shard(step, world_size, rank)
+        buf = grad_sums(params, x[idx], y[idx])
+        try:
+            dist.all_reduce(buf)
+        except dist.DistRankFailureError as err:
+            print(f"step {step}: lost ranks {err.failed_ranks} ({', '.join(err.causes)}) of {world_size}; "
+                  "shrinking", flush=True)
+            step, params = recover(step, params, before, schedule, losses)
+            shrinks += 1
+            continue
+        before = {k: v.copy() for k, v in params.items()}
+        losses.append(apply(params, buf, PER_RANK * world_size))
+        schedule.append(world_size)
+        step += 1
+
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    want = [start_size] * STEPS
+    if a.kill_step is not None and a.kill_rank is not None:
+        want = [start_size] * a.kill_step + [start_size - 1] * (STEPS - a.kill_step)
+    single, single_losses = replay(x, y, schedule)
+    diff = max(float(np.abs(params[k] - single[k]).max()) for k in NAMES)
+    print(f"rank {start_rank} -> {rank} of {world_size} after {shrinks} shrink(s); steps per world size: "
+          f"{ {w: schedule.count(w) for w in sorted(set(schedule), reverse=True)} }; loss {losses[0]:.4f} -> "
+          f"{losses[-1]:.4f}; max |weight difference| vs the single-process replay: {diff:.2e}", flush=True)
+    checks = {"schedule as expected": schedule == want, "same weights as the replay": diff < 1e-9,
+              "same losses as the replay": np.allclose(losses, single_losses, rtol=1e-9, atol=0),
+              "loss went down": losses[-1] < losses[0] / 2}
+    failed = [name for name, ok in checks.items() if not ok]
+    if failed:
+        print(f"FAILED: {', '.join(failed)} (schedule {schedule}, expected {want})", flush=True)
+        return 1
+    print("OK: survivors finished with the weights of the single-process replay", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+def recover(step, params, before, schedule, losses):
+    """Shrink, then agree on the first step that not every survivor completed, and resume
+    there (rolling back the one step this rank may have completed beyond it)."""
+    dist.shrink_group()  # the survivors agree on who is lost; the new default group
+    done = np.array([len(schedule)], dtype=np.int64)
+    while True:
+        try:
+            dist.all_reduce(done, op=dist.ReduceOp.MIN)
+            break
+        except dist.DistRankFailureError:  # another loss, learnt on the shrunk group
+            dist.shrink_group()
+            done[0] = len(schedule)
+    resume = int(done[0])
+    if resume == step - 1:  # this rank completed a step that another survivor did not: redo it
+        params = before
+        del schedule[resume:], losses[resume:]
+    elif resume != step:
+        raise RuntimeError(f"survivors disagree by more than one step: this rank at {step}, resume at {resume}")
+    return resume, params
+
+
+if __name__ == "__main__":
+    sys.exit(main())
