@@ -86,10 +86,10 @@ def lane_for(pg, device: str) -> Lane:
 
 
 def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
-    from ..runtime import DistNetworkError, DistTimeoutError
+    from ..runtime import DistMismatchError, DistNetworkError, DistTimeoutError
 
     rec.done(entry, seq, exc)
-    if isinstance(exc, (DistTimeoutError, DistNetworkError)):
+    if isinstance(exc, (DistTimeoutError, DistNetworkError, DistMismatchError)):
         _debug.dump_all(f"{entry[OP] if entry is not None else 'operation'} #{seq} in group "
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
 
