@@ -6,10 +6,12 @@ it off) operations per process group are kept in a ring (op, device, dtype,
 element counts, root, sequence number, state issued / completed / failed,
 timestamps): one small list per operation, appended to a bounded deque and
 updated in place when it ends (its state follows from its fields); no lock
-and nothing formatted on the hot path. When an operation fails with a timeout
-or a lost peer, the rings of every group are logged at ERROR and written to
-``$NDIST_FLIGHT_RECORDER_DIR/rank<global rank>.json`` when that variable is
-set. ``ndist.distributed.flight_recorder(group)`` returns a group's entries.
+and nothing formatted on the hot path. When an operation fails with a timeout,
+a lost peer or a mismatch, the rings of every group are logged at ERROR and
+written to ``$NDIST_FLIGHT_RECORDER_DIR/rank<global rank>.json`` when that
+variable is set, and in torch's dump format to ``$NDIST_FR_DUMP<global rank>``
+(``_fr_torch``) when that one is. ``ndist.distributed.flight_recorder(group)``
+returns a group's entries.
 
 ``NDIST_DEBUG=DETAIL``: before each collective every rank publishes its call
 signature (op, dtype, counts, root, reduce op) under the group's store and
