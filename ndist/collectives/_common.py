@@ -10,7 +10,7 @@ import threading
 from time import time as _time
 from typing import Any, Callable
 
-from ..runtime import DistNetworkError, DistRankFailureError, DistTimeoutError, resolve_group, world
+from ..runtime import DistMismatchError, DistNetworkError, DistRankFailureError, DistTimeoutError, resolve_group, world
 from . import _check, _debug
 from ._backend import DONE, Call, Op
 from ._debug import OP, T_DONE
@@ -90,7 +90,7 @@ def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
     ``DistRankFailureError`` (the error every op of the group raises, naming the lost
     members), with the backend's own error as its cause."""
     rec.done(entry, seq, exc)
-    if isinstance(exc, (DistTimeoutError, DistNetworkError)):
+    if isinstance(exc, (DistTimeoutError, DistNetworkError, DistMismatchError)):
         _debug.dump_all(f"{entry[OP] if entry is not None else 'operation'} #{seq} in group "
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
         if isinstance(exc, DistNetworkError) and not isinstance(exc, DistRankFailureError):

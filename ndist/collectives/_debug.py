@@ -6,10 +6,12 @@ it off) operations per process group are kept in a ring (op, device, dtype,
 element counts, root, sequence number, state issued / completed / failed,
 timestamps): one small list per operation, appended to a bounded deque and
 updated in place when it ends (its state follows from its fields); no lock
-and nothing formatted on the hot path. When an operation fails with a timeout
-or a lost peer, the rings of every group are logged at ERROR and written to
-``$NDIST_FLIGHT_RECORDER_DIR/rank<global rank>.json`` when that variable is
-set. ``ndist.distributed.flight_recorder(group)`` returns a group's entries.
+and nothing formatted on the hot path. When an operation fails with a timeout,
+a lost peer or a mismatch, the rings of every group are logged at ERROR and
+written to ``$NDIST_FLIGHT_RECORDER_DIR/rank<global rank>.json`` when that
+variable is set, and in torch's dump format to ``$NDIST_FR_DUMP<global rank>``
+(``_fr_torch``) when that one is. ``ndist.distributed.flight_recorder(group)``
+returns a group's entries.
 
 ``NDIST_DEBUG=DETAIL``: before each collective every rank publishes its call
 signature (op, dtype, counts, root, reduce op) under the group's store and
@@ -34,6 +36,10 @@ import time
 import weakref
 from collections import deque
 from typing import Any
+
+from .. import __version__
+from ..runtime import world as _world
+from . import _fr_torch
 
 __all__ = ["FlightRecorder", "recorder_for", "flight_recorder", "dump_all", "check_signature"]
 
@@ -159,16 +165,23 @@ def flight_recorder(group=None) -> list[dict]:
 
 
 def dump_all(reason: str) -> str | None:
-    """Log every group's ring at ERROR; write it to ``$NDIST_FLIGHT_RECORDER_DIR``. Returns the path."""
+    """Log every group's ring at ERROR; write it to ``$NDIST_FLIGHT_RECORDER_DIR`` (JSON) and,
+    in torch's format, to ``$NDIST_FR_DUMP<rank>`` (``_fr_torch``). Returns the JSON's path."""
     with _recorders_lock:
-        recs = list(_recorders.values())
-    if not recs:
+        pairs = list(_recorders.items())
+    if not pairs:
         return None
+    recs = [rec for _, rec in pairs]
     rank = recs[0].global_rank
     data = {"rank": rank, "pid": os.getpid(), "reason": reason, "time": time.time(),
             "groups": {r.group_name: r.entries() for r in recs}}
     text = json.dumps(data, indent=1)
     log.error("flight recorder of rank %d (%s):\n%s", rank, reason, text)
+    prefix = os.environ.get(_fr_torch.DUMP_ENV)
+    if prefix:
+        path = _fr_torch.write_torch_dump(prefix, rank, _fr_torch.torch_dump(pairs, _world.default, __version__))
+        if path is not None:
+            log.error("flight recorder of rank %d written for torch's analyzer to %s", rank, path)
     folder = os.environ.get(DIR_ENV)
     if not folder:
         return None

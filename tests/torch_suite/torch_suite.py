@@ -1,0 +1,107 @@
+"""torch's own distributed test suite (``DistributedTest._DistTestBase``, shipped in the torch
+wheel as ``torch/testing/_internal/distributed/distributed_test.py``) on backend ``$BACKEND``
+(default ``ndist``) at ``$WORLD_SIZE`` ranks (default 2).
+
+Our counterpart of torch's ``test/distributed/test_distributed_spawn.py``, which is not in the
+wheel: the same class, ``TestDistBackend`` (which spawns ``WORLD_SIZE`` processes per test and
+joins a group through a ``file://`` store in a fresh temporary folder) with the suite's tests
+mixed in. pytest runs it as a unittest class, so the run reports passed/failed/skipped per
+test. The file name does not start with ``test_``: the plain run and ``pytest -m torch`` leave
+it out, and .ci/run names it in a step of its own::
+
+    python -m pytest -q tests/torch_suite/torch_suite.py            # BACKEND=ndist
+    BACKEND=gloo python -m pytest -q tests/torch_suite/torch_suite.py
+
+Every child comes from a fork server that imported this module by name (its preload; the
+parent's ``sys.path`` travels with it) and unpickles ``TestDistBackendWithSpawn._run`` from it:
+the ``import ndist.torch`` below is what registers backend ``"ndist"`` in each child. The suite skips 26 tests unless the backend is
+named gloo or nccl; tests/torch_backend/test_torch_gated.py runs those scenarios on ndist.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing.util
+import os
+import shutil
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+# distributed_test.py reads BACKEND (and the tests WORLD_SIZE, TEMP_DIR, INIT_METHOD) from the
+# environment when it is imported; the children inherit it from this process.
+os.environ.setdefault("BACKEND", "ndist")
+os.environ.setdefault("WORLD_SIZE", "2")
+
+# Everything the suite and its children create with ``tempfile`` (the per-test store file, the
+# TEMP_DIR of barrier files and INIT_METHOD's file) lands in one folder of this run, removed at
+# the end (the fixture below), so the run leaves no temporary file behind. (The children import
+# this module too: they find the folder in the environment.)
+_RUN_DIR = os.environ.get("NDIST_TORCH_SUITE_DIR") or tempfile.mkdtemp(prefix="ndist-torch-suite-")
+os.environ["NDIST_TORCH_SUITE_DIR"] = os.environ["TMPDIR"] = _RUN_DIR
+tempfile.tempdir = None  # (gettempdir() reads TMPDIR again)
+os.environ.setdefault("TEMP_DIR", _RUN_DIR)
+os.environ.setdefault("INIT_METHOD", f"file://{os.path.join(_RUN_DIR, 'init_file')}")
+
+import ndist.torch  # noqa: E402,F401 - registers backend "ndist" (in this process and every child)
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+    DistributedTest,
+    TestDistBackend,
+)
+
+
+class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    """As upstream's driver (each test starts ``WORLD_SIZE`` processes), but the processes
+    come from a fork server that imported torch, the suite and ndist.torch once (this module
+    is its preload), not from a fresh interpreter each: on CI's 2 cores the imports of two
+    children per test cost more than most tests. A forked child inherits the server's
+    environment, not this process's, so each gets the environment the test set up
+    (``TEMP_DIR``, ``INIT_METHOD``) as an argument, as a spawned child would have it."""
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def _spawn_processes(self) -> None:
+        ctx = torch.multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        self._start_processes(ctx.Process)
+
+    def _start_processes(self, proc) -> None:  # MultiProcessTestCase's, plus the environment
+        self.processes = []
+        for rank in range(int(self.world_size)):
+            parent_conn, child_conn = torch.multiprocessing.Pipe()
+            process = proc(target=self.__class__._run, name=f"process {rank}",
+                           args=(rank, self._current_test_name(), self.file_name, child_conn),
+                           kwargs={"fake_pg": getattr(self, "fake_pg", False), "environ": dict(os.environ)})
+            process.start()
+            self.pid_to_pipe[process.pid] = parent_conn
+            self.processes.append(process)
+
+    @classmethod
+    def _run(cls, rank, test_name, file_name, pipe, environ=None, **kwargs):
+        if environ is not None:
+            os.environ.clear()
+            os.environ.update(environ)
+        try:
+            super()._run(rank, test_name, file_name, pipe, **kwargs)
+        finally:
+            # A forked child leaves through os._exit, which skips what a spawned one runs
+            # at exit: the atexit handlers (ndist's unlink the shared memory of a group a
+            # skipped or failed test never destroyed).
+            atexit._run_exitfuncs()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_run_dir():
+    yield
+    for name in os.listdir(_RUN_DIR):
+        if not name.startswith("pymp-"):  # (multiprocessing's own: it removes it at exit)
+            path = os.path.join(_RUN_DIR, name)
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
+    # the folder itself after multiprocessing's clean-up (exit priority -100) at exit
+    multiprocessing.util.Finalize(None, shutil.rmtree, args=(_RUN_DIR,), kwargs={"ignore_errors": True},
+                                  exitpriority=-200)
