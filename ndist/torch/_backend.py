@@ -20,7 +20,7 @@ import torch.distributed as tdist
 
 from ..runtime import _net
 from ._group import BACKEND_NAME, ProcessGroupNdist
-from . import _rendezvous
+from . import _rendezvous, _shrink
 from ._store import TorchStore
 
 __all__ = ["Options", "create", "register", "ENGINE_ENV", "ENGINES"]
@@ -103,3 +103,4 @@ def register() -> None:
             return
         tdist.Backend.register_backend(BACKEND_NAME, create, extended_api=True, devices=["cpu"])
         _rendezvous.register()
+        _shrink.install()
