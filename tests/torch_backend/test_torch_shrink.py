@@ -1,0 +1,86 @@
+"""``torch.distributed.shrink_group`` on backend "ndist": docs/torch.md's recipe (DDP, a rank
+SIGKILLs itself mid-training, the survivors catch the error, shrink the default group, re-wrap
+DDP and finish with equal weights), run as the page shows under ndistrun --on-failure continue,
+and under torchrun (which has no way to keep survivors: a long --monitor-interval lets them
+finish before its agent looks, then it reports the lost rank)."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(240)]
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "torch.md"
+STRIP = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NDIST_STORE",
+         "NDIST_SECRET")
+
+
+def _section() -> str:
+    text = PAGE.read_text()
+    return text[text.index("## Carrying on without a lost rank"):text.index("## Trust")]
+
+
+def _script(tmp_path) -> Path:
+    (body,) = re.findall(r"^```python\n(.*?)^```", _section(), re.S | re.M)
+    assert "dist.shrink_group(" in body and "DDP(model)" in body
+    path = tmp_path / "train.py"
+    path.write_text(body)
+    return path
+
+
+def _run(argv, cwd, timeout=200):
+    env = {k: v for k, v in os.environ.items() if k not in STRIP}
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, out, err
+
+
+def _finished(out: str) -> list[str]:
+    return sorted(re.findall(r"rank \d+ of \d+: \d+ steps, weights equal (?:True|False)", out))
+
+
+def test_recipe_under_ndistrun_continue_prints_what_the_page_shows(tmp_path):
+    """As the page shows: rank 2 lost at step 3, store on ndistrun's agent (ndist://)."""
+    _script(tmp_path)
+    (shown,) = re.findall(r"^```\n(\$ ndistrun.*?)^```", _section(), re.S | re.M)
+    command, *expected = shown.strip().splitlines()
+    argv = command[2:].split()
+    assert argv[:4] == ["ndistrun", "--nproc-per-node", "4", "--on-failure"] and argv[4] == "continue"
+    rc, out, err = _run([sys.executable, "-m", "ndist.launch", *argv[1:]], tmp_path)
+    assert rc == 0, (out + err)[-4000:]
+    assert _finished(out) == sorted(expected), (out + err)[-4000:]
+    assert re.search(r"rank 2 .*killed by SIGKILL", err), err[-3000:]
+
+
+def test_recipe_under_ndistrun_survives_losing_rank_0(tmp_path):
+    """The lost rank is rank 0 (whose weights DDP broadcast): the new rank 0 is old rank 1."""
+    script = _script(tmp_path)
+    rc, out, err = _run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "4", "--on-failure", "continue",
+                         str(script), "2", "0", "ndist://"], tmp_path)
+    assert rc == 0, (out + err)[-4000:]
+    assert _finished(out) == [f"rank {r} of 3: 8 steps, weights equal True" for r in (1, 2, 3)], (out + err)[-4000:]
+
+
+def test_recipe_under_torchrun(tmp_path):
+    """torchrun's agent hosts the store (env://); its --monitor-interval outlasts the job, so
+    the survivors finish; then torchrun reports the lost rank and exits 1 (no option keeps
+    survivors)."""
+    script = _script(tmp_path)
+    rc, out, err = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                         "--monitor-interval", "20", str(script), "3", "1"], tmp_path)
+    assert _finished(out) == [f"rank {r} of 3: 8 steps, weights equal True" for r in (0, 2, 3)], (out + err)[-4000:]
+    assert rc == 1, (out + err)[-4000:]
+    assert re.search(r"local_rank\s*:\s*1\b", err) and "SIGKILL" in err, err[-3000:]
