@@ -174,7 +174,8 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
                 continue
             if all(r in heard for r in outside):
                 lost = set(pg.failed_ranks())  # (a lost rank may have posted before it went)
-                alive_excluded = sorted(r for r in mine if r in heard and r not in lost)
+                # this rank too: it is alive and calls shrink_group, if another survivor's set holds it
+                alive_excluded = sorted(r for r in mine if (r in heard or r == me) and r not in lost)
                 proposal = ({"refused": alive_excluded} if alive_excluded else {"exclude": sorted(mine)})
                 if not mine and not alive_excluded:
                     proposal = {"empty": True}
