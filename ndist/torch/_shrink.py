@@ -19,9 +19,10 @@ Here the torch group is the backend (``ProcessGroupNdist`` is a Python
 * ``install`` teaches torch's last step to keep a Python group as the new group
   itself: torch 2.13 registers what ``shrink`` returned as the backend of a new C++
   ``ProcessGroup``, which takes only a C++ ``Backend`` (a Python class cannot be
-  one). ``_create_shrunk_process_group`` is wrapped: a ``ProcessGroup`` returned by
-  ``shrink`` is named and used as the new group, as ``init_process_group`` uses a
-  Python group; anything else goes to torch's own function unchanged.
+  one). ``_finalize_shrunk_group`` is wrapped: a ``ProcessGroup`` returned by
+  ``shrink`` is named, registered and used as the new group, as
+  ``init_process_group`` uses a Python group; anything else goes to torch's own
+  function unchanged.
 
 Errors cross to torch as its own (``as_torch_error``): a lost member is
 ``torch.distributed.DistNetworkError`` whose ``__cause__`` is ndist's
@@ -120,27 +121,42 @@ def _lost(nd: NdistGroup, kept_global: tuple) -> dict:
     return found
 
 
-def _create_shrunk_process_group(original: Any, new_backend: Any, remaining_ranks: list, metadata: dict,
-                                 is_default_group: bool) -> Any:
+def _finalize_shrunk_group(original: Any, group_info: dict, excluded_ranks_set: set, new_backend: Any) -> Any:
+    """torch's last step of ``shrink_group``, for a Python group returned by ``shrink``.
+
+    The same steps as torch 2.13's ``_finalize_shrunk_group`` (destroy the other groups
+    when the default one shrinks, destroy the old group, make and register the new one)
+    except two: the new group is ``new_backend`` itself (see the module doc), and its
+    ranks are the old group's global ranks less the *group* ranks excluded (torch's
+    drops the global ranks that equal them, wrong for any group whose group ranks are
+    not its global ranks: a subgroup, or a default group shrunk before)."""
     if not isinstance(new_backend, tdist.ProcessGroup):
-        return original(new_backend, remaining_ranks, metadata, is_default_group)
-    desc = "default:shrunken" if is_default_group else f"{metadata['original_group_name']}:shrunk"
-    new_backend._set_group_name(metadata["new_group_name"])
-    new_backend._set_group_desc(desc)
-    if metadata.get("backend_config") is not None:
-        c10d._world.pg_backend_config[new_backend] = metadata["backend_config"]
+        return original(group_info, excluded_ranks_set, new_backend)
+    target, is_default = group_info["process_group"], group_info["is_default_group"]
+    if is_default:
+        c10d._destroy_all_other_groups(exclude_group=target)
+    meta = c10d._extract_group_metadata(target)
+    remaining = [g for i, g in enumerate(c10d.get_process_group_ranks(target)) if i not in excluded_ranks_set]
+    c10d._cleanup_original_group(target, is_default)
+    new_backend._set_group_name(meta["new_group_name"])
+    new_backend._set_group_desc("default:shrunken" if is_default else f"{meta['original_group_name']}:shrunk")
+    if is_default:
+        c10d._update_default_pg(new_backend)
+    c10d._register_pg_in_world(pg=new_backend, backend_name=meta["backend_name"], store=meta["store"],
+                               group_name=meta["new_group_name"], backend_config=meta["backend_config"],
+                               rank_mapping={g: i for i, g in enumerate(remaining)})
     return new_backend
 
 
 def install() -> None:
-    """Wrap torch's ``_create_shrunk_process_group`` (once) so that a Python group
-    returned by a backend's ``shrink`` becomes the new group itself."""
-    current = getattr(c10d, "_create_shrunk_process_group", None)
+    """Wrap torch's ``_finalize_shrunk_group`` (once) so that a Python group returned by
+    a backend's ``shrink`` becomes the new group itself; anything else goes to torch's."""
+    current = getattr(c10d, "_finalize_shrunk_group", None)
     if current is None or getattr(current, "_ndist_wrapped", False):
         return
-    wrapped = functools.partial(_create_shrunk_process_group, current)
+    wrapped = functools.partial(_finalize_shrunk_group, current)
     wrapped._ndist_wrapped = True  # type: ignore[attr-defined]
-    c10d._create_shrunk_process_group = wrapped
+    c10d._finalize_shrunk_group = wrapped
 
 
 def get_failed_ranks(group: Any = None) -> list[int]:
