@@ -84,3 +84,30 @@ def test_recipe_under_torchrun(tmp_path):
     assert _finished(out) == [f"rank {r} of 3: 8 steps, weights equal True" for r in (0, 2, 3)], (out + err)[-4000:]
     assert rc == 1, (out + err)[-4000:]
     assert re.search(r"local_rank\s*:\s*1\b", err) and "SIGKILL" in err, err[-3000:]
+
+
+def test_shrink_group_semantics_on_backend_ndist():
+    """4 ranks (the test hosts the store), global rank 3 SIGKILLed: the blocking op raises
+    torch's DistNetworkError naming it, then (revoked) with ndist's DistRankFailureError and
+    failed_ranks; excluding a live rank is refused on every caller; a subgroup shrinks to the
+    right global ranks; the default group shrinks (SHRINK_ABORT) to the new default."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
+    from rank_loss_jobs import run_job
+
+    ended = run_job(str(Path(__file__).with_name("_shrink_job.py")), 4, timeout=150)
+    assert ended[3].code == -signal.SIGKILL
+    for rank in range(3):
+        e = ended[rank]
+        assert e.code == 0, (e.out + e.err)[-4000:]
+        lines = dict(line.split(" ", 1) for line in e.out.splitlines())
+        # mid-op, a lost connection (DistNetworkError); once the group knows, DistRankFailureError
+        assert lines["first"] in ("DistNetworkError cause=DistNetworkError mentions3=True",
+                                  "DistNetworkError cause=DistRankFailureError mentions3=True"), e.out
+        assert lines["revoked"] == "DistNetworkError True [3]", e.out
+        assert lines["failed"] == "[3]", e.out
+        assert lines["alive"] == "ValueError 4", e.out
+        if rank in (1, 2):
+            assert lines["sub"] == f"{rank - 1}/2 [1, 2] sum=3", e.out
+        assert lines["default"] == f"True {rank}/3 sum=6 backend=ndist", e.out
+        assert lines["objects"] == "[0, 1, 2]", e.out
+        assert lines["done"] == str(rank), e.out
