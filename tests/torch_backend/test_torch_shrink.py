@@ -6,6 +6,7 @@ finish before its agent looks, then it reports the lost rank)."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -111,3 +112,30 @@ def test_shrink_group_semantics_on_backend_ndist():
         assert lines["default"] == f"True {rank}/3 sum=6 backend=ndist", e.out
         assert lines["objects"] == "[0, 1, 2]", e.out
         assert lines["done"] == str(rank), e.out
+
+
+_MPI_JOB = """
+import torch.distributed as dist
+import ndist.torch
+
+dist.init_process_group("ndist", init_method="ndist://", pg_options=ndist.torch.Options(engine="mpi"))
+try:  # refused on the caller, before any message: the peer does not take part
+    dist.shrink_group([1 - dist.get_rank()])
+except TypeError as err:
+    print(f"rank {dist.get_rank()} TypeError supports_shrinking={dist.group.WORLD.supports_shrinking}", flush=True)
+dist.barrier()  # the group is still whole
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(shutil.which("mpiexec", path=os.path.dirname(sys.executable)) is None
+                    and shutil.which("mpiexec") is None, reason="no mpiexec")
+def test_the_mpi_engine_cannot_shrink(tmp_path):
+    """torch raises TypeError, as for Gloo: the mpi engine would need MPI's ULFM."""
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "job.py"
+    script.write_text(_MPI_JOB)
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    rc, out, err = _run([mpiexec, "-n", "2", sys.executable, str(script)], tmp_path, timeout=120)
+    assert rc == 0, (out + err)[-4000:]
+    assert sorted(out.split("\n")[:-1]) == [f"rank {r} TypeError supports_shrinking=False" for r in (0, 1)], out
