@@ -95,7 +95,7 @@ def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
         if isinstance(exc, DistNetworkError) and not isinstance(exc, DistRankFailureError):
             pg = world.groups.get(rec.group_name)
-            failure = pg.failure() if pg is not None else None
+            failure = pg.failure(exc) if pg is not None else None
             if failure is not None:
                 raise failure from exc
 
@@ -187,7 +187,7 @@ def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,
         if outputs is not None:
             work.outputs = outputs
         if not getattr(work, "stream_ordered", False):  # CUDA works make their Future lazily: not forced
-            work.add_done_callback(lambda w: _failed(rec, slot, seq, w.exception()))
+            work.add_done_hook(lambda w: _failed(rec, slot, seq, w.error))
         work.on_timeout = lambda exc: _debug.dump_all(
             f"{call.op} #{seq} in group {rec.group_name!r}: Work.wait timed out: {exc}")
         return work

@@ -281,8 +281,8 @@ class HostStagingBackend(CollectiveBackend):
         done = Work(str(call.op), inner.seq, None, inner.pending)
 
         def finish(w: Work) -> None:
-            # Runs on whichever thread completed the inner work (at once if it already had).
-            exc = w.exception()
+            # A done hook: runs on whichever thread completed the inner work (at once if it already had).
+            exc = w.error
             if exc is None:
                 try:
                     staging.copy_out()
@@ -295,7 +295,7 @@ class HostStagingBackend(CollectiveBackend):
             else:
                 done.fail(exc)
 
-        inner.add_done_callback(finish)
+        inner.add_done_hook(finish)
         return done
 
     def _scale(self, scale: Any) -> Any:

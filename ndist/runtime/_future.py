@@ -5,6 +5,14 @@ so ``result(timeout)``, ``exception(timeout)``, ``done()``,
 ``add_done_callback`` and ``concurrent.futures.wait`` work as usual, and it
 adds torch's ``wait()``, ``value()``, ``then(callback)`` and ``set_exception``
 with torch's checks. ``collect_all`` / ``wait_all`` are torch.futures'.
+
+A Work's future (``WorkFuture``) runs the callbacks registered while it was
+pending on a callback thread (``_callbacks``), never on the thread that
+completed the work, which is the one that progresses the group's collectives:
+a callback may start a collective and wait on it. A callback registered on a
+future already complete runs at once on the registering thread, and a
+``Future`` the user completes with ``set_result`` runs its callbacks on that
+thread, as torch's do.
 """
 
 from __future__ import annotations
@@ -12,7 +20,9 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any, Callable, Iterable
 
-__all__ = ["Future", "collect_all", "wait_all"]
+from . import _callbacks
+
+__all__ = ["Future", "WorkFuture", "collect_all", "wait_all"]
 
 
 class Future(concurrent.futures.Future):
@@ -63,6 +73,21 @@ class Future(concurrent.futures.Future):
         if not isinstance(result, BaseException):
             raise TypeError(f"result: expected an exception instance, got {type(result).__name__}")
         super().set_exception(result)
+
+
+class WorkFuture(Future):
+    """The Future of a Work (``Work.get_future()``): resolved by the thread that
+    completed the work, its callbacks run on a callback thread (module docstring).
+
+    The stdlib's ``set_result`` / ``set_exception`` release the waiters, then call
+    ``_invoke_callbacks`` (CPython's ``concurrent.futures`` since 3.2, unchanged
+    through 3.13), which runs ``_done_callbacks`` in order; this hands that call,
+    the whole list in its order, to ``_callbacks.run`` when the list is not empty.
+    """
+
+    def _invoke_callbacks(self) -> None:
+        if self._done_callbacks:
+            _callbacks.run(super()._invoke_callbacks)
 
 
 def _check_futures(futures: Any) -> list:

@@ -252,22 +252,31 @@ class ProcessGroup:
         """The group ranks of the members this group knows are lost, sorted."""
         return sorted(self._index[g] for g in list(self._failed))
 
-    def failure(self) -> DistRankFailureError | None:
-        """The error every operation on this revoked group raises (a new instance each
-        time, the same message), or None while no member is known lost."""
-        failed = dict(self._failed)
+    def failure(self, cause: BaseException | None = None) -> DistRankFailureError | None:
+        """The error an operation on this group raises for its lost members (a new
+        instance each time; None while none is known lost). ``cause``: the backend's own
+        error for the operation that found the loss, whose message comes first."""
+        failed = dict(self._failed)  # (in the order the losses were learnt)
         if not failed:
             return None
-        granks = sorted(failed, key=self._index.__getitem__)
+        order = list(failed)
+        # the root cause: a member that died (exits often follow a death: the survivors
+        # that learnt of it and ended), the one the operation found if several, else the
+        # first learnt
+        died = [g for g in order if failed[g][1] not in (EXITED, LEFT)]
+        found = getattr(cause, "rank", None)
+        first = found if found in (died or order) else (died or order)[0]
         parts = []
-        for g in granks:
-            host, cause, detail = failed[g]
-            parts.append(f"rank {self._index[g]} (global rank {g}, {host}) {cause}" + (f": {detail}" if detail else ""))
-        first = granks[0]
+        for g in [first] + [g for g in order if g != first]:
+            host, cause_word, detail = failed[g]
+            parts.append(f"rank {g} ({host}) {cause_word}" + (f": {detail}" if detail else ""))
+        text = (f"group {self.group_name!r} lost {'members' if len(order) > 1 else 'a member'}: {'; '.join(parts)}. "
+                "The group is revoked: every operation on it fails until it is shrunk (shrink_group) or destroyed")
+        if cause is not None:
+            text = f"{cause}. {text}"
+        granks = sorted(failed, key=self._index.__getitem__)
         return DistRankFailureError(
-            f"group {self.group_name!r} lost {'members' if len(granks) > 1 else 'a member'}: {'; '.join(parts)}. "
-            "The group is revoked: every operation on it fails until it is shrunk (shrink_group) or destroyed",
-            failed_ranks=[self._index[g] for g in granks], hosts=[failed[g][0] for g in granks],
+            text, failed_ranks=[self._index[g] for g in granks], hosts=[failed[g][0] for g in granks],
             causes=[failed[g][1] for g in granks], rank=first, host=failed[first][0])
 
     def require_healthy(self) -> None:

@@ -97,7 +97,7 @@ def _check_backends(pg: ProcessGroup) -> None:
     unsupported = sorted(names - _SHRINKABLE)
     if not unsupported:
         return
-    why = {"mpi": "it needs MPI's ULFM (MPIX_Comm_shrink), which the MPI library here does not provide",
+    why = {"mpi": "ndist's mpi backend does not use MPI's ULFM (Comm.Shrink) yet (docs/errors.md)",
            "nccl": "ndist's nccl backend does not support shrinking yet (docs/errors.md)"}
     raise DistBackendError(f"shrink_group: group {pg.group_name!r} uses backend(s) {unsupported}, which cannot "
                            f"shrink: " + "; ".join(why.get(b, "it does not support shrinking") for b in unsupported))
@@ -172,10 +172,15 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
             if union != mine:
                 mine = union  # learned from another survivor; re-posted on the next pass
                 continue
-            if all(r in heard for r in outside):
-                lost = set(pg.failed_ranks())  # (a lost rank may have posted before it went)
-                # this rank too: it is alive and calls shrink_group, if another survivor's set holds it
-                alive_excluded = sorted(r for r in mine if (r in heard or r == me) and r not in lost)
+            lost = set(pg.failed_ranks())  # (a lost rank may have posted before it went)
+            # this rank too: it is alive and calls shrink_group, if another survivor's set holds it
+            alive_excluded = sorted(r for r in mine if (r in heard or r == me) and r not in lost)
+            # an excluded rank not known lost is alive: wait until it is gone (an excluded
+            # rank ends its process, as in torch) or calls shrink_group too (refused), or the
+            # deadline passes (a hung rank: excluded)
+            undecided = [r for r in mine if r not in lost and r not in heard]
+            if alive_excluded or (all(r in heard for r in outside)
+                                  and (not undecided or time.monotonic() >= deadline)):
                 proposal = ({"refused": alive_excluded} if alive_excluded else {"exclude": sorted(mine)})
                 if not mine and not alive_excluded:
                     proposal = {"empty": True}

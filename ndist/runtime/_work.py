@@ -24,19 +24,30 @@ stays private to this module):
   operation first);
 * ``progress(timeout)``: the hook ``wait()`` calls on unfinished work. The base
   waits for ``complete()``/``fail()`` from the backend's thread; a Work that
-  completes only when someone drives it (``MPIWork``) overrides it.
+  completes only when someone drives it (``MPIWork``) overrides it;
+* ``add_done_hook(fn)``: library code's step after completion (write a staged
+  output back, record the op as done), run on the thread that completed the
+  work; it must not block.
+
+Callbacks are the user's (``add_done_callback``, ``get_future().then``): those
+registered while the work is pending run on a callback thread, never on the
+thread that completed the work (``_future.WorkFuture``), so a callback may start
+a collective and wait on it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import timedelta
 from typing import Any, Callable
 
 from ._errors import DistTimeoutError
-from ._future import Future  # a concurrent.futures.Future with torch.futures' API
+from ._future import Future, WorkFuture  # a concurrent.futures.Future with torch.futures' API
 
 __all__ = ["Work"]
+
+log = logging.getLogger("ndist.runtime")
 
 PENDING, OK, FAILED = 0, 1, 2
 
@@ -68,7 +79,7 @@ class Work:
     flight recorder's dump), called with the timeout error before it is raised.
     """
 
-    __slots__ = ("op", "seq", "outputs", "pending", "on_timeout", "_lock", "_fut", "_state", "_exc",
+    __slots__ = ("op", "seq", "outputs", "pending", "on_timeout", "_lock", "_fut", "_hooks", "_state", "_exc",
                  "__weakref__")
 
     def __init__(
@@ -85,6 +96,7 @@ class Work:
         self.on_timeout: Callable[[BaseException], None] | None = None
         self._lock = threading.Lock()
         self._fut: Future | None = None
+        self._hooks: list | None = None
         self._state = PENDING
         self._exc: BaseException | None = None
 
@@ -108,9 +120,12 @@ class Work:
             if self._state != PENDING:
                 return
             self._state = OK
-            fut = self._fut
+            fut, hooks = self._fut, self._hooks
+            self._hooks = None
         if fut is not None:
             fut.set_result(self.outputs)
+        if hooks is not None:
+            self._run_hooks(hooks)
 
     def fail(self, exc: BaseException) -> None:
         """Mark the work failed with ``exc`` (once; later calls are ignored)."""
@@ -119,9 +134,32 @@ class Work:
                 return
             self._exc = exc
             self._state = FAILED
-            fut = self._fut
+            fut, hooks = self._fut, self._hooks
+            self._hooks = None
         if fut is not None:
             fut.set_exception(exc)
+        if hooks is not None:
+            self._run_hooks(hooks)
+
+    def _run_hooks(self, hooks: list) -> None:
+        for fn in hooks:
+            try:
+                fn(self)
+            except Exception:  # noqa: BLE001 - the others still run, as the stdlib's callbacks do
+                log.exception("a completion hook of %r raised", self)
+
+    def add_done_hook(self, fn: Callable[["Work"], None]) -> None:
+        """Library code's ``fn(self)`` once the work completed, on the thread that
+        completed it (at once if it already has). ``fn`` must not block: that thread
+        progresses the group's collectives. (A user's callback is ``add_done_callback``.)"""
+        with self._lock:
+            if self._state == PENDING:
+                if self._hooks is None:
+                    self._hooks = [fn]
+                else:
+                    self._hooks.append(fn)
+                return
+        fn(self)
 
     @property
     def finished(self) -> bool:
@@ -159,7 +197,7 @@ class Work:
         with self._lock:
             fut = self._fut
             if fut is None:
-                fut = self._fut = Future()
+                fut = self._fut = WorkFuture()
                 fut.set_running_or_notify_cancel()
                 if self._state == OK:
                     fut.set_result(self.outputs)
@@ -168,24 +206,26 @@ class Work:
             return fut
 
     def add_done_callback(self, fn: Callable[["Work"], None]) -> None:
-        """Call ``fn(self)`` once the work completed (at once if it already has)."""
+        """Call ``fn(self)`` once the work completed: on a callback thread, or at once
+        on this one if it already has. ``fn`` may start a collective and wait on it."""
         self._future.add_done_callback(lambda _fut: fn(self))
 
     def then(self, fn: Callable[[], None], op: str | None = None) -> "Work":
         """A Work that completes after this one and after ``fn()`` ran.
 
-        Used to write staged outputs back once the backend is done; if this
-        work or ``fn`` fails, the returned work fails with that error. The
-        chained work's ``outputs`` are this one's at completion.
+        Used to write staged outputs back once the backend is done (``fn`` runs
+        as a done hook: it must not block); if this work or ``fn`` fails, the
+        returned work fails with that error. The chained work's ``outputs`` are
+        this one's at completion.
         """
         chained = Work(op or self.op, self.seq, self.outputs, self.pending)
 
-        def _done(fut: Future) -> None:
-            exc = fut.exception()
+        def _done(work: Work) -> None:
+            exc = work.error
             if exc is not None:
                 chained.fail(exc)
                 return
-            chained.outputs = fut.result()  # set at completion (e.g. recv's [source])
+            chained.outputs = work.outputs  # set at completion (e.g. recv's [source])
             try:
                 fn()
             except BaseException as err:  # noqa: BLE001 - delivered to the waiter
@@ -193,7 +233,7 @@ class Work:
             else:
                 chained.complete()
 
-        self._future.add_done_callback(_done)
+        self.add_done_hook(_done)
         return chained
 
     # ------------------------------------------------------------- user API

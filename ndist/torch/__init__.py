@@ -7,7 +7,15 @@ rendezvous through ndist's launcher detection (ndistrun, mpiexec, srun). See
 docs/torch.md.
 
 This is the only part of ndist that imports torch; ``import ndist`` never does.
+Importing it with a torch outside the supported releases (``_version.SUPPORTED``)
+raises ImportError naming both.
 """
+
+import torch as _torch
+
+from . import _version
+
+_version.check(_torch.__version__)
 
 from ._backend import ENGINE_ENV, Options, create, register
 from ._group import BACKEND_NAME, ProcessGroupNdist

@@ -482,13 +482,20 @@ class ProcessGroupNdist(tdist.ProcessGroup):
     _allgather_base = all_gather_single
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
+        """torch's layout: ``output_lists[rank][i]`` receives rank ``rank``'s ``input_list[i]``
+        (one list per rank, each shaped like ``input_list``), as ``all_gather_coalesced``
+        documents; ndist's ``all_gather`` of input ``i`` gets ``output_lists[r][i]`` for every r."""
         ins = _cpus(input_list, "input_list")
-        if len(output_lists) != len(ins):
-            raise ValueError(f"output_lists: expected {len(ins)} lists (one per input), got {len(output_lists)}")
-        outs = [_cpus(o, f"output_lists[{i}]") for i, o in enumerate(output_lists)]
+        size = self.size()
+        if len(output_lists) != size:
+            raise ValueError(f"output_lists: expected {size} lists (one per rank), got {len(output_lists)}")
+        outs = [_cpus(o, f"output_lists[{r}]") for r, o in enumerate(output_lists)]
+        for r, o in enumerate(outs):
+            if len(o) != len(ins):
+                raise ValueError(f"output_lists[{r}]: expected {len(ins)} tensors (one per input), got {len(o)}")
         g = self._nd_group
         return self._run_each("allgather_coalesced", list(output_lists), opts, nd.all_gather,
-                              [(o, i, g) for o, i in zip(outs, ins)])
+                              [([o[i] for o in outs], t, g) for i, t in enumerate(ins)])
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         outs, ins = _cpus(outputs, "outputs"), _cpus(inputs, "inputs")

@@ -57,7 +57,7 @@ def test_the_next_collective_on_a_broken_group_raises_a_dist_error_naming_the_lo
     for rank in (0, 1):
         recs = json.loads((tmp_path / f"r{rank}.json").read_text())
         for rec in recs:  # the failed op, then the next one on the broken group
-            assert rec["type"] == "DistNetworkError" and rec["dist"], (rank, recs)
+            assert rec["type"] in ("DistRankFailureError", "DistNetworkError") and rec["dist"], (rank, recs)
             assert rec["peer"] == 2 and "rank 2" in rec["msg"], (rank, recs)
 
 
@@ -116,9 +116,9 @@ def test_a_collective_fails_at_once_on_a_group_whose_p2p_side_heard_a_member_is_
     assert r.returncode != 0, r.stderr[-3000:]
     killed = float((tmp_path / "killed").read_text())
     rec0 = json.loads((tmp_path / "r0.json").read_text())
-    assert rec0["type"] == "DistNetworkError" and rec0["peer"] == 2, rec0  # (passes today)
+    assert rec0["type"] in ("DistRankFailureError", "DistNetworkError") and rec0["peer"] == 2, rec0  # (passes today)
     rec1 = json.loads((tmp_path / "r1.json").read_text())
-    assert rec1["type"] == "DistNetworkError" and rec1["peer"] == 2 and "rank 2" in rec1["msg"], rec1
+    assert rec1["type"] in ("DistRankFailureError", "DistNetworkError") and rec1["peer"] == 2 and "rank 2" in rec1["msg"], rec1
     assert rec1["t"] - killed < 5, rec1  # 1 s + the 1 s sleep on a quiet machine; the group timeout is 10 s
 
 
@@ -186,9 +186,9 @@ def test_one_side_of_a_backend_tells_the_other_of_a_lost_member(tmp_path, how, t
     assert r.returncode != 0, r.stderr[-3000:]
     killed = float((tmp_path / "killed").read_text())
     rec0 = json.loads((tmp_path / "r0.json").read_text())
-    assert rec0["type"] == "DistNetworkError" and rec0["peer"] == 2, rec0
+    assert rec0["type"] in ("DistRankFailureError", "DistNetworkError") and rec0["peer"] == 2, rec0
     rec1 = json.loads((tmp_path / "r1.json").read_text())
-    assert rec1["type"] == "DistNetworkError" and rec1["peer"] == 2 and "rank 2" in rec1["msg"], rec1
+    assert rec1["type"] in ("DistRankFailureError", "DistNetworkError") and rec1["peer"] == 2 and "rank 2" in rec1["msg"], rec1
     assert rec1["t"] - killed < 5, rec1  # (the group timeout is 10 s)
 
 
@@ -246,5 +246,5 @@ def test_a_loss_found_in_one_group_reaches_the_processs_other_groups(tmp_path, t
     killed = float((tmp_path / "killed").read_text())
     for rank in (2, 1, 3):
         rec = json.loads((tmp_path / f"r{rank}.json").read_text())
-        assert rec["type"] == "DistNetworkError" and rec["peer"] == 0 and "rank 0" in rec["msg"], (rank, rec)
+        assert rec["type"] in ("DistRankFailureError", "DistNetworkError") and rec["peer"] == 0 and "rank 0" in rec["msg"], (rank, rec)
         assert rec["t"] - killed < 5, (rank, rec["t"] - killed, rec)  # the group timeout is 10 s

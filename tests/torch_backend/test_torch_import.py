@@ -38,3 +38,51 @@ def test_options_reject_unknown_engines():
         ndist.torch.Options(engine="nccl")
     with pytest.raises(ValueError, match="transport"):
         ndist.torch.Options(transport="ib")
+
+
+def test_the_installed_torch_is_supported():
+    import torch
+
+    from ndist.torch import _version
+
+    _version.check(torch.__version__)  # the torch this suite runs on (2.13.0 in CI)
+    assert _version.MINIMUM <= _version.parse(torch.__version__) < _version.BELOW
+
+
+@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "2.13.1", "2.13.0a0+git1f2e3d", "2.13.2+cu130"])
+def test_supported_versions_pass(version):
+    from ndist.torch import _version
+
+    _version.check(version)
+
+
+@pytest.mark.parametrize("version", ["2.12.1", "2.12.0+cpu", "2.6.0", "1.13.1", "2.14.0", "2.14.1+cu130",
+                                     "2.14.0.dev20260101", "2.15.0", "3.0.0", "", "nightly"])
+def test_other_versions_fail_naming_installed_and_supported(version):
+    from ndist.torch import _version
+
+    with pytest.raises(ImportError) as info:
+        _version.check(version)
+    msg = str(info.value)
+    assert f"torch {version} is installed" in msg
+    assert "supports torch >=2.13,<2.14 (torch 2.13)" in msg
+
+
+def test_import_fails_clearly_under_an_unsupported_torch():
+    out = subprocess.run([sys.executable, "-c", "import torch; torch.__version__ = '2.12.1'; import ndist.torch"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1] == (
+        "ImportError: ndist.torch supports torch >=2.13,<2.14 (torch 2.13); torch 2.12.1 is installed. "
+        "Install a supported torch (pip install 'ndist[torch]'), or use ndist without ndist.torch.")
+
+
+def test_the_torch_extra_states_the_supported_range():
+    import os
+
+    from ndist.torch import _version
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml")) as f:
+        extra = [line for line in f if line.startswith("torch = [")]
+    assert len(extra) == 1 and f'"torch{_version.SUPPORTED}"' in extra[0], extra

@@ -158,5 +158,5 @@ def test_a_dead_receiver_is_named_by_the_root_at_its_next_op(tmp_path):
     # the root's own broadcast may already fail (its backend heard of the loss elsewhere):
     # either way it names rank 2, within 1 s of the op that raises (2 s: a loaded machine)
     err = rec["first"] or rec["next"]
-    assert isinstance(err, list) and err[0] == "DistNetworkError" and err[2] == 2 and "rank 2" in err[1], rec
+    assert isinstance(err, list) and err[0] in ("DistRankFailureError", "DistNetworkError") and err[2] == 2 and "rank 2" in err[1], rec
     assert rec["next_s"] < 2.0, rec

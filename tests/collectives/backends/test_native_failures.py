@@ -46,7 +46,7 @@ def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_ran
             t.join(60)
         for r in (0, 1, 2):
             kind, rank, msg, waited = got[r]
-            assert kind == "DistNetworkError" and rank == 3, got[r]
+            assert kind in ("DistRankFailureError", "DistNetworkError") and rank == 3, got[r]
             assert "rank 3" in msg and "all_reduce" in msg, msg
             assert waited < 0.5 + 5, got[r]  # ~20 ms after the notice on a quiet machine
         with pytest.raises(DistNetworkError, match="rank 3") as ei:
@@ -91,4 +91,4 @@ def test_a_member_that_closed_before_the_first_collective_is_named(tmp_path):
     res = run_ranks(_left_before_first_collective, 2, args=(str(tmp_path),), init=False, timeout=90,
                     env={"NDIST_ENGINE": "native"})
     kind, msg, rank = res[0]
-    assert kind == "DistNetworkError" and rank == 1 and "rank 1" in msg, res[0]
+    assert kind in ("DistRankFailureError", "DistNetworkError") and rank == 1 and "rank 1" in msg, res[0]

@@ -92,15 +92,15 @@ class CudaWork(Work):
         event.record()
         chained = CudaWork(op or self.op, self.seq, event, self._check, self.outputs, self.pending)
 
-        def _done(fut) -> None:
-            exc = fut.exception()
+        def _done(work: Work) -> None:  # a done hook: on the watchdog's thread
+            exc = work.error
             if exc is not None:
                 chained.fail(exc)
             else:
                 event.synchronize()  # only the write-back copies remain
                 chained._poll()
 
-        self.get_future().add_done_callback(_done)
+        self.add_done_hook(_done)
         return chained
 
     def run_deferred(self) -> list["CudaWork"]:

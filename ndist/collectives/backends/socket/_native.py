@@ -254,6 +254,21 @@ def _fallback(op, dtype):
     return reduce
 
 
+def _weakly(method):
+    """``method``, called through a weak reference to its object: the C group holds its
+    callbacks and is not tracked by the garbage collector, so a bound method of the object
+    that holds the group would make a cycle never collected, keeping the backend (and the
+    store it was given: torch's ``file://`` store file) alive until the process ends."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args):
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call
+
+
 class NativeAlgorithms:
     """The socket backend's collectives on the native engine (the methods of ``Algorithms``)."""
 
@@ -273,12 +288,12 @@ class NativeAlgorithms:
         #: the running op (name, dtype code, count, seq, root, reduce op), set by the backend per op
         self.op: tuple | None = None
         group.warn_after = warn_after
-        group.on_stall = self._on_stall if warn_after > 0 else None
+        group.on_stall = _weakly(self._on_stall) if warn_after > 0 else None
         #: ``on_stalled(global ranks)``: an op passed its deadline (the backend's ``_stalled``:
         #: the process's other groups tell their peers; ``_stalls``)
         self.on_stalled = None
         if hasattr(group, "tell_stalled"):
-            group.on_deadline = self._on_deadline
+            group.on_deadline = _weakly(self._on_deadline)
 
     def _redinfo(self, dtype, op):
         key = (dtype, op._value_)  # (a ReduceOp's own hash is Python code: its value's is not)

@@ -255,6 +255,10 @@ class Mesh:
         end = time.monotonic() + self.timeout
         waited = set(ranks)
         while True:
+            if self._lost is not None:  # the group lost a member (``abandon``): it is broken
+                grank, host, message = self._lost
+                raise DistNetworkError(f"group {self.group_name!r}: rank {grank} ({host}) is lost; {message}",
+                                       rank=grank, host=host)
             dead = [r for r in ranks if self.is_dead(r)]
             for r in dead:  # name first a dead member whose key is missing: the one waited for
                 if len(ranks) == 1 or not self.store.check([keys[ranks.index(r)]]):
