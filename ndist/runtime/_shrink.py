@@ -41,7 +41,7 @@ from ._group import ProcessGroup
 from ._world import _world, resolve_group
 from .store import PrefixStore
 
-__all__ = ["shrink_group", "get_failed_ranks", "SHRINK_DEFAULT", "SHRINK_ABORT"]
+__all__ = ["shrink_group", "get_failed_ranks", "SHRINK_DEFAULT", "SHRINK_ABORT", "check_request", "agree_exclusion"]
 
 log = logging.getLogger("ndist.runtime.shrink")
 
@@ -113,15 +113,10 @@ def shrink_group(ranks_to_exclude: Any = None, group: Any = None, shrink_flags: 
     survivor. Shrinking the default group makes the result the new default group and
     destroys the other groups (as torch). Returns the new group."""
     pg = resolve_group(group)
-    pg.require_member("shrink_group")
-    if pg.size() <= 1:
-        raise ValueError(f"group: expected a group of at least 2 ranks to shrink, got {pg.group_name!r} of size "
-                         f"{pg.size()}")
-    wanted = _check_exclusion(ranks_to_exclude, pg)
-    flags = _check_flags(shrink_flags)
-    _check_backends(pg)
+    wanted, flags = check_request(pg, ranks_to_exclude, shrink_flags)
     while True:
-        new = _shrink_once(pg, wanted, flags, pg_options)
+        count, decided = agree_exclusion(pg, wanted, flags)
+        new = _rebuild(pg, count, decided, pg_options)
         if not new.revoked:
             return new
         log.info("group %r: a member of the shrunk group %r was lost during the agreement; shrinking it again",
@@ -129,14 +124,29 @@ def shrink_group(ranks_to_exclude: Any = None, group: Any = None, shrink_flags: 
         pg, wanted = new, None
 
 
-def _shrink_once(pg: ProcessGroup, wanted: set[int] | None, flags: int, pg_options: Any) -> ProcessGroup:
+def check_request(pg: ProcessGroup, ranks_to_exclude: Any, shrink_flags: Any) -> tuple[set[int] | None, int]:
+    """Step 1 on group ``pg``, before any message: the ranks asked for (None: the agreed
+    lost ones) and the flags; ``ValueError`` / ``TypeError`` / ``DistBackendError``."""
+    pg.require_member("shrink_group")
+    if pg.size() <= 1:
+        raise ValueError(f"group: expected a group of at least 2 ranks to shrink, got {pg.group_name!r} of size "
+                         f"{pg.size()}")
+    wanted = _check_exclusion(ranks_to_exclude, pg)
+    flags = _check_flags(shrink_flags)
+    _check_backends(pg)
+    return wanted, flags
+
+
+def agree_exclusion(pg: ProcessGroup, wanted: set[int] | None, flags: int) -> tuple[int, set[int]]:
+    """Step 2 on group ``pg`` (aborted first for ``SHRINK_ABORT``): ``(count, excluded)``,
+    this shrink's number on ``pg`` (the same on every survivor: it names the new group's
+    store namespace) and the group ranks the survivors agreed to exclude."""
     with _world.lock:
         count = getattr(pg, "_shrink_calls", 0) + 1
         pg._shrink_calls = count  # every survivor shrinks a group in the same order
     if flags == SHRINK_ABORT:
         pg._shutdown(abort=True)
-    decided = _agree(pg, count, wanted)
-    return _rebuild(pg, count, decided, pg_options)
+    return count, _agree(pg, count, wanted)
 
 
 def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
@@ -172,7 +182,8 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
             # (a lost rank may have posted before it went; it is lost when any survivor knows
             # it is, not only when this rank's own watch has told it yet)
             lost = known_lost | set(pg.failed_ranks())
-            alive_excluded = sorted(r for r in mine if r in heard and r not in lost)
+            # this rank too: it is alive and calls shrink_group, if another survivor's set holds it
+            alive_excluded = sorted(r for r in mine if (r in heard or r == me) and r not in lost)
             # an excluded rank not known lost is alive: wait until it is gone (an excluded
             # rank ends its process, as in torch) or calls shrink_group too (refused), or the
             # deadline passes (a hung rank: excluded)

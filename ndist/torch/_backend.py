@@ -18,7 +18,7 @@ from typing import Any
 import torch.distributed as tdist
 
 from ._group import BACKEND_NAME, ProcessGroupNdist
-from . import _rendezvous, _secret
+from . import _rendezvous, _secret, _shrink
 from ._store import TorchStore
 
 __all__ = ["Options", "create", "register", "ENGINE_ENV", "ENGINES"]
@@ -82,3 +82,4 @@ def register() -> None:
             return
         tdist.Backend.register_backend(BACKEND_NAME, create, extended_api=True, devices=["cpu"])
         _rendezvous.register()
+        _shrink.install()

@@ -37,6 +37,7 @@ from .. import distributed as nd
 from ..runtime import DistError
 from ..runtime import ProcessGroup as NdistGroup
 from ..collectives._convert import as_array
+from . import _shrink
 from ._work import NdistWork, done_work
 
 __all__ = ["ProcessGroupNdist", "BACKEND_NAME"]
@@ -597,6 +598,18 @@ class ProcessGroupNdist(tdist.ProcessGroup):
 
     _start_coalescing = start_coalescing
     _end_coalescing = end_coalescing
+
+    # ------------------------------------------------------- shrinking
+    # torch.distributed.shrink_group (ndist/torch/_shrink.py)
+    @property
+    def supports_shrinking(self) -> bool:
+        return _shrink.supports_shrinking(self)
+
+    def shrink(self, ranks_to_exclude, shrink_flags=0, pg_options=None):
+        return _shrink.shrink(self, ranks_to_exclude, shrink_flags, pg_options)
+
+    def _get_backend(self, device):
+        return _shrink.backend_for(self, device)
 
     # -------------------------------------------------------- teardown
     def shutdown(self) -> None:

@@ -39,7 +39,8 @@ def as_torch_error(exc: BaseException) -> BaseException:
         cls = tdist.DistBackendError
     err = cls(f"{type(exc).__name__}: {exc}")
     err.__cause__ = exc
-    for attr in ("rank", "host"):  # the lost peer, when ndist knows it
+    # the lost peer, when ndist knows it; a lost member's group ranks (DistRankFailureError)
+    for attr in ("rank", "host", "failed_ranks", "hosts", "causes"):
         if hasattr(exc, attr):
             try:
                 setattr(err, attr, getattr(exc, attr))

@@ -1,0 +1,171 @@
+"""``torch.distributed.shrink_group`` on backend ``"ndist"``.
+
+torch 2.13's ``shrink_group(ranks_to_exclude, group, shrink_flags, pg_options)``
+checks its arguments, asks the group for its cpu backend (``_get_backend``), checks
+``supports_shrinking``, calls ``shrink(sorted(excluded), flags, pg_options)`` on it and
+then builds the new torch group around what that returns; it destroys the old group
+(and, for the default group, every other group) and registers the new one.
+
+Here the torch group is the backend (``ProcessGroupNdist`` is a Python
+``ProcessGroup``, as torch keeps a Python backend), so:
+
+* ``backend_for`` answers the group's ``_get_backend``: the group itself for cpu;
+* ``shrink`` runs ndist's own shrink on the ndist group underneath
+  (``ndist.runtime._shrink``: the same checks, and the agreement through the
+  group's store, so survivors that saw different losses agree on their union) and
+  returns a new ``ProcessGroupNdist`` of the survivors, renumbered in order, over a
+  store namespace of its own; a member it keeps that was already lost (it died
+  during the agreement) makes it revoked at birth, and it is shrunk the same way;
+* ``install`` teaches torch's last step to keep a Python group as the new group
+  itself: torch 2.13 registers what ``shrink`` returned as the backend of a new C++
+  ``ProcessGroup``, which takes only a C++ ``Backend`` (a Python class cannot be
+  one). ``_finalize_shrunk_group`` is wrapped: a ``ProcessGroup`` returned by
+  ``shrink`` is named, registered and used as the new group, as
+  ``init_process_group`` uses a Python group; anything else goes to torch's own
+  function unchanged.
+
+Errors cross to torch as its own (``as_torch_error``): a lost member is
+``torch.distributed.DistNetworkError`` whose ``__cause__`` is ndist's
+``DistRankFailureError``, with ``failed_ranks`` copied onto it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+from torch.distributed import distributed_c10d as c10d
+
+from ..runtime import DistError
+from ..runtime import ProcessGroup as NdistGroup
+from ..runtime._shrink import agree_exclusion, check_request
+from ..runtime.store import PrefixStore
+from ._work import as_torch_error
+
+__all__ = ["backend_for", "get_failed_ranks", "shrink", "supports_shrinking", "install"]
+
+log = logging.getLogger("ndist.torch.shrink")
+
+#: ndist engines whose groups can be rebuilt from the group's store alone
+_SHRINKABLE_ENGINES = ("socket",)
+
+
+def supports_shrinking(pg: Any) -> bool:
+    """Whether torch may shrink ``pg`` (a ``ProcessGroupNdist``): its engine is ``socket``
+    (the mpi engine would need MPI's ULFM; torch raises ``TypeError`` for it, as for Gloo)."""
+    return pg.engine in _SHRINKABLE_ENGINES
+
+
+def backend_for(pg: Any, device: Any) -> Any:
+    """``pg._get_backend(device)``: the group itself for cpu, the only device it serves."""
+    dev = torch.device(device)
+    if dev.type != "cpu":
+        raise RuntimeError(f"No backend type associated with device type {dev.type} (backend 'ndist' serves cpu "
+                           "tensors only)")
+    return pg
+
+
+def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: Any = None) -> Any:
+    """A new ``type(pg)`` of ``pg``'s members less ``ranks_to_exclude`` (group ranks),
+    renumbered in order, agreed with every other survivor (see the module doc)."""
+    nd = pg.ndist_group
+    if pg_options is not None and not isinstance(pg_options, type(nd.options)):
+        raise TypeError(f"pg_options: expected {type(nd.options).__module__}.{type(nd.options).__name__} or None, "
+                        f"got {type(pg_options).__name__}")
+    options = pg_options if pg_options is not None else nd.options
+    engine = options.resolved_engine() if pg_options is not None else pg.engine
+    wanted: Any = list(ranks_to_exclude) if ranks_to_exclude is not None else None
+    name = pg.getGroupName()
+    try:
+        wanted, flags = check_request(nd, wanted, shrink_flags)
+        while True:
+            count, excluded = agree_exclusion(nd, wanted, flags)
+            keep = [r for r in range(nd.size()) if r not in excluded]
+            kept_global = tuple(nd.ranks[r] for r in keep)
+            store = PrefixStore(f"shrink{count}", nd.store)
+            name = f"{name}:shrink{count}"
+            lost = _lost(nd, kept_global)
+            if not lost:
+                break
+            # A member it keeps died during the agreement: the new group would be revoked
+            # at birth. Its survivors shrink it at once, in its own store namespace (where a
+            # survivor that learns of the loss later meets them), before any connection.
+            nd = NdistGroup(kept_global, nd.ranks[nd.rank()], f"torch-{name}", store, nd.backend_names,
+                            nd.timeout, options)
+            for grank, (host, cause) in lost.items():
+                nd.note_loss(grank, host, cause)
+            log.info("torch group %r: members %s of the shrunk group were lost during the agreement; shrinking it "
+                     "again", name, sorted(lost))
+            wanted, flags = None, 0
+        new = type(pg)(store, keep.index(nd.rank()), len(keep), nd.timeout, name, kept_global, engine, options)
+    except DistError as exc:
+        raise as_torch_error(exc) from exc
+    log.info("torch group %r shrunk to %r: excluded group ranks %s; this rank is %d of %d", pg.getGroupName(),
+             name, sorted(excluded), new.rank(), new.size())
+    return new
+
+
+def _lost(nd: NdistGroup, kept_global: tuple) -> dict:
+    """The members of ``kept_global`` that ``nd`` knows are lost: global rank -> (host, cause)."""
+    failure = nd.failure()
+    if failure is None:
+        return {}
+    found = {}
+    for grank, host, cause in zip(failure.failed_ranks, failure.hosts, failure.causes):
+        g = nd.ranks[grank]
+        if g in kept_global:
+            found[g] = (host, cause)
+    return found
+
+
+def _finalize_shrunk_group(original: Any, group_info: dict, excluded_ranks_set: set, new_backend: Any) -> Any:
+    """torch's last step of ``shrink_group``, for a Python group returned by ``shrink``.
+
+    The same steps as torch 2.13's ``_finalize_shrunk_group`` (destroy the other groups
+    when the default one shrinks, destroy the old group, make and register the new one)
+    except two: the new group is ``new_backend`` itself (see the module doc), and its
+    ranks are the old group's global ranks less the *group* ranks excluded (torch's
+    drops the global ranks that equal them, wrong for any group whose group ranks are
+    not its global ranks: a subgroup, or a default group shrunk before)."""
+    if not isinstance(new_backend, tdist.ProcessGroup):
+        return original(group_info, excluded_ranks_set, new_backend)
+    target, is_default = group_info["process_group"], group_info["is_default_group"]
+    if is_default:
+        c10d._destroy_all_other_groups(exclude_group=target)
+    meta = c10d._extract_group_metadata(target)
+    remaining = [g for i, g in enumerate(c10d.get_process_group_ranks(target)) if i not in excluded_ranks_set]
+    c10d._cleanup_original_group(target, is_default)
+    new_backend._set_group_name(meta["new_group_name"])
+    new_backend._set_group_desc("default:shrunken" if is_default else f"{meta['original_group_name']}:shrunk")
+    if is_default:
+        c10d._update_default_pg(new_backend)
+    c10d._register_pg_in_world(pg=new_backend, backend_name=meta["backend_name"], store=meta["store"],
+                               group_name=meta["new_group_name"], backend_config=meta["backend_config"],
+                               rank_mapping={g: i for i, g in enumerate(remaining)})
+    return new_backend
+
+
+def install() -> None:
+    """Wrap torch's ``_finalize_shrunk_group`` (once) so that a Python group returned by
+    a backend's ``shrink`` becomes the new group itself; anything else goes to torch's."""
+    current = getattr(c10d, "_finalize_shrunk_group", None)
+    if current is None or getattr(current, "_ndist_wrapped", False):
+        return
+    wrapped = functools.partial(_finalize_shrunk_group, current)
+    wrapped._ndist_wrapped = True  # type: ignore[attr-defined]
+    c10d._finalize_shrunk_group = wrapped
+
+
+def get_failed_ranks(group: Any = None) -> list[int]:
+    """The ranks (in ``group``, a torch group on backend ``"ndist"``; None: the default
+    group) of the members it knows are lost, sorted; ``[]`` while it knows of none. What
+    a survivor passes to ``torch.distributed.shrink_group``."""
+    pg = group if group is not None else c10d._get_default_group()
+    nd = getattr(pg, "ndist_group", None)
+    if nd is None:
+        raise TypeError(f"group: expected a torch process group on backend 'ndist' (or None: the default group), "
+                        f"got {pg!r}")
+    return nd.failed_ranks()

@@ -1,0 +1,141 @@
+"""``torch.distributed.shrink_group`` on backend "ndist": docs/torch.md's recipe (DDP, a rank
+SIGKILLs itself mid-training, the survivors catch the error, shrink the default group, re-wrap
+DDP and finish with equal weights), run as the page shows under ndistrun --on-failure continue,
+and under torchrun (which has no way to keep survivors: a long --monitor-interval lets them
+finish before its agent looks, then it reports the lost rank)."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(240)]
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "torch.md"
+STRIP = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NDIST_STORE",
+         "NDIST_SECRET")
+
+
+def _section() -> str:
+    text = PAGE.read_text()
+    return text[text.index("## Carrying on without a lost rank"):text.index("## Trust")]
+
+
+def _script(tmp_path) -> Path:
+    (body,) = re.findall(r"^```python\n(.*?)^```", _section(), re.S | re.M)
+    assert "dist.shrink_group(" in body and "DDP(model)" in body
+    path = tmp_path / "train.py"
+    path.write_text(body)
+    return path
+
+
+def _run(argv, cwd, timeout=200):
+    env = {k: v for k, v in os.environ.items() if k not in STRIP}
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, out, err
+
+
+def _finished(out: str) -> list[str]:
+    return sorted(re.findall(r"rank \d+ of \d+: \d+ steps, weights equal (?:True|False)", out))
+
+
+def test_recipe_under_ndistrun_continue_prints_what_the_page_shows(tmp_path):
+    """As the page shows: rank 2 lost at step 3, store on ndistrun's agent (ndist://)."""
+    _script(tmp_path)
+    (shown,) = re.findall(r"^```\n(\$ ndistrun.*?)^```", _section(), re.S | re.M)
+    command, *expected = shown.strip().splitlines()
+    argv = command[2:].split()
+    assert argv[:4] == ["ndistrun", "--nproc-per-node", "4", "--on-failure"] and argv[4] == "continue"
+    rc, out, err = _run([sys.executable, "-m", "ndist.launch", *argv[1:]], tmp_path)
+    assert rc == 0, (out + err)[-4000:]
+    assert _finished(out) == sorted(expected), (out + err)[-4000:]
+    assert re.search(r"rank 2 .*killed by SIGKILL", err), err[-3000:]
+
+
+def test_recipe_under_ndistrun_survives_losing_rank_0(tmp_path):
+    """The lost rank is rank 0 (whose weights DDP broadcast): the new rank 0 is old rank 1."""
+    script = _script(tmp_path)
+    rc, out, err = _run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "4", "--on-failure", "continue",
+                         str(script), "2", "0", "ndist://"], tmp_path)
+    assert rc == 0, (out + err)[-4000:]
+    assert _finished(out) == [f"rank {r} of 3: 8 steps, weights equal True" for r in (1, 2, 3)], (out + err)[-4000:]
+
+
+def test_recipe_under_torchrun(tmp_path):
+    """torchrun's agent hosts the store (env://); its --monitor-interval outlasts the job, so
+    the survivors finish; then torchrun reports the lost rank and exits 1 (no option keeps
+    survivors)."""
+    script = _script(tmp_path)
+    rc, out, err = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                         "--monitor-interval", "20", str(script), "3", "1"], tmp_path)
+    assert _finished(out) == [f"rank {r} of 3: 8 steps, weights equal True" for r in (0, 2, 3)], (out + err)[-4000:]
+    assert rc == 1, (out + err)[-4000:]
+    assert re.search(r"local_rank\s*:\s*1\b", err) and "SIGKILL" in err, err[-3000:]
+
+
+def test_shrink_group_semantics_on_backend_ndist():
+    """4 ranks (the test hosts the store), global rank 3 SIGKILLed: the blocking op raises
+    torch's DistNetworkError naming it, then (revoked) with ndist's DistRankFailureError and
+    failed_ranks; excluding a live rank is refused on every caller; a subgroup shrinks to the
+    right global ranks; the default group shrinks (SHRINK_ABORT) to the new default."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
+    from rank_loss_jobs import run_job
+
+    ended = run_job(str(Path(__file__).with_name("_shrink_job.py")), 4, timeout=150)
+    assert ended[3].code == -signal.SIGKILL
+    for rank in range(3):
+        e = ended[rank]
+        assert e.code == 0, (e.out + e.err)[-4000:]
+        lines = dict(line.split(" ", 1) for line in e.out.splitlines())
+        # mid-op, a lost connection (DistNetworkError); once the group knows, DistRankFailureError
+        assert lines["first"] in ("DistNetworkError cause=DistNetworkError mentions3=True",
+                                  "DistNetworkError cause=DistRankFailureError mentions3=True"), e.out
+        assert lines["revoked"] == "DistNetworkError True [3]", e.out
+        assert lines["failed"] == "[3]", e.out
+        assert lines["alive"] == "ValueError 4", e.out
+        if rank in (1, 2):
+            assert lines["sub"] == f"{rank - 1}/2 [1, 2] sum=3", e.out
+        assert lines["default"] == f"True {rank}/3 sum=6 backend=ndist", e.out
+        assert lines["objects"] == "[0, 1, 2]", e.out
+        assert lines["done"] == str(rank), e.out
+
+
+_MPI_JOB = """
+import torch.distributed as dist
+import ndist.torch
+
+dist.init_process_group("ndist", init_method="ndist://", pg_options=ndist.torch.Options(engine="mpi"))
+try:  # refused on the caller, before any message: the peer does not take part
+    dist.shrink_group([1 - dist.get_rank()])
+except TypeError as err:
+    print(f"rank {dist.get_rank()} TypeError supports_shrinking={dist.group.WORLD.supports_shrinking}", flush=True)
+dist.barrier()  # the group is still whole
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(shutil.which("mpiexec", path=os.path.dirname(sys.executable)) is None
+                    and shutil.which("mpiexec") is None, reason="no mpiexec")
+def test_the_mpi_engine_cannot_shrink(tmp_path):
+    """torch raises TypeError, as for Gloo: the mpi engine would need MPI's ULFM."""
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "job.py"
+    script.write_text(_MPI_JOB)
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    rc, out, err = _run([mpiexec, "-n", "2", sys.executable, str(script)], tmp_path, timeout=120)
+    assert rc == 0, (out + err)[-4000:]
+    assert sorted(out.split("\n")[:-1]) == [f"rank {r} TypeError supports_shrinking=False" for r in (0, 1)], out
