@@ -92,7 +92,8 @@ def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
     rec.done(entry, seq, exc)
     if isinstance(exc, (DistTimeoutError, DistNetworkError, DistMismatchError)):
         _debug.dump_all(f"{entry[OP] if entry is not None else 'operation'} #{seq} in group "
-                        f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}")
+                        f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}",
+                        log_ring=not isinstance(exc, DistMismatchError))
         if isinstance(exc, DistNetworkError) and not isinstance(exc, DistRankFailureError):
             pg = world.groups.get(rec.group_name)
             failure = pg.failure(exc) if pg is not None else None

@@ -164,9 +164,10 @@ def flight_recorder(group=None) -> list[dict]:
     return rec.entries() if rec is not None else []
 
 
-def dump_all(reason: str) -> str | None:
-    """Log every group's ring at ERROR; write it to ``$NDIST_FLIGHT_RECORDER_DIR`` (JSON) and,
-    in torch's format, to ``$NDIST_FR_DUMP<rank>`` (``_fr_torch``). Returns the JSON's path."""
+def dump_all(reason: str, log_ring: bool = True) -> str | None:
+    """Log every group's ring at ERROR (``log_ring``: a mismatch's error already names both
+    calls, so it writes the files only); write it to ``$NDIST_FLIGHT_RECORDER_DIR`` (JSON)
+    and, in torch's format, to ``$NDIST_FR_DUMP<rank>`` (``_fr_torch``). Returns the JSON's path."""
     with _recorders_lock:
         pairs = list(_recorders.items())
     if not pairs:
@@ -176,7 +177,8 @@ def dump_all(reason: str) -> str | None:
     data = {"rank": rank, "pid": os.getpid(), "reason": reason, "time": time.time(),
             "groups": {r.group_name: r.entries() for r in recs}}
     text = json.dumps(data, indent=1)
-    log.error("flight recorder of rank %d (%s):\n%s", rank, reason, text)
+    if log_ring:
+        log.error("flight recorder of rank %d (%s):\n%s", rank, reason, text)
     prefix = os.environ.get(_fr_torch.DUMP_ENV)
     if prefix:
         path = _fr_torch.write_torch_dump(prefix, rank, _fr_torch.torch_dump(pairs, _world.default, __version__))
