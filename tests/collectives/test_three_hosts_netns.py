@@ -27,14 +27,14 @@ import hashlib, json, os, sys
 from datetime import timedelta
 import numpy as np
 import ndist.distributed as dist
-from ndist.collectives.backends.socket.schedules import _run
+from ndist.collectives.backends.socket.schedules import _run as schedule_run
 
 seen = []
-_run = _run.Scheduled.run
+_run = schedule_run.Scheduled.run
 def _spy(self, sch, *a, **k):
     seen.append(sch.algo)
     return _run(self, sch, *a, **k)
-_run.Scheduled.run = _spy
+schedule_run.Scheduled.run = _spy
 
 out = sys.argv[1]
 dist.init_process_group("socket", timeout=timedelta(seconds=30))
