@@ -94,11 +94,11 @@ def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
         _debug.dump_all(f"{entry[OP] if entry is not None else 'operation'} #{seq} in group "
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}",
                         log_ring=not isinstance(exc, DistMismatchError))
-        if isinstance(exc, DistNetworkError) and not isinstance(exc, DistRankFailureError):
-            pg = world.groups.get(rec.group_name)
-            failure = pg.failure(exc) if pg is not None else None
-            if failure is not None:
-                raise failure from exc
+        pg = world.groups.get(rec.group_name)
+        if pg is not None:
+            mapped = _revoked_error(pg, exc)
+            if mapped is not exc:
+                raise mapped from exc
 
 
 def _revoked_error(pg, exc: BaseException) -> BaseException:
