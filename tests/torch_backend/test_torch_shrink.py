@@ -115,6 +115,7 @@ def test_shrink_group_semantics_on_backend_ndist():
 
 
 _MPI_JOB = """
+import pathlib, sys
 import torch.distributed as dist
 import ndist.torch
 
@@ -122,7 +123,9 @@ dist.init_process_group("ndist", init_method="ndist://", pg_options=ndist.torch.
 try:  # refused on the caller, before any message: the peer does not take part
     dist.shrink_group([1 - dist.get_rank()])
 except TypeError as err:
-    print(f"rank {dist.get_rank()} TypeError supports_shrinking={dist.group.WORLD.supports_shrinking}", flush=True)
+    # one file per rank: mpiexec merges the ranks' stdout, and two lines can interleave mid-line
+    pathlib.Path(sys.argv[1], f"rank{dist.get_rank()}.txt").write_text(
+        f"TypeError supports_shrinking={dist.group.WORLD.supports_shrinking}")
 dist.barrier()  # the group is still whole
 dist.destroy_process_group()
 """
@@ -136,6 +139,9 @@ def test_the_mpi_engine_cannot_shrink(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(_MPI_JOB)
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-    rc, out, err = _run([mpiexec, "-n", "2", sys.executable, str(script)], tmp_path, timeout=120)
+    rc, out, err = _run([mpiexec, "-n", "2", sys.executable, str(script), str(tmp_path)], tmp_path, timeout=120)
     assert rc == 0, (out + err)[-4000:]
-    assert sorted(out.split("\n")[:-1]) == [f"rank {r} TypeError supports_shrinking=False" for r in (0, 1)], out
+    for r in (0, 1):
+        said = tmp_path / f"rank{r}.txt"
+        assert said.exists(), f"rank {r} did not get TypeError:\n" + (out + err)[-4000:]
+        assert said.read_text() == "TypeError supports_shrinking=False"
