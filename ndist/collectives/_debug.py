@@ -39,7 +39,6 @@ from typing import Any
 
 from .. import __version__
 from ..runtime import world as _world
-from . import _fr_torch
 
 __all__ = ["FlightRecorder", "recorder_for", "flight_recorder", "dump_all", "check_signature"]
 
@@ -47,6 +46,7 @@ log = logging.getLogger("ndist.collectives.debug")
 
 SIZE_ENV = "NDIST_FLIGHT_RECORDER_SIZE"
 DIR_ENV = "NDIST_FLIGHT_RECORDER_DIR"
+DUMP_ENV = "NDIST_FR_DUMP"  # a prefix: also write torch's dump format (``_fr_torch``)
 _DEFAULT_SIZE = 64
 
 
@@ -179,8 +179,11 @@ def dump_all(reason: str, log_ring: bool = True) -> str | None:
     text = json.dumps(data, indent=1)
     if log_ring:
         log.error("flight recorder of rank %d (%s):\n%s", rank, reason, text)
-    prefix = os.environ.get(_fr_torch.DUMP_ENV)
+    prefix = os.environ.get(DUMP_ENV)
     if prefix:
+        # loaded here, not at import: only a job that asks for torch's format pays for the module
+        from . import _fr_torch  # noqa: PLC0415 - import cost of `import ndist.distributed`
+
         path = _fr_torch.write_torch_dump(prefix, rank, _fr_torch.torch_dump(pairs, _world.default, __version__))
         if path is not None:
             log.error("flight recorder of rank %d written for torch's analyzer to %s", rank, path)

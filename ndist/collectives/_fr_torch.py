@@ -35,11 +35,10 @@ import os
 import pickle
 from typing import Any, Iterable
 
-__all__ = ["DUMP_ENV", "VERSION", "torch_dump", "write_torch_dump"]
+__all__ = ["VERSION", "torch_dump", "write_torch_dump"]
 
 log = logging.getLogger("ndist.collectives.debug")
 
-DUMP_ENV = "NDIST_FR_DUMP"
 VERSION = "2.10"  # the dump layout torch 2.13 writes and its analyzer reads
 
 #: ndist's op -> the name torch records (``components/types.py``'s COLLECTIVES and P2P)

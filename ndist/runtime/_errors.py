@@ -62,6 +62,10 @@ def _rebuild_authentication_error(message, rank, host):
     return DistAuthenticationError(message, rank=rank, host=host)
 
 
+#: how a member was lost: ``DistRankFailureError.causes`` (the member watch tells them)
+DIED, EXITED, LEFT = "died", "exited", "left"
+
+
 class DistRankFailureError(DistNetworkError):
     """A group lost members: they died, or exited while the group still needed them.
 

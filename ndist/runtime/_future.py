@@ -20,8 +20,6 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any, Callable, Iterable
 
-from . import _callbacks
-
 __all__ = ["Future", "WorkFuture", "collect_all", "wait_all"]
 
 
@@ -87,6 +85,9 @@ class WorkFuture(Future):
 
     def _invoke_callbacks(self) -> None:
         if self._done_callbacks:
+            # loaded on the first callback: `import ndist.distributed` does not pay for the pool
+            from . import _callbacks  # noqa: PLC0415 - import cost, not a cycle
+
             _callbacks.run(super()._invoke_callbacks)
 
 

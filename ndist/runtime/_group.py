@@ -14,10 +14,9 @@ import threading
 from datetime import timedelta
 from typing import Any, Mapping
 
-from ._errors import DistBackendError, DistMismatchError, DistRankFailureError
+from ._errors import EXITED, LEFT, DistBackendError, DistMismatchError, DistRankFailureError
 from ._device import backend_device_index
 from ._registry import BackendContext, get_backend_spec, is_registered, registered_backends
-from ._watch import EXITED, LEFT
 from .store import PrefixStore, Store
 
 __all__ = ["ProcessGroup", "Backend", "parse_backend", "format_backend", "require_available", "DEVICE_TYPES"]

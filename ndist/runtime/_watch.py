@@ -45,12 +45,12 @@ import weakref
 from typing import Callable
 
 from . import _net
+from ._errors import DIED, EXITED, LEFT
 
-__all__ = ["MemberWatch", "DIED", "EXITED", "LEFT"]
+__all__ = ["MemberWatch"]
 
 log = logging.getLogger("ndist.runtime.watch")
 
-DIED, EXITED, LEFT = "died", "exited", "left"
 _HELLO = struct.Struct("!4sI16s")  # magic, the dialer's job rank, the listener's token
 _MAGIC = b"NDWH"
 _BYE = b"B"

@@ -11,15 +11,18 @@ import logging
 import os
 import threading
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from . import _env, _log, _net
 from ._device import announce_local_rank, parse_device_id
+from ._errors import LEFT
 from ._group import ProcessGroup, parse_backend, require_available
 from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
-from ._watch import LEFT, MemberWatch
 from .store import HashStore, PrefixStore, Store
+
+if TYPE_CHECKING:
+    from ._watch import MemberWatch
 
 __all__ = [
     "init_process_group",
@@ -226,6 +229,9 @@ def init_process_group(
         try:
             job_store = PrefixStore(f"ndist/{env.restart_count}/{_world.init_count}", rdzv.store)
             if rdzv.world_size > 1:  # every member watched from here on, before any data link (``_watch``)
+                # loaded here: `import ndist.distributed` does not pay for the watch until a job starts
+                from ._watch import MemberWatch  # noqa: PLC0415 - import cost, not a cycle
+
                 watch = MemberWatch(PrefixStore("watch", job_store), rdzv.rank, rdzv.world_size, _net.job_secret(),
                                     timeout.total_seconds(), _world.member_lost)
                 watch.publish()
