@@ -64,6 +64,9 @@ class BackendSpec:
     devices: tuple[str, ...]
     is_available: Callable[[], bool] | str | None = None
     needs_store: bool = True
+    #: why ``shrink_group`` cannot shrink a group on this backend (``() -> str``, found
+    #: at run time: what the library lacks); None: the generic reason
+    shrink_refusal: Callable[[], str] | str | None = None
     _resolved: dict = field(default_factory=dict, repr=False)
 
     def _resolve(self, attr: str) -> Any:
@@ -87,6 +90,16 @@ class BackendSpec:
         except Exception:  # noqa: BLE001 - an availability probe must not raise
             return False
 
+    def why_no_shrink(self) -> str:
+        """Why this backend cannot shrink a group (its ``shrink_refusal``, or a generic reason)."""
+        generic = f"ndist's {self.name} backend does not support shrinking yet (docs/errors.md, 'Rank loss')"
+        if self.shrink_refusal is None:
+            return generic
+        try:
+            return str(self._resolve("shrink_refusal")())
+        except Exception as err:  # noqa: BLE001 - the refusal must still be raised
+            return f"{generic} (finding out why failed: {type(err).__name__}: {err})"
+
 
 _lock = threading.Lock()
 _specs: dict[str, BackendSpec] = {}
@@ -99,8 +112,10 @@ def register_backend(
     devices: tuple[str, ...] | list[str] = ("cpu",),
     is_available: Callable[[], bool] | str | None = None,
     needs_store: bool = True,
+    shrink_refusal: Callable[[], str] | str | None = None,
 ) -> None:
-    """Register backend ``name`` (lower-cased) serving ``devices``."""
+    """Register backend ``name`` (lower-cased) serving ``devices``. ``shrink_refusal``: for a
+    backend that cannot shrink, a callable (or ``"module:attr"``) saying why, at run time."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name: expected a non-empty string, got {name!r}")
     devices = tuple(devices)
@@ -108,7 +123,8 @@ def register_backend(
         if dev not in ("cpu", "cuda"):
             raise ValueError(f"devices: expected 'cpu' and/or 'cuda', got {dev!r}")
     with _lock:
-        _specs[name.lower()] = BackendSpec(name.lower(), factory, devices, is_available, needs_store)
+        _specs[name.lower()] = BackendSpec(name.lower(), factory, devices, is_available, needs_store,
+                                         shrink_refusal)
 
 
 def _load_entry_points() -> None:

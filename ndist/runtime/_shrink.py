@@ -38,6 +38,7 @@ from typing import Any
 
 from ._errors import DistBackendError, DistError, DistNetworkError, DistStoreError, DistTimeoutError
 from ._group import ProcessGroup
+from ._registry import get_backend_spec
 from ._world import _world, resolve_group
 from .store import PrefixStore
 
@@ -100,10 +101,10 @@ def _check_backends(pg: ProcessGroup) -> None:
     unsupported = sorted(names - _SHRINKABLE)
     if not unsupported:
         return
-    why = {"mpi": "ndist's mpi backend does not use MPI's ULFM (Comm.Shrink) yet (docs/errors.md)",
-           "nccl": "ndist's nccl backend does not support shrinking yet (docs/errors.md)"}
+    # each backend says why, found at run time (mpi: what this MPI lacks for ULFM)
+    why = [get_backend_spec(b).why_no_shrink() for b in unsupported]
     raise DistBackendError(f"shrink_group: group {pg.group_name!r} uses backend(s) {unsupported}, which cannot "
-                           f"shrink: " + "; ".join(why.get(b, "it does not support shrinking") for b in unsupported))
+                           f"shrink: " + "; ".join(why))
 
 
 def shrink_group(ranks_to_exclude: Any = None, group: Any = None, shrink_flags: int = SHRINK_DEFAULT,

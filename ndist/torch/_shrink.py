@@ -55,7 +55,8 @@ _SHRINKABLE_ENGINES = ("socket",)
 
 def supports_shrinking(pg: Any) -> bool:
     """Whether torch may shrink ``pg`` (a ``ProcessGroupNdist``): its engine is ``socket``
-    (the mpi engine would need MPI's ULFM; torch raises ``TypeError`` for it, as for Gloo)."""
+    (the mpi engine would need MPI's ULFM, unusable with mpi4py 4.1.2 over MPICH 5.0.2:
+    docs/errors.md, "Rank loss"; torch raises ``TypeError`` for it, as for Gloo)."""
     return pg.engine in _SHRINKABLE_ENGINES
 
 

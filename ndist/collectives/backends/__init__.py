@@ -13,5 +13,11 @@ BUILTIN = {
              "ndist.collectives.backends.nccl:is_available", True),
 }
 
+#: name -> why shrink_group cannot shrink its groups (found at run time)
+SHRINK_REFUSALS = {
+    "mpi": "ndist.collectives.backends.mpi:shrink_refusal",
+}
+
 for _name, (_factory, _devices, _probe, _needs_store) in BUILTIN.items():
-    register_backend(_name, _factory, devices=_devices, is_available=_probe, needs_store=_needs_store)
+    register_backend(_name, _factory, devices=_devices, is_available=_probe, needs_store=_needs_store,
+                     shrink_refusal=SHRINK_REFUSALS.get(_name))

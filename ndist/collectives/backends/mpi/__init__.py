@@ -4,7 +4,8 @@
 Registered as ``"mpi"`` with ``needs_store=False``: rank and size come from
 MPI. ``create`` installs an excepthook that aborts the whole job
 (``MPI_Abort``) when a rank dies of an unhandled exception, so the other ranks
-do not wait forever in a collective.
+do not wait forever in a collective. ``shrink_refusal`` says why ``shrink_group``
+refuses an mpi group: what this MPI lacks for ULFM, found at run time (``_ulfm``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import sys
 import threading
 import time
 
-__all__ = ["create", "is_available", "install_abort_hook"]
+from ._ulfm import shrink_refusal
+
+__all__ = ["create", "is_available", "install_abort_hook", "shrink_refusal"]
 
 log = logging.getLogger("ndist.collectives.mpi")
 _hook_lock = threading.Lock()
