@@ -7,13 +7,26 @@ is complete on this rank. In-place ops (all_reduce, broadcast, reduce) work on
 ``send``; ``recv`` is ``None`` where the rank receives nothing.
 
 Libraries are imported here, inside the adapters, never at module import.
+
+Besides the ops, an adapter class says what the launcher and the runner need to know
+before any rank starts (class methods, no library imported): ``not_offered`` (an op
+the library has no call for: printed as absent, never run through something else),
+``environment`` (variables its ranks need) and ``leftovers`` (files a killed rank
+may leave, removed by the launcher).
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
+
 import numpy as np
 
-__all__ = ["Adapter", "Mpi4pyAdapter", "TorchAdapter", "NdistAdapter", "make_adapter", "library_versions"]
+__all__ = ["Adapter", "Mpi4pyAdapter", "TorchAdapter", "NdistAdapter", "DeepSpeedAdapter", "adapter_class",
+           "make_adapter", "library_versions", "not_offered"]
+
+log = logging.getLogger("ndist.bench")
 
 
 class Adapter:
@@ -24,6 +37,21 @@ class Adapter:
     name = "?"
 
     size = 1
+
+    @classmethod
+    def not_offered(cls, op: str, dtype: str, redop: str) -> str | None:
+        """Why this library has no call for ``op`` on ``dtype`` with ``redop`` (None: it has)."""
+        return None
+
+    @classmethod
+    def environment(cls, nproc: int, tag: str) -> dict:
+        """Variables every rank's environment needs (``tag``: unique to one group of ranks)."""
+        return {}
+
+    @classmethod
+    def leftovers(cls, nproc: int, tag: str) -> list:
+        """Paths the ranks of the group ``tag`` may leave behind when they are killed."""
+        return []
 
     # One method per op; each blocks until the op is complete on this rank.
     def all_reduce(self, send, redop):
@@ -162,6 +190,30 @@ class Mpi4pyAdapter(Adapter):
 # ------------------------------------------------------------------------ torch
 
 
+def _start_torch_group(dist, rank, size, rendezvous, timeout, backend):
+    """``dist.init_process_group(backend)`` on a TCPStore that rank 0 hosts on a free port
+    and publishes through ``rendezvous``."""
+    import datetime
+
+    td = datetime.timedelta(seconds=timeout)
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, size, True, timeout=td, wait_for_workers=False)
+        rendezvous(store.port)
+    else:
+        port = rendezvous(None)
+        store = dist.TCPStore("127.0.0.1", port, size, False, timeout=td)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=td)
+
+
+def _torch_view(torch, arr):
+    """A tensor sharing ``arr`` (bfloat16 goes through an int16 view)."""
+    if arr is None:
+        return None
+    if arr.dtype.name == "bfloat16":
+        return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(arr)
+
+
 class _DistApiAdapter(Adapter):
     """Libraries with torch.distributed's API (torch itself, ndist): ``self.dist`` is the module.
     The ops whose calls are the same in both live here."""
@@ -196,8 +248,6 @@ class TorchAdapter(_DistApiAdapter):
     (``torch.from_numpy``). Rank 0 hosts a TCPStore on a free port and publishes it."""
 
     def __init__(self, rank, size, rendezvous, timeout=300.0, backend="gloo"):
-        import datetime
-
         import torch
         import torch.distributed as dist
 
@@ -207,14 +257,7 @@ class TorchAdapter(_DistApiAdapter):
 
         torch.set_num_threads(1)
         self.torch, self.dist = torch, dist
-        td = datetime.timedelta(seconds=timeout)
-        if rank == 0:
-            store = dist.TCPStore("127.0.0.1", 0, size, True, timeout=td, wait_for_workers=False)
-            rendezvous(store.port)
-        else:
-            port = rendezvous(None)
-            store = dist.TCPStore("127.0.0.1", port, size, False, timeout=td)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=td)
+        _start_torch_group(dist, rank, size, rendezvous, timeout, backend)
         R = dist.ReduceOp
         self._ops = {"sum": R.SUM, "avg": R.SUM, "prod": R.PRODUCT, "max": R.MAX, "min": R.MIN}
         self.size, self.rank = size, rank
@@ -223,11 +266,7 @@ class TorchAdapter(_DistApiAdapter):
 
     def wrap(self, arr):
         """A tensor sharing ``arr`` (bfloat16 goes through an int16 view)."""
-        if arr is None:
-            return None
-        if arr.dtype.name == "bfloat16":
-            return self.torch.from_numpy(arr.view(np.int16)).view(self.torch.bfloat16)
-        return self.torch.from_numpy(arr)
+        return _torch_view(self.torch, arr)
 
     def split(self, ten):
         if self._last_split[0] is not ten:
@@ -306,17 +345,152 @@ class NdistAdapter(_DistApiAdapter):
         self.dist.reduce_scatter_tensor(recv, send, op=self._ops[redop])
 
 
+# -------------------------------------------------------------------- deepspeed
+
+
+class DeepSpeedAdapter(Adapter):
+    """DeepSpeed's shared-memory all_reduce, the one its CPU tensor-parallel inference runs:
+    ``deepspeed.comm.inference_all_reduce`` (what ``module_inject``'s ``LinearAllreduce`` calls).
+    On the CPU accelerator it runs ``torch.ops.deepspeed.inference_all_reduce_``, an op of the
+    ``deepspeed_shm_comm`` extension (``ShareMemCommBuilder``: ``csrc/cpu/comm/shm*.cpp``,
+    compiled by torch.utils.cpp_extension the first time a rank loads it, then cached).
+    The process group underneath is torch.distributed on Gloo, started as ``TorchAdapter``
+    starts it; it runs the worker's barriers and never a measured op.
+
+    ``not_offered``: the shared-memory path is all_reduce, SUM, float32 / float16 / bfloat16
+    and nothing else. deepspeed.comm hands every other op to torch.distributed (Gloo, which
+    ``torch`` measures already); ``inference_all_reduce`` sums whatever ``op`` it is given,
+    and its kernel returns other dtypes unreduced. Where the CPU lacks the kernels' ISA
+    (AVX2 for float32, AVX-512BW for the 16-bit types) DeepSpeed would fall back to Gloo:
+    that is an error here, not a quiet fallback.
+
+    DeepSpeed's op reads its setup from the environment (``environment``): ``LOCAL_SIZE``
+    equal to the world size turns it on, and ``MASTER_ADDR`` / ``MASTER_PORT`` only name its
+    segments (``/dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>``, one per rank,
+    2 + 64 MiB each), which it never unlinks. Once every rank has mapped every segment,
+    each rank unlinks its own; the launcher removes what a killed rank left (``leftovers``)."""
+
+    name = "deepspeed"
+
+    # dtype -> the level of ``vector_kernel_level()`` its kernel needs (1: AVX2, 2: AVX-512BW),
+    # as deepspeed/comm/torch.py decides between the kernel and Gloo
+    _LEVEL = {"float32": 1, "float16": 2, "bfloat16": 2}
+    _SEGMENT = "deepspeed_allreduce_buffer"  # shm.cpp's SHM_BUFFER_NAME
+    _ADDR = "127.0.0.1"
+
+    @classmethod
+    def not_offered(cls, op, dtype, redop):
+        if op != "all_reduce":
+            return (f"DeepSpeed's shared-memory path has no {op}: deepspeed.comm runs it on "
+                    "torch.distributed (Gloo, see --compare torch)")
+        if redop != "sum":
+            return f"inference_all_reduce always sums (it ignores op={redop})"
+        if dtype not in cls._LEVEL:
+            return f"the shm kernels reduce {', '.join(cls._LEVEL)} only ({dtype} is returned unreduced)"
+        return None
+
+    @classmethod
+    def environment(cls, nproc, tag):
+        return {"DS_ACCELERATOR": "cpu", "LOCAL_SIZE": str(nproc), "MASTER_ADDR": cls._ADDR, "MASTER_PORT": tag}
+
+    @classmethod
+    def segment(cls, rank, tag, addr=_ADDR):
+        """The path of rank ``rank``'s segment in the group ``tag`` (shm.cpp's ``shm_initialize``)."""
+        return f"/dev/shm/{cls._SEGMENT}_{os.getuid()}_{addr}_{tag}_{rank}"
+
+    @classmethod
+    def leftovers(cls, nproc, tag):
+        return [cls.segment(r, tag) for r in range(nproc)]
+
+    def __init__(self, rank, size, rendezvous, timeout=300.0):
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        env = os.environ
+        if env.get("LOCAL_SIZE") != str(size) or not env.get("MASTER_PORT"):
+            raise RuntimeError(
+                f"deepspeed: its shared-memory op needs LOCAL_SIZE={size} and MASTER_PORT (set by the launcher, "
+                f"DeepSpeedAdapter.environment); got LOCAL_SIZE={env.get('LOCAL_SIZE')!r}, "
+                f"MASTER_PORT={env.get('MASTER_PORT')!r}"
+            )
+        torch.set_num_threads(1)
+        self.torch, self.dist, self.size, self.rank = torch, dist, size, rank
+        _start_torch_group(dist, rank, size, rendezvous, timeout, "gloo")
+
+        import deepspeed.comm as ds_comm
+
+        # torch.distributed is up: DeepSpeed wraps it in its TorchBackend, which builds (or loads)
+        # the shm op and maps every rank's segment before it returns
+        ds_comm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False,
+                                 timeout=datetime.timedelta(seconds=timeout))
+        backend = importlib.import_module("deepspeed.comm.comm").cdb  # the backend init_distributed made
+        if getattr(backend, "shm_comm_op", None) is None or not hasattr(torch.ops.deepspeed,
+                                                                         "inference_all_reduce_"):
+            raise RuntimeError(f"deepspeed: no shared-memory op on {type(backend).__name__}: "
+                               "inference_all_reduce would be torch.distributed's (Gloo)")
+        self.level = int(backend.shm_vector_kernel_level)
+        self._iar = ds_comm.inference_all_reduce
+        dist.barrier()  # every rank has mapped every segment: the names can go
+        own = self.segment(rank, env["MASTER_PORT"], env.get("MASTER_ADDR", ""))
+        try:
+            os.unlink(own)
+        except FileNotFoundError:
+            log.warning("deepspeed: its segment %s was not found to unlink (renamed in this DeepSpeed?)", own)
+
+    def wrap(self, arr):
+        """A tensor sharing ``arr``; an error where DeepSpeed would send its dtype to Gloo."""
+        if arr is not None and arr.size:
+            need = self._LEVEL.get(arr.dtype.name)
+            if need is None or self.level < need:
+                raise RuntimeError(
+                    f"deepspeed: inference_all_reduce on {arr.dtype.name} needs kernel level {need} "
+                    f"(1: AVX2, 2: AVX-512BW); this CPU has {self.level}: DeepSpeed would run Gloo's all_reduce"
+                )
+        return _torch_view(self.torch, arr)
+
+    def all_reduce(self, send, redop):
+        self._iar(send)
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def close(self):
+        self.dist.destroy_process_group()
+
+
+_CLASSES = {"mpi4py": Mpi4pyAdapter, "torch": TorchAdapter, "torch:ndist": TorchAdapter,
+            "deepspeed": DeepSpeedAdapter}
+
+
+def adapter_class(lib: str) -> type[Adapter] | None:
+    """The adapter class that runs ``lib`` (None: no adapter takes that name)."""
+    if lib.startswith("ndist[") and lib.endswith("]"):
+        return NdistAdapter
+    return _CLASSES.get(lib)
+
+
+def not_offered(lib: str, op: str, dtype: str, redop: str) -> str | None:
+    """Why ``lib`` has no call for ``op`` (None: it has one, or ``lib`` is unknown)."""
+    cls = adapter_class(lib)
+    return None if cls is None else cls.not_offered(op, dtype, redop)
+
+
 def make_adapter(lib: str, rank: int, size: int, rendezvous, timeout: float) -> Adapter:
-    """The adapter for ``lib`` (``mpi4py``, ``torch``, ``torch:ndist``, ``ndist[socket]``, ``ndist[mpi]``)."""
+    """The adapter for ``lib`` (``mpi4py``, ``torch``, ``torch:ndist``, ``deepspeed``, ``ndist[socket]``,
+    ``ndist[mpi]``)."""
     if lib == "mpi4py":
         return Mpi4pyAdapter(rank, size, rendezvous)
     if lib == "torch":
         return TorchAdapter(rank, size, rendezvous, timeout=timeout)
     if lib == "torch:ndist":
         return TorchAdapter(rank, size, rendezvous, timeout=timeout, backend="ndist")
+    if lib == "deepspeed":
+        return DeepSpeedAdapter(rank, size, rendezvous, timeout=timeout)
     if lib.startswith("ndist[") and lib.endswith("]"):
         return NdistAdapter(rank, size, rendezvous, backend=lib[6:-1], timeout=timeout)
-    raise ValueError(f"library: expected mpi4py, torch, torch:ndist or ndist[<backend>]; got {lib!r}")
+    raise ValueError(f"library: expected mpi4py, torch, torch:ndist, deepspeed or ndist[<backend>]; got {lib!r}")
 
 
 def library_versions(lib: str) -> dict:
@@ -331,10 +505,15 @@ def library_versions(lib: str) -> dict:
 
         out["mpi4py"] = mpi4py.__version__
         out["mpi"] = " ".join(MPI.Get_library_version().split("\n")[0].replace("Version:", "").split())
-    if lib.startswith("torch"):
+    if lib.startswith("torch") or lib == "deepspeed":
         import torch
 
         out["torch"] = torch.__version__
+    if lib == "deepspeed":
+        import deepspeed
+
+        out["deepspeed"] = deepspeed.__version__
+        out["op"] = "inference_all_reduce (shm)"
     if lib.startswith("ndist") or lib == "torch:ndist":
         import ndist
 

@@ -1,8 +1,8 @@
 """Start one library's ranks and drive them: ``RankGroup``.
 
 mpi4py and ndist's ``mpi`` backend run under ``mpiexec -n N`` (MPICH's, found
-next to the interpreter or on PATH); torch and ndist's ``socket`` backend run
-as N plain processes. Every rank connects back to a listener on 127.0.0.1
+next to the interpreter or on PATH); torch, deepspeed and ndist's ``socket``
+backend run as N plain processes. Every rank connects back to a listener on 127.0.0.1
 (port 0) and proves the per-run key (``multiprocessing.connection``'s HMAC
 challenge, both ways) before anything is unpickled.
 """
@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
+
+from ._adapters import Adapter, adapter_class
 
 __all__ = ["RankGroup", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV", "mpich_segments",
            "remove_orphan_mpich_segments"]
@@ -97,8 +99,9 @@ def _ndist_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(ndist.__file__)))
 
 
-def _child_env(authkey: bytes, timeout: float) -> dict:
+def _child_env(authkey: bytes, timeout: float, extra: dict | None = None) -> dict:
     env = dict(os.environ)
+    env.update(extra or {})  # what the library's adapter asks for (``Adapter.environment``)
     root = _ndist_root()
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[AUTHKEY_ENV] = authkey.hex()
@@ -121,6 +124,8 @@ class RankGroup:
         self.versions: dict = {}
         self._segments: set = set()  # MPICH's segments before start (``kill``)
         self.command: list[str] = []
+        self.tag = ""  # unique to this group while it starts: the listener's port (``Adapter.environment``)
+        self._adapter = adapter_class(lib) or Adapter
         self._log = tempfile.TemporaryFile(mode="w+b")
 
     # ------------------------------------------------------------------ start
@@ -142,7 +147,8 @@ class RankGroup:
             lsock.bind(("127.0.0.1", 0))
             lsock.listen(self.nproc)
             address = f"127.0.0.1:{lsock.getsockname()[1]}"
-            env = _child_env(authkey, self.timeout)
+            self.tag = str(lsock.getsockname()[1])
+            env = _child_env(authkey, self.timeout, self._adapter.environment(self.nproc, self.tag))
             cmds = self._commands(address)
             self.command = cmds[0]
             for cmd in cmds:
@@ -313,6 +319,14 @@ class RankGroup:
                 log.warning("process %d of %s did not exit", p.pid, self.lib)
         if killed and self.lib in MPI_LIBRARIES:
             remove_orphan_mpich_segments(self._segments)
+        if self.tag:
+            for path in self._adapter.leftovers(self.nproc, self.tag):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    log.warning("could not remove %s of %s: %s", path, self.lib, e)
         self._log.close()
 
     def __enter__(self):

@@ -22,9 +22,9 @@ def _x(v) -> str:
 
 def format_markdown(res: RunResult) -> str:
     cfg = res.config
-    libs = cfg.libraries
     out = []
     for op in cfg.ops:
+        libs = [lib for lib in cfg.libraries if not res.why_absent(lib, op)]
         ratios = {r["size"]: r for r in ratio_rows(res, op)}
         pairs = [k for r in ratios.values() for k in r if k != "size"]
         pairs = list(dict.fromkeys(pairs))
@@ -34,6 +34,11 @@ def format_markdown(res: RunResult) -> str:
         if op in ("all_reduce", "reduce", "reduce_scatter"):
             title += f", {cfg.redop}"
         out += [title, ""]
+        for lib in cfg.libraries:
+            if res.why_absent(lib, op):
+                out += [f"Not offered by {lib}: {res.why_absent(lib, op)}.", ""]
+        if not libs:
+            continue
         head = ["size"] + [f"{lib} time (us)" for lib in libs] + [f"{lib} busbw (GB/s)" for lib in libs]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join("---:" for _ in head) + "|")

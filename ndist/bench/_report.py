@@ -12,8 +12,8 @@ import sys
 
 from ._runner import Row, RunResult
 
-__all__ = ["machine_info", "format_header", "format_table", "format_ratios", "ratio_rows", "format_report",
-           "to_json", "COLUMNS"]
+__all__ = ["machine_info", "format_header", "format_table", "format_absent", "format_ratios", "ratio_rows",
+           "format_report", "to_json", "COLUMNS"]
 
 COLUMNS = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
 _UNITS = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "")
@@ -71,6 +71,8 @@ def format_header(res: RunResult, argv: list[str] | None = None) -> str:
     for lib in cfg.libraries:
         v = res.versions.get(lib, {})
         vs = "  ".join(f"{k} {val}" for k, val in v.items())
+        if lib not in res.versions and all(res.why_absent(lib, op) for op in cfg.ops):
+            vs = "not started: it offers none of these ops with this datatype and redop"
         lines.append(f"#  {lib:<13} {vs}")
         cmd = res.commands.get(lib)
         if cmd and os.path.basename(cmd[0]).startswith("mpiexec"):
@@ -151,10 +153,19 @@ def format_ratios(res: RunResult, op: str) -> str:
     return "\n".join(lines)
 
 
+def format_absent(lib: str, op: str, why: str, nproc: int) -> str:
+    """The table of an op ``lib`` has no call for: its title and the reason, no rows."""
+    return f"#\n# {op} -- {lib} -- nproc {nproc}\n# not offered: {why}"
+
+
 def format_report(res: RunResult, argv: list[str] | None = None) -> str:
     parts = [format_header(res, argv)]
     for op in res.config.ops:
         for lib in res.config.libraries:
+            why = res.why_absent(lib, op)
+            if why:
+                parts.append(format_absent(lib, op, why, res.config.nproc))
+                continue
             parts.append(format_table(res.rows_for(lib, op), f"{op} -- {lib} -- nproc {res.config.nproc}"))
         if len(res.config.libraries) > 1:
             parts.append(format_ratios(res, op))
@@ -174,6 +185,7 @@ def to_json(res: RunResult, argv: list[str] | None = None) -> str:
         "results": [dataclasses.asdict(r) for r in res.rows],
         "ratios": {op: ratio_rows(res, op) for op in cfg.ops},
         "avg_busbw": {op: {lib: (sum(r.busbw for r in res.rows_for(lib, op)) / max(1, len(res.rows_for(lib, op))))
-                           for lib in cfg.libraries} for op in cfg.ops},
+                           for lib in cfg.libraries if not res.why_absent(lib, op)} for op in cfg.ops},
+        "absent": res.absent,  # lib -> op -> why it was not run (not offered by the library)
     }
     return json.dumps(doc, indent=1)

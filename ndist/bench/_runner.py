@@ -4,7 +4,9 @@ All libraries' ranks are started first and stay up for the whole invocation.
 For each op and size, each library is measured in turn (``rounds`` times,
 interleaved), and the order rotates from one size and round to the next, so
 the drift of a shared machine lands on every library alike. While one library
-runs, the others' ranks sleep in a socket read.
+runs, the others' ranks sleep in a socket read. An op a library has no call for
+(``not_offered``) is absent from its results, with the reason; a library with no
+op left is not started.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import statistics
 import sys
 
+from ._adapters import not_offered
 from ._config import BenchConfig
 from ._launch import MPI_LIBRARIES, RankGroup, find_mpiexec
 from ._ops import OPS, bandwidths, layout, resolve_dtype
@@ -52,9 +55,14 @@ class RunResult:
     commands: dict[str, list[str]]  # lib -> the command that started its ranks
     schedule: list[tuple[str, int, int, str]] = dataclasses.field(default_factory=list)  # (op, size, round, lib)
     load: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # 1/5/15-min load average at start and end
+    absent: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # lib -> op -> why not run
 
     def rows_for(self, lib: str, op: str) -> list[Row]:
         return [r for r in self.rows if r.lib == lib and r.op == op]
+
+    def why_absent(self, lib: str, op: str) -> str | None:
+        """Why ``lib`` has no rows for ``op`` (None: it ran)."""
+        return self.absent.get(lib, {}).get(op)
 
 
 def check_available(libs) -> None:
@@ -67,9 +75,13 @@ def check_available(libs) -> None:
             if find_mpiexec() is None:
                 raise ValueError(f"{lib}: needs mpiexec (the mpich wheel), found neither next to "
                                  f"{sys.executable} nor on PATH (pip install mpich)")
-        if lib.startswith("torch") and importlib.util.find_spec("torch") is None:
-            raise ValueError(f"compare: torch is not installed for {sys.executable} "
+        if (lib.startswith("torch") or lib == "deepspeed") and importlib.util.find_spec("torch") is None:
+            raise ValueError(f"compare: {lib} needs torch, which is not installed for {sys.executable} "
                              "(pip install torch, or leave it out of --compare)")
+        if lib == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+            raise ValueError(f"compare: deepspeed is not installed for {sys.executable} (pip install "
+                             "--no-build-isolation deepspeed next to torch: docs/performance.md, How to run; "
+                             "or leave it out of --compare)")
 
 
 def _supported(lib: str, dtype: str) -> str | None:
@@ -88,13 +100,21 @@ def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
         if why:
             raise ValueError(f"datatype: {lib} cannot run {cfg.dtype}: {why}")
     itemsize = resolve_dtype(cfg.dtype).itemsize
+    absent: dict[str, dict[str, str]] = {}
+    for lib in libs:
+        for op in cfg.ops:
+            why = not_offered(lib, op, cfg.dtype, cfg.redop)
+            if why:
+                absent.setdefault(lib, {})[op] = why
+                log.info("ndist-bench: %s has no %s: %s", lib, op, why)
     load_start = _loadavg()
     groups: dict[str, RankGroup] = {}
     rows: list[Row] = []
     schedule: list[tuple[str, int, int, str]] = []
     try:
         for lib in libs:
-            groups[lib] = RankGroup(lib, cfg.nproc, cfg.timeout).start()
+            if len(absent.get(lib, ())) < len(cfg.ops):  # nothing to run: not started
+                groups[lib] = RankGroup(lib, cfg.nproc, cfg.timeout).start()
         step = 0
         for op in cfg.ops:
             spec = OPS[op]
@@ -103,10 +123,13 @@ def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
                 if op != "barrier" and lay.count == 0:
                     log.info("ndist-bench: %s %d B skipped: less than one element per rank", op, nbytes)
                     continue
-                samples: dict[str, list[float]] = {lib: [] for lib in libs}
-                wrong = dict.fromkeys(libs, 0)
+                here = [lib for lib in libs if op not in absent.get(lib, {})]
+                if not here:
+                    continue
+                samples: dict[str, list[float]] = {lib: [] for lib in here}
+                wrong = dict.fromkeys(here, 0)
                 for rnd in range(cfg.rounds):
-                    order = libs[step % len(libs):] + libs[: step % len(libs)]
+                    order = here[step % len(here):] + here[: step % len(here)]
                     step += 1
                     for lib in order:
                         req = {"op": op, "nbytes": nbytes, "dtype": cfg.dtype, "redop": cfg.redop,
@@ -116,7 +139,7 @@ def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
                         res = groups[lib].run(req)
                         samples[lib].append(max(r["seconds"] for r in res))
                         wrong[lib] += sum(r["wrong"] for r in res)
-                for lib in libs:
+                for lib in here:
                     sec = min(samples[lib]) if cfg.stat == "min" else statistics.median(samples[lib])
                     algbw, busbw = bandwidths(op, lay.size, sec, cfg.nproc)
                     row = Row(
@@ -141,6 +164,7 @@ def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
         commands={lib: g.command for lib, g in groups.items()},
         schedule=schedule,
         load=(load_start, _loadavg()),
+        absent=absent,
     )
 
 
