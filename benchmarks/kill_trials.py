@@ -235,19 +235,23 @@ def _mix(dist, plan, i: int, size: int, rank: int, seed: int, pending: list, wro
         w, check = soak._run_one(dist, p, ranks, pg, rank, seed)
         works = [w] if w is not None else []
     if works:
-        pending.append((works, check))
+        pending.append((works, check, list(ranks)))
     else:
         try:
             check()
         except AssertionError as err:
             wrong.append(str(err))
     if len(pending) >= 4 or not works:
-        _settle(pending, wrong)
+        _settle(pending, wrong, now)
 
 
-def _settle(pending: list, wrong: list) -> None:
+def _settle(pending: list, wrong: list, now: dict | None = None) -> None:
+    """Wait for the queued ops and check them (``now["group"]``: the ranks of the group
+    waited on, for the error's ranks)."""
     try:
-        for works, check in pending:
+        for works, check, ranks in pending:
+            if now is not None:
+                now["group"] = ranks
             for w in works:
                 w.wait()
             try:
@@ -304,7 +308,7 @@ def job_continue(spec: dict) -> int:
             if time.monotonic() > deadline:
                 break
             _mix(dist, plan, i, size0, rank0, seed, pending, wrong, now, groups)
-        _settle(pending, wrong)
+        _settle(pending, wrong, now)
         now.update(group=list(range(size0)), op="all_reduce")
         dist.all_reduce(np.ones(1))  # the end of phase 1: every survivor learns of a loss here at the latest
     except Exception as err:  # noqa: BLE001 - recorded: the survivor's error
