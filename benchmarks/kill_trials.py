@@ -41,14 +41,16 @@ it. Prints one line per trial and a summary table; exits 1 on any failure.
 
 Continue trials (``--continue-trials``, after the others; issue 29): ``ndistrun
 --nproc-per-node n --on-failure continue --min-nproc n-k``, n from ``--sizes``, k victims
-from ``--losses``, over ``--continue-transports`` x the engines. Ranks run a world-group mix
-(collectives and p2p rings) until the loss, ``shrink_group()`` (again for each further loss),
-check the shrunk group's members with its first collective, run ``--phase2-ops`` checked ops
-on it and end with ``destroy_process_group``. The first victim dies ``start`` (before any
+from ``--losses``, over ``--continue-transports`` x the engines. Ranks run a mix of the
+world and the subgroups that fit (``SUBGROUPS_CONTINUE``; collectives and p2p rings) until
+the loss, ``shrink_group()`` (again for each further loss), check the shrunk group's members
+with its first collective, run ``--phase2-ops`` checked ops on it (the world only) and end
+with ``destroy_process_group``. The first victim dies ``start`` (before any
 collective), ``op`` (before op K) or ``timer`` (the harness); a second one dies with it
 (``same``) or during the survivors' shrink (``shrink``: a timer started as it calls
 ``shrink_group``). Failed: hang, wrong result, a survivor without a ``DistRankFailureError``
-naming only victims, a failed shrink, a final group other than the survivors, the launcher
+naming only victims (by global rank: a subgroup's failed members, or for a subgroup aborted
+by another survivor's shrink, ``failed_ranks`` [], the lost rank it names), a failed shrink, a final group other than the survivors, the launcher
 not exiting 0 or not listing every victim, files or processes left. Recovery time: the first
 kill -> the last survivor's first successful collective on the group without the victims.
 """
@@ -77,6 +79,8 @@ sys.path.insert(0, str(HERE))
 import soak  # noqa: E402  (the op mix and the NumPy oracle)
 
 WORLD = 4
+#: the subgroups of the continue trials' first phase (those that fit the world size)
+SUBGROUPS_CONTINUE = ((0, 1), (1, 2, 3), (0, 2), (4, 5, 6, 7), (1, 3, 5, 7))
 TOKEN_ENV = "NDIST_KILL_TRIAL_TOKEN"
 P2P = ("ring", "iring", "batch")
 
@@ -209,14 +213,20 @@ def job(spec_path: str) -> int:
     return 3 if rec["error"] else 0
 
 
-def _mix(dist, plan, i: int, size: int, rank: int, seed: int, pending: list, wrong: list, now: dict) -> None:
-    """Op ``i`` of a world-only mix (collectives and point-to-point rings; async ones
-    queued in ``pending``, waited in batches of 4)."""
-    groups = [(tuple(range(size)), None)]
+def _mix(dist, plan, i: int, size: int, rank: int, seed: int, pending: list, wrong: list, now: dict,
+         groups=None) -> None:
+    """Op ``i`` of a mix on ``groups`` ((ranks, group) pairs; None: the world only) of
+    collectives and point-to-point rings (async ones queued in ``pending``, waited in
+    batches of 4). Every rank draws every op; a rank skips those of groups it is not in."""
+    groups = groups or [(tuple(range(size)), None)]
     p = plan.draw(i, groups)
     rng = np.random.default_rng([seed, i, 99])
-    ranks, pg = groups[0]
-    if rng.random() < 0.3:
+    p2p = rng.random() < 0.3
+    ranks, pg = groups[int(rng.integers(len(groups))) if p2p else p["group"]]
+    if rank not in ranks:
+        return
+    now.update(group=list(ranks))
+    if p2p:
         kind = P2P[rng.integers(len(P2P))]
         now.update(op=kind)
         works, check = _p2p(dist, kind, ranks, pg, rank, seed, i, rng)
@@ -225,19 +235,23 @@ def _mix(dist, plan, i: int, size: int, rank: int, seed: int, pending: list, wro
         w, check = soak._run_one(dist, p, ranks, pg, rank, seed)
         works = [w] if w is not None else []
     if works:
-        pending.append((works, check))
+        pending.append((works, check, list(ranks)))
     else:
         try:
             check()
         except AssertionError as err:
             wrong.append(str(err))
     if len(pending) >= 4 or not works:
-        _settle(pending, wrong)
+        _settle(pending, wrong, now)
 
 
-def _settle(pending: list, wrong: list) -> None:
+def _settle(pending: list, wrong: list, now: dict | None = None) -> None:
+    """Wait for the queued ops and check them (``now["group"]``: the ranks of the group
+    waited on, for the error's ranks)."""
     try:
-        for works, check in pending:
+        for works, check, ranks in pending:
+            if now is not None:
+                now["group"] = ranks
             for w in works:
                 w.wait()
             try:
@@ -254,7 +268,7 @@ def _die(out: Path, rank: int) -> None:
 
 
 def job_continue(spec: dict) -> int:
-    """One rank of a ``--on-failure continue`` trial: a world-only mix until the loss,
+    """One rank of a ``--on-failure continue`` trial: a mix of the world and subgroups until the loss,
     ``shrink_group`` (again for every further loss), a check of the members, then a
     mix on the shrunk world. ``spec["when"]``: original rank -> how it dies: ``start``
     (right after init_process_group, before any collective), ``op`` (before op
@@ -278,8 +292,14 @@ def job_continue(spec: dict) -> int:
     rec: dict = {"error": None, "shrinks": 0, "oks": [], "wrong": [], "members": None, "shrink_errors": []}
     wrong: list[str] = []
     pending: list = []
-    now: dict = {"op": None}
+    now: dict = {"op": None, "group": None}
     plan = soak._Plan(seed, size0)
+    # the world and subgroups (a survivor blocked in a subgroup on a member that went to
+    # shrink_group is released by it: _World.begin_default_shrink)
+    groups = [(tuple(range(size0)), None)]
+    for ranks in SUBGROUPS_CONTINUE:
+        if max(ranks) < size0:
+            groups.append((ranks, dist.new_group(list(ranks))))
     try:
         deadline = time.monotonic() + spec["max_seconds"]
         for i in range(10**9):  # until the loss (a harness kill may come late)
@@ -287,14 +307,22 @@ def job_continue(spec: dict) -> int:
                 _die(out, rank0)
             if time.monotonic() > deadline:
                 break
-            _mix(dist, plan, i, size0, rank0, seed, pending, wrong, now)
-        _settle(pending, wrong)
+            _mix(dist, plan, i, size0, rank0, seed, pending, wrong, now, groups)
+        _settle(pending, wrong, now)
+        now.update(group=list(range(size0)), op="all_reduce")
         dist.all_reduce(np.ones(1))  # the end of phase 1: every survivor learns of a loss here at the latest
     except Exception as err:  # noqa: BLE001 - recorded: the survivor's error
         if mine == "op":  # (a victim of ``same`` that learnt of the other's loss before its op K)
             _die(out, rank0)
         rec["error"] = _describe(err)
-        rec["error"]["failed_ranks"] = getattr(err, "failed_ranks", None)
+        failed = getattr(err, "failed_ranks", None)
+        rec["error"]["failed_ranks"] = failed
+        # by global rank: the group's failed members, or (a group aborted by another
+        # survivor's shrink: none of its members lost) the lost process it names
+        ranks = now.get("group") or list(range(size0))
+        if failed is not None:
+            rec["error"]["failed_global"] = ([ranks[r] for r in failed if 0 <= r < len(ranks)] if failed
+                                             else [getattr(err, "rank", None)])
         rec["error"]["t"] = time.time()
         rec["waiting"] = now.get("op")
         pending.clear()
@@ -593,10 +621,11 @@ def run_continue_trial(n: int, seed: int, transport: str, engine: str, a) -> dic
             err = rec["error"]
             if err is None:
                 res["fails"].append(f"survivor: rank {r} saw no loss")
-            elif err["type"] != "DistRankFailureError" or not set(err.get("failed_ranks") or []) <= set(victims) \
-                    or not err.get("failed_ranks"):
+            elif err["type"] != "DistRankFailureError" or not set(err.get("failed_global") or []) <= set(victims) \
+                    or not err.get("failed_global"):
                 res["fails"].append(f"survivor: rank {r}: {err['type']} (failed_ranks "
-                                    f"{err.get('failed_ranks')}): {err['msg'][:300]}")
+                                    f"{err.get('failed_ranks')}, global {err.get('failed_global')}): "
+                                    f"{err['msg'][:300]}")
             for e in rec["shrink_errors"]:
                 res["fails"].append(f"shrink: rank {r}: {e['type']}: {e['msg'][:300]}")
             if not rec["done"]:

@@ -94,7 +94,8 @@ def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
         _debug.dump_all(f"{entry[OP] if entry is not None else 'operation'} #{seq} in group "
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}",
                         log_ring=not isinstance(exc, DistMismatchError))
-        pg = world.groups.get(rec.group_name)
+        # (the recorder's own group: a group of torch's backend "ndist" is not in ndist's world)
+        pg = rec.group() if rec.group is not None else world.groups.get(rec.group_name)
         if pg is not None:
             mapped = _revoked_error(pg, exc)
             if mapped is not exc:

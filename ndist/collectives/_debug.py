@@ -94,6 +94,8 @@ class FlightRecorder:
         from ..runtime._debug_level import DebugLevel, get_debug_level  # NDIST_DEBUG or set_debug_level()
 
         self.detail = get_debug_level() is DebugLevel.DETAIL
+        #: a weak reference to the group (set by ``recorder_for``): a failure maps through it
+        self.group = None
 
     def counter(self, key: str):
         """The ``itertools.count`` numbering the operations of ``key`` (a device, or
@@ -152,6 +154,7 @@ def recorder_for(pg) -> FlightRecorder:
             if rec is None:
                 rec = _recorders[pg] = FlightRecorder(pg.group_name, pg.ranks[pg.rank()] if pg.is_member else -1,
                                                       _ring_size())
+                rec.group = weakref.ref(pg)
     return rec
 
 

@@ -161,6 +161,9 @@ class ProcessGroup:
         self._claimed = False
         #: lost members: global rank -> (host, cause, detail); non-empty: the group is revoked
         self._failed: dict[int, tuple[str, str, str]] = {}
+        #: revoked for a process outside the group (``revoke_for``): (global rank, host,
+        #: cause, detail, why); None otherwise
+        self._outside: tuple[int, str, str, str, str] | None = None
         self._revoked = False
         #: the global ranks' numbering this group's ranks are in (``BackendContext.numbering``)
         self.numbering = ""
@@ -237,14 +240,50 @@ class ProcessGroup:
                     log.warning("group %r: telling the backend of rank %d's loss failed", self.group_name,
                                 global_rank, exc_info=True)
 
+    def revoke_for(self, global_rank: int, host: str, cause: str, detail: str, why: str) -> None:
+        """Revoke this group for the loss of global rank ``global_rank``, a process that
+        need not be a member: the group is aborted because ``why`` (e.g. a member began
+        ``shrink_group`` on the default group, which destroys every other group). Any
+        thread. Every pending and later operation on it raises the group's
+        ``DistRankFailureError`` (``failed_ranks`` [] when no member is lost, ``rank`` /
+        ``host`` naming ``global_rank``), as for a member's death: the layer above
+        forgets its lanes, and each backend's ``group_revoked(global_rank, host,
+        message)`` (optional) fails what waits, here and, through its own notices, on
+        the peers that wait on this rank. Nothing if the group is revoked already."""
+        with self._lock:
+            if self._destroyed or self._revoked:
+                return
+            self._outside = (global_rank, str(host), cause, detail, why)
+            self._revoked = True
+            self.lanes = {}
+            backends = list(self._backends.values())
+        message = why  # (a backend's error names the rank and host first)
+        log.info("group %r aborted: rank %d (%s) %s%s; %s", self.group_name, global_rank, host, cause,
+                 f": {detail}" if detail else "", why)
+        for backend in backends:
+            hook = getattr(backend, "group_revoked", None)
+            if hook is not None:
+                try:
+                    hook(global_rank, host, message)
+                except Exception:  # noqa: BLE001 - the group is revoked; a backend must not hide it
+                    log.warning("group %r: telling the backend that the group is aborted failed", self.group_name,
+                                exc_info=True)
+
     def _backend_lost(self, global_rank: int, host, message: str) -> None:
-        """A backend of this group found member ``global_rank`` lost first (its
-        ``BackendContext.report_loss``): an operation failed for it."""
-        self.note_loss(global_rank, str(host) if host is not None else "?", "lost", message)
+        """A backend of this group found ``global_rank`` lost first (its
+        ``BackendContext.report_loss``): an operation failed for it. A rank outside the
+        group is one a member aborted the group for (``revoke_for`` there; its backend
+        told this one): this group is revoked for it too."""
+        host = str(host) if host is not None else "?"
+        if global_rank in self._index:
+            self.note_loss(global_rank, host, "lost", message)
+        else:
+            self.revoke_for(global_rank, host, "lost", message, "a member aborted the group for it")
 
     @property
     def revoked(self) -> bool:
-        """True once a lost member failed the group (until it is shrunk or destroyed)."""
+        """True once a lost member failed the group, or it was aborted for a process
+        outside it (``revoke_for``), until it is shrunk or destroyed."""
         return self._revoked
 
     def failed_ranks(self) -> list[int]:
@@ -257,7 +296,7 @@ class ProcessGroup:
         error for the operation that found the loss, whose message comes first."""
         failed = dict(self._failed)  # (in the order the losses were learnt)
         if not failed:
-            return None
+            return self._aborted(cause)
         order = list(failed)
         # the root cause: a member that died (exits often follow a death: the survivors
         # that learnt of it and ended), the one the operation found if several, else the
@@ -277,6 +316,24 @@ class ProcessGroup:
         return DistRankFailureError(
             text, failed_ranks=[self._index[g] for g in granks], hosts=[failed[g][0] for g in granks],
             causes=[failed[g][1] for g in granks], rank=first, host=failed[first][0])
+
+    def _aborted(self, cause: BaseException | None) -> DistRankFailureError | None:
+        """``failure`` of a group revoked for a process outside it (``revoke_for``)."""
+        outside = self._outside
+        if outside is None:
+            return None
+        grank, host, how, detail, why = outside
+        text = (f"group {self.group_name!r} is aborted: rank {grank} ({host}), not a member, {how}"
+                + (f": {detail}" if detail else "") + f"; {why}. The group is revoked: every operation on it fails; "
+                "shrink the default group (shrink_group), which destroys this one, as torch does")
+        if cause is not None:
+            text = f"{cause}. {text}"
+        return DistRankFailureError(text, failed_ranks=[], hosts=[], causes=[], rank=grank, host=host)
+
+    def lost_members(self) -> dict[int, tuple[str, str, str]]:
+        """The members this group knows are lost, in the order learnt: global rank ->
+        (host, cause, detail)."""
+        return dict(self._failed)
 
     def require_healthy(self) -> None:
         """Raise the group's ``DistRankFailureError`` if it is revoked."""
@@ -344,6 +401,8 @@ class ProcessGroup:
             hook = getattr(backend, "member_departed", None)
             if hook is not None:
                 hook(grank, host, f"rank {grank} ({host}) {cause}" + (f": {detail}" if detail else ""))
+        if self._revoked:  # revoked while it was being created (it was not told): nothing runs on it
+            raise self.failure()
         return backend
 
     def _claim(self) -> None:

@@ -19,6 +19,10 @@ store: socket; see docs/errors.md for mpi and nccl). The steps:
    set, each survivor posts the ranks it knows are *lost* (its group's record, and
    what the others posted as lost): a rank that posted and then died is alive to
    nobody once one survivor's watch saw it go, even before the others' watches did.
+   Before it posts, a survivor shrinking the default group (it knows a lost member)
+   revokes its other groups and tells every other process through the member watch
+   (``_world._World.begin_default_shrink`` / ``peer_notice``): a survivor blocked in a
+   healthy group on a member now here would otherwise never come to the agreement.
 3. **Rebuild**: the new group holds the survivors, renumbered in order, in a store
    namespace of its own. Shrinking the default group makes the result the new default
    (global ranks renumbered) and destroys every other group, as torch does. The old
@@ -145,6 +149,8 @@ def agree_exclusion(pg: ProcessGroup, wanted: set[int] | None, flags: int) -> tu
     with _world.lock:
         count = getattr(pg, "_shrink_calls", 0) + 1
         pg._shrink_calls = count  # every survivor shrinks a group in the same order
+    # a survivor blocked in another group on this one must not wait for it (step 2a)
+    _world.begin_default_shrink(pg)
     if flags == SHRINK_ABORT:
         pg._shutdown(abort=True)
     return count, _agree(pg, count, wanted)

@@ -23,6 +23,12 @@ process, from its thread, with ``rank`` the process's rank in the job (its rank 
 ``init_process_group``). What a loss means for each group (fail what waits on it,
 revoke the group) is the process group's business (``_group.ProcessGroup.note_loss``).
 
+The same connections carry **notices** the other way: ``tell(notice)`` sends a small
+JSON object to every watched peer, which calls ``on_notice(rank, notice)`` on its watch
+thread (the runtime uses it when a survivor begins ``shrink_group`` on the default
+group: ``_world._World.peer_notice``). Every message on a watch connection is one line:
+a kind byte (``B`` goodbye, ``N`` notice), JSON, ``\n``.
+
 The mesh is made in two steps: ``publish`` (listen, write this process's address to the
 store) before the rendezvous' join, ``start`` (dial every lower rank, accept every
 higher one, on the watch thread) after it, so ``init_process_group`` waits for no
@@ -35,6 +41,7 @@ import atexit
 import json
 import logging
 import os
+import select
 import selectors
 import socket
 import struct
@@ -54,6 +61,8 @@ log = logging.getLogger("ndist.runtime.watch")
 _HELLO = struct.Struct("!4sI16s")  # magic, the dialer's job rank, the listener's token
 _MAGIC = b"NDWH"
 _BYE = b"B"
+_NOTICE = b"N"
+_EOL = b"\n"  # every message ends with it (JSON never holds a raw newline)
 _HANDSHAKE_S = 10.0
 #: how often the listeners of higher ranks that have not dialled yet are probed
 _PROBE_S = 0.25
@@ -78,22 +87,26 @@ class MemberWatch:
     """Watches the other ``size - 1`` processes of one ``init_process_group`` round.
 
     ``store``: the round's store (already prefixed for the watch); ``on_loss(rank, host,
-    cause, detail)``: called once per lost process, on the watch thread."""
+    cause, detail)``: called once per lost process, on the watch thread; ``on_notice(rank,
+    notice)``: called with each notice a peer sent (``tell``), on the watch thread."""
 
     def __init__(self, store, rank: int, size: int, secret: bytes, timeout: float,
-                 on_loss: Callable[[int, str, str, str], None]) -> None:
+                 on_loss: Callable[[int, str, str, str], None],
+                 on_notice: Callable[[int, dict], None] | None = None) -> None:
         self.store = store
         self.rank = rank
         self.size = size
         self.secret = secret
         self.timeout = timeout
         self.on_loss = on_loss
+        self.on_notice = on_notice
         self.token = os.urandom(16)
         #: rank -> its published facts (host, port, hostname, token)
         self.peers: dict[int, dict] = {}
         #: rank -> (cause, detail): the losses told, each once
         self.lost: dict[int, tuple[str, str]] = {}
         self._byes: dict[int, tuple[str, str]] = {}  # goodbyes received, before the close that follows
+        self._inbox: dict[int, bytes] = {}  # per peer: the start of a message whose end has not come yet
         self._socks: dict[int, socket.socket] = {}
         self._lock = threading.Lock()
         self._sel = selectors.DefaultSelector()
@@ -262,15 +275,16 @@ class MemberWatch:
         except OSError as err:
             data = b""
             log.debug("rank %d: watch connection to rank %d: %s", self.rank, peer, err)
-        if data.startswith(_BYE):
-            try:
-                bye = json.loads(data[1:].decode())
-                self._byes[peer] = (str(bye.get("cause", EXITED)), str(bye.get("detail", "")))
-            except ValueError:
-                self._byes[peer] = (EXITED, "")
-            return  # the close follows
         if data:
+            lines = (self._inbox.pop(peer, b"") + data).split(_EOL)
+            if lines[-1]:
+                self._inbox[peer] = lines[-1]
+            for line in lines[:-1]:
+                self._message(peer, line)
             return
+        rest = self._inbox.pop(peer, b"")
+        if rest:
+            self._message(peer, rest)
         with self._lock:
             if self._socks.get(peer) is sock:
                 del self._socks[peer]
@@ -285,6 +299,24 @@ class MemberWatch:
         cause, detail = got if got is not None else self._check_bye(
             peer, "its watch connection closed without a goodbye")
         self._tell(peer, cause, detail)
+
+    def _message(self, peer: int, line: bytes) -> None:
+        """One message from ``peer``: a goodbye (its close follows) or a notice."""
+        kind, body = line[:1], line[1:]
+        try:
+            got = json.loads(body.decode()) if body.strip() else {}
+        except ValueError:
+            got = None
+        if kind == _BYE:
+            got = got if isinstance(got, dict) else {}
+            self._byes[peer] = (str(got.get("cause", EXITED)), str(got.get("detail", "")))
+        elif kind == _NOTICE and isinstance(got, dict) and self.on_notice is not None and not self._closing:
+            try:
+                self.on_notice(peer, got)
+            except Exception:  # noqa: BLE001 - a listener's failure must not stop the watch
+                log.warning("rank %d: a notice from rank %d failed", self.rank, peer, exc_info=True)
+        else:
+            log.debug("rank %d: an unknown watch message from rank %d: %r", self.rank, peer, line[:80])
 
     def _gone(self, peer: int, cause: str | None, detail: str) -> None:
         """A member refused the watch connection: the goodbye it wrote to the store says
@@ -314,11 +346,38 @@ class MemberWatch:
         except Exception:  # noqa: BLE001 - a listener's failure must not stop the watch
             log.warning("rank %d: telling the loss of rank %d failed", self.rank, peer, exc_info=True)
 
+    # ------------------------------------------------------------ notices
+    def tell(self, notice: dict) -> list[int]:
+        """Send ``notice`` (a JSON object) to every peer connected now; each calls its
+        ``on_notice(this rank, notice)``. Never blocks on a peer (0.2 s at most per slow
+        one). Returns the ranks it was sent to."""
+        line = _NOTICE + json.dumps(notice).encode() + _EOL
+        with self._lock:
+            if self._closing:
+                return []
+            socks = dict(self._socks)
+        sent = []
+        for peer, sock in sorted(socks.items()):
+            view = memoryview(line)
+            deadline = time.monotonic() + 0.2
+            try:
+                while view:
+                    try:
+                        view = view[sock.send(view):]
+                    except (BlockingIOError, InterruptedError):
+                        left = deadline - time.monotonic()
+                        if left <= 0 or not select.select([], [sock], [], left)[1]:
+                            raise OSError("its watch connection did not take the notice within 0.2 s") from None
+                sent.append(peer)
+            except OSError as err:  # (gone: its watch tells the loss)
+                log.debug("rank %d: a notice to rank %d was not sent: %s", self.rank, peer, err)
+        return sent
+
     # ------------------------------------------------------------ the end
     def close(self, cause: str = LEFT, detail: str = "") -> None:
         """Say goodbye to every watched peer (``cause``: why this process goes) and stop.
         Never blocks on a peer."""
-        bye = _BYE + json.dumps({"cause": cause, "detail": detail}).encode()
+        bye = _BYE + json.dumps({"cause": cause, "detail": detail}).encode() + _EOL
         with self._lock:
             if self._closing:
                 return

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from . import _env, _log, _net
 from ._device import announce_local_rank, parse_device_id
-from ._errors import LEFT
+from ._errors import EXITED, LEFT
 from ._group import ProcessGroup, parse_backend, require_available
 from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
@@ -79,6 +79,59 @@ class _World:
         self.lost.setdefault(grank, (host, cause, detail))
         for pg in list(self.groups.values()):
             pg.note_loss(grank, host, cause, detail)
+
+    # ------------------------------------------------ a shrink of the default group begins
+    # A survivor blocked in a healthy group (one no lost rank is a member of) waits on a
+    # member that went into shrink_group on the default group instead: that member will
+    # never join the op (the shrink destroys every other group, as torch's does), and the
+    # shrink cannot agree without the blocked survivor. So a survivor that begins that
+    # shrink revokes its other groups first and tells every other process (the member
+    # watch), whose groups with it as a member are revoked too: the blocked op fails at
+    # once with a DistRankFailureError naming the lost rank, and its caller shrinks too.
+    def begin_default_shrink(self, pg: ProcessGroup) -> None:
+        """Called by a survivor that begins ``shrink_group`` on the default group ``pg``,
+        after the argument checks. When ``pg`` is revoked (it knows a lost member), every
+        other group of this process is revoked for that loss (``revoke_for``), and every
+        other process is told (``peer_notice`` there)."""
+        losses = pg.lost_members()
+        if pg is not self.default or not losses:
+            return
+        died = [g for g, (_h, cause, _d) in losses.items() if cause not in (EXITED, LEFT)]
+        root = (died or list(losses))[0]
+        host, cause, detail = losses[root]
+        me = pg.ranks[pg.rank()]
+        watch = self.watch
+        if watch is not None:  # first: a peer then usually learns it from here, with the host
+            watch.tell({"kind": "shrink", "numbering": self.numbering,
+                        "lost": [[self.job_ranks[g], h, c, d] for g, (h, c, d) in losses.items()
+                                 if g < len(self.job_ranks)]})
+        why = f"this rank ({me}) began shrink_group on the default group, which destroys this group"
+        for other in list(self.groups.values()):
+            if other is not pg and other.is_member:
+                other.revoke_for(root, host, cause, detail, why)
+
+    def peer_notice(self, job_rank: int, notice: dict) -> None:
+        """A notice from the process that was rank ``job_rank`` at init (the watch
+        thread). ``shrink``: it began ``shrink_group`` on the default group; this
+        process's groups with it as a member, of the same numbering (not a group made
+        after a shrink this notice predates), are revoked for the loss it names."""
+        if notice.get("kind") != "shrink" or notice.get("numbering") != self.numbering:
+            return
+        ranks = self.job_ranks
+        try:
+            sender = ranks.index(job_rank)
+            lost = [(ranks.index(j), str(h), str(c), str(d)) for j, h, c, d in notice.get("lost", ()) if j in ranks]
+        except (ValueError, TypeError):
+            return
+        if not lost:
+            return
+        died = [x for x in lost if x[2] not in (EXITED, LEFT)]
+        grank, host, cause, detail = (died or lost)[0]
+        host_of = self.watch.host_of(job_rank) if self.watch is not None else "?"
+        why = f"rank {sender} ({host_of}) began shrink_group on the default group, which destroys this group"
+        for pg in list(self.groups.values()):
+            if pg is not self.default and pg.is_member and pg.numbering == notice["numbering"] and sender in pg.ranks:
+                pg.revoke_for(grank, host, cause, detail, why)
 
 
 _world = _World()
@@ -233,7 +286,7 @@ def init_process_group(
                 from ._watch import MemberWatch  # noqa: PLC0415 - import cost, not a cycle
 
                 watch = MemberWatch(PrefixStore("watch", job_store), rdzv.rank, rdzv.world_size, _net.job_secret(),
-                                    timeout.total_seconds(), _world.member_lost)
+                                    timeout.total_seconds(), _world.member_lost, _world.peer_notice)
                 watch.publish()
             join(PrefixStore("init", job_store), rdzv.rank, rdzv.world_size, timeout)
         except BaseException:

@@ -5,7 +5,8 @@
 rank, size, timeout, name and global ranks) and the ``pg_options`` the user
 passed. The job secret that authenticates ndist's data connections is agreed
 through that store: ``$NDIST_SECRET`` when set (ndistrun sets it), else the
-first rank's random one; it is as private as torch's store is.
+first rank's random one; it is as private as torch's store is. Creating the
+default group also starts the member watch (``_watch``) through that store.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import torch.distributed as tdist
 
 from ._group import BACKEND_NAME, ProcessGroupNdist
-from . import _rendezvous, _secret, _shrink
+from . import _rendezvous, _secret, _shrink, _watch
 from ._store import TorchStore
 
 __all__ = ["Options", "create", "register", "ENGINE_ENV", "ENGINES"]
@@ -68,10 +69,17 @@ def create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupNdist:
     engine = pg_options.resolved_engine()
     store = TorchStore(dist_opts.store, dist_opts.timeout)
     _secret.agree(store)
-    return ProcessGroupNdist(
+    # the default group (init_process_group: torch has none yet): every member watched
+    # from here on, before any data link (``_watch``)
+    default = not tdist.is_initialized()
+    if default:
+        _watch.start(store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout.total_seconds())
+    pg = ProcessGroupNdist(
         store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout, str(dist_opts.group_id),
         list(dist_opts.global_ranks_in_group), engine, pg_options,
     )
+    _watch.adopt(pg.ndist_group, list(dist_opts.global_ranks_in_group), default=default)
+    return pg
 
 
 def register() -> None:

@@ -37,7 +37,8 @@ from .. import distributed as nd
 from ..runtime import DistError
 from ..runtime import ProcessGroup as NdistGroup
 from ..collectives._convert import as_array
-from . import _shrink
+from ..runtime._errors import LEFT
+from . import _shrink, _watch
 from ._work import NdistWork, done_work
 
 __all__ = ["ProcessGroupNdist", "BACKEND_NAME"]
@@ -613,8 +614,11 @@ class ProcessGroupNdist(tdist.ProcessGroup):
 
     # -------------------------------------------------------- teardown
     def shutdown(self) -> None:
-        """Close the ndist backend (``destroy_process_group``); never waits on a dead peer."""
+        """Close the ndist backend (``destroy_process_group``); never waits on a dead peer.
+        The default group's also ends the member watch, with a goodbye (``left``)."""
         self._nd_group._shutdown()
+        if _watch.is_default(self._nd_group):
+            _watch.close(LEFT, "it called destroy_process_group")
 
     def abort(self) -> None:
         self._nd_group._shutdown(abort=True)

@@ -43,6 +43,7 @@ from ..runtime import DistError
 from ..runtime import ProcessGroup as NdistGroup
 from ..runtime._shrink import agree_exclusion, check_request
 from ..runtime.store import PrefixStore
+from . import _watch
 from ._work import as_torch_error
 
 __all__ = ["backend_for", "get_failed_ranks", "shrink", "supports_shrinking", "install"]
@@ -82,6 +83,8 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
     name = pg.getGroupName()
     try:
         wanted, flags = check_request(nd, wanted, shrink_flags)
+        if _watch.is_default(nd):  # a survivor blocked in another group on this one is released
+            _watch.begin_default_shrink(nd)
         while True:
             count, excluded = agree_exclusion(nd, wanted, flags)
             keep = [r for r in range(nd.size()) if r not in excluded]
@@ -94,14 +97,17 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
             # A member it keeps died during the agreement: the new group would be revoked
             # at birth. Its survivors shrink it at once, in its own store namespace (where a
             # survivor that learns of the loss later meets them), before any connection.
+            parent = nd
             nd = NdistGroup(kept_global, nd.ranks[nd.rank()], f"torch-{name}", store, nd.backend_names,
                             nd.timeout, options)
+            _watch.adopt_shrunk(nd, parent)  # (a loss the watch tells from now on reaches it too)
             for grank, (host, cause) in lost.items():
                 nd.note_loss(grank, host, cause)
             log.info("torch group %r: members %s of the shrunk group were lost during the agreement; shrinking it "
                      "again", name, sorted(lost))
             wanted, flags = None, 0
         new = type(pg)(store, keep.index(nd.rank()), len(keep), nd.timeout, name, kept_global, engine, options)
+        _watch.adopt_shrunk(new.ndist_group, nd)
     except DistError as exc:
         raise as_torch_error(exc) from exc
     log.info("torch group %r shrunk to %r: excluded group ranks %s; this rank is %d of %d", pg.getGroupName(),
@@ -135,6 +141,8 @@ def _finalize_shrunk_group(original: Any, group_info: dict, excluded_ranks_set: 
         return original(group_info, excluded_ranks_set, new_backend)
     target, is_default = group_info["process_group"], group_info["is_default_group"]
     if is_default:
+        # (first: destroying the old default group below must not end the member watch)
+        _watch.default_shrunk(new_backend.ndist_group)
         c10d._destroy_all_other_groups(exclude_group=target)
     meta = c10d._extract_group_metadata(target)
     remaining = [g for i, g in enumerate(c10d.get_process_group_ranks(target)) if i not in excluded_ranks_set]

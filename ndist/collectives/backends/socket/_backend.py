@@ -234,6 +234,14 @@ class SocketBackend(CollectiveBackend):
         another backend of the group): recorded as a loss this backend found."""
         self.failure.record(rank, host, message)
 
+    def group_revoked(self, rank: int, host, message: str) -> None:
+        """The group is aborted for the loss of global rank ``rank``, which need not be a
+        member (``ProcessGroup.revoke_for``: a member began shrink_group on the default
+        group): recorded as a loss of that rank, so what waits here fails naming it, and
+        this rank's peers in the group are told (ABORT ``lost``, the native group's failed
+        state) and fail naming it too, never naming this rank."""
+        self.failure.record(rank, host, message)
+
     def member_departed(self, rank: int, host, message: str) -> None:
         """The group learned that member ``rank`` (global) left: its process exited, or it
         destroyed the group. What it sent before is delivered (its streams end after it);
@@ -330,7 +338,10 @@ class SocketBackend(CollectiveBackend):
                 nat.broken = exc
             if err.args[0] in ("dead", "failed") and isinstance(exc, DistNetworkError) and exc.rank is not None:
                 # the point-to-point side and this process's other groups learn it too
-                self.failure.record(exc.rank, exc.host, str(exc).split(": ", 1)[-1])
+                host = exc.host
+                if exc.rank not in self.gindex and host in (None, "?"):  # (a rank outside the group: revoke_for)
+                    host = exc.host = _losses.host_of(self.job, exc.rank)
+                self.failure.record(exc.rank, host, str(exc).split(": ", 1)[-1])
             return exc
         if nat.g.broken and nat.broken is None:
             nat.broken = err if isinstance(err, DistError) else DistBackendError(

@@ -469,7 +469,12 @@ class NativeAlgorithms:
         if self.broken is None:
             self.broken = exc
         cause = getattr(exc, "rank", None)  # a global rank; the C engine counts group ranks
-        self.g.fail(self.granks.index(cause) if cause in self.granks else -1)
+        if cause in self.granks:
+            self.g.fail(self.granks.index(cause))
+        elif isinstance(cause, int) and cause >= 0:  # not a member (ProcessGroup.revoke_for): by global rank,
+            self.g.fail(self.mod.STALL_GLOBAL + cause)  # so a peer names it, not this rank
+        else:
+            self.g.fail(-1)
 
     # ---------------------------------------------------------- failures
     def error(self, err, group_name: str, desc: str, hosts: dict, timeout: float) -> Exception:

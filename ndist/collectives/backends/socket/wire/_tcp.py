@@ -101,6 +101,7 @@ class Mesh:
         self._departed: dict[int, str] = {}
         self._abandoned: bytes | None = None  # the lost notice of ``abandon``
         self._lost: tuple | None = None  # (global rank, host, message) of ``abandon``
+        self._told: list[socket.socket] = []  # links given the lost notice (``_tell_abandoned``), closed with the mesh
         self._closed = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -452,6 +453,20 @@ class Mesh:
         for s in socks:
             self._tell_abandoned(s)
 
+    def _tell_abandoned(self, sock: socket.socket) -> None:
+        """Send the lost notice of ``abandon`` on collective link ``sock`` and end its
+        sending side. The socket stays open until the mesh closes: closing it with bytes
+        the peer sent still unread would reset the connection, and the reset can reach the
+        peer before the notice, so that it names this rank as lost instead of the dead one."""
+        try:
+            sock.settimeout(1.0)
+            sock.sendall(self._abandoned)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        with self._cond:
+            self._told.append(sock)
+
     def depart(self, peer: int, how: str) -> None:
         """Member ``peer`` left (``how``: it exited, or destroyed the group): a connection to
         it fails at once from now on, and a wait for its dial wakes to fail now."""
@@ -486,7 +501,7 @@ class Mesh:
             self._closed = True
         self._acceptor.close()
         listeners = [self._listener] + ([self._ulistener] if self._ulistener is not None else [])
-        for s in [*listeners, *self._p2p_out.values(), *(c[0] for c in self._coll.values())]:
+        for s in [*listeners, *self._p2p_out.values(), *(c[0] for c in self._coll.values()), *self._told]:
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
