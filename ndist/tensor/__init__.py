@@ -6,19 +6,18 @@ ndist.
 """
 
 import builtins as _builtins
+import sys as _sys
 
 from . import _functional
 from ._device import device
-from ._dlpack import from_dlpack
 from ._dtype import *  # noqa: F403 - the dtype names are listed in _dtype.__all__
 from ._dtype import __all__ as _dtype_all
 from ._factories import *  # noqa: F403
 from ._factories import __all__ as _factories_all
 from ._functional import *  # noqa: F403
-from ._reductions import max_result, min_result
 from ._random import Generator, default_generator, initial_seed, manual_seed, seed
 from ._repr import get_printoptions, set_printoptions
-from ._tensor import Size, Tensor, is_tensor
+from ._tensor import Size, Tensor, is_tensor, max_result, min_result
 
 #: every public name, including torch's builtin-shadowing ones (ndist.int, ndist.max, ...)
 PUBLIC = sorted(set(
@@ -46,9 +45,7 @@ class _TensorPackage(type(_functional)):
 
 
 def _make_callable() -> None:
-    import sys
-
-    sys.modules[__name__].__class__ = _TensorPackage
+    _sys.modules[__name__].__class__ = _TensorPackage
 
 
 _make_callable()

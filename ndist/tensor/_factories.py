@@ -1,5 +1,8 @@
-"""Tensor factories: tensor / as_tensor / from_numpy, empty / zeros / ones / full,
-arange / linspace, random ones, the ``*_like`` forms, and cat / stack / where."""
+"""Tensor factories: tensor / as_tensor / from_numpy / from_dlpack, empty / zeros /
+ones / full, arange / linspace, random ones, the ``*_like`` forms, and cat / stack / where.
+
+They sit above ``Tensor``: each builds its array with ``_construct`` (or NumPy /
+CuPy directly) and wraps it with ``Tensor._wrap``."""
 
 from __future__ import annotations
 
@@ -11,126 +14,65 @@ import numpy as np
 
 from . import _dtype as D
 from . import _random as R
-from ._cuda import note_allocation, require_cupy, resolve
-from ._ops import TensorOps, check_same_device
+from ._construct import alloc, array_as, array_copy, dtype_device, dtype_or_default, fill_dtype, no_grad, on_device, sizes
+from ._cuda import resolve
+from ._dlpack import array_from_dlpack
+from ._operands import check_same_device
+from ._shape import ints as _ints, norm_dim
 from ._tensor import Tensor
-from ._views import ints as _ints, norm_dim
-from ._transfer import move
 
 __all__ = [
-    "tensor", "as_tensor", "from_numpy", "empty", "zeros", "ones", "full", "eye", "arange",
-    "linspace", "rand", "randn", "randint", "empty_like", "zeros_like", "ones_like", "full_like",
-    "rand_like", "randn_like", "randint_like", "cat", "concat", "concatenate", "stack", "where",
+    "tensor", "as_tensor", "from_numpy", "from_dlpack", "empty", "zeros", "ones", "full", "eye",
+    "arange", "linspace", "rand", "randn", "randint", "empty_like", "zeros_like", "ones_like",
+    "full_like", "rand_like", "randn_like", "randint_like", "cat", "concat", "concatenate", "stack",
+    "where",
 ]
 
 
-def _dt(dtype: Any, default: D.dtype | None = None) -> D.dtype:
-    if dtype is None:
-        return D.get_default_dtype() if default is None else default
-    return D.to_dtype(dtype)
-
-
-def _size(args: tuple, kwargs: dict, name: str) -> tuple[int, ...]:
-    if "size" in kwargs:
-        if args:
-            raise TypeError(f"{name}: size given both positionally and as size=")
-        args = (kwargs.pop("size"),)
-    shape = _ints(args, name)
-    for s in shape:
-        if s < 0:
-            raise ValueError(f"{name}: trying to create tensor with negative dimension {s}: "
-                             f"{list(shape)}")
-    return shape
-
-
 def _make(kind: str, shape: tuple, dt: D.dtype, device: Any, fill: Any = None) -> Tensor:
-    dev = resolve(device)
-    npdt = dt.numpy_dtype
-    if dev.type == "cpu":
-        xp = np
-    else:
-        xp = require_cupy()
-    if dev.type == "cuda":
-        with xp.cuda.Device(dev.index):
-            arr = _alloc(xp, kind, shape, npdt, fill)
-        note_allocation(dev.index)
-    else:
-        arr = _alloc(xp, kind, shape, npdt, fill)
-    return Tensor._wrap(arr)
+    return Tensor._wrap(alloc(kind, shape, dt, device, fill))
 
 
-def _alloc(xp, kind, shape, npdt, fill):
-    if kind == "full":
-        return xp.full(shape, fill, dtype=npdt)
-    return getattr(xp, kind)(shape, dtype=npdt)
-
-
-def _kw(kwargs: dict, name: str) -> tuple[Any, Any]:
-    dtype, device = kwargs.pop("dtype", None), kwargs.pop("device", None)
-    _no_grad(kwargs.pop("requires_grad", False), name)
-    kwargs.pop("pin_memory", None)
-    kwargs.pop("layout", None)
-    if kwargs:
-        raise TypeError(f"{name}: unexpected keyword arguments {sorted(kwargs)}")
-    return dtype, device
-
-
-def _no_grad(requires_grad: Any, name: str) -> None:
-    if requires_grad:
-        raise ValueError(f"{name}: requires_grad=True is not supported (ndist has no autograd); "
-                         f"got requires_grad={requires_grad!r}")
+def _to_device(arr: np.ndarray, device: Any) -> Tensor:
+    return Tensor._wrap(on_device(arr, device))
 
 
 def empty(*size: Any, **kwargs: Any) -> Tensor:
     """An uninitialised tensor of ``size`` (ints or one sequence)."""
-    shape = _size(size, kwargs, "empty")
-    dtype, device = _kw(kwargs, "empty")
-    return _make("empty", shape, _dt(dtype), device)
+    shape = sizes(size, kwargs, "empty")
+    dtype, device = dtype_device(kwargs, "empty")
+    return _make("empty", shape, dtype_or_default(dtype), device)
 
 
 def zeros(*size: Any, **kwargs: Any) -> Tensor:
-    shape = _size(size, kwargs, "zeros")
-    dtype, device = _kw(kwargs, "zeros")
-    return _make("zeros", shape, _dt(dtype), device)
+    shape = sizes(size, kwargs, "zeros")
+    dtype, device = dtype_device(kwargs, "zeros")
+    return _make("zeros", shape, dtype_or_default(dtype), device)
 
 
 def ones(*size: Any, **kwargs: Any) -> Tensor:
-    shape = _size(size, kwargs, "ones")
-    dtype, device = _kw(kwargs, "ones")
-    return _make("ones", shape, _dt(dtype), device)
-
-
-def _infer_scalar(value: Any) -> D.dtype:
-    if isinstance(value, Tensor):
-        return value.dtype
-    try:
-        return D._scalar_dtype(value)
-    except TypeError:
-        raise TypeError(f"fill_value: expected a number, got {type(value).__name__}") from None
+    shape = sizes(size, kwargs, "ones")
+    dtype, device = dtype_device(kwargs, "ones")
+    return _make("ones", shape, dtype_or_default(dtype), device)
 
 
 def full(size: Any, fill_value: Any, **kwargs: Any) -> Tensor:
     """A tensor of ``size`` filled with ``fill_value`` (dtype inferred from it)."""
-    shape = _size((size,), {}, "full")
-    dtype, device = _kw(kwargs, "full")
-    dt = _dt(dtype, _infer_scalar(fill_value))
+    shape = sizes((size,), {}, "full")
+    dtype, device = dtype_device(kwargs, "full")
+    dt = dtype_or_default(dtype, fill_value.dtype if isinstance(fill_value, Tensor) else fill_dtype(fill_value))
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
     return _make("full", shape, dt, device, fill_value)
 
 
 def eye(n: int, m: int | None = None, **kwargs: Any) -> Tensor:
-    dtype, device = _kw(kwargs, "eye")
+    dtype, device = dtype_device(kwargs, "eye")
     n, m = _ints((n, n if m is None else m), "eye")
     t = zeros(n, m, dtype=dtype, device=device)
     with t._guard():
         t._xp.fill_diagonal(t._data, 1)
     return t
-
-
-def _to_device(arr: Any, device: Any) -> Tensor:
-    dev = resolve(device)
-    return Tensor._wrap(move(arr, dev))
 
 
 def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False,
@@ -139,48 +81,11 @@ def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: b
 
     Python floats become the default dtype, ints int64, bools bool, complex the
     default complex dtype; arrays and tensors keep their dtype."""
-    _no_grad(requires_grad, "tensor")
+    no_grad(requires_grad, "tensor")
     dt = None if dtype is None else D.to_dtype(dtype)
     if isinstance(data, Tensor):
         return data._convert(device, dt, True)
-    if hasattr(data, "__cuda_array_interface__") and not isinstance(data, np.ndarray):
-        t = Tensor._wrap(require_cupy().asarray(data))
-        return t._convert(device, dt, True)
-    if hasattr(data, "__dlpack__") and not isinstance(data, (np.ndarray, np.generic)):
-        from ._dlpack import from_dlpack  # noqa: PLC0415 - torch / JAX tensors
-
-        t = from_dlpack(data)
-        return t._convert(device, dt, True)
-    if isinstance(data, (np.ndarray, np.generic)):
-        arr = np.array(data, dtype=None if dt is None else dt.numpy_dtype)
-        if dt is None:
-            D.from_numpy_dtype(arr.dtype, what="data")
-    else:
-        arr = _from_python(data, dt)
-    return _to_device(arr, device)
-
-
-def _from_python(data: Any, dt: D.dtype | None) -> np.ndarray:
-    if isinstance(data, (str, bytes)) or data is None:
-        raise TypeError(f"tensor: data must be a number or a (nested) sequence of numbers, "
-                        f"got {type(data).__name__}")
-    try:
-        arr = np.array(data) if dt is None else np.array(data, dtype=dt.numpy_dtype)
-    except ValueError as exc:
-        raise ValueError(f"tensor: data must be a rectangular nested sequence of numbers ({exc})") from None
-    if arr.dtype == object or arr.dtype.kind in "USV" and dt is None:
-        raise TypeError(f"tensor: could not infer a numeric dtype from data of type "
-                        f"{type(data).__name__} (got NumPy dtype {arr.dtype})")
-    if dt is None:
-        if arr.dtype.kind == "f":
-            arr = arr.astype(D.get_default_dtype().numpy_dtype)
-        elif arr.dtype.kind == "c":
-            arr = arr.astype(D.get_default_dtype().to_complex().numpy_dtype)
-        elif arr.dtype.kind in "iu" and arr.dtype != np.int64:
-            arr = arr.astype(np.int64)
-        elif arr.size == 0 and arr.dtype.kind != "b":
-            arr = arr.astype(D.get_default_dtype().numpy_dtype)
-    return arr
+    return Tensor._wrap(array_copy(data, dt, device))
 
 
 def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
@@ -188,17 +93,7 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     dt = None if dtype is None else D.to_dtype(dtype)
     if isinstance(data, Tensor):
         return data._convert(device, dt, False)
-    if isinstance(data, np.ndarray) or hasattr(data, "__cuda_array_interface__"):
-        arr = data if isinstance(data, np.ndarray) else require_cupy().asarray(data)
-        D.from_numpy_dtype(arr.dtype, what="data")
-        t = Tensor._wrap(arr)
-        return t._convert(device, dt, False)
-    if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
-        from ._dlpack import from_dlpack  # noqa: PLC0415
-
-        t = from_dlpack(data)
-        return t._convert(device, dt, False)
-    return tensor(data, dtype=dt, device=device)
+    return Tensor._wrap(array_as(data, dt, device))
 
 
 def from_numpy(ndarray: np.ndarray) -> Tensor:
@@ -210,6 +105,16 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
                          f"convert it with ndarray.astype(ndarray.dtype.newbyteorder('='))")
     D.from_numpy_dtype(ndarray.dtype, what="from_numpy")
     return Tensor._wrap(ndarray)
+
+
+def from_dlpack(ext_tensor: Any) -> Tensor:
+    """A tensor sharing memory with ``ext_tensor`` (any object with ``__dlpack__``).
+
+    CPU producers are wrapped as NumPy arrays, CUDA producers as CuPy arrays on
+    the producer's GPU; nothing is copied."""
+    if isinstance(ext_tensor, Tensor):
+        return ext_tensor
+    return Tensor._wrap(array_from_dlpack(ext_tensor))
 
 
 def _like(t: Tensor, dtype: Any, device: Any) -> tuple:
@@ -276,7 +181,7 @@ def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: Any = None,
         raise ValueError(f"arange: upper bound and lower bound inconsistent with step sign "
                          f"(start={start}, end={end}, step={step})")
     ints = all(isinstance(v, (numbers.Integral, np.integer)) for v in (start, end, step))
-    dt = _dt(dtype, D.int64 if ints else None)
+    dt = dtype_or_default(dtype, D.int64 if ints else None)
     n = max(0, math.ceil((end - start) / step))
     arr = (start + np.arange(n, dtype=np.int64) * step) if ints else \
         start + np.arange(n, dtype=np.float64) * step
@@ -289,7 +194,7 @@ def linspace(start: Any, end: Any, steps: int, *, dtype: Any = None, device: Any
         raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
     if steps < 0:
         raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
-    dt = _dt(dtype)
+    dt = dtype_or_default(dtype)
     arr = np.linspace(start, end, steps, dtype=np.complex128 if dt.is_complex else np.float64)
     if dt._category < 2:
         arr = np.trunc(arr)
@@ -297,10 +202,10 @@ def linspace(start: Any, end: Any, steps: int, *, dtype: Any = None, device: Any
 
 
 def _rand_args(size: tuple, kwargs: dict, name: str):
-    shape = _size(size, kwargs, name)
+    shape = sizes(size, kwargs, name)
     gen = kwargs.pop("generator", None)
-    dtype, device = _kw(kwargs, name)
-    return shape, _dt(dtype), resolve(device), gen
+    dtype, device = dtype_device(kwargs, name)
+    return shape, dtype_or_default(dtype), resolve(device), gen
 
 
 def rand(*size: Any, **kwargs: Any) -> Tensor:
@@ -335,10 +240,10 @@ def randint(*args: Any, **kwargs: Any) -> Tensor:
                         f"positional arguments")
     if high is None:
         raise TypeError("randint: missing 'high'")
-    shape = _size((size,), {}, "randint")
+    shape = sizes((size,), {}, "randint")
     gen = kwargs.pop("generator", None)
-    dtype, device = _kw(kwargs, "randint")
-    dt = _dt(dtype, D.int64)
+    dtype, device = dtype_device(kwargs, "randint")
+    dt = dtype_or_default(dtype, D.int64)
     return Tensor._wrap(R.integers(int(low or 0), int(high), shape, dt, resolve(device), gen))
 
 
@@ -354,7 +259,7 @@ def _tensors(tensors: Any, name: str) -> list[Tensor]:
         if not isinstance(t, Tensor):
             raise TypeError(f"{name}: expected a list of tensors, but element {i} is "
                             f"{type(t).__name__}")
-        check_same_device(name, ts[0], t, allow_cpu_scalar=False)
+        check_same_device(name, ts[0]._data, t._data, allow_cpu_scalar=False)
     return ts
 
 
@@ -404,11 +309,11 @@ def where(condition: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002 - 
         raise TypeError(f"where: condition must be a bool tensor, got {condition.dtype}")
     operands = [x for x in (input, other)]
     for x in operands:
-        if isinstance(x, TensorOps):
-            check_same_device("where", condition, x)
+        if isinstance(x, Tensor):
+            check_same_device("where", condition._data, x._data)
     rt = D.result_type(*operands)
     xp = condition._xp
-    arrs = [x._data.astype(rt.numpy_dtype, copy=False) if isinstance(x, TensorOps)
+    arrs = [x._data.astype(rt.numpy_dtype, copy=False) if isinstance(x, Tensor)
             else np.asarray(x).astype(rt.numpy_dtype)[()] for x in operands]
     with condition._guard():
         return Tensor._wrap(xp.asarray(xp.where(condition._data, *arrs)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ._factories import as_tensor
 from ._tensor import Tensor
 
 _BINARY = ("add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
@@ -26,8 +27,6 @@ def _make(name: str, binary: bool) -> Callable[..., Any]:
     def fn(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - torch's name
         if not isinstance(input, Tensor):
             if binary and args and isinstance(args[0], Tensor):
-                from ._factories import as_tensor  # noqa: PLC0415
-
                 input = as_tensor(input, device=args[0].device)
             else:
                 raise TypeError(f"{name}(): argument 'input' must be an ndist.Tensor, "

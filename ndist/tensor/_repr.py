@@ -177,14 +177,12 @@ def _add_suffixes(text: str, suffixes: list[str], indent: int) -> str:
     return "".join(parts)
 
 
-def tensor_repr(t: Any) -> str:
-    """``tensor([...])`` with torch's layout, plus device / dtype suffixes."""
+def tensor_repr(arr: np.ndarray, dt: D.dtype, dev: Any) -> str:
+    """``tensor([...])`` with torch's layout, plus device / dtype suffixes: ``arr`` is
+    the tensor's values in host memory, ``dt`` its dtype and ``dev`` its device."""
     prefix = "tensor("
     indent = len(prefix)
-    arr = t._data if type(t._data) is np.ndarray else t.cpu()._data
-    dt = t.dtype
     suffixes = []
-    dev = t.device
     if dev.type == "cuda":
         suffixes.append(f"device='{dev}'")
     default = D.get_default_dtype()

@@ -431,7 +431,7 @@ def _exit_hook() -> None:
     joined the children."""
     if _hook_pid != os.getpid():
         return
-    import multiprocessing
+    import multiprocessing  # noqa: PLC0415 - at exit only: importing it up front costs every import of this module
 
     root = multiprocessing.parent_process() is None
     for fin in list(_live.values()):
@@ -452,7 +452,7 @@ def install_exit_hook() -> None:
     global _hook_pid
     if _hook_pid == os.getpid():
         return
-    from multiprocessing import util
+    from multiprocessing import util  # noqa: PLC0415 - on first share only: importing it up front costs every import
 
     global _afterfork_registered
     if not _afterfork_registered:  # inherited by forked children, so once per process tree

@@ -1,25 +1,48 @@
-"""Copies between host memory and GPUs (the only ways across devices)."""
+"""Copies between host memory and GPUs (the only ways across devices), and
+``convert``, which moves and casts an array in one step (``Tensor.to``'s work).
+
+Functions of NumPy / CuPy arrays; they know nothing of ``Tensor``."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
 
-from ._device import device
+from ._cuda import note_allocation, require_cupy, resolve
+from ._device import CPU, device
+
+_NULL = contextlib.nullcontext()
 
 
 def device_of_array(arr: Any) -> device:
     if type(arr) is np.ndarray:
-        return device("cpu")
+        return CPU
     return device("cuda", int(arr.device.id))
+
+
+def convert(arr: Any, dev: Any, np_dt: Any, copy: bool) -> Any:
+    """``arr`` on ``dev`` (None: where it is) as NumPy dtype ``np_dt`` (None: its own).
+
+    Returns ``arr`` itself when nothing changes and ``copy`` is false; a new array
+    otherwise (``copy`` forces one)."""
+    here = device_of_array(arr)
+    target = here if dev is None else resolve(dev)
+    if np_dt is None:
+        np_dt = arr.dtype
+    if target == here:
+        if np_dt == arr.dtype and not copy:
+            return arr
+        with _NULL if type(arr) is np.ndarray else arr.device:  # allocate on the array's GPU
+            return arr.copy() if np_dt == arr.dtype else arr.astype(np_dt)
+    out = move(arr, target)
+    return out if np_dt == out.dtype else out.astype(np_dt, copy=False)
 
 
 def move(arr: Any, target: Any) -> Any:
     """A copy of ``arr`` on ``target`` (an ndist.device with a concrete index, or an
     array whose device to use). Returns ``arr`` itself when it is already there."""
-    from ._cuda import note_allocation, require_cupy  # noqa: PLC0415
-
     if not isinstance(target, device):
         target = device_of_array(target)
     src_cpu = type(arr) is np.ndarray
