@@ -100,6 +100,7 @@ class Mesh:
         #: a connection to one fails at once (``check_dead``), in this group instance only
         self._departed: dict[int, str] = {}
         self._abandoned: bytes | None = None  # the lost notice of ``abandon``
+        self._told: list[socket.socket] = []  # links given the notice (``_tell_abandoned``)
         self._lost: tuple | None = None  # (global rank, host, message) of ``abandon``
         self._closed = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -452,6 +453,18 @@ class Mesh:
         for s in socks:
             self._tell_abandoned(s)
 
+    def _tell_abandoned(self, sock: socket.socket) -> None:
+        """Write the lost notice on a collective link this rank will not use, then end
+        its side: the peer's op on it fails naming the lost member, not this rank."""
+        try:
+            sock.settimeout(1.0)
+            sock.sendall(self._abandoned)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        with self._cond:  # open until the mesh closes: a close now could reset the notice unread
+            self._told.append(sock)
+
     def depart(self, peer: int, how: str) -> None:
         """Member ``peer`` left (``how``: it exited, or destroyed the group): a connection to
         it fails at once from now on, and a wait for its dial wakes to fail now."""
@@ -486,7 +499,7 @@ class Mesh:
             self._closed = True
         self._acceptor.close()
         listeners = [self._listener] + ([self._ulistener] if self._ulistener is not None else [])
-        for s in [*listeners, *self._p2p_out.values(), *(c[0] for c in self._coll.values())]:
+        for s in [*listeners, *self._p2p_out.values(), *(c[0] for c in self._coll.values()), *self._told]:
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
