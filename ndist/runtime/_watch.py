@@ -79,8 +79,9 @@ def _ending(sock: socket.socket, grace: float) -> bool:
     """Whether the watch connection ``sock`` (its thread reads it) has ended or carries a
     goodbye, now or within ``grace`` s: looked at without reading (``MSG_PEEK``)."""
     try:
-        ready, _, _ = select.select([sock], [], [], grace)
-        if not ready:
+        poller = select.poll()  # (not select.select: no limit on the descriptor's number)
+        poller.register(sock, select.POLLIN)
+        if not poller.poll(int(grace * 1000)):
             return False
         data = sock.recv(1, socket.MSG_PEEK)
     except (BlockingIOError, InterruptedError):
