@@ -217,7 +217,11 @@ def _watched_lost(pg: ProcessGroup) -> set[int]:
     """The group ranks of ``pg``'s members whose process the member watch saw go (died,
     exited, left: ``_World.lost``). Not the group's own record: a backend that lost a
     connection records the member as lost too (``lost``), and that member may be alive
-    and call shrink_group (its watch then tells nothing); the survivors must keep it."""
+    and call shrink_group (its watch then tells nothing); the survivors must keep it.
+    A group no member watch covers (not one of ``init_process_group``'s groups: the
+    torch backend's, ``ndist.torch``) has only its own record."""
+    if _world.watch is None or _world.groups.get(pg.group_name) is not pg:
+        return set(pg.failed_ranks())
     index = {g: r for r, g in enumerate(pg.ranks)}
     return {index[g] for g in list(_world.lost) if g in index}
 
@@ -251,14 +255,15 @@ def _rebuild(pg: ProcessGroup, count: int, excluded: set[int], pg_options: Any) 
                 other._shutdown(abort=True)
             pg._shutdown()
             me = kept_global.index(pg.ranks[pg.rank()])
-            _world.job_ranks = tuple(_world.job_ranks[g] for g in kept_global)
-            _world.lost = {kept_global.index(g): v for g, v in _world.lost.items() if g in kept_global}
-            _world.numbering = f"{_world.numbering}s{count}"
-            new = ProcessGroup(tuple(range(len(keep))), me, name, PrefixStore(name, _world.job_store),
-                               pg.backend_names, pg.timeout, options)
-            new.numbering = _world.numbering
-            _world.default = new
-            _world.groups = {name: new}
+            with _world.numbering_lock:  # (the watch's thread tells a loss in one numbering)
+                _world.job_ranks = tuple(_world.job_ranks[g] for g in kept_global)
+                _world.lost = {kept_global.index(g): v for g, v in _world.lost.items() if g in kept_global}
+                _world.numbering = f"{_world.numbering}s{count}"
+                new = ProcessGroup(tuple(range(len(keep))), me, name, PrefixStore(name, _world.job_store),
+                                   pg.backend_names, pg.timeout, options)
+                new.numbering = _world.numbering
+                _world.default = new
+                _world.groups = {name: new}
         else:
             pg._shutdown()
             _world.groups.pop(pg.group_name, None)

@@ -65,11 +65,16 @@ class _World:
         #: later with one of them as a member is revoked from the start
         self.lost: dict[int, tuple[str, str, str]] = {}
         self.numbering = ""  # changes with every shrink of the default group (``BackendContext.numbering``)
+        #: held while ``job_ranks``, ``lost`` and ``groups`` change numbering (a shrink of the
+        #: default group), and while the watch's thread reads them (``member_lost``); nothing
+        #: that waits is done under it (``lock`` is held across group shutdowns, which may wait
+        #: on peers, and the watch must not wait for those)
+        self.numbering_lock = threading.Lock()
 
     def member_lost(self, job_rank: int, host: str, cause: str, detail: str) -> None:
         """The watch lost the process that was rank ``job_rank`` at init (its thread):
         every group with it as a member is told (``ProcessGroup.note_loss``)."""
-        with self.lock:  # one numbering: a shrink of the default group renumbers all three
+        with self.numbering_lock:  # one numbering: a shrink of the default group renumbers all three
             try:
                 grank = self.job_ranks.index(job_rank)
             except ValueError:  # excluded by a shrink already
