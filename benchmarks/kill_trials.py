@@ -3,7 +3,7 @@ point of a random mix of collectives and point-to-point traffic, under ndistrun.
 
     python benchmarks/kill_trials.py [--trials 200] [--seed 0] [--transports tcp,shm,auto]
                                      [--engines python,native] [--stop-trials 6] [--max-latency 1.0]
-                                     [--continue-trials 0] [--sizes 4,8] [--losses 1,2]
+                                     [--continue-trials 0] [--sizes 4,8] [--losses 1,2] [--only N,...]
 
 Each trial starts ``ndistrun --nproc-per-node 4`` on this file (``--job``). Every rank draws
 the same op sequence from the trial's seed: the collectives of ``soak.py`` (8 dtypes, empty
@@ -711,12 +711,18 @@ def main(argv=None) -> int:
     ap.add_argument("--phase2-ops", type=int, default=20, help="continue trials: ops on the shrunk group")
     ap.add_argument("--keep-logs", default=None, metavar="DIR", help="copy failed trials' files here")
     ap.add_argument("--json", default=None, metavar="FILE", help="write every trial's result here")
+    ap.add_argument("--only", default=None, metavar="N[,N...]",
+                    help="run only these trial numbers (as printed), each exactly as in the full run: the same "
+                         "other arguments give it the same seed, transport, engine, victims and moment")
     a = ap.parse_args(argv)
     transports, engines = a.transports.split(","), a.engines.split(",")
     combos = [(t, e) for t in transports for e in engines]
     results = []
     t_start = time.monotonic()
+    only = {int(x) for x in a.only.split(",")} if a.only else None
     for n in range(a.trials + a.stop_trials):
+        if only is not None and n not in only:
+            continue
         seed = a.seed + n
         transport, engine = combos[n % len(combos)]
         if n >= a.trials:
@@ -734,6 +740,8 @@ def main(argv=None) -> int:
     cont = []
     for m in range(a.continue_trials):
         n = a.trials + a.stop_trials + m
+        if only is not None and n not in only:
+            continue
         seed = a.seed + n
         transport, engine = ccombos[m % len(ccombos)]
         r = run_continue_trial(n, seed, transport, engine, a)

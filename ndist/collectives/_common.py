@@ -19,6 +19,12 @@ __all__ = ["member_group", "submit", "run_fields", "lane_for", "Lane", "wait_syn
 
 log = logging.getLogger("ndist.collectives")
 
+#: a network error naming a member the group does not know lost yet waits this long for the
+#: member watch to see its watch connection end (``_World.await_loss``), then this long in
+#: all for the watch's verdict
+_LOSS_GRACE_S = 0.2
+_LOSS_WAIT_S = 1.0
+
 _warned_groups: set = set()
 _warned_lock = threading.Lock()
 
@@ -108,6 +114,12 @@ def _revoked_error(pg, exc: BaseException) -> BaseException:
     blocking op (``_failed``): a p2p op or async collective in flight when a member died."""
     if isinstance(exc, DistNetworkError) and not isinstance(exc, DistRankFailureError):
         failure = pg.failure(exc)
+        peer = getattr(exc, "rank", None)
+        if failure is None and peer in pg.ranks and peer != pg.ranks[pg.rank()] and \
+                world.await_loss(peer, _LOSS_GRACE_S, min(_LOSS_WAIT_S, pg.timeout.total_seconds())):
+            # the op found the peer gone before the member watch told the group: its
+            # verdict (died, or exited) is a moment away, and every loss is this error
+            failure = pg.failure(exc)
         if failure is not None:
             failure.__cause__ = exc
             return failure

@@ -269,6 +269,21 @@ class ProcessGroup:
                     log.warning("group %r: telling the backend that the group is aborted failed", self.group_name,
                                 exc_info=True)
 
+    def note_kept(self, global_ranks) -> None:
+        """The survivors of a shrink of this group kept ``global_ranks``: a backend that
+        recorded one of them lost (a connection failed; its watch never saw it go) forgets
+        that (``members_kept``, optional), so the shrunk group connects to it again."""
+        with self._lock:
+            backends = list(self._backends.values())
+        for backend in backends:
+            hook = getattr(backend, "members_kept", None)
+            if hook is not None:
+                try:
+                    hook(list(global_ranks))
+                except Exception:  # noqa: BLE001 - the shrink goes on; the new group finds out itself
+                    log.warning("group %r: telling the backend of the kept members failed", self.group_name,
+                                exc_info=True)
+
     def _backend_lost(self, global_rank: int, host, message: str) -> None:
         """A backend of this group found ``global_rank`` lost first (its
         ``BackendContext.report_loss``): an operation failed for it. A rank outside the

@@ -8,7 +8,7 @@ store: socket; see docs/errors.md for mpi and nccl). The steps:
    rank out of range, a duplicate, the caller itself, every rank, a bad flag.
 2. **Agree** through the group's store. Survivors may have seen different losses.
    Each survivor posts the set it knows (``seen/<rank>``: its ``ranks_to_exclude``,
-   or the losses its group was told of, and every set another survivor posted),
+   or the losses the member watch told of, and every set another survivor posted),
    and re-posts it whenever it grows: a loss its watch reports, or one another
    survivor posted (so a survivor that has not seen a loss yet learns of it here).
    A survivor that has heard from every rank outside its set, and whose set holds
@@ -16,9 +16,11 @@ store: socket; see docs/errors.md for mpi and nccl). The steps:
    the first proposal wins, and every survivor adopts it. A rank of the decision
    that calls ``shrink_group`` itself was excluded while alive: the proposal says
    so instead, and every caller raises ``ValueError``, nothing changed. Beside its
-   set, each survivor posts the ranks it knows are *lost* (its group's record, and
+   set, each survivor posts the ranks it knows are *lost* (its watch's record, and
    what the others posted as lost): a rank that posted and then died is alive to
    nobody once one survivor's watch saw it go, even before the others' watches did.
+   Both sets take only the member watch's losses (``_World.lost``), never a member a
+   backend merely lost a connection to: that one may be alive and call shrink_group.
    Before it posts, a survivor shrinking the default group (it knows a lost member)
    revokes its other groups and tells every other process through the member watch
    (``_world._World.begin_default_shrink`` / ``peer_notice``): a survivor blocked in a
@@ -159,8 +161,8 @@ def agree_exclusion(pg: ProcessGroup, wanted: set[int] | None, flags: int) -> tu
 def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
     store = PrefixStore(f"shrink/{count}", pg.store)
     me, n = pg.rank(), pg.size()
-    mine = set(wanted or ()) | set(pg.failed_ranks())
-    known_lost = set(pg.failed_ranks())  # lost for sure: by this group's record or another survivor's
+    mine = set(wanted or ()) | _watched_lost(pg)
+    known_lost = _watched_lost(pg)  # lost for sure: by this process's member watch or another survivor's
     posted: tuple | None = None
     heard: dict[int, set[int]] = {}
     deadline = time.monotonic() + pg.timeout.total_seconds()
@@ -169,8 +171,9 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
             decision = store.get("decision") if store.check(["decision"]) else None
             if decision is not None:
                 return _adopt(pg, json.loads(decision), me)
-            mine |= set(pg.failed_ranks())
-            known_lost |= set(pg.failed_ranks())
+            watched = _watched_lost(pg)
+            mine |= watched
+            known_lost |= watched
             if (mine, known_lost) != posted:
                 store.set(f"seen/{me}", json.dumps({"exclude": sorted(mine), "lost": sorted(known_lost)}))
                 posted = (set(mine), set(known_lost))
@@ -188,7 +191,7 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
                 continue
             # (a lost rank may have posted before it went; it is lost when any survivor knows
             # it is, not only when this rank's own watch has told it yet)
-            lost = known_lost | set(pg.failed_ranks())
+            lost = known_lost | _watched_lost(pg)
             # this rank too: it is alive and calls shrink_group, if another survivor's set holds it
             alive_excluded = sorted(r for r in mine if (r in heard or r == me) and r not in lost)
             # an excluded rank not known lost is alive: wait until it is gone (an excluded
@@ -217,6 +220,19 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
             "init_process_group a store that no rank hosts") from err
 
 
+def _watched_lost(pg: ProcessGroup) -> set[int]:
+    """The group ranks of ``pg``'s members whose process the member watch saw go (died,
+    exited, left: ``_World.lost``). Not the group's own record: a backend that lost a
+    connection records the member as lost too (``lost``), and that member may be alive
+    and call shrink_group (its watch then tells nothing); the survivors must keep it.
+    A group no member watch covers (not one of ``init_process_group``'s groups: the
+    torch backend's, ``ndist.torch``) has only its own record."""
+    if _world.watch is None or _world.groups.get(pg.group_name) is not pg:
+        return set(pg.failed_ranks())
+    index = {g: r for r, g in enumerate(pg.ranks)}
+    return {index[g] for g in list(_world.lost) if g in index}
+
+
 def _adopt(pg: ProcessGroup, decision: dict, me: int) -> set[int]:
     if "refused" in decision:
         alive = decision["refused"]
@@ -238,6 +254,7 @@ def _rebuild(pg: ProcessGroup, count: int, excluded: set[int], pg_options: Any) 
     kept_global = [pg.ranks[r] for r in keep]
     name = f"{pg.group_name}:shrink{count}"
     options = pg_options if pg_options is not None else pg.options
+    pg.note_kept(kept_global)  # (a member a connection failure made this rank think lost)
     with _world.lock:
         if pg is _world.default:
             others = [g for g in _world.groups.values() if g is not pg]
@@ -245,14 +262,15 @@ def _rebuild(pg: ProcessGroup, count: int, excluded: set[int], pg_options: Any) 
                 other._shutdown(abort=True)
             pg._shutdown()
             me = kept_global.index(pg.ranks[pg.rank()])
-            _world.job_ranks = tuple(_world.job_ranks[g] for g in kept_global)
-            _world.lost = {kept_global.index(g): v for g, v in _world.lost.items() if g in kept_global}
-            _world.numbering = f"{_world.numbering}s{count}"
-            new = ProcessGroup(tuple(range(len(keep))), me, name, PrefixStore(name, _world.job_store),
-                               pg.backend_names, pg.timeout, options)
-            new.numbering = _world.numbering
-            _world.default = new
-            _world.groups = {name: new}
+            with _world.numbering_lock:  # (the watch's thread tells a loss in one numbering)
+                _world.job_ranks = tuple(_world.job_ranks[g] for g in kept_global)
+                _world.lost = {kept_global.index(g): v for g, v in _world.lost.items() if g in kept_global}
+                _world.numbering = f"{_world.numbering}s{count}"
+                new = ProcessGroup(tuple(range(len(keep))), me, name, PrefixStore(name, _world.job_store),
+                                   pg.backend_names, pg.timeout, options)
+                new.numbering = _world.numbering
+                _world.default = new
+                _world.groups = {name: new}
         else:
             pg._shutdown()
             _world.groups.pop(pg.group_name, None)

@@ -83,6 +83,22 @@ def _keepalive(sock: socket.socket) -> None:
         pass
 
 
+def _ending(sock: socket.socket, grace: float) -> bool:
+    """Whether the watch connection ``sock`` (its thread reads it) has ended or carries a
+    goodbye, now or within ``grace`` s: looked at without reading (``MSG_PEEK``)."""
+    try:
+        poller = select.poll()  # (not select.select: no limit on the descriptor's number)
+        poller.register(sock, select.POLLIN)
+        if not poller.poll(int(grace * 1000)):
+            return False
+        data = sock.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except (OSError, ValueError):  # reset, or closed by the watch thread meanwhile: it ended
+        return True
+    return not data or data.startswith(_BYE)
+
+
 class MemberWatch:
     """Watches the other ``size - 1`` processes of one ``init_process_group`` round.
 
@@ -109,6 +125,8 @@ class MemberWatch:
         self._inbox: dict[int, bytes] = {}  # per peer: the start of a message whose end has not come yet
         self._socks: dict[int, socket.socket] = {}
         self._lock = threading.Lock()
+        self._told = threading.Condition(self._lock)  # notified as each ``on_loss`` returns
+        self._done: set[int] = set()  # the ranks whose ``on_loss`` returned
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -345,6 +363,34 @@ class MemberWatch:
             self.on_loss(peer, self.host_of(peer), cause, detail)
         except Exception:  # noqa: BLE001 - a listener's failure must not stop the watch
             log.warning("rank %d: telling the loss of rank %d failed", self.rank, peer, exc_info=True)
+        with self._told:
+            self._done.add(peer)
+            self._told.notify_all()
+
+    # ------------------------------------------------------------ asked by an operation
+    def await_loss(self, rank: int, grace: float, timeout: float) -> bool:
+        """An operation lost its connection to ``rank``: True once the watch has told its
+        loss (``on_loss`` returned: the groups know how it went, died or exited). Waits when
+        its watch connection is closed, or closes within ``grace`` s (a process's sockets all
+        close as it ends: the watch's verdict is then a moment away), at most ``timeout`` s;
+        False at once, or after ``grace``, while the connection stays open (it is alive: it
+        left the group, or a connection of the group failed by itself). Any thread."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            if rank in self._done:
+                return True
+            if self._closing or rank not in self.peers:
+                return False
+            sock = self._socks.get(rank)
+        if sock is not None and not _ending(sock, grace):
+            return False
+        with self._told:  # (no socket: not connected yet, or its loss is being told now)
+            while rank not in self._done and not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._told.wait(left)
+            return rank in self._done
 
     # ------------------------------------------------------------ notices
     def tell(self, notice: dict) -> list[int]:
@@ -385,6 +431,7 @@ class MemberWatch:
             self._bye = bye
             socks = list(self._socks.values())
             self._socks.clear()
+            self._told.notify_all()  # (``await_loss`` gives up)
         unconnected = len(socks) < self.size - 1 - len(self.lost)
         for s in socks:
             try:

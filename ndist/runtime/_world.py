@@ -68,16 +68,23 @@ class _World:
         #: later with one of them as a member is revoked from the start
         self.lost: dict[int, tuple[str, str, str]] = {}
         self.numbering = ""  # changes with every shrink of the default group (``BackendContext.numbering``)
+        #: held while ``job_ranks``, ``lost`` and ``groups`` change numbering (a shrink of the
+        #: default group), and while the watch's thread reads them (``member_lost``); nothing
+        #: that waits is done under it (``lock`` is held across group shutdowns, which may wait
+        #: on peers, and the watch must not wait for those)
+        self.numbering_lock = threading.Lock()
 
     def member_lost(self, job_rank: int, host: str, cause: str, detail: str) -> None:
         """The watch lost the process that was rank ``job_rank`` at init (its thread):
         every group with it as a member is told (``ProcessGroup.note_loss``)."""
-        try:
-            grank = self.job_ranks.index(job_rank)
-        except ValueError:  # excluded by a shrink already
-            return
-        self.lost.setdefault(grank, (host, cause, detail))
-        for pg in list(self.groups.values()):
+        with self.numbering_lock:  # one numbering: a shrink of the default group renumbers all three
+            try:
+                grank = self.job_ranks.index(job_rank)
+            except ValueError:  # excluded by a shrink already
+                return
+            self.lost.setdefault(grank, (host, cause, detail))
+            groups = list(self.groups.values())
+        for pg in groups:
             pg.note_loss(grank, host, cause, detail)
 
     # ------------------------------------------------ a shrink of the default group begins
@@ -132,6 +139,15 @@ class _World:
         for pg in list(self.groups.values()):
             if pg is not self.default and pg.is_member and pg.numbering == notice["numbering"] and sender in pg.ranks:
                 pg.revoke_for(grank, host, cause, detail, why)
+
+    def await_loss(self, global_rank: int, grace: float, timeout: float) -> bool:
+        """An operation lost its connection to ``global_rank``: True once the member watch
+        has told every group how it went (``MemberWatch.await_loss``: at once, or within
+        ``timeout`` s when its watch connection has ended; False while it is alive)."""
+        watch, ranks = self.watch, self.job_ranks  # (no lock: a thread that holds it may wait on this one)
+        if watch is None or not 0 <= global_rank < len(ranks):
+            return False
+        return watch.await_loss(ranks[global_rank], grace, timeout)
 
 
 _world = _World()

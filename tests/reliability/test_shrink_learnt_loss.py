@@ -4,8 +4,8 @@ survivor's post before its own watch tells it. Found by the ``--on-failure conti
 trials (benchmarks/kill_trials.py, seed 309, n = 8: every survivor raised ``ValueError:
 ranks_to_exclude: expected ranks that are lost, got ranks [2] ..., which are alive and called
 shrink_group``). Each survivor now posts, beside the ranks it would exclude, the ranks it
-knows are lost (its own group's record, and what other survivors posted as lost); only a
-rank nobody knows lost counts as alive."""
+knows are lost (its own member watch's record, and what other survivors posted as lost);
+only a rank nobody knows lost counts as alive."""
 
 import pytest
 
@@ -34,16 +34,16 @@ def _job(rank, size):
     except dist.DistRankFailureError:
         pass
     if rank == 1:  # its own watch tells it of rank 2's loss only 1 s late
-        pg = _world.default
-        told = pg.note_loss
+        watch = _world.watch
+        told = watch.on_loss
 
-        def late(grank, *a, **k):
-            if grank == 2:
-                threading.Timer(1.0, told, (grank, *a), k).start()
+        def late(job_rank, *a):
+            if job_rank == 2:
+                threading.Timer(1.0, told, (job_rank, *a)).start()
             else:
-                told(grank, *a, **k)
+                told(job_rank, *a)
 
-        pg.note_loss = late
+        watch.on_loss = late
         time.sleep(0.5)  # it comes to the agreement last: rank 0 has posted rank 2's loss by then
     if rank == 2:  # lost during the agreement, right after it posted what it saw
         class DyingStore(shrink.PrefixStore):

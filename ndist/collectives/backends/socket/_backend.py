@@ -242,6 +242,15 @@ class SocketBackend(CollectiveBackend):
         state) and fail naming it too, never naming this rank."""
         self.failure.record(rank, host, message)
 
+    def members_kept(self, ranks) -> None:
+        """The survivors of a shrink kept global ``ranks`` (their member watch saw none of
+        them go): one this group recorded lost (a connection to it failed) is forgotten
+        process-wide (``_losses``), so the shrunk group connects to it."""
+        for rank in ranks:
+            peer = self.gindex.get(rank)
+            if peer is not None and rank in self.failure.lost:
+                _losses.forget(self._mesh.job, rank, self._mesh.peer_info(peer))
+
     def member_departed(self, rank: int, host, message: str) -> None:
         """The group learned that member ``rank`` (global) left: its process exited, or it
         destroyed the group. What it sent before is delivered (its streams end after it);

@@ -27,7 +27,7 @@ import weakref
 
 from .....runtime._net import host_identity, pid_namespace
 
-__all__ = ["remember", "host_of", "record_lost", "dead_reason", "pid_gone", "watch", "tell_groups", "groups_of"]
+__all__ = ["remember", "host_of", "record_lost", "forget", "dead_reason", "pid_gone", "watch", "tell_groups", "groups_of"]
 
 _lock = threading.Lock()
 #: (job, global rank) -> (hostid, pid namespace, pid): the latest process seen in that place
@@ -87,6 +87,18 @@ def record_lost(job: str, grank: int, info: dict | None, message: str) -> None:
     if ident is not None and not _is_self(ident):
         with _lock:
             _lost.setdefault(ident, message)
+
+
+def forget(job: str, grank: int, info: dict | None) -> None:
+    """The process at global rank ``grank`` is alive after all: a group's survivors kept it
+    (``shrink_group``: its member watch never saw it go; a connection to it failed by
+    itself), so a group built later connects to it again."""
+    ident = _identity(info)
+    with _lock:
+        if ident is None:
+            ident = _ident.get((job, grank))
+        if ident is not None:
+            _lost.pop(ident, None)
 
 
 def pid_gone(pid: int) -> bool:

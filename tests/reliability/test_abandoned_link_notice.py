@@ -1,0 +1,77 @@
+"""A member lost while a peer's collective link waits in this rank's mesh (accepted, not
+yet taken by its engine) gets the lost notice on that link: the peer's op fails naming the
+dead member, not this live rank, and both survivors shrink into one group. Found by the
+``--on-failure continue`` kill trials (benchmarks/kill_trials.py, seed 20029: the notice's
+method was gone, the loss never reached the collective engine and a survivor's first
+collective on the shrunk group hung until the others timed out; seed 20076: the dropped link
+looked to the peer like this rank's loss, and the survivors excluded it).
+
+Rank 0 makes its backend, runs no collective and waits in a receive from rank 1, which sends
+nothing (the loss must fail it at once: the point-to-point side is told after the mesh);
+ranks 1 and 2 start an all_to_all, which dials every peer at once; once rank 1's link waits
+in rank 0's mesh, rank 2 dies."""
+
+import pytest
+
+from ndist.testing import run_ranks
+
+
+def _job(rank, size):
+    import os
+    import signal
+    import time
+    from datetime import timedelta
+
+    import numpy as np
+
+    import ndist.distributed as dist
+    from ndist.runtime._world import _world
+
+    store = _world.job_store
+    pg = _world.default
+    inp = np.arange(3, dtype=np.float64)
+    out = np.empty(3, dtype=np.float64)
+    got = None
+    if rank == 0:
+        mesh = pg.backend_for("cpu")._mesh
+        deadline = time.monotonic() + 30
+        while 1 not in mesh._coll:  # rank 1's link, accepted and waiting for this rank's engine
+            assert time.monotonic() < deadline, "rank 1's collective link never came"
+            time.sleep(0.01)
+        buf = np.empty(3, dtype=np.float64)
+        w = dist.irecv(buf, src=1)  # rank 1 sends nothing: the loss must fail it
+        store.set("ctfix/die", "1")
+        try:
+            w.wait(timedelta(seconds=5))
+            got = "no error"
+        except dist.DistError as err:
+            got = (type(err).__name__, getattr(err, "failed_ranks", None))
+    elif rank == 2:
+        dist.all_to_all_single(out, inp, async_op=True)
+        store.wait(["ctfix/die"])
+        time.sleep(0.2)  # (rank 1's dial of rank 2 done too)
+        os.kill(os.getpid(), signal.SIGKILL)
+    else:
+        try:
+            dist.all_to_all_single(out, inp)
+            got = "no error"
+        except dist.DistError as err:
+            got = (type(err).__name__, getattr(err, "failed_ranks", None))
+    time.sleep(0.5)  # (a link dropped unannounced would be recorded as a loss by now)
+    failed = dist.get_failed_ranks()
+    try:
+        dist.shrink_group()
+    except ValueError as err:
+        return got, failed, f"refused: {err}"
+    y = np.full(4, float(rank + 1))
+    dist.all_reduce(y)
+    return got, failed, (dist.get_world_size(), float(y[0]))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_a_link_waiting_in_the_mesh_gets_the_lost_notice(engine):
+    # (tcp: a same-host group runs on the native engine otherwise, which opens no links)
+    res = run_ranks(_job, 3, timeout=90, may_die=[2], transport="tcp", env={"NDIST_ENGINE": engine})
+    assert res[0][0] == res[1][0] == ("DistRankFailureError", [2]), res
+    assert res[0][1:] == res[1][1:] == ([2], (2, 3.0)), res
