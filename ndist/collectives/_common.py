@@ -115,8 +115,9 @@ def _revoked_error(pg, exc: BaseException) -> BaseException:
     if isinstance(exc, DistNetworkError) and not isinstance(exc, DistRankFailureError):
         failure = pg.failure(exc)
         peer = getattr(exc, "rank", None)
+        verdict = pg.loss_verdict or world.await_loss
         if failure is None and peer in pg.ranks and peer != pg.ranks[pg.rank()] and \
-                world.await_loss(peer, _LOSS_GRACE_S, min(_LOSS_WAIT_S, pg.timeout.total_seconds())):
+                verdict(peer, _LOSS_GRACE_S, min(_LOSS_WAIT_S, pg.timeout.total_seconds())):
             # the op found the peer gone before the member watch told the group: its
             # verdict (died, or exited) is a moment away, and every loss is this error
             failure = pg.failure(exc)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ._errors import EXITED, LEFT, DistBackendError, DistMismatchError, DistRankFailureError
 from ._device import backend_device_index
@@ -157,6 +157,11 @@ class ProcessGroup:
         #: found here belongs to a live group this process is a member of.
         self.lanes: dict[str, Any] = {}
         self._lock = threading.Lock()
+        #: how an op that lost its connection to a global rank waits for the member watch's
+        #: verdict on it (``(global_rank, grace, timeout) -> bool``, as ``_World.await_loss``);
+        #: None: the job's watch (``init_process_group``'s). torch's groups have their own
+        #: watch (``ndist.torch._watch``), which sets this.
+        self.loss_verdict: Callable[[int, float, float], bool] | None = None
         self._destroyed = False
         self._claimed = False
         #: lost members: global rank -> (host, cause, detail); non-empty: the group is revoked

@@ -25,6 +25,7 @@ on it fails at once and comes to the shrink too, as on ndist's own API
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import weakref
@@ -101,6 +102,7 @@ def adopt(nd: NdistGroup, torch_ranks: Any, default: bool = False) -> None:
         if _job.watch is None or any(not 0 <= g < len(table) for g in nd.ranks):
             return  # (no watch: a one-process job, or another round's group)
         _job.groups[nd] = (table, _job.epoch)
+        nd.loss_verdict = functools.partial(_await_loss, weakref.ref(nd))
         if default:
             _job.default = weakref.ref(nd)
         lost = dict(_job.lost)
@@ -115,8 +117,19 @@ def adopt_shrunk(nd: NdistGroup, parent: NdistGroup) -> None:
             return
         table = got[0]
         _job.groups[nd] = (table, _job.epoch)
+        nd.loss_verdict = functools.partial(_await_loss, weakref.ref(nd))
         lost = dict(_job.lost)
     _tell_lost(nd, table, lost)
+
+
+def _await_loss(ref: "weakref.ref[NdistGroup]", global_rank: int, grace: float, timeout: float) -> bool:
+    """``ProcessGroup.loss_verdict`` of a registered group: its global rank mapped through
+    the group's table onto the job rank the watch knows (``MemberWatch.await_loss``)."""
+    nd, watch = ref(), _job.watch
+    got = _job.groups.get(nd) if nd is not None else None
+    if got is None or watch is None or not 0 <= global_rank < len(got[0]):
+        return False
+    return watch.await_loss(got[0][global_rank], grace, timeout)
 
 
 def job_ranks_of(nd: NdistGroup) -> list[int] | None:
