@@ -24,16 +24,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from netns_hosts import launch_nodes, make_hosts, ndist_env, outputs  # noqa: E402
+from netns_hosts import launch_nodes, make_hosts, ndist_env, outputs, wait_launchers  # noqa: E402
 
 _JOB = """
 import json, sys, time
@@ -82,19 +80,7 @@ def _run(hosts, args, algo: str, folder: Path) -> list:
     env = ndist_env(NDIST_ALGO=algo)
     procs = launch_nodes(hosts, args.per_host, [str(job), str(result), sizes, str(args.warmup), str(args.iters),
                                                 str(args.rounds)], env, folder)
-    deadline = time.monotonic() + args.timeout
-    codes = []
-    try:
-        for p in procs:
-            try:
-                codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                codes.append("timeout")
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(timeout=30)
+    codes = wait_launchers(procs, args.timeout, late="timeout")
     if codes != [0] * len(procs):
         errs = "\n".join(e[-2000:] for _, e in outputs(folder, len(procs)))
         raise SystemExit(f"NDIST_ALGO={algo}: launchers exited {codes}\n{errs}")

@@ -16,12 +16,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["Hosts", "make_hosts", "sh", "free_port_in", "launch_nodes", "ndist_env", "ROOT"]
+__all__ = ["Hosts", "make_hosts", "sh", "free_port_in", "launch_nodes", "wait_launchers", "ndist_env", "ROOT"]
 
 
 def sh(*args, check=True):
@@ -148,6 +149,25 @@ def launch_nodes(hosts: Hosts, nproc, argv: list[str], env: dict, logdir: Path,
         for f in logs:
             f.close()
     return procs
+
+
+def wait_launchers(procs: list, seconds: float, late: str = "hang") -> list:
+    """Wait for every launcher of ``launch_nodes`` within ``seconds`` in all; a launcher
+    still running then is killed and counted as ``late``. Returns the exit codes."""
+    deadline = time.monotonic() + seconds
+    codes = []
+    try:
+        for p in procs:
+            try:
+                codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                codes.append(late)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=30)
+    return codes
 
 
 def outputs(logdir: Path, count: int) -> list:

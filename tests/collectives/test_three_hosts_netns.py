@@ -13,12 +13,11 @@ import glob
 import json
 import subprocess
 import textwrap
-import time
 
 import pytest
 
 from ndist.runtime._shmfiles import job_prefix
-from netns_hosts import launch_nodes, make_hosts, ndist_env, outputs
+from netns_hosts import launch_nodes, make_hosts, ndist_env, outputs, wait_launchers
 
 HOSTS = 3
 
@@ -88,19 +87,7 @@ def _run_job(hosts, tmp_path, algo: str, per_host) -> dict:
     env = ndist_env(NDIST_ALGO=algo)
     secret = env["NDIST_SECRET"]
     procs = launch_nodes(hosts, per_host, [str(job), str(folder)], env, folder)
-    codes = []
-    try:
-        deadline = time.monotonic() + 150
-        for p in procs:
-            try:
-                codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                codes.append("hang")
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(timeout=30)
+    codes = wait_launchers(procs, 150)
     logs = outputs(folder, HOSTS)
     assert codes == [0] * HOSTS, (codes, [e[-3000:] for _, e in logs])
     res = {r: json.loads((folder / f"r{r}.json").read_text()) for r in range(sum(per_host))}

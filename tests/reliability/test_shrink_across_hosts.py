@@ -10,12 +10,10 @@ OK). Both launchers exit 0 (``--min-nproc 3``), and the node that lost the rank 
 Needs root, iproute2 and CAP_NET_ADMIN; skips otherwise (installs nothing)."""
 
 import re
-import subprocess
-import time
 
 import pytest
 
-from netns_hosts import ROOT, launch_nodes, make_hosts, ndist_env, outputs
+from netns_hosts import ROOT, launch_nodes, make_hosts, ndist_env, outputs, wait_launchers
 
 EXAMPLE = ROOT / "examples" / "elastic_training.py"
 
@@ -29,19 +27,7 @@ def test_survivors_on_both_hosts_shrink_and_match_the_replay(tmp_path, kill_rank
                              ndist_env(), tmp_path,
                              extra=("--rdzv-timeout", "30", "--term-timeout", "5",
                                     "--on-failure", "continue", "--min-nproc", "3"))
-        codes = []
-        deadline = time.monotonic() + 180
-        try:
-            for p in procs:
-                try:
-                    codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
-                except subprocess.TimeoutExpired:
-                    codes.append("hang")
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                p.wait(timeout=30)
+        codes = wait_launchers(procs, 180)
         outs = outputs(tmp_path, 2)
     text = "\n".join(o + e for o, e in outs)
     assert codes == [0, 0], (codes, [e[-3000:] for _, e in outs])
