@@ -31,8 +31,20 @@ a kind byte (``B`` goodbye, ``N`` notice), JSON, ``\n``.
 
 The mesh is made in two steps: ``publish`` (listen, write this process's address to the
 store) before the rendezvous' join, ``start`` (dial every lower rank, accept every
-higher one, on the watch thread) after it, so ``init_process_group`` waits for no
-connection. Rank ``i`` dials ranks ``j < i``: ``n - 1`` sockets per process.
+higher one) after it, so ``init_process_group`` waits for no connection. Rank ``i``
+dials ranks ``j < i``: ``n - 1`` sockets per process. No wait on one peer holds back the
+verdict on another: the watch thread only accepts and reads; the dials run on a few
+dial threads at once, and the probes (below) on probe threads.
+
+Until a higher rank has dialled, this rank **probes** its listener every
+``_PROBE_S``: a probe that is refused finds the peer gone. Every ``_IDENTIFY``-th probe
+also checks who listens there (the port of a process that died is free for any new
+listener to take, a group's data listener say): authenticated like a dial, then a probe
+hello that only the peer's own watch answers (``Y``, to its token). Another program,
+another job, or a listener of this job that does not answer finds the peer gone. A probe
+that times out before that point (a peer too busy to accept yet, its backlog full) is
+no verdict: it is tried again. A dial is tried again the same way: only a refusal, or a
+listener of another job or program, finds a lower rank gone.
 """
 
 from __future__ import annotations
@@ -52,7 +64,7 @@ import weakref
 from typing import Callable
 
 from . import _net
-from ._errors import DIED, EXITED, LEFT
+from ._errors import DIED, EXITED, LEFT, DistAuthenticationError
 
 __all__ = ["MemberWatch"]
 
@@ -60,12 +72,24 @@ log = logging.getLogger("ndist.runtime.watch")
 
 _HELLO = struct.Struct("!4sI16s")  # magic, the dialer's job rank, the listener's token
 _MAGIC = b"NDWH"
+_PROBE_MAGIC = b"NDWP"  # a probe's hello: the listener answers _PROBE_YES if the token is its own
+_PROBE_YES = b"Y"
 _BYE = b"B"
 _NOTICE = b"N"
 _EOL = b"\n"  # every message ends with it (JSON never holds a raw newline)
 _HANDSHAKE_S = 10.0
 #: how often the listeners of higher ranks that have not dialled yet are probed
 _PROBE_S = 0.25
+#: a probe's connect and its handshake: longer is a busy peer (no verdict, probed again)
+_PROBE_CONNECT_S = 1.0
+_PROBE_HANDSHAKE_S = 2.0
+#: after the handshake, the peer's watch answers a probe at once (its accept thread runs):
+#: no answer within this is another listener of the job on its port
+_PROBE_ANSWER_S = 5.0
+#: every this-many-th probe of a peer checks who listens (a handshake: more work than a connect)
+_IDENTIFY = 4
+#: at most this many dials (of lower ranks), and as many probes, at once
+_PARALLEL = 4
 
 #: the live watches of this process (the ``atexit`` goodbye and the fork hook use them)
 _live: "weakref.WeakSet[MemberWatch]" = weakref.WeakSet()
@@ -132,13 +156,17 @@ class MemberWatch:
         self._wake_r.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._closing = False
+        self._closed = threading.Event()  # set by ``close``: the dial and probe threads stop
+        self._probing: set[int] = set()  # the higher ranks a probe thread is probing now
+        self._probe_due: dict[int, float] = {}  # higher rank -> when it is probed next
+        self._probe_count: dict[int, int] = {}  # higher rank -> its probes so far
         self._bye: bytes | None = None  # the goodbye of ``close``
         self._thread: threading.Thread | None = None
         bind, advertised = _net.listen_address()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind((bind, 0))
-        self._listener.listen(max(16, size))
+        self._listener.listen(max(128, size))  # (probes and dials come in bursts at start)
         self._listener.setblocking(False)
         self._sel.register(self._listener, selectors.EVENT_READ, "accept")
         self.info = {"host": advertised, "port": self._listener.getsockname()[1], "hostname": socket.gethostname(),
@@ -153,10 +181,17 @@ class MemberWatch:
     def start(self) -> None:
         """After the join (every rank has published): read every member's address (one
         store round trip, here: the store may go with a lost member, the watch must
-        not need it), then dial the lower ranks and watch, on the watch thread."""
+        not need it), then watch (the watch thread), dial the lower ranks (the dial
+        threads) and probe the higher ones until they have dialled (the probe threads)."""
         self._load_peers()
         self._thread = threading.Thread(target=self._run, name=f"ndist-watch-{self.rank}", daemon=True)
         self._thread.start()
+        lower = list(range(self.rank))
+        for i in range(min(_PARALLEL, len(lower))):
+            threading.Thread(target=self._dialler, args=(lower,), name=f"ndist-watch-dial-{self.rank}.{i}",
+                             daemon=True).start()
+        for i in range(min(_PARALLEL, self.size - 1 - self.rank)):
+            threading.Thread(target=self._prober, name=f"ndist-watch-probe-{self.rank}.{i}", daemon=True).start()
 
     def host_of(self, rank: int) -> str:
         info = self.peers.get(rank)
@@ -165,13 +200,22 @@ class MemberWatch:
     # ------------------------------------------------------------ the thread
     def _run(self) -> None:
         try:
-            for peer in range(self.rank):
-                if self._closing:
-                    return
-                self._dial(peer)
             self._loop()
         except Exception:  # noqa: BLE001 - the watch must never take the process down
             log.warning("rank %d: the member watch stopped", self.rank, exc_info=True)
+
+    def _dialler(self, lower: list[int]) -> None:
+        """A dial thread: dials the lower ranks left in ``lower`` (shared by the dial
+        threads), one at a time, until none is left."""
+        try:
+            while not self._closing:
+                try:
+                    peer = lower.pop(0)  # (atomic under the GIL)
+                except IndexError:
+                    return
+                self._dial(peer)
+        except Exception:  # noqa: BLE001 - the watch must never take the process down
+            log.warning("rank %d: a member watch dial stopped", self.rank, exc_info=True)
 
     def _load_peers(self) -> None:
         ranks = [r for r in range(self.size) if r != self.rank]
@@ -180,22 +224,37 @@ class MemberWatch:
             self.peers[r] = json.loads(raw)
 
     def _dial(self, peer: int) -> None:
+        """Connect to the lower rank ``peer``'s watch. Gone only when its listener refuses
+        (nobody listens there any more) or what answers is not of this job (its port was
+        taken); a connection that times out or fails midway (a peer too busy to answer in
+        time) is tried again, so a loaded machine makes no false verdict."""
         info = self.peers[peer]
         what = f"rank {peer} ({self.host_of(peer)})"
-        try:
-            sock = socket.create_connection((info["host"], info["port"]), timeout=_HANDSHAKE_S)
-        except OSError as err:  # it published, then stopped listening: gone
-            self._gone(peer, None, f"its watch connection was refused ({err})")
+        pause = 0.05
+        while not self._closing:
+            try:
+                sock = socket.create_connection((info["host"], info["port"]), timeout=_HANDSHAKE_S)
+            except (socket.timeout, TimeoutError):
+                continue
+            except OSError as err:  # it published, then stopped listening: gone
+                self._gone(peer, None, f"its watch connection was refused ({err})")
+                return
+            try:
+                _net.client_handshake(sock, self.secret, timeout=_HANDSHAKE_S, what=what, rank=peer,
+                                      host=self.host_of(peer))
+                _net.send_all(sock, _HELLO.pack(_MAGIC, self.rank, bytes.fromhex(info["token"])))
+            except DistAuthenticationError as err:  # another program or job holds its port
+                sock.close()
+                self._gone(peer, None, f"its watch port is held by another listener ({err})")
+                return
+            except Exception as err:  # noqa: BLE001 - timed out, closed, reset: a fresh connect tells
+                sock.close()
+                log.debug("rank %d: the watch connection to %s failed (%s); trying again", self.rank, what, err)
+                self._closed.wait(pause)
+                pause = min(2 * pause, 1.0)
+                continue
+            self._adopt(peer, sock)  # (a listener of this job that is not its watch closes it: lost)
             return
-        try:
-            _net.client_handshake(sock, self.secret, timeout=_HANDSHAKE_S, what=what, rank=peer,
-                                  host=self.host_of(peer))
-            _net.send_all(sock, _HELLO.pack(_MAGIC, self.rank, bytes.fromhex(info["token"])))
-        except (OSError, Exception) as err:  # noqa: BLE001 - any failure here means the peer went away
-            sock.close()
-            self._gone(peer, None, f"its watch connection failed ({err})")
-            return
-        self._adopt(peer, sock)
 
     def _accept(self) -> None:
         while True:
@@ -217,6 +276,14 @@ class MemberWatch:
                                                                       time.monotonic() + _HANDSHAKE_S))
         except Exception as err:  # noqa: BLE001 - a stranger, or a peer that died meanwhile
             log.debug("rank %d: a watch connection was refused: %s", self.rank, err)
+            sock.close()
+            return
+        if magic == _PROBE_MAGIC:  # a lower rank asks whether this is its peer's watch
+            try:
+                if token == self.token and 0 <= peer < self.rank:
+                    sock.sendall(_PROBE_YES)
+            except OSError:
+                pass
             sock.close()
             return
         if magic != _MAGIC or token != self.token or not self.rank < peer < self.size:
@@ -251,29 +318,84 @@ class MemberWatch:
             old.close()
         self._wake_w.send(b"x")  # (the loop's select may not see the new socket yet)
 
-    def _probe(self) -> None:
-        """A higher rank dials this one; until it has, its listener is probed: one that
-        refuses is gone (it died or exited before its watch thread dialled)."""
-        with self._lock:
-            missing = [r for r in range(self.rank + 1, self.size) if r not in self._socks and r not in self.lost]
-        for peer in missing:
-            info = self.peers[peer]
-            try:
-                socket.create_connection((info["host"], info["port"]), timeout=_HANDSHAKE_S).close()
-            except OSError as err:
+    def _prober(self) -> None:
+        """A probe thread: until every higher rank has dialled (or is lost), probes the
+        listener of one whose probe is due, that no other probe thread probes now."""
+        try:
+            while not self._closing:
+                now = time.monotonic()
                 with self._lock:
-                    if peer in self._socks:  # (it connected meanwhile, then closed its listener)
-                        continue
-                self._gone(peer, None, f"its watch listener refused a connection ({err})")
+                    missing = [r for r in range(self.rank + 1, self.size)
+                               if r not in self._socks and r not in self.lost]
+                    if not missing:
+                        return
+                    free = [r for r in missing if r not in self._probing]
+                    peer = min(free, key=lambda r: self._probe_due.get(r, 0.0)) if free else None
+                    due = self._probe_due.get(peer, 0.0) if peer is not None else now + _PROBE_S
+                    if peer is not None and due <= now:
+                        self._probing.add(peer)
+                if peer is None or due > now:
+                    self._closed.wait(max(0.0, min(due - now, _PROBE_S)))
+                    continue
+                try:
+                    self._probe(peer)
+                finally:
+                    with self._lock:
+                        self._probing.discard(peer)
+                        self._probe_due[peer] = time.monotonic() + _PROBE_S
+        except Exception:  # noqa: BLE001 - the watch must never take the process down
+            log.warning("rank %d: a member watch probe stopped", self.rank, exc_info=True)
+
+    def _probe(self, peer: int) -> None:
+        """Probe the listener of ``peer`` (a higher rank that has not dialled yet): gone when
+        it refuses; no verdict when it is slow. Every ``_IDENTIFY``-th probe of a peer also
+        checks that what listens there is ``peer``'s watch (its port is free for another
+        listener to take once it died): a handshake and the peer's answer to its token."""
+        info = self.peers[peer]
+        try:
+            sock = socket.create_connection((info["host"], info["port"]), timeout=_PROBE_CONNECT_S)
+        except (socket.timeout, TimeoutError):
+            return  # a busy peer (its backlog full) or a slow network: probed again
+        except OSError as err:
+            self._probed_gone(peer, f"its watch listener refused a connection ({err})")
+            return
+        with self._lock:
+            count = self._probe_count[peer] = self._probe_count.get(peer, 0) + 1
+        try:
+            if count % _IDENTIFY == 0:
+                self._identify(peer, sock)
+        finally:
+            sock.close()
+
+    def _identify(self, peer: int, sock: socket.socket) -> None:
+        what = f"rank {peer} ({self.host_of(peer)})"
+        try:
+            _net.client_handshake(sock, self.secret, timeout=_PROBE_HANDSHAKE_S, what=what, rank=peer,
+                                  host=self.host_of(peer))
+        except DistAuthenticationError as err:
+            self._probed_gone(peer, f"its watch port is held by another listener ({err})")
+            return
+        except Exception as err:  # noqa: BLE001 - timed out, closed or reset mid-way: a fresh probe tells
+            log.debug("rank %d: a probe of %s failed midway: %s", self.rank, what, err)
+            return
+        try:  # a listener of this job that is not the peer's watch closes, or waits for more
+            sock.settimeout(_PROBE_ANSWER_S)
+            _net.send_all(sock, _HELLO.pack(_PROBE_MAGIC, self.rank, bytes.fromhex(self.peers[peer]["token"])))
+            answer = sock.recv(1)
+        except OSError:  # timed out, reset: a watch answers its probe at once, then closes
+            answer = b""
+        if answer != _PROBE_YES:
+            self._probed_gone(peer, "its watch port is held by another listener of this job (it did not answer "
+                                    f"as rank {peer}'s watch)")
+
+    def _probed_gone(self, peer: int, detail: str) -> None:
+        with self._lock:
+            if peer in self._socks:  # (it dialled meanwhile, then closed its listener)
+                return
+        self._gone(peer, None, detail)
 
     def _loop(self) -> None:
-        probe_at = time.monotonic() + _PROBE_S
         while not self._closing:
-            now = time.monotonic()
-            if now >= probe_at:
-                probe_at = now + _PROBE_S
-                if len(self._socks) + len(self.lost) < self.size - 1:
-                    self._probe()
             for key, _ev in self._sel.select(timeout=_PROBE_S):
                 if key.data == "accept":
                     self._accept()
@@ -428,6 +550,7 @@ class MemberWatch:
             if self._closing:
                 return
             self._closing = True
+            self._closed.set()
             self._bye = bye
             socks = list(self._socks.values())
             self._socks.clear()
