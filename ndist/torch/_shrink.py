@@ -89,6 +89,7 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
             count, excluded = agree_exclusion(nd, wanted, flags)
             keep = [r for r in range(nd.size()) if r not in excluded]
             kept_global = tuple(nd.ranks[r] for r in keep)
+            nd.note_kept(kept_global)  # (a member a connection failure made this rank think lost)
             store = PrefixStore(f"shrink{count}", nd.store)
             name = f"{name}:shrink{count}"
             lost = _lost(nd, kept_global)
@@ -116,16 +117,12 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
 
 
 def _lost(nd: NdistGroup, kept_global: tuple) -> dict:
-    """The members of ``kept_global`` that ``nd`` knows are lost: global rank -> (host, cause)."""
-    failure = nd.failure()
-    if failure is None:
-        return {}
-    found = {}
-    for grank, host, cause in zip(failure.failed_ranks, failure.hosts, failure.causes):
-        g = nd.ranks[grank]
-        if g in kept_global:
-            found[g] = (host, cause)
-    return found
+    """The members of ``kept_global`` whose process the member watch saw go (died during
+    the agreement): global rank -> (host, cause). Not one a connection failure made ``nd``
+    record lost: the agreement kept it, as it may be alive (``ProcessGroup.watched_losses``;
+    a group the watch does not cover: its own record)."""
+    watched = nd.watched_losses() if nd.watched_losses is not None else nd.lost_members()
+    return {g: (host, cause) for g, (host, cause, _detail) in watched.items() if g in kept_global}
 
 
 def _finalize_shrunk_group(original: Any, group_info: dict, excluded_ranks_set: set, new_backend: Any) -> Any:
