@@ -8,7 +8,8 @@ tests/reliability/test_shrink_keeps_suspected.py).
 Four ranks over TCP, the test hosts the store (``ndist://``): rank 0 resets its collective
 link to rank 1 (a connection failing by itself, as a middlebox's reset would), rank 1's next
 collective finds it closed and records rank 0 lost, then rank 3 dies. Every survivor calls
-``shrink_group([3])`` and must end in one group of three."""
+``shrink_group`` with ``[3]``, or with ``ndist.torch.get_failed_ranks()`` (the recipe in
+docs/torch.md), which must not name rank 0 on rank 1, and must end in one group of three."""
 
 import signal
 import sys
@@ -22,7 +23,7 @@ pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(180)]
 
 _JOB = """
-import os, signal, socket, time
+import os, signal, socket, sys, time
 from datetime import timedelta
 import torch
 import torch.distributed as dist
@@ -55,9 +56,10 @@ deadline = time.monotonic() + 30
 while 3 not in _watch._job.lost:  # (the watch saw rank 3 go)
     assert time.monotonic() < deadline, "rank 3's loss was never told"
     time.sleep(0.01)
-print(f"error {got} recorded {ndist.torch.get_failed_ranks()}".replace(", ", ","), flush=True)
+asked = [3] if sys.argv[1] == "3" else ndist.torch.get_failed_ranks()
+print(f"error {got} recorded {nd.failed_ranks()} asked {asked}".replace(", ", ","), flush=True)
 try:
-    dist.shrink_group([3])
+    dist.shrink_group(asked)
 except ValueError as err:
     print(f"refused: {err}", flush=True)
     raise SystemExit(3)
@@ -68,18 +70,20 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.parametrize("asked", ["3", "get_failed_ranks"])
 @pytest.mark.parametrize("engine", ["native", "python"])
-def test_a_member_suspected_lost_that_calls_torch_shrink_group_is_kept(tmp_path, engine):
+def test_a_member_suspected_lost_that_calls_torch_shrink_group_is_kept(tmp_path, engine, asked):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
     from rank_loss_jobs import run_job
 
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(_JOB))
     # (tcp: a same-host group runs on the native engine otherwise, which has no links to reset)
-    ended = run_job(str(script), 4, env={"NDIST_TRANSPORT": "tcp", "NDIST_ENGINE": engine}, timeout=120)
+    ended = run_job(str(script), 4, [asked], env={"NDIST_TRANSPORT": "tcp", "NDIST_ENGINE": engine}, timeout=120)
     assert ended[3].code == -signal.SIGKILL, [e.code for e in ended]
-    # rank 1 did take rank 0 for lost
-    assert "error DistRankFailureError:[0] recorded [0,3]" in ended[1].out, (ended[1].out + ended[1].err)[-4000:]
+    # rank 1 did take rank 0 for lost; get_failed_ranks names only the rank whose process ended
+    assert "error DistRankFailureError:[0] recorded [0,3] asked [3]" in ended[1].out, \
+        (ended[1].out + ended[1].err)[-4000:]
     for rank in (0, 1, 2):
         e = ended[rank]
         assert e.code == 0, (e.out + e.err)[-4000:]
