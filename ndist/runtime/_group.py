@@ -162,6 +162,12 @@ class ProcessGroup:
         #: None: the job's watch (``init_process_group``'s). torch's groups have their own
         #: watch (``ndist.torch._watch``), which sets this.
         self.loss_verdict: Callable[[int, float, float], bool] | None = None
+        #: the members whose process the member watch saw go (died, exited, left): global
+        #: rank -> (host, cause, detail), never a member a backend merely lost a connection
+        #: to (that one may be alive); what ``shrink_group``'s agreement counts as lost.
+        #: None: the job's watch (``_World.lost``); torch's groups have their own watch
+        #: (``ndist.torch._watch``), which sets this.
+        self.watched_losses: Callable[[], dict[int, tuple[str, str, str]]] | None = None
         self._destroyed = False
         self._claimed = False
         #: lost members: global rank -> (host, cause, detail); non-empty: the group is revoked

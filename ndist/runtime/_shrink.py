@@ -19,8 +19,9 @@ store: socket; see docs/errors.md for mpi and nccl). The steps:
    set, each survivor posts the ranks it knows are *lost* (its watch's record, and
    what the others posted as lost): a rank that posted and then died is alive to
    nobody once one survivor's watch saw it go, even before the others' watches did.
-   Both sets take only the member watch's losses (``_World.lost``), never a member a
-   backend merely lost a connection to: that one may be alive and call shrink_group.
+   Both sets take only the member watch's losses (``_World.lost``; a torch group's:
+   its own watch's, ``ProcessGroup.watched_losses``), never a member a backend merely
+   lost a connection to: that one may be alive and call shrink_group.
    Before it posts, a survivor shrinking the default group (it knows a lost member)
    revokes its other groups and tells every other process through the member watch
    (``_world._World.begin_default_shrink`` / ``peer_notice``): a survivor blocked in a
@@ -48,7 +49,8 @@ from ._registry import get_backend_spec
 from ._world import _world, resolve_group
 from .store import PrefixStore
 
-__all__ = ["shrink_group", "get_failed_ranks", "SHRINK_DEFAULT", "SHRINK_ABORT", "check_request", "agree_exclusion"]
+__all__ = ["shrink_group", "get_failed_ranks", "SHRINK_DEFAULT", "SHRINK_ABORT", "check_request", "agree_exclusion",
+           "watched_lost"]
 
 log = logging.getLogger("ndist.runtime.shrink")
 
@@ -161,8 +163,8 @@ def agree_exclusion(pg: ProcessGroup, wanted: set[int] | None, flags: int) -> tu
 def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
     store = PrefixStore(f"shrink/{count}", pg.store)
     me, n = pg.rank(), pg.size()
-    mine = set(wanted or ()) | _watched_lost(pg)
-    known_lost = _watched_lost(pg)  # lost for sure: by this process's member watch or another survivor's
+    mine = set(wanted or ()) | watched_lost(pg)
+    known_lost = watched_lost(pg)  # lost for sure: by this process's member watch or another survivor's
     posted: tuple | None = None
     heard: dict[int, set[int]] = {}
     deadline = time.monotonic() + pg.timeout.total_seconds()
@@ -171,7 +173,7 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
             decision = store.get("decision") if store.check(["decision"]) else None
             if decision is not None:
                 return _adopt(pg, json.loads(decision), me)
-            watched = _watched_lost(pg)
+            watched = watched_lost(pg)
             mine |= watched
             known_lost |= watched
             if (mine, known_lost) != posted:
@@ -191,7 +193,7 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
                 continue
             # (a lost rank may have posted before it went; it is lost when any survivor knows
             # it is, not only when this rank's own watch has told it yet)
-            lost = known_lost | _watched_lost(pg)
+            lost = known_lost | watched_lost(pg)
             # this rank too: it is alive and calls shrink_group, if another survivor's set holds it
             alive_excluded = sorted(r for r in mine if (r in heard or r == me) and r not in lost)
             # an excluded rank not known lost is alive: wait until it is gone (an excluded
@@ -220,16 +222,19 @@ def _agree(pg: ProcessGroup, count: int, wanted: set[int] | None) -> set[int]:
             "init_process_group a store that no rank hosts") from err
 
 
-def _watched_lost(pg: ProcessGroup) -> set[int]:
+def watched_lost(pg: ProcessGroup) -> set[int]:
     """The group ranks of ``pg``'s members whose process the member watch saw go (died,
-    exited, left: ``_World.lost``). Not the group's own record: a backend that lost a
+    exited, left: ``_World.lost``, or for a torch group its own watch's record,
+    ``ProcessGroup.watched_losses``). Not the group's own record: a backend that lost a
     connection records the member as lost too (``lost``), and that member may be alive
     and call shrink_group (its watch then tells nothing); the survivors must keep it.
-    A group no member watch covers (not one of ``init_process_group``'s groups: the
-    torch backend's, ``ndist.torch``) has only its own record."""
+    A group no member watch covers (neither one of ``init_process_group``'s groups nor a
+    torch group the torch watch registered) has only its own record."""
+    index = {g: r for r, g in enumerate(pg.ranks)}
+    if pg.watched_losses is not None:
+        return {index[g] for g in pg.watched_losses() if g in index}
     if _world.watch is None or _world.groups.get(pg.group_name) is not pg:
         return set(pg.failed_ranks())
-    index = {g: r for r, g in enumerate(pg.ranks)}
     return {index[g] for g in list(_world.lost) if g in index}
 
 

@@ -52,6 +52,10 @@ log = logging.getLogger("ndist.torch.shrink")
 
 #: ndist engines whose groups can be rebuilt from the group's store alone
 _SHRINKABLE_ENGINES = ("socket",)
+#: ``get_failed_ranks``: how long a member the group recorded lost, not (yet) told of by the
+#: watch, is given for the watch's verdict: while its watch connection stays open (alive),
+#: and in all (the values an op's error uses, ``collectives/_common.py``)
+_VERDICT_GRACE_S, _VERDICT_WAIT_S = 0.2, 1.0
 
 
 def supports_shrinking(pg: Any) -> bool:
@@ -89,6 +93,7 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
             count, excluded = agree_exclusion(nd, wanted, flags)
             keep = [r for r in range(nd.size()) if r not in excluded]
             kept_global = tuple(nd.ranks[r] for r in keep)
+            nd.note_kept(kept_global)  # (a member a connection failure made this rank think lost)
             store = PrefixStore(f"shrink{count}", nd.store)
             name = f"{name}:shrink{count}"
             lost = _lost(nd, kept_global)
@@ -116,16 +121,12 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
 
 
 def _lost(nd: NdistGroup, kept_global: tuple) -> dict:
-    """The members of ``kept_global`` that ``nd`` knows are lost: global rank -> (host, cause)."""
-    failure = nd.failure()
-    if failure is None:
-        return {}
-    found = {}
-    for grank, host, cause in zip(failure.failed_ranks, failure.hosts, failure.causes):
-        g = nd.ranks[grank]
-        if g in kept_global:
-            found[g] = (host, cause)
-    return found
+    """The members of ``kept_global`` whose process the member watch saw go (died during
+    the agreement): global rank -> (host, cause). Not one a connection failure made ``nd``
+    record lost: the agreement kept it, as it may be alive (``ProcessGroup.watched_losses``;
+    a group the watch does not cover: its own record)."""
+    watched = nd.watched_losses() if nd.watched_losses is not None else nd.lost_members()
+    return {g: (host, cause) for g, (host, cause, _detail) in watched.items() if g in kept_global}
 
 
 def _finalize_shrunk_group(original: Any, group_info: dict, excluded_ranks_set: set, new_backend: Any) -> Any:
@@ -170,11 +171,24 @@ def install() -> None:
 
 def get_failed_ranks(group: Any = None) -> list[int]:
     """The ranks (in ``group``, a torch group on backend ``"ndist"``; None: the default
-    group) of the members it knows are lost, sorted; ``[]`` while it knows of none. What
-    a survivor passes to ``torch.distributed.shrink_group``."""
+    group) of the members whose process the job's member watch saw end, sorted; ``[]``
+    while it knows of none. What a survivor passes to ``torch.distributed.shrink_group``.
+
+    Not a member the group recorded lost only because a connection to it failed (a link
+    reset): it may be alive and call ``shrink_group`` too, and the agreement refuses to
+    exclude it. A member recorded lost that the watch has not told of yet is given the
+    watch's verdict first (``ProcessGroup.loss_verdict``, as an op's error does): at once
+    when its process ended, 0.2 s while its watch connection stays open (alive)."""
     pg = group if group is not None else c10d._get_default_group()
     nd = getattr(pg, "ndist_group", None)
     if nd is None:
         raise TypeError(f"group: expected a torch process group on backend 'ndist' (or None: the default group), "
                         f"got {pg!r}")
-    return nd.failed_ranks()
+    if nd.watched_losses is None or nd.loss_verdict is None:  # (no watch covers it: its own record)
+        return nd.failed_ranks()
+    watched = nd.watched_losses()
+    for g in nd.lost_members():
+        if g not in watched and nd.loss_verdict(g, _VERDICT_GRACE_S, min(_VERDICT_WAIT_S,
+                                                                         nd.timeout.total_seconds())):
+            watched = nd.watched_losses()
+    return sorted(nd.group_rank(g) for g in watched if g in nd.ranks)

@@ -13,7 +13,10 @@ renumbers torch's global ranks; a shrunk group keeps its parent's numbering), so
 group under a torch group (``ProcessGroupNdist.ndist_group``) is registered here with its
 *table*: global rank of its numbering -> job rank (``adopt``, ``adopt_shrunk``). A loss the
 watch tells (by job rank) reaches every registered group with that process as a member
-(``ProcessGroup.note_loss``), and a group made after a loss is told at birth.
+(``ProcessGroup.note_loss``), and a group made after a loss is told at birth. The watch's
+record, not the group's (which also holds members a backend merely lost a connection to),
+is what a registered group's ``shrink_group`` agreement counts as lost
+(``ProcessGroup.watched_losses``), as on ndist's own API.
 
 Shrinking the default group (``torch.distributed.shrink_group``, ``_shrink.shrink``), a
 survivor that knows a lost member first revokes its other groups and tells every process
@@ -103,6 +106,7 @@ def adopt(nd: NdistGroup, torch_ranks: Any, default: bool = False) -> None:
             return  # (no watch: a one-process job, or another round's group)
         _job.groups[nd] = (table, _job.epoch)
         nd.loss_verdict = functools.partial(_await_loss, weakref.ref(nd))
+        nd.watched_losses = functools.partial(_watched_losses, weakref.ref(nd))
         if default:
             _job.default = weakref.ref(nd)
         lost = dict(_job.lost)
@@ -118,6 +122,7 @@ def adopt_shrunk(nd: NdistGroup, parent: NdistGroup) -> None:
         table = got[0]
         _job.groups[nd] = (table, _job.epoch)
         nd.loss_verdict = functools.partial(_await_loss, weakref.ref(nd))
+        nd.watched_losses = functools.partial(_watched_losses, weakref.ref(nd))
         lost = dict(_job.lost)
     _tell_lost(nd, table, lost)
 
@@ -130,6 +135,23 @@ def _await_loss(ref: "weakref.ref[NdistGroup]", global_rank: int, grace: float, 
     if got is None or watch is None or not 0 <= global_rank < len(got[0]):
         return False
     return watch.await_loss(got[0][global_rank], grace, timeout)
+
+
+def _watched_losses(ref: "weakref.ref[NdistGroup]") -> dict[int, tuple[str, str, str]]:
+    """``ProcessGroup.watched_losses`` of a registered group: its members whose process
+    the watch lost (``_job.lost``, by job rank), by global rank of the group's numbering;
+    never a member only a connection failure made the group record lost (it may be alive).
+    A group no longer registered (another round's) has only its own record."""
+    nd = ref()
+    if nd is None:
+        return {}
+    with _job.lock:
+        got = _job.groups.get(nd)
+        lost = dict(_job.lost)
+    if got is None:
+        return nd.lost_members()
+    table = got[0]
+    return {g: lost[table[g]] for g in nd.ranks if 0 <= g < len(table) and table[g] in lost}
 
 
 def job_ranks_of(nd: NdistGroup) -> list[int] | None:
