@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -392,7 +393,12 @@ def main(argv=None) -> int:
     return run_compare(args) if compare else run_algos(args)
 
 
+def _terminated(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # unwinds: the ranks are killed, the namespaces removed
+
+
 if __name__ == "__main__":
     if os.geteuid() != 0:
         raise SystemExit("multihost: needs root (network namespaces, tc)")
+    signal.signal(signal.SIGTERM, _terminated)
     sys.exit(main())

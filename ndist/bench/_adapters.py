@@ -519,7 +519,7 @@ def library_versions(lib: str) -> dict:
     if lib.startswith("torch") or lib == "deepspeed":
         import torch
 
-        out["torch"] = torch.__version__
+        out["torch"] = str(torch.__version__)  # a plain str: unpickling a TorchVersion imports torch
     if lib == "deepspeed":
         import deepspeed
 
