@@ -4,7 +4,8 @@ Two hosts are joined by one veth pair (10.77.0.1/24 and 10.77.0.2/24); more
 hosts each get a veth pair whose other end sits on a bridge in one more
 namespace (the "switch"), addresses 10.77.0.1, .2, ... Nothing touches the
 machine's own namespace, and every name carries a random tag, so runs at the
-same time do not meet. Needs root, iproute2 and CAP_NET_ADMIN: ``make_hosts``
+same time do not meet. ``make_hosts`` returns once every link is up
+(``Hosts.wait_up``). Needs root, iproute2 and CAP_NET_ADMIN: ``make_hosts``
 calls ``skip`` otherwise. Used by the multi-host tests and by
 ``benchmarks/multihost.py``.
 """
@@ -12,6 +13,7 @@ calls ``skip`` otherwise. Used by the multi-host tests and by
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -22,7 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["Hosts", "make_hosts", "sh", "free_port_in", "launch_nodes", "wait_launchers", "ndist_env", "ROOT"]
+__all__ = ["Hosts", "make_hosts", "sh", "free_port_in", "node_commands", "launch_nodes", "wait_launchers", "ndist_env",
+           "ROOT"]
 
 
 def sh(*args, check=True):
@@ -38,6 +41,33 @@ class Hosts:
         self.veth: list[str] = []
         self.addr: list[str] = []
         self.switch: str | None = None
+        self.ports: list[str] = []  # the switch's end of each host's link (3 hosts or more)
+
+    def _link(self, ns: str, dev: str, *opts: str) -> dict:
+        return json.loads(sh("ip", "-j", *opts, "-n", ns, "link", "show", "dev", dev).stdout)[0]
+
+    def wait_up(self, timeout: float = 10.0) -> None:
+        """Wait until every host's interface is up with its carrier (``operstate`` UP: both
+        ends of its veth are up) and, with a switch, every bridge port forwards.
+        ``RuntimeError`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            down = [f"{ns}/{dev}: {st}" for ns, dev in zip(self.ns, self.veth)
+                    if (st := self._link(ns, dev).get("operstate")) != "UP"]
+            for port in self.ports:
+                info = self._link(self.switch, port, "-d").get("linkinfo", {}).get("info_slave_data", {})
+                if info.get("state") != "forwarding":
+                    down.append(f"{self.switch}/{port}: bridge port {info.get('state')}")
+            if not down:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"links not up within {timeout} s: {', '.join(down)}")
+            time.sleep(0.05)
+
+    def link_bytes(self) -> int:
+        """Bytes the hosts' interfaces sent so far, all hosts together (every byte
+        between hosts leaves through one of them)."""
+        return sum(self._link(ns, dev, "-s")["stats64"]["tx"]["bytes"] for ns, dev in zip(self.ns, self.veth))
 
     def shape(self, delay: str | None, rate: str | None) -> str:
         """Delay and rate limit on every host's interface (egress): ``tc netem`` where the
@@ -108,10 +138,12 @@ def make_hosts(count: int, skip):
                 sh("ip", "-n", hosts.switch, "link", "set", port, "master", br)
                 sh("ip", "-n", hosts.switch, "link", "set", port, "up")
                 hosts.veth.append(dev)
+                hosts.ports.append(port)
         for ns, dev, addr in zip(hosts.ns, hosts.veth, hosts.addr):
             sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
             sh("ip", "-n", ns, "link", "set", dev, "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
+        hosts.wait_up()
         yield hosts
     finally:
         _kill_and_delete(made)
@@ -132,18 +164,30 @@ def ndist_env(**extra) -> dict:
     return env
 
 
-def launch_nodes(hosts: Hosts, nproc, argv: list[str], env: dict, logdir: Path,
-                 extra: tuple = ("--rdzv-timeout", "30", "--term-timeout", "5")) -> list:
-    """``ndistrun --nnodes H`` in every namespace (node i in ``hosts.ns[i]``, with
-    ``nproc`` ranks, or ``nproc[i]``), output in ``logdir/node<i>.out|err`` (files,
-    not pipes: nobody reads a pipe while we wait)."""
+_LAUNCH_EXTRA = ("--rdzv-timeout", "30", "--term-timeout", "5")
+
+
+def node_commands(hosts: Hosts, nproc, argv: list[str], extra: tuple = _LAUNCH_EXTRA,
+                  node_env: list | None = None) -> list[list[str]]:
+    """The command of ``ndistrun --nnodes H`` for every namespace: node i in
+    ``hosts.ns[i]`` with ``nproc`` ranks (or ``nproc[i]``), the store on a free port of
+    node 0; ``node_env[i]``: variables for node i alone (``env`` inside the namespace)."""
     port = free_port_in(hosts.ns[0], hosts.addr[0])
     counts = [nproc] * len(hosts.ns) if isinstance(nproc, int) else list(nproc)
-    procs = []
+    cmds = []
     for node, ns in enumerate(hosts.ns):
-        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "ndist.launch", "--nnodes", str(len(hosts.ns)),
-               "--node-rank", str(node), "--nproc-per-node", str(counts[node]), "--master-addr", hosts.addr[0],
-               "--master-port", str(port), *extra, *argv]
+        own = [f"{k}={v}" for k, v in (node_env[node] if node_env else {}).items()]
+        cmds.append(["ip", "netns", "exec", ns, *(["env", *own] if own else []), sys.executable, "-m", "ndist.launch",
+                     "--nnodes", str(len(hosts.ns)), "--node-rank", str(node), "--nproc-per-node", str(counts[node]),
+                     "--master-addr", hosts.addr[0], "--master-port", str(port), *extra, *argv])
+    return cmds
+
+
+def launch_nodes(hosts: Hosts, nproc, argv: list[str], env: dict, logdir: Path, extra: tuple = _LAUNCH_EXTRA) -> list:
+    """``ndistrun --nnodes H`` in every namespace (``node_commands``), output in
+    ``logdir/node<i>.out|err`` (files, not pipes: nobody reads a pipe while we wait)."""
+    procs = []
+    for node, (ns, cmd) in enumerate(zip(hosts.ns, node_commands(hosts, nproc, argv, extra))):
         logs = (open(logdir / f"node{node}.out", "w"), open(logdir / f"node{node}.err", "w"))
         procs.append(subprocess.Popen(cmd, env=dict(env, NDIST_TEST_NODE=ns), stdout=logs[0], stderr=logs[1]))
         for f in logs:

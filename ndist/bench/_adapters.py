@@ -23,10 +23,19 @@ import os
 
 import numpy as np
 
-__all__ = ["Adapter", "Mpi4pyAdapter", "TorchAdapter", "NdistAdapter", "DeepSpeedAdapter", "adapter_class",
-           "make_adapter", "library_versions", "not_offered"]
+__all__ = ["STORE_HOST_ENV", "store_host", "Adapter", "Mpi4pyAdapter", "TorchAdapter", "NdistAdapter",
+           "DeepSpeedAdapter", "adapter_class", "make_adapter", "library_versions", "not_offered"]
 
 log = logging.getLogger("ndist.bench")
+
+# Where rank 0 hosts the store of torch's and ndist's groups and the others reach it: 127.0.0.1
+# unless this variable names rank 0's address (ranks on several hosts: benchmarks/multihost.py).
+STORE_HOST_ENV = "NDIST_BENCH_STORE_HOST"
+
+
+def store_host() -> str:
+    """The address of rank 0's store (``NDIST_BENCH_STORE_HOST``, default 127.0.0.1)."""
+    return os.environ.get(STORE_HOST_ENV) or "127.0.0.1"
 
 
 class Adapter:
@@ -192,16 +201,17 @@ class Mpi4pyAdapter(Adapter):
 
 def _start_torch_group(dist, rank, size, rendezvous, timeout, backend):
     """``dist.init_process_group(backend)`` on a TCPStore that rank 0 hosts on a free port
-    and publishes through ``rendezvous``."""
+    (at ``store_host()``) and publishes through ``rendezvous``."""
     import datetime
 
     td = datetime.timedelta(seconds=timeout)
+    host = store_host()
     if rank == 0:
-        store = dist.TCPStore("127.0.0.1", 0, size, True, timeout=td, wait_for_workers=False)
+        store = dist.TCPStore(host, 0, size, True, timeout=td, wait_for_workers=False)
         rendezvous(store.port)
     else:
         port = rendezvous(None)
-        store = dist.TCPStore("127.0.0.1", port, size, False, timeout=td)
+        store = dist.TCPStore(host, port, size, False, timeout=td)
     dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=td)
 
 
@@ -314,12 +324,13 @@ class NdistAdapter(_DistApiAdapter):
         if backend == "mpi":
             dist.init_process_group("mpi", timeout=td)
         else:
+            host = store_host()
             if rank == 0:
-                store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, timeout=td, wait_for_workers=False)
+                store = dist.TCPStore(host, 0, size, is_master=True, timeout=td, wait_for_workers=False)
                 rendezvous(store.port)
             else:
                 port = rendezvous(None)
-                store = dist.TCPStore("127.0.0.1", port, size, is_master=False, timeout=td)
+                store = dist.TCPStore(host, port, size, is_master=False, timeout=td)
             dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=td)
         if dist.get_rank() != rank or dist.get_world_size() != size:
             raise RuntimeError(
@@ -508,7 +519,7 @@ def library_versions(lib: str) -> dict:
     if lib.startswith("torch") or lib == "deepspeed":
         import torch
 
-        out["torch"] = torch.__version__
+        out["torch"] = str(torch.__version__)  # a plain str: unpickling a TorchVersion imports torch
     if lib == "deepspeed":
         import deepspeed
 

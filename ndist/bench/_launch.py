@@ -5,6 +5,11 @@ next to the interpreter or on PATH); torch, deepspeed and ndist's ``socket``
 backend run as N plain processes. Every rank connects back to a listener on 127.0.0.1
 (port 0) and proves the per-run key (``multiprocessing.connection``'s HMAC
 challenge, both ways) before anything is unpickled.
+
+A caller that places the ranks elsewhere (``benchmarks/multihost.py``: network
+namespaces as hosts) gives ``RankGroup`` the commands that start them and a Unix
+socket to listen on instead (a path reaches across network namespaces; 127.0.0.1
+does not).
 """
 
 from __future__ import annotations
@@ -114,17 +119,26 @@ def _child_env(authkey: bytes, timeout: float, extra: dict | None = None) -> dic
 
 
 class RankGroup:
-    """The ``nproc`` ranks of one library, started once and reused for every size."""
+    """The ``nproc`` ranks of one library, started once and reused for every size.
 
-    def __init__(self, lib: str, nproc: int, timeout: float = 300.0):
+    ``commands(address)``: the commands that start the ranks, given the address they
+    connect back to (default: ``mpiexec -n nproc`` for the MPI libraries, else one
+    process per rank, all on this machine). A rank that gets ``env`` for its rank learns
+    it from its launcher's variables (``PMI_RANK``, ``RANK``, ...). ``listen``: a path
+    for a Unix socket to listen on, instead of a TCP port on 127.0.0.1."""
+
+    def __init__(self, lib: str, nproc: int, timeout: float = 300.0, *, commands=None, listen: str | None = None):
         self.lib, self.nproc, self.timeout = lib, nproc, timeout
+        self._custom_commands = commands
+        self._listen_path = listen
         self.procs: list[subprocess.Popen] = []
         self.conns: dict[int, Connection] = {}
         self.ranks: dict[int, dict] = {}  # rank -> {"pid", "host"}
         self.versions: dict = {}
         self._segments: set = set()  # MPICH's segments before start (``kill``)
         self.command: list[str] = []
-        self.tag = ""  # unique to this group while it starts: the listener's port (``Adapter.environment``)
+        # names this group while it starts (``Adapter.environment``): the listener's port, or a random number
+        self.tag = ""
         self._adapter = adapter_class(lib) or Adapter
         self._log = tempfile.TemporaryFile(mode="w+b")
 
@@ -136,20 +150,36 @@ class RankGroup:
             mpiexec = find_mpiexec()
             if mpiexec is None:
                 raise BenchError(f"{self.lib}: mpiexec not found next to {sys.executable} or on PATH (pip install mpich)")
-            return [[mpiexec, "-n", str(self.nproc), *mod, "mpi", str(self.nproc), address]]
+            return [[mpiexec, "-n", str(self.nproc), *mod, "env", str(self.nproc), address]]
         return [[*mod, str(r), str(self.nproc), address] for r in range(self.nproc)]
+
+    def _listener(self) -> tuple[socket.socket, str, str]:
+        """``(socket, address the ranks dial, tag)``: a TCP port on 127.0.0.1, or the Unix socket ``listen``."""
+        if self._listen_path is None:
+            lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                lsock.bind(("127.0.0.1", 0))
+            except BaseException:
+                lsock.close()
+                raise
+            port = lsock.getsockname()[1]
+            return lsock, f"127.0.0.1:{port}", str(port)
+        lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            lsock.bind(self._listen_path)
+        except BaseException:
+            lsock.close()
+            raise
+        return lsock, self._listen_path, str(1024 + secrets.randbelow(60000))
 
     def start(self) -> "RankGroup":
         self._segments = mpich_segments()  # (what a killed MPI job leaves is removed: ``kill``)
         authkey = secrets.token_bytes(32)
-        lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lsock, address, self.tag = self._listener()
         try:
-            lsock.bind(("127.0.0.1", 0))
             lsock.listen(self.nproc)
-            address = f"127.0.0.1:{lsock.getsockname()[1]}"
-            self.tag = str(lsock.getsockname()[1])
             env = _child_env(authkey, self.timeout, self._adapter.environment(self.nproc, self.tag))
-            cmds = self._commands(address)
+            cmds = (self._custom_commands or self._commands)(address)
             self.command = cmds[0]
             for cmd in cmds:
                 self.procs.append(subprocess.Popen(
@@ -190,6 +220,11 @@ class RankGroup:
             raise
         finally:
             lsock.close()
+            if self._listen_path is not None:
+                try:
+                    os.unlink(self._listen_path)
+                except FileNotFoundError:
+                    pass
         return self
 
     def _await_ready(self, deadline: float) -> None:

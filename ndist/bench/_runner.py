@@ -91,8 +91,10 @@ def _supported(lib: str, dtype: str) -> str | None:
     return None
 
 
-def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
-    """Run every op of ``cfg`` over its sizes through every library; rows in order."""
+def run_bench(cfg: BenchConfig, progress=None, start=None) -> RunResult:
+    """Run every op of ``cfg`` over its sizes through every library; rows in order.
+    ``start(lib)``: a started ``RankGroup`` of ``cfg.nproc`` ranks running ``lib`` (default:
+    on this machine); ``benchmarks/multihost.py`` places them on several hosts."""
     libs = list(cfg.libraries)
     check_available(libs)
     for lib in libs:
@@ -114,7 +116,8 @@ def run_bench(cfg: BenchConfig, progress=None) -> RunResult:
     try:
         for lib in libs:
             if len(absent.get(lib, ())) < len(cfg.ops):  # nothing to run: not started
-                groups[lib] = RankGroup(lib, cfg.nproc, cfg.timeout).start()
+                groups[lib] = (start(lib) if start is not None
+                               else RankGroup(lib, cfg.nproc, cfg.timeout).start())
         step = 0
         for op in cfg.ops:
             spec = OPS[op]

@@ -1,4 +1,7 @@
-"""One benchmark rank: ``python -m ndist.bench._worker LIB RANK SIZE HOST:PORT``.
+"""One benchmark rank: ``python -m ndist.bench._worker LIB RANK|env SIZE HOST:PORT|PATH``.
+
+``env`` for the rank: the rank its launcher gave it (``PMI_RANK`` under mpiexec,
+``RANK`` under ndistrun or torchrun). A ``PATH`` (with a ``/``) is a Unix socket.
 
 The rank connects back to the launcher (``multiprocessing.connection`` with the
 HMAC challenge on the key in ``NDIST_BENCH_AUTHKEY``), starts its library
@@ -59,7 +62,7 @@ def run_case(adapter, rank: int, nranks: int, req: dict) -> dict:
     return {"seconds": seconds, "wrong": wrong, "count": lay.count, "size": lay.size}
 
 
-def serve(lib: str, rank: int, nranks: int, address: tuple[str, int], authkey: bytes) -> int:
+def serve(lib: str, rank: int, nranks: int, address: tuple[str, int] | str, authkey: bytes) -> int:
     conn = Client(address, authkey=authkey)
     try:
         conn.send({"kind": "hello", "rank": rank, "pid": os.getpid(), "host": socket.gethostname()})
@@ -91,27 +94,35 @@ def serve(lib: str, rank: int, nranks: int, address: tuple[str, int], authkey: b
         conn.close()
 
 
-def _rank_from_env(default: int) -> int:
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+def _rank_from_env() -> int | None:
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK"):
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
-    return default
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 4:
-        sys.stderr.write("usage: python -m ndist.bench._worker LIB RANK|mpi SIZE HOST:PORT\n")
+        sys.stderr.write("usage: python -m ndist.bench._worker LIB RANK|env SIZE HOST:PORT|PATH\n")
         return 2
     lib, rank_s, size_s, addr = argv
-    rank = _rank_from_env(0) if rank_s == "mpi" else int(rank_s)
-    host, _, port = addr.rpartition(":")
+    rank = _rank_from_env() if rank_s in ("env", "mpi") else int(rank_s)
+    if rank is None:
+        sys.stderr.write("ndist.bench._worker: rank 'env', but none of PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, "
+                         "RANK is set\n")
+        return 2
+    if "/" in addr:
+        address = addr  # a Unix socket
+    else:
+        host, _, port = addr.rpartition(":")
+        address = (host, int(port))
     key = bytes.fromhex(os.environ.get(AUTHKEY_ENV, ""))
     if not key:
         sys.stderr.write(f"ndist.bench._worker: {AUTHKEY_ENV} is not set\n")
         return 2
     np.seterr(all="ignore")  # repeated in-place reductions overflow; only the check counts
-    return serve(lib, rank, int(size_s), (host, int(port)), key)
+    return serve(lib, rank, int(size_s), address, key)
 
 
 if __name__ == "__main__":

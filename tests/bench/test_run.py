@@ -261,3 +261,38 @@ def test_rounds_combine_by_stat(stat):
         assert len(r.samples_us) == 3
         want = min(r.samples_us) if stat == "min" else statistics.median(r.samples_us)
         assert r.time_us == pytest.approx(want)
+
+
+@pytest.mark.timeout(60)
+def test_ranks_placed_by_the_caller_reach_a_unix_socket(tmp_path):
+    """``RankGroup(commands=..., listen=PATH)``: the caller's commands start the ranks,
+    each learns its rank from ``RANK`` (``env``), and they connect back over the Unix
+    socket (as ranks in other network namespaces do, benchmarks/multihost.py); the path
+    is gone once they are up."""
+    sock = tmp_path / "g.sock"
+    seen = []
+
+    def commands(address):
+        seen.append(address)
+        return [["env", f"RANK={r}", sys.executable, "-m", "ndist.bench._worker", "ndist[socket]", "env", "2", address]
+                for r in (1, 0)]
+
+    g = RankGroup("ndist[socket]", 2, timeout=60, commands=commands, listen=str(sock)).start()
+    try:
+        assert seen == [str(sock)] and not sock.exists()
+        assert sorted(g.ranks) == [0, 1] and g.command[:2] == ["env", "RANK=1"]
+        res = g.run({"op": "all_reduce", "nbytes": 64, "dtype": "float32", "redop": "sum", "root": 0,
+                     "iters": 1, "warmup": 0, "check": 1})
+        assert [r["wrong"] for r in res] == [0, 0]
+    finally:
+        g.stop()
+    assert all(p.poll() == 0 for p in g.procs)
+
+
+@pytest.mark.timeout(30)
+def test_worker_rank_env_needs_a_launcher_variable():
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK")}
+    env["NDIST_BENCH_AUTHKEY"] = "00" * 32
+    r = subprocess.run([sys.executable, "-m", "ndist.bench._worker", "ndist[socket]", "env", "2", "/nonexistent/s"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "none of PMI_RANK" in r.stderr
