@@ -365,11 +365,6 @@ class ProcessGroup:
             known.setdefault(outside[0], outside[1:4])
         return known
 
-    def _revoked_error(self) -> DistRankFailureError | None:
-        """``BackendContext.revoked``: the error every operation raises once the group is
-        revoked, else None (any thread)."""
-        return self.failure() if self._revoked else None
-
     def require_healthy(self) -> None:
         """Raise the group's ``DistRankFailureError`` if it is revoked."""
         if self._revoked:
@@ -477,7 +472,6 @@ class ProcessGroup:
             device_index=backend_device_index(self.device_id) if dev == "cuda" else None,
             report_loss=self._backend_lost,
             numbering=self.numbering,
-            revoked=self._revoked_error,
         )
         log.info("creating %s backend for %s in group %r (rank %d of %d)", name, dev, self.group_name, self._rank, len(self.ranks))
         return spec.create(ctx)

@@ -38,10 +38,7 @@ class BackendContext:
     on the group fails at once (``ProcessGroup.note_loss``). ``numbering`` names the
     global ranks' numbering: it changes when the default group is shrunk (global
     rank 2 is then another process), so process-wide records keyed by global rank
-    must include it. ``revoked()``: the group's ``DistRankFailureError`` once it is
-    revoked (``ProcessGroup.revoke_for`` / ``note_loss``), else None; a wait of the
-    backend on its peers that the group's hooks may not reach (a wrapper that does not
-    pass them on) looks at it, and ends with that error.
+    must include it.
     """
 
     store: Any
@@ -55,7 +52,6 @@ class BackendContext:
     device_index: int | None = None
     report_loss: Callable[[int, Any, str], None] | None = None
     numbering: str = ""
-    revoked: Callable[[], BaseException | None] | None = None
 
 
 Factory = Callable[[BackendContext], Any]

@@ -1,17 +1,16 @@
-"""A group's link set-up that waits for a peer's address ends when the group is revoked
-(issue 29; continue kill trial seed 40000): it raises the group's ``DistRankFailureError``
-naming the lost process, not ``DistTimeoutError`` after the group timeout.
+"""A group's link set-up that waits for a peer's address ends when the group is revoked,
+also when its socket backend sits behind ndist's host-staging wrapper (the CUDA path:
+``_staging.HostStagingBackend``, here with NumPy arrays in the device role), which must pass
+the group's loss hooks on (issue 29; continue kill trial seed 40000): rank 0 gets the group's
+``DistRankFailureError`` naming the lost process, not ``DistTimeoutError`` after the group
+timeout.
 
-3 ranks, subgroup [0, 1] on the socket backend behind a wrapper that does not pass the
-group's loss hooks on (``group_revoked``, ``member_lost``): ndist's own host-staging
-wrapper, ``_staging.HostStagingBackend``, as the socket backend serves CUDA arrays, here
-with NumPy arrays in the device role. Rank 0 waits in the subgroup's first op for rank 1's
-address; rank 2 is SIGKILLed; rank 1 sees it (member watch) and calls ``shrink_group()``
-on the default group, which revokes [0, 1] on rank 0 (``_World.peer_notice`` ->
-``ProcessGroup.revoke_for``). Before the fix only the backend's hooks could end the wait,
-and the wrapper has none: rank 0 waited the group timeout (``DistTimeoutError: rank 1 of
-group '1' never published its address``). Now the wait itself looks at the group's
-revocation (``BackendContext.revoked``, passed down to ``Mesh``)."""
+3 ranks, subgroup [0, 1] on the staged socket backend. Rank 0 waits in the subgroup's first
+op for rank 1's address; rank 2 is SIGKILLed; rank 1 sees it (member watch) and calls
+``shrink_group()`` on the default group, which revokes [0, 1] on rank 0
+(``_World.peer_notice`` -> ``ProcessGroup.revoke_for`` -> the backend's ``group_revoked``).
+Before the wrapper passed the hooks on, rank 0 waited the whole group timeout, and ranks 1
+and 2's shrink timed out waiting for it."""
 
 import pytest
 

@@ -59,8 +59,7 @@ def _tune(sock: socket.socket) -> None:
 
 class Mesh:
     def __init__(self, store, rank: int, size: int, group_name: str, secret: bytes, timeout: float,
-                 extra: dict, on_p2p=None, granks=None, job: str | None = None, ring_for=None,
-                 revoked=None) -> None:
+                 extra: dict, on_p2p=None, granks=None, job: str | None = None, ring_for=None) -> None:
         self.store = store
         self.rank = rank
         self.size = size
@@ -69,9 +68,6 @@ class Mesh:
         #: the job (``_losses``' key): with it, connecting to a peer known to be dead fails
         #: at once, naming it (``check_dead``)
         self.job = job
-        #: ``() -> error or None``: the group's error once it is revoked
-        #: (``BackendContext.revoked``); a wait for a peer's address ends with it
-        self.revoked = revoked
         self.pidns = pid_namespace()
         self.group_name = group_name
         self.secret = secret
@@ -187,9 +183,7 @@ class Mesh:
         ``rank`` list its ``key`` of the list), within the group timeout, but fail at once
         (DistNetworkError naming it) if it, or any other member, is known dead: the group is
         broken, and a member that stopped calling after it learnt of that loss elsewhere
-        would never publish. A wait also ends when the group is revoked (``revoked``:
-        a member began shrink_group elsewhere, and will not publish): with the group's
-        ``DistRankFailureError``, naming the lost process."""
+        would never publish."""
         keys, ranks = (key, rank) if isinstance(key, list) else ([key], [rank])
         if self.job is None:
             if len(keys) > 1:  # (one key: the caller's get waits)
@@ -204,9 +198,6 @@ class Mesh:
                 grank, host, message = self._lost
                 raise DistNetworkError(f"group {self.group_name!r}: rank {grank} ({host}) is lost; {message}",
                                        rank=grank, host=host)
-            revoked = self.revoked() if self.revoked is not None else None
-            if revoked is not None:
-                raise revoked
             dead = [r for r in ranks if self.is_dead(r)]
             for r in dead:  # name first a dead member whose key is missing: the one waited for
                 if len(ranks) == 1 or not self.store.check([keys[ranks.index(r)]]):
