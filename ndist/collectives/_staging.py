@@ -347,6 +347,27 @@ class HostStagingBackend(CollectiveBackend):
     def recv(self, call: Call, *, blocking: bool = False) -> Work:
         return self._staged(self.inner.recv, call, blocking)
 
+    # ------------------------------------- the group's loss hooks: passed on
+    # (optional on a backend, ``ProcessGroup`` looks them up with getattr: each is passed
+    # on only where the wrapped backend has it; without them a revoked group's waits in the
+    # wrapped backend, its link set-up's say, would last the whole group timeout)
+    def member_lost(self, rank: int, host: Any, message: str) -> None:
+        self._pass_on("member_lost", rank, host, message)
+
+    def member_departed(self, rank: int, host: Any, message: str) -> None:
+        self._pass_on("member_departed", rank, host, message)
+
+    def group_revoked(self, rank: int, host: Any, message: str) -> None:
+        self._pass_on("group_revoked", rank, host, message)
+
+    def members_kept(self, ranks: Any) -> None:
+        self._pass_on("members_kept", ranks)
+
+    def _pass_on(self, hook: str, *args: Any) -> None:
+        method = getattr(self.inner, hook, None)
+        if method is not None:
+            method(*args)
+
     # -------------------------------------------------------------- lifetime
     def close(self) -> None:
         self.inner.close()

@@ -361,6 +361,16 @@ class ProcessGroup:
         (host, cause, detail)."""
         return dict(self._failed)
 
+    def known_losses(self) -> dict[int, tuple[str, str, str]]:
+        """Every loss this group knows, in the order learnt: its lost members
+        (``lost_members``), and the process it was aborted for (``revoke_for``), which need
+        not be a member: global rank -> (host, cause, detail)."""
+        known = dict(self._failed)
+        outside = self._outside
+        if outside is not None:
+            known.setdefault(outside[0], outside[1:4])
+        return known
+
     def require_healthy(self) -> None:
         """Raise the group's ``DistRankFailureError`` if it is revoked."""
         if self._revoked:

@@ -97,11 +97,29 @@ class _World:
     # once with a DistRankFailureError naming the lost rank, and its caller shrinks too.
     def begin_default_shrink(self, pg: ProcessGroup) -> None:
         """Called by a survivor that begins ``shrink_group`` on the default group ``pg``,
-        after the argument checks. When ``pg`` is revoked (it knows a lost member), every
-        other group of this process is revoked for that loss (``revoke_for``), and every
-        other process is told (``peer_notice`` there)."""
-        losses = pg.lost_members()
-        if pg is not self.default or not losses:
+        after the argument checks. When any group of this process knows a lost member
+        (``ProcessGroup.known_losses``: the default group's own record may not hold it yet,
+        a subgroup learnt it first), every other group of this process is revoked for that
+        loss (``revoke_for``), and every other process is told (``peer_notice`` there).
+
+        A loss the member watch saw (``lost``) is taken into ``pg``'s own record first (the
+        watch's thread may be telling the groups still). A loss only a backend found (a
+        connection failed: the member may be alive and call shrink_group) is told as the
+        reason the groups are aborted, never recorded as lost anywhere: the agreement
+        counts only the watch's losses (``_shrink.watched_lost``)."""
+        if pg is not self.default:
+            return
+        # (no lock: a copy of the dict is one step; the watch's thread adds to it under
+        # ``numbering_lock``, and a shrink of the default group, the only renumbering, is this one)
+        for g, (host, cause, detail) in dict(self.lost).items():
+            pg.note_loss(g, host, cause, detail)  # (nothing if it holds it already)
+        losses = pg.known_losses()
+        for other in list(self.groups.values()):
+            if other is not pg and other.is_member:
+                for g, how in other.known_losses().items():
+                    losses.setdefault(g, how)
+        losses = {g: how for g, how in losses.items() if g in pg.ranks}
+        if not losses:
             return
         died = [g for g, (_h, cause, _d) in losses.items() if cause not in (EXITED, LEFT)]
         root = (died or list(losses))[0]
