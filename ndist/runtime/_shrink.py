@@ -50,7 +50,7 @@ from ._world import _world, resolve_group
 from .store import PrefixStore
 
 __all__ = ["shrink_group", "get_failed_ranks", "SHRINK_DEFAULT", "SHRINK_ABORT", "check_request", "agree_exclusion",
-           "watched_lost"]
+           "watched_lost", "note_excluded"]
 
 log = logging.getLogger("ndist.runtime.shrink")
 
@@ -238,6 +238,30 @@ def watched_lost(pg: ProcessGroup) -> set[int]:
     return {index[g] for g in list(_world.lost) if g in index}
 
 
+def note_excluded(pg: ProcessGroup, excluded: set[int]) -> None:
+    """The members (group ranks) the survivors agreed to exclude are lost to ``pg``, which
+    the shrink then closes: what is pending on them (a queued send, a receive) fails at
+    once, naming them, instead of holding the close up for the group timeout. ``pg``'s
+    own record may not hold them yet: this rank's member watch may tell it later (a
+    survivor released into the shrink by another group, or asked to exclude them), while
+    another survivor's watch saw them go (continue kill trial seed 60174). Each is
+    recorded as the member watch tells it where it has (host, cause), else as ``lost``."""
+    known = dict(pg.watched_losses()) if pg.watched_losses is not None else dict(_world.lost)  # (no lock: a copy)
+    for r in sorted(excluded):
+        g = pg.ranks[r]
+        host, cause, detail = known.get(g) or (_host_of(g), "lost", "excluded by shrink_group: the survivors "
+                                               "agreed it is lost")
+        pg.note_loss(g, host, cause, detail)  # (nothing if it holds it already)
+
+
+def _host_of(global_rank: int) -> str:
+    """The host of ``global_rank`` as the member watch knows it ("?" without one)."""
+    watch, ranks = _world.watch, _world.job_ranks
+    if watch is None or not 0 <= global_rank < len(ranks):
+        return "?"
+    return watch.host_of(ranks[global_rank])
+
+
 def _adopt(pg: ProcessGroup, decision: dict, me: int) -> set[int]:
     if "refused" in decision:
         alive = decision["refused"]
@@ -260,6 +284,7 @@ def _rebuild(pg: ProcessGroup, count: int, excluded: set[int], pg_options: Any) 
     name = f"{pg.group_name}:shrink{count}"
     options = pg_options if pg_options is not None else pg.options
     pg.note_kept(kept_global)  # (a member a connection failure made this rank think lost)
+    note_excluded(pg, excluded)
     with _world.lock:
         if pg is _world.default:
             others = [g for g in _world.groups.values() if g is not pg]
