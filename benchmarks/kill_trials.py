@@ -273,7 +273,8 @@ def job_continue(spec: dict) -> int:
     mix on the shrunk world. ``spec["when"]``: original rank -> how it dies: ``start``
     (right after init_process_group, before any collective), ``op`` (before op
     ``spec["kill_op"]``), ``shrink`` (a timer of ``spec["shrink_delay"]`` s started as it
-    calls shrink_group: during the agreement or the rebuild), ``timer`` (the harness)."""
+    calls shrink_group: during the agreement, the rebuild or the mix after it; at the end of
+    that mix at the latest), ``timer`` (the harness)."""
     from datetime import timedelta
 
     import ndist.distributed as dist
@@ -347,6 +348,8 @@ def job_continue(spec: dict) -> int:
             for i in range(spec["phase2_ops"]):
                 _mix(dist, plan2, i, size, rank, seed + 1, pending, wrong, now)
             _settle(pending, wrong)
+            if mine == "shrink":  # (its timer has not fired: the shrink and the mix were quicker) now,
+                _die(out, rank0)  # before the barrier that would let the survivors finish with it
             dist.barrier()
             done = True
         except dist.DistRankFailureError as err:  # a further loss: shrink again
