@@ -313,6 +313,10 @@ class SocketBackend(CollectiveBackend):
         self._native = self._alg = self._pending.native = nat
         self.failure.hooks.append(self._native_loss)
         self._native.on_stalled = self._stalled
+        first = self.failure.first
+        if first is not None:  # recorded while attaching, before the hook was in place (another thread):
+            self._native_loss(*first)  # broken now; ``_engine`` raises it, and no set-up barrier waits for it
+            return
         # every rank has mapped every file before any rank may finish an op and unlink its own
         self._mesh.connecting = [self.granks[p] for p in peers]  # (what a wait meanwhile names)
         try:
