@@ -19,8 +19,9 @@ is what a registered group's ``shrink_group`` agreement counts as lost
 (``ProcessGroup.watched_losses``), as on ndist's own API.
 
 Shrinking the default group (``torch.distributed.shrink_group``, ``_shrink.shrink``), a
-survivor that knows a lost member first revokes its other groups and tells every process
-(``begin_default_shrink``; a notice on the watch connections): there, the groups with that
+survivor that knows a lost member, in any of its groups (the default group's own record may
+not hold it yet: a subgroup learnt it first), first revokes its other groups and tells every
+process (``begin_default_shrink``; a notice on the watch connections): there, the groups with that
 survivor as a member are revoked (``ProcessGroup.revoke_for``), so a survivor blocked in one
 on it fails at once and comes to the shrink too, as on ndist's own API
 (``runtime/_world.py``, ``_World.begin_default_shrink``).
@@ -181,17 +182,36 @@ def default_shrunk(nd: NdistGroup) -> None:
 
 def begin_default_shrink(nd: NdistGroup) -> None:
     """A shrink of the default group ``nd`` begins here (after its argument checks).
-    When ``nd`` knows a lost member: every process is told (``_on_notice`` there), and
-    every other group of this process is revoked for that loss."""
-    losses = nd.lost_members()
+    When any registered group of this process knows a loss of one of ``nd``'s members
+    (``ProcessGroup.known_losses``: ``nd``'s own record may not hold it yet, a subgroup
+    learnt it first), every process is told (``_on_notice`` there), and every other group
+    of this process is revoked for that loss, as ``_World.begin_default_shrink`` does.
+
+    A loss the watch saw (``_job.lost``) is taken into ``nd``'s own record first (the
+    watch's thread may be telling the groups still). A loss only a backend found (a
+    connection failed: the member may be alive and call shrink_group) is told as the
+    reason the groups are aborted, never recorded as lost anywhere: the agreement counts
+    only the watch's losses (``ProcessGroup.watched_losses``)."""
     with _job.lock:
         got = _job.groups.get(nd)
         watch, epoch = _job.watch, _job.epoch
+        watched = dict(_job.lost)
         others = [(g, t) for g, (t, _e) in list(_job.groups.items()) if g is not nd]
-    if got is None or not losses:
+    if got is None:
         return
     table = got[0]
-    lost = [[table[g], h, c, d] for g, (h, c, d) in losses.items() if 0 <= g < len(table)]
+    _tell_lost(nd, table, watched)  # (nothing for a loss it holds already)
+    # every group's known losses, by job rank (each group numbers its members by its own table)
+    losses = {table[g]: how for g, how in nd.known_losses().items() if 0 <= g < len(table)}
+    for other, other_table in others:
+        if other.is_member and not other.destroyed:
+            for g, how in other.known_losses().items():
+                if 0 <= g < len(other_table):
+                    losses.setdefault(other_table[g], how)
+    members = {table[g] for g in nd.ranks if 0 <= g < len(table)}
+    lost = [[job, h, c, d] for job, (h, c, d) in losses.items() if job in members]
+    if not lost:
+        return
     if watch is not None:
         watch.tell({"kind": _NOTICE, "epoch": epoch, "lost": lost})
     root = _root(lost)
