@@ -74,6 +74,9 @@ def serve(lib: str, rank: int, nranks: int, address: tuple[str, int] | str, auth
 
         timeout = float(os.environ.get("NDIST_BENCH_TIMEOUT", "300"))
         adapter = make_adapter(lib, rank, nranks, rendezvous, timeout)
+        # (one collective first: ndist's socket backend settles its engine at the group's first
+        # collective, and before it ``get_engine`` cannot know yet that a peer is on another host)
+        adapter.barrier()
         conn.send({"kind": "ready", "rank": rank, "versions": library_versions(lib)})
         while True:
             req = conn.recv()
