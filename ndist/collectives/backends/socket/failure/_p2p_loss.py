@@ -88,7 +88,10 @@ class P2PLosses:
         if info.get("kind") != "lost":
             return
         dead, host = info.get("rank"), info.get("host")
-        if not isinstance(dead, int) or dead not in self.p2p.gindex:
+        # (a global rank; not always a member: a group aborted for a process outside it,
+        # ``ProcessGroup.revoke_for``, tells its peers that process, and this group is
+        # revoked for it too: ``report_loss``, through ``on_loss``)
+        if not isinstance(dead, int) or isinstance(dead, bool) or dead < 0:
             dead = None
         host = host if isinstance(host, str) else None
         reported = f"rank {self.p2p.granks[st.peer]} ({self.p2p.host(st.peer)}) reported: {info.get('msg')}"
