@@ -41,7 +41,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from ..runtime import DistError
 from ..runtime import ProcessGroup as NdistGroup
-from ..runtime._shrink import agree_exclusion, check_request
+from ..runtime._shrink import agree_exclusion, check_request, note_excluded
 from ..runtime.store import PrefixStore
 from . import _watch
 from ._work import as_torch_error
@@ -89,11 +89,18 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
         wanted, flags = check_request(nd, wanted, shrink_flags)
         if _watch.is_default(nd):  # a survivor blocked in another group on this one is released
             _watch.begin_default_shrink(nd)
+        first = nd  # the group torch destroys once this returns (``_finalize_shrunk_group``)
         while True:
             count, excluded = agree_exclusion(nd, wanted, flags)
             keep = [r for r in range(nd.size()) if r not in excluded]
             kept_global = tuple(nd.ranks[r] for r in keep)
             nd.note_kept(kept_global)  # (a member a connection failure made this rank think lost)
+            # the excluded are lost to the group torch then closes: what is pending there on
+            # them fails now, naming them, instead of holding up its close for the group
+            # timeout (this rank's watch may not have told it yet; another survivor's saw
+            # them go). An agreement repeated below numbers them as ``first`` does (a group
+            # shrunk here keeps its parent's numbering).
+            note_excluded(first, {first.group_rank(nd.ranks[r]) for r in excluded})
             store = PrefixStore(f"shrink{count}", nd.store)
             name = f"{name}:shrink{count}"
             lost = _lost(nd, kept_global)
