@@ -25,6 +25,9 @@ def _launch(tmp_path, job: str, *args, **env) -> float:
                         str(tmp_path / "job.py"), str(tmp_path), *map(str, args)],
                        capture_output=True, text=True, timeout=80, env=dict(os.environ, **env))
     assert r.returncode != 0, r.stderr[-3000:]
+    assert (tmp_path / "killed").exists(), r.stderr[-3000:]
+    if not (tmp_path / "r.json").exists():  # (the survivor's record: what it printed says why)
+        (tmp_path / "r.json").write_text(json.dumps({"type": "no record", "stderr": r.stderr[-3000:]}))
     return float((tmp_path / "killed").read_text())
 
 
@@ -49,12 +52,32 @@ dist.all_reduce(np.ones(8))  # the world group is connected: every rank knows ev
 g = dist.new_group(sorted((survivor, victim)))
 if when == "published" and rank == victim:
     dist.get_engine(g)  # its backend exists (its address is published), nothing is connected
+if rank == victim:
+    with open(os.path.join(out, "victim_pid"), "w") as f:
+        f.write(str(os.getpid()))
 dist.barrier()
 if rank == victim:
     with open(os.path.join(out, "killed"), "w") as f:
         f.write(repr(time.time()))
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def gone(pid):  # (a zombie until the launcher reaps it: dead all the same)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 if rank == survivor:
+    # its op starts once the victim is dead: a send racing the kill may reach it alive (and
+    # return, delivered), which is not the case under test
+    pid = int(open(os.path.join(out, "victim_pid")).read())
+    deadline = time.monotonic() + 30
+    while not gone(pid):
+        assert time.monotonic() < deadline, "the victim never died"
+        time.sleep(0.001)
     try:
         if what == "all_reduce":
             dist.all_reduce(np.ones(4), group=g)
