@@ -25,7 +25,7 @@ from ..runtime import world as _world  # its ``default`` group: group=None in on
 from . import _check
 from ._backend import Call, Op
 from ._check import PLAIN_DTYPES, PLAIN_OPS, PLAIN_SUM
-from ._common import member_group, run_fields, submit
+from ._common import backend_of, member_group, run_fields, submit
 from ._convert import contiguous_input, contiguous_output, device_type, unaliased
 from ._reduce_op import ReduceOp
 
@@ -161,7 +161,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     buf = contiguous_output(arr, post)
     dev = device_type(arr)
     call = Call(Op.ALL_REDUCE, dev, buf.dtype, out=buf, redop=rop, scale=scale)
-    return submit(pg, pg.backend_for(dev).all_reduce, call, async_op, post, [tensor])
+    return submit(pg, backend_of(pg, call).all_reduce, call, async_op, post, [tensor])
 
 
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
@@ -178,7 +178,7 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
     buf = contiguous_output(arr, post) if pg.rank() == root else contiguous_input(arr)
     dev = device_type(arr)
     call = Call(Op.REDUCE, dev, buf.dtype, out=buf, root=root, redop=rop, scale=scale)
-    return submit(pg, pg.backend_for(dev).reduce, call, async_op, post, [tensor])
+    return submit(pg, backend_of(pg, call).reduce, call, async_op, post, [tensor])
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
@@ -200,7 +200,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     buf = contiguous_output(out, post)
     inputs = unaliased([_flat(contiguous_input(a)) for a in ins], [buf])
     call = Call(Op.REDUCE_SCATTER, dev, buf.dtype, out=_flat(buf), inputs=inputs, redop=rop, scale=scale)
-    return submit(pg, pg.backend_for(dev).reduce_scatter, call, async_op, post, [output])
+    return submit(pg, backend_of(pg, call).reduce_scatter, call, async_op, post, [output])
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
@@ -230,7 +230,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     buf = contiguous_output(out, post)
     (src,) = unaliased([contiguous_input(inp)], [buf])
     call = Call(Op.REDUCE_SCATTER_FROM, dev, buf.dtype, out=_flat(buf), inp=_flat(src), redop=rop, scale=scale)
-    return submit(pg, pg.backend_for(dev).reduce_scatter_from, call, async_op, post, [output])
+    return submit(pg, backend_of(pg, call).reduce_scatter_from, call, async_op, post, [output])
 
 
 # --------------------------------------------------------------- data movement
@@ -256,7 +256,7 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     buf = contiguous_output(arr, post) if pg.rank() != root else contiguous_input(arr)
     dev = device_type(arr)
     call = Call(Op.BROADCAST, dev, buf.dtype, out=buf, root=root)
-    return submit(pg, pg.backend_for(dev).broadcast, call, async_op, post, [tensor])
+    return submit(pg, backend_of(pg, call).broadcast, call, async_op, post, [tensor])
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -276,7 +276,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     bufs = [_flat(contiguous_output(a, post)) for a in outs]
     (src,) = unaliased([_flat(contiguous_input(inp))], bufs)
     call = Call(Op.ALL_GATHER, dev, src.dtype, inp=src, outputs=bufs)
-    return submit(pg, pg.backend_for(dev).all_gather, call, async_op, post, list(tensor_list))
+    return submit(pg, backend_of(pg, call).all_gather, call, async_op, post, list(tensor_list))
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
@@ -304,7 +304,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     buf = contiguous_output(out, post)
     (src,) = unaliased([_flat(contiguous_input(inp))], [buf])
     call = Call(Op.ALL_GATHER_INTO, dev, src.dtype, out=_flat(buf), inp=src)
-    return submit(pg, pg.backend_for(dev).all_gather_into, call, async_op, post, [output_tensor])
+    return submit(pg, backend_of(pg, call).all_gather_into, call, async_op, post, [output_tensor])
 
 
 def _root_list(pg, root: int, objs, name: str, out: bool):
@@ -340,7 +340,7 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     bufs = None if outs is None else [_flat(contiguous_output(a, post)) for a in outs]
     (src,) = unaliased([_flat(contiguous_input(inp))], bufs or [])
     call = Call(Op.GATHER, dev, src.dtype, inp=src, outputs=bufs, root=root)
-    return submit(pg, pg.backend_for(dev).gather, call, async_op, post,
+    return submit(pg, backend_of(pg, call).gather, call, async_op, post,
                   list(gather_list) if outs is not None else [])
 
 
@@ -364,7 +364,7 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     buf = _flat(contiguous_output(out, post))
     inputs = None if ins is None else unaliased([_flat(contiguous_input(a)) for a in ins], [buf])
     call = Call(Op.SCATTER, dev, buf.dtype, out=buf, inputs=inputs, root=root)
-    return submit(pg, pg.backend_for(dev).scatter, call, async_op, post, [tensor])
+    return submit(pg, backend_of(pg, call).scatter, call, async_op, post, [tensor])
 
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
@@ -386,7 +386,7 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
     bufs = [_flat(contiguous_output(a, post)) for a in outs]
     inputs = unaliased([_flat(contiguous_input(a)) for a in ins], bufs)
     call = Call(Op.ALL_TO_ALL, dev, ins[0].dtype, outputs=bufs, inputs=inputs)
-    return submit(pg, pg.backend_for(dev).all_to_all, call, async_op, post, list(output_tensor_list))
+    return submit(pg, backend_of(pg, call).all_to_all, call, async_op, post, list(output_tensor_list))
 
 
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
@@ -445,7 +445,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     (src,) = unaliased([contiguous_input(inp)], [buf])
     call = Call(Op.ALL_TO_ALL_SINGLE, dev, src.dtype, out=_flat(buf), inp=_flat(src), out_splits=osz,
                 in_splits=isz)
-    return submit(pg, pg.backend_for(dev).all_to_all_single, call, async_op, post, [output])
+    return submit(pg, backend_of(pg, call).all_to_all_single, call, async_op, post, [output])
 
 
 # ----------------------------------------------------------------- barriers
@@ -465,4 +465,5 @@ def barrier(group=None, async_op=False, device_ids=None):
     if async_op is not False:
         _check.check_bool("async_op", async_op)
     device = "cuda" if device_ids else "cpu"
-    return submit(pg, pg.backend_for(device).barrier, Call(Op.BARRIER, device), async_op)
+    call = Call(Op.BARRIER, device)
+    return submit(pg, backend_of(pg, call).barrier, call, async_op)

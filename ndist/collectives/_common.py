@@ -15,7 +15,7 @@ from . import _check, _debug
 from ._backend import DONE, Call, Op
 from ._debug import OP, T_DONE
 
-__all__ = ["member_group", "submit", "run_fields", "lane_for", "Lane", "wait_sync"]
+__all__ = ["member_group", "backend_of", "submit", "run_fields", "lane_for", "Lane", "wait_sync"]
 
 log = logging.getLogger("ndist.collectives")
 
@@ -174,13 +174,15 @@ def _compiled_run_fields():
 
 def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,
            post: list[Callable[[], None]] | None = None, outputs: Any = None):
-    """Run ``method(call)`` (a bound method of ``pg``'s backend); wait unless ``async_op``.
+    """Run ``method(call)`` (a bound method of ``pg``'s backend: ``backend_of``); wait
+    unless ``async_op``.
 
     Returns the Work (``async_op=True``) or None. Every call is numbered and
-    recorded in the group's flight recorder; with ``NDIST_DEBUG=DETAIL``
-    collectives first compare their records across ranks through the group's
-    store (``_debug``). ``post`` are write-backs of staged outputs, run once
-    the backend is done; ``outputs`` is what the async Work's ``result()`` gives.
+    recorded in the group's flight recorder (a call refused by a revoked group in
+    ``backend_of``); with ``NDIST_DEBUG=DETAIL`` collectives first compare their
+    records across ranks through the group's store (``_debug``). ``post`` are
+    write-backs of staged outputs, run once the backend is done; ``outputs`` is
+    what the async Work's ``result()`` gives.
     """
     if async_op is not False:
         async_op = _check.check_bool("async_op", async_op)
@@ -226,6 +228,22 @@ def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,
         raise
     rec.done(slot, seq, None)
     return None
+
+
+def backend_of(pg, call: Call):
+    """The backend that runs ``call`` on ``pg`` (a member): its lane's, the lane made on
+    the first call. A revoked group has forgotten its lanes and ``backend_for`` raises the
+    group's error; the call is still numbered, recorded as failed with that error, and the
+    flight recorder dumped, as for an operation that failed in flight (a survivor told of
+    the loss between two calls leaves the same record as one whose call was running)."""
+    try:
+        return lane_for(pg, call.device).backend
+    except DistRankFailureError as exc:
+        rec = _debug.recorder_for(pg)
+        p2p = call.op is Op.SEND or call.op is Op.RECV
+        seq = next(rec.counter(call.device + ":p2p" if p2p else call.device))
+        _failed(rec, rec.issue(seq, call), seq, exc)
+        raise
 
 
 def _completed(call: Call, seq: int, outputs: Any):

@@ -7,7 +7,7 @@ element counts, root, sequence number, state issued / completed / failed,
 timestamps): one small list per operation, appended to a bounded deque and
 updated in place when it ends (its state follows from its fields); no lock
 and nothing formatted on the hot path. When an operation fails with a timeout,
-a lost peer or a mismatch, the rings of every group are logged at ERROR and
+a lost peer or a mismatch (a call refused by a revoked group included), the rings of every group are logged at ERROR and
 written to ``$NDIST_FLIGHT_RECORDER_DIR/rank<global rank>.json`` when that
 variable is set, and in torch's dump format to ``$NDIST_FR_DUMP<global rank>``
 (``_fr_torch``) when that one is. ``ndist.distributed.flight_recorder(group)``

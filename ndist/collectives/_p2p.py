@@ -12,9 +12,9 @@ import contextlib
 from typing import Any
 
 from . import _check
-from ..runtime import resolve_group
+from ..runtime import DistRankFailureError, resolve_group
 from ._backend import Call, Op
-from ._common import member_group, submit, wait_sync
+from ._common import backend_of, member_group, submit, wait_sync
 from ._convert import contiguous_input, contiguous_output, device_type
 
 __all__ = ["send", "recv", "isend", "irecv", "P2POp", "batch_isend_irecv"]
@@ -30,7 +30,7 @@ def _send(tensor, dst, group, tag, group_dst, async_op):
     dev = device_type(arr)
     buf = contiguous_input(arr)
     call = Call(Op.SEND, dev, buf.dtype, out=buf, root=peer, tag=tag)
-    return submit(pg, pg.backend_for(dev).send, call, async_op, None, [tensor])
+    return submit(pg, backend_of(pg, call).send, call, async_op, None, [tensor])
 
 
 def _recv(tensor, src, group, tag, group_src, async_op):
@@ -47,7 +47,7 @@ def _recv(tensor, src, group, tag, group_src, async_op):
     call = Call(Op.RECV, dev, buf.dtype, out=buf, root=peer, tag=tag)
     # Always a Work from submit: it carries the sender's rank (``result()``), known
     # only at completion; write-backs chained by then() keep it.
-    work = submit(pg, pg.backend_for(dev).recv, call, True, post)
+    work = submit(pg, backend_of(pg, call).recv, call, True, post)
     if async_op:
         return work
     wait_sync(work, pg)
@@ -126,8 +126,11 @@ def batch_isend_irecv(p2p_op_list: Any) -> list:
     block = contextlib.nullcontext()
     if len(places) == 1:
         ((pg, dev),) = places
-        backend = pg.backend_for(dev)
-        if backend.coalesces:
+        try:
+            backend = pg.backend_for(dev)
+        except DistRankFailureError:  # revoked: each op's submit records its refusal and raises it
+            backend = None
+        if backend is not None and backend.coalesces:
             block = backend.coalescing()
     works = []
     with block:

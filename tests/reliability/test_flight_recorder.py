@@ -107,3 +107,56 @@ def test_totals_agree_with_counts_for_every_op():
     assert {c.op for c in calls} == set(Op)
     for c in calls:
         assert c.totals() == c.counts(2)[:2], c.op
+
+
+def _refused_on_revoked(rank, size, folder):
+    import os
+    import signal
+
+    import ndist.distributed as dist
+
+    x = np.ones(4, np.float32)
+    dist.all_reduce(x)  # recorded: completed
+    dist.barrier()
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while 2 not in dist.get_failed_ranks():  # the member watch saw it go: the group is revoked
+        assert time.monotonic() < deadline, "rank 2's loss was never seen"
+        time.sleep(0.01)
+    out = {}
+    calls = [("all_reduce", lambda: dist.all_reduce(x)),  # the repeated call's path: its lane is gone
+             ("broadcast", lambda: dist.broadcast(x, src=0, async_op=True).wait()),
+             ("send", lambda: dist.send(x, dst=1 - rank))]
+    for name, call in calls:
+        try:
+            call()
+            out[name] = "no error"
+        except dist.DistError as err:
+            out[name] = type(err).__name__
+    out["ring"] = [(e["op"], e["state"], e["error"] or "") for e in dist.flight_recorder()]
+    with open(os.path.join(folder, f"rank{rank}.json")) as f:
+        out["dump"] = [(e["op"], e["state"]) for e in json.load(f)["groups"]["0"]]
+    return out
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_a_call_refused_by_a_revoked_group_is_recorded_failed_and_dumped(tmp_path, engine):
+    """A survivor told of a loss between two calls (the member watch revoked the group) has
+    its next calls refused before they reach a backend; each is still numbered, recorded as
+    failed with the group's error, and the rings are dumped, as for a call that was running
+    when the member died. (CI: a survivor of a SIGKILL mid all_to_all that learnt of it
+    between two calls left no dump.)"""
+    res = run_ranks(_refused_on_revoked, 3, args=(str(tmp_path),), timeout=60, may_die=[2],
+                    env={"NDIST_FLIGHT_RECORDER_DIR": str(tmp_path), "NDIST_ENGINE": engine})
+    for rank in (0, 1):
+        out = res[rank]
+        assert {k: out[k] for k in ("all_reduce", "broadcast", "send")} == dict.fromkeys(
+            ("all_reduce", "broadcast", "send"), "DistRankFailureError"), out
+        ring = out["ring"]
+        assert [(op, state) for op, state, _ in ring] == [
+            ("all_reduce", "completed"), ("barrier", "completed"), ("all_reduce", "failed"),
+            ("broadcast", "failed"), ("send", "failed")], ring
+        assert all("DistRankFailureError" in err and "rank 2" in err for _, _, err in ring[2:]), ring
+        assert out["dump"] == [(op, state) for op, state, _ in ring], out["dump"]

@@ -69,7 +69,10 @@ def test_sigkill_mid_all_to_all_fails_every_survivor_naming_the_rank_and_ndistru
         # the flight recorder was dumped: the failed all_to_all last, the completed ones before it
         dump = json.loads((tmp_path / "fr" / f"rank{rank}.json").read_text())
         last = dump["groups"]["0"][-1]
-        assert last["op"] == "all_to_all_single" and last["state"] == "failed" and "DistNetworkError" in last["error"]
+        # (DistRankFailureError: a survivor the member watch told between two calls has its
+        # next call refused by the revoked group, recorded all the same)
+        assert last["op"] == "all_to_all_single" and last["state"] == "failed", last
+        assert last["error"].startswith(("DistNetworkError", "DistRankFailureError")), last
         assert dump["groups"]["0"][-2]["state"] == "completed"
     assert wall < 90
 
