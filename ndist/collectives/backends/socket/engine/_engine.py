@@ -184,6 +184,10 @@ class Engine:
         self.unacked: set = set()
         self.unacked_seq = -1
         self.acked: set = set()
+        #: peer -> the generation of our segment it acknowledged reading (it has it mapped)
+        self.mapped: dict = {}
+        #: peers this op sent a reference into a generation they have not mapped yet
+        self.first_refs: set = set()
         self._scratch: dict = {}
         self._dirty: set = set()  # peers with frames of this op still to flush
         self.closing = False
@@ -220,6 +224,8 @@ class Engine:
         if shm_offset is not None:
             conn.out.append(memoryview(self.frame(F.DATA, step, nbytes, F.F_SHM, shm_offset)))
             self.refs_out.add(peer)
+            if self.mapped.get(peer) != self.own_seg.gen:
+                self.first_refs.add(peer)
             return
         n = 0 if data is None else data.nbytes
         conn.out.append(self.frame(F.DATA, step, n))
@@ -295,6 +301,8 @@ class Engine:
             self.refs_in = set()
         if self.acked:
             self.acked = set()
+        if self.first_refs:
+            self.first_refs = set()
         self._dirty.clear()
 
     def segment(self, nbytes: int) -> np.ndarray:
@@ -336,10 +344,31 @@ class Engine:
                 self._dirty.clear()
             finally:
                 self.acking = False
+        if self.first_refs:
+            self._await_mapped()
         if self.refs_out:
             self.unacked = self.refs_out - self.acked
             self.unacked_seq = self.op.seq
         self.op = None
+
+    def _await_mapped(self) -> None:
+        """Return only once every peer this op first sent a reference into a generation of
+        our segment has acknowledged reading it. A peer maps a generation through
+        ``/proc/<our pid>/fd`` when it reads the first reference to it; had we returned and
+        died before that, the data it needs would have gone with our descriptor (its op
+        failing, naming us, after ours succeeded). Once mapped, its mapping keeps the memory
+        alive whatever happens to us. A round trip once per generation and peer; the ACKs we
+        owe were sent first, so two ranks waiting on each other both get theirs. The op's
+        deadline applies (a reader that never comes times it out, as a reader of a large
+        message over TCP would); a reader that is gone only fails the ops after this one."""
+        wait = [Expect(p, kind=-1) for p in sorted(self.first_refs - self.acked)]
+        if not wait:
+            return
+        try:
+            self.step(wait)
+        except DistNetworkError as err:
+            log.debug("a reader of our segment is gone before acknowledging it: %s", err)
+            self._dirty.clear()
 
     def fail(self, exc: BaseException) -> None:
         """The current op failed: tell peers, keep the streams consistent."""
@@ -686,6 +715,7 @@ class Engine:
         if conn.stall is not None and h.seq >= conn.stall[0]:
             conn.stall = None  # sent after its notice: the peer goes on (the stream keeps order)
         if h.kind == F.ACK:
+            self.mapped[conn.peer] = self.own_seg.gen  # (the segment grows only once every ACK is in)
             if h.seq == self.unacked_seq:
                 self.unacked.discard(conn.peer)
             elif h.seq == cur:

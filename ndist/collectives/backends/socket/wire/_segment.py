@@ -5,8 +5,10 @@ messages into; peers on the same host map it and read (or reduce) straight
 from it. A generation is made in ``/dev/shm`` and unlinked at once
 (``_shmfiles.create_unlinked``): the owner keeps a descriptor until it grows
 or closes, a peer maps it through ``/proc/<owner pid>/fd`` on the first
-reference to it, and nothing is left in ``/dev/shm`` whatever ends the
-ranks. Names carry a job-unique prefix
+reference to it (the engine's op that first references a generation to a peer
+returns once that peer acknowledged reading it, so the owner's death cannot
+take the data from it: ``_engine._await_mapped``), and nothing is left in
+``/dev/shm`` whatever ends the ranks. Names carry a job-unique prefix
 (``ndist-<job>-<group>-r<rank>-p<pid>-i<instance>-g<generation>``); a new
 backend also unlinks files of its job that an older ndist left named and
 whose owner pid no longer exists (see ``ndist.runtime._shmfiles``).
