@@ -296,6 +296,7 @@ def _rebuild(pg: ProcessGroup, count: int, excluded: set[int], pg_options: Any) 
                 _world.job_ranks = tuple(_world.job_ranks[g] for g in kept_global)
                 _world.lost = {kept_global.index(g): v for g, v in _world.lost.items() if g in kept_global}
                 _world.numbering = f"{_world.numbering}s{count}"
+                _world.shrinking = {}  # (notices of the old numbering)
                 new = ProcessGroup(tuple(range(len(keep))), me, name, PrefixStore(name, _world.job_store),
                                    pg.backend_names, pg.timeout, options)
                 new.numbering = _world.numbering

@@ -91,6 +91,10 @@ def split_group(
                           pg_options if pg_options is not None else parent.options)
         pg.group_desc = group_desc or f"{parent.group_desc}:split:{count}"
         pg.device_id = parent.device_id
+        pg.numbering = _world.numbering
         _world.groups[name] = pg
         _counts["created"] += 1
+        for grank, (host, cause, detail) in list(_world.lost.items()):  # revoked from the start, as new_group's
+            pg.note_loss(grank, host, cause, detail)
+        _world.revoke_told(pg)
         return pg

@@ -68,6 +68,11 @@ class _World:
         #: later with one of them as a member is revoked from the start
         self.lost: dict[int, tuple[str, str, str]] = {}
         self.numbering = ""  # changes with every shrink of the default group (``BackendContext.numbering``)
+        #: the ``shrink`` notices of this numbering (``peer_notice``): sender's global rank ->
+        #: (the lost global rank it names, host, cause, detail, why); a group made later with
+        #: the sender as a member is revoked from the start (``revoke_told``): the sender is in
+        #: shrink_group, which destroys every other group, and will never join it
+        self.shrinking: dict[int, tuple[int, str, str, str, str]] = {}
         #: held while ``job_ranks``, ``lost`` and ``groups`` change numbering (a shrink of the
         #: default group), and while the watch's thread reads them (``member_lost``); nothing
         #: that waits is done under it (``lock`` is held across group shutdowns, which may wait
@@ -154,9 +159,27 @@ class _World:
         grank, host, cause, detail = (died or lost)[0]
         host_of = self.watch.host_of(job_rank) if self.watch is not None else "?"
         why = f"rank {sender} ({host_of}) began shrink_group on the default group, which destroys this group"
-        for pg in list(self.groups.values()):
+        with self.numbering_lock:  # (a shrink here renumbers and empties it under this lock)
+            if notice["numbering"] != self.numbering:
+                return
+            self.shrinking.setdefault(sender, (grank, host, cause, detail, why))
+            groups = list(self.groups.values())
+        for pg in groups:
             if pg is not self.default and pg.is_member and pg.numbering == notice["numbering"] and sender in pg.ranks:
                 pg.revoke_for(grank, host, cause, detail, why)
+
+    def revoke_told(self, pg: ProcessGroup) -> None:
+        """``pg`` was just made (not the default group): revoke it from the start if a
+        member told this process it began shrink_group on the default group, in this
+        numbering (``shrinking``). Seen in kill trial seed 100118: that notice came before
+        ``new_group`` here, and the new group's first op waited the group timeout for the
+        address of a member that was in the shrink."""
+        if pg is self.default or not pg.is_member:
+            return
+        with self.numbering_lock:
+            told = [v for s, v in self.shrinking.items() if s in pg.ranks] if pg.numbering == self.numbering else []
+        if told:
+            pg.revoke_for(*told[0])
 
     def await_loss(self, global_rank: int, grace: float, timeout: float) -> bool:
         """An operation lost its connection to ``global_rank``: True once the member watch
@@ -331,6 +354,7 @@ def init_process_group(
         _world.init_count += 1
         _world.rdzv, _world.job_store = rdzv, job_store
         _world.job_ranks, _world.lost, _world.numbering = tuple(range(rdzv.world_size)), {}, ""
+        _world.shrinking = {}
         _world.watch = watch
         name = group_name or "0"
         pg = ProcessGroup(
@@ -450,6 +474,7 @@ def new_group(
         _world.groups[name] = pg
         for grank, (host, cause, detail) in list(_world.lost.items()):  # revoked from the start
             pg.note_loss(grank, host, cause, detail)
+        _world.revoke_told(pg)
         return pg
 
 

@@ -65,6 +65,11 @@ class _Job:
         self.default: "weakref.ref[NdistGroup] | None" = None
         #: shrinks of the default group so far (a notice names its sender's)
         self.epoch = 0
+        #: the shrink notices of this epoch: sender's job rank -> (the lost process it names as
+        #: ``[job, host, cause, detail]``, the sender's host); a group registered later with the
+        #: sender as a member is revoked at birth (``adopt``), as on ndist's own API
+        #: (``_World.revoke_told``)
+        self.shrinking: dict[int, tuple[list, str]] = {}
 
 
 _job = _Job()
@@ -86,6 +91,7 @@ def start(store: Any, rank: int, size: int, timeout_s: float) -> None:
             raise
     with _job.lock:
         _job.watch, _job.table, _job.lost, _job.epoch = watch, tuple(range(size)), {}, 0
+        _job.shrinking = {}
         _job.groups = weakref.WeakKeyDictionary()
         _job.default = None
 
@@ -111,7 +117,11 @@ def adopt(nd: NdistGroup, torch_ranks: Any, default: bool = False) -> None:
         if default:
             _job.default = weakref.ref(nd)
         lost = dict(_job.lost)
+        told = [] if default else list(_job.shrinking.items())
     _tell_lost(nd, table, lost)
+    for job, (root, host_of) in told:  # a member already went into the default group's shrink
+        if _revoke_for_notice(nd, table, job, root, host_of):
+            break
 
 
 def adopt_shrunk(nd: NdistGroup, parent: NdistGroup) -> None:
@@ -176,6 +186,7 @@ def default_shrunk(nd: NdistGroup) -> None:
         table = got[0]
         _job.table = tuple(table[g] for g in nd.ranks)
         _job.epoch += 1
+        _job.shrinking = {}  # (notices of the old epoch)
         _job.groups[nd] = (table, _job.epoch)
         _job.default = weakref.ref(nd)
 
@@ -249,10 +260,6 @@ def _on_notice(job: int, notice: dict) -> None:
     member (not the default group) are revoked for the loss it names."""
     if notice.get("kind") != _NOTICE:
         return
-    with _job.lock:
-        groups = list(_job.groups.items())
-        default = _job.default() if _job.default is not None else None
-        watch = _job.watch
     try:
         lost = [[int(j), str(h), str(c), str(d)] for j, h, c, d in notice.get("lost", ())]
         epoch = int(notice["epoch"])
@@ -261,12 +268,26 @@ def _on_notice(job: int, notice: dict) -> None:
     if not lost:
         return
     root = _root(lost)
+    with _job.lock:
+        groups = list(_job.groups.items())
+        default = _job.default() if _job.default is not None else None
+        watch = _job.watch
+        if epoch == _job.epoch:  # (a group registered later is told at birth: ``adopt``)
+            _job.shrinking.setdefault(job, (root, watch.host_of(job) if watch is not None else "?"))
     host_of = watch.host_of(job) if watch is not None else "?"
     for nd, (table, made) in groups:
-        if nd is default or made != epoch or job not in table or root[0] not in table:
-            continue
-        sender = table.index(job)
-        if sender in nd.ranks and nd.is_member:
-            nd.revoke_for(table.index(root[0]), root[1], root[2], root[3],
-                          f"rank {sender} ({host_of}) began shrink_group on the default group, which destroys "
-                          "this group")
+        if nd is not default and made == epoch:
+            _revoke_for_notice(nd, table, job, root, host_of)
+
+
+def _revoke_for_notice(nd: NdistGroup, table: tuple, job: int, root: list, host_of: str) -> bool:
+    """Revoke ``nd`` (numbered by ``table``) for the shrink notice of the process of job rank
+    ``job``, naming the loss ``root``, when that process is one of its members; whether it did."""
+    if job not in table or root[0] not in table or not nd.is_member:
+        return False
+    sender = table.index(job)
+    if sender not in nd.ranks:
+        return False
+    nd.revoke_for(table.index(root[0]), root[1], root[2], root[3],
+                  f"rank {sender} ({host_of}) began shrink_group on the default group, which destroys this group")
+    return True
