@@ -25,7 +25,8 @@ revoke the group) is the process group's business (``_group.ProcessGroup.note_lo
 
 The same connections carry **notices** the other way: ``tell(notice)`` sends a small
 JSON object to every watched peer, which calls ``on_notice(rank, notice)`` on its watch
-thread (the runtime uses it when a survivor begins ``shrink_group`` on the default
+thread (a peer whose connection is made later gets every notice told so far as it
+connects: a notice told while the mesh is still being made reaches every peer) (the runtime uses it when a survivor begins ``shrink_group`` on the default
 group: ``_world._World.peer_notice``). Every message on a watch connection is one line:
 a kind byte (``B`` goodbye, ``N`` notice), JSON, ``\n``.
 
@@ -123,6 +124,25 @@ def _ending(sock: socket.socket, grace: float) -> bool:
     return not data or data.startswith(_BYE)
 
 
+def _send_bounded(sock: socket.socket, data: bytes, rank: int, peer: int) -> bool:
+    """Send ``data`` on a non-blocking watch connection, waiting 0.2 s at most for room;
+    whether it all went (a peer that is gone is told by its own loss)."""
+    view = memoryview(data)
+    deadline = time.monotonic() + 0.2
+    try:
+        while view:
+            try:
+                view = view[sock.send(view):]
+            except (BlockingIOError, InterruptedError):
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([], [sock], [], left)[1]:
+                    raise OSError("its watch connection did not take the notice within 0.2 s") from None
+    except OSError as err:
+        log.debug("rank %d: a notice to rank %d was not sent: %s", rank, peer, err)
+        return False
+    return True
+
+
 class MemberWatch:
     """Watches the other ``size - 1`` processes of one ``init_process_group`` round.
 
@@ -161,6 +181,9 @@ class MemberWatch:
         self._probe_due: dict[int, float] = {}  # higher rank -> when it is probed next
         self._probe_count: dict[int, int] = {}  # higher rank -> its probes so far
         self._bye: bytes | None = None  # the goodbye of ``close``
+        #: every notice ``tell`` sent, as sent: a peer whose connection comes later gets them
+        #: then (``_adopt``), so no peer misses one because the mesh was still being made
+        self._notices: list[bytes] = []
         self._thread: threading.Thread | None = None
         bind, advertised = _net.listen_address()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -314,6 +337,8 @@ class MemberWatch:
                 self._sel.register(sock, selectors.EVENT_READ, peer)
             except (KeyError, ValueError, OSError):
                 pass
+            if self._notices:  # (under the lock: ``tell`` sends to it only once this is done)
+                _send_bounded(sock, b"".join(self._notices), self.rank, peer)
         if old is not None:
             old.close()
         self._wake_w.send(b"x")  # (the loop's select may not see the new socket yet)
@@ -523,23 +548,9 @@ class MemberWatch:
         with self._lock:
             if self._closing:
                 return []
+            self._notices.append(line)  # (a peer connected later gets it from ``_adopt``)
             socks = dict(self._socks)
-        sent = []
-        for peer, sock in sorted(socks.items()):
-            view = memoryview(line)
-            deadline = time.monotonic() + 0.2
-            try:
-                while view:
-                    try:
-                        view = view[sock.send(view):]
-                    except (BlockingIOError, InterruptedError):
-                        left = deadline - time.monotonic()
-                        if left <= 0 or not select.select([], [sock], [], left)[1]:
-                            raise OSError("its watch connection did not take the notice within 0.2 s") from None
-                sent.append(peer)
-            except OSError as err:  # (gone: its watch tells the loss)
-                log.debug("rank %d: a notice to rank %d was not sent: %s", self.rank, peer, err)
-        return sent
+        return [peer for peer, sock in sorted(socks.items()) if _send_bounded(sock, line, self.rank, peer)]
 
     # ------------------------------------------------------------ the end
     def close(self, cause: str = LEFT, detail: str = "") -> None:
