@@ -41,6 +41,9 @@ class OptionalBuildExt(build_ext):
             "for the native engine.\n")
 
 
+_NATIVE = "ndist/collectives/backends/socket/native"
+
+
 def _extensions():
     if os.environ.get("NDIST_BUILD_NATIVE", "1").strip() == "0" or not sys.platform.startswith("linux"):
         return []
@@ -48,9 +51,8 @@ def _extensions():
     flags += shlex.split(os.environ.get("NDIST_NATIVE_CFLAGS", ""))
     link = shlex.split(os.environ.get("NDIST_NATIVE_LDFLAGS", ""))
     return [Extension("ndist.collectives.backends.socket.native._cnative",
-                      sources=["ndist/collectives/backends/socket/native/cnative.c"],
-                      depends=["ndist/collectives/backends/socket/native/kernels.h",
-                               "ndist/collectives/backends/socket/native/cma.h"],
+                      sources=[f"{_NATIVE}/cnative.c", f"{_NATIVE}/common.c"],
+                      depends=[f"{_NATIVE}/kernels.h", f"{_NATIVE}/cma.h", f"{_NATIVE}/common.h"],
                       extra_compile_args=flags, extra_link_args=link, optional=True),
             Extension("ndist.collectives._crun", sources=["ndist/collectives/_crun.c"],
                       extra_compile_args=flags, extra_link_args=link, optional=True)]

@@ -46,6 +46,7 @@
 
 #include "cma.h"
 #include "kernels.h"
+#include "common.h"
 
 /* ------------------------------------------------------------------ layout */
 #define CTL_BYTES 4096
@@ -106,10 +107,6 @@ enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_
 /* error kinds raised to Python as _cnative.Error(kind, peer, cause, theirs) */
 /* E_STALLED: this rank timed out (or a peer that did failed) waiting on a peer that itself waited on
  * ``cause`` (the root cause: a stopped rank) */
-enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSED, E_SIGNAL, E_PY, E_SELF_FAILED,
-       E_STALLED, E_CMA };
-static const char *E_NAMES[] = {"ok", "timeout", "dead", "failed", "closed", "mismatch", "self_closed",
-                                "signal", "python", "self_failed", "stalled", "cma"};
 
 static PyObject *Error; /* _cnative.Error */
 static unsigned long main_thread;
@@ -174,23 +171,6 @@ static inline char *SLOT(Group *g, int r, uint64_t p) { return g->base[r] + CTL_
 static inline hdr_t *HDR(Group *g, int r, uint64_t p) { return (hdr_t *)SLOT(g, r, p); }
 static inline uint64_t *LENS(Group *g, int r, uint64_t p) { return (uint64_t *)(SLOT(g, r, p) + HDR_BYTES); }
 static inline char *DATA(Group *g, int r, uint64_t p) { return SLOT(g, r, p) + g->data_off; }
-
-/* ------------------------------------------------------------------ time, futex */
-static inline double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val, long ns)
 {
@@ -428,39 +408,6 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
             }
         }
     }
-}
-
-/* ------------------------------------------------------------------ reductions */
-typedef struct {
-    int dtype, redop;
-    Py_ssize_t esize;
-    PyObject *fallback; /* fallback(dst, a, b): NumPy, for dtypes without a kernel */
-} Red;
-
-/* dst = a (op) b over count elements; GIL released (re-taken for the fallback) */
-static int do_reduce(Red *r, char *dst, const char *a, const char *b, size_t count, PyThreadState **save)
-{
-    if (!count)
-        return E_OK;
-    if (nd_reduce(dst, a, b, count, r->dtype, r->redop) == 0)
-        return E_OK;
-    if (!r->fallback || r->fallback == Py_None)
-        return E_PY; /* checked before any byte moved; cannot happen */
-    PyEval_RestoreThread(*save);
-    Py_ssize_t nb = (Py_ssize_t)count * r->esize;
-    PyObject *d = PyMemoryView_FromMemory(dst, nb, PyBUF_WRITE);
-    PyObject *x = PyMemoryView_FromMemory((char *)a, nb, PyBUF_READ);
-    PyObject *y = PyMemoryView_FromMemory((char *)b, nb, PyBUF_READ);
-    PyObject *res = NULL;
-    if (d && x && y)
-        res = PyObject_CallFunctionObjArgs(r->fallback, d, x, y, NULL);
-    Py_XDECREF(d);
-    Py_XDECREF(x);
-    Py_XDECREF(y);
-    int rc = res ? E_OK : E_PY;
-    Py_XDECREF(res);
-    *save = PyEval_SaveThread();
-    return rc;
 }
 
 /* dst = src[0] (op) src[1] (op) ... in rank order */
@@ -1263,11 +1210,6 @@ static PyObject *raise_err(Group *g, int rc)
     return NULL;
 }
 
-static int get_buf(PyObject *o, Py_buffer *b, int writable)
-{
-    return PyObject_GetBuffer(o, b, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS);
-}
-
 static int check_usable(Group *g)
 {
     if (g->broken) {
@@ -1364,23 +1306,6 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
         PyEval_RestoreThread(sv_);                                                                                \
     } while (0)
 
-static int red_init(Red *r, int dtype, int redop, Py_ssize_t esize, PyObject *fallback)
-{
-    r->dtype = dtype;
-    r->redop = redop;
-    r->esize = esize;
-    r->fallback = fallback;
-    if (esize <= 0 || ALIGN % esize) {
-        PyErr_Format(PyExc_ValueError, "element size %zd does not divide %d", esize, ALIGN);
-        return -1;
-    }
-    if ((!fallback || fallback == Py_None) && nd_reduce(NULL, NULL, NULL, 0, dtype, redop) < 0) {
-        PyErr_Format(PyExc_ValueError, "no native kernel for dtype %d op %d and no fallback", dtype, redop);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *Group_all_reduce(Group *g, PyObject *args)
 {
     PyObject *o, *fb;
@@ -1442,86 +1367,6 @@ static PyObject *Group_barrier(Group *g, PyObject *noargs)
     if (rc)
         return raise_err(g, rc);
     Py_RETURN_NONE;
-}
-
-/* a list of n buffers (or None: all absent; or one buffer: n equal parts of it) -> List;
- * releases on failure */
-typedef struct {
-    Py_buffer *views;
-    char **ptr;
-    Py_ssize_t *len;
-    int n;
-} Held;
-
-static void held_release(Held *h)
-{
-    if (h->views)
-        for (int i = 0; i < h->n; i++)
-            if (h->views[i].obj)
-                PyBuffer_Release(&h->views[i]);
-    PyMem_Free(h->views);
-    PyMem_Free(h->ptr);
-    PyMem_Free(h->len);
-    h->views = NULL;
-    h->ptr = NULL;
-    h->len = NULL;
-}
-
-static int held_get(Held *h, PyObject *seq, int n, int writable)
-{
-    h->n = n;
-    h->views = PyMem_Calloc(n, sizeof(Py_buffer));
-    h->ptr = PyMem_Calloc(n, sizeof(char *));
-    h->len = PyMem_Calloc(n, sizeof(Py_ssize_t));
-    if (!h->views || !h->ptr || !h->len) {
-        held_release(h);
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (seq == Py_None)
-        return 0;
-    if (!PyList_Check(seq) && !PyTuple_Check(seq) && PyObject_CheckBuffer(seq)) {
-        /* one buffer for all n: n equal parts of it (the single-buffer forms without
-         * splits: all_gather_into, reduce_scatter_from, all_to_all_single), no views */
-        if (get_buf(seq, &h->views[0], writable) < 0) {
-            held_release(h);
-            return -1;
-        }
-        Py_ssize_t part = h->views[0].len / n;
-        if (part * n != h->views[0].len) {
-            PyErr_Format(PyExc_ValueError, "a buffer of %zd bytes does not split into %d equal parts",
-                         h->views[0].len, n);
-            held_release(h);
-            return -1;
-        }
-        for (int i = 0; i < n; i++) {
-            h->ptr[i] = (char *)h->views[0].buf + i * part;
-            h->len[i] = part;
-        }
-        return 0;
-    }
-    PyObject *fast = PySequence_Fast(seq, "expected a list of buffers");
-    if (!fast) {
-        held_release(h);
-        return -1;
-    }
-    if (PySequence_Fast_GET_SIZE(fast) != n) {
-        Py_DECREF(fast);
-        held_release(h);
-        PyErr_Format(PyExc_ValueError, "expected %d buffers", n);
-        return -1;
-    }
-    for (int i = 0; i < n; i++) {
-        if (get_buf(PySequence_Fast_GET_ITEM(fast, i), &h->views[i], writable) < 0) {
-            Py_DECREF(fast);
-            held_release(h);
-            return -1;
-        }
-        h->ptr[i] = h->views[i].buf;
-        h->len[i] = h->views[i].len;
-    }
-    Py_DECREF(fast);
-    return 0;
 }
 
 /* the buffers of a list op: up to two lists of g->size buffers and one single buffer */
@@ -1608,42 +1453,6 @@ static PyObject *Group_scatter(Group *g, PyObject *args)
     List li = bufs_list(&b, 0);
     RUN(run_scatter(g, b.one.buf, b.one.len, &li, dtype, root, dl, sv));
     return bufs_done(g, &b, rc);
-}
-
-/* h: n absent buffers (held_get of None); take ``buf`` and cut it at ``counts`` (n element
- * counts of ``esize`` bytes, in order from its start). On failure the caller releases h. */
-static int held_cut(Held *h, PyObject *buf, PyObject *counts, Py_ssize_t esize, int writable)
-{
-    PyObject *fast = PySequence_Fast(counts, "expected a list of counts");
-    if (!fast)
-        return -1;
-    if (PySequence_Fast_GET_SIZE(fast) != h->n || esize <= 0) {
-        PyErr_Format(PyExc_ValueError, "expected %d counts and an element size > 0", h->n);
-        Py_DECREF(fast);
-        return -1;
-    }
-    if (get_buf(buf, &h->views[0], writable) < 0) {
-        Py_DECREF(fast);
-        return -1;
-    }
-    Py_ssize_t off = 0, len = h->views[0].len;
-    for (int i = 0; i < h->n; i++) {
-        Py_ssize_t c = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
-        if (c == -1 && PyErr_Occurred()) {
-            Py_DECREF(fast);
-            return -1;
-        }
-        if (c < 0 || c > (len - off) / esize) {
-            PyErr_Format(PyExc_ValueError, "counts past the end of a buffer of %zd bytes", len);
-            Py_DECREF(fast);
-            return -1;
-        }
-        h->ptr[i] = (char *)h->views[0].buf + off;
-        h->len[i] = c * esize;
-        off += c * esize;
-    }
-    Py_DECREF(fast);
-    return 0;
 }
 
 /* all_to_all(outs, ins, dtype[, out_counts, in_counts, esize]): with the counts, outs and ins

@@ -1,0 +1,69 @@
+/* What ndist's native engine shares across its C files: the error kinds raised to Python,
+ * the clock, the reductions with their NumPy fallback, and the buffer arguments of the list
+ * ops. Definitions in common.c. */
+#ifndef NDIST_NATIVE_COMMON_H
+#define NDIST_NATIVE_COMMON_H
+
+#include <Python.h>
+#include <stdint.h>
+#include <time.h>
+
+/* error kinds raised to Python as _cnative.Error(kind, peer, cause, detail); ND_E_NAMES[kind]
+ * is the kind's name there (native/_engine.py maps each to its typed error).
+ * E_STALLED: this rank timed out (or a peer that did failed) waiting on a peer that itself
+ * waited on ``cause`` (the root cause: a stopped rank). */
+enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSED, E_SIGNAL, E_PY, E_SELF_FAILED,
+       E_STALLED, E_CMA };
+extern const char *const ND_E_NAMES[];
+#define E_NAMES ND_E_NAMES
+
+/* element sizes must divide this (the same-host engine's alignment of blocks) */
+#define ND_ALIGN 64
+
+static inline double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* ------------------------------------------------------------------ reductions */
+typedef struct {
+    int dtype, redop;
+    Py_ssize_t esize;
+    PyObject *fallback; /* fallback(dst, a, b): NumPy, for dtypes without a kernel */
+} Red;
+
+/* dst = a (op) b over count elements; GIL released (re-taken for the fallback) */
+int do_reduce(Red *r, char *dst, const char *a, const char *b, size_t count, PyThreadState **save);
+/* checks the element size and that a kernel or a fallback exists; a Python error on failure */
+int red_init(Red *r, int dtype, int redop, Py_ssize_t esize, PyObject *fallback);
+
+/* ------------------------------------------------------------------ buffer arguments */
+int get_buf(PyObject *o, Py_buffer *b, int writable);
+
+/* a list of n buffers (or None: all absent; or one buffer: n equal parts of it);
+ * released on failure */
+typedef struct {
+    Py_buffer *views;
+    char **ptr;
+    Py_ssize_t *len;
+    int n;
+} Held;
+
+void held_release(Held *h);
+int held_get(Held *h, PyObject *seq, int n, int writable);
+/* h: n absent buffers (held_get of None); take ``buf`` and cut it at ``counts`` (n element
+ * counts of ``esize`` bytes, in order from its start). On failure the caller releases h. */
+int held_cut(Held *h, PyObject *buf, PyObject *counts, Py_ssize_t esize, int writable);
+
+#endif
