@@ -34,6 +34,8 @@ BACKENDS = {
     "socket": BackendEntry("socket"),
     "socket-tcp": BackendEntry("socket", env={"NDIST_TRANSPORT": "tcp"}),
     "socket-shm": BackendEntry("socket", env={"NDIST_TRANSPORT": "shm"}),
+    # the native engine over TCP (ctcp.c), forced onto one host's TCP streams
+    "socket-native-tcp": BackendEntry("socket", env={"NDIST_TRANSPORT": "tcp", "NDIST_NATIVE_TCP": "1"}),
     "mpi": BackendEntry("mpi", launcher="mpiexec"),
     # CUDA tensors: every op on the GPU backend (skips without CuPy and a GPU)
     "nccl": BackendEntry("cpu:socket,cuda:nccl", device="cuda"),

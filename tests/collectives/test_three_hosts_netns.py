@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 
+from ndist.collectives.backends.socket.native._engine import extension as native_extension
 from ndist.runtime._shmfiles import job_prefix
 from netns_hosts import launch_nodes, make_hosts, ndist_env, outputs, wait_launchers
 
@@ -74,17 +75,19 @@ assert (t == np.array([[100 * r + 2 * rank, 100 * r + 2 * rank + 1] for r in ran
 dist.barrier()
 with open(os.path.join(out, f"r{rank}.json"), "w") as f:
     json.dump({"node": os.environ.get("NDIST_TEST_NODE"), "digests": digests, "algos": sorted(set(seen)),
-               "cross": cross}, f)
+               "cross": cross, "engine": dist.get_engine()}, f)
 dist.destroy_process_group()
 """
 
 
-def _run_job(hosts, tmp_path, algo: str, per_host) -> dict:
-    folder = tmp_path / f"{algo}-{'-'.join(map(str, per_host))}"
+def _run_job(hosts, tmp_path, algo: str, per_host, native_tcp: str = "0") -> dict:
+    """``native_tcp``: ``NDIST_NATIVE_TCP`` (``0``: the Python engine's schedules; ``auto``,
+    the default: the native engine over TCP)."""
+    folder = tmp_path / f"{algo}-{native_tcp}-{'-'.join(map(str, per_host))}"
     folder.mkdir()
     job = tmp_path / "job.py"
     job.write_text(textwrap.dedent(_JOB))
-    env = ndist_env(NDIST_ALGO=algo)
+    env = ndist_env(NDIST_ALGO=algo, NDIST_NATIVE_TCP=native_tcp)
     secret = env["NDIST_SECRET"]
     procs = launch_nodes(hosts, per_host, [str(job), str(folder)], env, folder)
     codes = wait_launchers(procs, 150)
@@ -102,6 +105,7 @@ def test_three_hosts_two_level_collectives(tmp_path):
         two = _run_job(hosts, tmp_path, "auto", (2, 2, 2))
         flat = _run_job(hosts, tmp_path, "flat", (2, 2, 2))
         uneven = _run_job(hosts, tmp_path, "auto", (3, 1, 2))
+        native = _run_job(hosts, tmp_path, "auto", (2, 2, 2), native_tcp="auto")
         for ns in hosts.ns:  # every rank and launcher is gone before the namespaces are
             assert subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split() == []
     algos = ["bruck", "two_level/binomial", "two_level/bruck", "two_level/dissemination",
@@ -117,6 +121,19 @@ def test_three_hosts_two_level_collectives(tmp_path):
         assert {r: res[r]["cross"] for r in res} == {
             r: ([q for q in leaders if q != r] if r in leaders else []) for r in res}, layout
     assert all(r["digests"] == flat[0]["digests"] for r in flat.values())
+    assert {r["engine"] for res in (two, flat, uneven) for r in res.values()} == {"python"}
+    # the default across hosts: the native engine over TCP, direct algorithms (no schedule), a
+    # link from every rank to every other, results bit-identical on every rank (without the
+    # compiled extension, the Python engine runs it: ndist installs without a compiler)
+    nodes = [hosts.ns[h] for h in range(HOSTS) for _ in range(2)]
+    assert [native[r]["node"] for r in range(6)] == nodes
+    if native_extension() is None:
+        assert {r["engine"] for r in native.values()} == {"python"}
+        return
+    assert {r["engine"] for r in native.values()} == {"native"}
+    assert all(r["digests"] == native[0]["digests"] and r["algos"] == [] for r in native.values())
+    assert {r: native[r]["cross"] for r in native} == {
+        r: [q for q in range(6) if nodes[q] != nodes[r]] for r in native}
     assert not any(a.startswith("two_level") for r in flat.values() for a in r["algos"])
     after = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert hosts.tag not in after

@@ -64,14 +64,18 @@ def _not_heard_from(msg):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("late", [1, 0], ids=["waiter-first", "waited-first"])
-@pytest.mark.parametrize("transport,engine", [("tcp", "python"), ("shm", "python"), ("auto", "native")])
+@pytest.mark.parametrize("transport,engine", [("tcp", "python"), ("shm", "python"), ("auto", "native"),
+                                              ("tcp", "native-tcp")])
 def test_every_survivor_of_a_chain_names_the_stopped_rank(tmp_path, transport, engine, late):
     """late=1: rank 1 enters 0.15 s late, so rank 0's deadline passes first and it
-    waits in its grace for rank 1's notice; late=0: rank 1's notice comes first."""
-    if engine == "native":
+    waits in its grace for rank 1's notice; late=0: rank 1's notice comes first.
+    ``native-tcp``: the native engine over TCP (``NDIST_NATIVE_TCP=1``)."""
+    if engine.startswith("native"):
         pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
-    res = run_ranks(_chain, 3, args=(str(tmp_path), late), init=False, timeout=90,
-                    env={"NDIST_TRANSPORT": transport, "NDIST_ENGINE": engine})
+    env = {"NDIST_TRANSPORT": transport, "NDIST_ENGINE": "native" if engine == "native-tcp" else engine}
+    if engine == "native-tcp":
+        env["NDIST_NATIVE_TCP"] = "1"
+    res = run_ranks(_chain, 3, args=(str(tmp_path), late), init=False, timeout=90, env=env)
     for rank in (0, 1):
         kind, msg, waited, err_rank = res[rank]
         assert kind == "DistTimeoutError", res[rank]

@@ -33,3 +33,23 @@ def test_select_runs_native_only_when_every_peer_is_on_this_host_with_the_same_s
     assert _engines.select(4096, [1, 2], {1: True, 2: False}, pub) == _engines.PYTHON  # a peer elsewhere
     assert _engines.select(4096, [1, 2], same, {1: {"native": 4096}, 2: {"native": 8192}}) == _engines.PYTHON
     assert _engines.select(4096, [1, 2], same, {1: {"native": 4096}, 2: {"native": 0}}) == _engines.PYTHON
+
+
+def test_select_runs_the_tcp_engine_on_a_group_across_hosts_that_every_rank_offers_it():
+    elsewhere = {1: False, 2: False}
+    pub = {1: {"native": 4096, "native_tcp": "auto"}, 2: {"native": 4096, "native_tcp": "auto"}}
+    sel = _engines.select
+    assert sel(4096, [1, 2], elsewhere, pub, "auto", spans=True) == _engines.NATIVE_TCP
+    assert sel(4096, [1, 2], elsewhere, pub, "auto", spans=False) == _engines.PYTHON  # one host, over TCP
+    assert sel(4096, [1, 2], elsewhere, pub, "", spans=True) == _engines.PYTHON  # this rank offers none
+    assert sel(4096, [1, 2], elsewhere, {**pub, 2: {"native_tcp": ""}}, "auto", spans=True) == _engines.PYTHON
+    # "always" on every rank: also one host's group over TCP (how the suites run it)
+    always = {1: {"native_tcp": "always"}, 2: {"native_tcp": "always"}}
+    assert sel(0, [1, 2], elsewhere, always, "always", spans=False) == _engines.NATIVE_TCP
+    assert sel(0, [1, 2], elsewhere, {**always, 2: {"native_tcp": "auto"}}, "always", spans=False) == _engines.PYTHON
+    # shared memory first: a same-host group with slots runs the same-host engine
+    assert sel(4096, [1, 2], {1: True, 2: True}, pub, "always", spans=False) == _engines.NATIVE
+    # more ranks than the TCP engine's direct algorithms are for: the Python engine's schedules
+    many = {p: {"native_tcp": "auto"} for p in range(1, 9)}
+    assert sel(0, list(many), {}, many, "auto", spans=True, tcp_max=8) == _engines.PYTHON
+    assert sel(0, list(many)[:7], {}, many, "auto", spans=True, tcp_max=8) == _engines.NATIVE_TCP

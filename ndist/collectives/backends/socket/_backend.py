@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import threading
+import time
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from .engine._algorithms import CHUNK, Algorithms
 from ._pending import Pending
 from .wire._links import Links, attach, setup
 from .engine._engine import Engine, OpInfo, wait_warning_from_env
-from ._engines import NATIVE, PYTHON, CollectiveEngine, select
+from ._engines import NATIVE, NATIVE_TCP, PYTHON, CollectiveEngine, select
 from ._executor import Executor
 from .p2p._p2p import P2P
 from .schedules._reduce import finalize
@@ -110,6 +111,8 @@ class SocketBackend(CollectiveBackend):
                 self._nfile = _native.NativeFile(self._prefix, ctx.size, _native.slot_bytes())
             except OSError as err:  # e.g. /dev/shm full: the Python engine runs everything
                 log.warning("no native engine (%s); collectives run on the Python engine", err)
+        # the native engine over TCP (groups across hosts): what this rank offers (NDIST_NATIVE_TCP)
+        self._tcp_offer = _native.tcp_offer(ctx.options) if ctx.size > 1 else ""
         self._native: _native.NativeAlgorithms | None = None
         self._eng: Engine | None = None
         #: the engine the collectives run on (``_engines.select``: ``Algorithms`` over the
@@ -126,7 +129,8 @@ class SocketBackend(CollectiveBackend):
                           {"shm": self._prefix, "transport": self._mode, "ncpu": os.cpu_count() or 1,
                            "cma": _cma.probe_info() if self._mode == "auto" else None,
                            "ring": self._rings.capacity if self._rings is not None else 0,
-                           "native": self._nfile.slot if self._nfile is not None else 0},
+                           "native": self._nfile.slot if self._nfile is not None else 0,
+                           "native_tcp": self._tcp_offer},
                           on_p2p=self._p2p.incoming, granks=self.granks,
                           job=job_prefix(secret) + ctx.numbering,
                           ring_for=self._rings.reserve if self._rings is not None else None)
@@ -210,9 +214,8 @@ class SocketBackend(CollectiveBackend):
         peer = self.gindex.get(rank)
         info = self._mesh.peer_info(peer) if peer is not None else None
         _losses.record_lost(self._mesh.job, rank, info, message)
-        body = F.pack_abort("lost", message, rank, host)  # links not taken yet, or dialled later
-        head = F.pack(F.ABORT, 0, 0, 0, 0, F.group_hash(self.ctx.group_name), 0, 0, -1, 0, len(body))
-        self._mesh.abandon(head + body, (rank, host, message))
+        # links not taken yet, or dialled later
+        self._mesh.abandon(self._lost_notice("lost", rank, host, message), (rank, host, message))
         eng = self._eng
         if eng is not None:
             eng.losses.notify_lost(rank, host, message)  # (nothing new to an engine that found it itself)
@@ -220,6 +223,14 @@ class SocketBackend(CollectiveBackend):
             # does it from the op that is waiting (woken by notify_lost) or the next one
             self._exec.run_inline(eng.losses.take_external)
         self._p2p.losses.record_lost(rank, host, message)  # (nothing new to the side that found it)
+
+    def _lost_notice(self, kind: str, rank: int, host, message: str) -> bytes:
+        """The mesh's lost notice (an ABORT frame of ``kind`` ``lost`` or ``stalled``, naming
+        global rank ``rank``): what a rank that cannot build or keep the group writes on its
+        collective links (both engines read it)."""
+        body = F.pack_abort(kind, message, rank, host, ranks=[rank] if kind == "stalled" else None,
+                            final=kind == "stalled")
+        return F.pack(F.ABORT, 0, 0, 0, 0, F.group_hash(self.ctx.group_name), 0, 0, -1, 0, len(body)) + body
 
     def _tell_groups(self, rank: int, host, message: str) -> None:
         """``GroupFailure``'s last step: the other groups of this process that have global
@@ -290,12 +301,20 @@ class SocketBackend(CollectiveBackend):
         return self._p2p.stalls.notice_of(peer) if peer is not None else []
 
     def _attach_native(self, peers) -> None:
-        """Run the group's collectives on the native engine when ``_engines.select`` says so
-        (every rank on this host, with the same native slots), mapping every peer's file."""
-        if self._nfile is None:
+        """Run the group's collectives on the native engine when ``_engines.select`` says so:
+        over shared memory (every rank on this host, with the same native slots), mapping
+        every peer's file; or over the group's TCP streams (every rank offers it)."""
+        if self._nfile is None and not self._tcp_offer:
             return
         infos = {p: self._mesh.peer(p) for p in peers}
-        if select(self._nfile.slot, peers, self._links.same_host, infos) != NATIVE:
+        spans = any(i["hostid"] != self._mesh.hostid for i in infos.values())
+        kind = select(self._nfile.slot if self._nfile is not None else 0, peers, self._links.same_host, infos,
+                      self._tcp_offer, spans, _native.TCP_MAX_RANKS)
+        if kind == NATIVE_TCP:
+            mod = _native.extension()
+            self._run_native(mod, self._attach_tcp(mod, peers), peers)
+            return
+        if kind != NATIVE:
             return
         try:
             group = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
@@ -308,7 +327,39 @@ class SocketBackend(CollectiveBackend):
                 "it closed the group (destroy_process_group or exit)")
             raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {g} ({host}) left before this rank's first "
                                    f"collective on the group: {how}", rank=g, host=host) from None
-        nat = _native.NativeAlgorithms(self._native_mod, group, self.rank, self.size, self.ctx.group_name,
+        self._run_native(self._native_mod, group, peers)
+
+    def _attach_tcp(self, mod, peers):
+        """The native group over TCP: every collective link opened now (``_open_link``: its
+        failures as the Python engine's first use of it), handed to C."""
+        deadline = time.monotonic() + self._timeout
+        socks = {}
+        p = None
+        try:
+            for p in peers:
+                socks[p] = self._open_link(p, deadline)[0]
+        except BaseException as err:
+            # the peers linked so far may wait on this rank in the set-up: each is told why it
+            # fails (the lost notice naming the rank that could not be linked: a timeout
+            # names the peer waited for), not left to find a connection ended with no reason
+            # and name this live rank
+            timed_out = isinstance(err, DistTimeoutError)
+            rank = self.granks[p] if timed_out else getattr(err, "rank", None)
+            if isinstance(err, (DistNetworkError, DistTimeoutError)) and isinstance(rank, int):
+                host = getattr(err, "host", None) or (self._mesh.host_of(p) if rank == self.granks[p] else "?")
+                notice = self._lost_notice("stalled" if timed_out else "lost", rank, host, str(err))
+                for sock in socks.values():
+                    self._mesh.tell_and_keep(sock, notice)
+            else:
+                for sock in socks.values():
+                    sock.close()
+            raise
+        return _native.attach_tcp(mod, socks, self.rank, self.size, self._timeout)
+
+    def _run_native(self, mod, group, peers) -> None:
+        """Run the collectives on native ``group`` (of module ``mod``): the algorithms, the
+        failure hooks, then a set-up barrier."""
+        nat = _native.NativeAlgorithms(mod, group, self.rank, self.size, self.ctx.group_name,
                                        wait_warning_from_env(), self.granks)
         self._native = self._alg = self._pending.native = nat
         self.failure.hooks.append(self._native_loss)
@@ -317,14 +368,14 @@ class SocketBackend(CollectiveBackend):
         if first is not None:  # recorded while attaching, before the hook was in place (another thread):
             self._native_loss(*first)  # broken now; ``_engine`` raises it, and no set-up barrier waits for it
             return
-        # every rank has mapped every file before any rank may finish an op and unlink its own
+        # every rank has mapped every file (or linked every peer) before any rank may finish an op
+        # and unlink its own
         self._mesh.connecting = [self.granks[p] for p in peers]  # (what a wait meanwhile names)
         try:
             group.barrier()
-        except self._native_mod.Error as err:  # (no link was opened before: the first wait on the group)
+        except mod.Error as err:  # (the first wait on the group)
             hosts = {p: self._mesh.host_of(p) for p in peers}
-            self._native.broken = self._native.error(err, self.ctx.group_name, "the group's set-up", hosts,
-                                                     self._timeout)
+            nat.broken = self._native_failure(nat, err, "the group's set-up", hosts)
         finally:
             self._mesh.connecting = []
         log.debug("rank %d: group %r runs on the native engine", self.rank, self.ctx.group_name)
@@ -334,22 +385,24 @@ class SocketBackend(CollectiveBackend):
         """``"native"`` or ``"python"``: the engine that runs this group's collectives
         (decided at the first collective; before it, the engine it will use)."""
         if self._eng is None:
-            return "native" if self._nfile is not None and self.size > 1 else "python"
+            return "native" if (self._nfile is not None or self._tcp_offer == "always") and self.size > 1 else "python"
         return NATIVE if self._native is not None else PYTHON
 
-    def _native_failure(self, nat, err: BaseException) -> BaseException:
+    def _native_failure(self, nat, err: BaseException, desc: str | None = None, hosts=None) -> BaseException:
         """What an op on the native engine raises for ``err``: a ``_cnative.Error`` turns
         into its typed error (the group broken, a dead peer's files unlinked, a lost member
         recorded), anything else (a signal, NumPy's reduction failed) is ``err`` itself,
-        the group then broken by it."""
-        if isinstance(err, self._native_mod.Error):
-            hosts = self._eng.hosts
-            exc = nat.error(err, self.ctx.group_name, nat.desc(), hosts, self._timeout)
+        the group then broken by it. ``desc`` / ``hosts``: the group's set-up says what
+        failed and knows the hosts before the engine does (default: the running op's)."""
+        if isinstance(err, nat.mod.Error):
+            hosts = self._eng.hosts if hosts is None else hosts
+            exc = nat.error(err, self.ctx.group_name, nat.desc() if desc is None else desc, hosts, self._timeout)
             if err.args[0] == "dead":
                 self._peer_died(err.args[1])
             if nat.g.broken and nat.broken is None:
                 nat.broken = exc
-            if err.args[0] in ("dead", "failed") and isinstance(exc, DistNetworkError) and exc.rank is not None:
+            if (err.args[0] in ("dead", "failed", "lost", "abort") and isinstance(exc, DistNetworkError)
+                    and exc.rank is not None):
                 # the point-to-point side and this process's other groups learn it too
                 host = exc.host
                 if exc.rank not in self.gindex and host in (None, "?"):  # (a rank outside the group: revoke_for)

@@ -4,9 +4,12 @@ the one place that chooses between them.
 * **The Python engine** (``engine/``): ``Algorithms`` over ``Engine``, non-blocking
   streams per peer (TCP, Unix sockets, rings, segments, CMA). It runs every group, and is
   the reference the conformance suite holds the native engine to.
-* **The native engine** (``native/``): ``NativeAlgorithms`` over the compiled
-  ``_cnative`` group, one call into C per collective with the GIL released. It runs a
-  group whose ranks are all on this host and all offer native slots of one size.
+* **The native engine** (``native/``): ``NativeAlgorithms`` over a compiled ``_cnative``
+  group, one call into C per collective with the GIL released. Over shared memory
+  (``Group``, ``NATIVE``) it runs a group whose ranks are all on this host and all offer
+  native slots of one size; over the group's TCP streams (``TcpGroup``, ``NATIVE_TCP``) a
+  group that spans hosts whose ranks all offer it (``NDIST_NATIVE_TCP``,
+  ``native/_engine.tcp_offer``), up to ``TCP_MAX_RANKS`` ranks.
 
 Both implement ``CollectiveEngine``; the backend's op adapters call it
 (``SocketBackend._alg``) without knowing which one runs. ``select`` makes the choice,
@@ -24,9 +27,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["CollectiveEngine", "select", "NATIVE", "PYTHON"]
+__all__ = ["CollectiveEngine", "select", "NATIVE", "NATIVE_TCP", "PYTHON"]
 
-NATIVE, PYTHON = "native", "python"
+NATIVE, NATIVE_TCP, PYTHON = "native", "native-tcp", "python"
 
 
 class CollectiveEngine(Protocol):
@@ -55,17 +58,26 @@ class CollectiveEngine(Protocol):
     def barrier(self) -> None: ...
 
 
-def select(slot: int, peers, same_host: dict, published: dict) -> str:
-    """``NATIVE`` or ``PYTHON``: the engine a group runs its collectives on.
+def select(slot: int, peers, same_host: dict, published: dict, tcp: str = "", spans: bool = False,
+           tcp_max: int = 8) -> str:
+    """``NATIVE``, ``NATIVE_TCP`` or ``PYTHON``: the engine a group runs its collectives on.
 
     ``slot``: the native slot bytes this rank offers (0: it offers no native engine);
     ``peers``: the other group ranks; ``same_host``: peer -> on this rank's host
     (``Links.same_host``); ``published``: peer -> what it published (its ``native`` slot
-    bytes, 0 when it offers none). Native when this rank offers it and every peer is on
-    this host and offers slots of the same size; every rank decides from the same
-    published facts, so all decide alike."""
-    if not slot:
-        return PYTHON
-    if all(same_host.get(p) and published[p].get("native") == slot for p in peers):
+    bytes, 0 when it offers none; ``native_tcp``, its TCP offer); ``tcp``: this rank's TCP
+    offer (``native/_engine.tcp_offer``: ``""`` none, ``"auto"``, ``"always"``); ``spans``:
+    the group's ranks are on more than one host (by host identity: alike on every rank);
+    ``tcp_max``: the most ranks for the TCP engine.
+
+    ``NATIVE`` when this rank offers slots and every peer is on this host and offers slots
+    of the same size; else ``NATIVE_TCP`` when the group has at most ``tcp_max`` ranks,
+    every rank offers the TCP engine, and the group spans hosts or every offer is
+    ``"always"``; else ``PYTHON``. Every rank decides from the same published facts, so all
+    decide alike (a rank's own slot and TCP offer are what it published)."""
+    if slot and all(same_host.get(p) and published[p].get("native") == slot for p in peers):
         return NATIVE
+    offers = [tcp] + [published[p].get("native_tcp") or "" for p in peers]
+    if len(offers) <= tcp_max and all(offers) and (spans or all(o == "always" for o in offers)):
+        return NATIVE_TCP
     return PYTHON

@@ -7,7 +7,12 @@ copies, reduces and waits. Each rank owns one file (``<shm prefix>-nat``: a cont
 block and two slots) that every peer maps; the C source describes the protocol. The
 file is unlinked from ``/dev/shm`` as soon as it is made: peers map it through the
 owner's descriptor (``_shmfiles.open_shared``), which the owner closes with the group.
-Point-to-point traffic, and groups that span hosts, stay on the Python engine
+A group that spans hosts (or runs over TCP by ``NDIST_TRANSPORT=tcp``) may run on the
+same engine over its TCP streams instead (``TcpGroup``, source in ``native/ctcp.c``):
+every rank offers it as ``NDIST_NATIVE_TCP`` says (``tcp_offer``), and a group of up to
+``TCP_MAX_RANKS`` runs it when every rank offers it (``_engines.select``); the group's collective
+links, dialled and authenticated by the mesh, are handed to C (``attach_tcp``).
+Point-to-point traffic, and every other group, stay on the Python engine
 (``_engine.py``), which is also the reference the conformance suite holds the native
 engine to.
 
@@ -33,8 +38,8 @@ from ..wire import _frame as F
 from ..schedules._reduce import ERRVAR, IGNORE_ERRORS, UFUNC, finalize
 from ..wire._segment import SHM_DIR, job_of
 
-__all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "cma_min_bytes", "engine_mode", "module_for", "slot_bytes", "NativeFile", "NativeAlgorithms",
-           "attach"]
+__all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "TCP_ENV", "cma_min_bytes", "engine_mode", "module_for",
+           "extension", "tcp_offer", "TCP_MAX_RANKS", "slot_bytes", "NativeFile", "NativeAlgorithms", "attach", "attach_tcp"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -42,6 +47,14 @@ ENGINE_ENV = "NDIST_ENGINE"
 #: the engine when NDIST_ENGINE is unset (see the module docstring)
 DEFAULT = "auto"
 SLOT_ENV = "NDIST_NATIVE_SLOT"
+#: the native engine over TCP: ``auto`` (the default: for a group that spans hosts), ``1`` (also
+#: for a group on one host whose streams are TCP, ``NDIST_TRANSPORT=tcp``: how the suites run it
+#: on one host) or ``0`` (never: such groups run on the Python engine)
+TCP_ENV = "NDIST_NATIVE_TCP"
+#: the most ranks a group runs on the native engine over TCP: its algorithms are direct (every
+#: rank sends to every peer in a phase); a larger group runs the Python engine's log-depth
+#: schedules (docs/native.md, "Across hosts")
+TCP_MAX_RANKS = 8
 SPIN_ENV = "NDIST_NATIVE_SPIN_US"
 CMA_ENV = "NDIST_NATIVE_CMA_MIN"
 #: all_to_all blocks, all_gather parts and broadcast buffers of at least this many bytes go
@@ -137,6 +150,39 @@ def module_for(transport: str, options=None):
             log.warning("ndist's native engine is not built (%s); collectives run on the Python engine. "
                         "For the native engine, %s.", _state["error"], hint)
     return mod
+
+
+def extension():
+    """The compiled module (``_cnative``), or None where it was not built."""
+    return _load()
+
+
+def tcp_offer(options=None) -> str:
+    """What this rank offers its groups of the native engine over TCP: ``""`` (nothing:
+    ``NDIST_NATIVE_TCP=0``, ``NDIST_ENGINE=python``, or the extension not built), ``"auto"``
+    (groups that span hosts) or ``"always"`` (also one host's groups over TCP)."""
+    raw = os.environ.get(TCP_ENV, "auto").strip().lower() or "auto"
+    if raw not in ("0", "1", "auto"):
+        raise ValueError(f"{TCP_ENV}: expected 'auto', '0' or '1', got {raw!r}")
+    if raw == "0" or engine_mode(options) == "python" or _load() is None:
+        return ""
+    return "always" if raw == "1" else "auto"
+
+
+def attach_tcp(mod, socks: dict, rank: int, size: int, timeout: float):
+    """The C group over the collective links ``socks`` (group rank -> connected socket); it
+    takes their descriptors (closing them with itself), the socket objects are detached."""
+    fds = [-1] * size
+    for p, sock in socks.items():
+        fds[p] = sock.detach()
+    try:
+        spin = size <= (os.cpu_count() or 1)
+        return mod.TcpGroup(rank, size, fds, timeout, float(os.environ.get(SPIN_ENV, SPIN_US if spin else 0.0)))
+    except BaseException:
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+        raise
 
 
 def slot_bytes() -> int:
@@ -292,7 +338,7 @@ class NativeAlgorithms:
         #: ``on_stalled(global ranks)``: an op passed its deadline (the backend's ``_stalled``:
         #: the process's other groups tell their peers; ``_stalls``)
         self.on_stalled = None
-        if hasattr(group, "tell_stalled"):
+        if hasattr(group, "on_deadline"):  # (the same-host group's first notice; TcpGroup has none)
             group.on_deadline = _weakly(self._on_deadline)
 
     def _redinfo(self, dtype, op):
@@ -416,6 +462,9 @@ class NativeAlgorithms:
     def pending(self) -> str:
         """For a timeout's message: the ranks that have not posted this rank's current piece,
         or have not finished reading the piece before (what a waiting rank waits for)."""
+        if hasattr(self.g, "waiting"):  # TcpGroup: the ranks its phase still sends to or reads from
+            late = [self.granks[q] for q in self.g.waiting()]
+            return f"running {self.desc()} (native engine over TCP); ranks not heard from: {late}"
         piece, words = self.g.progress()
         late = [self.granks[q] for q, (post, done, _state) in enumerate(words)
                 if q != self.rank and (post < 2 * piece or done + 2 < piece)]
@@ -487,6 +536,8 @@ class NativeAlgorithms:
             desc = f"{self._describe(prior)} (its root returned; found at {desc})"
         peer = gr[peer] if isinstance(peer, int) and 0 <= peer < len(gr) else peer
         named = self._global(cause)  # (STALL_GLOBAL + r: a rank the peer waited on in another group)
+        if named is not None and named != cause and named in gr:  # (a member named by its global rank)
+            chost = hosts.get(gr.index(named), chost)
         cause = cause if named is None else named
         g = f"group {group_name!r}"
         if kind == "stalled" and self.on_stalled is not None and isinstance(cause, int):
@@ -505,6 +556,20 @@ class NativeAlgorithms:
         if kind == "dead":
             return DistNetworkError(f"{g}: lost connection to rank {peer} ({host}) during {desc}: its process "
                                     f"exited", rank=peer, host=host)
+        if kind == "abort":  # (TcpGroup) the mesh's lost notice: the peer could not build or keep the group
+            why = F.unpack_abort(detail[0])
+            lost, lhost = why.get("rank"), why.get("host") or "?"
+            if not isinstance(lost, int) or lost < 0:
+                return DistNetworkError(f"{g}: rank {peer} ({host}) abandoned the group during {desc}: "
+                                        f"{why.get('msg')}", rank=peer, host=host)
+            if why.get("kind") == "stalled":
+                return DistTimeoutError(f"{g}: {desc} timed out; ranks not heard from: [{lost}] (rank {peer} "
+                                        f"({host}) waited on it)")
+            return DistNetworkError(f"{g}: rank {lost} ({lhost}) is lost, during {desc}; rank {peer} ({host}) "
+                                    f"reported: {why.get('msg')}", rank=lost, host=lhost)
+        if kind == "lost":  # (TcpGroup) its stream ended, or failed, without its close notice
+            return DistNetworkError(f"{g}: lost connection to rank {peer} ({host}) during {desc}: the connection "
+                                    f"ended", rank=peer, host=host)
         if kind == "failed":
             if cause == peer:
                 return DistNetworkError(f"{g}: rank {peer} ({host}) failed during {desc}", rank=peer, host=host)

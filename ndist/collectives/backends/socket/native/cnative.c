@@ -47,6 +47,7 @@
 #include "cma.h"
 #include "kernels.h"
 #include "common.h"
+#include "ctcp.h"
 
 /* ------------------------------------------------------------------ layout */
 #define CTL_BYTES 4096
@@ -1672,7 +1673,7 @@ PyMODINIT_FUNC PyInit__cnative(void)
         return NULL;
     Error = PyErr_NewException("ndist._cnative.Error", PyExc_RuntimeError, NULL);
     Py_INCREF(&GroupType);
-    if (!Error || PyModule_AddObject(m, "Error", Error) < 0 ||
+    if (!Error || PyModule_AddObject(m, "Error", Error) < 0 || nd_tcp_add(m, Error, main_thread) < 0 ||
         PyModule_AddObject(m, "Group", (PyObject *)&GroupType) < 0 ||
         PyModule_AddIntConstant(m, "CTL_BYTES", CTL_BYTES) < 0 || PyModule_AddIntConstant(m, "HDR_BYTES", HDR_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "STALL_GLOBAL", STALL_GLOBAL) < 0 ||

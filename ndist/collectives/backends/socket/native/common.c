@@ -1,4 +1,4 @@
-/* What the native engine's C files share: see common.h. */
+/* What ndist's two native engines share: see common.h. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -6,7 +6,7 @@
 #include "kernels.h"
 
 const char *const ND_E_NAMES[] = {"ok", "timeout", "dead", "failed", "closed", "mismatch", "self_closed",
-                                  "signal", "python", "self_failed", "stalled", "cma"};
+                                  "signal", "python", "self_failed", "stalled", "cma", "lost", "abort"};
 
 
 /* dst = a (op) b over count elements; GIL released (re-taken for the fallback) */

@@ -1,6 +1,7 @@
-/* What ndist's native engine shares across its C files: the error kinds raised to Python,
- * the clock, the reductions with their NumPy fallback, and the buffer arguments of the list
- * ops. Definitions in common.c. */
+/* What ndist's two native engines share (``_cnative``: the same-host engine of cnative.c and
+ * the TCP engine of ctcp.c): the error kinds raised to Python, the clock, the reductions
+ * with their NumPy fallback, and the buffer arguments of the list ops. Definitions in
+ * common.c. */
 #ifndef NDIST_NATIVE_COMMON_H
 #define NDIST_NATIVE_COMMON_H
 
@@ -11,9 +12,11 @@
 /* error kinds raised to Python as _cnative.Error(kind, peer, cause, detail); ND_E_NAMES[kind]
  * is the kind's name there (native/_engine.py maps each to its typed error).
  * E_STALLED: this rank timed out (or a peer that did failed) waiting on a peer that itself
- * waited on ``cause`` (the root cause: a stopped rank). */
+ * waited on ``cause`` (the root cause: a stopped rank). E_LOST (TCP engine): a peer's
+ * connection ended (or failed) without its close notice. E_ABORT (TCP engine): a peer sent the
+ * mesh's lost notice (it could not build or keep the group; the reason is raised to Python). */
 enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSED, E_SIGNAL, E_PY, E_SELF_FAILED,
-       E_STALLED, E_CMA };
+       E_STALLED, E_CMA, E_LOST, E_ABORT };
 extern const char *const ND_E_NAMES[];
 #define E_NAMES ND_E_NAMES
 

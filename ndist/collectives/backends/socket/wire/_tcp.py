@@ -455,12 +455,17 @@ class Mesh:
 
     def _tell_abandoned(self, sock: socket.socket) -> None:
         """Send the lost notice of ``abandon`` on collective link ``sock`` and end its
-        sending side. The socket stays open until the mesh closes: closing it with bytes
-        the peer sent still unread would reset the connection, and the reset can reach the
-        peer before the notice, so that it names this rank as lost instead of the dead one."""
+        sending side (``tell_and_keep``)."""
+        self.tell_and_keep(sock, self._abandoned)
+
+    def tell_and_keep(self, sock: socket.socket, notice: bytes) -> None:
+        """Send ``notice`` (a lost notice) on collective link ``sock`` and end its sending
+        side. The socket stays open until the mesh closes: closing it with bytes the peer
+        sent still unread would reset the connection, and the reset can reach the peer
+        before the notice, so that it names this rank as lost instead of the dead one."""
         try:
             sock.settimeout(1.0)
-            sock.sendall(self._abandoned)
+            sock.sendall(notice)
             sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass

@@ -1,0 +1,1444 @@
+/* ndist's native engine over TCP (``_cnative.TcpGroup``): a group's collectives across
+ * hosts, each one call into C with the GIL released, over one connected stream socket per
+ * peer (the collective links the socket backend's mesh dialled and authenticated; this
+ * group owns their descriptors from then on).
+ *
+ * Wire: every message is a *frame*, a 64-byte header (``thdr_t``) and ``nbytes`` of payload.
+ *
+ *     DATA   one rank's part of a collective for one peer in one phase, with the call's
+ *            signature (op, dtype, redop, root, sig, esize, phase) that the receiver checks
+ *     FAIL   the sender's group broke: ``why`` W_FAILED (``code``: the rank it names, -1 the
+ *            sender itself), W_STALLED (it timed out waiting on rank ``code``) or
+ *            W_MISMATCH (its own call's signature is the header's)
+ *     CLOSE  the sender closed the group (destroy_process_group, exit)
+ *     STALL  the sender, idle here, passed a deadline elsewhere waiting on ``code`` (a group
+ *            rank, or STALL_GLOBAL + a global rank; STALL_FINAL: it raised naming it)
+ *
+ * One frame of another format may come too: the mesh's lost notice (the Python engine's ABORT
+ * frame, ``wire/_frame.py``), which a rank that could not build or keep the group writes on
+ * the collective links it holds before it ends their sending side (``Mesh.abandon``): read
+ * whole and raised to Python with its reason (E_ABORT), which names the lost rank.
+ *
+ * The algorithms are direct: a collective is one phase (two for a large all_reduce:
+ * reduce-scatter, then all-gather), and in a phase every rank sends at most one DATA frame
+ * to each peer and receives at most one from each. A frame is read exactly (its header,
+ * then its payload straight into the destination), so a stream never holds a later op's
+ * bytes that were read early. Reductions fold in rank order, so every rank's result is
+ * bit-identical to every other's and to the same-host engine's.
+ *
+ * Progress: all sends and receives of a phase go together on non-blocking sockets
+ * (``sendmsg`` of header and payload, ``recv`` into the destination); a rank with nothing
+ * to do spins for ``spin_us``, yields for 2 ms, then waits in ``poll`` in 20 ms ticks, at
+ * each of which it looks at its deadline, pending signals (main thread), the stall warning
+ * and this group's eventfd, which ``fail`` / ``close`` from another thread write.
+ *
+ * Every failure breaks the group (every later op raises the first error, as the Python
+ * engine's): the rank sends FAIL (CLOSE for a close) to every peer whose stream is at a
+ * frame boundary and shuts down its sending side of every socket, so no peer waits on a
+ * rank that stopped; a peer whose frame was cut short reads the end of the stream (E_LOST).
+ */
+#define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE
+#include <Python.h>
+#include <pythread.h>
+#include <structmember.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "ctcp.h"
+
+/* ------------------------------------------------------------------ wire */
+#define MAGIC 0x4e445400u /* "NDT" */
+enum { K_DATA = 1, K_FAIL, K_CLOSE, K_STALL };
+enum { W_FAILED = 1, W_STALLED, W_MISMATCH };
+
+typedef struct {
+    uint32_t kind;  /* MAGIC | K_* */
+    int32_t op, dtype, redop, root;
+    int32_t why;    /* FAIL: W_* */
+    int32_t code;   /* FAIL: the rank named; STALL: the notice */
+    uint32_t phase; /* DATA: the phase of its op */
+    uint64_t seq;   /* the op's sequence number on its group (for messages) */
+    uint64_t sig;   /* the op's size signature (the buffer of all_reduce / reduce / broadcast) */
+    uint64_t esize;
+    uint64_t nbytes; /* payload bytes that follow */
+} thdr_t;
+_Static_assert(sizeof(thdr_t) == 64, "a frame header is 64 bytes");
+
+/* op codes: the same-host engine's (cnative.c), so messages name them alike */
+enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_SCATTER, OP_ALL_TO_ALL,
+       OP_REDUCE_SCATTER, OP_BARRIER };
+
+#define STALL_GLOBAL (1 << 20) /* as cnative.c: a code of at least this names a global rank */
+#define STALL_FINAL (1 << 29)
+#define YIELD_S 2e-3
+#define TICK_MS 20
+#define WARN_EVERY 60.0
+#define FINAL_FRAME_S 0.2 /* how long a final FAIL / CLOSE frame may wait for room in a socket */
+#define DRAIN_BYTES 65536
+/* the mesh's lost notice (wire/_frame.py): magic "DN" (u16 0x4E44), kind ABORT (3), a 56-byte
+ * header whose u64 at offset 40 is the length of the JSON reason that follows */
+#define PY_HDR 56
+#define PY_NBYTES_AT 40
+#define PY_ABORT 3
+#define PY_MAX_ABORT 65536
+
+typedef struct {
+    int fd;
+    int out_done; /* this side's stream is shut down: nothing more is sent */
+    /* the frame being sent: header, then payload; ``ooff`` counts both */
+    int osend;
+    thdr_t oh;
+    const char *optr;
+    size_t olen, ooff;
+    /* the frame being received: header (``ihgot`` of it), then payload into iptr (igot of ilen) */
+    int irecv, istage; /* istage 0: header, 1: payload, 2: draining a mismatched payload */
+    thdr_t ih;
+    size_t ihgot;
+    char *iptr;
+    size_t ilen, igot, idrain;
+    int heard;     /* a frame of this phase came */
+    int32_t told;  /* 1 + the peer's STALL code (0: none), cleared by its next DATA frame */
+} Peer;
+
+typedef struct {
+    int op, dtype, redop, root;
+    uint64_t sig, esize;
+    uint32_t phase;
+    int cmp_sig; /* the receiver compares ``sig`` (the ops whose every rank gives one buffer size) */
+} TSig;
+
+typedef struct {
+    PyObject_HEAD
+    int rank, size;
+    Peer *peers;
+    int efd;
+    double timeout, spin_us;
+    unsigned long long seq;
+    unsigned long long ops;
+    int broken;
+    _Atomic int busy;       /* an op (or fail / close / tell_stalled) holds the sockets */
+    _Atomic int want_fail;  /* fail(): 1 + ... set; its cause in fail_cause */
+    _Atomic int fail_cause;
+    _Atomic int want_close;
+    TSig cur;               /* the running op's signature (for FAIL frames) */
+    /* the failure being reported */
+    int err_peer, err_cause;
+    thdr_t err_theirs;
+    int64_t err_sends, err_wants;
+    /* the stall warning: on_stall(peer, word, waited_s, left_s) once an op waited warn_after
+     * seconds (0: never), then every WARN_EVERY seconds */
+    PyObject *on_stall;
+    double warn_after, warn_at, op_start;
+    /* the deadline passed: this rank told its peers whom it waits on (``posted``: 1 + that code)
+     * and waits until grace_end for the notice of the peer it waits on (the root cause) */
+    int in_grace;
+    double grace_end;
+    int32_t posted;
+    /* on_deadline(code): called with the GIL when this rank posts a notice (the notice reaches
+     * the process's other groups) */
+    PyObject *on_deadline;
+    char *scratch;
+    size_t scratch_len;
+    char *drain;
+    /* the mesh's lost notice a peer sent (E_ABORT): its JSON reason, the global rank it names
+     * (-1: none) and whether it tells of a timeout (kind "stalled") */
+    char *abort_body;
+    size_t abort_len;
+    int abort_rank, abort_stalled;
+} TGroup;
+
+static PyObject *Error; /* _cnative.Error (shared with the same-host engine) */
+static unsigned long main_thread;
+
+/* ------------------------------------------------------------------ one phase */
+static void clear_phase(TGroup *g)
+{
+    for (int q = 0; q < g->size; q++) {
+        Peer *p = &g->peers[q];
+        p->osend = p->irecv = p->heard = 0;
+    }
+}
+
+static void set_send(TGroup *g, int q, const TSig *s, const char *ptr, size_t len)
+{
+    Peer *p = &g->peers[q];
+    memset(&p->oh, 0, sizeof p->oh);
+    p->oh.kind = MAGIC | K_DATA;
+    p->oh.op = s->op;
+    p->oh.dtype = s->dtype;
+    p->oh.redop = s->redop;
+    p->oh.root = s->root;
+    p->oh.phase = s->phase;
+    p->oh.seq = g->seq;
+    p->oh.sig = s->sig;
+    p->oh.esize = s->esize;
+    p->oh.nbytes = len;
+    p->optr = ptr;
+    p->olen = len;
+    p->ooff = 0;
+    p->osend = 1;
+}
+
+static void set_recv(TGroup *g, int q, char *ptr, size_t len)
+{
+    Peer *p = &g->peers[q];
+    p->iptr = ptr;
+    p->ilen = len;
+    p->igot = p->ihgot = 0;
+    p->istage = 0;
+    p->irecv = 1;
+}
+
+/* 1: progress, 0: would block, -1: the connection failed (E_LOST) */
+static int try_send(Peer *p)
+{
+    struct iovec iov[2];
+    int k = 0;
+    if (p->ooff < sizeof(thdr_t)) {
+        iov[k].iov_base = (char *)&p->oh + p->ooff;
+        iov[k++].iov_len = sizeof(thdr_t) - p->ooff;
+        if (p->olen) {
+            iov[k].iov_base = (void *)p->optr;
+            iov[k++].iov_len = p->olen;
+        }
+    } else {
+        size_t done = p->ooff - sizeof(thdr_t);
+        iov[k].iov_base = (void *)(p->optr + done);
+        iov[k++].iov_len = p->olen - done;
+    }
+    struct msghdr m = {0};
+    m.msg_iov = iov;
+    m.msg_iovlen = k;
+    ssize_t w = sendmsg(p->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+    p->ooff += (size_t)w;
+    if (p->ooff == sizeof(thdr_t) + p->olen)
+        p->osend = 0;
+    return 1;
+}
+
+/* the received DATA header against this rank's call: E_OK, or E_MISMATCH (recorded) */
+static int check_data(TGroup *g, int q, const TSig *s)
+{
+    Peer *p = &g->peers[q];
+    thdr_t *h = &p->ih;
+    if (h->op != s->op || h->dtype != s->dtype || h->redop != s->redop || h->root != s->root ||
+        h->phase != s->phase || (s->cmp_sig && h->sig != s->sig)) {
+        g->err_sends = g->err_wants = -1;
+    } else if (h->nbytes != p->ilen) {
+        g->err_sends = (int64_t)h->nbytes;
+        g->err_wants = (int64_t)p->ilen;
+    } else
+        return E_OK;
+    g->err_peer = q;
+    memcpy(&g->err_theirs, h, sizeof *h);
+    return E_MISMATCH;
+}
+
+/* A peer's FAIL frame: the error this rank raises for it */
+static int peer_failed(TGroup *g, int q)
+{
+    thdr_t *h = &g->peers[q].ih;
+    g->err_peer = q;
+    if (h->why == W_MISMATCH) {
+        memcpy(&g->err_theirs, h, sizeof *h);
+        g->err_sends = g->err_wants = -1;
+        return E_MISMATCH;
+    }
+    if (h->why == W_STALLED && h->code != g->rank) { /* it timed out waiting on that rank */
+        g->err_cause = h->code;
+        return E_STALLED;
+    }
+    g->err_cause = h->why == W_STALLED ? -1 : h->code; /* (timed out waiting on this rank: it failed) */
+    return E_FAILED;
+}
+
+/* The header just read is not this engine's: the mesh's lost notice (read whole, E_ABORT), or
+ * a stream that cannot be trusted any more (E_LOST). */
+static int read_abort(TGroup *g, int q)
+{
+    Peer *p = &g->peers[q];
+    const unsigned char *b = (const unsigned char *)&p->ih;
+    uint64_t nbytes;
+    g->err_peer = q;
+    memcpy(&nbytes, b + PY_NBYTES_AT, sizeof nbytes);
+    if (b[0] != 0x44 || b[1] != 0x4E || b[2] != PY_ABORT || nbytes < sizeof(thdr_t) - PY_HDR ||
+        nbytes > PY_MAX_ABORT)
+        return E_LOST;
+    char *body = malloc(nbytes + 1);
+    if (!body)
+        return E_LOST;
+    size_t got = sizeof(thdr_t) - PY_HDR; /* (read with the header) */
+    memcpy(body, b + PY_HDR, got);
+    double until = now_s() + 1.0; /* (its sender wrote it whole, then ended the stream) */
+    while (got < nbytes) {
+        ssize_t r = recv(p->fd, body + got, nbytes - got, MSG_DONTWAIT);
+        if (r > 0) {
+            got += (size_t)r;
+            continue;
+        }
+        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || now_s() > until)
+            break;
+        struct pollfd pf = {p->fd, POLLIN, 0};
+        poll(&pf, 1, 10);
+    }
+    body[got] = 0;
+    free(g->abort_body);
+    g->abort_body = body;
+    g->abort_len = got;
+    /* json.dumps of {"kind", "msg", "rank", ...}: a quote inside "msg" is escaped, so the first
+     * '"rank": ' is the key */
+    g->abort_rank = -1;
+    const char *k = strstr(body, "\"rank\": ");
+    if (k) {
+        char *end;
+        long v = strtol(k + 8, &end, 10);
+        if (end != k + 8 && v >= 0 && v < STALL_GLOBAL)
+            g->abort_rank = (int)v;
+    }
+    g->abort_stalled = strstr(body, "\"kind\": \"stalled\"") != NULL;
+    return E_ABORT;
+}
+
+/* 1: progress, 0: would block, else -(an error kind); a mismatch sets *mm and drains */
+static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
+{
+    Peer *p = &g->peers[q];
+    int moved = 0;
+    for (;;) {
+        ssize_t r;
+        if (p->istage == 0) {
+            r = recv(p->fd, (char *)&p->ih + p->ihgot, sizeof(thdr_t) - p->ihgot, MSG_DONTWAIT);
+        } else if (p->istage == 1) {
+            r = recv(p->fd, p->iptr + p->igot, p->ilen - p->igot, MSG_DONTWAIT);
+        } else {
+            size_t left = p->idrain < DRAIN_BYTES ? p->idrain : DRAIN_BYTES;
+            r = recv(p->fd, g->drain, left, MSG_DONTWAIT);
+        }
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                return moved;
+            g->err_peer = q;
+            return -E_LOST;
+        }
+        if (r == 0) { /* the end of its stream, without a CLOSE frame */
+            g->err_peer = q;
+            return -E_LOST;
+        }
+        moved = 1;
+        if (p->istage == 0) {
+            p->ihgot += (size_t)r;
+            if (p->ihgot < sizeof(thdr_t))
+                continue;
+            p->ihgot = 0;
+            uint32_t kind = p->ih.kind;
+            if ((kind & 0xffffff00u) != MAGIC)
+                return -read_abort(g, q);
+            kind &= 0xff;
+            if (kind == K_STALL) {
+                p->told = 1 + p->ih.code;
+                continue;
+            }
+            if (kind == K_CLOSE) {
+                g->err_peer = q;
+                return -E_CLOSED;
+            }
+            if (kind == K_FAIL)
+                return -peer_failed(g, q);
+            p->told = 0; /* its next op began: past what it told */
+            if (!*mm && check_data(g, q, s) == E_MISMATCH) {
+                *mm = 1;
+                p->istage = 2;
+                p->idrain = p->ih.nbytes;
+            } else if (*mm && (p->ih.nbytes != p->ilen)) {
+                p->istage = 2; /* (a second mismatch: drained too) */
+                p->idrain = p->ih.nbytes;
+            } else
+                p->istage = 1;
+            if ((p->istage == 1 && p->ilen == 0) || (p->istage == 2 && p->idrain == 0)) {
+                p->irecv = 0;
+                p->heard = 1;
+                return 1;
+            }
+            continue;
+        }
+        if (p->istage == 1) {
+            p->igot += (size_t)r;
+            if (p->igot < p->ilen)
+                continue;
+        } else {
+            p->idrain -= (size_t)r;
+            if (p->idrain)
+                continue;
+        }
+        p->irecv = 0;
+        p->heard = 1;
+        return 1;
+    }
+}
+
+/* A peer this rank does not read from now (nothing in this phase, or its frame came): looked
+ * at (MSG_PEEK) while the phase waits. A FAIL frame at the head of its stream fails the op (the
+ * group is broken: a member that fails in a phase may leave this rank waiting on another); a
+ * CLOSE frame or the end of its stream does too when this rank still sends to it (it reads no
+ * more). STALL frames are taken as they come; any other frame is a later op's, left for it.
+ * E_OK, or the error. */
+static int peek_end(TGroup *g, int q)
+{
+    Peer *p = &g->peers[q];
+    for (;;) {
+        ssize_t r = recv(p->fd, &p->ih, sizeof(thdr_t), MSG_PEEK | MSG_DONTWAIT);
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return E_OK;
+        if (r <= 0) { /* its stream ended (or failed) */
+            if (!p->osend)
+                return E_OK;
+            g->err_peer = q;
+            return E_LOST;
+        }
+        if (r < (ssize_t)sizeof(thdr_t))
+            return E_OK;
+        uint32_t kind = p->ih.kind & 0xff;
+        const unsigned char *b = (const unsigned char *)&p->ih;
+        int theirs = (p->ih.kind & 0xffffff00u) == MAGIC;
+        if (!theirs && !(b[0] == 0x44 && b[1] == 0x4E && b[2] == PY_ABORT))
+            return E_OK; /* (not a frame: the read that reaches it fails) */
+        if (theirs && (kind == K_DATA || (kind == K_CLOSE && !p->osend)))
+            return E_OK;
+        if (recv(p->fd, &p->ih, sizeof(thdr_t), MSG_DONTWAIT) != (ssize_t)sizeof(thdr_t))
+            return E_OK; /* (cannot be: peeked whole) */
+        if (!theirs)
+            return read_abort(g, q);
+        if (kind == K_STALL) {
+            p->told = 1 + p->ih.code;
+            continue;
+        }
+        g->err_peer = q;
+        return kind == K_CLOSE ? E_CLOSED : peer_failed(g, q);
+    }
+}
+
+/* Send a STALL frame naming ``code`` to every peer whose outgoing stream is at a frame
+ * boundary (the frame of this phase not begun), waiting at most FINAL_FRAME_S for room; a
+ * notice cut short ends that stream (nothing more can follow it) and breaks the group. */
+static void notice_peers(TGroup *g, int32_t code)
+{
+    double until = now_s() + FINAL_FRAME_S;
+    for (int q = 0; q < g->size; q++) {
+        Peer *p = &g->peers[q];
+        if (q == g->rank || p->out_done || (p->osend && p->ooff > 0))
+            continue;
+        thdr_t h;
+        memset(&h, 0, sizeof h);
+        h.kind = MAGIC | K_STALL;
+        h.code = code;
+        size_t off = 0;
+        while (off < sizeof h) {
+            ssize_t w = send(p->fd, (char *)&h + off, sizeof h - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (w > 0) {
+                off += (size_t)w;
+                continue;
+            }
+            if ((w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || now_s() > until)
+                break;
+            struct pollfd pf = {p->fd, POLLOUT, 0};
+            poll(&pf, 1, 1);
+        }
+        if (off && off < sizeof h) {
+            shutdown(p->fd, SHUT_WR);
+            p->out_done = 1;
+            p->osend = 0;
+            g->broken = 1;
+        }
+    }
+}
+
+/* This rank's deadline passed waiting on ``code`` (a group rank, or STALL_GLOBAL + a global
+ * rank): its peers are told, then the process's other groups (on_deadline, with the GIL). */
+static void post_notice(TGroup *g, int32_t code, PyThreadState **save)
+{
+    g->posted = 1 + code;
+    notice_peers(g, code);
+    if (g->on_deadline) {
+        PyEval_RestoreThread(*save);
+        PyObject *res = PyObject_CallFunction(g->on_deadline, "i", code);
+        if (res)
+            Py_DECREF(res);
+        else
+            PyErr_WriteUnraisable(g->on_deadline); /* a notice never fails the op */
+        *save = PyEval_SaveThread();
+    }
+}
+
+/* The rank peer q told it waits on (its STALL notice), or -1: a group rank other than this
+ * one, or STALL_GLOBAL + a global rank; *final: q raised naming it. */
+static int peer_root(TGroup *g, int q, int *final)
+{
+    int32_t told = q >= 0 ? g->peers[q].told : 0;
+    *final = 0;
+    if (!told)
+        return -1;
+    int r = told - 1;
+    if (r & STALL_FINAL) {
+        *final = 1;
+        r &= ~STALL_FINAL;
+    }
+    if (r >= STALL_GLOBAL)
+        return r;
+    return r >= 0 && r < g->size && r != g->rank ? r : -1;
+}
+
+/* the first peer this rank still waits on (a receive, else a send), or -1 */
+static int waited_peer(TGroup *g)
+{
+    for (int q = 0; q < g->size; q++)
+        if (g->peers[q].irecv)
+            return q;
+    for (int q = 0; q < g->size; q++)
+        if (g->peers[q].osend)
+            return q;
+    return -1;
+}
+
+/* Run the phase set up by set_send / set_recv to its end. */
+static int xchg(TGroup *g, const TSig *s, double deadline, PyThreadState **save)
+{
+    int n = g->size, mm = 0;
+    double t = now_s(), spin_until = t + g->spin_us * 1e-6, yield_until = spin_until + YIELD_S;
+    struct pollfd *pf = alloca((size_t)(n + 1) * sizeof(struct pollfd));
+    for (;;) {
+        int pending = 0, moved = 0;
+        for (int q = 0; q < n; q++) {
+            Peer *p = &g->peers[q];
+            if (p->osend) {
+                int r = try_send(p);
+                if (r < 0) {
+                    g->err_peer = q;
+                    return E_LOST;
+                }
+                moved |= r;
+            }
+            if (p->irecv) {
+                int r = try_recv(g, q, s, &mm);
+                if (r < 0)
+                    return -r;
+                moved |= r;
+            }
+            pending |= p->osend | p->irecv;
+        }
+        if (!pending)
+            return mm ? E_MISMATCH : E_OK;
+        if (atomic_load(&g->want_fail)) {
+            g->err_cause = atomic_load(&g->fail_cause);
+            return E_SELF_FAILED;
+        }
+        if (atomic_load(&g->want_close)) {
+            g->err_peer = g->rank;
+            return E_SELF_CLOSED;
+        }
+        if (moved)
+            continue;
+        t = now_s();
+        if (t < spin_until) {
+            for (int i = 0; i < 32; i++)
+                cpu_relax();
+            continue;
+        }
+        if (t < yield_until && t < deadline) {
+            sched_yield();
+            continue;
+        }
+        int k = 0;
+        for (int q = 0; q < n; q++) {
+            Peer *p = &g->peers[q];
+            if (!p->osend && !p->irecv)
+                continue;
+            pf[k].fd = p->fd;
+            pf[k].events = (short)((p->osend ? POLLOUT : 0) | (p->irecv ? POLLIN : 0));
+            pf[k++].revents = 0;
+        }
+        pf[k].fd = g->efd;
+        pf[k].events = POLLIN;
+        pf[k++].revents = 0;
+        double left_ms = ((g->in_grace ? g->grace_end : deadline) - t) * 1e3;
+        int wait_ms = left_ms < TICK_MS ? (left_ms > 0 ? (int)left_ms + 1 : 0) : TICK_MS;
+        int pr = poll(pf, (nfds_t)k, wait_ms);
+        if (pr > 0)
+            continue; /* (a socket's error or end shows in the next try) */
+        t = now_s();
+        if (t >= deadline) {
+            int q = waited_peer(g), fin;
+            g->err_peer = q;
+            int r = peer_root(g, q, &fin); /* it told it waits on another rank: the root cause */
+            if (r >= 0 && fin) {
+                g->err_cause = r;
+                return E_STALLED;
+            }
+            if (!g->in_grace) { /* tell the peers (the root known so far), then give notices a grace */
+                g->in_grace = 1;
+                g->grace_end = t + (g->timeout * 0.1 < 1.0 ? g->timeout * 0.1 : 1.0);
+                if (q >= 0)
+                    post_notice(g, r >= 0 ? r : q, save);
+            } else if (r >= 0 && r + 1 != g->posted) /* a refined root: tell it too */
+                post_notice(g, r, save);
+            if (t >= g->grace_end) {
+                if (r >= 0) {
+                    g->err_cause = r;
+                    return E_STALLED;
+                }
+                return E_TIMEOUT;
+            }
+        }
+        for (int q = 0; q < n; q++) { /* a peer this rank does not read from now: did it fail? */
+            if (q == g->rank || g->peers[q].irecv)
+                continue;
+            int rc = peek_end(g, q);
+            if (rc)
+                return rc;
+        }
+        int on_main = PyThread_get_thread_ident() == main_thread;
+        int warn = t >= g->warn_at && g->on_stall;
+        if (on_main || warn) {
+            PyEval_RestoreThread(*save);
+            int bad = on_main ? PyErr_CheckSignals() : 0;
+            if (!bad && warn) {
+                g->warn_at = t + WARN_EVERY;
+                PyObject *res = PyObject_CallFunction(g->on_stall, "iidd", waited_peer(g), 0, t - g->op_start,
+                                                      deadline - t);
+                if (res)
+                    Py_DECREF(res);
+                else
+                    PyErr_WriteUnraisable(g->on_stall); /* a warning never fails the op */
+            }
+            *save = PyEval_SaveThread();
+            if (bad)
+                return E_SIGNAL;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ breaking the group */
+/* Send one final frame (FAIL / CLOSE) to every peer whose stream is at a frame boundary,
+ * waiting at most FINAL_FRAME_S for room, then shut down this side of every stream. */
+static void send_final(TGroup *g, uint32_t kind, int why, int code)
+{
+    double until = now_s() + FINAL_FRAME_S;
+    for (int q = 0; q < g->size; q++) {
+        Peer *p = &g->peers[q];
+        if (q == g->rank || p->fd < 0 || p->out_done)
+            continue;
+        if (!(p->osend && p->ooff > 0)) { /* at a boundary: the frame goes whole or not at all */
+            thdr_t h;
+            memset(&h, 0, sizeof h);
+            h.kind = MAGIC | kind;
+            h.op = g->cur.op;
+            h.dtype = g->cur.dtype;
+            h.redop = g->cur.redop;
+            h.root = g->cur.root;
+            h.sig = g->cur.sig;
+            h.esize = g->cur.esize;
+            h.seq = g->seq;
+            h.why = why;
+            h.code = code;
+            size_t off = 0;
+            while (off < sizeof h) {
+                ssize_t w = send(p->fd, (char *)&h + off, sizeof h - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (w > 0) {
+                    off += (size_t)w;
+                    continue;
+                }
+                if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                    break;
+                double left = until - now_s();
+                if (left <= 0)
+                    break;
+                struct pollfd pf = {p->fd, POLLOUT, 0};
+                poll(&pf, 1, (int)(left * 1e3) + 1);
+            }
+        }
+        p->osend = 0;
+        shutdown(p->fd, SHUT_WR);
+        p->out_done = 1;
+    }
+}
+
+/* The op failed with ``rc``: the group is broken; peers are told why. */
+static void break_group(TGroup *g, int rc)
+{
+    if (g->broken)
+        return;
+    g->broken = 1;
+    switch (rc) {
+    case E_SELF_CLOSED:
+        send_final(g, K_CLOSE, 0, 0);
+        break;
+    case E_MISMATCH:
+        send_final(g, K_FAIL, W_MISMATCH, -1);
+        break;
+    case E_TIMEOUT:
+        send_final(g, K_FAIL, W_STALLED, g->err_peer);
+        break;
+    case E_STALLED:
+        send_final(g, K_FAIL, W_STALLED, g->err_cause);
+        break;
+    case E_FAILED:
+        send_final(g, K_FAIL, W_FAILED, g->err_cause >= 0 ? g->err_cause : g->err_peer);
+        break;
+    case E_SELF_FAILED:
+        send_final(g, K_FAIL, W_FAILED, g->err_cause);
+        break;
+    case E_LOST:
+    case E_CLOSED:
+        send_final(g, K_FAIL, W_FAILED, g->err_peer);
+        break;
+    case E_ABORT: /* (the rank it names, by its global rank) */
+        send_final(g, K_FAIL, g->abort_stalled ? W_STALLED : W_FAILED,
+                   g->abort_rank >= 0 ? STALL_GLOBAL + g->abort_rank : g->err_peer);
+        break;
+    default: /* a signal, NumPy's fallback raised */
+        send_final(g, K_FAIL, W_FAILED, -1);
+    }
+}
+
+/* ------------------------------------------------------------------ algorithms */
+static int grow_scratch(TGroup *g, size_t need)
+{
+    if (need <= g->scratch_len)
+        return 0;
+    char *s = realloc(g->scratch, need);
+    if (!s)
+        return -1;
+    g->scratch = s;
+    g->scratch_len = need;
+    return 0;
+}
+
+/* dst = x_0 (op) x_1 (op) ... in rank order, x_k = src[k]; dst may be one of them (src[0] when
+ * it is written first) */
+static int fold(TGroup *g, Red *r, char *dst, char **src, size_t count, PyThreadState **save)
+{
+    int rc = do_reduce(r, dst, src[0], src[1], count, save);
+    for (int k = 2; k < g->size && rc == E_OK; k++)
+        rc = do_reduce(r, dst, dst, src[k], count, save);
+    return rc;
+}
+
+/* the phase, run; a failure's peer and cause are set by xchg */
+static int phase(TGroup *g, TSig *s, double dl, PyThreadState **sv)
+{
+    g->cur = *s;
+    int rc = xchg(g, s, dl, sv);
+    clear_phase(g);
+    return rc;
+}
+
+static int run_all_reduce(TGroup *g, char *buf, size_t nbytes, Red *r, int rsag, double dl, PyThreadState **sv)
+{
+    int n = g->size, me = g->rank, rc;
+    TSig s = {OP_ALL_REDUCE, r->dtype, r->redop, -1, nbytes, (uint64_t)r->esize, 0, 1};
+    size_t count = nbytes / (size_t)r->esize;
+    char **src = alloca((size_t)n * sizeof(char *));
+    if (!rsag || count < (size_t)n) {
+        if (grow_scratch(g, (size_t)(n - 1) * nbytes + 1))
+            return E_PY;
+        for (int q = 0, k = 0; q < n; q++) {
+            if (q == me) {
+                src[q] = buf;
+                continue;
+            }
+            src[q] = g->scratch + (size_t)k++ * nbytes;
+            set_send(g, q, &s, buf, nbytes);
+            set_recv(g, q, src[q], nbytes);
+        }
+        if ((rc = phase(g, &s, dl, sv)))
+            return rc;
+        char *dst = me == 0 ? buf : src[0]; /* (src[0] is a scratch copy unless it is this rank's own) */
+        rc = fold(g, r, dst, src, count, sv);
+        if (rc == E_OK && dst != buf)
+            memcpy(buf, dst, nbytes);
+        return rc;
+    }
+    /* reduce-scatter: part q (count/n elements, the first count%n one more) reduced by rank q */
+    size_t es = (size_t)r->esize, base = count / n, extra = count % n;
+    size_t *off = alloca((size_t)(n + 1) * sizeof(size_t));
+    off[0] = 0;
+    for (int q = 0; q < n; q++)
+        off[q + 1] = off[q] + (base + ((size_t)q < extra)) * es;
+    size_t mine = off[me + 1] - off[me];
+    if (grow_scratch(g, (size_t)(n - 1) * mine + 1))
+        return E_PY;
+    for (int q = 0, k = 0; q < n; q++) {
+        if (q == me) {
+            src[q] = buf + off[me];
+            continue;
+        }
+        src[q] = g->scratch + (size_t)k++ * mine;
+        set_send(g, q, &s, buf + off[q], off[q + 1] - off[q]);
+        set_recv(g, q, src[q], mine);
+    }
+    if ((rc = phase(g, &s, dl, sv)))
+        return rc;
+    char *dst = me == 0 ? buf + off[0] : src[0];
+    if ((rc = fold(g, r, dst, src, mine / es, sv)))
+        return rc;
+    if (dst != buf + off[me])
+        memcpy(buf + off[me], dst, mine);
+    /* all-gather of the reduced parts */
+    s.phase = 1;
+    for (int q = 0; q < n; q++) {
+        if (q == me)
+            continue;
+        set_send(g, q, &s, buf + off[me], mine);
+        set_recv(g, q, buf + off[q], off[q + 1] - off[q]);
+    }
+    return phase(g, &s, dl, sv);
+}
+
+static int run_reduce(TGroup *g, char *buf, size_t nbytes, Red *r, int root, double dl, PyThreadState **sv)
+{
+    int n = g->size, me = g->rank, rc;
+    TSig s = {OP_REDUCE, r->dtype, r->redop, root, nbytes, (uint64_t)r->esize, 0, 1};
+    if (me != root) {
+        set_send(g, root, &s, buf, nbytes);
+        return phase(g, &s, dl, sv);
+    }
+    char **src = alloca((size_t)n * sizeof(char *));
+    if (grow_scratch(g, (size_t)(n - 1) * nbytes + 1))
+        return E_PY;
+    for (int q = 0, k = 0; q < n; q++) {
+        if (q == me) {
+            src[q] = buf;
+            continue;
+        }
+        src[q] = g->scratch + (size_t)k++ * nbytes;
+        set_recv(g, q, src[q], nbytes);
+    }
+    if ((rc = phase(g, &s, dl, sv)))
+        return rc;
+    char *dst = me == 0 ? buf : src[0];
+    rc = fold(g, r, dst, src, nbytes / (size_t)r->esize, sv);
+    if (rc == E_OK && dst != buf)
+        memcpy(buf, dst, nbytes);
+    return rc;
+}
+
+static int run_broadcast(TGroup *g, char *buf, size_t nbytes, int dtype, int root, double dl, PyThreadState **sv)
+{
+    TSig s = {OP_BROADCAST, dtype, 0, root, nbytes, 0, 0, 1};
+    if (g->rank == root) {
+        for (int q = 0; q < g->size; q++)
+            if (q != root)
+                set_send(g, q, &s, buf, nbytes);
+    } else
+        set_recv(g, root, buf, nbytes);
+    return phase(g, &s, dl, sv);
+}
+
+static int run_barrier(TGroup *g, double dl, PyThreadState **sv)
+{
+    TSig s = {OP_BARRIER, 0, 0, -1, 0, 0, 0, 1};
+    for (int q = 0; q < g->size; q++)
+        if (q != g->rank) {
+            set_send(g, q, &s, NULL, 0);
+            set_recv(g, q, NULL, 0);
+        }
+    return phase(g, &s, dl, sv);
+}
+
+/* every rank sends ins[q] (or the one ``inp``) to q and receives outs[q] from q; the own part copied */
+static int run_exchange(TGroup *g, TSig *s, Held *outs, Held *ins, const char *inp, size_t inlen, double dl,
+                        PyThreadState **sv)
+{
+    int me = g->rank;
+    for (int q = 0; q < g->size; q++) {
+        if (q == me)
+            continue;
+        if (ins)
+            set_send(g, q, s, ins->ptr[q], (size_t)ins->len[q]);
+        else
+            set_send(g, q, s, inp, inlen);
+        set_recv(g, q, outs->ptr[q], (size_t)outs->len[q]);
+    }
+    const char *own = ins ? ins->ptr[me] : inp;
+    size_t ownlen = ins ? (size_t)ins->len[me] : inlen;
+    if (own != outs->ptr[me])
+        memmove(outs->ptr[me], own, ownlen < (size_t)outs->len[me] ? ownlen : (size_t)outs->len[me]);
+    return phase(g, s, dl, sv);
+}
+
+static int run_gather(TGroup *g, Held *outs, const char *inp, size_t inlen, int dtype, int root, double dl,
+                      PyThreadState **sv)
+{
+    TSig s = {OP_GATHER, dtype, 0, root, inlen, 0, 0, 0};
+    if (g->rank != root) {
+        set_send(g, root, &s, inp, inlen);
+        return phase(g, &s, dl, sv);
+    }
+    for (int q = 0; q < g->size; q++)
+        if (q != root)
+            set_recv(g, q, outs->ptr[q], (size_t)outs->len[q]);
+    if (inp != outs->ptr[root])
+        memmove(outs->ptr[root], inp, inlen < (size_t)outs->len[root] ? inlen : (size_t)outs->len[root]);
+    return phase(g, &s, dl, sv);
+}
+
+static int run_scatter(TGroup *g, char *out, size_t outlen, Held *ins, int dtype, int root, double dl,
+                       PyThreadState **sv)
+{
+    TSig s = {OP_SCATTER, dtype, 0, root, outlen, 0, 0, 0};
+    if (g->rank != root) {
+        set_recv(g, root, out, outlen);
+        return phase(g, &s, dl, sv);
+    }
+    for (int q = 0; q < g->size; q++)
+        if (q != root)
+            set_send(g, q, &s, ins->ptr[q], (size_t)ins->len[q]);
+    if (ins->ptr[root] != out)
+        memmove(out, ins->ptr[root], outlen < (size_t)ins->len[root] ? outlen : (size_t)ins->len[root]);
+    return phase(g, &s, dl, sv);
+}
+
+static int run_reduce_scatter(TGroup *g, char *out, size_t outlen, Held *ins, Red *r, double dl, PyThreadState **sv)
+{
+    int n = g->size, me = g->rank, rc;
+    TSig s = {OP_REDUCE_SCATTER, r->dtype, r->redop, -1, outlen, (uint64_t)r->esize, 0, 0};
+    char **src = alloca((size_t)n * sizeof(char *));
+    if (grow_scratch(g, (size_t)(n - 1) * outlen + 1))
+        return E_PY;
+    for (int q = 0, k = 0; q < n; q++) {
+        if (q == me) {
+            src[q] = ins->ptr[me];
+            continue;
+        }
+        src[q] = g->scratch + (size_t)k++ * outlen;
+        set_send(g, q, &s, ins->ptr[q], (size_t)ins->len[q]);
+        set_recv(g, q, src[q], outlen);
+    }
+    if ((rc = phase(g, &s, dl, sv)))
+        return rc;
+    if ((size_t)ins->len[me] != outlen) { /* checked by the public layer; never here */
+        g->err_peer = me;
+        return E_PY;
+    }
+    return fold(g, r, out, src, outlen / (size_t)r->esize, sv);
+}
+
+/* ------------------------------------------------------------------ Python glue */
+/* Claim the sockets for an op (fail / close / tell_stalled hold them only briefly). */
+static void claim(TGroup *g)
+{
+    int free_ = 0;
+    while (!atomic_compare_exchange_weak(&g->busy, &free_, 1)) {
+        free_ = 0;
+        sched_yield();
+    }
+}
+
+/* Release them; a fail() or close() that came meanwhile and found them busy is carried out now. */
+static void release(TGroup *g);
+
+static int check_usable(TGroup *g)
+{
+    if (g->broken) {
+        PyErr_SetString(PyExc_RuntimeError, "native group is broken by an earlier failure");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *raise_err(TGroup *g, int rc)
+{
+    if (rc == E_SELF_FAILED)
+        g->err_peer = g->err_cause;
+    break_group(g, rc);
+    release(g);
+    if (rc == E_SIGNAL || (rc == E_PY && PyErr_Occurred()))
+        return NULL; /* the Python exception is set */
+    if (rc == E_PY) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    int cause = rc == E_FAILED ? (g->err_cause >= 0 ? g->err_cause : g->err_peer)
+              : rc == E_STALLED || rc == E_SELF_FAILED ? g->err_cause : g->err_peer;
+    thdr_t *h = &g->err_theirs;
+    PyObject *detail = rc == E_MISMATCH
+        ? Py_BuildValue("(iiiiKKKLLO)", h->op, h->dtype, h->redop, h->root, (unsigned long long)h->sig,
+                        (unsigned long long)h->seq, (unsigned long long)h->esize, (long long)g->err_sends,
+                        (long long)g->err_wants, Py_None)
+        : rc == E_ABORT ? Py_BuildValue("(y#O)", g->abort_body ? g->abort_body : "", (Py_ssize_t)g->abort_len, Py_None)
+        : Py_BuildValue("(iiO)", 0, 0, Py_None);
+    if (!detail)
+        return NULL;
+    PyObject *args = Py_BuildValue("(siiN)", E_NAMES[rc], g->err_peer, cause, detail);
+    if (args) {
+        PyErr_SetObject(Error, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
+
+static void release(TGroup *g)
+{
+    atomic_store(&g->busy, 0);
+    if (!atomic_load(&g->want_fail) && !atomic_load(&g->want_close))
+        return;
+    int free_ = 0;
+    if (!atomic_compare_exchange_strong(&g->busy, &free_, 1))
+        return; /* someone else holds them now and carries it out */
+    if (!g->broken) {
+        if (atomic_load(&g->want_fail)) {
+            g->err_cause = atomic_load(&g->fail_cause);
+            break_group(g, E_SELF_FAILED);
+        } else
+            break_group(g, E_SELF_CLOSED);
+    }
+    atomic_store(&g->busy, 0);
+}
+
+/* (a fail() or close() carried out between check_usable and claim: the op raises it) */
+#define RUN(call)                                                                                                 \
+    do {                                                                                                          \
+        claim(g);                                                                                                 \
+        g->ops++;                                                                                                 \
+        g->err_sends = g->err_wants = -1;                                                                         \
+        g->err_cause = -1;                                                                                        \
+        g->in_grace = 0;                                                                                          \
+        g->posted = 0;                                                                                            \
+        g->op_start = now_s();                                                                                    \
+        g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;                                     \
+        double dl = g->op_start + g->timeout;                                                                     \
+        PyThreadState *sv_ = PyEval_SaveThread();                                                                 \
+        PyThreadState **sv = &sv_;                                                                                \
+        if (g->broken && atomic_load(&g->want_fail)) {                                                            \
+            g->err_cause = atomic_load(&g->fail_cause);                                                           \
+            rc = E_SELF_FAILED;                                                                                   \
+        } else if (g->broken) {                                                                                   \
+            g->err_peer = g->rank;                                                                                \
+            rc = E_SELF_CLOSED;                                                                                   \
+        } else                                                                                                    \
+            rc = (call);                                                                                          \
+        PyEval_RestoreThread(sv_);                                                                                \
+    } while (0)
+
+#define DONE()                                                                                                    \
+    do {                                                                                                          \
+        if (rc)                                                                                                   \
+            return raise_err(g, rc);                                                                              \
+        release(g);                                                                                               \
+        Py_RETURN_NONE;                                                                                           \
+    } while (0)
+
+static PyObject *T_all_reduce(TGroup *g, PyObject *args)
+{
+    PyObject *o, *fb;
+    int dtype, redop, rsag, rc;
+    Py_ssize_t esize;
+    if (!PyArg_ParseTuple(args, "OiinOp", &o, &dtype, &redop, &esize, &fb, &rsag) || check_usable(g))
+        return NULL;
+    Red r;
+    Py_buffer b;
+    if (red_init(&r, dtype, redop, esize, fb) < 0 || get_buf(o, &b, 1) < 0)
+        return NULL;
+    RUN(g->size > 1 ? run_all_reduce(g, b.buf, (size_t)b.len, &r, rsag, dl, sv) : E_OK);
+    PyBuffer_Release(&b);
+    DONE();
+}
+
+static PyObject *T_reduce(TGroup *g, PyObject *args)
+{
+    PyObject *o, *fb;
+    int dtype, redop, root, rc;
+    Py_ssize_t esize;
+    if (!PyArg_ParseTuple(args, "OiinOi", &o, &dtype, &redop, &esize, &fb, &root) || check_usable(g))
+        return NULL;
+    Red r;
+    Py_buffer b;
+    if (red_init(&r, dtype, redop, esize, fb) < 0 || get_buf(o, &b, 1) < 0)
+        return NULL;
+    RUN(g->size > 1 ? run_reduce(g, b.buf, (size_t)b.len, &r, root, dl, sv) : E_OK);
+    PyBuffer_Release(&b);
+    DONE();
+}
+
+static PyObject *T_broadcast(TGroup *g, PyObject *args)
+{
+    PyObject *o;
+    int dtype, root, rc;
+    if (!PyArg_ParseTuple(args, "Oii", &o, &dtype, &root) || check_usable(g))
+        return NULL;
+    Py_buffer b;
+    if (get_buf(o, &b, g->rank != root) < 0) /* the root only reads its buffer */
+        return NULL;
+    RUN(run_broadcast(g, b.buf, (size_t)b.len, dtype, root, dl, sv));
+    PyBuffer_Release(&b);
+    DONE();
+}
+
+static PyObject *T_barrier(TGroup *g, PyObject *noargs)
+{
+    int rc;
+    if (check_usable(g))
+        return NULL;
+    RUN(run_barrier(g, dl, sv));
+    DONE();
+}
+
+static PyObject *T_all_gather(TGroup *g, PyObject *args)
+{
+    PyObject *outs, *inp;
+    int dtype, rc;
+    if (!PyArg_ParseTuple(args, "OOi", &outs, &inp, &dtype) || check_usable(g))
+        return NULL;
+    Held lo;
+    Py_buffer b;
+    if (held_get(&lo, outs, g->size, 1) < 0)
+        return NULL;
+    if (get_buf(inp, &b, 0) < 0) {
+        held_release(&lo);
+        return NULL;
+    }
+    TSig s = {OP_ALL_GATHER, dtype, 0, -1, (uint64_t)b.len, 0, 0, 0};
+    RUN(run_exchange(g, &s, &lo, NULL, b.buf, (size_t)b.len, dl, sv));
+    PyBuffer_Release(&b);
+    held_release(&lo);
+    DONE();
+}
+
+static PyObject *T_gather(TGroup *g, PyObject *args)
+{
+    PyObject *outs, *inp;
+    int dtype, root, rc;
+    if (!PyArg_ParseTuple(args, "OOii", &outs, &inp, &dtype, &root) || check_usable(g))
+        return NULL;
+    Held lo;
+    Py_buffer b;
+    if (held_get(&lo, g->rank == root ? outs : Py_None, g->size, 1) < 0)
+        return NULL;
+    if (get_buf(inp, &b, 0) < 0) {
+        held_release(&lo);
+        return NULL;
+    }
+    RUN(run_gather(g, &lo, b.buf, (size_t)b.len, dtype, root, dl, sv));
+    PyBuffer_Release(&b);
+    held_release(&lo);
+    DONE();
+}
+
+static PyObject *T_scatter(TGroup *g, PyObject *args)
+{
+    PyObject *out, *ins;
+    int dtype, root, rc;
+    if (!PyArg_ParseTuple(args, "OOii", &out, &ins, &dtype, &root) || check_usable(g))
+        return NULL;
+    Held li;
+    Py_buffer b;
+    if (held_get(&li, g->rank == root ? ins : Py_None, g->size, 0) < 0)
+        return NULL;
+    if (get_buf(out, &b, 1) < 0) {
+        held_release(&li);
+        return NULL;
+    }
+    RUN(run_scatter(g, b.buf, (size_t)b.len, &li, dtype, root, dl, sv));
+    PyBuffer_Release(&b);
+    held_release(&li);
+    DONE();
+}
+
+/* all_to_all(outs, ins, dtype[, out_counts, in_counts, esize]): with the counts, outs and ins
+ * are one buffer each, cut at them (the uneven single-buffer form) */
+static PyObject *T_all_to_all(TGroup *g, PyObject *args)
+{
+    PyObject *outs, *ins, *oc = NULL, *ic = NULL;
+    Py_ssize_t esize = 0;
+    int dtype, rc;
+    if (!PyArg_ParseTuple(args, "OOi|OOn", &outs, &ins, &dtype, &oc, &ic, &esize) || check_usable(g))
+        return NULL;
+    if ((oc == NULL) != (ic == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "all_to_all: both counts or neither");
+        return NULL;
+    }
+    Held lo, li;
+    if (held_get(&lo, oc ? Py_None : outs, g->size, 1) < 0)
+        return NULL;
+    if (held_get(&li, ic ? Py_None : ins, g->size, 0) < 0) {
+        held_release(&lo);
+        return NULL;
+    }
+    if (oc && (held_cut(&lo, outs, oc, esize, 1) < 0 || held_cut(&li, ins, ic, esize, 0) < 0)) {
+        held_release(&lo);
+        held_release(&li);
+        return NULL;
+    }
+    TSig s = {OP_ALL_TO_ALL, dtype, 0, -1, 0, 0, 0, 0};
+    RUN(run_exchange(g, &s, &lo, &li, NULL, 0, dl, sv));
+    held_release(&lo);
+    held_release(&li);
+    DONE();
+}
+
+static PyObject *T_reduce_scatter(TGroup *g, PyObject *args)
+{
+    PyObject *out, *ins, *fb;
+    int dtype, redop, rc;
+    Py_ssize_t esize;
+    Red r;
+    if (!PyArg_ParseTuple(args, "OOiinO", &out, &ins, &dtype, &redop, &esize, &fb) || check_usable(g) ||
+        red_init(&r, dtype, redop, esize, fb) < 0)
+        return NULL;
+    Held li;
+    Py_buffer b;
+    if (held_get(&li, ins, g->size, 0) < 0)
+        return NULL;
+    if (get_buf(out, &b, 1) < 0) {
+        held_release(&li);
+        return NULL;
+    }
+    RUN(g->size > 1 ? run_reduce_scatter(g, b.buf, (size_t)b.len, &li, &r, dl, sv)
+                    : (memmove(b.buf, li.ptr[0], (size_t)b.len), E_OK));
+    PyBuffer_Release(&b);
+    held_release(&li);
+    DONE();
+}
+
+/* another thread asks: carried out now when the sockets are free, else by the op holding them */
+static void ask(TGroup *g)
+{
+    uint64_t one = 1;
+    ssize_t w = write(g->efd, &one, sizeof one); /* wakes an op waiting in poll */
+    (void)w;
+    int free_ = 0;
+    if (atomic_compare_exchange_strong(&g->busy, &free_, 1))
+        release(g);
+}
+
+static PyObject *T_close(TGroup *g, PyObject *noargs)
+{
+    atomic_store(&g->want_close, 1);
+    Py_BEGIN_ALLOW_THREADS
+    ask(g);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *T_fail(TGroup *g, PyObject *arg)
+{
+    long cause = PyLong_AsLong(arg);
+    if (cause == -1 && PyErr_Occurred())
+        return NULL;
+    atomic_store(&g->fail_cause, (int)cause);
+    atomic_store(&g->want_fail, 1);
+    Py_BEGIN_ALLOW_THREADS
+    ask(g);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* The timeout notice of a wait elsewhere (another group, point to point): this rank, idle
+ * here, passed a deadline waiting on ``code``; a peer whose deadline passes waiting on this
+ * rank names it (until this rank's next op). Sent only while no op holds the sockets. */
+static PyObject *T_tell_stalled(TGroup *g, PyObject *arg)
+{
+    long code = PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred())
+        return NULL;
+    int free_ = 0;
+    if (g->broken || !atomic_compare_exchange_strong(&g->busy, &free_, 1))
+        Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    notice_peers(g, (int32_t)code);
+    Py_END_ALLOW_THREADS
+    release(g);
+    Py_RETURN_NONE;
+}
+
+/* group ranks the running op has not heard from in its phase (for a timeout's message) */
+static PyObject *T_waiting(TGroup *g, PyObject *noargs)
+{
+    PyObject *lst = PyList_New(0);
+    for (int q = 0; lst && q < g->size; q++) {
+        if (!g->peers[q].irecv && !g->peers[q].osend)
+            continue;
+        PyObject *v = PyLong_FromLong(q);
+        if (!v || PyList_Append(lst, v) < 0) {
+            Py_XDECREF(v);
+            Py_CLEAR(lst);
+            break;
+        }
+        Py_DECREF(v);
+    }
+    return lst;
+}
+
+/* the descriptors this group owns, by group rank (-1: this rank) */
+static PyObject *T_fds(TGroup *g, PyObject *noargs)
+{
+    PyObject *lst = PyList_New(g->size);
+    for (int q = 0; lst && q < g->size; q++) {
+        PyObject *v = PyLong_FromLong(g->peers[q].fd);
+        if (!v) {
+            Py_CLEAR(lst);
+            break;
+        }
+        PyList_SET_ITEM(lst, q, v);
+    }
+    return lst;
+}
+
+static void T_dealloc(TGroup *g)
+{
+    if (g->peers)
+        for (int q = 0; q < g->size; q++)
+            if (g->peers[q].fd >= 0)
+                close(g->peers[q].fd);
+    if (g->efd >= 0)
+        close(g->efd);
+    PyMem_Free(g->peers);
+    free(g->scratch);
+    PyMem_Free(g->drain);
+    free(g->abort_body);
+    Py_CLEAR(g->on_stall);
+    Py_CLEAR(g->on_deadline);
+    Py_TYPE(g)->tp_free((PyObject *)g);
+}
+
+/* TcpGroup(rank, size, fds, timeout, spin_us): ``fds`` holds a connected stream socket's
+ * descriptor per peer (-1 for this rank); the group owns them from here (it closes them). */
+static int T_init(TGroup *g, PyObject *args, PyObject *kw)
+{
+    static char *kws[] = {"rank", "size", "fds", "timeout", "spin_us", NULL};
+    PyObject *fds;
+    g->efd = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiOdd", kws, &g->rank, &g->size, &fds, &g->timeout, &g->spin_us))
+        return -1;
+    if (g->size < 1 || g->rank < 0 || g->rank >= g->size || g->timeout <= 0) {
+        PyErr_SetString(PyExc_ValueError, "TcpGroup: expected 0 <= rank < size and a timeout > 0");
+        return -1;
+    }
+    PyObject *fast = PySequence_Fast(fds, "fds: expected a list of descriptors");
+    if (!fast)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != g->size) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "fds: expected %d descriptors", g->size);
+        return -1;
+    }
+    g->peers = PyMem_Calloc((size_t)g->size, sizeof(Peer));
+    g->drain = PyMem_Malloc(DRAIN_BYTES);
+    if (!g->peers || !g->drain) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int q = 0; q < g->size; q++)
+        g->peers[q].fd = -1;
+    for (int q = 0; q < g->size; q++) {
+        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, q));
+        if (fd == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if ((q == g->rank) != (fd < 0)) {
+            Py_DECREF(fast);
+            PyErr_Format(PyExc_ValueError, "fds[%d]: expected %s, got %ld", q, q == g->rank ? "-1" : "a descriptor",
+                         fd);
+            return -1;
+        }
+        g->peers[q].fd = (int)fd;
+    }
+    Py_DECREF(fast);
+    for (int q = 0; q < g->size; q++) {
+        int fd = g->peers[q].fd;
+        if (fd < 0)
+            continue;
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+            fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        int one = 1; /* (a Unix socket refuses it: harmless) */
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    g->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (g->efd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
+static PyMethodDef T_methods[] = {
+    {"all_reduce", (PyCFunction)T_all_reduce, METH_VARARGS,
+     "all_reduce(buf, dtype, redop, esize, fallback, rsag): in place, rank-order reduction"},
+    {"reduce", (PyCFunction)T_reduce, METH_VARARGS, "reduce(buf, dtype, redop, esize, fallback, root)"},
+    {"broadcast", (PyCFunction)T_broadcast, METH_VARARGS, "broadcast(buf, dtype, root)"},
+    {"barrier", (PyCFunction)T_barrier, METH_NOARGS, "barrier()"},
+    {"all_gather", (PyCFunction)T_all_gather, METH_VARARGS, "all_gather(outs, inp, dtype)"},
+    {"gather", (PyCFunction)T_gather, METH_VARARGS, "gather(outs or None, inp, dtype, root)"},
+    {"scatter", (PyCFunction)T_scatter, METH_VARARGS, "scatter(out, ins or None, dtype, root)"},
+    {"all_to_all", (PyCFunction)T_all_to_all, METH_VARARGS, "all_to_all(outs, ins, dtype[, oc, ic, esize])"},
+    {"reduce_scatter", (PyCFunction)T_reduce_scatter, METH_VARARGS,
+     "reduce_scatter(out, ins, dtype, redop, esize, fallback)"},
+    {"close", (PyCFunction)T_close, METH_NOARGS, "close the group: peers waiting on this rank fail (CLOSE)"},
+    {"fail", (PyCFunction)T_fail, METH_O, "fail(cause_rank): break the group naming cause_rank (FAIL to peers)"},
+    {"tell_stalled", (PyCFunction)T_tell_stalled, METH_O,
+     "tell_stalled(code): idle here, this rank timed out elsewhere waiting on code (see STALL_GLOBAL)"},
+    {"waiting", (PyCFunction)T_waiting, METH_NOARGS, "group ranks the running op has not heard from"},
+    {"fds", (PyCFunction)T_fds, METH_NOARGS, "the socket descriptors it owns, by group rank (-1: this rank)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef T_members[] = {
+    {"seq", T_ULONGLONG, offsetof(TGroup, seq), 0, "sequence number of the next op (goes into its frames)"},
+    {"ops", T_ULONGLONG, offsetof(TGroup, ops), READONLY, "ops run so far"},
+    {"broken", T_INT, offsetof(TGroup, broken), READONLY, "1 once a failure broke the group (every later op fails)"},
+    {"on_stall", T_OBJECT, offsetof(TGroup, on_stall), 0,
+     "on_stall(peer, word, waited_s, left_s), called with the GIL from a wait of warn_after seconds"},
+    {"warn_after", T_DOUBLE, offsetof(TGroup, warn_after), 0, "seconds an op waits before on_stall (0: never)"},
+    {"op_start", T_DOUBLE, offsetof(TGroup, op_start), READONLY,
+     "when the latest op began (CLOCK_MONOTONIC seconds, as time.monotonic())"},
+    {"timeout", T_DOUBLE, offsetof(TGroup, timeout), READONLY, "an op's timeout in seconds"},
+    {"on_deadline", T_OBJECT, offsetof(TGroup, on_deadline), 0,
+     "on_deadline(code), called with the GIL when an op's deadline passes (and when its notice is refined) "
+     "naming code: a group rank, or STALL_GLOBAL + a global rank"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject TGroupType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ndist._cnative.TcpGroup",
+    .tp_basicsize = sizeof(TGroup),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)T_init,
+    .tp_dealloc = (destructor)T_dealloc,
+    .tp_methods = T_methods,
+    .tp_members = T_members,
+    .tp_doc = "One rank's side of a group's collectives over TCP streams (see ctcp.c).",
+};
+
+int nd_tcp_add(PyObject *m, PyObject *error, unsigned long main_ident)
+{
+    Error = error;
+    main_thread = main_ident;
+    if (PyType_Ready(&TGroupType) < 0)
+        return -1;
+    Py_INCREF(&TGroupType);
+    if (PyModule_AddObject(m, "TcpGroup", (PyObject *)&TGroupType) < 0) {
+        Py_DECREF(&TGroupType);
+        return -1;
+    }
+    return 0;
+}

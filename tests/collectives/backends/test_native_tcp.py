@@ -1,0 +1,305 @@
+"""The native engine over TCP (``_cnative.TcpGroup``, ctcp.c): which groups run on it, and
+its failure paths that the shared suites do not reach. Ranks are threads of this process
+over real sockets (``NDIST_TRANSPORT=tcp``: one host's groups on the TCP streams, as across
+hosts). The conformance suite runs it as the backend entry ``socket-native-tcp``."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from ndist.runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+
+from _socket_threads import make_backends, run_threads
+
+pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def native_tcp(monkeypatch):
+    monkeypatch.setenv("NDIST_NATIVE_TCP", "1")
+
+
+def _group(n, timeout=30.0):
+    backends = make_backends(n, "tcp", timeout=timeout)
+    run_threads(backends, lambda b: b.barrier(blocking=True).wait(timeout=30))  # the group up
+    return backends
+
+
+def _close(backends):
+    for b in backends:
+        b.close()
+
+
+def _kind(b) -> str:
+    nat = b.backend._native
+    return type(nat.g).__name__ if nat is not None else "python"
+
+
+def test_a_group_over_tcp_runs_the_native_tcp_engine_only_when_offered(native_tcp, monkeypatch):
+    backends = _group(3)
+    try:
+        assert [b.engine for b in backends] == ["native"] * 3
+        assert [_kind(b) for b in backends] == ["TcpGroup"] * 3
+        out = run_threads(backends, lambda b: _all_reduce(b, np.arange(5.0) + b.backend.rank))
+        assert all(np.array_equal(o, 3 * np.arange(5.0) + 3) for o in out)
+    finally:
+        _close(backends)
+    for setting in ("0", "auto"):  # (auto: only a group that spans hosts)
+        monkeypatch.setenv("NDIST_NATIVE_TCP", setting)
+        backends = _group(2)
+        try:
+            assert [_kind(b) for b in backends] == ["python"] * 2, setting
+        finally:
+            _close(backends)
+
+
+def test_a_rank_that_does_not_offer_it_keeps_the_whole_group_on_the_python_engine(native_tcp, monkeypatch):
+    # each rank decides from what every rank published: one rank without the offer is enough
+    from ndist.collectives.backends.socket.native import _engine as native
+
+    real = native.tcp_offer
+    offered = iter([True, False])
+    monkeypatch.setattr(native, "tcp_offer", lambda options=None: real(options) if next(offered) else "")
+    backends = _group(2)
+    try:
+        assert [_kind(b) for b in backends] == ["python", "python"]
+    finally:
+        _close(backends)
+
+
+def test_a_bad_native_tcp_setting_names_the_variable(monkeypatch):
+    monkeypatch.setenv("NDIST_NATIVE_TCP", "yes")
+    with pytest.raises(ValueError, match="NDIST_NATIVE_TCP: expected 'auto', '0' or '1', got 'yes'"):
+        make_backends(2, "tcp")
+
+
+def _all_reduce(b, x):
+    b.all_reduce(x, blocking=True).wait(timeout=30)
+    return x
+
+
+def test_uneven_all_reduce_parts_and_large_messages_are_exact(native_tcp):
+    # 3 ranks: the two-phase all_reduce (above 256 KiB) cuts 100,003 elements unevenly; every
+    # rank's result is bit-identical to the rank-order fold
+    backends = _group(3)
+    try:
+        rng = np.random.default_rng(7)
+        data = [rng.standard_normal(100_003).astype(np.float32) * 1e3 for _ in range(3)]
+        expect = (data[0] + data[1]) + data[2]
+        out = run_threads(backends, lambda b: _all_reduce(b, data[b.backend.rank].copy()))
+        for o in out:
+            assert o.tobytes() == expect.tobytes()
+    finally:
+        _close(backends)
+
+
+def test_a_mismatch_fails_both_ranks_and_breaks_the_group(native_tcp):
+    backends = _group(2)
+    try:
+        got = {}
+
+        def call(b):
+            r = b.backend.rank
+            try:
+                _all_reduce(b, np.ones(8 if r == 0 else 16))
+                got[r] = None
+            except DistMismatchError as err:
+                got[r] = str(err)
+
+        run_threads(backends, call)
+        assert got[0] and got[1], got
+        assert "all_reduce" in got[0] and "float64[16]" in got[0], got[0]
+        assert "all_reduce" in got[1] and "float64[8]" in got[1], got[1]
+        with pytest.raises(DistMismatchError):  # the first failure, again
+            _all_reduce(backends[0], np.ones(8))
+    finally:
+        _close(backends)
+
+
+def test_a_different_op_on_the_other_rank_is_a_mismatch_on_both(native_tcp):
+    # rank 1 calls broadcast (it only receives): it finds rank 0's all_reduce frame, and its
+    # FAIL frame tells rank 0, which waits for rank 1's all_reduce frame
+    backends = _group(2)
+    try:
+        got = {}
+
+        def call(b):
+            r = b.backend.rank
+            try:
+                if r == 0:
+                    _all_reduce(b, np.ones(4))
+                else:
+                    b.broadcast(np.ones(4), 0, blocking=True).wait(timeout=30)
+                got[r] = None
+            except DistMismatchError as err:
+                got[r] = str(err)
+
+        run_threads(backends, call)
+        assert got[0] and "broadcast" in got[0], got
+        assert got[1] and "all_reduce" in got[1], got
+    finally:
+        _close(backends)
+
+
+def test_a_rank_that_never_calls_is_named_in_the_timeout(native_tcp):
+    backends = _group(2, timeout=1.0)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(DistTimeoutError, match=r"all_reduce.*timed out; ranks not heard from: \[1\]"):
+            _all_reduce(backends[0], np.ones(4))
+        assert time.monotonic() - t0 < 1.0 + 5
+    finally:
+        _close(backends)
+
+
+def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_rank(native_tcp):
+    # 4 ranks; ranks 0, 1 and 2 wait in an all_reduce for rank 3, which never calls it. Rank
+    # 2's backend learns (from elsewhere) that rank 3 is lost: rank 2 raises naming it, and
+    # its FAIL frame wakes ranks 0 and 1, which have rank 2's data already and wait on rank 3
+    backends = _group(4, timeout=60.0)
+    try:
+        got = {}
+
+        def wait_in_all_reduce(r):
+            t0 = time.monotonic()
+            try:
+                _all_reduce(backends[r], np.ones(8))
+                got[r] = ("ok", None, None, time.monotonic() - t0)
+            except DistNetworkError as err:
+                got[r] = (type(err).__name__, err.rank, str(err), time.monotonic() - t0)
+
+        threads = [threading.Thread(target=wait_in_all_reduce, args=(r,), daemon=True) for r in (0, 1, 2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # all three waiting in C
+        backends[2].failure.record(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
+        for t in threads:
+            t.join(60)
+        for r in (0, 1, 2):
+            kind, rank, msg, waited = got[r]
+            assert kind in ("DistRankFailureError", "DistNetworkError") and rank == 3, got[r]
+            assert "rank 3" in msg and "all_reduce" in msg, msg
+            assert waited < 0.5 + 5, got[r]  # ~20 ms after the notice on a quiet machine
+        with pytest.raises(DistNetworkError, match="rank 3") as ei:
+            backends[2].barrier(blocking=True).wait(timeout=30)
+        assert ei.value.rank == 3
+    finally:
+        _close(backends)
+
+
+def test_a_rank_that_closes_fails_a_peer_waiting_on_it_naming_it(native_tcp):
+    backends = _group(2, timeout=60.0)
+    try:
+        got = {}
+
+        def wait_in_all_reduce():
+            try:
+                _all_reduce(backends[0], np.ones(8))
+                got[0] = "ok"
+            except DistNetworkError as err:
+                got[0] = (err.rank, str(err))
+
+        t = threading.Thread(target=wait_in_all_reduce, daemon=True)
+        t.start()
+        time.sleep(0.3)
+        backends[1].close()
+        t.join(30)
+        rank, msg = got[0]
+        assert rank == 1 and "closed the group" in msg, got
+    finally:
+        _close(backends)
+
+
+def test_a_peer_whose_stream_ends_is_named(native_tcp):
+    # rank 1's side of its link ends without its close notice (as when its host goes away)
+    import socket
+
+    backends = _group(2, timeout=60.0)
+    try:
+        got = {}
+
+        def wait_in_all_reduce():
+            try:
+                _all_reduce(backends[0], np.ones(8))
+                got[0] = "ok"
+            except DistNetworkError as err:
+                got[0] = (err.rank, str(err))
+
+        t = threading.Thread(target=wait_in_all_reduce, daemon=True)
+        t.start()
+        time.sleep(0.3)
+        fd = backends[1].backend._native.g.fds()[0]
+        sock = socket.socket(fileno=fd)  # (a socket object over the group's descriptor, to shut it down)
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.detach()
+        t.join(30)
+        rank, msg = got[0]
+        assert rank == 1 and "lost connection to rank 1" in msg and "all_reduce" in msg, got
+    finally:
+        _close(backends)
+
+
+def test_the_mesh_lost_notice_of_a_rank_not_yet_set_up_names_the_lost_rank(native_tcp):
+    # 4 ranks; ranks 0 and 1 begin their first collective (every link opened, then the set-up
+    # barrier), rank 2 learns, before its own first collective, that rank 3 is lost: its mesh
+    # writes the lost notice (the Python engine's ABORT frame) on the links it holds but has
+    # not taken. Ranks 0 and 1 read it in C and name rank 3, not rank 2 (kill trial seed
+    # 210028: the notice read as a broken stream named the live rank that sent it)
+    backends = make_backends(4, "tcp", timeout=60.0)
+    try:
+        got = {}
+
+        def first_collective(r):
+            try:
+                backends[r].barrier(blocking=True).wait(timeout=60)
+                got[r] = "ok"
+            except DistNetworkError as err:
+                got[r] = (err.rank, str(err))
+
+        threads = [threading.Thread(target=first_collective, args=(r,), daemon=True) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sorted(backends[2].backend._mesh.linked) != [0, 1]:
+            time.sleep(0.01)  # ranks 0 and 1 dialled rank 2 (its acceptor took both links)
+        backends[2].backend.failure.record(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
+        for t in threads:
+            t.join(30)
+        for r in (0, 1):
+            rank, msg = got[r]
+            assert rank == 3 and "rank 3 (h3) is lost" in msg and "rank 2" in msg, got[r]
+            assert "set-up" in msg, got[r]
+            # recorded as the group's loss, as one found in an op (the group is then revoked and
+            # raises DistRankFailureError: kill trial seed 210056, a plain DistNetworkError)
+            assert 3 in backends[r].backend.failure.lost, r
+    finally:
+        _close(backends)
+
+
+def test_a_lost_notice_frame_is_raised_with_its_reason():
+    # the C engine alone, over a real socket pair: the other end sends the mesh's lost notice
+    import socket
+
+    from ndist.collectives.backends.socket.native import _engine as native
+    from ndist.collectives.backends.socket.wire import _frame as F
+
+    mod = native.extension()
+    a, b = socket.socketpair()
+    g = native.attach_tcp(mod, {1: a}, 0, 2, 10.0)
+    body = F.pack_abort("lost", 'rank 5 died: "reset"', 5, "h5")
+    b.sendall(F.pack(F.ABORT, 0, 0, 0, 0, 7, 0, 0, -1, 0, len(body)) + body)
+    b.shutdown(socket.SHUT_WR)
+    with pytest.raises(mod.Error) as ei:
+        g.all_reduce(np.ones(4), F.dtype_code(np.dtype(np.float64)), 1, 8, None, False)  # (SUM)
+    kind, peer, _cause, detail = ei.value.args
+    assert (kind, peer) == ("abort", 1) and F.unpack_abort(detail[0])["rank"] == 5, ei.value.args
+    nat = native.NativeAlgorithms(mod, g, 0, 2, "g")
+    exc = nat.error(ei.value, "g", "rank 0: all_reduce", {1: "h1"}, 10.0)
+    assert isinstance(exc, DistNetworkError) and exc.rank == 5 and exc.host == "h5", exc
+    assert str(exc).startswith("group 'g': rank 5 (h5) is lost, during rank 0: all_reduce; rank 1 (h1) reported"), exc
+    b.close()
