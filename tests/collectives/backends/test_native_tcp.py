@@ -303,3 +303,40 @@ def test_a_lost_notice_frame_is_raised_with_its_reason():
     assert isinstance(exc, DistNetworkError) and exc.rank == 5 and exc.host == "h5", exc
     assert str(exc).startswith("group 'g': rank 5 (h5) is lost, during rank 0: all_reduce; rank 1 (h1) reported"), exc
     b.close()
+
+
+def test_a_frame_cut_short_by_a_timeout_is_not_followed_by_a_fail_frame():
+    # rank 0 broadcasts 64 MiB to a peer that reads slowly (64 KiB every 20 ms): its deadline
+    # passes mid-frame, while the peer still makes room. What the peer's stream then holds
+    # must be a prefix of the frame and nothing else: a FAIL header written after it would be
+    # read as the payload's next bytes
+    import socket
+
+    from ndist.collectives.backends.socket.native import _engine as native
+    from ndist.collectives.backends.socket.wire import _frame as F
+
+    mod = native.extension()
+    a, b = socket.socketpair()
+    g = native.attach_tcp(mod, {1: a}, 0, 2, 0.5)
+    buf = np.full(64 << 20, 0xAB, np.uint8)
+    got = bytearray()
+
+    def slow_reader():
+        b.settimeout(10)
+        while True:
+            chunk = b.recv(64 << 10)
+            if not chunk:
+                return
+            got.extend(chunk)
+            time.sleep(0.02)
+
+    reader = threading.Thread(target=slow_reader, daemon=True)
+    reader.start()
+    with pytest.raises(mod.Error) as ei:
+        g.broadcast(buf, F.dtype_code(buf.dtype), 0)
+    assert ei.value.args[:2] == ("timeout", 1), ei.value.args
+    reader.join(60)
+    assert not reader.is_alive()
+    assert 64 < len(got) < 64 + buf.nbytes, len(got)
+    assert got[64:] == b"\xab" * (len(got) - 64), "bytes that are not the frame's followed its cut-short payload"
+    b.close()

@@ -739,12 +739,15 @@ static int fold(TGroup *g, Red *r, char *dst, char **src, size_t count, PyThread
     return rc;
 }
 
-/* the phase, run; a failure's peer and cause are set by xchg */
+/* the phase, run; a failure's peer and cause are set by xchg. After a failure the per-peer
+ * state stays as it was: break_group must not write a frame into a peer's stream where a
+ * frame of this phase was cut short (its payload would take the header's bytes as data). */
 static int phase(TGroup *g, TSig *s, double dl, PyThreadState **sv)
 {
     g->cur = *s;
     int rc = xchg(g, s, dl, sv);
-    clear_phase(g);
+    if (rc == E_OK)
+        clear_phase(g);
     return rc;
 }
 
