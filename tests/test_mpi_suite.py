@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,30 @@ def mpiexec() -> str | None:
     return str(local) if local.exists() else shutil.which("mpiexec")
 
 
+def _kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it. Hydra's proxies and the ranks each run in
+    a session of their own, so a process group would not reach them: the tree is walked."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    todo, tree = [pid], []
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    for p in reversed(tree):  # the ranks first: mpiexec cannot start anything after them
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("nprocs", [4, 1, 3])
 def test_mpi_suite(nprocs):
@@ -29,7 +54,14 @@ def test_mpi_suite(nprocs):
     pytest.importorskip("pytest_mpi")
     cmd = [exe, "-n", str(nprocs), sys.executable, "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider",
            "-o", "addopts=", "-m", "mpi", *map(str, MPI_TESTS)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
-    assert " passed" in proc.stdout
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        out, err = proc.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc.pid)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} did not end within 400 s (killed, with its proxies and ranks)\n"
+                    f"{out[-6000:]}\n{err[-3000:]}")
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{out[-6000:]}\n{err[-3000:]}"
+    assert " passed" in out

@@ -89,6 +89,10 @@ _PROBE_HANDSHAKE_S = 2.0
 _PROBE_ANSWER_S = 5.0
 #: every this-many-th probe of a peer checks who listens (a handshake: more work than a connect)
 _IDENTIFY = 4
+#: the longest ``close`` waits for the store to take its goodbye: the store's host may be on
+#: its way out too, or alive and no longer serving (an MPI rank in ``MPI_Finalize``, waiting
+#: for this one), and the exit that writes it must not wait on that
+_BYE_STORE_S = 2.0
 #: at most this many dials (of lower ranks), and as many probes, at once
 _PARALLEL = 4
 
@@ -168,6 +172,7 @@ class MemberWatch:
         self._byes: dict[int, tuple[str, str]] = {}  # goodbyes received, before the close that follows
         self._inbox: dict[int, bytes] = {}  # per peer: the start of a message whose end has not come yet
         self._socks: dict[int, socket.socket] = {}
+        self._met: set[int] = set()  # the peers whose watch connection was made (they hear a goodbye on it)
         self._lock = threading.Lock()
         self._told = threading.Condition(self._lock)  # notified as each ``on_loss`` returns
         self._done: set[int] = set()  # the ranks whose ``on_loss`` returned
@@ -331,6 +336,7 @@ class MemberWatch:
                 return
             old = self._socks.pop(peer, None)
             self._socks[peer] = sock
+            self._met.add(peer)
             try:
                 if old is not None:
                     self._sel.unregister(old)
@@ -566,7 +572,9 @@ class MemberWatch:
             socks = list(self._socks.values())
             self._socks.clear()
             self._told.notify_all()  # (``await_loss`` gives up)
-        unconnected = len(socks) < self.size - 1 - len(self.lost)
+            # a peer whose connection was made hears the goodbye on it (or has gone: it is
+            # told its own way); only one never connected needs the store
+            unconnected = any(r != self.rank and r not in self._met and r not in self.lost for r in range(self.size))
         for s in socks:
             try:
                 s.setblocking(True)
@@ -575,10 +583,7 @@ class MemberWatch:
             except OSError:
                 pass
         if unconnected and self._thread is not None:  # a peer still to connect learns it from the store
-            try:
-                self.store.set(f"bye/{self.rank}", bye[1:])
-            except Exception:  # noqa: BLE001 - best effort: the store may be gone
-                pass
+            self._store_bye(bye[1:])
         for s in socks:
             try:
                 s.shutdown(socket.SHUT_RDWR)
@@ -602,6 +607,24 @@ class MemberWatch:
         except (OSError, ValueError):
             pass
         _live.discard(self)
+
+    def _store_bye(self, line: bytes) -> None:
+        """Write the goodbye to the store, waiting ``_BYE_STORE_S`` at most: the write goes
+        on a thread of its own, left behind (a daemon) if the store does not answer."""
+        def write() -> None:
+            try:
+                self.store.set(f"bye/{self.rank}", line)
+            except Exception as err:  # noqa: BLE001 - best effort: the store may be gone
+                log.debug("rank %d: writing the goodbye to the store failed: %s", self.rank, err)
+
+        writer = threading.Thread(target=write, name="ndist-watch-bye", daemon=True)
+        try:
+            writer.start()
+        except RuntimeError:  # (a Python that starts no thread at its shutdown: a peer still
+            return            # to connect then finds this process gone without a goodbye)
+        writer.join(_BYE_STORE_S)
+        if writer.is_alive():
+            log.debug("rank %d: the store did not take the goodbye within %g s", self.rank, _BYE_STORE_S)
 
     def _forget_after_fork(self) -> None:
         """In a forked child: close this process's copies of the watch sockets, so a
