@@ -92,18 +92,8 @@ typedef struct {
 _Static_assert(sizeof(hdr_t) == HDR_BYTES, "header is one cache line");
 _Static_assert(sizeof(ctl_t) <= CTL_BYTES, "control block fits");
 
-/* op codes (the signature; names live in _native.py) */
-enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_SCATTER, OP_ALL_TO_ALL,
-       OP_REDUCE_SCATTER, OP_BARRIER };
-
-/* A stall notice (stall_rank) or a timeout's root cause (err_cause, and -2 - cause in the state's
- * cause word) of at least this names global rank (value - STALL_GLOBAL): a rank this process
- * waited on in another group or point to point (``Group.tell_stalled``; _native.py: _GLOBAL). */
-#define STALL_GLOBAL (1 << 20)
-/* A stall notice with this bit set is final: its rank raised naming that root cause. Without
- * it, a first notice: the rank's deadline passed and it waits a grace, and may post a refined
- * one (a root further down a chain of waiting ranks); a waiter counts it at its grace's end. */
-#define STALL_FINAL (1 << 29)
+/* op codes, STALL_GLOBAL and STALL_FINAL: common.h. In the state's cause word a timeout's root
+ * cause is -2 - cause (err_cause). */
 
 /* error kinds raised to Python as _cnative.Error(kind, peer, cause, theirs) */
 /* E_STALLED: this rank timed out (or a peer that did failed) waiting on a peer that itself waited on
@@ -1309,14 +1299,10 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
 
 static PyObject *Group_all_reduce(Group *g, PyObject *args)
 {
-    PyObject *o, *fb;
-    int dtype, redop, rsag, rc;
-    Py_ssize_t esize;
-    if (!PyArg_ParseTuple(args, "OiinOp", &o, &dtype, &redop, &esize, &fb, &rsag) || check_usable(g))
-        return NULL;
+    int rsag, rc;
     Red r;
     Py_buffer b;
-    if (red_init(&r, dtype, redop, esize, fb) < 0 || get_buf(o, &b, 1) < 0)
+    if (check_usable(g) || red_args(args, "OiinOp", &r, &b, &rsag) < 0)
         return NULL;
     RUN(run_all_reduce(g, b.buf, b.len, &r, rsag && g->size > 1, dl, sv));
     PyBuffer_Release(&b);
@@ -1327,14 +1313,10 @@ static PyObject *Group_all_reduce(Group *g, PyObject *args)
 
 static PyObject *Group_reduce(Group *g, PyObject *args)
 {
-    PyObject *o, *fb;
-    int dtype, redop, root, rc;
-    Py_ssize_t esize;
-    if (!PyArg_ParseTuple(args, "OiinOi", &o, &dtype, &redop, &esize, &fb, &root) || check_usable(g))
-        return NULL;
+    int root, rc;
     Red r;
     Py_buffer b;
-    if (red_init(&r, dtype, redop, esize, fb) < 0 || get_buf(o, &b, 1) < 0)
+    if (check_usable(g) || red_args(args, "OiinOi", &r, &b, &root) < 0)
         return NULL;
     RUN(run_reduce(g, b.buf, b.len, &r, root, dl, sv));
     PyBuffer_Release(&b);

@@ -59,9 +59,17 @@ int red_init(Red *r, int dtype, int redop, Py_ssize_t esize, PyObject *fallback)
     return 0;
 }
 
-
-/* a list of n buffers (or None: all absent; or one buffer: n equal parts of it) -> List;
- * releases on failure */
+int red_args(PyObject *args, const char *fmt, Red *r, Py_buffer *b, int *last)
+{
+    PyObject *o, *fb;
+    int dtype, redop;
+    Py_ssize_t esize;
+    if (!PyArg_ParseTuple(args, fmt, &o, &dtype, &redop, &esize, &fb, last))
+        return -1;
+    if (red_init(r, dtype, redop, esize, fb) < 0 || get_buf(o, b, 1) < 0)
+        return -1;
+    return 0;
+}
 
 void held_release(Held *h)
 {

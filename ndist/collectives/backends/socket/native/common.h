@@ -20,6 +20,21 @@ enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSE
 extern const char *const ND_E_NAMES[];
 #define E_NAMES ND_E_NAMES
 
+/* op codes of a collective's signature (names live in native/_engine.py); both engines name
+ * ops alike in their messages */
+enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_SCATTER, OP_ALL_TO_ALL,
+       OP_REDUCE_SCATTER, OP_BARRIER };
+
+/* A stall notice or a timeout's root cause of at least this names global rank (value -
+ * STALL_GLOBAL): a rank this process waited on in another group or point to point
+ * (``Group.tell_stalled``; Python reads it as ``_cnative.STALL_GLOBAL``). Below it, a group
+ * rank. */
+#define STALL_GLOBAL (1 << 20)
+/* A stall notice with this bit set is final: its rank raised naming that root cause. Without
+ * it, a first notice: the rank's deadline passed and it waits a grace, and may post a refined
+ * one (a root further down a chain of waiting ranks); a waiter counts it at its grace's end. */
+#define STALL_FINAL (1 << 29)
+
 /* element sizes must divide this (the same-host engine's alignment of blocks) */
 #define ND_ALIGN 64
 
@@ -50,6 +65,11 @@ typedef struct {
 int do_reduce(Red *r, char *dst, const char *a, const char *b, size_t count, PyThreadState **save);
 /* checks the element size and that a kernel or a fallback exists; a Python error on failure */
 int red_init(Red *r, int dtype, int redop, Py_ssize_t esize, PyObject *fallback);
+/* A reduction's arguments, (buffer, dtype, redop, esize, fallback, last) parsed by ``fmt``:
+ * "OiinOp" (all_reduce: last is the reduce-scatter + all-gather flag) or "OiinOi" (reduce:
+ * last is the root). On success r is set up and b holds the buffer, writable, for the caller
+ * to release; -1 with a Python error otherwise. */
+int red_args(PyObject *args, const char *fmt, Red *r, Py_buffer *b, int *last);
 
 /* ------------------------------------------------------------------ buffer arguments */
 int get_buf(PyObject *o, Py_buffer *b, int writable);

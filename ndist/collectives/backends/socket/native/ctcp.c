@@ -79,12 +79,6 @@ typedef struct {
 } thdr_t;
 _Static_assert(sizeof(thdr_t) == 64, "a frame header is 64 bytes");
 
-/* op codes: the same-host engine's (cnative.c), so messages name them alike */
-enum { OP_ALL_REDUCE = 1, OP_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_GATHER, OP_SCATTER, OP_ALL_TO_ALL,
-       OP_REDUCE_SCATTER, OP_BARRIER };
-
-#define STALL_GLOBAL (1 << 20) /* as cnative.c: a code of at least this names a global rank */
-#define STALL_FINAL (1 << 29)
 #define YIELD_S 2e-3
 #define TICK_MS 20
 #define WARN_EVERY 60.0
@@ -111,7 +105,6 @@ typedef struct {
     size_t ihgot;
     char *iptr;
     size_t ilen, igot, idrain;
-    int heard;     /* a frame of this phase came */
     int32_t told;  /* 1 + the peer's STALL code (0: none), cleared by its next DATA frame */
 } Peer;
 
@@ -170,7 +163,7 @@ static void clear_phase(TGroup *g)
 {
     for (int q = 0; q < g->size; q++) {
         Peer *p = &g->peers[q];
-        p->osend = p->irecv = p->heard = 0;
+        p->osend = p->irecv = 0;
     }
 }
 
@@ -373,7 +366,6 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
                 p->istage = 1;
             if ((p->istage == 1 && p->ilen == 0) || (p->istage == 2 && p->idrain == 0)) {
                 p->irecv = 0;
-                p->heard = 1;
                 return 1;
             }
             continue;
@@ -388,7 +380,6 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
                 continue;
         }
         p->irecv = 0;
-        p->heard = 1;
         return 1;
     }
 }
@@ -434,6 +425,29 @@ static int peek_end(TGroup *g, int q)
     }
 }
 
+/* Send one 64-byte header on a stream at a frame boundary, waiting for room until ``until``
+ * (a now_s() time); the bytes sent: sizeof *h, or fewer when the stream failed or the time ran
+ * out. The caller decides what a header cut short means for its stream. */
+static size_t send_header(int fd, const thdr_t *h, double until)
+{
+    size_t off = 0;
+    while (off < sizeof *h) {
+        ssize_t w = send(fd, (const char *)h + off, sizeof *h - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0) {
+            off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            break;
+        double left = until - now_s();
+        if (left <= 0)
+            break;
+        struct pollfd pf = {fd, POLLOUT, 0};
+        poll(&pf, 1, (int)(left * 1e3) + 1);
+    }
+    return off;
+}
+
 /* Send a STALL frame naming ``code`` to every peer whose outgoing stream is at a frame
  * boundary (the frame of this phase not begun), waiting at most FINAL_FRAME_S for room; a
  * notice cut short ends that stream (nothing more can follow it) and breaks the group. */
@@ -448,18 +462,7 @@ static void notice_peers(TGroup *g, int32_t code)
         memset(&h, 0, sizeof h);
         h.kind = MAGIC | K_STALL;
         h.code = code;
-        size_t off = 0;
-        while (off < sizeof h) {
-            ssize_t w = send(p->fd, (char *)&h + off, sizeof h - off, MSG_DONTWAIT | MSG_NOSIGNAL);
-            if (w > 0) {
-                off += (size_t)w;
-                continue;
-            }
-            if ((w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || now_s() > until)
-                break;
-            struct pollfd pf = {p->fd, POLLOUT, 0};
-            poll(&pf, 1, 1);
-        }
+        size_t off = send_header(p->fd, &h, until);
         if (off && off < sizeof h) {
             shutdown(p->fd, SHUT_WR);
             p->out_done = 1;
@@ -656,21 +659,7 @@ static void send_final(TGroup *g, uint32_t kind, int why, int code)
             h.seq = g->seq;
             h.why = why;
             h.code = code;
-            size_t off = 0;
-            while (off < sizeof h) {
-                ssize_t w = send(p->fd, (char *)&h + off, sizeof h - off, MSG_DONTWAIT | MSG_NOSIGNAL);
-                if (w > 0) {
-                    off += (size_t)w;
-                    continue;
-                }
-                if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                    break;
-                double left = until - now_s();
-                if (left <= 0)
-                    break;
-                struct pollfd pf = {p->fd, POLLOUT, 0};
-                poll(&pf, 1, (int)(left * 1e3) + 1);
-            }
+            send_header(p->fd, &h, until); /* cut short or not, the stream ends below */
         }
         p->osend = 0;
         shutdown(p->fd, SHUT_WR);
@@ -1049,14 +1038,10 @@ static void release(TGroup *g)
 
 static PyObject *T_all_reduce(TGroup *g, PyObject *args)
 {
-    PyObject *o, *fb;
-    int dtype, redop, rsag, rc;
-    Py_ssize_t esize;
-    if (!PyArg_ParseTuple(args, "OiinOp", &o, &dtype, &redop, &esize, &fb, &rsag) || check_usable(g))
-        return NULL;
+    int rsag, rc;
     Red r;
     Py_buffer b;
-    if (red_init(&r, dtype, redop, esize, fb) < 0 || get_buf(o, &b, 1) < 0)
+    if (check_usable(g) || red_args(args, "OiinOp", &r, &b, &rsag) < 0)
         return NULL;
     RUN(g->size > 1 ? run_all_reduce(g, b.buf, (size_t)b.len, &r, rsag, dl, sv) : E_OK);
     PyBuffer_Release(&b);
@@ -1065,14 +1050,10 @@ static PyObject *T_all_reduce(TGroup *g, PyObject *args)
 
 static PyObject *T_reduce(TGroup *g, PyObject *args)
 {
-    PyObject *o, *fb;
-    int dtype, redop, root, rc;
-    Py_ssize_t esize;
-    if (!PyArg_ParseTuple(args, "OiinOi", &o, &dtype, &redop, &esize, &fb, &root) || check_usable(g))
-        return NULL;
+    int root, rc;
     Red r;
     Py_buffer b;
-    if (red_init(&r, dtype, redop, esize, fb) < 0 || get_buf(o, &b, 1) < 0)
+    if (check_usable(g) || red_args(args, "OiinOi", &r, &b, &root) < 0)
         return NULL;
     RUN(g->size > 1 ? run_reduce(g, b.buf, (size_t)b.len, &r, root, dl, sv) : E_OK);
     PyBuffer_Release(&b);
