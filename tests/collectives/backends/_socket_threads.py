@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import traceback
 from datetime import timedelta
 from types import SimpleNamespace
 
+import numpy as np
+
 from ndist.collectives.backends.socket import SocketBackend
 
 from backend_driver import Driver
-from ndist.runtime import BackendContext, HashStore
+from ndist.runtime import BackendContext, DistNetworkError, HashStore
 
 _ids = itertools.count()
 
@@ -61,3 +64,24 @@ def run_group(n, fn, transport="auto", timeout=30.0, engine=None):
     finally:
         for b in backends:
             b.close()
+
+
+def wait_in_all_reduce(backends, ranks, timeout=90.0):
+    """Start ``ranks`` (of ``backends``) in an all_reduce of 8 ones, one thread each, for a
+    test that fails one of their peers while they wait. Returns ``(got, threads)``: once a
+    rank's thread has ended, ``got[rank]`` is ``("ok", None, None, seconds)``, or for a
+    ``DistNetworkError`` ``(its type's name, its rank, its message, seconds)``."""
+    got = {}
+
+    def wait(r):
+        t0 = time.monotonic()
+        try:
+            backends[r].all_reduce(np.ones(8), blocking=True).wait(timeout=timeout)
+            got[r] = ("ok", None, None, time.monotonic() - t0)
+        except DistNetworkError as err:
+            got[r] = (type(err).__name__, err.rank, str(err), time.monotonic() - t0)
+
+    threads = [threading.Thread(target=wait, args=(r,), daemon=True) for r in ranks]
+    for t in threads:
+        t.start()
+    return got, threads

@@ -4,7 +4,6 @@ point-to-point side) wakes every same-host waiter at once, naming the lost rank.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 from ndist.runtime import DistNetworkError
 
-from _socket_threads import make_backends, run_threads
+from _socket_threads import make_backends, run_threads, wait_in_all_reduce
 
 pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 pytestmark = pytest.mark.timeout(120)
@@ -27,19 +26,7 @@ def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_ran
     try:
         run_threads(backends, lambda b: b.barrier(blocking=True).wait(timeout=30))  # native group up
         assert all(b.engine == "native" for b in backends)
-        got = {}
-
-        def wait_in_all_reduce(r):
-            t0 = time.monotonic()
-            try:
-                backends[r].all_reduce(np.ones(8), blocking=True).wait(timeout=90)
-                got[r] = ("ok", None, None, time.monotonic() - t0)
-            except DistNetworkError as err:
-                got[r] = (type(err).__name__, err.rank, str(err), time.monotonic() - t0)
-
-        threads = [threading.Thread(target=wait_in_all_reduce, args=(r,), daemon=True) for r in (0, 1, 2)]
-        for t in threads:
-            t.start()
+        got, threads = wait_in_all_reduce(backends, (0, 1, 2))
         time.sleep(0.5)  # all three asleep in C
         backends[2].failure.record(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
         for t in threads:

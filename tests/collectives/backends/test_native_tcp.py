@@ -13,7 +13,7 @@ import pytest
 
 from ndist.runtime import DistMismatchError, DistNetworkError, DistTimeoutError
 
-from _socket_threads import make_backends, run_threads
+from _socket_threads import make_backends, run_threads, wait_in_all_reduce
 
 pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 pytestmark = pytest.mark.timeout(120)
@@ -163,19 +163,7 @@ def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_ran
     # its FAIL frame wakes ranks 0 and 1, which have rank 2's data already and wait on rank 3
     backends = _group(4, timeout=60.0)
     try:
-        got = {}
-
-        def wait_in_all_reduce(r):
-            t0 = time.monotonic()
-            try:
-                _all_reduce(backends[r], np.ones(8))
-                got[r] = ("ok", None, None, time.monotonic() - t0)
-            except DistNetworkError as err:
-                got[r] = (type(err).__name__, err.rank, str(err), time.monotonic() - t0)
-
-        threads = [threading.Thread(target=wait_in_all_reduce, args=(r,), daemon=True) for r in (0, 1, 2)]
-        for t in threads:
-            t.start()
+        got, threads = wait_in_all_reduce(backends, (0, 1, 2))
         time.sleep(0.5)  # all three waiting in C
         backends[2].failure.record(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
         for t in threads:
@@ -195,21 +183,11 @@ def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_ran
 def test_a_rank_that_closes_fails_a_peer_waiting_on_it_naming_it(native_tcp):
     backends = _group(2, timeout=60.0)
     try:
-        got = {}
-
-        def wait_in_all_reduce():
-            try:
-                _all_reduce(backends[0], np.ones(8))
-                got[0] = "ok"
-            except DistNetworkError as err:
-                got[0] = (err.rank, str(err))
-
-        t = threading.Thread(target=wait_in_all_reduce, daemon=True)
-        t.start()
+        got, (t,) = wait_in_all_reduce(backends, (0,))
         time.sleep(0.3)
         backends[1].close()
         t.join(30)
-        rank, msg = got[0]
+        _kind, rank, msg, _waited = got[0]
         assert rank == 1 and "closed the group" in msg, got
     finally:
         _close(backends)
@@ -221,24 +199,14 @@ def test_a_peer_whose_stream_ends_is_named(native_tcp):
 
     backends = _group(2, timeout=60.0)
     try:
-        got = {}
-
-        def wait_in_all_reduce():
-            try:
-                _all_reduce(backends[0], np.ones(8))
-                got[0] = "ok"
-            except DistNetworkError as err:
-                got[0] = (err.rank, str(err))
-
-        t = threading.Thread(target=wait_in_all_reduce, daemon=True)
-        t.start()
+        got, (t,) = wait_in_all_reduce(backends, (0,))
         time.sleep(0.3)
         fd = backends[1].backend._native.g.fds()[0]
         sock = socket.socket(fileno=fd)  # (a socket object over the group's descriptor, to shut it down)
         sock.shutdown(socket.SHUT_RDWR)
         sock.detach()
         t.join(30)
-        rank, msg = got[0]
+        _kind, rank, msg, _waited = got[0]
         assert rank == 1 and "lost connection to rank 1" in msg and "all_reduce" in msg, got
     finally:
         _close(backends)

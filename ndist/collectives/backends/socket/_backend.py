@@ -343,15 +343,17 @@ class SocketBackend(CollectiveBackend):
             # fails (the lost notice naming the rank that could not be linked: a timeout
             # names the peer waited for), not left to find a connection ended with no reason
             # and name this live rank
-            timed_out = isinstance(err, DistTimeoutError)
-            rank = self.granks[p] if timed_out else getattr(err, "rank", None)
-            if isinstance(err, (DistNetworkError, DistTimeoutError)) and isinstance(rank, int):
-                host = getattr(err, "host", None) or (self._mesh.host_of(p) if rank == self.granks[p] else "?")
-                notice = self._lost_notice("stalled" if timed_out else "lost", rank, host, str(err))
-                for sock in socks.values():
+            notice = None
+            if isinstance(err, DistTimeoutError):  # the peer waited for
+                host = getattr(err, "host", None) or self._mesh.host_of(p)
+                notice = self._lost_notice("stalled", self.granks[p], host, str(err))
+            elif isinstance(err, DistNetworkError) and isinstance(getattr(err, "rank", None), int):  # the rank lost
+                host = getattr(err, "host", None) or (self._mesh.host_of(p) if err.rank == self.granks[p] else "?")
+                notice = self._lost_notice("lost", err.rank, host, str(err))
+            for sock in socks.values():
+                if notice is not None:
                     self._mesh.tell_and_keep(sock, notice)
-            else:
-                for sock in socks.values():
+                else:
                     sock.close()
             raise
         return _native.attach_tcp(mod, socks, self.rank, self.size, self._timeout)
