@@ -1,0 +1,56 @@
+"""``benchmarks/multihost_cpu.py``: each rank's CPU per call across 2 network namespaces,
+ndist (under ndistrun) against MPICH (mpi4py under Hydra, launched into the namespaces).
+Checks the shape, never speed: a row per library with its engine and positive times, the
+ratio line, and nothing left behind (namespaces, the temp folder).
+Needs root, iproute2 and mpi4py with MPICH; skips otherwise."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ndist.bench._launch import find_mpiexec
+from ndist.collectives.backends.socket.native._engine import extension as native_extension
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _namespaces() -> set:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {ln.split()[0] for ln in listed.splitlines() if ln.strip()}
+
+
+@pytest.mark.timeout(150)
+def test_cpu_per_call_of_ndist_and_mpich_across_two_namespaces():
+    if importlib.util.find_spec("mpi4py") is None or find_mpiexec() is None:
+        pytest.skip("mpi4py / MPICH's mpiexec not installed")
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 ('ip') is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    before = _namespaces()
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "multihost_cpu.py"), "--hosts", "2", "--per-host", "1",
+                        "--op", "all_gather", "--sizes", "4K,64K", "--iters", "200", "--rounds", "2", "--timeout", "60"],
+                       capture_output=True, text=True, timeout=130)
+    if r.returncode != 0 and "cannot create a network namespace" in r.stdout + r.stderr:
+        pytest.skip(r.stderr.strip())
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("# all_gather, 2 hosts x 1 ranks"), lines[0]
+    rows = [ln.split() for ln in lines if ln.split()[1:2] in (["ndist"], ["mpi4py"])]
+    engine = "native" if native_extension() is not None else "python"
+    assert [(x[0], x[1], x[2]) for x in rows] == [("4096", "ndist", engine), ("4096", "mpi4py", "MPICH"),
+                                                 ("65536", "ndist", engine), ("65536", "mpi4py", "MPICH")], r.stdout
+    for row in rows:
+        wall, cpu, user, system, ivcsw = map(float, row[3:8])
+        assert wall > 0 and cpu > 0 and abs(user + system - cpu) < 0.02 + 1e-3 * cpu and ivcsw >= 0, row
+    ratios = [ln for ln in lines if "ndist/MPICH: wall" in ln]
+    assert [ln.split()[0] for ln in ratios] == ["4096", "65536"], r.stdout
+    after = _namespaces()
+    assert after <= before, after - before  # its namespaces were removed
