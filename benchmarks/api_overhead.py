@@ -80,7 +80,7 @@ def _buffers(world: int, kind: str, nbytes: int):
 
 
 def _calls(dist, b: dict) -> dict:
-    n = b["full"].size
+    n = len(b["full"])  # (an ndist.Tensor's ``size`` is a method, as torch's)
     return {
         "all_reduce": lambda: dist.all_reduce(b["full"]),
         "broadcast": lambda: dist.broadcast(b["full"], 0),
