@@ -7,10 +7,10 @@
 spent on it. The same hosts (network namespaces, ``tests/netns_hosts.py``), ndist under
 ``ndistrun --nnodes H`` and mpi4py under MPICH's Hydra with UCX over TCP between hosts
 (``multihost.mpich_command``). Every rank runs ``--iters`` back-to-back calls of ``--op``
-(float32; broadcast from rank 0) after 300 untimed ones and a barrier, and reports its wall
+(float32; broadcast from rank 0; all_to_all: the buffer in n equal parts) after 300 untimed ones and a barrier, and reports its wall
 time per call and its own CPU time per call (``getrusage`` over the loop: user and system)
 and context switches per call. Per library and size, ``--rounds`` rounds (the libraries
-alternate, the first one rotating) and the median of each column.
+alternate, the first one rotating); the row shown is the round of median wall time.
 
 Printed per size: each library's wall time per call (the slowest rank), its CPU per call
 summed over the ranks (user + system) and the ranks' involuntary context switches per
@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests"),
                 str(Path(__file__).resolve().parent)]
 
-OPS = ("broadcast", "all_reduce", "all_gather")
+OPS = ("broadcast", "all_reduce", "all_gather", "all_to_all")
 LIBS = ("ndist", "mpi4py")
 WARMUP = 300
 _TAG = "MHCPU "
@@ -61,7 +60,8 @@ def worker(lib: str, nbytes: int, iters: int, op: str) -> None:
         rank, n = dist.get_rank(), dist.get_world_size()
         out = np.empty(buf.size * n, np.float32)
         run = {"broadcast": lambda: dist.broadcast(buf, 0), "all_reduce": lambda: dist.all_reduce(buf),
-               "all_gather": lambda: dist.all_gather_into_tensor(out, buf)}[op]
+               "all_gather": lambda: dist.all_gather_into_tensor(out, buf),
+               "all_to_all": lambda: dist.all_to_all_single(out[:buf.size], buf)}[op]
         barrier = dist.barrier
         engine = dist.get_engine()
     else:
@@ -71,7 +71,8 @@ def worker(lib: str, nbytes: int, iters: int, op: str) -> None:
         rank, n = comm.rank, comm.size
         out = np.empty(buf.size * n, np.float32)
         run = {"broadcast": lambda: comm.Bcast(buf, 0), "all_reduce": lambda: comm.Allreduce(MPI.IN_PLACE, buf),
-               "all_gather": lambda: comm.Allgather(buf, out)}[op]
+               "all_gather": lambda: comm.Allgather(buf, out),
+               "all_to_all": lambda: comm.Alltoall(buf, out[:buf.size])}[op]
         barrier = comm.Barrier
         engine = "MPICH"
     if op == "all_reduce":
@@ -165,8 +166,8 @@ def main(argv=None) -> int:
     def skip(reason):
         raise SystemExit(f"multihost_cpu: {reason}")
 
-    print(f"# {args.op}, {args.hosts} hosts x {args.per_host} ranks on {os.cpu_count()} cores; medians of "
-          f"{args.rounds} rounds; cpu: summed over the ranks (user + sys), ivcsw: involuntary switches per call")
+    print(f"# {args.op}, {args.hosts} hosts x {args.per_host} ranks on {os.cpu_count()} cores; the round of median wall "
+          f"time of {args.rounds}; cpu: summed over the ranks (user + sys), ivcsw: involuntary switches per call")
     print(f"# {'bytes':>9} {'library':>8} {'engine':>7} {'wall us':>9} {'cpu us':>9} {'user':>8} {'sys':>8} "
           f"{'ivcsw':>6}")
     with make_hosts(args.hosts, skip) as hosts, tempfile.TemporaryDirectory(prefix="ndist-mhcpu-") as tmp:
@@ -177,9 +178,9 @@ def main(argv=None) -> int:
             for rnd in range(args.rounds):
                 for lib in libs[rnd % len(libs):] + libs[:rnd % len(libs)]:
                     got[lib].append(run_one(hosts, ssh, lib, args.per_host, nbytes, iters, args.op, args.timeout))
-            med = {lib: {k: statistics.median(r[k] for r in rs) for k in ("wall_us", "cpu_us", "user_us", "sys_us",
-                                                                           "ivcsw")} | {"engine": rs[0]["engine"]}
-                   for lib, rs in got.items()}
+            # each library's round of median wall time (the lower middle of an even count), whole:
+            # its columns add up (user + sys = cpu), as medians of each column would not
+            med = {lib: sorted(rs, key=lambda r: r["wall_us"])[(len(rs) - 1) // 2] for lib, rs in got.items()}
             for lib in libs:
                 m = med[lib]
                 print(f"  {nbytes:>9} {lib:>8} {m['engine']:>7} {m['wall_us']:9.2f} {m['cpu_us']:9.2f} "
