@@ -91,15 +91,24 @@ def lane_for(pg, device: str) -> Lane:
     return lane
 
 
-def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
-    """Record a failed op; a network error of a revoked group is raised as the group's
-    ``DistRankFailureError`` (the error every op of the group raises, naming the lost
-    members), with the backend's own error as its cause."""
+def _record_failed(rec, entry, seq: int, exc: BaseException | None) -> None:
+    """Record a failed op in the flight recorder (and dump it, for a timeout, a network
+    error or a mismatch). Raises nothing and waits on nothing: an async op's done hook calls
+    it on the thread that completed the Work (its waiter raises the mapped error, through
+    ``Work.on_error``)."""
     rec.done(entry, seq, exc)
     if isinstance(exc, (DistTimeoutError, DistNetworkError, DistMismatchError)):
         _debug.dump_all(f"{entry[OP] if entry is not None else 'operation'} #{seq} in group "
                         f"{rec.group_name!r} failed: {type(exc).__name__}: {exc}",
                         log_ring=not isinstance(exc, DistMismatchError))
+
+
+def _failed(rec, entry, seq: int, exc: BaseException | None) -> None:
+    """Record a failed op (``_record_failed``); a network error of a revoked group is raised
+    as the group's ``DistRankFailureError`` (the error every op of the group raises, naming
+    the lost members), with the backend's own error as its cause."""
+    _record_failed(rec, entry, seq, exc)
+    if isinstance(exc, (DistTimeoutError, DistNetworkError, DistMismatchError)):
         # (the recorder's own group: a group of torch's backend "ndist" is not in ndist's world)
         pg = rec.group() if rec.group is not None else world.groups.get(rec.group_name)
         if pg is not None:
@@ -216,7 +225,7 @@ def submit(pg, method: Callable[..., Any], call: Call, async_op: Any,
         if outputs is not None:
             work.outputs = outputs
         if not getattr(work, "stream_ordered", False):  # CUDA works make their Future lazily: not forced
-            work.add_done_hook(lambda w: _failed(rec, slot, seq, w.error))
+            work.add_done_hook(lambda w: _record_failed(rec, slot, seq, w.error))
         work.on_error = lambda exc: _revoked_error(pg, exc)
         work.on_timeout = lambda exc: _debug.dump_all(
             f"{call.op} #{seq} in group {rec.group_name!r}: Work.wait timed out: {exc}")
