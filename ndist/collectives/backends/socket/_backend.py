@@ -268,7 +268,7 @@ class SocketBackend(CollectiveBackend):
         a connection to it, or a wait for its dial, fails at once."""
         peer = self.gindex.get(rank)
         if peer is not None and peer != self.rank:
-            self._mesh.depart(peer, message)
+            self._mesh.depart(peer, message, host if host not in (None, "?") else None)
 
     def _stalled(self, ranks, engine: bool = False, final: bool = False) -> None:
         """A wait of this group passed its deadline on global ``ranks`` (``final``: it raised

@@ -96,9 +96,10 @@ class Mesh:
         #: ``explain_wait(global ranks) -> str``: a wait for what they publish timed out; the
         #: root cause a timeout notice from one of them told (the backend's: ``_stalls``)
         self.explain_wait = None
-        #: members that left (their process exited, or destroyed the group): group rank -> how;
-        #: a connection to one fails at once (``check_dead``), in this group instance only
-        self._departed: dict[int, str] = {}
+        #: members that left (their process exited, or destroyed the group): group rank ->
+        #: (how, its host or None); a connection to one fails at once (``check_dead``), in this
+        #: group instance only
+        self._departed: dict[int, tuple[str, str | None]] = {}
         self._abandoned: bytes | None = None  # the lost notice of ``abandon``
         self._lost: tuple | None = None  # (global rank, host, message) of ``abandon``
         self._told: list[socket.socket] = []  # links given the lost notice (``_tell_abandoned``), closed with the mesh
@@ -285,9 +286,12 @@ class Mesh:
         is gone (same host and pid namespace), or this process already recorded its loss."""
         gone = self._departed.get(peer)
         if gone is not None:
+            how, told_host = gone
             host = self.host_of(peer)
+            if host == "?" and told_host:  # (its address was never read: a rank that waited for its dial)
+                host = told_host
             raise DistNetworkError(f"group {self.group_name!r}: cannot connect to rank {self.granks[peer]} ({host}): "
-                                   f"{gone}", rank=self.granks[peer], host=host)
+                                   f"{how}", rank=self.granks[peer], host=host)
         if self.job is None:
             return
         info = self._peers.get(peer)
@@ -472,10 +476,11 @@ class Mesh:
         with self._cond:
             self._told.append(sock)
 
-    def depart(self, peer: int, how: str) -> None:
-        """Member ``peer`` left (``how``: it exited, or destroyed the group): a connection to
-        it fails at once from now on, and a wait for its dial wakes to fail now."""
-        self._departed.setdefault(peer, how)
+    def depart(self, peer: int, how: str, host: str | None = None) -> None:
+        """Member ``peer`` left (``how``: it exited, or destroyed the group; ``host``: its host,
+        as the member watch knows it): a connection to it fails at once from now on, and a
+        wait for its dial wakes to fail now, naming it and its host."""
+        self._departed.setdefault(peer, (how, host))
         with self._cond:
             self._cond.notify_all()
 
