@@ -28,11 +28,7 @@ import time
 
 import numpy as np
 
-
-def _size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper()
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+from ndist.bench import parse_size
 
 
 def _rank(r, n, nbytes, rounds, shared, barrier, times, op):
@@ -67,7 +63,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bytes", default="16M")
     ap.add_argument("--rounds", type=int, default=20)
     a = ap.parse_args(argv)
-    n, nbytes = a.nproc, _size(a.bytes)
+    n, nbytes = a.nproc, parse_size(a.bytes, name="--bytes")
     nbytes -= nbytes % n
     ctx = mp.get_context("fork")
     shared = mmap.mmap(-1, n * nbytes)

@@ -327,7 +327,7 @@ def job_continue(spec: dict) -> int:
         rec["error"]["t"] = time.time()
         rec["waiting"] = now.get("op")
         pending.clear()
-    phase2, i, done = None, 0, False
+    i, done = 0, False
     while not done and rec["error"] is not None:
         if mine == "shrink" and rec["shrinks"] == 0:
             threading.Timer(spec["shrink_delay"], _die, (out, rank0)).start()

@@ -110,7 +110,6 @@ def main() -> None:
         a = np.ones(n, np.float32)
         out = np.empty_like(a)
         k = n // size
-        counts, displs = [k] * size, [i * k for i in range(size)]
         small = np.ones(k, np.float32)
         cases = {
             "all_reduce": (lambda: comm.Allreduce(MPI.IN_PLACE, [a, MPI.FLOAT], MPI.SUM),

@@ -60,7 +60,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from netns_hosts import launch_nodes, make_hosts, ndist_env, node_commands, outputs, wait_launchers  # noqa: E402
 
-from ndist.bench import BenchError  # noqa: E402
+from ndist.bench import BenchError, parse_size  # noqa: E402
 from ndist.bench._adapters import STORE_HOST_ENV  # noqa: E402
 from ndist.bench._config import BenchConfig  # noqa: E402
 from ndist.bench._launch import MPI_LIBRARIES, RankGroup, find_mpiexec  # noqa: E402
@@ -100,18 +100,12 @@ dist.destroy_process_group()
 """
 
 
-def _size(s: str) -> int:
-    s = s.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
-    return int(float(s[:-1] if s[-1:] in "KMG" else s) * mult)
-
-
 def _run(hosts, args, algo: str, folder: Path) -> list:
     folder.mkdir()
     job = folder / "job.py"
     job.write_text(textwrap.dedent(_JOB))
     result = folder / "result.json"
-    sizes = ",".join(str(_size(s)) for s in args.sizes.split(","))
+    sizes = ",".join(str(parse_size(s, name="--sizes")) for s in args.sizes.split(","))
     env = ndist_env(NDIST_ALGO=algo)
     procs = launch_nodes(hosts, args.per_host, [str(job), str(result), sizes, str(args.warmup), str(args.iters),
                                                 str(args.rounds)], env, folder)
@@ -304,7 +298,7 @@ def run_compare(args) -> int:
     ops = tuple(x for x in args.ops.split(",") if x)
     if any(o not in OPS for o in ops):
         raise SystemExit(f"multihost: --ops: expected ops of ndist-bench ({', '.join(OPS)}); got {args.ops!r}")
-    cfg = BenchConfig(ops=ops, sizes=tuple(_size(x) for x in args.sizes.split(",")), iters=args.iters,
+    cfg = BenchConfig(ops=ops, sizes=tuple(parse_size(x, name="--sizes") for x in args.sizes.split(",")), iters=args.iters,
                       warmup=args.warmup, check=args.check, nproc=args.hosts * args.per_host,
                       backends=("socket",), compare=libs, rounds=args.rounds, timeout=args.timeout, quiet=True)
 

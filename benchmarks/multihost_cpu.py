@@ -35,16 +35,12 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests"),
                 str(Path(__file__).resolve().parent)]
 
+from ndist.bench import parse_size  # noqa: E402
+
 OPS = ("broadcast", "all_reduce", "all_gather", "all_to_all")
 LIBS = ("ndist", "mpi4py")
 WARMUP = 300
 _TAG = "MHCPU "
-
-
-def _size(s: str) -> int:
-    s = s.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20}.get(s[-1:], 1)
-    return int(s[:-1] if s[-1:] in "KM" else s) * mult
 
 
 # ------------------------------------------------------------------ one rank
@@ -146,7 +142,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="4K,64K,1M", help="comma-separated byte sizes (K, M suffixes); default 4K,64K,1M")
     ap.add_argument("--iters", type=int, default=0,
                     help="timed calls per job; default about 1 s of calls (30,000 at 4 KiB down to 1,000 at 1 MiB)")
-    ap.add_argument("--rounds", type=int, default=3, help="jobs per library and size (median); default 3")
+    ap.add_argument("--rounds", type=int, default=3, help="jobs per library and size (the row is the round of median wall time); default 3")
     ap.add_argument("--libs", default="ndist,mpi4py", help="comma list of ndist, mpi4py; default both")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per job")
     ap.add_argument("--worker", nargs=4, metavar=("LIB", "BYTES", "ITERS", "OP"), help=argparse.SUPPRESS)
@@ -158,7 +154,7 @@ def main(argv=None) -> int:
     libs = [x for x in args.libs.split(",") if x]
     if not libs or any(x not in LIBS for x in libs):
         raise SystemExit(f"multihost_cpu: --libs: expected a comma list of {', '.join(LIBS)}; got {args.libs!r}")
-    sizes = [_size(x) for x in args.sizes.split(",") if x]
+    sizes = [parse_size(x, name="--sizes") for x in args.sizes.split(",") if x]
 
     from multihost import write_ssh_script
     from netns_hosts import make_hosts

@@ -30,13 +30,7 @@ import sys
 import time
 from datetime import timedelta
 
-
-def _parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper()
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
+from ndist.bench import parse_size
 
 
 def _time_gpu(cp, fn, iters: int, warmup: int) -> float:
@@ -129,7 +123,7 @@ def main(argv=None) -> int:
     with stream:
         print(f"# device {results['device']}, NCCL {results['nccl_version']}, world size 1")
         print(f"{'bytes':>12} {'raw us':>10} {'ndist us':>10} {'raw GB/s':>10} {'ndist GB/s':>10} {'raw/ndist':>10}")
-        for size in (_parse_size(s) for s in args.sizes.split(",")):
+        for size in (parse_size(s, name="--sizes") for s in args.sizes.split(",")):
             buf = cp.ones(size // 4, dtype=cp.float32)
 
             def raw_call(buf=buf):
@@ -150,7 +144,7 @@ def main(argv=None) -> int:
             print(f"{size:>12} {t_raw * 1e6:>10.1f} {t_nd * 1e6:>10.1f} {size / t_raw / 1e9:>10.2f} "
                   f"{size / t_nd / 1e9:>10.2f} {ratio:>10.3f}")
             del buf
-        small_bytes = _parse_size(args.small)
+        small_bytes = parse_size(args.small, name="--small")
         small = cp.ones(max(1, small_bytes // 4), dtype=cp.float32)
         h_raw = _time_host(cp, lambda: raw.allReduce(small.data.ptr, small.data.ptr, small.size, nccl.NCCL_FLOAT32,
                                                      nccl.NCCL_SUM, stream.ptr), 1000, 100)

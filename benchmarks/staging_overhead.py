@@ -34,13 +34,7 @@ import statistics
 import sys
 import time
 
-
-def _parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper()
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
+from ndist.bench import parse_size
 
 
 def _skip_reason() -> str | None:
@@ -201,7 +195,7 @@ def main(argv=None) -> int:
         if reason is not None:
             print(f"skipped: {reason}")
             return 0
-    sizes = [_parse_size(s) for s in args.sizes.split(",")]
+    sizes = [parse_size(s, name="--sizes") for s in args.sizes.split(",")]
 
     from ndist.testing import run_ranks
 
