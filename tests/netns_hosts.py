@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["Hosts", "make_hosts", "sh", "free_port_in", "node_commands", "launch_nodes", "wait_launchers", "ndist_env",
+__all__ = ["Hosts", "make_hosts", "namespaces", "skip_unless_mpich_hosts", "sh", "free_port_in", "node_commands", "launch_nodes", "wait_launchers", "ndist_env",
            "ROOT"]
 
 
@@ -99,6 +99,30 @@ def _kill_and_delete(names) -> None:
             except (OSError, ValueError):
                 pass
         subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def namespaces() -> set:
+    """The names ``ip netns list`` lists now."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {ln.split()[0] for ln in listed.splitlines() if ln.strip()}
+
+
+def skip_unless_mpich_hosts(skip, *modules: str) -> None:
+    """For the benchmarks that run MPICH on namespaces as hosts: ``skip(reason)`` (it must
+    raise) without each of ``modules``, mpi4py with MPICH's mpiexec, iproute2 or root."""
+    import importlib.util
+
+    from ndist.bench._launch import find_mpiexec
+
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            skip(f"{name} not installed")
+    if importlib.util.find_spec("mpi4py") is None or find_mpiexec() is None:
+        skip("mpi4py / MPICH's mpiexec not installed")
+    if shutil.which("ip") is None:
+        skip("iproute2 ('ip') is not installed")
+    if os.geteuid() != 0:
+        skip("network namespaces need root")
 
 
 @contextlib.contextmanager

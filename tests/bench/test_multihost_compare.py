@@ -10,18 +10,16 @@ otherwise."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ndist.bench._launch import find_mpiexec
 from ndist.collectives.backends.socket.native._engine import extension as native_extension
+from netns_hosts import namespaces, skip_unless_mpich_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ["all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast"]
@@ -44,14 +42,7 @@ def _cmdlines_with(text: str) -> list:
 @pytest.mark.torch
 @pytest.mark.timeout(150)
 def test_compare_mpich_and_gloo_across_two_namespaces(tmp_path):
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch not installed")
-    if importlib.util.find_spec("mpi4py") is None or find_mpiexec() is None:
-        pytest.skip("mpi4py / MPICH's mpiexec not installed")
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 ('ip') is not installed")
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
+    skip_unless_mpich_hosts(pytest.skip, "torch")
     out = tmp_path / "out.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "multihost.py"), "--compare", "mpi4py,torch",
                         "--hosts", "2", "--per-host", "1", "--sizes", "4K,64K", "--iters", "3", "--warmup", "1",
@@ -89,5 +80,4 @@ def test_compare_mpich_and_gloo_across_two_namespaces(tmp_path):
     tmp = Path(mpich[mpich.index("-launcher-exec") + 1]).parent
     assert not tmp.exists()
     assert _cmdlines_with(str(tmp)) == []
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not any(n in listed for n in ns)
+    assert not set(ns) & namespaces()

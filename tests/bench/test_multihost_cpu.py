@@ -6,35 +6,22 @@ Needs root, iproute2 and mpi4py with MPICH; skips otherwise."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ndist.bench._launch import find_mpiexec
 from ndist.collectives.backends.socket.native._engine import extension as native_extension
+from netns_hosts import namespaces, skip_unless_mpich_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _namespaces() -> set:
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {ln.split()[0] for ln in listed.splitlines() if ln.strip()}
-
-
 @pytest.mark.timeout(150)
 def test_cpu_per_call_of_ndist_and_mpich_across_two_namespaces():
-    if importlib.util.find_spec("mpi4py") is None or find_mpiexec() is None:
-        pytest.skip("mpi4py / MPICH's mpiexec not installed")
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 ('ip') is not installed")
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    before = _namespaces()
+    skip_unless_mpich_hosts(pytest.skip)
+    before = namespaces()
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "multihost_cpu.py"), "--hosts", "2", "--per-host", "1",
                         "--op", "all_gather", "--sizes", "4K,64K", "--iters", "200", "--rounds", "2", "--timeout", "60"],
                        capture_output=True, text=True, timeout=130)
@@ -52,5 +39,5 @@ def test_cpu_per_call_of_ndist_and_mpich_across_two_namespaces():
         assert wall > 0 and cpu > 0 and abs(user + system - cpu) < 0.02 + 1e-3 * cpu and ivcsw >= 0, row
     ratios = [ln for ln in lines if "ndist/MPICH: wall" in ln]
     assert [ln.split()[0] for ln in ratios] == ["4096", "65536"], r.stdout
-    after = _namespaces()
+    after = namespaces()
     assert after <= before, after - before  # its namespaces were removed

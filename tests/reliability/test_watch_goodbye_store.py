@@ -15,6 +15,7 @@ over real sockets."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -89,64 +90,61 @@ def _close_within(watch: MemberWatch, seconds: float) -> float:
     return time.monotonic() - t0
 
 
+def _finish(proc: subprocess.Popen) -> None:
+    proc.kill()  # (SIGKILL ends a stopped process too)
+    proc.wait(30)
+    proc.stdout.close()
+    proc.stdin.close()
+
+
 @pytest.fixture
 def server():
     proc = _spawn(_SERVER)
     try:
-        port = int(proc.stdout.readline())
-        yield proc, port
+        yield proc, int(proc.stdout.readline())
     finally:
-        os.kill(proc.pid, signal.SIGCONT)
-        proc.kill()
-        proc.wait(30)
-        proc.stdout.close()
-        proc.stdin.close()
+        _finish(proc)
 
 
-def _finish(member: subprocess.Popen) -> None:
-    member.kill()
-    member.wait(30)
-    member.stdout.close()
-    member.stdin.close()
+@contextlib.contextmanager
+def _job(port: int, then: str):
+    """A job of 2 on the store at ``port``: rank 0 a process running ``_MEMBER`` with
+    ``then``, rank 1 a watch here, published and started. Yields (store, member, watch)."""
+    store = PrefixStore("watch", TCPStore("127.0.0.1", port, secret=_SECRET, timeout=30))
+    member = _spawn(_MEMBER, str(port), then)
+    watch = None
+    try:
+        store.wait(["published/0"], 30)
+        if then == "stop":
+            _await_stopped(member)
+        watch = MemberWatch(store, 1, 2, _SECRET, 30.0, lambda *a: None)
+        watch.publish()
+        watch.start()
+        yield store, member, watch
+    finally:
+        if watch is not None:
+            watch.close()
+        _finish(member)
+        store.close()
 
 
 @pytest.mark.timeout(90)
 def test_a_goodbye_for_a_peer_never_connected_does_not_wait_on_a_stopped_store(server):
     proc, port = server
-    store = PrefixStore("watch", TCPStore("127.0.0.1", port, secret=_SECRET, timeout=30))
-    member = _spawn(_MEMBER, str(port), "stop")
-    watch = None
-    try:
-        store.wait(["published/0"], 30)
-        _await_stopped(member)
-        watch = MemberWatch(store, 1, 2, _SECRET, 30.0, lambda *a: None)
-        watch.publish()
-        watch.start()  # its dial of rank 0 waits on a handshake that never comes
+    # rank 0 is stopped before it starts its watch: rank 1's dial waits on a handshake that never comes
+    with _job(port, "stop") as (store, _member, watch):
         os.kill(proc.pid, signal.SIGSTOP)
         _await_stopped(proc)
         took = _close_within(watch, 20.0)
         assert took < _BYE_STORE_S + 3.0, took
         os.kill(proc.pid, signal.SIGCONT)
         store.wait(["bye/1"], 30)  # the write was left behind, not dropped: it lands once the store answers
-    finally:
-        if watch is not None:
-            watch.close()
-        os.kill(member.pid, signal.SIGCONT)
-        _finish(member)
-        store.close()
 
 
 @pytest.mark.timeout(90)
 def test_a_rank_whose_peers_all_connected_writes_no_goodbye_to_the_store(server):
     proc, port = server
-    store = PrefixStore("watch", TCPStore("127.0.0.1", port, secret=_SECRET, timeout=30))
-    member = _spawn(_MEMBER, str(port), "watch")
-    watch = None
-    try:
-        store.wait(["published/0"], 30)
-        watch = MemberWatch(store, 1, 2, _SECRET, 30.0, lambda *a: None)
-        watch.publish()
-        watch.start()
+    with _job(port, "watch") as (store, member, watch):
         deadline = time.monotonic() + 30
         while watch.tell({"hello": 1}) != [0]:  # (sent once the connection to rank 0 is made)
             assert time.monotonic() < deadline, "the watch never connected to rank 0"
@@ -169,8 +167,3 @@ def test_a_rank_whose_peers_all_connected_writes_no_goodbye_to_the_store(server)
         os.kill(proc.pid, signal.SIGCONT)
         with pytest.raises(DistTimeoutError):
             store.wait(["bye/1"], 3)  # rank 0 had connected: nobody needs it
-    finally:
-        if watch is not None:
-            watch.close()
-        _finish(member)
-        store.close()
