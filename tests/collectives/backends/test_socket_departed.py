@@ -32,3 +32,37 @@ def test_a_wait_for_a_departed_members_dial_names_it_and_its_host():
     finally:
         for b in backends:
             b.close()
+
+
+def test_a_wait_for_a_dial_fails_at_once_when_the_group_is_revoked():
+    """``ProcessGroup.revoke_for`` (a member began ``shrink_group`` on the default group)
+    reaches the backend as ``group_revoked`` for a process outside the group: a wait for
+    a live member's dial that is already waiting wakes and fails, naming that process."""
+    import threading
+
+    backends = make_backends(2, timeout=30.0)
+    try:
+        be = backends[0].backend
+        caught: list = []
+
+        def wait():
+            try:
+                be._mesh._await_collective(1, time.monotonic() + 20)
+            except BaseException as err:  # noqa: BLE001 - what the test checks
+                caught.append(err)
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        time.sleep(0.3)  # (the waiter is in its wait: rank 1 is alive and never dials)
+        assert waiter.is_alive() and not caught
+        t0 = time.monotonic()
+        be.group_revoked(5, "hostZ", "a member aborted the group for it")
+        waiter.join(10)
+        assert not waiter.is_alive() and time.monotonic() - t0 < 5  # at once, not at the deadline
+        (err,) = caught
+        assert isinstance(err, DistNetworkError), repr(err)
+        assert err.rank == 5 and err.host == "hostZ", (err.rank, err.host, str(err))
+        assert "rank 5 (hostZ) is lost" in str(err), str(err)
+    finally:
+        for b in backends:
+            b.close()
