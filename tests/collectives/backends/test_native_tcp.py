@@ -98,6 +98,50 @@ def test_uneven_all_reduce_parts_and_large_messages_are_exact(native_tcp):
         _close(backends)
 
 
+def test_a_reduce_scratch_above_64_mib_is_given_back_once_ops_stop_using_it(native_tcp):
+    # the root of a reduce receives every peer's buffer into scratch ((n - 1) x its size): kept
+    # up to 64 MiB, and above while ops use it; freed after 8 completed ops in a row that
+    # needed at most a quarter of it
+    backends = _group(2)
+
+    def scratch():
+        return [b.backend._native.g.scratch_bytes for b in backends]
+
+    def small():
+        run_threads(backends, lambda b: _all_reduce(b, np.ones(1024, np.float32)))
+
+    def big(mib):
+        count = (mib << 20) // 8
+        out = run_threads(backends, lambda b: _reduce(b, np.full(count, b.backend.rank + 1.0), 0))
+        assert np.all(out[0] == 3.0)
+
+    try:
+        small()
+        assert scratch() == [4097, 4097]  # (n - 1) x 4 KiB, kept
+        for _ in range(3):  # a loop of large reduces keeps its scratch between calls
+            big(65)
+            small()
+            assert scratch() == [(65 << 20) + 1, 4097]  # rank 1 received nothing into scratch
+        for _ in range(6):  # then 8 ops in a row that need little (the small one above is the 1st)
+            small()
+        assert scratch() == [(65 << 20) + 1, 4097]
+        run_threads(backends, lambda b: b.barrier(blocking=True).wait(timeout=30))  # (needs none)
+        assert scratch() == [0, 4097]  # given back
+        small()
+        assert scratch() == [4097, 4097]
+        big(32)  # 32 MiB: at most 64 MiB is kept however it is used
+        for _ in range(8):
+            small()
+        assert scratch() == [(32 << 20) + 1, 4097]
+    finally:
+        _close(backends)
+
+
+def _reduce(b, x, root):
+    b.reduce(x, root, blocking=True).wait(timeout=60)
+    return x
+
+
 def test_a_mismatch_fails_both_ranks_and_breaks_the_group(native_tcp):
     backends = _group(2)
     try:
