@@ -85,3 +85,26 @@ def wait_in_all_reduce(backends, ranks, timeout=90.0):
     for t in threads:
         t.start()
     return got, threads
+
+
+def check_a_loss_told_to_one_rank_wakes_every_waiter(backends) -> None:
+    """4 ranks of one group (up): ranks 0, 1 and 2 wait in an all_reduce for rank 3, which
+    never calls it. Rank 2's backend learns from elsewhere (``GroupFailure.record``, as from
+    its point-to-point side) that rank 3 is lost: rank 2, and the ranks waiting on rank 3
+    rather than on rank 2, raise naming rank 3 at once (not at the group's timeout), and
+    rank 2's next collective raises the same error."""
+    import pytest
+
+    got, threads = wait_in_all_reduce(backends, (0, 1, 2))
+    time.sleep(0.5)  # all three waiting in C
+    backends[2].failure.record(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
+    for t in threads:
+        t.join(60)
+    for r in (0, 1, 2):
+        kind, rank, msg, waited = got[r]
+        assert kind in ("DistRankFailureError", "DistNetworkError") and rank == 3, got[r]
+        assert "rank 3" in msg and "all_reduce" in msg, msg
+        assert waited < 0.5 + 5, got[r]  # ~20 ms after the notice on a quiet machine
+    with pytest.raises(DistNetworkError, match="rank 3") as ei:
+        backends[2].barrier(blocking=True).wait(timeout=30)
+    assert ei.value.rank == 3
