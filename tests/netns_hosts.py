@@ -107,6 +107,14 @@ def namespaces() -> set:
     return {ln.split()[0] for ln in listed.splitlines() if ln.strip()}
 
 
+def _skip_unless_netns(skip) -> None:
+    """``skip(reason)`` (it must raise) without iproute2 or root, which namespaces need."""
+    if shutil.which("ip") is None:
+        skip("iproute2 ('ip') is not installed")
+    if os.geteuid() != 0:
+        skip("network namespaces need root")
+
+
 def skip_unless_mpich_hosts(skip, *modules: str) -> None:
     """For the benchmarks that run MPICH on namespaces as hosts: ``skip(reason)`` (it must
     raise) without each of ``modules``, mpi4py with MPICH's mpiexec, iproute2 or root."""
@@ -119,20 +127,14 @@ def skip_unless_mpich_hosts(skip, *modules: str) -> None:
             skip(f"{name} not installed")
     if importlib.util.find_spec("mpi4py") is None or find_mpiexec() is None:
         skip("mpi4py / MPICH's mpiexec not installed")
-    if shutil.which("ip") is None:
-        skip("iproute2 ('ip') is not installed")
-    if os.geteuid() != 0:
-        skip("network namespaces need root")
+    _skip_unless_netns(skip)
 
 
 @contextlib.contextmanager
 def make_hosts(count: int, skip):
     """``count`` namespaces, linked; deleted (their processes killed) on exit.
     ``skip(reason)`` is called (it must raise) where namespaces cannot be made."""
-    if shutil.which("ip") is None:
-        skip("iproute2 ('ip') is not installed")
-    if os.geteuid() != 0:
-        skip("network namespaces need root")
+    _skip_unless_netns(skip)
     tag = uuid.uuid4().hex[:6]
     hosts = Hosts(tag)
     made: list[str] = []
