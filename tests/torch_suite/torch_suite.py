@@ -12,9 +12,13 @@ it out, and .ci/run names it in a step of its own::
     python -m pytest -q tests/torch_suite/torch_suite.py            # BACKEND=ndist
     BACKEND=gloo python -m pytest -q tests/torch_suite/torch_suite.py
 
-Every child comes from a fork server that imported this module by name (its preload; the
-parent's ``sys.path`` travels with it) and unpickles ``TestDistBackendWithSpawn._run`` from it:
-the ``import ndist.torch`` below is what registers backend ``"ndist"`` in each child. The suite skips 26 tests unless the backend is
+Every child comes from a fork server that imported this module by name (its preload) and
+unpickles ``TestDistBackendWithSpawn._run`` from it: the ``import ndist.torch`` below is what
+registers backend ``"ndist"`` in each child. The server is a fresh interpreter that finds the
+module through ``PYTHONPATH``, set below (Python 3.11's fork server ignores the parent's
+``sys.path``, and a preload it cannot import is skipped without a word: every child then
+imported torch and the suite itself, ~5 of the ~6 s each test took on CI), and a child that
+finds it imported this module itself fails. The suite skips 26 tests unless the backend is
 named gloo or nccl; tests/torch_backend/test_torch_gated.py runs those scenarios on ndist.
 """
 
@@ -45,6 +49,13 @@ os.environ["NDIST_TORCH_SUITE_DIR"] = os.environ["TMPDIR"] = _RUN_DIR
 tempfile.tempdir = None  # (gettempdir() reads TMPDIR again)
 os.environ.setdefault("TEMP_DIR", _RUN_DIR)
 os.environ.setdefault("INIT_METHOD", f"file://{os.path.join(_RUN_DIR, 'init_file')}")
+
+# the fork server's preload finds this module by name (see above); a child checks that it did
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = _HERE + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+#: the process that imported this module: the fork server, in a child it forked
+_IMPORTED_BY = os.getpid()
 
 import ndist.torch  # noqa: E402,F401 - registers backend "ndist" (in this process and every child)
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
@@ -83,6 +94,9 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
 
     @classmethod
     def _run(cls, rank, test_name, file_name, pipe, environ=None, **kwargs):
+        if _IMPORTED_BY == os.getpid():
+            raise RuntimeError(f"the fork server did not preload {__name__} (PYTHONPATH "
+                               f"{os.environ.get('PYTHONPATH')!r}): this child imported torch and the suite itself")
         if environ is not None:
             os.environ.clear()
             os.environ.update(environ)
