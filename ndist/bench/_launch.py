@@ -86,6 +86,19 @@ def remove_orphan_mpich_segments(before: set, settle: float = 2.0) -> list:
     return gone
 
 MPI_LIBRARIES = ("mpi4py", "ndist[mpi]")
+#: how long a killed MPI job's ``mpiexec`` gets to end its ranks itself after SIGTERM
+MPIEXEC_TERM_S = 3.0
+
+
+def _terminate_mpiexec(proc: subprocess.Popen, grace: float = MPIEXEC_TERM_S) -> None:
+    """SIGTERM to MPICH's ``mpiexec`` (Hydra), and up to ``grace`` seconds for it to exit: it
+    ends its proxies and ranks and removes its ``/tmp/hydra_hwloc_xmlfile_*``, which a
+    SIGKILL leaves behind. What still runs after that is the caller's to SIGKILL."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=grace)
+    except (subprocess.TimeoutExpired, OSError):
+        pass
 
 
 class BenchError(RuntimeError):
@@ -344,8 +357,10 @@ class RankGroup:
         for p in self.procs:
             if p.poll() is None:
                 killed = True
+                if self.lib in MPI_LIBRARIES:
+                    _terminate_mpiexec(p)
                 try:
-                    os.killpg(p.pid, signal.SIGKILL)
+                    os.killpg(p.pid, signal.SIGKILL)  # (what is left of its session)
                 except (ProcessLookupError, PermissionError):
                     p.kill()
             try:
