@@ -125,9 +125,12 @@ class ProcessContext:
         self.error_files = error_files
         self.processes = processes
         self.sentinels = {process.sentinel: index for index, process in enumerate(processes)}
+        # the error files' private folder (start_processes's) goes once every process is done and
+        # joined (``join``), else with this context or at exit
+        self._remove_error_dir = lambda: None
         dirs = {os.path.dirname(path) for path in error_files}
         if len(dirs) == 1 and os.path.basename(dirs.pop()).startswith(_ERROR_DIR_PREFIX):
-            weakref.finalize(self, shutil.rmtree, os.path.dirname(error_files[0]), True)
+            self._remove_error_dir = weakref.finalize(self, shutil.rmtree, os.path.dirname(error_files[0]), True)
 
     def pids(self) -> list[int]:
         return [int(process.pid) for process in self.processes]
@@ -160,7 +163,10 @@ class ProcessContext:
                 error_index = index
                 break
         if error_index is None:
-            return len(self.sentinels) == 0
+            if self.sentinels:
+                return False
+            self._remove_error_dir()
+            return True
 
         if grace_period is not None:
             self._join_procs_with_timeout(grace_period)
@@ -180,7 +186,13 @@ class ProcessContext:
 
         failed = self.processes[error_index]
         error_file = self.error_files[error_index]
-        if not os.access(error_file, os.R_OK):
+        try:
+            with open(error_file, "rb") as fh:
+                original_trace = pickle.load(fh)
+        except OSError:
+            original_trace = None
+        self._remove_error_dir()
+        if original_trace is None:
             exitcode = failed.exitcode
             if exitcode < 0:
                 try:
@@ -195,8 +207,6 @@ class ProcessContext:
                 f"process {error_index} terminated with exit code {exitcode}",
                 error_index=error_index, error_pid=failed.pid, exit_code=exitcode,
             )
-        with open(error_file, "rb") as fh:
-            original_trace = pickle.load(fh)
         msg = f"\n\n-- Process {error_index} terminated with the following error:\n{original_trace}"
         raise ProcessRaisedException(msg, error_index, failed.pid)
 

@@ -24,6 +24,28 @@ def test_spawn_calls_fn_with_index_and_args(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["clean", "raised", "killed"])
+def test_the_error_files_folder_goes_once_join_returns_true_or_raises(tmp_path, how):
+    """start_processes's private folder of error files is removed when join has seen every
+    process end, not later with the context (which a caller or a traceback may keep)."""
+    fn, args, exc = {"clean": (w.sleep_for, (0.1,), None),
+                     "raised": (w.raise_on_one, (str(tmp_path),), mp.ProcessRaisedException),
+                     "killed": (w.kill_self_on_zero, (), mp.ProcessExitedException)}[how]
+    ctx = mp.start_processes(fn, args=args, nprocs=2, join=False)
+    folder = os.path.dirname(ctx.error_files[0])
+    assert os.path.basename(folder).startswith("ndist-spawn-") and os.path.isdir(folder)
+    deadline = time.monotonic() + 60
+    if exc is None:
+        while not ctx.join(timeout=1):
+            assert time.monotonic() < deadline
+    else:
+        with pytest.raises(exc):
+            while not ctx.join(timeout=1, grace_period=5):
+                assert time.monotonic() < deadline
+    assert not os.path.exists(folder)
+
+
+@pytest.mark.timeout(120)
 def test_join_false_returns_a_process_context():
     ctx = mp.spawn(w.sleep_for, args=(0.5,), nprocs=2, join=False)
     assert isinstance(ctx, mp.ProcessContext)
@@ -145,7 +167,9 @@ def test_children_die_with_their_parent(tmp_path):
 
     script = tmp_path / "parent.py"
     script.write_text(_ORPHANING_PARENT.format(tests=os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100)
+    # (the SIGKILLed parent cannot remove its error files' folder: TMPDIR is the test's)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == -signal.SIGKILL
     child = int(proc.stdout.split()[0])
     deadline = time.monotonic() + 60
