@@ -2,7 +2,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -31,6 +30,18 @@ class Launcher:
         return subprocess.Popen(
             self.cmd(*args), cwd=self.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw
         )
+
+    def popen_to_kill(self, *args, env=None, **kw) -> subprocess.Popen:
+        """``popen`` for a launcher the test SIGKILLs: it cannot remove its job folder then, so
+        its TMPDIR is a folder under ``cwd`` (pytest's ``tmp_path``), not the run's."""
+        return self.popen(*args, env={**(os.environ if env is None else env), "TMPDIR": killed_tmp(self.cwd)}, **kw)
+
+
+def killed_tmp(cwd) -> str:
+    """A folder under ``cwd`` for the temporary files of a process the test will SIGKILL."""
+    path = os.path.join(cwd, "killed-tmp")
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
 @pytest.fixture

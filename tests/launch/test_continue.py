@@ -261,7 +261,7 @@ def test_two_nodes_a_vanished_agent_loses_its_ranks(launcher, min_nproc, status)
     common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30,
               "--nproc-per-node", 2, "--on-failure", "continue", "--min-nproc", min_nproc]
     n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=env)
-    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=env)
+    n1 = launcher.popen_to_kill(*common, "--node-rank", 1, "job.py", env=env)
     try:
         wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"pid-{r}")) for r in range(4)), 30,
                  "every rank")

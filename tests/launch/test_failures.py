@@ -3,7 +3,6 @@
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
@@ -118,7 +117,7 @@ except KeyboardInterrupt:
 
 def test_sigkilled_launcher_takes_its_ranks_along(launcher):
     launcher.script(RECORD_PIDS + "time.sleep(120)\n")
-    p = launcher.popen("--nproc-per-node", 2, "job.py")
+    p = launcher.popen_to_kill("--nproc-per-node", 2, "job.py")
     pids = []
     try:
         wait_for(lambda: _all_recorded(launcher.cwd, 2), 30, "ranks to start")

@@ -42,7 +42,7 @@ def test_node_0_does_not_wait_the_rendezvous_timeout_for_a_dead_node(launcher):
     common = ["--nnodes", 2, "--nproc-per-node", 1, "--master-addr", "127.0.0.1", "--master-port", port,
               "--rdzv-timeout", 300, "--term-timeout", 2]
     n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=env)
-    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=env)
+    n1 = launcher.popen_to_kill(*common, "--node-rank", 1, "job.py", env=env)
     try:
         wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"up-{r}")) for r in (0, 1)), 60,
                  "both nodes' ranks")

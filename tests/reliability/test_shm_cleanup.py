@@ -298,9 +298,12 @@ def _left(job: str) -> list:
     return [os.path.basename(p) for p in left]
 
 
-def _kill_env(engine: str) -> dict:
+def _kill_env(engine: str, tmp_path) -> dict:
+    """The environment of a launcher the test SIGKILLs: it cannot remove its job folder then,
+    so its TMPDIR is a folder of the test's (pytest's ``tmp_path``), not the run's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "SLURM_", "TORCHELASTIC_"))}
-    env.update(NDIST_ENGINE=engine, NDIST_TRANSPORT="shm")
+    (tmp_path / "killed-tmp").mkdir(exist_ok=True)
+    env.update(NDIST_ENGINE=engine, NDIST_TRANSPORT="shm", TMPDIR=str(tmp_path / "killed-tmp"))
     env.pop("NDIST_SECRET", None)
     return env
 
@@ -314,7 +317,7 @@ def test_no_job_file_left_when_a_launched_job_is_killed(tmp_path, engine, kill, 
     of the job is in /dev/shm."""
     (tmp_path / "job.py").write_text(textwrap.dedent(_BUSY))
     proc = subprocess.Popen([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "2", "job.py"], cwd=tmp_path,
-                            env=_kill_env(engine), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=_kill_env(engine, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     pids, job = [], None
     try:
@@ -381,7 +384,7 @@ def test_no_job_file_left_when_torchrun_stops_stuck_ranks(tmp_path, engine, shm_
     pytest.importorskip("torch")
     (tmp_path / "job.py").write_text(textwrap.dedent(_TORCH_STUCK))
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             "job.py"], cwd=tmp_path, env=dict(_kill_env(engine), TORCH_ELASTIC_SHUTDOWN_TIMEOUT="2"),
+                             "job.py"], cwd=tmp_path, env=dict(_kill_env(engine, tmp_path), TORCH_ELASTIC_SHUTDOWN_TIMEOUT="2"),
                             stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True)
     pids, job = [], None

@@ -11,6 +11,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from torch_helpers import torchrun_tmp  # noqa: E402
+
 pytestmark = pytest.mark.torch
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "torch.md"
@@ -39,6 +41,7 @@ def test_ddp_script_runs_under_torchrun_and_prints_what_the_page_shows(tmp_path)
     argv = command[2:].split()
     assert argv[:2] == ["torchrun", "--standalone"]  # --standalone: a free port, no fixed one
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["TMPDIR"] = torchrun_tmp(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv[1:]], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

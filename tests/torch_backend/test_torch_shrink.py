@@ -16,6 +16,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from torch_helpers import torchrun_tmp  # noqa: E402
+
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(240)]
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "torch.md"
@@ -38,6 +40,7 @@ def _script(tmp_path) -> Path:
 
 def _run(argv, cwd, timeout=200):
     env = {k: v for k, v in os.environ.items() if k not in STRIP}
+    env["TMPDIR"] = torchrun_tmp(cwd)  # (torchrun keeps its log folder)
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

@@ -43,3 +43,11 @@ def run_torch(fn, world_size: int, backend: str, tmp_path, *, args: tuple = (), 
     prefix = out[0][0]
     assert shm_files(prefix) == [], f"shared memory left behind by {backend}: {shm_files(prefix)}"
     return [r for _, r in out]
+
+
+def torchrun_tmp(cwd) -> str:
+    """TMPDIR for a torchrun the test starts: torchrun keeps its log folder (``torchelastic_*``)
+    after the job, so it goes under ``cwd`` (pytest's ``tmp_path``), not the run's TMPDIR."""
+    path = os.path.join(str(cwd), "torchrun-tmp")
+    os.makedirs(path, exist_ok=True)
+    return path
