@@ -17,7 +17,10 @@ os.environ["PYTHONPATH"] = _ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.
 # within 0.2 s, or between two looks), so a file counts by its job too: the files of
 # a job (``ndist-<job>-...``) one of whose files was this run's, or that a test
 # declared its own (the ``shm_job`` fixture: kill tests do), are this run's.
+import atexit  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 import threading  # noqa: E402
 
 import pytest  # noqa: E402
@@ -117,6 +120,78 @@ def _leaves_dev_shm_as_found():
     leaked += remove_orphan_mpich_segments(before)
     if leaked:
         pytest.fail(f"the tests left {len(leaked)} file(s) of their own in {_SHM} (now removed): {leaked[:20]}",
+                    pytrace=False)
+
+
+# ---------------------------------------------------------------- temporary files
+# The suite must leave no temporary file behind either. Every process the tests start makes
+# its temporary files (``tempfile``, and whatever reads TMPDIR: ndistrun's job folders,
+# spawn's error files, torchrun's logs) under one folder of this run, inherited through
+# TMPDIR, so whatever appears there is this run's: each test is checked when it ends, and the
+# folder is removed with the session. Not counted: pytest's ``tmp_path`` folders
+# (``pytest-of-<user>``, pytest's to keep), multiprocessing's ``pymp-*`` (one per process
+# that uses it, removed when that process exits), torch's compile cache (a folder of this
+# run) and the torch suite driver's folder (removed at exit, after multiprocessing's clean-up:
+# tests/torch_suite/torch_suite.py). A pytest started under this run (an MPI job's, tests/test_mpi_suite.py; a tool's)
+# keeps the TMPDIR it was given: its files are the test's that started it.
+_TMP_VAR = "NDIST_TEST_TMP"
+_TMP_ROOT = None
+if not os.environ.get(_TMP_VAR, "").startswith(_TOKEN + ":"):
+    _TMP_ROOT = tempfile.mkdtemp(prefix=f"ndist-tests-{_TOKEN[:8]}-")
+    os.environ[_TMP_VAR] = f"{_TOKEN}:{_TMP_ROOT}"
+    os.environ["TMPDIR"] = _TMP_ROOT
+    tempfile.tempdir = None  # (gettempdir() reads TMPDIR again)
+    _CACHE = os.path.join(_TMP_ROOT, "torch-compile-cache")
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE)
+    _TMP_OWNER = os.getpid()
+
+    @atexit.register
+    def _remove_the_temporary_folder_at_exit() -> None:
+        if os.getpid() == _TMP_OWNER:  # (not in a forked child that runs atexit handlers)
+            shutil.rmtree(_TMP_ROOT, ignore_errors=True)
+
+_NOT_COUNTED = ("pytest-of-", "pymp-", "torch-compile-cache", "ndist-torch-suite-")
+
+
+def _tmp_entries() -> set:
+    if _TMP_ROOT is None:
+        return set()
+    try:
+        return {n for n in os.listdir(_TMP_ROOT) if not n.startswith(_NOT_COUNTED)}
+    except OSError:
+        return set()
+
+
+def _remove_tmp(names) -> None:
+    for n in names:
+        path = os.path.join(_TMP_ROOT, n)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+@pytest.fixture(autouse=True)
+def _leaves_no_temporary_file():
+    before = _tmp_entries()
+    yield
+    left = sorted(_tmp_entries() - before)
+    if left:
+        _remove_tmp(left)
+        pytest.fail(f"the test left {len(left)} temporary file(s) in TMPDIR (now removed): {left[:20]}",
+                    pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _leaves_the_temporary_folder_empty():
+    yield
+    left = sorted(_tmp_entries())
+    if left:
+        _remove_tmp(left)
+        pytest.fail(f"the tests left {len(left)} temporary file(s) in TMPDIR (now removed): {left[:20]}",
                     pytrace=False)
 
 
