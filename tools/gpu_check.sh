@@ -271,7 +271,7 @@ versions_cmd() {
 
 build_cmd() {
     "$PY" setup.py -q build_ext --inplace || return 1
-    "$PY" -c 'import ndist.collectives.backends.socket._cnative, ndist.collectives._crun; print("native engine built")'
+    "$PY" -c 'import ndist.collectives.backends.socket.native._cnative, ndist.collectives._crun; print("native engine built")'
 }
 export -f versions_cmd build_cmd
 export PY ROOT
