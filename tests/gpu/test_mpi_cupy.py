@@ -57,6 +57,11 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+# Open MPI's mpiexec refuses to run as root unless told (the GPU machines run as root);
+# MPICH's ignores these
+_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
 @pytest.mark.timeout(180)
 def test_cupy_arrays_over_mpi(tmp_path):
     exe = _mpiexec()
@@ -66,6 +71,6 @@ def test_cupy_arrays_over_mpi(tmp_path):
     script = tmp_path / "cupy_mpi.py"
     script.write_text(SCRIPT)
     proc = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=150, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          timeout=150, env={**os.environ, "PYTHONPATH": str(ROOT), **_AS_ROOT})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("ok ") == 2

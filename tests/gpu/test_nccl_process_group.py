@@ -44,7 +44,7 @@ def _nccl_through_the_group(rank, world_size):
         x = cupy.arange(6, dtype=cupy.float32)
         be.all_reduce(x, ReduceOp.PREMUL_SUM, scale=2.0).synchronize()
         be.barrier().wait()
-        return type(be).__name__, cupy.asnumpy(x).tolist()
+        return type(be.backend).__name__, cupy.asnumpy(x).tolist()
 
     return _in_group("cpu:socket,cuda:nccl", fn)
 

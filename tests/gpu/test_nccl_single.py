@@ -264,7 +264,7 @@ def test_closed_backend_refuses_ops():
 
 
 def test_close_inside_an_open_coalescing_block_fails_its_works():
-    backend = get_backend_spec("nccl").create(single_rank_ctx("gpu-close-in-block"))
+    backend = Driver(get_backend_spec("nccl").create(single_rank_ctx("gpu-close-in-block")))
     a, got = cp.arange(3, dtype=cp.float32), cp.zeros(3, dtype=cp.float32)
     with backend.coalescing():
         ws = backend.send(a, 0, tag=1)

@@ -17,7 +17,7 @@ pytest.importorskip("ndist.collectives.backends.socket")
 
 from backend_driver import Driver  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
-from ndist.collectives._staging import HostStagingBackend, wrap_for_cuda  # noqa: E402
+from ndist.collectives._staging import HostStagingBackend  # noqa: E402
 from ndist.runtime import BackendContext, HashStore, get_backend_spec  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
@@ -35,7 +35,7 @@ def run_staged(n, fn, timeout=60.0):
         try:
             ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
                                  global_ranks=tuple(range(n)), device="cuda")
-            backends[r] = Driver(wrap_for_cuda(get_backend_spec("socket").create(ctx)))
+            backends[r] = Driver(get_backend_spec("socket").create(ctx))  # (it stages CUDA arrays itself)
             results[r] = fn(backends[r])
         except BaseException:  # noqa: BLE001
             errors[r] = traceback.format_exc()
