@@ -76,6 +76,11 @@ def reduce_cuda_array(arr):
         raise TypeError(f"arr must be a numpy.ndarray or cupy.ndarray, got {type(arr).__name__}")
     device = arr.device.id
     with cupy.cuda.Device(device):
+        # cuMemGetAddressRange is a driver call and needs a current context, which a thread that
+        # made no CUDA runtime call yet lacks (a Queue pickles on its feeder thread: error 201,
+        # CUDA_ERROR_INVALID_CONTEXT, seen on an H100). cudaSetDevice makes the device's primary
+        # context current; CuPy's Device skips it when the device number is already current.
+        cupy.cuda.runtime.setDevice(device)
         ptr = arr.data.ptr
         base, size = _address_range(ptr)
         handle = bytes(cupy.cuda.runtime.ipcGetMemHandle(base))
