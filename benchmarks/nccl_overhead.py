@@ -4,7 +4,10 @@ Two measurements on one GPU:
 
 * bandwidth: ``all_reduce`` of >= 1 MiB float32 buffers through ndist's backend
   vs ``NcclCommunicator.allReduce`` on the same stream; the ratio
-  raw_time / ndist_time should be >= 0.97;
+  raw_time / ndist_time should be >= 0.97 where the GPU's work is what is timed: a raw call
+  of at least ``GPU_BOUND_US``. At world size 1 NCCL's in-place all_reduce does no work
+  (0.5-1.8 us per call for 1 MiB-256 MiB on an H100, 2026-11-27): ndist's time is then its
+  host enqueue (the next line's figure), so no size of that run counts;
 * per-call overhead: host time to enqueue one small (``--small``, 4 KiB) all_reduce
   through ndist's backend minus the same for the raw call (target < 10 us); the
   same through the public ``ndist.distributed.all_reduce`` is printed too (no target).
@@ -23,6 +26,10 @@ that as a failure on a GPU machine).
 """
 
 from __future__ import annotations
+
+#: a bandwidth row counts toward the 0.97 target when the raw call takes at least this long:
+#: below it, the host's enqueue (target < 10 us) is what both columns time
+GPU_BOUND_US = 20.0
 
 import argparse
 import json
@@ -137,12 +144,14 @@ def main(argv=None) -> int:
             t_raw = _time_gpu(cp, raw_call, args.iters, args.warmup)
             t_nd = _time_gpu(cp, ndist_call, args.iters, args.warmup)
             ratio = t_raw / t_nd
-            ok &= size < (1 << 20) or ratio >= 0.97
+            counted = size >= (1 << 20) and t_raw * 1e6 >= GPU_BOUND_US
+            ok &= not counted or ratio >= 0.97
             results["bandwidth"].append({"bytes": size, "raw_s": t_raw, "ndist_s": t_nd, "ratio": ratio,
+                                         "counted": counted,
                                          "raw_algbw_GBps": size / t_raw / 1e9,
                                          "ndist_algbw_GBps": size / t_nd / 1e9})
             print(f"{size:>12} {t_raw * 1e6:>10.1f} {t_nd * 1e6:>10.1f} {size / t_raw / 1e9:>10.2f} "
-                  f"{size / t_nd / 1e9:>10.2f} {ratio:>10.3f}")
+                  f"{size / t_nd / 1e9:>10.2f} {ratio:>10.3f}{'' if counted else '  (not counted)'}")
             del buf
         small_bytes = parse_size(args.small, name="--small")
         small = cp.ones(max(1, small_bytes // 4), dtype=cp.float32)
