@@ -85,6 +85,48 @@ def remove_orphan_mpich_segments(before: set, settle: float = 2.0) -> list:
             pass
     return gone
 
+HYDRA_TMP = "/tmp"
+HYDRA_FILE = "hydra_hwloc_xmlfile_"
+
+
+def hydra_files() -> set:
+    """The topology files MPICH's mpiexec (Hydra) has in /tmp now (one per job it runs)."""
+    try:
+        return {n for n in os.listdir(HYDRA_TMP) if n.startswith(HYDRA_FILE)}
+    except OSError:
+        return set()
+
+
+def mpiexec_running() -> bool:
+    """Whether any ``mpiexec`` process runs on this machine now."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("mpiexec"):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def remove_orphan_hydra_files(before: set) -> list:
+    """Remove the Hydra topology files that appeared since ``before``, once no ``mpiexec``
+    runs: Hydra removes its file when its job ends, except after an ``MPI_Abort`` (seen with
+    MPICH 5.0 and a plain mpi4py program) or a SIGKILL. A file that appeared while another
+    ``mpiexec`` runs cannot be told from that job's, so nothing is removed then. Returns the
+    names removed."""
+    new = hydra_files() - before
+    if not new or mpiexec_running():
+        return []
+    gone = []
+    for name in sorted(new):
+        try:
+            os.unlink(os.path.join(HYDRA_TMP, name))
+            gone.append(name)
+        except OSError:
+            pass
+    return gone
+
+
 MPI_LIBRARIES = ("mpi4py", "ndist[mpi]")
 #: how long a killed MPI job's ``mpiexec`` gets to end its ranks itself after SIGTERM
 MPIEXEC_TERM_S = 3.0

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from ndist.bench import BenchError, main, parse_args, run_bench
-from ndist.bench._launch import RankGroup, find_mpiexec
+from ndist.bench._launch import RankGroup, find_mpiexec, hydra_files, mpiexec_running
 
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None and find_mpiexec() is not None
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -215,7 +215,7 @@ def test_a_hung_collective_times_out_and_is_killed():
     gives up at its deadline, names the library and what it waited for, and kills the job."""
     import time as _time
 
-    hydra_before = set(_hydra_files())
+    hydra_before = hydra_files()
     g = RankGroup("mpi4py", 2, timeout=30).start()
     try:
         g.conns[0].send({"kind": "run", "op": "all_reduce", "nbytes": 64, "dtype": "float32", "redop": "sum",
@@ -231,23 +231,9 @@ def test_a_hung_collective_times_out_and_is_killed():
     # MPICH's mpiexec (Hydra) writes a topology file in /tmp, which a SIGKILL leaves behind. (A
     # file that appeared while another mpiexec runs, e.g. another pytest worker's, cannot be
     # told from this job's: then it is not looked at.)
-    left = sorted(set(_hydra_files()) - hydra_before)
-    if left and not _mpiexec_running():
+    left = sorted(hydra_files() - hydra_before)
+    if left and not mpiexec_running():
         assert not left, f"the killed job left MPICH's {left}"
-
-
-def _hydra_files() -> list:
-    return [n for n in os.listdir("/tmp") if n.startswith("hydra_hwloc_xmlfile_")]
-
-
-def _mpiexec_running() -> bool:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("mpiexec"):
-                return True
-        except OSError:
-            pass
-    return False
 
 
 def _assert_gone(pids, wait=10.0):

@@ -41,17 +41,22 @@ def test_unhandled_exception_aborts_every_rank(tmp_path):
     pytest.importorskip("mpi4py")
     script = tmp_path / "fail.py"
     script.write_text(SCRIPT)
-    from ndist.bench._launch import mpich_segments, remove_orphan_mpich_segments
+    from ndist.bench._launch import (hydra_files, mpich_segments, mpiexec_running, remove_orphan_hydra_files,
+                                    remove_orphan_mpich_segments)
 
-    segments = mpich_segments()
+    segments, topology = mpich_segments(), hydra_files()
     start = time.monotonic()
     try:
         proc = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
                               timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    finally:  # an aborted MPICH job leaves its segment in /dev/shm (unlinked at MPI_Finalize)
+    finally:  # an aborted MPICH job leaves its segment in /dev/shm (unlinked at MPI_Finalize), and
+        # its mpiexec its topology file in /tmp
         remove_orphan_mpich_segments(segments)
+        remove_orphan_hydra_files(topology)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
     assert "rank 1 fails on purpose" in proc.stderr
     assert "passed the barrier" not in proc.stdout
     assert elapsed < 45, f"the job took {elapsed:.1f} s to end"
+    left = hydra_files() - topology  # (unless another mpiexec runs: its file cannot be told from this one's)
+    assert not left or mpiexec_running(), f"the aborted job's topology file is still there: {sorted(left)}"
