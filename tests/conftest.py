@@ -27,6 +27,14 @@ import pytest  # noqa: E402
 
 _SHM = "/dev/shm"
 _TOKEN_VAR = "NDIST_TEST_SESSION"
+# Under pytest-xdist (``-n 2``) each worker is a run of its own: it inherited the controller's
+# token, and takes a fresh one (once: what it starts inherits both variables), so that its
+# guards count only its own files, never the other worker's live ones.
+_WORKER_VAR = "NDIST_TEST_WORKER"
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER and os.environ.get(_WORKER_VAR) != _WORKER:
+    os.environ[_TOKEN_VAR] = os.urandom(8).hex()
+    os.environ[_WORKER_VAR] = _WORKER
 _TOKEN = os.environ.setdefault(_TOKEN_VAR, os.urandom(8).hex())
 _OWNER = re.compile(r"-p(\d+)-|^ndist_mp_(\d+)_")
 _JOB = re.compile(r"^(ndist-[0-9a-f]{10})-")
@@ -133,11 +141,16 @@ def _leaves_dev_shm_as_found():
 # that uses it, removed when that process exits), torch's compile cache (a folder of this
 # run) and the torch suite driver's folder (removed at exit, after multiprocessing's clean-up:
 # tests/torch_suite/torch_suite.py). A pytest started under this run (an MPI job's, tests/test_mpi_suite.py; a tool's)
-# keeps the TMPDIR it was given: its files are the test's that started it.
+# keeps the TMPDIR it was given: its files are the test's that started it. Each xdist worker
+# (a token of its own) makes its own folder beside the controller's, not inside it: the
+# paths of Unix sockets made under it (multiprocessing's, in the torch suite driver's folder)
+# must stay within 107 bytes.
 _TMP_VAR = "NDIST_TEST_TMP"
+_TMP_BASE_VAR = "NDIST_TEST_TMP_BASE"  # where each run makes its folder: the TMPDIR the first found
 _TMP_ROOT = None
 if not os.environ.get(_TMP_VAR, "").startswith(_TOKEN + ":"):
-    _TMP_ROOT = tempfile.mkdtemp(prefix=f"ndist-tests-{_TOKEN[:8]}-")
+    _TMP_ROOT = tempfile.mkdtemp(prefix=f"ndist-tests-{_TOKEN[:8]}-",
+                                 dir=os.environ.setdefault(_TMP_BASE_VAR, tempfile.gettempdir()))
     os.environ[_TMP_VAR] = f"{_TOKEN}:{_TMP_ROOT}"
     os.environ["TMPDIR"] = _TMP_ROOT
     tempfile.tempdir = None  # (gettempdir() reads TMPDIR again)
