@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 from ._adapters import Adapter, adapter_class
 
 __all__ = ["RankGroup", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV", "mpich_segments",
-           "remove_orphan_mpich_segments"]
+           "remove_orphan_mpich_segments", "hydra_files", "mpiexec_running", "remove_orphan_hydra_files"]
 
 AUTHKEY_ENV = "NDIST_BENCH_AUTHKEY"  # the per-run key, hex, in each rank's environment
 
@@ -39,12 +39,28 @@ _SHM = "/dev/shm"
 _MPICH_SHM = "mpich_shm_"
 
 
-def mpich_segments() -> set:
-    """The names of MPICH's shared-memory segments in /dev/shm now."""
+def _names(folder: str, prefix: str) -> set:
     try:
-        return {n for n in os.listdir(_SHM) if n.startswith(_MPICH_SHM)}
+        return {n for n in os.listdir(folder) if n.startswith(prefix)}
     except OSError:
         return set()
+
+
+def _unlink(folder: str, names) -> list:
+    """Remove ``names`` from ``folder``; the names removed, in order."""
+    gone = []
+    for name in sorted(names):
+        try:
+            os.unlink(os.path.join(folder, name))
+            gone.append(name)
+        except OSError:
+            pass
+    return gone
+
+
+def mpich_segments() -> set:
+    """The names of MPICH's shared-memory segments in /dev/shm now."""
+    return _names(_SHM, _MPICH_SHM)
 
 
 def _mapped_mpich_segments() -> set:
@@ -76,14 +92,8 @@ def remove_orphan_mpich_segments(before: set, settle: float = 2.0) -> list:
     while mapped and time.monotonic() < until:
         time.sleep(0.05)
         mapped = _mapped_mpich_segments() & new
-    gone = []
-    for name in sorted(new - mapped):
-        try:
-            os.unlink(os.path.join(_SHM, name))
-            gone.append(name)
-        except OSError:
-            pass
-    return gone
+    return _unlink(_SHM, new - mapped)
+
 
 HYDRA_TMP = "/tmp"
 HYDRA_FILE = "hydra_hwloc_xmlfile_"
@@ -91,10 +101,7 @@ HYDRA_FILE = "hydra_hwloc_xmlfile_"
 
 def hydra_files() -> set:
     """The topology files MPICH's mpiexec (Hydra) has in /tmp now (one per job it runs)."""
-    try:
-        return {n for n in os.listdir(HYDRA_TMP) if n.startswith(HYDRA_FILE)}
-    except OSError:
-        return set()
+    return _names(HYDRA_TMP, HYDRA_FILE)
 
 
 def mpiexec_running() -> bool:
@@ -117,14 +124,7 @@ def remove_orphan_hydra_files(before: set) -> list:
     new = hydra_files() - before
     if not new or mpiexec_running():
         return []
-    gone = []
-    for name in sorted(new):
-        try:
-            os.unlink(os.path.join(HYDRA_TMP, name))
-            gone.append(name)
-        except OSError:
-            pass
-    return gone
+    return _unlink(HYDRA_TMP, new)
 
 
 MPI_LIBRARIES = ("mpi4py", "ndist[mpi]")
