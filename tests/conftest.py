@@ -154,8 +154,7 @@ if not os.environ.get(_TMP_VAR, "").startswith(_TOKEN + ":"):
     os.environ[_TMP_VAR] = f"{_TOKEN}:{_TMP_ROOT}"
     os.environ["TMPDIR"] = _TMP_ROOT
     tempfile.tempdir = None  # (gettempdir() reads TMPDIR again)
-    _CACHE = os.path.join(_TMP_ROOT, "torch-compile-cache")
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_TMP_ROOT, "torch-compile-cache"))
     _TMP_OWNER = os.getpid()
 
     @atexit.register
@@ -175,8 +174,11 @@ def _tmp_entries() -> set:
         return set()
 
 
-def _remove_tmp(names) -> None:
-    for n in names:
+def _fail_if_left(left: list, who: str) -> None:
+    """Remove what ``who`` (the test, the tests) left in the run's TMPDIR, then fail naming it."""
+    if not left:
+        return
+    for n in left:
         path = os.path.join(_TMP_ROOT, n)
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
@@ -185,27 +187,20 @@ def _remove_tmp(names) -> None:
                 os.unlink(path)
             except OSError:
                 pass
+    pytest.fail(f"{who} left {len(left)} temporary file(s) in TMPDIR (now removed): {left[:20]}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)
 def _leaves_no_temporary_file():
     before = _tmp_entries()
     yield
-    left = sorted(_tmp_entries() - before)
-    if left:
-        _remove_tmp(left)
-        pytest.fail(f"the test left {len(left)} temporary file(s) in TMPDIR (now removed): {left[:20]}",
-                    pytrace=False)
+    _fail_if_left(sorted(_tmp_entries() - before), "the test")
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _leaves_the_temporary_folder_empty():
     yield
-    left = sorted(_tmp_entries())
-    if left:
-        _remove_tmp(left)
-        pytest.fail(f"the tests left {len(left)} temporary file(s) in TMPDIR (now removed): {left[:20]}",
-                    pytrace=False)
+    _fail_if_left(sorted(_tmp_entries()), "the tests")
 
 
 @pytest.fixture

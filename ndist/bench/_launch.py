@@ -29,7 +29,8 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 from ._adapters import Adapter, adapter_class
 
 __all__ = ["RankGroup", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV", "mpich_segments",
-           "remove_orphan_mpich_segments", "hydra_files", "mpiexec_running", "remove_orphan_hydra_files"]
+           "remove_orphan_mpich_segments", "hydra_files", "mpiexec_running", "hydra_files_left",
+           "remove_orphan_hydra_files"]
 
 AUTHKEY_ENV = "NDIST_BENCH_AUTHKEY"  # the per-run key, hex, in each rank's environment
 
@@ -115,16 +116,21 @@ def mpiexec_running() -> bool:
     return False
 
 
+def hydra_files_left(before: set) -> list:
+    """The Hydra topology files that appeared since ``before`` and are still there, sorted;
+    none while an ``mpiexec`` runs (another job's file cannot be told from the one a test
+    watched, e.g. another pytest worker's)."""
+    new = hydra_files() - before
+    return [] if not new or mpiexec_running() else sorted(new)
+
+
 def remove_orphan_hydra_files(before: set) -> list:
     """Remove the Hydra topology files that appeared since ``before``, once no ``mpiexec``
     runs: Hydra removes its file when its job ends, except after an ``MPI_Abort`` (seen with
     MPICH 5.0 and a plain mpi4py program) or a SIGKILL. A file that appeared while another
     ``mpiexec`` runs cannot be told from that job's, so nothing is removed then. Returns the
     names removed."""
-    new = hydra_files() - before
-    if not new or mpiexec_running():
-        return []
-    return _unlink(HYDRA_TMP, new)
+    return _unlink(HYDRA_TMP, hydra_files_left(before))
 
 
 MPI_LIBRARIES = ("mpi4py", "ndist[mpi]")

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from ndist.bench import BenchError, main, parse_args, run_bench
-from ndist.bench._launch import RankGroup, find_mpiexec, hydra_files, mpiexec_running
+from ndist.bench._launch import RankGroup, find_mpiexec, hydra_files, hydra_files_left
 
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None and find_mpiexec() is not None
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -228,12 +228,9 @@ def test_a_hung_collective_times_out_and_is_killed():
         g.kill()
     assert all(p.poll() is not None for p in g.procs)
     _assert_gone([info["pid"] for info in g.ranks.values()])
-    # MPICH's mpiexec (Hydra) writes a topology file in /tmp, which a SIGKILL leaves behind. (A
-    # file that appeared while another mpiexec runs, e.g. another pytest worker's, cannot be
-    # told from this job's: then it is not looked at.)
-    left = sorted(hydra_files() - hydra_before)
-    if left and not mpiexec_running():
-        assert not left, f"the killed job left MPICH's {left}"
+    # MPICH's mpiexec (Hydra) writes a topology file in /tmp, which a SIGKILL leaves behind.
+    left = hydra_files_left(hydra_before)
+    assert not left, f"the killed job left MPICH's {left}"
 
 
 def _assert_gone(pids, wait=10.0):

@@ -4,6 +4,7 @@ import sys
 import textwrap
 
 import pytest
+from tmp_folders import tmp_under
 
 
 class Launcher:
@@ -34,14 +35,7 @@ class Launcher:
     def popen_to_kill(self, *args, env=None, **kw) -> subprocess.Popen:
         """``popen`` for a launcher the test SIGKILLs: it cannot remove its job folder then, so
         its TMPDIR is a folder under ``cwd`` (pytest's ``tmp_path``), not the run's."""
-        return self.popen(*args, env={**(os.environ if env is None else env), "TMPDIR": killed_tmp(self.cwd)}, **kw)
-
-
-def killed_tmp(cwd) -> str:
-    """A folder under ``cwd`` for the temporary files of a process the test will SIGKILL."""
-    path = os.path.join(cwd, "killed-tmp")
-    os.makedirs(path, exist_ok=True)
-    return path
+        return self.popen(*args, env={**(os.environ if env is None else env), "TMPDIR": tmp_under(self.cwd, "killed-tmp")}, **kw)
 
 
 @pytest.fixture

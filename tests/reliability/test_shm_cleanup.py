@@ -18,6 +18,7 @@ import pytest
 from ndist.runtime._shmfiles import SHM_DIR, job_prefix
 from ndist.runtime.store import TCPStoreServer
 from ndist.testing import run_ranks
+from tmp_folders import tmp_under
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="no /dev/shm")]
@@ -302,8 +303,7 @@ def _kill_env(engine: str, tmp_path) -> dict:
     """The environment of a launcher the test SIGKILLs: it cannot remove its job folder then,
     so its TMPDIR is a folder of the test's (pytest's ``tmp_path``), not the run's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "SLURM_", "TORCHELASTIC_"))}
-    (tmp_path / "killed-tmp").mkdir(exist_ok=True)
-    env.update(NDIST_ENGINE=engine, NDIST_TRANSPORT="shm", TMPDIR=str(tmp_path / "killed-tmp"))
+    env.update(NDIST_ENGINE=engine, NDIST_TRANSPORT="shm", TMPDIR=tmp_under(tmp_path, "killed-tmp"))
     env.pop("NDIST_SECRET", None)
     return env
 

@@ -10,6 +10,7 @@ import uuid
 from datetime import timedelta
 
 from ndist.testing import run_ranks
+from tmp_folders import tmp_under
 
 
 def _entry(rank, world_size, fn, backend, path, args, timeout):
@@ -48,6 +49,4 @@ def run_torch(fn, world_size: int, backend: str, tmp_path, *, args: tuple = (), 
 def torchrun_tmp(cwd) -> str:
     """TMPDIR for a torchrun the test starts: torchrun keeps its log folder (``torchelastic_*``)
     after the job, so it goes under ``cwd`` (pytest's ``tmp_path``), not the run's TMPDIR."""
-    path = os.path.join(str(cwd), "torchrun-tmp")
-    os.makedirs(path, exist_ok=True)
-    return path
+    return tmp_under(cwd, "torchrun-tmp")
