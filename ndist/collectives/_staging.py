@@ -248,6 +248,10 @@ class HostStagingBackend(CollectiveBackend):
 
     def __init__(self, inner: CollectiveBackend, arrays: ArrayModule | None = None,
                  pool: PinnedPool | None = None) -> None:
+        if isinstance(inner, HostStagingBackend):  # (its twins would be staged again: host arrays
+            # taken for device ones, failing at the first op with an obscure AttributeError)
+            raise TypeError(f"inner: expected a CPU backend, got a HostStagingBackend over {inner.inner.name!r} "
+                            f"(it stages device arrays already)")
         super().__init__(inner.ctx)
         self.inner = inner
         self.arrays = arrays if arrays is not None else CupyArrays()
@@ -382,5 +386,8 @@ class HostStagingBackend(CollectiveBackend):
 
 
 def wrap_for_cuda(backend: CollectiveBackend) -> HostStagingBackend:
-    """``backend`` (a CPU backend) serving CuPy arrays through pinned host buffers."""
+    """``backend`` (a CPU backend) serving CuPy arrays through pinned host buffers; a
+    backend that stages them already is returned as it is."""
+    if isinstance(backend, HostStagingBackend):
+        return backend
     return HostStagingBackend(backend, CupyArrays())

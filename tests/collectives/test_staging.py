@@ -267,3 +267,21 @@ def test_socket_backend_serves_cuda_tensors_through_staging():
         ctx = BackendContext(HashStore(timeout=5), 0, 1, timedelta(seconds=5), "staging-probe", (0,), "cuda")
         with pytest.raises(ImportError, match="cupy"):
             socket_backend.create(ctx)
+
+
+def test_staging_a_staging_backend_again_is_refused_or_returns_it():
+    """A staging backend's twins are host arrays: staged again, they would be taken for device
+    arrays and fail at the first op. The constructor says so; ``wrap_for_cuda`` of a backend
+    that stages already returns it as it is."""
+    from ndist.collectives._staging import wrap_for_cuda
+
+    def fn(be):
+        staged = be.backend
+        with pytest.raises(TypeError, match=r"inner: expected a CPU backend, got a HostStagingBackend over 'socket'"):
+            HostStagingBackend(staged, HostArrays())
+        assert wrap_for_cuda(staged) is staged
+        x = np.full(4, be.rank + 1.0)
+        be.all_reduce(x, ReduceOp.SUM).wait(30)  # the group is usable afterwards
+        return x.tolist()
+
+    assert run_staged(2, fn) == [[3.0] * 4] * 2
