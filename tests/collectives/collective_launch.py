@@ -36,6 +36,11 @@ BACKENDS = {
     "socket-shm": BackendEntry("socket", env={"NDIST_TRANSPORT": "shm"}),
     # the native engine over TCP (ctcp.c), forced onto one host's TCP streams
     "socket-native-tcp": BackendEntry("socket", env={"NDIST_TRANSPORT": "tcp", "NDIST_NATIVE_TCP": "1"}),
+    # the native engine's two levels (native/_twolevel.py): one host's ranks taken as hosts of 2
+    # consecutive ranks (shared memory inside each, TCP between their leaders), every call in two
+    # levels (the suite's buffers are below NDIST_NATIVE_TWO_LEVEL_MIN)
+    "socket-native-2level": BackendEntry("socket", env={"NDIST_NATIVE_HOSTS": "2", "NDIST_NATIVE_TCP": "auto",
+                                                       "NDIST_NATIVE_TWO_LEVEL_MIN": "0"}),
     "mpi": BackendEntry("mpi", launcher="mpiexec"),
     # CUDA tensors: every op on the GPU backend (skips without CuPy and a GPU)
     "nccl": BackendEntry("cpu:socket,cuda:nccl", device="cuda"),

@@ -3,7 +3,10 @@ socket backend's two-level collectives (all_reduce small and large, broadcast fr
 every root, barrier, all_gather) checked against their expected values, float
 results bit-identical on every rank, and the flat algorithms (``NDIST_ALGO=flat``)
 giving the same answers; after the first (two-level) all_reduce only each host's leader
-holds links across hosts. Leaves no namespace, process or /dev/shm file behind.
+holds links across hosts. The same on the native engine (its two levels: shared memory
+inside a host, TCP between the leaders), and a rank SIGKILLed in the middle of its large
+two-level all_reduces: every survivor, on every host, raises naming it. Leaves no
+namespace, process or /dev/shm file behind.
 
 Needs root, iproute2 and CAP_NET_ADMIN (``tests/netns_hosts.py``); skips otherwise."""
 
@@ -13,6 +16,7 @@ import glob
 import json
 import subprocess
 import textwrap
+import time
 
 import pytest
 
@@ -73,9 +77,10 @@ t = np.empty(2 * n, np.int64)
 dist.all_to_all_single(t, np.arange(2 * n, dtype=np.int64) + 100 * rank)
 assert (t == np.array([[100 * r + 2 * rank, 100 * r + 2 * rank + 1] for r in range(n)]).ravel()).all()
 dist.barrier()
+nat = resolve_group(None).backend_for("cpu")._native
 with open(os.path.join(out, f"r{rank}.json"), "w") as f:
     json.dump({"node": os.environ.get("NDIST_TEST_NODE"), "digests": digests, "algos": sorted(set(seen)),
-               "cross": cross, "engine": dist.get_engine()}, f)
+               "cross": cross, "engine": dist.get_engine(), "group": type(nat.g).__name__ if nat else None}, f)
 dist.destroy_process_group()
 """
 
@@ -131,8 +136,74 @@ def test_three_hosts_two_level_collectives(tmp_path):
         assert {r["engine"] for r in native.values()} == {"python"}
         return
     assert {r["engine"] for r in native.values()} == {"native"}
+    assert {r["group"] for r in native.values()} == {"TwoLevelGroup"}  # (2 ranks on every host)
     assert all(r["digests"] == native[0]["digests"] and r["algos"] == [] for r in native.values())
     assert {r: native[r]["cross"] for r in native} == {
         r: [q for q in range(6) if nodes[q] != nodes[r]] for r in native}
     assert not any(a.startswith("two_level") for r in flat.values() for a in r["algos"])
     assert not any(hosts.tag in name for name in namespaces())
+
+
+_KILL_JOB = """
+import json, os, signal, sys, time
+from datetime import timedelta
+import numpy as np
+import ndist.distributed as dist
+
+out = sys.argv[1]
+dist.init_process_group("socket", timeout=timedelta(seconds=60))
+rank, n = dist.get_rank(), dist.get_world_size()
+from ndist.runtime import resolve_group
+backend = resolve_group(None).backend_for("cpu")
+x = np.full(1 << 20, rank + 1.0, np.float32)  # 4 MiB: two levels
+done = 0
+try:
+    while True:
+        if rank == 3 and done == 30:
+            os.kill(os.getpid(), signal.SIGKILL)  # host 1's non-leader, mid-loop
+        x[:] = rank + 1.0
+        dist.all_reduce(x)
+        assert (x == n * (n + 1) / 2).all(), "wrong all_reduce"
+        done += 1
+except dist.DistError as err:
+    kind = type(backend._native.g).__name__ if backend._native is not None else None
+    with open(os.path.join(out, f"err{rank}.json"), "w") as f:
+        json.dump({"t": time.time(), "type": type(err).__name__, "rank": getattr(err, "rank", None),
+                   "msg": str(err), "done": done, "group": kind}, f)
+    time.sleep(1)  # (the launcher ends a node's other ranks once one exits failed: let them write theirs)
+    sys.exit(5)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_killed_mid_two_level_all_reduce_is_named_on_every_host(tmp_path):
+    """Rank 3 (host 1's second rank) SIGKILLs itself between 4 MiB all_reduces in two levels:
+    its leader finds it dead in shared memory, the leaders learn it over TCP, and every
+    survivor on the other hosts raises a typed error naming rank 3, well before the group's
+    60 s timeout (rank 2, on rank 3's host, too unless its launcher stopped it first: a
+    launcher ends a node's ranks when one of them dies); the launchers exit non-zero and no
+    /dev/shm file stays."""
+    if native_extension() is None:
+        pytest.skip("the native engine is not built")
+    job = tmp_path / "kill.py"
+    job.write_text(textwrap.dedent(_KILL_JOB))
+    with make_hosts(HOSTS, pytest.skip) as hosts:
+        env = ndist_env()
+        t0 = time.time()
+        procs = launch_nodes(hosts, 2, [str(job), str(tmp_path)], env, tmp_path)
+        codes = wait_launchers(procs, 150)
+        took = time.time() - t0
+        logs = outputs(tmp_path, HOSTS)
+        for ns in hosts.ns:
+            assert subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split() == []
+    assert "hang" not in codes and all(c != 0 for c in codes), (codes, [e[-2000:] for _, e in logs])
+    errs = {r: json.loads((tmp_path / f"err{r}.json").read_text()) for r in (0, 1, 2, 4, 5)
+            if (tmp_path / f"err{r}.json").exists()}
+    assert {0, 1, 4, 5} <= set(errs), (sorted(errs), [e[-2000:] for _, e in logs])
+    for r, e in errs.items():
+        assert e["group"] == "TwoLevelGroup", e
+        assert e["type"] in ("DistNetworkError", "DistRankFailureError") and e["rank"] == 3, (r, e)
+        assert e["done"] >= 29, e
+    assert took < 60, took
+    left = glob.glob(f"/dev/shm/{job_prefix(env['NDIST_SECRET'])}*")
+    assert not left, left

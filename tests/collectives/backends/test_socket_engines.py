@@ -53,3 +53,18 @@ def test_select_runs_the_tcp_engine_on_a_group_across_hosts_that_every_rank_offe
     many = {p: {"native_tcp": "auto"} for p in range(1, 9)}
     assert sel(0, list(many), {}, many, "auto", spans=True, tcp_max=8) == _engines.PYTHON
     assert sel(0, list(many)[:7], {}, many, "auto", spans=True, tcp_max=8) == _engines.NATIVE_TCP
+
+
+def test_select_runs_two_levels_where_a_host_has_more_than_one_rank_and_every_rank_offers_slots():
+    pub = {p: {"native": 4096, "native_tcp": "auto"} for p in (1, 2, 3)}
+    same = {1: True, 2: False, 3: False}
+    sel = _engines.select
+    assert sel(4096, [1, 2, 3], same, pub, "auto", True, 8, (0, 0, 1, 1)) == _engines.NATIVE_TWO
+    assert sel(4096, [1, 2, 3], same, pub, "auto", True, 8, (0, 1, 2, 3)) == _engines.NATIVE_TCP  # one per host
+    assert sel(0, [1, 2, 3], same, pub, "auto", True, 8, (0, 0, 1, 1)) == _engines.NATIVE_TCP  # no slots here
+    assert sel(4096, [1, 2, 3], same, {**pub, 3: {"native": 8192, "native_tcp": "auto"}}, "auto", True, 8,
+               (0, 0, 1, 1)) == _engines.NATIVE_TCP  # slots of another size
+    assert sel(4096, [1, 2, 3], same, pub, "", True, 8, (0, 0, 1, 1)) == _engines.PYTHON  # no TCP offer
+    # one machine taken for two hosts (NDIST_NATIVE_HOSTS): every peer on this host, yet two levels
+    assert sel(4096, [1, 2, 3], {1: True, 2: True, 3: True}, pub, "auto", True, 8, (0, 0, 1, 1)) == \
+        _engines.NATIVE_TWO

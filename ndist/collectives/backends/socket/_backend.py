@@ -6,7 +6,6 @@ import itertools
 import logging
 import os
 import socket
-import threading
 import time
 
 import numpy as np
@@ -19,12 +18,13 @@ from .wire import _frame as F
 from .failure import _losses
 from .failure._group import GroupFailure
 from .native import _engine as _native
+from .native import _twolevel
 from .failure import _stalls
 from .engine._algorithms import CHUNK, Algorithms
 from ._pending import Pending
 from .wire._links import Links, attach, setup
 from .engine._engine import Engine, OpInfo, wait_warning_from_env
-from ._engines import NATIVE, NATIVE_TCP, PYTHON, CollectiveEngine, select
+from ._engines import NATIVE, NATIVE_TCP, NATIVE_TWO, PYTHON, CollectiveEngine, select
 from ._executor import Executor
 from .p2p._p2p import P2P
 from .schedules._reduce import finalize
@@ -307,12 +307,17 @@ class SocketBackend(CollectiveBackend):
         if self._nfile is None and not self._tcp_offer:
             return
         infos = {p: self._mesh.peer(p) for p in peers}
-        spans = any(i["hostid"] != self._mesh.hostid for i in infos.values())
+        hosts = _twolevel.host_split(self.granks) or self._links.hosts  # (NDIST_NATIVE_HOSTS: testing on one host)
+        spans = len(set(hosts)) > 1 if hosts is not None else any(
+            i["hostid"] != self._mesh.hostid for i in infos.values())
         kind = select(self._nfile.slot if self._nfile is not None else 0, peers, self._links.same_host, infos,
-                      self._tcp_offer, spans, _native.TCP_MAX_RANKS)
+                      self._tcp_offer, spans, _native.TCP_MAX_RANKS, hosts)
         if kind == NATIVE_TCP:
             mod = _native.extension()
             self._run_native(mod, self._attach_tcp(mod, peers), peers)
+            return
+        if kind == NATIVE_TWO:
+            self._run_native(self._native_mod, self._attach_two(peers, infos, hosts), peers)
             return
         if kind != NATIVE:
             return
@@ -321,13 +326,38 @@ class SocketBackend(CollectiveBackend):
                                    {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
                                    self.size <= _native.SPIN_RANKS_PER_CORE * (os.cpu_count() or 1))
         except _native.PeerFileGone as gone:  # (its files go when it closes the group or its job sweeps them)
-            p = gone.args[0]
-            g, host = self.granks[p], self._mesh.host_of(p)
-            how = "its process exited" if self._mesh.is_dead(p) else (
-                "it closed the group (destroy_process_group or exit)")
-            raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {g} ({host}) left before this rank's first "
-                                   f"collective on the group: {how}", rank=g, host=host) from None
+            self._peer_file_gone(gone.args[0])
         self._run_native(self._native_mod, group, peers)
+
+    def _attach_two(self, peers, infos: dict, hosts):
+        """The two-level group (``native/_twolevel.py``): this host's ranks over shared memory
+        (mapping their files), every rank over TCP."""
+        mod = self._native_mod
+        mine = [r for r in range(self.size) if hosts[r] == hosts[self.rank]]
+        local = None
+        if len(mine) > 1:
+            try:
+                local = _native.attach(mod, self._nfile, {i: infos[r]["shm"] for i, r in enumerate(mine) if r in infos},
+                                       {i: infos[r]["pid"] for i, r in enumerate(mine) if r in infos},
+                                       mine.index(self.rank), len(mine), self._timeout,
+                                       len(mine) <= _native.SPIN_RANKS_PER_CORE * (os.cpu_count() or 1))
+            except _native.PeerFileGone as gone:
+                self._peer_file_gone(mine[gone.args[0]])
+        try:
+            tcp = self._attach_tcp(mod, peers)
+        except BaseException:
+            if local is not None:
+                local.close()
+            raise
+        return _twolevel.TwoLevelGroup(mod, local, tcp, hosts, self.rank, self.granks, _twolevel.min_bytes())
+
+    def _peer_file_gone(self, p: int):
+        """Raise for group rank ``p``'s native file gone before this rank's first collective."""
+        g, host = self.granks[p], self._mesh.host_of(p)
+        how = "its process exited" if self._mesh.is_dead(p) else (
+            "it closed the group (destroy_process_group or exit)")
+        raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {g} ({host}) left before this rank's first "
+                               f"collective on the group: {how}", rank=g, host=host) from None
 
     def _attach_tcp(self, mod, peers):
         """The native group over TCP: every collective link opened now (``_open_link``: its

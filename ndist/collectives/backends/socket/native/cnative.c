@@ -153,6 +153,10 @@ typedef struct {
     uint64_t op_base;      /* g->piece before the current op: pieces up to it are an earlier op's */
     int err_prior;         /* the failure was found settling an earlier broadcast (err_ours: its header) */
     hdr_t err_ours;
+    /* ORed into the op code of every header this rank writes, and of every header it expects:
+     * the two-level engine (native/_twolevel.py) names the call a step belongs to, so two
+     * different calls whose steps look alike here do not pass for one (0: none) */
+    int tag;
 } Group;
 
 #define WARN_EVERY 60.0
@@ -554,7 +558,7 @@ static int run_all_reduce(Group *g, char *buf, Py_ssize_t nbytes, Red *r, int rs
     int n = g->size, me = g->rank, rc;
     Py_ssize_t per = g->slot / r->esize * r->esize;
     Py_ssize_t M = pieces_of(nbytes, per);
-    Sig s = {OP_ALL_REDUCE, r->dtype, r->redop, -1, (uint64_t)nbytes, (uint64_t)M, (uint64_t)r->esize};
+    Sig s = {OP_ALL_REDUCE | g->tag, r->dtype, r->redop, -1, (uint64_t)nbytes, (uint64_t)M, (uint64_t)r->esize};
     g->op_pieces = s.pieces;
     for (Py_ssize_t j = 0; j < M; j++) {
         Py_ssize_t off = j * per, len = min_ss(per, nbytes - off);
@@ -602,7 +606,7 @@ static int run_reduce(Group *g, char *buf, Py_ssize_t nbytes, Red *r, int root, 
     int n = g->size, me = g->rank, rc;
     Py_ssize_t per = g->slot / r->esize * r->esize;
     Py_ssize_t M = pieces_of(nbytes, per);
-    Sig s = {OP_REDUCE, r->dtype, r->redop, root, (uint64_t)nbytes, (uint64_t)M, (uint64_t)r->esize};
+    Sig s = {OP_REDUCE | g->tag, r->dtype, r->redop, root, (uint64_t)nbytes, (uint64_t)M, (uint64_t)r->esize};
     g->op_pieces = s.pieces;
     for (Py_ssize_t j = 0; j < M; j++) {
         Py_ssize_t off = j * per, len = min_ss(per, nbytes - off);
@@ -660,7 +664,7 @@ static int run_broadcast(Group *g, char *buf, Py_ssize_t nbytes, int dtype, int 
     int me = g->rank, rc;
     Py_ssize_t per = g->slot;
     Py_ssize_t M = pieces_of(nbytes, per);
-    Sig s = {OP_BROADCAST, dtype, 0, root, (uint64_t)nbytes, (uint64_t)M, 0};
+    Sig s = {OP_BROADCAST | g->tag, dtype, 0, root, (uint64_t)nbytes, (uint64_t)M, 0};
     g->op_pieces = s.pieces;
     if (me == root && g->bcast_min > 0 && nbytes >= g->bcast_min && (!g->bcast_max || nbytes <= g->bcast_max)) {
         int all = 1;
@@ -708,7 +712,7 @@ static void cma_probe_peers(Group *g);
 static int run_barrier(Group *g, double dl, PyThreadState **sv)
 {
     int me = g->rank, rc;
-    Sig s = {OP_BARRIER, 0, 0, -1, 0, 1, 0};
+    Sig s = {OP_BARRIER | g->tag, 0, 0, -1, 0, 1, 0};
     g->op_pieces = s.pieces;
     uint64_t p;
     if ((rc = begin_piece(g, dl, sv, &p)))
@@ -749,7 +753,7 @@ static int run_all_gather(Group *g, List *outs, char *inp, Py_ssize_t inlen, int
     }
     if (!by_addr && inlen > mx)
         mx = inlen;
-    Sig s = {OP_ALL_GATHER, dtype, 0, -1, (uint64_t)inlen, (uint64_t)pieces_of(by_addr ? 0 : mx, per), 0};
+    Sig s = {OP_ALL_GATHER | g->tag, dtype, 0, -1, (uint64_t)inlen, (uint64_t)pieces_of(by_addr ? 0 : mx, per), 0};
     g->op_pieces = s.pieces;
     uint64_t M = s.pieces, p0 = 0;
     for (uint64_t j = 0; j < M; j++) {
@@ -884,7 +888,7 @@ static int run_all_to_all(Group *g, List *outs, List *ins, int dtype, double dl,
     uint64_t total = 0;
     for (int q = 0; q < n; q++)
         total += (uint64_t)ins->len[q];
-    Sig s = {OP_ALL_TO_ALL, dtype, 0, -1, total, (uint64_t)pieces_of(mx, Q), 0};
+    Sig s = {OP_ALL_TO_ALL | g->tag, dtype, 0, -1, total, (uint64_t)pieces_of(mx, Q), 0};
     g->op_pieces = s.pieces;
     uint64_t M = 1, p0 = 0;
     for (uint64_t j = 0; j < M; j++) {
@@ -985,7 +989,7 @@ static int run_reduce_scatter(Group *g, char *out, Py_ssize_t outlen, List *ins,
         if (ins->len[q] > mx)
             mx = ins->len[q];
     Py_ssize_t M = pieces_of(mx, Q);
-    Sig s = {OP_REDUCE_SCATTER, r->dtype, r->redop, -1, (uint64_t)outlen, (uint64_t)M, (uint64_t)r->esize};
+    Sig s = {OP_REDUCE_SCATTER | g->tag, r->dtype, r->redop, -1, (uint64_t)outlen, (uint64_t)M, (uint64_t)r->esize};
     g->op_pieces = s.pieces;
     for (Py_ssize_t j = 0; j < M; j++) {
         Py_ssize_t off = j * Q;
@@ -1023,7 +1027,7 @@ static int run_scatter(Group *g, char *out, Py_ssize_t outlen, List *ins, int dt
             if (q != me && ins->len[q] > mx)
                 mx = ins->len[q];
     /* nbytes: this rank's output (the root checks it against what it sends each rank) */
-    Sig s = {OP_SCATTER, dtype, 0, root, (uint64_t)outlen, (uint64_t)pieces_of(mx, Q), 0};
+    Sig s = {OP_SCATTER | g->tag, dtype, 0, root, (uint64_t)outlen, (uint64_t)pieces_of(mx, Q), 0};
     g->op_pieces = s.pieces;
     uint64_t M = me == root ? s.pieces : 1;
     for (uint64_t j = 0; j < M; j++) {
@@ -1072,7 +1076,7 @@ static int run_gather(Group *g, List *outs, char *inp, Py_ssize_t inlen, int dty
         for (int q = 0; q < n; q++)
             if (q != me && outs->len[q] > mx)
                 mx = outs->len[q];
-    Sig s = {OP_GATHER, dtype, 0, root, (uint64_t)inlen, (uint64_t)pieces_of(mx, per), 0};
+    Sig s = {OP_GATHER | g->tag, dtype, 0, root, (uint64_t)inlen, (uint64_t)pieces_of(mx, per), 0};
     g->op_pieces = s.pieces;
     uint64_t M = me == root ? s.pieces : 1;
     for (uint64_t j = 0; j < M; j++) {
@@ -1556,6 +1560,8 @@ static PyMethodDef Group_methods[] = {
 
 static PyMemberDef Group_members[] = {
     {"seq", T_ULONGLONG, offsetof(Group, seq), 0, "sequence number of the next op (goes into its header)"},
+    {"tag", T_INT, offsetof(Group, tag), 0,
+     "ORed into the op code of the headers this rank writes and expects (above bit 8: the two-level engine's call)"},
     {"piece", T_ULONGLONG, offsetof(Group, piece), READONLY, "pieces run so far"},
     {"broken", T_INT, offsetof(Group, broken), READONLY, "1 once a failure broke the group (every later op fails)"},
     {"on_stall", T_OBJECT, offsetof(Group, on_stall), 0,

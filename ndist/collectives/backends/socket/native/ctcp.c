@@ -155,7 +155,18 @@ typedef struct {
     char *abort_body;
     size_t abort_len;
     int abort_rank, abort_stalled;
+    /* the ranks an op runs among (``view``): vsize of them, this one vrank-th, vmap[i] the
+     * group rank of the i-th (NULL: every rank, in order). The algorithms count in the view;
+     * the streams, the waits and every failure count group ranks, so a rank outside the view
+     * that fails or closes is still seen (the two-level engine's leaders, native/_twolevel.py) */
+    int vsize, vrank;
+    int *vmap;
+    /* ORed into the op code of the frames this rank sends and expects (0: none; see cnative.c) */
+    int tag;
 } TGroup;
+
+/* the group rank of the view's q-th rank */
+#define VQ(g, q) ((g)->vmap ? (g)->vmap[q] : (q))
 
 static PyObject *Error; /* _cnative.Error (shared with the same-host engine) */
 static unsigned long main_thread;
@@ -169,9 +180,10 @@ static void clear_phase(TGroup *g)
     }
 }
 
+/* (q: a rank of the view) */
 static void set_send(TGroup *g, int q, const TSig *s, const char *ptr, size_t len)
 {
-    Peer *p = &g->peers[q];
+    Peer *p = &g->peers[VQ(g, q)];
     memset(&p->oh, 0, sizeof p->oh);
     p->oh.kind = MAGIC | K_DATA;
     p->oh.op = s->op;
@@ -191,7 +203,7 @@ static void set_send(TGroup *g, int q, const TSig *s, const char *ptr, size_t le
 
 static void set_recv(TGroup *g, int q, char *ptr, size_t len)
 {
-    Peer *p = &g->peers[q];
+    Peer *p = &g->peers[VQ(g, q)];
     p->iptr = ptr;
     p->ilen = len;
     p->igot = p->ihgot = 0;
@@ -691,8 +703,11 @@ static void break_group(TGroup *g, int rc)
     case E_FAILED:
         send_final(g, K_FAIL, W_FAILED, g->err_cause >= 0 ? g->err_cause : g->err_peer);
         break;
-    case E_SELF_FAILED:
-        send_final(g, K_FAIL, W_FAILED, g->err_cause);
+    case E_SELF_FAILED: /* fail(-2 - code): this rank timed out (elsewhere) waiting on code */
+        if (g->err_cause <= -2)
+            send_final(g, K_FAIL, W_STALLED, -2 - g->err_cause);
+        else
+            send_final(g, K_FAIL, W_FAILED, g->err_cause);
         break;
     case E_LOST:
     case E_CLOSED:
@@ -752,7 +767,7 @@ static void trim_scratch(TGroup *g)
 static int fold(TGroup *g, Red *r, char *dst, char **src, size_t count, PyThreadState **save)
 {
     int rc = do_reduce(r, dst, src[0], src[1], count, save);
-    for (int k = 2; k < g->size && rc == E_OK; k++)
+    for (int k = 2; k < g->vsize && rc == E_OK; k++)
         rc = do_reduce(r, dst, dst, src[k], count, save);
     return rc;
 }
@@ -771,8 +786,8 @@ static int phase(TGroup *g, TSig *s, double dl, PyThreadState **sv)
 
 static int run_all_reduce(TGroup *g, char *buf, size_t nbytes, Red *r, int rsag, double dl, PyThreadState **sv)
 {
-    int n = g->size, me = g->rank, rc;
-    TSig s = {OP_ALL_REDUCE, r->dtype, r->redop, -1, nbytes, (uint64_t)r->esize, 0, 1};
+    int n = g->vsize, me = g->vrank, rc;
+    TSig s = {OP_ALL_REDUCE | g->tag, r->dtype, r->redop, -1, nbytes, (uint64_t)r->esize, 0, 1};
     size_t count = nbytes / (size_t)r->esize;
     char **src = alloca((size_t)n * sizeof(char *));
     if (!rsag || count < (size_t)n) {
@@ -833,8 +848,8 @@ static int run_all_reduce(TGroup *g, char *buf, size_t nbytes, Red *r, int rsag,
 
 static int run_reduce(TGroup *g, char *buf, size_t nbytes, Red *r, int root, double dl, PyThreadState **sv)
 {
-    int n = g->size, me = g->rank, rc;
-    TSig s = {OP_REDUCE, r->dtype, r->redop, root, nbytes, (uint64_t)r->esize, 0, 1};
+    int n = g->vsize, me = g->vrank, rc;
+    TSig s = {OP_REDUCE | g->tag, r->dtype, r->redop, root, nbytes, (uint64_t)r->esize, 0, 1};
     if (me != root) {
         set_send(g, root, &s, buf, nbytes);
         return phase(g, &s, dl, sv);
@@ -861,9 +876,9 @@ static int run_reduce(TGroup *g, char *buf, size_t nbytes, Red *r, int root, dou
 
 static int run_broadcast(TGroup *g, char *buf, size_t nbytes, int dtype, int root, double dl, PyThreadState **sv)
 {
-    TSig s = {OP_BROADCAST, dtype, 0, root, nbytes, 0, 0, 1};
-    if (g->rank == root) {
-        for (int q = 0; q < g->size; q++)
+    TSig s = {OP_BROADCAST | g->tag, dtype, 0, root, nbytes, 0, 0, 1};
+    if (g->vrank == root) {
+        for (int q = 0; q < g->vsize; q++)
             if (q != root)
                 set_send(g, q, &s, buf, nbytes);
     } else
@@ -873,9 +888,9 @@ static int run_broadcast(TGroup *g, char *buf, size_t nbytes, int dtype, int roo
 
 static int run_barrier(TGroup *g, double dl, PyThreadState **sv)
 {
-    TSig s = {OP_BARRIER, 0, 0, -1, 0, 0, 0, 1};
-    for (int q = 0; q < g->size; q++)
-        if (q != g->rank) {
+    TSig s = {OP_BARRIER | g->tag, 0, 0, -1, 0, 0, 0, 1};
+    for (int q = 0; q < g->vsize; q++)
+        if (q != g->vrank) {
             set_send(g, q, &s, NULL, 0);
             set_recv(g, q, NULL, 0);
         }
@@ -886,8 +901,8 @@ static int run_barrier(TGroup *g, double dl, PyThreadState **sv)
 static int run_exchange(TGroup *g, TSig *s, Held *outs, Held *ins, const char *inp, size_t inlen, double dl,
                         PyThreadState **sv)
 {
-    int me = g->rank;
-    for (int q = 0; q < g->size; q++) {
+    int me = g->vrank;
+    for (int q = 0; q < g->vsize; q++) {
         if (q == me)
             continue;
         if (ins)
@@ -906,12 +921,12 @@ static int run_exchange(TGroup *g, TSig *s, Held *outs, Held *ins, const char *i
 static int run_gather(TGroup *g, Held *outs, const char *inp, size_t inlen, int dtype, int root, double dl,
                       PyThreadState **sv)
 {
-    TSig s = {OP_GATHER, dtype, 0, root, inlen, 0, 0, 0};
-    if (g->rank != root) {
+    TSig s = {OP_GATHER | g->tag, dtype, 0, root, inlen, 0, 0, 0};
+    if (g->vrank != root) {
         set_send(g, root, &s, inp, inlen);
         return phase(g, &s, dl, sv);
     }
-    for (int q = 0; q < g->size; q++)
+    for (int q = 0; q < g->vsize; q++)
         if (q != root)
             set_recv(g, q, outs->ptr[q], (size_t)outs->len[q]);
     if (inp != outs->ptr[root])
@@ -922,12 +937,12 @@ static int run_gather(TGroup *g, Held *outs, const char *inp, size_t inlen, int 
 static int run_scatter(TGroup *g, char *out, size_t outlen, Held *ins, int dtype, int root, double dl,
                        PyThreadState **sv)
 {
-    TSig s = {OP_SCATTER, dtype, 0, root, outlen, 0, 0, 0};
-    if (g->rank != root) {
+    TSig s = {OP_SCATTER | g->tag, dtype, 0, root, outlen, 0, 0, 0};
+    if (g->vrank != root) {
         set_recv(g, root, out, outlen);
         return phase(g, &s, dl, sv);
     }
-    for (int q = 0; q < g->size; q++)
+    for (int q = 0; q < g->vsize; q++)
         if (q != root)
             set_send(g, q, &s, ins->ptr[q], (size_t)ins->len[q]);
     if (ins->ptr[root] != out)
@@ -937,8 +952,8 @@ static int run_scatter(TGroup *g, char *out, size_t outlen, Held *ins, int dtype
 
 static int run_reduce_scatter(TGroup *g, char *out, size_t outlen, Held *ins, Red *r, double dl, PyThreadState **sv)
 {
-    int n = g->size, me = g->rank, rc;
-    TSig s = {OP_REDUCE_SCATTER, r->dtype, r->redop, -1, outlen, (uint64_t)r->esize, 0, 0};
+    int n = g->vsize, me = g->vrank, rc;
+    TSig s = {OP_REDUCE_SCATTER | g->tag, r->dtype, r->redop, -1, outlen, (uint64_t)r->esize, 0, 0};
     char **src = alloca((size_t)n * sizeof(char *));
     if (grow_scratch(g, (size_t)(n - 1) * outlen + 1))
         return E_PY;
@@ -1073,7 +1088,7 @@ static PyObject *T_all_reduce(TGroup *g, PyObject *args)
     Py_buffer b;
     if (check_usable(g) || red_args(args, "OiinOp", &r, &b, &rsag) < 0)
         return NULL;
-    RUN(g->size > 1 ? run_all_reduce(g, b.buf, (size_t)b.len, &r, rsag, dl, sv) : E_OK);
+    RUN(g->vsize > 1 ? run_all_reduce(g, b.buf, (size_t)b.len, &r, rsag, dl, sv) : E_OK);
     PyBuffer_Release(&b);
     DONE();
 }
@@ -1085,7 +1100,7 @@ static PyObject *T_reduce(TGroup *g, PyObject *args)
     Py_buffer b;
     if (check_usable(g) || red_args(args, "OiinOi", &r, &b, &root) < 0)
         return NULL;
-    RUN(g->size > 1 ? run_reduce(g, b.buf, (size_t)b.len, &r, root, dl, sv) : E_OK);
+    RUN(g->vsize > 1 ? run_reduce(g, b.buf, (size_t)b.len, &r, root, dl, sv) : E_OK);
     PyBuffer_Release(&b);
     DONE();
 }
@@ -1097,7 +1112,7 @@ static PyObject *T_broadcast(TGroup *g, PyObject *args)
     if (!PyArg_ParseTuple(args, "Oii", &o, &dtype, &root) || check_usable(g))
         return NULL;
     Py_buffer b;
-    if (get_buf(o, &b, g->rank != root) < 0) /* the root only reads its buffer */
+    if (get_buf(o, &b, g->vrank != root) < 0) /* the root only reads its buffer */
         return NULL;
     RUN(run_broadcast(g, b.buf, (size_t)b.len, dtype, root, dl, sv));
     PyBuffer_Release(&b);
@@ -1121,13 +1136,13 @@ static PyObject *T_all_gather(TGroup *g, PyObject *args)
         return NULL;
     Held lo;
     Py_buffer b;
-    if (held_get(&lo, outs, g->size, 1) < 0)
+    if (held_get(&lo, outs, g->vsize, 1) < 0)
         return NULL;
     if (get_buf(inp, &b, 0) < 0) {
         held_release(&lo);
         return NULL;
     }
-    TSig s = {OP_ALL_GATHER, dtype, 0, -1, (uint64_t)b.len, 0, 0, 0};
+    TSig s = {OP_ALL_GATHER | g->tag, dtype, 0, -1, (uint64_t)b.len, 0, 0, 0};
     RUN(run_exchange(g, &s, &lo, NULL, b.buf, (size_t)b.len, dl, sv));
     PyBuffer_Release(&b);
     held_release(&lo);
@@ -1142,7 +1157,7 @@ static PyObject *T_gather(TGroup *g, PyObject *args)
         return NULL;
     Held lo;
     Py_buffer b;
-    if (held_get(&lo, g->rank == root ? outs : Py_None, g->size, 1) < 0)
+    if (held_get(&lo, g->vrank == root ? outs : Py_None, g->vsize, 1) < 0)
         return NULL;
     if (get_buf(inp, &b, 0) < 0) {
         held_release(&lo);
@@ -1162,7 +1177,7 @@ static PyObject *T_scatter(TGroup *g, PyObject *args)
         return NULL;
     Held li;
     Py_buffer b;
-    if (held_get(&li, g->rank == root ? ins : Py_None, g->size, 0) < 0)
+    if (held_get(&li, g->vrank == root ? ins : Py_None, g->vsize, 0) < 0)
         return NULL;
     if (get_buf(out, &b, 1) < 0) {
         held_release(&li);
@@ -1188,9 +1203,9 @@ static PyObject *T_all_to_all(TGroup *g, PyObject *args)
         return NULL;
     }
     Held lo, li;
-    if (held_get(&lo, oc ? Py_None : outs, g->size, 1) < 0)
+    if (held_get(&lo, oc ? Py_None : outs, g->vsize, 1) < 0)
         return NULL;
-    if (held_get(&li, ic ? Py_None : ins, g->size, 0) < 0) {
+    if (held_get(&li, ic ? Py_None : ins, g->vsize, 0) < 0) {
         held_release(&lo);
         return NULL;
     }
@@ -1199,7 +1214,7 @@ static PyObject *T_all_to_all(TGroup *g, PyObject *args)
         held_release(&li);
         return NULL;
     }
-    TSig s = {OP_ALL_TO_ALL, dtype, 0, -1, 0, 0, 0, 0};
+    TSig s = {OP_ALL_TO_ALL | g->tag, dtype, 0, -1, 0, 0, 0, 0};
     RUN(run_exchange(g, &s, &lo, &li, NULL, 0, dl, sv));
     held_release(&lo);
     held_release(&li);
@@ -1217,13 +1232,13 @@ static PyObject *T_reduce_scatter(TGroup *g, PyObject *args)
         return NULL;
     Held li;
     Py_buffer b;
-    if (held_get(&li, ins, g->size, 0) < 0)
+    if (held_get(&li, ins, g->vsize, 0) < 0)
         return NULL;
     if (get_buf(out, &b, 1) < 0) {
         held_release(&li);
         return NULL;
     }
-    RUN(g->size > 1 ? run_reduce_scatter(g, b.buf, (size_t)b.len, &li, &r, dl, sv)
+    RUN(g->vsize > 1 ? run_reduce_scatter(g, b.buf, (size_t)b.len, &li, &r, dl, sv)
                     : (memmove(b.buf, li.ptr[0], (size_t)b.len), E_OK));
     PyBuffer_Release(&b);
     held_release(&li);
@@ -1326,6 +1341,7 @@ static void T_dealloc(TGroup *g)
     free(g->scratch);
     PyMem_Free(g->drain);
     free(g->abort_body);
+    PyMem_Free(g->vmap);
     Py_CLEAR(g->on_stall);
     Py_CLEAR(g->on_deadline);
     Py_TYPE(g)->tp_free((PyObject *)g);
@@ -1344,6 +1360,8 @@ static int T_init(TGroup *g, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_ValueError, "TcpGroup: expected 0 <= rank < size and a timeout > 0");
         return -1;
     }
+    g->vsize = g->size;
+    g->vrank = g->rank;
     PyObject *fast = PySequence_Fast(fds, "fds: expected a list of descriptors");
     if (!fast)
         return -1;
@@ -1394,6 +1412,87 @@ static int T_init(TGroup *g, PyObject *args, PyObject *kw)
     return 0;
 }
 
+/* view: the ranks the next ops run among (see TGroup), or None for all of them */
+static PyObject *T_get_view(TGroup *g, void *closure)
+{
+    if (!g->vmap)
+        Py_RETURN_NONE;
+    PyObject *t = PyTuple_New(g->vsize);
+    for (int i = 0; t && i < g->vsize; i++) {
+        PyObject *v = PyLong_FromLong(g->vmap[i]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static int T_set_view(TGroup *g, PyObject *value, void *closure)
+{
+    if (atomic_load(&g->busy)) {
+        PyErr_SetString(PyExc_RuntimeError, "view: an op is running");
+        return -1;
+    }
+    if (value == NULL || value == Py_None) {
+        PyMem_Free(g->vmap);
+        g->vmap = NULL;
+        g->vsize = g->size;
+        g->vrank = g->rank;
+        return 0;
+    }
+    PyObject *fast = PySequence_Fast(value, "view: expected a sequence of group ranks or None");
+    if (!fast)
+        return -1;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(fast);
+    int *map = k > 0 && k <= g->size ? PyMem_Malloc((size_t)k * sizeof(int)) : NULL;
+    int vrank = -1;
+    if (!map) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "view: expected 1 to %d group ranks, got %zd", g->size, k);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        long r = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (r == -1 && PyErr_Occurred())
+            goto bad;
+        if (r < 0 || r >= g->size) {
+            PyErr_Format(PyExc_ValueError, "view[%zd]: expected a group rank in [0, %d), got %ld", i, g->size, r);
+            goto bad;
+        }
+        for (Py_ssize_t j = 0; j < i; j++)
+            if (map[j] == r) {
+                PyErr_Format(PyExc_ValueError, "view[%zd]: group rank %ld is there twice", i, r);
+                goto bad;
+            }
+        map[i] = (int)r;
+        if (r == g->rank)
+            vrank = (int)i;
+    }
+    if (vrank < 0) {
+        PyErr_Format(PyExc_ValueError, "view: expected this rank (%d) among the ranks", g->rank);
+        goto bad;
+    }
+    Py_DECREF(fast);
+    PyMem_Free(g->vmap);
+    g->vmap = map;
+    g->vsize = (int)k;
+    g->vrank = vrank;
+    return 0;
+bad:
+    Py_DECREF(fast);
+    PyMem_Free(map);
+    return -1;
+}
+
+static PyGetSetDef T_getset[] = {
+    {"view", (getter)T_get_view, (setter)T_set_view,
+     "the group ranks the next ops run among, in their order there (None: all); failures are still watched "
+     "and named by group rank", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef T_methods[] = {
     {"all_reduce", (PyCFunction)T_all_reduce, METH_VARARGS,
      "all_reduce(buf, dtype, redop, esize, fallback, rsag): in place, rank-order reduction"},
@@ -1417,6 +1516,8 @@ static PyMethodDef T_methods[] = {
 
 static PyMemberDef T_members[] = {
     {"seq", T_ULONGLONG, offsetof(TGroup, seq), 0, "sequence number of the next op (goes into its frames)"},
+    {"tag", T_INT, offsetof(TGroup, tag), 0,
+     "ORed into the op code of the frames this rank sends and expects (above bit 8: the two-level engine's call)"},
     {"ops", T_ULONGLONG, offsetof(TGroup, ops), READONLY, "ops run so far"},
     {"scratch_bytes", T_PYSSIZET, offsetof(TGroup, scratch_len), READONLY,
      "bytes of receive scratch held between ops (above 64 MiB only while ops use it)"},
@@ -1442,6 +1543,7 @@ static PyTypeObject TGroupType = {
     .tp_dealloc = (destructor)T_dealloc,
     .tp_methods = T_methods,
     .tp_members = T_members,
+    .tp_getset = T_getset,
     .tp_doc = "One rank's side of a group's collectives over TCP streams (see ctcp.c).",
 };
 

@@ -1,0 +1,541 @@
+"""The native engine's two-level form, for a group that spans hosts with more than one rank
+on some host: shared memory inside each host, one leader per host over TCP.
+
+Each rank holds two compiled groups:
+
+* ``local``: a ``_cnative.Group`` over the group ranks on its host (the same-host engine's
+  slots), or None when it is alone on its host;
+* ``tcp``: a ``_cnative.TcpGroup`` over every rank's collective link (the direct TCP
+  engine). Its ``view`` narrows an op to the leaders (the lowest group rank of each host,
+  in host order); the streams, the waits and the failures still count every rank.
+
+``TwoLevelGroup`` has the compiled groups' interface in the group's own numbering (the
+methods ``NativeAlgorithms`` calls, ``seq``, ``broken``, ``fail``, ``tell_stalled``, the
+stall callbacks), so the algorithms and the backend use it as they use either group.
+
+Each op, as steps on the two groups (``H`` hosts; every rank of a host runs the same steps):
+
+* ``all_reduce``: a shared-memory reduce to the leader, the leaders' all_reduce, a
+  shared-memory broadcast from the leader. Every rank gets the leader's result, so all
+  results are bit-identical (the fold order differs from the direct engine's);
+* ``broadcast``: on the root's host a shared-memory broadcast from the root, then the
+  leaders' broadcast; on the other hosts the leaders' broadcast, then a shared-memory one;
+* ``reduce``: as all_reduce's first two steps into a copy on a leader that is not the root
+  (a non-root's buffer is never written), then, when the root is not its host's leader, a
+  shared-memory scatter that gives the root alone the result;
+* ``all_gather``: a shared-memory all_gather of the host's blocks, the leaders' exchange of
+  whole host blocks (an uneven all_to_all among them), then a shared-memory broadcast of the
+  other hosts' blocks. A host's blocks go as they lie in the output when its ranks are
+  consecutive and the output is one buffer (the single-buffer form), else packed;
+
+A call smaller than ``two_level_min`` bytes (``NDIST_NATIVE_TWO_LEVEL_MIN``, default 256 KiB;
+all_gather: its output, at least ``ALL_GATHER_MIN``) runs direct on the whole TCP group
+instead, as does every barrier (unless the minimum is 0): below it the second hop cost
+more than the sockets it saved (docs/performance.md). Every rank decides alike from the
+call's size; a call whose size differs between ranks across the minimum then waits in
+different steps and ends at the group's timeout, naming the rank not heard from, rather
+than as a mismatch;
+* ``barrier``: shared-memory barrier, the leaders' barrier, shared-memory barrier;
+* ``all_to_all``, ``reduce_scatter``, ``gather``, ``scatter``: direct, on the whole TCP
+  group (every rank to every rank), as the direct TCP engine runs them.
+
+**Mismatches.** Every step's header carries the call it belongs to in its op code (the
+compiled groups' ``tag``: the op and its root above bit 8), so two different calls whose
+steps look alike do not pass for one, and a mismatch names the calls.
+
+**Failures.** Any failure breaks the whole group, as on the direct TCP engine: the step that
+failed raises its error (renumbered to the group's ranks), and this rank fails its other
+group naming the same rank (by global rank), with the same kind: a rank lost (a dead peer,
+a connection ended, a rank that failed) or a timeout (``-2 - code``: the peers raise a
+``DistTimeoutError`` naming that rank); a mismatch fails it naming no one. So a rank
+waiting in the other step, here or on another host, raises at once naming the root cause.
+A deadline passing in one step is told to the peers of the other (its notice), as the
+process's groups tell each other.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["TwoLevelGroup", "HOSTS_ENV", "MIN_ENV", "TWO_LEVEL_MIN", "host_split", "min_bytes"]
+
+#: testing and benchmarking on one machine: ``k`` (hosts of ``k`` consecutive global ranks) or
+#: ``mod:k`` (rank g on host ``g % k``); the native engine then takes that for the hosts
+HOSTS_ENV = "NDIST_NATIVE_HOSTS"
+#: the smallest call (bytes of its buffer; all_gather: of its whole output) that runs in two
+#: levels; a smaller one runs direct on the whole TCP group (docs/performance.md: below it the
+#: second hop cost more than the sockets it saved, 2 hosts x 2 ranks on this 2-core VM)
+MIN_ENV = "NDIST_NATIVE_TWO_LEVEL_MIN"
+TWO_LEVEL_MIN = 256 << 10
+#: all_gather's, of its whole output, unless the minimum is 0: at 2 x 2 its two levels took
+#: 14% more CPU than the direct form for a 4 MiB output and 27% less for a 64 MiB one
+ALL_GATHER_MIN = 64 << 20
+
+_OP = {"all_reduce": 1, "reduce": 2, "broadcast": 3, "all_gather": 4, "gather": 5, "scatter": 6,
+       "all_to_all": 7, "reduce_scatter": 8, "barrier": 9}
+_EMPTY = np.empty(0, np.uint8)
+
+
+def host_split(granks) -> tuple | None:
+    """``NDIST_NATIVE_HOSTS``: the host index of each group rank (global ranks ``granks``),
+    or None when it is not set."""
+    raw = os.environ.get(HOSTS_ENV, "").strip().lower()
+    if not raw:
+        return None
+    mod = raw.startswith("mod:")
+    try:
+        k = int(raw[4:] if mod else raw)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise ValueError(f"{HOSTS_ENV}: expected a rank count k >= 1 or 'mod:k', got {raw!r}")
+    keys = [g % k if mod else g // k for g in granks]
+    index: dict = {}
+    return tuple(index.setdefault(h, len(index)) for h in keys)
+
+
+def min_bytes() -> int:
+    """``NDIST_NATIVE_TWO_LEVEL_MIN`` (bytes; 0: every call in two levels), else ``TWO_LEVEL_MIN``."""
+    raw = os.environ.get(MIN_ENV, "").strip()
+    if not raw:
+        return TWO_LEVEL_MIN
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{MIN_ENV}: expected a byte count (0: every call in two levels), got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{MIN_ENV}: expected a byte count >= 0, got {value}")
+    return value
+
+
+def _u8(a) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+def _tag(op: str, root: int) -> int:
+    return _OP[op] << 8 | (root + 1) << 16
+
+
+def untag(op: int, root: int) -> tuple:
+    """A header's (op, root) as the call it belongs to: a two-level step's tag names the
+    call (its op code and root); a header without one is the call itself."""
+    if op >> 8:
+        return (op >> 8) & 0xFF, (op >> 16) - 1
+    return op, root
+
+
+class TwoLevelGroup:
+    """One rank's side of a two-level group (see the module's docstring): ``local`` (None
+    when alone on its host) and ``tcp`` over ``hosts`` (the host index of each group rank,
+    hosts numbered in the order of their lowest rank); ``granks``: the global ranks."""
+
+    def __init__(self, mod, local, tcp, hosts, rank: int, granks, two_level_min: int = TWO_LEVEL_MIN) -> None:
+        self.mod = mod
+        #: calls below this many bytes run direct on the whole TCP group (``min_bytes``); all_gather's
+        #: (its output) at least ``ALL_GATHER_MIN`` unless it is 0
+        self.two_level_min = two_level_min
+        self.gather_min = max(two_level_min, ALL_GATHER_MIN) if two_level_min else 0
+        self.local = local
+        self.tcp = tcp
+        self.rank = rank
+        self.size = len(hosts)
+        self.hosts = tuple(hosts)
+        self.granks = tuple(granks)
+        nh = max(self.hosts) + 1
+        self.members = [tuple(r for r in range(self.size) if self.hosts[r] == h) for h in range(nh)]
+        self.leaders = tuple(m[0] for m in self.members)
+        self.host = self.hosts[rank]
+        self.mine = self.members[self.host]
+        self.lindex = {r: i for i, r in enumerate(self.mine)}
+        self.is_leader = rank == self.mine[0]
+        #: the other hosts' ranks, in order (what all_gather's last step carries)
+        self.remote = tuple(r for r in range(self.size) if self.hosts[r] != self.host)
+        self._view = None
+        self._level = None  # the compiled group of the step running (for messages)
+        self._on_stall = self._on_deadline = None
+        self._warn_after = 0.0
+        self._seq = 0
+        self._cell = [tcp, local]  # (what the stall callbacks reach: emptied at close)
+        sg = mod.STALL_GLOBAL
+        lindex, gr, final = self.lindex, self.granks, mod.STALL_FINAL
+
+        def local_code(code: int) -> int:
+            """A group rank code (maybe with STALL_FINAL) for the local group: a member's
+            local rank, else STALL_GLOBAL + the global rank."""
+            if code < 0:
+                return code
+            fin, base = code & final, code & ~final
+            if base < sg:
+                base = lindex[base] if base in lindex else sg + gr[base]
+            return base | fin
+
+        self._local_code = local_code
+
+    # ---------------------------------------------------------- the compiled groups' attributes
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    @seq.setter
+    def seq(self, value: int) -> None:
+        self._seq = value
+        self.tcp.seq = value
+        if self.local is not None:
+            self.local.seq = value
+
+    @property
+    def broken(self) -> int:
+        return int(bool(self.tcp.broken or (self.local is not None and self.local.broken)))
+
+    @property
+    def op_start(self) -> float:
+        g = self._level if self._level is not None else self.tcp
+        return g.op_start
+
+    @property
+    def timeout(self) -> float:
+        return self.tcp.timeout
+
+    @property
+    def warn_after(self) -> float:
+        return self._warn_after
+
+    @warn_after.setter
+    def warn_after(self, value: float) -> None:
+        self._warn_after = value
+        self.tcp.warn_after = value
+        if self.local is not None:
+            self.local.warn_after = value
+
+    @property
+    def on_stall(self):
+        return self._on_stall
+
+    @on_stall.setter
+    def on_stall(self, cb) -> None:
+        """``cb(peer, word, waited, left)``, ``peer`` a group rank (the local group's renumbered)."""
+        self._on_stall = cb
+        self.tcp.on_stall = cb
+        if self.local is not None:
+            mine = self.mine
+            self.local.on_stall = None if cb is None else (
+                lambda peer, word, waited, left: cb(mine[peer] if 0 <= peer < len(mine) else peer, word, waited, left))
+
+    @property
+    def on_deadline(self):
+        return self._on_deadline
+
+    @on_deadline.setter
+    def on_deadline(self, cb) -> None:
+        """``cb(code)`` (a group rank, or STALL_GLOBAL + a global rank) when a step's deadline
+        passes; the other compiled group's peers are told too (this rank is idle there). The
+        callbacks reach the groups through ``self._cell``, emptied at ``close``: a compiled
+        group is not tracked by the garbage collector, so a callback holding the other group
+        would keep both (and their sockets) for the process's life."""
+        self._on_deadline = cb
+        cell, mine, to_local = self._cell, self.mine, self._local_code
+
+        def from_tcp(code):
+            if len(cell) > 1 and cell[1] is not None:
+                cell[1].tell_stalled(to_local(code))
+            if cb is not None:
+                cb(code)
+
+        def from_local(code):
+            if 0 <= code < len(mine):
+                code = mine[code]
+            if cell:
+                cell[0].tell_stalled(code)
+            if cb is not None:
+                cb(code)
+
+        self.tcp.on_deadline = from_tcp
+        if self.local is not None:
+            self.local.on_deadline = from_local
+
+    # ---------------------------------------------------------- numbering
+    def _full(self, code):
+        """A local group's rank code (a local rank, or STALL_GLOBAL + a global rank) in the
+        group's numbering."""
+        if isinstance(code, int) and 0 <= code < self.mod.STALL_GLOBAL:
+            return self.mine[code] if code < len(self.mine) else code
+        return code
+
+    def _global_code(self, r: int) -> int:
+        """A group rank (or STALL_GLOBAL + a global rank) as STALL_GLOBAL + its global rank."""
+        return self.mod.STALL_GLOBAL + self.granks[r] if 0 <= r < self.mod.STALL_GLOBAL else r
+
+    # ---------------------------------------------------------- failures
+    def fail(self, code: int) -> None:
+        """Break both groups naming ``code`` (a group rank, STALL_GLOBAL + a global rank, -1:
+        no one; ``-2 - code``: a timeout waiting on ``code``)."""
+        self.tcp.fail(code)
+        if self.local is not None:
+            if code <= -2:
+                self.local.fail(-2 - self._local_code(-2 - code))
+            else:
+                self.local.fail(self._local_code(code) if code >= 0 else code)
+
+    def tell_stalled(self, code: int) -> None:
+        self.tcp.tell_stalled(code)
+        if self.local is not None:
+            self.local.tell_stalled(self._local_code(code))
+
+    def close(self) -> None:
+        if self.local is not None:
+            self.local.close()
+            self.local.on_deadline = self.local.on_stall = None
+        self.tcp.close()
+        self.tcp.on_deadline = self.tcp.on_stall = None
+        self._cell.clear()
+
+    def waiting(self) -> list:
+        """The group ranks the running step has not heard from."""
+        g = self._level
+        if g is None:
+            return []
+        if g is self.tcp:
+            return list(g.waiting())
+        piece, words = g.progress()
+        me = self.lindex[self.rank]
+        return [self.mine[q] for q, (post, done, _state) in enumerate(words)
+                if q != me and (post < 2 * piece or done + 2 < piece)]
+
+    def _spread(self, err, from_local: bool) -> None:
+        """A step failed with ``err`` (renumbered): the other group fails too, naming the same rank."""
+        kind, peer, cause, detail = err.args
+        stalled = kind in ("timeout", "stalled")
+        if kind in ("self_failed", "self_closed"):
+            return  # (fail() / close() broke both already)
+        if kind == "mismatch":
+            code = -1
+        elif kind == "stalled":
+            code = self._global_code(cause)
+        elif kind == "failed" and isinstance(cause, int) and cause >= 0:
+            code = self._global_code(cause)
+        elif kind == "abort":
+            code = self._global_code(peer)
+            why = detail[0] if detail else b""
+            stalled = b'"kind": "stalled"' in (why if isinstance(why, bytes) else b"")
+        else:  # timeout, dead, lost, closed, failed naming no one
+            code = self._global_code(peer)
+        if stalled and code >= 0:
+            code = -2 - code
+        if from_local:
+            self.tcp.fail(code)
+        elif self.local is not None:
+            self.local.fail(-2 - self._local_code(-2 - code) if code <= -2 else self._local_code(code))
+
+    def _error(self, err, from_local: bool):
+        """``err`` renumbered to the group's ranks, its calls named by their tags."""
+        kind, peer, cause, detail = err.args
+        if from_local:
+            peer, cause = self._full(peer), self._full(cause)
+        if kind == "mismatch":
+            op, dtype, redop, root, nbytes, seq, esize, sends, wants, prior = detail
+            op, root = untag(op, root)
+            detail = (op, dtype, redop, root, nbytes, seq, esize, sends, wants, self._untag_prior(prior))
+        elif detail and isinstance(detail, tuple) and len(detail) == 3:  # (word, waited, prior)
+            detail = (detail[0], detail[1], self._untag_prior(detail[2]))
+        return self.mod.Error(kind, peer, cause, detail)
+
+    @staticmethod
+    def _untag_prior(prior):
+        if prior is None:
+            return None
+        op, dtype, root, nbytes, seq, esize = prior
+        op, root = untag(op, root)
+        return (op, dtype, root, nbytes, seq, esize)
+
+    def _step(self, g, method, *args):
+        """Run one step on compiled group ``g``; its failure breaks the other group too."""
+        self._level = g
+        try:
+            return method(*args)
+        except self.mod.Error as err:
+            local = g is self.local
+            err = self._error(err, local)
+            self._spread(err, local)
+            raise err from None
+        except BaseException:  # a signal, NumPy's fallback raised: the step's group is broken
+            other = self.tcp if g is self.local else self.local
+            if other is not None:
+                other.fail(-1)
+            raise
+
+    def _leaders(self) -> None:
+        if self._view is not self.leaders:
+            self.tcp.view = self.leaders
+            self._view = self.leaders
+
+    def _everyone(self) -> None:
+        if self._view is not None:
+            self.tcp.view = None
+            self._view = None
+
+    def _tagged(self, op: str, root: int = -1) -> None:
+        t = _tag(op, root)
+        self.tcp.tag = t
+        if self.local is not None:
+            self.local.tag = t
+
+    # ---------------------------------------------------------- two-level ops
+    def all_reduce(self, buf, code, rc, es, fb, rsag) -> None:
+        self._tagged("all_reduce")
+        if buf.nbytes < self.two_level_min:
+            self._everyone()
+            self._step(self.tcp, self.tcp.all_reduce, buf, code, rc, es, fb, rsag)
+            return
+        L = self.local
+        if L is not None:
+            self._step(L, L.reduce, buf, code, rc, es, fb, 0)
+        if self.is_leader:
+            self._leaders()
+            self._step(self.tcp, self.tcp.all_reduce, buf, code, rc, es, fb, rsag)
+        if L is not None:
+            self._step(L, L.broadcast, buf, code, 0)
+
+    def broadcast(self, buf, code, src) -> None:
+        self._tagged("broadcast", src)
+        if buf.nbytes < self.two_level_min:
+            self._everyone()
+            self._step(self.tcp, self.tcp.broadcast, buf, code, src)
+            return
+        L, hr = self.local, self.hosts[src]
+        if self.host == hr and L is not None:
+            self._step(L, L.broadcast, buf, code, self.lindex[src])
+        if self.is_leader:
+            self._leaders()
+            self._step(self.tcp, self.tcp.broadcast, buf, code, hr)
+        if self.host != hr and L is not None:
+            self._step(L, L.broadcast, buf, code, 0)
+
+    def reduce(self, buf, code, rc, es, fb, root) -> None:
+        self._tagged("reduce", root)
+        if buf.nbytes < self.two_level_min:
+            self._everyone()
+            self._step(self.tcp, self.tcp.reduce, buf, code, rc, es, fb, root)
+            return
+        L, hr = self.local, self.hosts[root]
+        work = buf.copy() if self.is_leader and self.rank != root else buf  # (a non-root's buffer stays)
+        if L is not None:
+            self._step(L, L.reduce, work, code, rc, es, fb, 0)
+        if self.is_leader:
+            self._leaders()
+            self._step(self.tcp, self.tcp.reduce, work, code, rc, es, fb, hr)
+        if self.host == hr and L is not None and root != self.mine[0]:  # to the root alone
+            if self.is_leader:
+                ins = [_EMPTY] * len(self.mine)
+                ins[self.lindex[root]] = _u8(work)
+                self._step(L, L.scatter, _EMPTY, ins, code, 0)
+            else:
+                self._step(L, L.scatter, _u8(buf) if self.rank == root else _EMPTY, None, code, 0)
+
+    def barrier(self) -> None:
+        self._tagged("barrier")
+        if self.two_level_min > 0:  # (no data: the direct one, unless every call goes in two levels)
+            self._everyone()
+            self._step(self.tcp, self.tcp.barrier)
+            return
+        L = self.local
+        if L is not None:
+            self._step(L, L.barrier)
+        if self.is_leader:
+            self._leaders()
+            self._step(self.tcp, self.tcp.barrier)
+        if L is not None:
+            self._step(L, L.barrier)
+
+    def all_gather(self, outputs, inp, code) -> None:
+        self._tagged("all_gather")
+        n, L = self.size, self.local
+        if isinstance(outputs, (list, tuple)):
+            if sum(o.nbytes for o in outputs) < self.gather_min:
+                self._everyone()
+                self._step(self.tcp, self.tcp.all_gather, outputs, inp, code)
+                return
+            outs, base = [_u8(o) for o in outputs], None
+        else:
+            if outputs.nbytes < self.gather_min:
+                self._everyone()
+                self._step(self.tcp, self.tcp.all_gather, outputs, inp, code)
+                return
+            base = _u8(outputs)
+            k = base.nbytes // n
+            outs = [base[i * k:(i + 1) * k] for i in range(n)]
+        if L is not None:
+            self._step(L, L.all_gather, [outs[m] for m in self.mine], inp, code)
+        else:
+            np.copyto(outs[self.rank], _u8(inp))
+        if self.is_leader:
+            blocks, packed = [], []
+            for h, ranks in enumerate(self.members):
+                span = self._span(base, outs, ranks)
+                if span is None:
+                    span = np.empty(sum(outs[r].nbytes for r in ranks), np.uint8)
+                    packed.append((span, ranks))
+                    if h == self.host:
+                        self._pack(span, outs, ranks)
+                blocks.append(span)
+            self._leaders()
+            self._step(self.tcp, self.tcp.all_to_all, blocks, [blocks[self.host]] * len(blocks), code)
+            for span, ranks in packed:
+                if ranks is not self.mine:
+                    self._unpack(span, outs, ranks)
+        if L is not None and self.remote:
+            span = self._span(base, outs, self.remote)
+            if span is not None:
+                self._step(L, L.broadcast, span, code, 0)
+            else:
+                span = np.empty(sum(outs[r].nbytes for r in self.remote), np.uint8)
+                if self.is_leader:
+                    self._pack(span, outs, self.remote)
+                self._step(L, L.broadcast, span, code, 0)
+                if not self.is_leader:
+                    self._unpack(span, outs, self.remote)
+
+    @staticmethod
+    def _span(base, outs, ranks):
+        """The blocks of ``ranks`` as one view of the output, where they lie in it one after
+        another (the single-buffer form, consecutive ranks); else None."""
+        if base is None or any(b != a + 1 for a, b in zip(ranks, ranks[1:])):
+            return None
+        k = outs[0].nbytes
+        return base[ranks[0] * k:(ranks[-1] + 1) * k]
+
+    @staticmethod
+    def _pack(span, outs, ranks) -> None:
+        off = 0
+        for r in ranks:
+            span[off:off + outs[r].nbytes] = outs[r]
+            off += outs[r].nbytes
+
+    @staticmethod
+    def _unpack(span, outs, ranks) -> None:
+        off = 0
+        for r in ranks:
+            outs[r][...] = span[off:off + outs[r].nbytes]
+            off += outs[r].nbytes
+
+    # ---------------------------------------------------------- direct ops (the whole TCP group)
+    def all_to_all(self, outputs, inputs, code, *counts) -> None:
+        self._tagged("all_to_all")
+        self._everyone()
+        self._step(self.tcp, self.tcp.all_to_all, outputs, inputs, code, *counts)
+
+    def reduce_scatter(self, out, inputs, code, rc, es, fb) -> None:
+        self._tagged("reduce_scatter")
+        self._everyone()
+        self._step(self.tcp, self.tcp.reduce_scatter, out, inputs, code, rc, es, fb)
+
+    def gather(self, outputs, inp, code, dst) -> None:
+        self._tagged("gather", dst)
+        self._everyone()
+        self._step(self.tcp, self.tcp.gather, outputs, inp, code, dst)
+
+    def scatter(self, out, inputs, code, src) -> None:
+        self._tagged("scatter", src)
+        self._everyone()
+        self._step(self.tcp, self.tcp.scatter, out, inputs, code, src)

@@ -1,0 +1,277 @@
+"""The native engine's two levels (``native/_twolevel.py``): which groups run them, every op
+on layouts the conformance suite does not give (hosts of interleaved ranks, uneven hosts,
+roots that are not leaders), mismatches between calls whose steps look alike, and failures
+told across the levels. Ranks are threads of this process over real sockets and shared
+memory; ``NDIST_NATIVE_HOSTS`` makes the engine take one host's ranks for several hosts
+(the conformance suite runs it as ``socket-native-2level``; across real network namespaces:
+tests/collectives/test_two_level_netns.py)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from ndist.collectives import ReduceOp
+from ndist.runtime import DistMismatchError, DistNetworkError, DistTimeoutError
+
+from _socket_threads import make_backends, run_threads
+
+pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
+pytestmark = pytest.mark.timeout(120)
+
+
+def _kind(b) -> str:
+    nat = b.backend._native
+    return type(nat.g).__name__ if nat is not None else "python"
+
+
+@pytest.fixture(autouse=True)
+def _every_call_in_two_levels(monkeypatch):
+    """The tests' buffers are small: every call in two levels, unless a test says otherwise."""
+    monkeypatch.setenv("NDIST_NATIVE_TWO_LEVEL_MIN", "0")
+
+
+def _up(n, timeout=30.0):
+    backends = make_backends(n, "auto", timeout=timeout)
+    run_threads(backends, lambda b: b.barrier(blocking=True).wait(timeout=30))
+    return backends
+
+
+def _close(backends):
+    for b in backends:
+        b.close()
+
+
+@pytest.mark.parametrize("hosts,want", [("2", "TwoLevelGroup"), ("mod:2", "TwoLevelGroup"),
+                                        ("1", "TcpGroup"), ("", "Group")])
+def test_the_engine_a_group_runs_on_by_its_hosts(monkeypatch, hosts, want):
+    """Hosts of 2 ranks: the two levels; one rank per host: the direct TCP engine (no host
+    has a second rank); one host: the same-host engine."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", hosts)
+    backends = _up(4)
+    try:
+        assert [_kind(b) for b in backends] == [want] * 4
+        assert [b.engine for b in backends] == ["native"] * 4
+    finally:
+        _close(backends)
+
+
+def test_the_two_level_group_runs_every_rank_on_the_other_hosts_tcp_leaders_only(monkeypatch):
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "mod:2")
+    backends = _up(5)
+    try:
+        g = [b.backend._native.g for b in backends]
+        assert [x.hosts for x in g] == [(0, 1, 0, 1, 0)] * 5
+        assert [x.leaders for x in g] == [(0, 1)] * 5
+        assert [x.is_leader for x in g] == [True, True, False, False, False]
+        assert [x.local is not None for x in g] == [True] * 5
+    finally:
+        _close(backends)
+
+
+def _every_op(b):
+    """Every op, roots on every rank, list and single-buffer forms; returns what differs
+    from NumPy's answer (empty: none)."""
+    r, n = b.backend.rank, b.backend.size
+    bad = []
+
+    def check(name, got, want):
+        if not np.array_equal(got, want):
+            bad.append((name, got.tolist() if got.size < 20 else got[:8].tolist()))
+
+    x = np.arange(7, dtype=np.float64) + r
+    b.all_reduce(x, ReduceOp.SUM, blocking=True).wait(30)
+    check("all_reduce", x, n * np.arange(7.0) + n * (n - 1) / 2)
+    big = np.full(300_000, r + 1, np.int32)  # several slots, the leaders' reduce-scatter form
+    b.all_reduce(big, ReduceOp.SUM, blocking=True).wait(30)
+    check("all_reduce big", big[:3], np.full(3, n * (n + 1) // 2, np.int32))
+    m = np.array([r, -r], np.int64)
+    b.all_reduce(m, ReduceOp.MAX, blocking=True).wait(30)
+    check("all_reduce max", m, np.array([n - 1, 0]))
+    avg = np.full(4, float(r))
+    b.all_reduce(avg, ReduceOp.AVG, blocking=True).wait(30)
+    check("all_reduce avg", avg, np.full(4, (n - 1) / 2))
+    for src in range(n):
+        y = np.full(5, r, np.int16)
+        b.broadcast(y, src, blocking=True).wait(30)
+        check(f"broadcast {src}", y, np.full(5, src, np.int16))
+        z = np.full(70_000, r, np.float32)  # more than a slot
+        b.broadcast(z, src, blocking=True).wait(30)
+        check(f"broadcast big {src}", z[-3:], np.full(3, src, np.float32))
+    for dst in range(n):
+        y = np.full(3, r + 1, np.int64)
+        b.reduce(y, dst, ReduceOp.SUM, blocking=True).wait(30)
+        check(f"reduce {dst}", y, np.full(3, n * (n + 1) // 2 if r == dst else r + 1))  # a non-root's stays
+    out = np.zeros(3 * n, np.int32)
+    b.all_gather_into(out, np.full(3, r, np.int32), blocking=True).wait(30)
+    check("all_gather_into", out, np.repeat(np.arange(n, dtype=np.int32), 3))
+    outs = [np.zeros(2, np.uint8) for _ in range(n)]
+    b.all_gather(outs, np.full(2, r, np.uint8), blocking=True).wait(30)
+    check("all_gather list", np.concatenate(outs), np.repeat(np.arange(n, dtype=np.uint8), 2))
+    a2a = np.zeros(n, np.int64)
+    b.all_to_all_single(a2a, np.arange(n) + 10 * r, blocking=True).wait(30)
+    check("all_to_all", a2a, np.arange(n) * 10 + r)
+    rs = np.zeros(2, np.float32)
+    b.reduce_scatter(rs, [np.full(2, r + j, np.float32) for j in range(n)], ReduceOp.SUM, blocking=True).wait(30)
+    check("reduce_scatter", rs, np.full(2, n * r + n * (n - 1) / 2, np.float32))
+    for root in (0, n - 1):
+        g = [np.zeros(1, np.int32) for _ in range(n)] if r == root else None
+        b.gather(g, np.full(1, r, np.int32), root, blocking=True).wait(30)
+        if r == root:
+            check("gather", np.concatenate(g), np.arange(n, dtype=np.int32))
+        s = np.zeros(2, np.int32)
+        b.scatter(s, [np.full(2, j, np.int32) for j in range(n)] if r == root else None, root,
+                  blocking=True).wait(30)
+        check("scatter", s, np.full(2, r, np.int32))
+    b.barrier(blocking=True).wait(30)
+    return bad
+
+
+@pytest.mark.parametrize("hosts,n", [("2", 4), ("2", 5), ("mod:2", 4), ("mod:3", 5), ("3", 7)])
+def test_every_op_on_two_levels_matches_numpy(monkeypatch, hosts, n):
+    """Consecutive and interleaved hosts, uneven ones, and a host of one rank ("3" at 7
+    ranks: hosts of 3, 3 and 1)."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", hosts)
+    backends = _up(n)
+    try:
+        assert _kind(backends[0]) == "TwoLevelGroup"
+        assert run_threads(backends, _every_op, timeout=90) == [[]] * n
+    finally:
+        _close(backends)
+
+
+def _both(b, ops: dict):
+    """Rank r runs ``ops[r]`` (default: an all_reduce of 8 floats); returns its error."""
+    x = np.ones(8, np.float32)
+    try:
+        ops.get(b.backend.rank, lambda b, x: b.all_reduce(x, ReduceOp.SUM, blocking=True))(b, x).wait(30)
+    except Exception as err:  # noqa: BLE001
+        return err
+    return None
+
+
+def test_calls_whose_shared_memory_steps_look_alike_are_a_mismatch(monkeypatch):
+    """Rank 0 calls reduce(dst=0), rank 1 (its host) all_reduce: both first reduce to their
+    leader in shared memory, alike but for the call each step belongs to (its tag). Both
+    raise a mismatch naming the two calls; the other host raises naming a rank of the first
+    host, and no rank hangs."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    backends = _up(4, timeout=20)
+    try:
+        errs = run_threads(backends, lambda b: _both(b, {0: lambda b, x: b.reduce(x, 0, ReduceOp.SUM,
+                                                                                   blocking=True)}))
+        for r in (0, 1):
+            assert isinstance(errs[r], DistMismatchError), errs
+            assert "reduce" in str(errs[r]) and "all_reduce" in str(errs[r]), str(errs[r])
+        for r in (2, 3):
+            assert isinstance(errs[r], DistNetworkError) and errs[r].rank in (0, 1), errs[r]
+    finally:
+        _close(backends)
+
+
+def test_a_broadcast_from_another_root_on_the_same_host_is_a_mismatch(monkeypatch):
+    """Rank 2 broadcasts from rank 1, the others from rank 0 (both on the first host): the
+    leaders' steps alike (the first host's leader sends either way) but for the call's root
+    in every step's tag. Rank 2 raises the mismatch naming both roots, rank 3 (waiting on
+    it) names rank 2; the first host got what it asked for (a root returns once its data is
+    sent, as over MPI) and its next collective raises, naming a rank of the other host."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    backends = _up(4, timeout=20)
+    try:
+        bc = {r: (lambda src: lambda b, x: b.broadcast(x, src, blocking=True))(1 if r == 2 else 0) for r in range(4)}
+        errs = run_threads(backends, lambda b: _both(b, bc))
+        assert errs[:2] == [None, None], errs
+        assert isinstance(errs[2], DistMismatchError), errs
+        assert "root=1" in str(errs[2]) and "root=0" in str(errs[2]), str(errs[2])
+        assert isinstance(errs[3], DistNetworkError) and errs[3].rank == 2, errs[3]
+        nxt = run_threads(backends[:2], lambda b: _both(b, {}))  # (rank 0 reads rank 2's notice of the mismatch)
+        assert isinstance(nxt[0], DistMismatchError) and "rank 2: broadcast" in str(nxt[0]), nxt
+        assert isinstance(nxt[1], DistNetworkError) and nxt[1].rank == 0, nxt
+    finally:
+        _close(backends)
+
+
+def test_a_rank_that_never_calls_is_named_by_every_rank_on_both_hosts(monkeypatch):
+    """Rank 3 (the second host's non-leader) never calls the all_reduce: its leader times out
+    waiting on it in shared memory, and the timeout is told across the levels, so the first
+    host's ranks (waiting over TCP and in shared memory) name rank 3 too, each with a
+    DistTimeoutError, at about the group timeout."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    backends = _up(4, timeout=3)
+    try:
+        t0 = time.monotonic()
+        errs = run_threads(backends[:3], lambda b: _both(b, {}))
+        took = time.monotonic() - t0
+        for r in range(3):
+            assert isinstance(errs[r], DistTimeoutError), (r, errs[r])
+            assert "ranks not heard from: [3]" in str(errs[r]), (r, str(errs[r]))
+        assert took < 3 * 3, took
+    finally:
+        _close(backends)
+
+
+def test_a_loss_learnt_elsewhere_wakes_both_levels(monkeypatch):
+    """Ranks 0-2 wait in an all_reduce for rank 3; rank 2 (rank 3's leader, waiting on it in
+    shared memory) learns from elsewhere that rank 3 is lost: it fails both its groups, so
+    rank 0 (waiting on rank 2 over TCP) and rank 1 (waiting on rank 0 in shared memory)
+    raise naming rank 3 at once, not at the timeout."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    backends = _up(4, timeout=60)
+    try:
+        import threading
+
+        errs = [None] * 3
+
+        def wait(r):
+            errs[r] = _both(backends[r], {})
+
+        threads = [threading.Thread(target=wait, args=(r,), daemon=True) for r in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        backends[2].failure.record(3, "h3", "lost point-to-point connection to rank 3 (h3): reset")
+        for t in threads:
+            t.join(30)
+        assert time.monotonic() - t0 < 10
+        for r in range(3):
+            assert isinstance(errs[r], DistNetworkError) and errs[r].rank == 3, (r, errs[r])
+    finally:
+        _close(backends)
+
+
+def test_calls_below_the_two_level_minimum_run_direct_and_above_it_in_two_levels(monkeypatch):
+    """``NDIST_NATIVE_TWO_LEVEL_MIN``: a call of fewer bytes runs on the whole TCP group (its
+    view every rank), a larger one on the leaders' view; both give the same answer."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    monkeypatch.setenv("NDIST_NATIVE_TWO_LEVEL_MIN", "4096")
+    backends = _up(4)
+    try:
+        assert [b.backend._native.g.two_level_min for b in backends] == [4096] * 4
+
+        def views(b, count):
+            x = np.full(count, b.backend.rank + 1.0, np.float32)
+            b.all_reduce(x, ReduceOp.SUM, blocking=True).wait(30)
+            assert (x == 10).all()
+            y = np.full(count, b.backend.rank, np.float32)
+            b.broadcast(y, 3, blocking=True).wait(30)
+            assert (y == 3).all()
+            return b.backend._native.g.tcp.view
+
+        assert run_threads(backends, lambda b: views(b, 512)) == [None] * 4  # 2 KiB: direct
+        assert run_threads(backends, lambda b: views(b, 2048)) == [(0, 2), None, (0, 2), None]  # 8 KiB
+    finally:
+        _close(backends)
+
+
+def test_a_bad_two_level_minimum_is_named(monkeypatch):
+    from ndist.collectives.backends.socket.native import _twolevel
+
+    monkeypatch.setenv("NDIST_NATIVE_TWO_LEVEL_MIN", "lots")
+    with pytest.raises(ValueError, match=r"NDIST_NATIVE_TWO_LEVEL_MIN: expected a byte count .* got 'lots'"):
+        _twolevel.min_bytes()
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "mod:0")
+    with pytest.raises(ValueError, match=r"NDIST_NATIVE_HOSTS: expected a rank count k >= 1 or 'mod:k', got 'mod:0'"):
+        _twolevel.host_split((0, 1))
