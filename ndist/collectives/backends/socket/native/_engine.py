@@ -200,18 +200,24 @@ def slot_bytes() -> int:
     return SLOT
 
 
-def cma_min_bytes() -> int:
-    """``NDIST_NATIVE_CMA_MIN`` (bytes; 0 turns the single-copy path off), else ``CMA_MIN``."""
-    raw = os.environ.get(CMA_ENV, "").strip()
+def env_bytes(var: str, default: int, zero: str) -> int:
+    """A byte count >= 0 from environment variable ``var`` (unset or empty: ``default``);
+    ``zero`` says what 0 means, for the ``ValueError`` a bad value raises."""
+    raw = os.environ.get(var, "").strip()
     if not raw:
-        return CMA_MIN
+        return default
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{CMA_ENV}: expected a byte count (0: off), got {raw!r}") from None
+        raise ValueError(f"{var}: expected a byte count (0: {zero}), got {raw!r}") from None
     if value < 0:
-        raise ValueError(f"{CMA_ENV}: expected a byte count >= 0 (0: off), got {value}")
+        raise ValueError(f"{var}: expected a byte count >= 0 (0: {zero}), got {value}")
     return value
+
+
+def cma_min_bytes() -> int:
+    """``NDIST_NATIVE_CMA_MIN`` (bytes; 0 turns the single-copy path off), else ``CMA_MIN``."""
+    return env_bytes(CMA_ENV, CMA_MIN, "off")
 
 
 def _file_bytes(size: int, slot: int) -> int:

@@ -59,6 +59,8 @@ import os
 
 import numpy as np
 
+from ._engine import env_bytes
+
 __all__ = ["TwoLevelGroup", "HOSTS_ENV", "MIN_ENV", "TWO_LEVEL_MIN", "host_split", "min_bytes"]
 
 #: testing and benchmarking on one machine: ``k`` (hosts of ``k`` consecutive global ranks) or
@@ -98,16 +100,7 @@ def host_split(granks) -> tuple | None:
 
 def min_bytes() -> int:
     """``NDIST_NATIVE_TWO_LEVEL_MIN`` (bytes; 0: every call in two levels), else ``TWO_LEVEL_MIN``."""
-    raw = os.environ.get(MIN_ENV, "").strip()
-    if not raw:
-        return TWO_LEVEL_MIN
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{MIN_ENV}: expected a byte count (0: every call in two levels), got {raw!r}") from None
-    if value < 0:
-        raise ValueError(f"{MIN_ENV}: expected a byte count >= 0, got {value}")
-    return value
+    return env_bytes(MIN_ENV, TWO_LEVEL_MIN, "every call in two levels")
 
 
 def _u8(a) -> np.ndarray:
