@@ -151,6 +151,7 @@ import numpy as np
 import ndist.distributed as dist
 
 out = sys.argv[1]
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; a launcher SIGKILLs after its grace (5 s)
 dist.init_process_group("socket", timeout=timedelta(seconds=60))
 rank, n = dist.get_rank(), dist.get_world_size()
 from ndist.runtime import resolve_group
@@ -170,7 +171,6 @@ except dist.DistError as err:
     with open(os.path.join(out, f"err{rank}.json"), "w") as f:
         json.dump({"t": time.time(), "type": type(err).__name__, "rank": getattr(err, "rank", None),
                    "msg": str(err), "done": done, "group": kind}, f)
-    time.sleep(1)  # (the launcher ends a node's other ranks once one exits failed: let them write theirs)
     sys.exit(5)
 """
 
@@ -181,8 +181,9 @@ def test_a_rank_killed_mid_two_level_all_reduce_is_named_on_every_host(tmp_path)
     its leader finds it dead in shared memory, the leaders learn it over TCP, and every
     survivor on the other hosts raises a typed error naming rank 3, well before the group's
     60 s timeout (rank 2, on rank 3's host, too unless its launcher stopped it first: a
-    launcher ends a node's ranks when one of them dies); the launchers exit non-zero and no
-    /dev/shm file stays."""
+    launcher ends a node's ranks when one of them dies; the others ignore SIGTERM to stay and
+    report, and are SIGKILLed after the launcher's 5 s grace); the launchers exit non-zero and
+    no /dev/shm file stays."""
     if native_extension() is None:
         pytest.skip("the native engine is not built")
     job = tmp_path / "kill.py"

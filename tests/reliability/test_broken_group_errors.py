@@ -55,6 +55,7 @@ def test_the_next_collective_on_a_broken_group_raises_a_dist_error_naming_the_lo
                         str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80, env=env)
     assert r.returncode != 0, r.stderr[-3000:]
     for rank in (0, 1):
+        assert (tmp_path / f"r{rank}.json").exists(), (rank, r.stderr[-4000:])
         recs = json.loads((tmp_path / f"r{rank}.json").read_text())
         for rec in recs:  # the failed op, then the next one on the broken group
             assert rec["type"] in ("DistRankFailureError", "DistNetworkError") and rec["dist"], (rank, recs)
@@ -245,6 +246,7 @@ def test_a_loss_found_in_one_group_reaches_the_processs_other_groups(tmp_path, t
     assert r.returncode != 0, r.stderr[-3000:]
     killed = float((tmp_path / "killed").read_text())
     for rank in (2, 1, 3):
+        assert (tmp_path / f"r{rank}.json").exists(), (rank, r.stderr[-4000:])
         rec = json.loads((tmp_path / f"r{rank}.json").read_text())
         assert rec["type"] in ("DistRankFailureError", "DistNetworkError") and rec["peer"] == 0 and "rank 0" in rec["msg"], (rank, rec)
         assert rec["t"] - killed < 5, (rank, rec["t"] - killed, rec)  # the group timeout is 10 s
