@@ -98,6 +98,52 @@ def _public_enqueue_s(cp, small, iters: int) -> float:
         dist.destroy_process_group()
 
 
+def _breakdown(cp, backend, small_call, stream, calls: int) -> dict:
+    """Where the host time of one small ``backend.all_reduce`` goes (``--breakdown``).
+
+    Times the CUDA API calls the backend makes per operation, each alone, then
+    the whole call with the main thread's and the whole process's CPU time (the
+    difference is the watchdog thread completing the works), then a cProfile of
+    the main thread, top 25 by own time.
+    """
+    import cProfile
+    import io
+    import pstats
+
+    event = cp.cuda.Event(block=False, disable_timing=True)
+    parts = {
+        "cudaGetDevice": lambda: cp.cuda.runtime.getDevice(),
+        "get_current_stream": lambda: cp.cuda.get_current_stream(),
+        "Event()": lambda: cp.cuda.Event(block=False, disable_timing=True),
+        "Event.record": lambda: event.record(stream),
+        "Event.done": lambda: event.done,
+    }
+    out = {name: _time_host(cp, fn, calls, calls // 10) * 1e6 for name, fn in parts.items()}
+    for name, us in out.items():
+        print(f"# breakdown: {name:<20} {us:8.2f} us per call")
+    cp.cuda.get_current_stream().synchronize()
+    t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+    for _ in range(calls):
+        backend.all_reduce(small_call)
+    t1, c1, p1 = time.perf_counter(), time.thread_time(), time.process_time()
+    cp.cuda.get_current_stream().synchronize()
+    out["wall_us"] = (t1 - t0) / calls * 1e6
+    out["main_thread_cpu_us"] = (c1 - c0) / calls * 1e6
+    out["process_cpu_us"] = (p1 - p0) / calls * 1e6
+    print(f"# breakdown: backend.all_reduce x{calls}: wall {out['wall_us']:.2f} us, main thread CPU "
+          f"{out['main_thread_cpu_us']:.2f} us, process CPU {out['process_cpu_us']:.2f} us per call")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        backend.all_reduce(small_call)
+    prof.disable()
+    cp.cuda.get_current_stream().synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+    print(text.getvalue())
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1M,2M,4M,8M,16M,32M,64M,128M,256M",
@@ -106,6 +152,8 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time the CUDA calls of one small all_reduce and profile it (no target)")
     args = parser.parse_args(argv)
     reason = _skip_reason()
     if reason is not None:
@@ -159,6 +207,8 @@ def main(argv=None) -> int:
                                                      nccl.NCCL_SUM, stream.ptr), 1000, 100)
         small_call = Call(Op.ALL_REDUCE, "cuda", small.dtype, out=small, redop=ReduceOp.SUM)
         h_nd = _time_host(cp, lambda: backend.all_reduce(small_call), 1000, 100)
+        if args.breakdown:
+            results["breakdown"] = _breakdown(cp, backend, small_call, stream, 5000)
         try:
             h_pub = _public_enqueue_s(cp, small, 1000)
         except Exception as err:  # noqa: BLE001 - informational only: say what failed

@@ -261,3 +261,56 @@ def test_a_call_that_returns_in_time_is_not_aborted(comm, dog):
     ev.fire()
     assert w.wait(timeout=30) is True
     assert comm.aborted == []
+
+
+class CountingEvent(HostEvent):
+    """A host event that counts how often the watchdog asked whether it fired."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries = 0
+
+    @property
+    def done(self) -> bool:
+        self.queries += 1
+        return self._set.is_set()
+
+
+def test_works_on_one_stream_complete_with_the_newest_event_queried_only(comm):
+    # Events on one stream fire in order: once the newest fired, the older ones need no query.
+    stream, other = object(), object()
+    evs = [CountingEvent() for _ in range(6)]
+    works = [CudaWork("all_reduce", i, ev, comm.check) for i, ev in enumerate(evs)]
+    for ev in evs:
+        ev.fire()
+    wd = Watchdog("group 'g' rank 0", contextlib.nullcontext, comm.check, comm.abort, poll_s=0.001)
+    try:
+        for w in works[:5]:
+            wd.add(w, timeout_s=30, stream=stream)
+        wd.add(works[5], timeout_s=30, stream=other)  # the newest is on another stream: no shortcut
+        for w in works:
+            w.get_future().result(timeout=10)
+        assert all(ev.queries >= 1 for ev in evs)  # each one had to be asked
+    finally:
+        wd.stop()
+    evs = [CountingEvent() for _ in range(6)]
+    works = [CudaWork("all_reduce", i, ev, comm.check) for i, ev in enumerate(evs)]
+    for ev in evs:
+        ev.fire()
+    queued = threading.Event()
+
+    @contextlib.contextmanager
+    def device():  # entered by the watchdog's thread before its loop: holds it until all six are queued
+        queued.wait(10)
+        yield
+
+    wd = Watchdog("group 'g' rank 0", device, comm.check, comm.abort, poll_s=0.001)
+    try:
+        for w in works:
+            wd.add(w, timeout_s=30, stream=stream)
+        queued.set()
+        for w in works:
+            w.get_future().result(timeout=10)
+        assert [ev.queries for ev in evs[:5]] == [0] * 5 and evs[5].queries == 1
+    finally:
+        wd.stop()

@@ -172,7 +172,7 @@ class NcclBackend(CollectiveBackend):
             if switch:
                 self._device.__exit__(None, None, None)
         work = CudaWork(op, seq, event, self._async_error, outputs)
-        self._watchdog.add(work, self._timeout_s, (keepalive, extra))
+        self._watchdog.add(work, self._timeout_s, (keepalive, extra), stream)
         return work
 
     @contextlib.contextmanager
@@ -220,10 +220,11 @@ class NcclBackend(CollectiveBackend):
                         tracked.append((work, keep))
                         tracked.extend((chained, None) for chained in work.run_deferred())
                     event = cp.cuda.Event(block=False, disable_timing=True)
-                    event.record(cp.cuda.get_current_stream())
+                    stream = cp.cuda.get_current_stream()
+                    event.record(stream)
                     for work, keep in tracked:
                         work._event = event
-                        self._watchdog.add(work, self._timeout_s, keep)
+                        self._watchdog.add(work, self._timeout_s, keep, stream)
 
     def _copy(self, dst: Any, src: Any, stream_ptr: int) -> None:
         if src.nbytes:
