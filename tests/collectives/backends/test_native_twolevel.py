@@ -104,6 +104,9 @@ def _every_op(b):
         y = np.full(3, r + 1, np.int64)
         b.reduce(y, dst, ReduceOp.SUM, blocking=True).wait(30)
         check(f"reduce {dst}", y, np.full(3, n * (n + 1) // 2 if r == dst else r + 1))  # a non-root's stays
+        w = np.full(5, r + 0.5, np.float32)  # the leader's kept copy again, at another dtype and size
+        b.reduce(w, dst, ReduceOp.MAX, blocking=True).wait(30)
+        check(f"reduce max {dst}", w, np.full(5, n - 0.5 if r == dst else r + 0.5, np.float32))
     out = np.zeros(3 * n, np.int32)
     b.all_gather_into(out, np.full(3, r, np.int32), blocking=True).wait(30)
     check("all_gather_into", out, np.repeat(np.arange(n, dtype=np.int32), 3))

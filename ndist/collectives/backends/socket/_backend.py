@@ -308,8 +308,7 @@ class SocketBackend(CollectiveBackend):
             return
         infos = {p: self._mesh.peer(p) for p in peers}
         hosts = _twolevel.host_split(self.granks) or self._links.hosts  # (NDIST_NATIVE_HOSTS: testing on one host)
-        spans = len(set(hosts)) > 1 if hosts is not None else any(
-            i["hostid"] != self._mesh.hostid for i in infos.values())
+        spans = len(set(hosts)) > 1
         kind = select(self._nfile.slot if self._nfile is not None else 0, peers, self._links.same_host, infos,
                       self._tcp_offer, spans, _native.TCP_MAX_RANKS, hosts)
         if kind == NATIVE_TCP:
@@ -324,7 +323,7 @@ class SocketBackend(CollectiveBackend):
         try:
             group = _native.attach(self._native_mod, self._nfile, {p: i["shm"] for p, i in infos.items()},
                                    {p: i["pid"] for p, i in infos.items()}, self.rank, self.size, self._timeout,
-                                   self.size <= _native.SPIN_RANKS_PER_CORE * (os.cpu_count() or 1))
+                                   _native.spins(self.size))
         except _native.PeerFileGone as gone:  # (its files go when it closes the group or its job sweeps them)
             self._peer_file_gone(gone.args[0])
         self._run_native(self._native_mod, group, peers)
@@ -340,7 +339,7 @@ class SocketBackend(CollectiveBackend):
                 local = _native.attach(mod, self._nfile, {i: infos[r]["shm"] for i, r in enumerate(mine) if r in infos},
                                        {i: infos[r]["pid"] for i, r in enumerate(mine) if r in infos},
                                        mine.index(self.rank), len(mine), self._timeout,
-                                       len(mine) <= _native.SPIN_RANKS_PER_CORE * (os.cpu_count() or 1))
+                                       _native.spins(len(mine)))
             except _native.PeerFileGone as gone:
                 self._peer_file_gone(mine[gone.args[0]])
         try:

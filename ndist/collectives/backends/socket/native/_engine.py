@@ -39,7 +39,7 @@ from ..schedules._reduce import ERRVAR, IGNORE_ERRORS, UFUNC, finalize
 from ..wire._segment import SHM_DIR, job_of
 
 __all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "TCP_ENV", "cma_min_bytes", "engine_mode", "module_for",
-           "extension", "tcp_offer", "TCP_MAX_RANKS", "slot_bytes", "NativeFile", "NativeAlgorithms", "attach", "attach_tcp"]
+           "extension", "tcp_offer", "TCP_MAX_RANKS", "slot_bytes", "spins", "NativeFile", "NativeAlgorithms", "attach", "attach_tcp"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -89,6 +89,13 @@ SPIN_US = 200.0
 #: (docs/performance.md, "Spinning when ranks outnumber cores"). Beyond it (64 or 128 ranks
 #: on a few cores) a waiter sleeps after a few yields, as before.
 SPIN_RANKS_PER_CORE = 4
+
+
+def spins(n: int) -> bool:
+    """Whether the waiters of a same-host group of ``n`` ranks spin before they sleep
+    (``SPIN_RANKS_PER_CORE``)."""
+    return n <= SPIN_RANKS_PER_CORE * (os.cpu_count() or 1)
+
 _CTL = 4096
 _HDR = 64
 

@@ -59,6 +59,7 @@ import os
 
 import numpy as np
 
+from ..schedules._twolevel import topology
 from ._engine import env_bytes
 
 __all__ = ["TwoLevelGroup", "HOSTS_ENV", "MIN_ENV", "TWO_LEVEL_MIN", "host_split", "min_bytes"]
@@ -93,9 +94,7 @@ def host_split(granks) -> tuple | None:
         k = 0
     if k < 1:
         raise ValueError(f"{HOSTS_ENV}: expected a rank count k >= 1 or 'mod:k', got {raw!r}")
-    keys = [g % k if mod else g // k for g in granks]
-    index: dict = {}
-    return tuple(index.setdefault(h, len(index)) for h in keys)
+    return topology(g % k if mod else g // k for g in granks)
 
 
 def min_bytes() -> int:
@@ -105,6 +104,12 @@ def min_bytes() -> int:
 
 def _u8(a) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
+
+
+def _in_group(mine, code):
+    """A local group's rank code (a local rank, or STALL_GLOBAL + a global rank, or negative)
+    in the group's numbering: ``mine`` the group ranks of this host."""
+    return mine[code] if isinstance(code, int) and 0 <= code < len(mine) else code
 
 
 def _tag(op: str, root: int) -> int:
@@ -150,6 +155,8 @@ class TwoLevelGroup:
         self._on_stall = self._on_deadline = None
         self._warn_after = 0.0
         self._seq = 0
+        self._tag = None  # the tag both compiled groups carry now (set only when it changes)
+        self._spare = None  # reduce's copy at a leader that is not the root, kept between calls
         self._cell = [tcp, local]  # (what the stall callbacks reach: emptied at close)
         sg = mod.STALL_GLOBAL
         lindex, gr, final = self.lindex, self.granks, mod.STALL_FINAL
@@ -214,7 +221,7 @@ class TwoLevelGroup:
         if self.local is not None:
             mine = self.mine
             self.local.on_stall = None if cb is None else (
-                lambda peer, word, waited, left: cb(mine[peer] if 0 <= peer < len(mine) else peer, word, waited, left))
+                lambda peer, word, waited, left: cb(_in_group(mine, peer), word, waited, left))
 
     @property
     def on_deadline(self):
@@ -237,8 +244,7 @@ class TwoLevelGroup:
                 cb(code)
 
         def from_local(code):
-            if 0 <= code < len(mine):
-                code = mine[code]
+            code = _in_group(mine, code)
             if cell:
                 cell[0].tell_stalled(code)
             if cb is not None:
@@ -249,13 +255,6 @@ class TwoLevelGroup:
             self.local.on_deadline = from_local
 
     # ---------------------------------------------------------- numbering
-    def _full(self, code):
-        """A local group's rank code (a local rank, or STALL_GLOBAL + a global rank) in the
-        group's numbering."""
-        if isinstance(code, int) and 0 <= code < self.mod.STALL_GLOBAL:
-            return self.mine[code] if code < len(self.mine) else code
-        return code
-
     def _global_code(self, r: int) -> int:
         """A group rank (or STALL_GLOBAL + a global rank) as STALL_GLOBAL + its global rank."""
         return self.mod.STALL_GLOBAL + self.granks[r] if 0 <= r < self.mod.STALL_GLOBAL else r
@@ -265,11 +264,12 @@ class TwoLevelGroup:
         """Break both groups naming ``code`` (a group rank, STALL_GLOBAL + a global rank, -1:
         no one; ``-2 - code``: a timeout waiting on ``code``)."""
         self.tcp.fail(code)
+        self._fail_local(code)
+
+    def _fail_local(self, code: int) -> None:
+        """Break the local group naming ``code`` (as ``fail``'s) in its numbering."""
         if self.local is not None:
-            if code <= -2:
-                self.local.fail(-2 - self._local_code(-2 - code))
-            else:
-                self.local.fail(self._local_code(code) if code >= 0 else code)
+            self.local.fail(-2 - self._local_code(-2 - code) if code <= -2 else self._local_code(code))
 
     def tell_stalled(self, code: int) -> None:
         self.tcp.tell_stalled(code)
@@ -318,14 +318,14 @@ class TwoLevelGroup:
             code = -2 - code
         if from_local:
             self.tcp.fail(code)
-        elif self.local is not None:
-            self.local.fail(-2 - self._local_code(-2 - code) if code <= -2 else self._local_code(code))
+        else:
+            self._fail_local(code)
 
     def _error(self, err, from_local: bool):
         """``err`` renumbered to the group's ranks, its calls named by their tags."""
         kind, peer, cause, detail = err.args
         if from_local:
-            peer, cause = self._full(peer), self._full(cause)
+            peer, cause = _in_group(self.mine, peer), _in_group(self.mine, cause)
         if kind == "mismatch":
             op, dtype, redop, root, nbytes, seq, esize, sends, wants, prior = detail
             op, root = untag(op, root)
@@ -370,9 +370,21 @@ class TwoLevelGroup:
 
     def _tagged(self, op: str, root: int = -1) -> None:
         t = _tag(op, root)
-        self.tcp.tag = t
-        if self.local is not None:
-            self.local.tag = t
+        if t != self._tag:
+            self._tag = t
+            self.tcp.tag = t
+            if self.local is not None:
+                self.local.tag = t
+
+    def _copy(self, buf):
+        """``buf``'s contents in a buffer of this group's (grown to the largest call, kept):
+        what reduce's leader that is not the root reduces into (a non-root buffer stays)."""
+        n = buf.nbytes
+        if self._spare is None or self._spare.nbytes < n:
+            self._spare = np.empty(n, np.uint8)
+        work = self._spare[:n].view(buf.dtype).reshape(buf.shape)
+        np.copyto(work, buf)
+        return work
 
     # ---------------------------------------------------------- two-level ops
     def all_reduce(self, buf, code, rc, es, fb, rsag) -> None:
@@ -412,7 +424,7 @@ class TwoLevelGroup:
             self._step(self.tcp, self.tcp.reduce, buf, code, rc, es, fb, root)
             return
         L, hr = self.local, self.hosts[root]
-        work = buf.copy() if self.is_leader and self.rank != root else buf  # (a non-root's buffer stays)
+        work = self._copy(buf) if self.is_leader and self.rank != root else buf  # (a non-root's buffer stays)
         if L is not None:
             self._step(L, L.reduce, work, code, rc, es, fb, 0)
         if self.is_leader:

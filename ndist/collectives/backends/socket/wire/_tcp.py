@@ -31,7 +31,6 @@ import time
 from .....runtime import DistNetworkError, DistTimeoutError
 from .....runtime import _net
 from .....runtime._net import host_identity, listen_address, pid_namespace
-from . import _frame as F
 from ..failure import _losses
 from . import _link_facts
 from ._accept import HANDSHAKE_S, HELLO, HELLO_MAGIC, Acceptor
