@@ -4,7 +4,7 @@ roots that are not leaders), mismatches between calls whose steps look alike, an
 told across the levels. Ranks are threads of this process over real sockets and shared
 memory; ``NDIST_NATIVE_HOSTS`` makes the engine take one host's ranks for several hosts
 (the conformance suite runs it as ``socket-native-2level``; across real network namespaces:
-tests/collectives/test_two_level_netns.py)."""
+tests/collectives/test_three_hosts_netns.py)."""
 
 from __future__ import annotations
 
@@ -192,6 +192,31 @@ def test_a_broadcast_from_another_root_on_the_same_host_is_a_mismatch(monkeypatc
         nxt = run_threads(backends[:2], lambda b: _both(b, {}))  # (rank 0 reads rank 2's notice of the mismatch)
         assert isinstance(nxt[0], DistMismatchError) and "rank 2: broadcast" in str(nxt[0]), nxt
         assert isinstance(nxt[1], DistNetworkError) and nxt[1].rank == 0, nxt
+    finally:
+        _close(backends)
+
+
+def _sized_all_reduce(count):
+    return lambda b, x: b.all_reduce(np.ones(count, np.float32), ReduceOp.SUM, blocking=True)
+
+
+def test_a_size_across_the_two_level_minimum_is_a_mismatch_not_a_timeout(monkeypatch):
+    """Rank 3 all_reduces 1 KiB (below the minimum: direct, to every rank over TCP), the
+    others 8 KiB (in two levels). Rank 0, in the leaders' step, finds rank 3's frame of this
+    op at the head of a stream it does not read from (rank 3 is no leader): a mismatch, told
+    to every rank, long before the group timeout."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    monkeypatch.setenv("NDIST_NATIVE_TWO_LEVEL_MIN", "4096")
+    backends = _up(4, timeout=60)
+    try:
+        t0 = time.monotonic()
+        errs = run_threads(backends, lambda b: _both(b, {r: _sized_all_reduce(256 if r == 3 else 2048)
+                                                         for r in range(4)}))
+        assert time.monotonic() - t0 < 20
+        assert isinstance(errs[0], DistMismatchError) and "rank 3" in str(errs[0]), errs
+        assert isinstance(errs[3], DistMismatchError), errs
+        for r in (1, 2):  # (each waits in shared memory: its leader, or rank 3, fails it)
+            assert isinstance(errs[r], DistNetworkError), errs
     finally:
         _close(backends)
 

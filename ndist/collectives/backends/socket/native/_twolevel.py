@@ -32,9 +32,10 @@ A call smaller than ``two_level_min`` bytes (``NDIST_NATIVE_TWO_LEVEL_MIN``, def
 all_gather: its output, at least ``ALL_GATHER_MIN``) runs direct on the whole TCP group
 instead, as does every barrier (unless the minimum is 0): below it the second hop cost
 more than the sockets it saved (docs/performance.md). Every rank decides alike from the
-call's size; a call whose size differs between ranks across the minimum then waits in
-different steps and ends at the group's timeout, naming the rank not heard from, rather
-than as a mismatch;
+call's size. A call whose size differs between ranks across the minimum runs in different
+steps: where a rank that is no leader runs it direct, a leader finds its frame of this call
+outside the leaders' view (the ``TcpGroup`` reports a mismatch); else it ends at the group's
+timeout, naming the rank not heard from (docs/native.md, "Two levels");
 * ``barrier``: shared-memory barrier, the leaders' barrier, shared-memory barrier;
 * ``all_to_all``, ``reduce_scatter``, ``gather``, ``scatter``: direct, on the whole TCP
   group (every rank to every rank), as the direct TCP engine runs them.

@@ -168,6 +168,17 @@ typedef struct {
 /* the group rank of the view's q-th rank */
 #define VQ(g, q) ((g)->vmap ? (g)->vmap[q] : (q))
 
+/* whether group rank q is in the view */
+static int in_view(const TGroup *g, int q)
+{
+    if (!g->vmap)
+        return 1;
+    for (int i = 0; i < g->vsize; i++)
+        if (g->vmap[i] == q)
+            return 1;
+    return 0;
+}
+
 static PyObject *Error; /* _cnative.Error (shared with the same-host engine) */
 static unsigned long main_thread;
 
@@ -402,7 +413,8 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
  * at (MSG_PEEK) while the phase waits. A FAIL frame at the head of its stream fails the op (the
  * group is broken: a member that fails in a phase may leave this rank waiting on another); a
  * CLOSE frame or the end of its stream does too when this rank still sends to it (it reads no
- * more). STALL frames are taken as they come; any other frame is a later op's, left for it.
+ * more). STALL frames are taken as they come. A DATA frame of this op from a rank outside the
+ * view is a mismatch; any other frame is a later op's, left for it.
  * E_OK, or the error. */
 static int peek_end(TGroup *g, int q)
 {
@@ -424,6 +436,16 @@ static int peek_end(TGroup *g, int q)
         int theirs = (p->ih.kind & 0xffffff00u) == MAGIC;
         if (!theirs && !(b[0] == 0x44 && b[1] == 0x4E && b[2] == PY_ABORT))
             return E_OK; /* (not a frame: the read that reaches it fails) */
+        if (theirs && kind == K_DATA && p->ih.seq == g->seq && !in_view(g, q)) {
+            /* this op's frame from a rank outside the view: it runs the op on the whole group
+             * where this rank runs it among the view (native/_twolevel.py: a call whose size
+             * lies on the other side of the two-level minimum). A later op's frame has a
+             * higher seq; a rank outside the view sends none of this op's. */
+            g->err_peer = q;
+            memcpy(&g->err_theirs, &p->ih, sizeof p->ih);
+            g->err_sends = g->err_wants = -1;
+            return E_MISMATCH;
+        }
         if (theirs && (kind == K_DATA || (kind == K_CLOSE && !p->osend)))
             return E_OK;
         if (recv(p->fd, &p->ih, sizeof(thdr_t), MSG_DONTWAIT) != (ssize_t)sizeof(thdr_t))
