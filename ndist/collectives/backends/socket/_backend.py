@@ -343,10 +343,10 @@ class SocketBackend(CollectiveBackend):
             except _native.PeerFileGone as gone:
                 self._peer_file_gone(mine[gone.args[0]])
         try:
-            tcp = self._attach_tcp(mod, peers)
+            tcp = self._attach_tcp(mod, peers, local)
         except BaseException:
             if local is not None:
-                local.close()
+                local.close()  # (after _attach_tcp failed it naming the cause: the failure stays)
             raise
         return _twolevel.TwoLevelGroup(mod, local, tcp, hosts, self.rank, self.granks, _twolevel.min_bytes())
 
@@ -358,9 +358,11 @@ class SocketBackend(CollectiveBackend):
         raise DistNetworkError(f"group {self.ctx.group_name!r}: rank {g} ({host}) left before this rank's first "
                                f"collective on the group: {how}", rank=g, host=host) from None
 
-    def _attach_tcp(self, mod, peers):
+    def _attach_tcp(self, mod, peers, local=None):
         """The native group over TCP: every collective link opened now (``_open_link``: its
-        failures as the Python engine's first use of it), handed to C."""
+        failures as the Python engine's first use of it), handed to C. ``local``: the
+        two-level form's same-host group, already attached, whose peers may wait on this
+        rank in the set-up barrier: a failure here fails it naming the same cause."""
         deadline = time.monotonic() + self._timeout
         socks = {}
         p = None
@@ -372,13 +374,19 @@ class SocketBackend(CollectiveBackend):
             # fails (the lost notice naming the rank that could not be linked: a timeout
             # names the peer waited for), not left to find a connection ended with no reason
             # and name this live rank
-            notice = None
+            notice, code = None, -1  # (code: the local group's cause, as TwoLevelGroup.fail takes it)
             if isinstance(err, DistTimeoutError):  # the peer waited for
                 host = getattr(err, "host", None) or self._mesh.host_of(p)
                 notice = self._lost_notice("stalled", self.granks[p], host, str(err))
+                code = -2 - (mod.STALL_GLOBAL + self.granks[p])
             elif isinstance(err, DistNetworkError) and isinstance(getattr(err, "rank", None), int):  # the rank lost
                 host = getattr(err, "host", None) or (self._mesh.host_of(p) if err.rank == self.granks[p] else "?")
                 notice = self._lost_notice("lost", err.rank, host, str(err))
+                code = mod.STALL_GLOBAL + err.rank
+            if local is not None:
+                # its peers wait on this rank in the set-up barrier: they name the cause, not
+                # this live rank "closing the group" (a kill trial's SIGSTOPped rank)
+                local.fail(code)
             for sock in socks.values():
                 if notice is not None:
                     self._mesh.tell_and_keep(sock, notice)
