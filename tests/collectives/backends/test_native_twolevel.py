@@ -270,6 +270,43 @@ def test_a_loss_learnt_elsewhere_wakes_both_levels(monkeypatch):
         _close(backends)
 
 
+def test_a_loss_learnt_between_two_steps_of_an_op_is_its_error(monkeypatch):
+    """A kill trial across 2 hosts of 2 (continue mode, seeds 510014, 510026, 510030): a
+    survivor that is no leader raised ``RuntimeError: native group is broken by an earlier
+    failure``, not a DistError. The loss watcher's thread had failed both compiled groups
+    (``mark_lost``) after the op's first step returned and before its second began. Here the
+    hook runs at that moment on rank 1 (the first host's non-leader) of an all_gather: it
+    raises the loss, naming the lost rank."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    backends = _up(4, timeout=20)
+    try:
+        tl = backends[1].backend._native.g
+        real, done = tl._step, []
+
+        def step(g, method, *args):
+            out = real(g, method, *args)
+            if not done:  # after the first step: as the watcher's thread would, between two steps
+                done.append(1)
+                backends[1].backend._native_loss(3, "h3", "lost point-to-point connection to rank 3 (h3)")
+            return out
+
+        monkeypatch.setattr(tl, "_step", step)
+
+        def gather(b):
+            outs = [np.zeros(2, np.float32) for _ in range(4)]
+            try:
+                b.all_gather(outs, np.full(2, b.backend.rank, np.float32), blocking=True).wait(30)
+            except Exception as err:  # noqa: BLE001
+                return err
+            return None
+
+        errs = run_threads(backends, gather)
+        assert done and isinstance(errs[1], DistNetworkError) and errs[1].rank == 3, errs
+        assert "rank 3" in str(errs[1]), str(errs[1])
+    finally:
+        _close(backends)
+
+
 def test_calls_below_the_two_level_minimum_run_direct_and_above_it_in_two_levels(monkeypatch):
     """``NDIST_NATIVE_TWO_LEVEL_MIN``: a call of fewer bytes runs on the whole TCP group (its
     view every rank), a larger one on the leaders' view; both give the same answer."""

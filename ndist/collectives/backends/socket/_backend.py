@@ -451,6 +451,11 @@ class SocketBackend(CollectiveBackend):
         if nat.g.broken and nat.broken is None:
             nat.broken = err if isinstance(err, DistError) else DistBackendError(
                 f"group {self.ctx.group_name!r}: {nat.desc()} was interrupted ({err!r}); the group is broken")
+        elif nat.g.broken and type(err) is RuntimeError:
+            # a compiled group refused a step ("broken by an earlier failure"): a two-level op's
+            # groups were failed between two of its steps (``mark_lost`` on the loss watcher's
+            # thread, which sets ``broken`` first): that failure is the op's error
+            return nat.broken
         return err
 
     def _inline(self, nat, lane_op, a, b, c=None, d=None) -> bool:
