@@ -115,11 +115,26 @@ section_file() {  # title, file: a fenced block of the file, if it exists
     printf '```\n'
 }
 
+# The commit the checkout is at, and how many tracked files differ from it: a copy of a
+# working tree (the device tool's) may carry changes not committed, or git metadata older
+# than its files; the bare commit alone would name code that did not run.
+checkout_line() {
+    local head changed
+    head=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) || { echo '?'; return; }
+    changed=$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | wc -l)
+    if [ "$changed" -gt 0 ]; then
+        echo "$head + $changed tracked file(s) changed since it"
+    else
+        echo "$head"
+    fi
+}
+CHECKOUT=$(checkout_line)  # (before the parts: the build adds files, untracked ones)
+
 write_report() {
     {
         echo "# ndist GPU check"
         echo
-        echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'), host ${HOSTNAME:-$(uname -n)}, checkout $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(( $(date +%s) - START )) s so far, budget ${BUDGET} s"
+        echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'), host ${HOSTNAME:-$(uname -n)}, checkout $CHECKOUT, $(( $(date +%s) - START )) s so far, budget ${BUDGET} s"
         echo
         echo "| part | result | seconds | timeout | note |"
         echo "|------|--------|---------|---------|------|"

@@ -302,3 +302,33 @@ def test_merge_keeps_every_suite_and_skips_a_broken_file(tmp_path):
     root = ET.parse(tmp_path / "all.xml").getroot()
     assert [len(list(s.iter("testcase"))) for s in root.iter("testsuite")] == [1, 2]
     assert h.count(str(tmp_path / "all.xml")) == "2 passed, 0 failed, 0 errors, 1 skipped"
+
+
+@needs_bash
+@needs_no_gpu
+@pytest.mark.timeout(120)
+def test_the_report_names_the_commit_and_the_tracked_files_changed_since_it(tmp_path):
+    """The device tool runs a copy of a working tree, which may carry changes not committed
+    (or git metadata older than its files): the report's checkout says so."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    shutil.copy(SCRIPT, repo / "tools")
+    shutil.copy(HELPER, repo / "tools")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True, timeout=30)
+    subprocess.run([*git, "add", "-A"], check=True, timeout=30)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True, timeout=30)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          timeout=30).stdout.strip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NDIST_GPU_CHECK") and k != "OUT"}
+    env.update(NDIST_GPU_CHECK_FORCE="1", NDIST_GPU_CHECK_PARTS="versions", PYTHON=sys.executable)
+    for changed, want in ((False, f"checkout {head}, "), (True, f"checkout {head} + 1 tracked file(s) changed since it")):
+        if changed:
+            with open(repo / "tools" / "gpu_check_helper.py", "a") as f:
+                f.write("\n# changed\n")
+        out = tmp_path / f"out{int(changed)}"
+        subprocess.run(["bash", str(repo / "tools" / "gpu_check.sh"), str(out)], capture_output=True, text=True,
+                       env=env, timeout=100)
+        assert want in (out / "report.md").read_text(), (out / "report.md").read_text()[:400]
