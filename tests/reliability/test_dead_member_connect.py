@@ -67,7 +67,7 @@ def gone(pid):  # (a zombie until the launcher reaps it: dead all the same)
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # (reaped, even mid-read)
         return True
 
 

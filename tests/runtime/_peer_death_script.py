@@ -27,7 +27,7 @@ else:
                 with open(f"/proc/{pid}/stat") as f:
                     if f.read().split()[2] == "Z":
                         break
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):  # (reaped, even mid-read)
                 break
             time.sleep(0.01)
     t0 = time.monotonic()

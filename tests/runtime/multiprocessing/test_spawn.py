@@ -143,7 +143,7 @@ def _alive(pid):
     try:
         with open(f"/proc/{pid}/status") as fh:
             return "\nState:\tZ" not in fh.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # (reaped, even mid-read)
         return False
 
 
