@@ -200,25 +200,51 @@ def _sized_all_reduce(count):
     return lambda b, x: b.all_reduce(np.ones(count, np.float32), ReduceOp.SUM, blocking=True)
 
 
-def test_a_size_across_the_two_level_minimum_is_a_mismatch_not_a_timeout(monkeypatch):
-    """Rank 3 all_reduces 1 KiB (below the minimum: direct, to every rank over TCP), the
-    others 8 KiB (in two levels). Rank 0, in the leaders' step, finds rank 3's frame of this
-    op at the head of a stream it does not read from (rank 3 is no leader): a mismatch, told
-    to every rank, long before the group timeout."""
+def _sizes_across(monkeypatch, counts):
+    """Every rank all_reduces ``counts[rank]`` float32s at 2 hosts x 2 with a 4 KiB two-level
+    minimum (256: direct, 2048: two levels); the errors, and the seconds they took."""
     monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
     monkeypatch.setenv("NDIST_NATIVE_TWO_LEVEL_MIN", "4096")
     backends = _up(4, timeout=60)
     try:
         t0 = time.monotonic()
-        errs = run_threads(backends, lambda b: _both(b, {r: _sized_all_reduce(256 if r == 3 else 2048)
-                                                         for r in range(4)}))
-        assert time.monotonic() - t0 < 20
-        assert isinstance(errs[0], DistMismatchError) and "rank 3" in str(errs[0]), errs
-        assert isinstance(errs[3], DistMismatchError), errs
-        for r in (1, 2):  # (each waits in shared memory: its leader, or rank 3, fails it)
-            assert isinstance(errs[r], DistNetworkError), errs
+        errs = run_threads(backends, lambda b: _both(b, {r: _sized_all_reduce(counts[r]) for r in range(4)}))
+        return errs, time.monotonic() - t0
     finally:
         _close(backends)
+
+
+def test_a_size_across_the_two_level_minimum_is_a_mismatch_not_a_timeout(monkeypatch):
+    """Rank 3 all_reduces 1 KiB (below the minimum: direct, to every rank over TCP), the
+    others 8 KiB (in two levels). The first rank to look finds rank 3's frame of this op at
+    the head of a stream: rank 0 in the leaders' step (from a rank outside the leaders'
+    view), or rank 1 or 2 waiting in shared memory (the TCP group's news; rank 1 is outside
+    the view). A mismatch naming rank 3's call, told to every rank, long before the group
+    timeout."""
+    errs, took = _sizes_across(monkeypatch, [2048, 2048, 2048, 256])
+    assert took < 20, took
+    assert isinstance(errs[3], DistMismatchError) and "float32[2048]" in str(errs[3]), errs
+    assert any(isinstance(errs[r], DistMismatchError) and "rank 3: all_reduce float32[256]" in str(errs[r])
+               for r in (0, 1, 2)), errs
+    for r in (0, 1, 2):  # (the others: the mismatch relayed, or the rank that failed their step)
+        assert isinstance(errs[r], (DistMismatchError, DistNetworkError)), errs
+
+
+@pytest.mark.parametrize("counts", [[256, 256, 256, 2048], [256, 2048, 256, 2048]],
+                         ids=["one-rank-in-two-levels", "leaders-direct"])
+def test_a_rank_in_two_levels_finds_the_frames_of_ranks_that_run_the_call_direct(monkeypatch, counts):
+    """The other way round: ranks that are no leaders run the call in two levels (8 KiB) and
+    wait in shared memory on their leader, which runs it direct (1 KiB) and waits on them over
+    TCP. The first to look finds, in its shared-memory wait, the TCP group's frame of this op
+    sent to it, a rank outside the leaders' view (``Group.watch``): a mismatch naming the
+    direct call, which its FAIL frames tell every rank. Before, every rank raised
+    DistTimeoutError at the group timeout (60 s here)."""
+    errs, took = _sizes_across(monkeypatch, counts)
+    assert took < 20, took
+    for r in range(4):  # (the others: the mismatch relayed, or the rank that failed their step)
+        assert isinstance(errs[r], (DistMismatchError, DistNetworkError)), errs
+    assert any(isinstance(errs[r], DistMismatchError) and "float32[256]" in str(errs[r])
+               for r in (1, 3) if counts[r] == 2048), errs
 
 
 def test_a_rank_that_never_calls_is_named_by_every_rank_on_both_hosts(monkeypatch):
@@ -270,6 +296,38 @@ def test_a_loss_learnt_elsewhere_wakes_both_levels(monkeypatch):
         _close(backends)
 
 
+def test_a_loss_learnt_on_another_host_wakes_a_rank_waiting_in_shared_memory(monkeypatch):
+    """Rank 2 (the second host's leader) is late to an all_reduce; rank 3 waits on it in
+    shared memory, where no TCP frame is read. Rank 0, on the other host, learns from
+    elsewhere that rank 2 is lost and fails its TCP group: its FAIL frame reaches rank 3's
+    stream, which rank 3's shared-memory wait looks at (``Group.watch``, every 100 ms), so
+    rank 3 raises naming rank 2 at once. Before, it waited for rank 2 until the group
+    timeout (60 s here)."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    backends = _up(4, timeout=60)
+    try:
+        import threading
+
+        errs = {}
+
+        def wait(r):
+            errs[r] = _both(backends[r], {})
+
+        threads = {r: threading.Thread(target=wait, args=(r,), daemon=True) for r in (0, 1, 3)}
+        for t in threads.values():
+            t.start()
+        time.sleep(0.5)
+        backends[0].failure.record(2, "h2", "lost point-to-point connection to rank 2 (h2): reset")
+        threads[3].join(30)
+        assert isinstance(errs.get(3), DistNetworkError) and errs[3].rank == 2, errs
+        assert "rank 2" in str(errs[3]), str(errs[3])
+        for r in (0, 1):
+            threads[r].join(30)
+            assert isinstance(errs.get(r), DistNetworkError) and errs[r].rank == 2, (r, errs)
+    finally:
+        _close(backends)
+
+
 def test_a_loss_learnt_between_two_steps_of_an_op_is_its_error(monkeypatch):
     """A kill trial across 2 hosts of 2 (continue mode, seeds 510014, 510026, 510030): a
     survivor that is no leader raised ``RuntimeError: native group is broken by an earlier
@@ -309,7 +367,9 @@ def test_a_loss_learnt_between_two_steps_of_an_op_is_its_error(monkeypatch):
 
 def test_calls_below_the_two_level_minimum_run_direct_and_above_it_in_two_levels(monkeypatch):
     """``NDIST_NATIVE_TWO_LEVEL_MIN``: a call of fewer bytes runs on the whole TCP group (its
-    view every rank), a larger one on the leaders' view; both give the same answer."""
+    view every rank), a larger one on the leaders' view, set on every rank (those outside it
+    run no TCP step, and take this op's frames sent to them for a mismatch); both give the
+    same answer. A TCP op on a rank outside the view is refused."""
     monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
     monkeypatch.setenv("NDIST_NATIVE_TWO_LEVEL_MIN", "4096")
     backends = _up(4)
@@ -326,7 +386,9 @@ def test_calls_below_the_two_level_minimum_run_direct_and_above_it_in_two_levels
             return b.backend._native.g.tcp.view
 
         assert run_threads(backends, lambda b: views(b, 512)) == [None] * 4  # 2 KiB: direct
-        assert run_threads(backends, lambda b: views(b, 2048)) == [(0, 2), None, (0, 2), None]  # 8 KiB
+        assert run_threads(backends, lambda b: views(b, 2048)) == [(0, 2)] * 4  # 8 KiB
+        with pytest.raises(RuntimeError, match="rank 1 is outside the view"):
+            backends[1].backend._native.g.tcp.barrier()
     finally:
         _close(backends)
 

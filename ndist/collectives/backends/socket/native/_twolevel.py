@@ -173,6 +173,8 @@ class TwoLevelGroup:
             return base | fin
 
         self._local_code = local_code
+        if local is not None:  # (kept until the groups are freed: a wait on another thread reads it)
+            local.watch = tcp
 
     # ---------------------------------------------------------- the compiled groups' attributes
     @property
@@ -344,12 +346,19 @@ class TwoLevelGroup:
         return (op, dtype, root, nbytes, seq, esize)
 
     def _step(self, g, method, *args):
-        """Run one step on compiled group ``g``; its failure breaks the other group too."""
+        """Run one step on compiled group ``g``; its failure breaks the other group too. A
+        shared-memory step that ended on the TCP group's news (a peer failed that group, or
+        runs this call direct: ``Group.watch``) raises the TCP group's error."""
         self._level = g
         try:
             return method(*args)
         except self.mod.Error as err:
             local = g is self.local
+            if local and err.args[0] == "news":
+                try:
+                    self.tcp.raise_news()
+                except self.mod.Error as news:
+                    err, local = news, False
             err = self._error(err, local)
             self._spread(err, local)
             raise err from None
@@ -360,6 +369,9 @@ class TwoLevelGroup:
             raise
 
     def _leaders(self) -> None:
+        """The TCP group's ops run among the leaders; set on every rank of a two-level op, so
+        that a rank that is no leader (outside the view) takes this op's frames sent to it for
+        a mismatch, and a leader those from outside the view (``TcpGroup``'s news)."""
         if self._view is not self.leaders:
             self.tcp.view = self.leaders
             self._view = self.leaders
@@ -394,11 +406,11 @@ class TwoLevelGroup:
             self._everyone()
             self._step(self.tcp, self.tcp.all_reduce, buf, code, rc, es, fb, rsag)
             return
+        self._leaders()
         L = self.local
         if L is not None:
             self._step(L, L.reduce, buf, code, rc, es, fb, 0)
         if self.is_leader:
-            self._leaders()
             self._step(self.tcp, self.tcp.all_reduce, buf, code, rc, es, fb, rsag)
         if L is not None:
             self._step(L, L.broadcast, buf, code, 0)
@@ -409,11 +421,11 @@ class TwoLevelGroup:
             self._everyone()
             self._step(self.tcp, self.tcp.broadcast, buf, code, src)
             return
+        self._leaders()
         L, hr = self.local, self.hosts[src]
         if self.host == hr and L is not None:
             self._step(L, L.broadcast, buf, code, self.lindex[src])
         if self.is_leader:
-            self._leaders()
             self._step(self.tcp, self.tcp.broadcast, buf, code, hr)
         if self.host != hr and L is not None:
             self._step(L, L.broadcast, buf, code, 0)
@@ -424,12 +436,12 @@ class TwoLevelGroup:
             self._everyone()
             self._step(self.tcp, self.tcp.reduce, buf, code, rc, es, fb, root)
             return
+        self._leaders()
         L, hr = self.local, self.hosts[root]
         work = self._copy(buf) if self.is_leader and self.rank != root else buf  # (a non-root's buffer stays)
         if L is not None:
             self._step(L, L.reduce, work, code, rc, es, fb, 0)
         if self.is_leader:
-            self._leaders()
             self._step(self.tcp, self.tcp.reduce, work, code, rc, es, fb, hr)
         if self.host == hr and L is not None and root != self.mine[0]:  # to the root alone
             if self.is_leader:
@@ -445,11 +457,11 @@ class TwoLevelGroup:
             self._everyone()
             self._step(self.tcp, self.tcp.barrier)
             return
+        self._leaders()
         L = self.local
         if L is not None:
             self._step(L, L.barrier)
         if self.is_leader:
-            self._leaders()
             self._step(self.tcp, self.tcp.barrier)
         if L is not None:
             self._step(L, L.barrier)
@@ -471,6 +483,7 @@ class TwoLevelGroup:
             base = _u8(outputs)
             k = base.nbytes // n
             outs = [base[i * k:(i + 1) * k] for i in range(n)]
+        self._leaders()
         if L is not None:
             self._step(L, L.all_gather, [outs[m] for m in self.mine], inp, code)
         else:
@@ -485,7 +498,6 @@ class TwoLevelGroup:
                     if h == self.host:
                         self._pack(span, outs, ranks)
                 blocks.append(span)
-            self._leaders()
             self._step(self.tcp, self.tcp.all_to_all, blocks, [blocks[self.host]] * len(blocks), code)
             for span, ranks in packed:
                 if ranks is not self.mine:

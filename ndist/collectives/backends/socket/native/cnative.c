@@ -22,8 +22,10 @@
  * peer's ``bell`` futex; a writer bumps its bell after every store and wakes it only
  * when someone sleeps on it (seq_cst on both sides: no lost wake-up). A sleeping
  * waiter looks every 20 ms at the peer's state word (closed / failed, with the
- * root-cause rank), its pid (dead or zombie), its own state (closed from another
- * thread), pending Python signals (main thread) and its deadline.
+ * root-cause rank) and its own state (closed from another thread), and every 100 ms at
+ * the members' pids (dead or zombie), its deadline, pending Python signals (main thread)
+ * and, in a two-level group's steps, the TCP group it watches (``watch``: a peer's FAIL
+ * frame, a frame of this op sent direct; ``nd_tcp_news``).
  */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
@@ -157,6 +159,10 @@ typedef struct {
      * the two-level engine (native/_twolevel.py) names the call a step belongs to, so two
      * different calls whose steps look alike here do not pass for one (0: none) */
     int tag;
+    /* the TCP group whose failures a wait here looks for (``watch``: a TcpGroup, or NULL), every
+     * 100 ms (``nd_tcp_news``): a two-level group's shared-memory steps, where this rank takes no
+     * part in the TCP group's traffic but its peers may have failed it */
+    PyObject *watch;
 } Group;
 
 #define WARN_EVERY 60.0
@@ -284,6 +290,9 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
         }
     }
     double next_check = 0;
+    /* the watched TCP group is asked from 100 ms into the sleep on: not on a wait's first
+     * look, which the hot loops of small two-level calls make at every wait that sleeps */
+    double news_at = g->watch ? now_s() + 0.1 : 0;
     for (;;) {
         atomic_fetch_add(&c->sleepers, 1);
         uint32_t b = atomic_load(&c->bell);
@@ -352,6 +361,14 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
             next_check = t + 0.1;
             if (pid_dead(g->pids[peer]))
                 return E_DEAD;
+            if (g->watch && t >= news_at) { /* its peers failed it, or run this call direct */
+                hdr_t *h = HDR(g, g->rank, g->piece);
+                NdCall call = {0, 0, 0, -1, 0, 0};
+                if (h->seq == g->seq) /* (this op's header: it names the call) */
+                    call = (NdCall){h->op, h->dtype, h->redop, h->root, h->nbytes, h->esize};
+                if (nd_tcp_news(g->watch, &call))
+                    return E_NEWS;
+            }
             /* any member that died before finishing this piece (not one that closed first, nor
              * one whose part of this piece is all posted and read): seen here, not only by
              * the ranks that wait on it */
@@ -1170,6 +1187,19 @@ static PyObject *raise_err(Group *g, int rc)
         release_addrs(g);
         return NULL; /* the Python exception is set */
     }
+    if (rc == E_NEWS) {
+        /* the watched TCP group's failure: broken, but not posted here, so that the caller posts
+         * the cause that failure names (``fail``; native/_twolevel.py) and no peer reads this
+         * rank as the cause meanwhile */
+        g->broken = 1;
+        release_addrs(g);
+        PyObject *args = Py_BuildValue("(siiN)", E_NAMES[rc], -1, -1, Py_BuildValue("(iKO)", 0, 0ULL, Py_None));
+        if (args) {
+            PyErr_SetObject(Error, args);
+            Py_DECREF(args);
+        }
+        return NULL;
+    }
     int cause = rc == E_FAILED ? (g->err_cause >= 0 ? g->err_cause : g->err_peer)
               : rc == E_STALLED ? g->err_cause : g->err_peer;
     if (rc == E_SELF_FAILED) {
@@ -1228,6 +1258,7 @@ static void Group_dealloc(Group *g)
     PyMem_Free(g->cma_from);
     Py_CLEAR(g->on_stall);
     Py_CLEAR(g->on_deadline);
+    Py_CLEAR(g->watch);
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
 
@@ -1586,6 +1617,35 @@ static PyMemberDef Group_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyObject *Group_get_watch(Group *g, void *closure)
+{
+    PyObject *w = g->watch ? g->watch : Py_None;
+    Py_INCREF(w);
+    return w;
+}
+
+/* Set before the group's first op, and left until it is freed (a wait on another thread reads
+ * it without the GIL). */
+static int Group_set_watch(Group *g, PyObject *value, void *closure)
+{
+    if (value != NULL && value != Py_None && !nd_tcp_is(value)) {
+        PyErr_Format(PyExc_TypeError, "watch: expected a TcpGroup or None, got %s", Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    PyObject *old = g->watch;
+    g->watch = value == Py_None ? NULL : value;
+    Py_XINCREF(g->watch);
+    Py_XDECREF(old);
+    return 0;
+}
+
+static PyGetSetDef Group_getset[] = {
+    {"watch", (getter)Group_get_watch, (setter)Group_set_watch,
+     "a TcpGroup whose failures (a peer's FAIL frame, this op's frame sent direct) end a wait here "
+     "(error kind 'news': its TcpGroup.raise_news raises it), or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject GroupType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ndist._cnative.Group",
     .tp_basicsize = sizeof(Group),
@@ -1595,6 +1655,7 @@ static PyTypeObject GroupType = {
     .tp_dealloc = (destructor)Group_dealloc,
     .tp_methods = Group_methods,
     .tp_members = Group_members,
+    .tp_getset = Group_getset,
     .tp_doc = "One rank's view of a same-host group's shared-memory slots (see the module source).",
 };
 

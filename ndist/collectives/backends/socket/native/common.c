@@ -6,7 +6,7 @@
 #include "kernels.h"
 
 const char *const ND_E_NAMES[] = {"ok", "timeout", "dead", "failed", "closed", "mismatch", "self_closed",
-                                  "signal", "python", "self_failed", "stalled", "cma", "lost", "abort"};
+                                  "signal", "python", "self_failed", "stalled", "cma", "lost", "abort", "news"};
 
 
 /* dst = a (op) b over count elements; GIL released (re-taken for the fallback) */

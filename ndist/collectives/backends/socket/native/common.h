@@ -14,9 +14,11 @@
  * E_STALLED: this rank timed out (or a peer that did failed) waiting on a peer that itself
  * waited on ``cause`` (the root cause: a stopped rank). E_LOST (TCP engine): a peer's
  * connection ended (or failed) without its close notice. E_ABORT (TCP engine): a peer sent the
- * mesh's lost notice (it could not build or keep the group; the reason is raised to Python). */
+ * mesh's lost notice (it could not build or keep the group; the reason is raised to Python).
+ * E_NEWS (same-host engine): its wait found the failure of the TCP group it watches
+ * (``Group.watch``), recorded there (``TcpGroup.raise_news`` raises it). */
 enum { E_OK = 0, E_TIMEOUT, E_DEAD, E_FAILED, E_CLOSED, E_MISMATCH, E_SELF_CLOSED, E_SIGNAL, E_PY, E_SELF_FAILED,
-       E_STALLED, E_CMA, E_LOST, E_ABORT };
+       E_STALLED, E_CMA, E_LOST, E_ABORT, E_NEWS };
 extern const char *const ND_E_NAMES[];
 #define E_NAMES ND_E_NAMES
 

@@ -158,11 +158,16 @@ typedef struct {
     /* the ranks an op runs among (``view``): vsize of them, this one vrank-th, vmap[i] the
      * group rank of the i-th (NULL: every rank, in order). The algorithms count in the view;
      * the streams, the waits and every failure count group ranks, so a rank outside the view
-     * that fails or closes is still seen (the two-level engine's leaders, native/_twolevel.py) */
+     * that fails or closes is still seen (the two-level engine's leaders, native/_twolevel.py).
+     * vrank -1: this rank is outside the view; it runs no op, and a DATA frame of the current
+     * sequence number that comes to it is a mismatch (``nd_tcp_news``) */
     int vsize, vrank;
     int *vmap;
     /* ORed into the op code of the frames this rank sends and expects (0: none; see cnative.c) */
     int tag;
+    /* the error kind a wait elsewhere found (``nd_tcp_news``; 0: none), raised by ``raise_news``
+     * or by the next op */
+    int news;
 } TGroup;
 
 /* the group rank of the view's q-th rank */
@@ -181,6 +186,7 @@ static int in_view(const TGroup *g, int q)
 
 static PyObject *Error; /* _cnative.Error (shared with the same-host engine) */
 static unsigned long main_thread;
+static PyTypeObject TGroupType;
 
 /* ------------------------------------------------------------------ one phase */
 static void clear_phase(TGroup *g)
@@ -410,11 +416,12 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
 }
 
 /* A peer this rank does not read from now (nothing in this phase, or its frame came): looked
- * at (MSG_PEEK) while the phase waits. A FAIL frame at the head of its stream fails the op (the
- * group is broken: a member that fails in a phase may leave this rank waiting on another); a
- * CLOSE frame or the end of its stream does too when this rank still sends to it (it reads no
- * more). STALL frames are taken as they come. A DATA frame of this op from a rank outside the
- * view is a mismatch; any other frame is a later op's, left for it.
+ * at (MSG_PEEK) while the phase waits (and by ``nd_tcp_news``, between ops). A FAIL frame at
+ * the head of its stream fails the op (the group is broken: a member that fails in a phase may
+ * leave this rank waiting on another); a CLOSE frame or the end of its stream does too when
+ * this rank still sends to it (it reads no more). STALL frames are taken as they come. A DATA
+ * frame of this op from a rank outside the view, or to this rank outside it, is a mismatch;
+ * any other frame is a later op's, left for it.
  * E_OK, or the error. */
 static int peek_end(TGroup *g, int q)
 {
@@ -436,11 +443,12 @@ static int peek_end(TGroup *g, int q)
         int theirs = (p->ih.kind & 0xffffff00u) == MAGIC;
         if (!theirs && !(b[0] == 0x44 && b[1] == 0x4E && b[2] == PY_ABORT))
             return E_OK; /* (not a frame: the read that reaches it fails) */
-        if (theirs && kind == K_DATA && p->ih.seq == g->seq && !in_view(g, q)) {
-            /* this op's frame from a rank outside the view: it runs the op on the whole group
-             * where this rank runs it among the view (native/_twolevel.py: a call whose size
-             * lies on the other side of the two-level minimum). A later op's frame has a
-             * higher seq; a rank outside the view sends none of this op's. */
+        if (theirs && kind == K_DATA && p->ih.seq == g->seq && (g->vrank < 0 || !in_view(g, q))) {
+            /* this op's frame from a rank outside the view, or to this rank outside it: the
+             * sender runs the op on the whole group where this rank runs it among the view
+             * (native/_twolevel.py: a call whose size lies on the other side of the two-level
+             * minimum). A later op's frame has a higher seq; in an op run among the view, no
+             * frame of it comes from or goes to a rank outside. */
             g->err_peer = q;
             memcpy(&g->err_theirs, &p->ih, sizeof p->ih);
             g->err_sends = g->err_wants = -1;
@@ -1017,6 +1025,10 @@ static int check_usable(TGroup *g)
         PyErr_SetString(PyExc_RuntimeError, "native group is broken by an earlier failure");
         return -1;
     }
+    if (g->vrank < 0) {
+        PyErr_Format(PyExc_RuntimeError, "TcpGroup: rank %d is outside the view: it runs no op", g->rank);
+        return -1;
+    }
     return 0;
 }
 
@@ -1074,8 +1086,10 @@ static void release(TGroup *g)
     do {                                                                                                          \
         claim(g);                                                                                                 \
         g->ops++;                                                                                                 \
-        g->err_sends = g->err_wants = -1;                                                                         \
-        g->err_cause = -1;                                                                                        \
+        if (!g->news) { /* (else the error it recorded) */                                                        \
+            g->err_sends = g->err_wants = -1;                                                                     \
+            g->err_cause = -1;                                                                                    \
+        }                                                                                                         \
         g->in_grace = 0;                                                                                          \
         g->posted = 0;                                                                                            \
         g->op_need = 0;                                                                                           \
@@ -1090,6 +1104,9 @@ static void release(TGroup *g)
         } else if (g->broken) {                                                                                   \
             g->err_peer = g->rank;                                                                                \
             rc = E_SELF_CLOSED;                                                                                   \
+        } else if (g->news) { /* found by a wait elsewhere and not raised there */                                \
+            rc = g->news;                                                                                         \
+            g->news = 0;                                                                                          \
         } else if ((rc = (call)) == E_OK)                                                                         \
             trim_scratch(g);                                                                                      \
         PyEval_RestoreThread(sv_);                                                                                \
@@ -1300,6 +1317,46 @@ static PyObject *T_fail(TGroup *g, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* (ctcp.h) */
+int nd_tcp_news(PyObject *o, const NdCall *call)
+{
+    TGroup *g = (TGroup *)o;
+    int free_ = 0;
+    if (!atomic_compare_exchange_strong(&g->busy, &free_, 1))
+        return 0; /* an op, fail, close or notice holds the sockets: a later look */
+    int rc = E_OK;
+    if (!g->broken && !g->news) {
+        for (int q = 0; q < g->size && !rc; q++)
+            if (q != g->rank)
+                rc = peek_end(g, q);
+        if (rc) {
+            g->news = rc;
+            g->cur = (TSig){call->op, call->dtype, call->redop, call->root, call->nbytes, call->esize, 0, 0};
+        }
+    }
+    release(g);
+    return rc != E_OK;
+}
+
+int nd_tcp_is(PyObject *o)
+{
+    return PyObject_TypeCheck(o, &TGroupType);
+}
+
+/* raise_news(): the error a wait elsewhere found (``nd_tcp_news``), after breaking the group
+ * (its peers are told, as by an op that failed); None when there is none. */
+static PyObject *T_raise_news(TGroup *g, PyObject *noargs)
+{
+    claim(g);
+    int rc = g->news;
+    g->news = 0;
+    if (!rc) {
+        release(g);
+        Py_RETURN_NONE;
+    }
+    return raise_err(g, rc);
+}
+
 /* The timeout notice of a wait elsewhere (another group, point to point): this rank, idle
  * here, passed a deadline waiting on ``code``; a peer whose deadline passes waiting on this
  * rank names it (until this rank's next op). Sent only while no op holds the sockets. */
@@ -1492,10 +1549,6 @@ static int T_set_view(TGroup *g, PyObject *value, void *closure)
         if (r == g->rank)
             vrank = (int)i;
     }
-    if (vrank < 0) {
-        PyErr_Format(PyExc_ValueError, "view: expected this rank (%d) among the ranks", g->rank);
-        goto bad;
-    }
     Py_DECREF(fast);
     PyMem_Free(g->vmap);
     g->vmap = map;
@@ -1511,7 +1564,7 @@ bad:
 static PyGetSetDef T_getset[] = {
     {"view", (getter)T_get_view, (setter)T_set_view,
      "the group ranks the next ops run among, in their order there (None: all); failures are still watched "
-     "and named by group rank", NULL},
+     "and named by group rank. A rank outside it runs no op, and this op's frames must not come to it", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1529,6 +1582,8 @@ static PyMethodDef T_methods[] = {
      "reduce_scatter(out, ins, dtype, redop, esize, fallback)"},
     {"close", (PyCFunction)T_close, METH_NOARGS, "close the group: peers waiting on this rank fail (CLOSE)"},
     {"fail", (PyCFunction)T_fail, METH_O, "fail(cause_rank): break the group naming cause_rank (FAIL to peers)"},
+    {"raise_news", (PyCFunction)T_raise_news, METH_NOARGS,
+     "raise the failure a wait elsewhere found (a same-host group's watch), breaking this group; None if none"},
     {"tell_stalled", (PyCFunction)T_tell_stalled, METH_O,
      "tell_stalled(code): idle here, this rank timed out elsewhere waiting on code (see STALL_GLOBAL)"},
     {"waiting", (PyCFunction)T_waiting, METH_NOARGS, "group ranks the running op has not heard from"},
