@@ -365,6 +365,36 @@ def test_a_loss_learnt_between_two_steps_of_an_op_is_its_error(monkeypatch):
         _close(backends)
 
 
+def test_a_loss_learnt_during_the_set_up_barrier_is_its_error(monkeypatch):
+    """A kill trial across 2 hosts of 2 (continue mode, seed 530005, 3 runs in 25): a
+    survivor's first collective on a subgroup raised ``RuntimeError: native group is broken
+    by an earlier failure``. The loss watcher had failed the new group's compiled groups
+    (``mark_lost``) after its hook was in place and before the set-up barrier's first step,
+    which refused to run; the set-up handled only the engine's own errors. Here the hook runs
+    at that moment on rank 1: its first collective raises the loss, naming the lost rank, and
+    no rank raises anything but a DistError."""
+    from ndist.collectives.backends.socket.native import _twolevel
+    from ndist.runtime import DistError
+
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    backends = make_backends(4, "auto", timeout=20)
+    real, done = _twolevel.TwoLevelGroup.barrier, []
+
+    def barrier(self):
+        if self.rank == 1 and not done:  # the set-up barrier: as the watcher's thread would, just before it
+            done.append(1)
+            backends[1].backend._native_loss(3, "h3", "lost point-to-point connection to rank 3 (h3)")
+        return real(self)
+
+    monkeypatch.setattr(_twolevel.TwoLevelGroup, "barrier", barrier)
+    try:
+        errs = run_threads(backends, lambda b: _both(b, {}))
+        assert done and isinstance(errs[1], DistNetworkError) and errs[1].rank == 3, errs
+        assert all(isinstance(e, DistError) for e in errs), errs
+    finally:
+        _close(backends)
+
+
 def test_calls_below_the_two_level_minimum_run_direct_and_above_it_in_two_levels(monkeypatch):
     """``NDIST_NATIVE_TWO_LEVEL_MIN``: a call of fewer bytes runs on the whole TCP group (its
     view every rank), a larger one on the leaders' view, set on every rank (those outside it

@@ -412,9 +412,14 @@ class SocketBackend(CollectiveBackend):
         self._mesh.connecting = [self.granks[p] for p in peers]  # (what a wait meanwhile names)
         try:
             group.barrier()
-        except mod.Error as err:  # (the first wait on the group)
+        except (mod.Error, RuntimeError) as err:  # (the first wait on the group)
+            # (RuntimeError: a compiled group refused a step, broken meanwhile by a loss the
+            # watcher recorded first: ``_native_failure`` gives that loss; else it is raised)
             hosts = {p: self._mesh.host_of(p) for p in peers}
-            nat.broken = self._native_failure(nat, err, "the group's set-up", hosts)
+            exc = self._native_failure(nat, err, "the group's set-up", hosts)
+            if exc is err and not isinstance(err, mod.Error):
+                raise
+            nat.broken = exc
         finally:
             self._mesh.connecting = []
         log.debug("rank %d: group %r runs on the native engine", self.rank, self.ctx.group_name)
