@@ -120,9 +120,14 @@ def _p2p(dist, kind: str, ranks, pg, rank: int, seed: int, i: int, rng):
 
 
 def _describe(err: BaseException) -> dict:
+    """A survivor's error for its record; one that is no DistError (a bug) with its traceback."""
+    import traceback
+
     import ndist.distributed as dist
-    return {"type": type(err).__name__, "dist_error": isinstance(err, dist.DistError),
-            "peer": getattr(err, "rank", None), "host": getattr(err, "host", None), "msg": str(err)[:2000]}
+    typed = isinstance(err, dist.DistError)
+    return {"type": type(err).__name__, "dist_error": typed,
+            "peer": getattr(err, "rank", None), "host": getattr(err, "host", None), "msg": str(err)[:2000],
+            "traceback": None if typed else "".join(traceback.format_exception(err))[-8000:]}
 
 
 def job(spec_path: str) -> int:
