@@ -3,7 +3,8 @@ nothing and used no sequence number, so its next collective pairs with the call 
 peers are still waiting in. The same call, retried with good arguments, completes it;
 another op raises ``DistMismatchError`` on every rank naming both calls, and the group
 goes on (docs/errors.md, "A bad argument on one rank only"). The socket backend's
-engines both; MPI has no such check (its ranks would wait in different calls)."""
+engines both, on one host and over TCP (the native engine's ``TcpGroup``, as across hosts);
+MPI has no such check (its ranks would wait in different calls)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ import pytest
 from ndist.testing import run_ranks
 
 pytestmark = pytest.mark.timeout(120)
+
+#: the engine, and the environment that picks it (``-tcp``: over TCP, as across hosts)
+ENGINES = {"native": {"NDIST_ENGINE": "native"}, "python": {"NDIST_ENGINE": "python"},
+           "native-tcp": {"NDIST_ENGINE": "native", "NDIST_TRANSPORT": "tcp", "NDIST_NATIVE_TCP": "1"},
+           "python-tcp": {"NDIST_ENGINE": "python", "NDIST_TRANSPORT": "tcp"}}
 
 
 def _one_sided(rank, size, retry):
@@ -49,20 +55,21 @@ def _one_sided(rank, size, retry):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("engine", list(ENGINES))
 def test_the_same_call_retried_completes_the_peers_call(engine):
-    if engine == "native":
+    if engine.startswith("native"):
         pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
-    r0, r1 = run_ranks(_one_sided, 2, args=(True,), init=False, timeout=90, env={"NDIST_ENGINE": engine})
+    r0, r1 = run_ranks(_one_sided, 2, args=(True,), init=False, timeout=90, env=ENGINES[engine])
     assert r0 == {"out": [0.0, 1.0, 10.0, 11.0], "after": [3.0] * 3}
     assert r1 == {"out": [2.0, 3.0, 12.0, 13.0], "after": [3.0] * 3}
 
 
-@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("engine", list(ENGINES))
 def test_another_op_next_is_a_mismatch_on_both_and_the_group_goes_on(engine):
-    if engine == "native":
+    """(native-tcp: before, the mismatch broke the group; the all_reduce after it raised it again)"""
+    if engine.startswith("native"):
         pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
-    r0, r1 = run_ranks(_one_sided, 2, args=(False,), init=False, timeout=90, env={"NDIST_ENGINE": engine})
+    r0, r1 = run_ranks(_one_sided, 2, args=(False,), init=False, timeout=90, env=ENGINES[engine])
     for got in (r0, r1):
         assert "rank 0: barrier" in got["error"] and "rank 1: all_to_all float32[4] #1" in got["error"], got
         assert got["after"] == [3.0] * 3

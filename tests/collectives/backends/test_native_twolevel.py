@@ -247,6 +247,42 @@ def test_a_rank_in_two_levels_finds_the_frames_of_ranks_that_run_the_call_direct
                for r in (1, 3) if counts[r] == 2048), errs
 
 
+def test_a_kept_mismatch_of_a_direct_op_keeps_the_two_level_group(monkeypatch):
+    """Hosts of 2 and 1 ranks; rank 0 calls barrier, ranks 1 and 2 all_to_all, both direct
+    (one phase: each rank sends every other one frame and reads one from each). Every rank
+    raises the mismatch and the TcpGroup keeps the group (docs/native.md): so does the
+    two-level group, and the next all_reduce completes on every rank. (Had the first host's
+    ranks broken their same-host group for it, rank 2, alone on its host, would have gone on
+    into the all_reduce and waited for them until the group timeout.)"""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    monkeypatch.setenv("NDIST_NATIVE_TWO_LEVEL_MIN", "4096")
+    backends = _up(3, timeout=20)
+    try:
+        def run(b):
+            r = b.backend.rank
+            err = None
+            try:
+                if r == 0:
+                    b.barrier(blocking=True).wait(30)
+                else:
+                    b.all_to_all([np.zeros(2, np.float32) for _ in range(3)],
+                                 [np.ones(2, np.float32) for _ in range(3)], blocking=True).wait(30)
+            except DistMismatchError as e:
+                err = str(e)
+            x = np.full(4, r + 1.0, np.float32)
+            b.all_reduce(x, ReduceOp.SUM, blocking=True).wait(30)
+            return err, x.tolist()
+
+        t0 = time.monotonic()
+        got = run_threads(backends, run)
+        assert time.monotonic() - t0 < 15
+        for err, x in got:
+            assert err and "barrier" in err and "all_to_all" in err, got
+            assert x == [6.0] * 4, got
+    finally:
+        _close(backends)
+
+
 def test_a_rank_that_never_calls_is_named_by_every_rank_on_both_hosts(monkeypatch):
     """Rank 3 (the second host's non-leader) never calls the all_reduce: its leader times out
     waiting on it in shared memory, and the timeout is told across the levels, so the first

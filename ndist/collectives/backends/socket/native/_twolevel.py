@@ -44,7 +44,8 @@ timeout, naming the rank not heard from (docs/native.md, "Two levels");
 compiled groups' ``tag``: the op and its root above bit 8), so two different calls whose
 steps look alike do not pass for one, and a mismatch names the calls.
 
-**Failures.** Any failure breaks the whole group, as on the direct TCP engine: the step that
+**Failures.** Any failure breaks the whole group, as on the direct TCP engine (whose one
+exception, a direct op's mismatch that leaves every stream in step, keeps it here too): the step that
 failed raises its error (renumbered to the group's ranks), and this rank fails its other
 group naming the same rank (by global rank), with the same kind: a rank lost (a dead peer,
 a connection ended, a rank that failed) or a timeout (``-2 - code``: the peers raise a
@@ -305,6 +306,8 @@ class TwoLevelGroup:
         stalled = kind in ("timeout", "stalled")
         if kind in ("self_failed", "self_closed"):
             return  # (fail() / close() broke both already)
+        if kind == "mismatch" and not from_local and not self.tcp.broken:
+            return  # (a direct op's mismatch the TcpGroup kept: every stream in step, the group goes on)
         if kind == "mismatch":
             code = -1
         elif kind == "stalled":

@@ -36,6 +36,8 @@
  * engine's): the rank sends FAIL (CLOSE for a close) to every peer whose stream is at a
  * frame boundary and shuts down its sending side of every socket, so no peer waits on a
  * rank that stopped; a peer whose frame was cut short reads the end of the stream (E_LOST).
+ * Except a mismatch that leaves every stream at the next op's first frame (``keeps``): the
+ * rank raises it and the group goes on.
  */
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
@@ -168,6 +170,9 @@ typedef struct {
     /* the error kind a wait elsewhere found (``nd_tcp_news``; 0: none), raised by ``raise_news``
      * or by the next op */
     int news;
+    /* the running op's mismatch leaves every stream at the next op's first frame (``keeps``):
+     * the group stays usable */
+    int keep;
 } TGroup;
 
 /* the group rank of the view's q-th rank */
@@ -275,11 +280,39 @@ static int check_data(TGroup *g, int q, const TSig *s)
     return E_MISMATCH;
 }
 
+/* A frame's op ends with this frame's phase, in which every rank sends one frame to every
+ * other and receives one from each (all_gather, all_to_all, reduce_scatter, barrier, an
+ * all_reduce whose frames carry the whole buffer): op, phase and frame bytes, against the
+ * op's size signature. */
+static int last_full_phase(int op, uint32_t phase, uint64_t nbytes, uint64_t sig)
+{
+    op &= 0xff; /* (without a two-level tag) */
+    return phase == 0 && (op == OP_ALL_GATHER || op == OP_ALL_TO_ALL || op == OP_REDUCE_SCATTER ||
+                          op == OP_BARRIER || (op == OP_ALL_REDUCE && nbytes == sig));
+}
+
+/* A mismatched phase keeps the group when every stream is at the next op's first frame once
+ * it ends: this rank's op and every peer's are one phase in which each rank sends every
+ * other one frame and receives one from each, so each rank read one frame from each peer
+ * and each peer one from it; a frame of this rank's own call but another size (a per-peer
+ * size mismatch, seen by that pair alone) breaks it. Called for the first mismatched
+ * header and each one after it (those before matched); xchg checks this rank's own op. */
+static int keeps(TGroup *g, int q, const TSig *s)
+{
+    thdr_t *h = &g->peers[q].ih;
+    int same = h->op == s->op && h->dtype == s->dtype && h->redop == s->redop && h->root == s->root &&
+               h->phase == s->phase && (!s->cmp_sig || h->sig == s->sig);
+    if (same)
+        return h->nbytes == g->peers[q].ilen;
+    return !g->vmap && last_full_phase(h->op, h->phase, h->nbytes, h->sig);
+}
+
 /* A peer's FAIL frame: the error this rank raises for it */
 static int peer_failed(TGroup *g, int q)
 {
     thdr_t *h = &g->peers[q].ih;
     g->err_peer = q;
+    g->keep = 0;
     if (h->why == W_MISMATCH) {
         memcpy(&g->err_theirs, h, sizeof *h);
         g->err_sends = g->err_wants = -1;
@@ -388,10 +421,12 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
             p->told = 0; /* its next op began: past what it told */
             if (!*mm && check_data(g, q, s) == E_MISMATCH) {
                 *mm = 1;
+                g->keep = keeps(g, q, s);
                 p->istage = 2;
                 p->idrain = p->ih.nbytes;
-            } else if (*mm && (p->ih.nbytes != p->ilen)) {
-                p->istage = 2; /* (a second mismatch: drained too) */
+            } else if (*mm) {
+                g->keep = g->keep && keeps(g, q, s);
+                p->istage = p->ih.nbytes != p->ilen ? 2 : 1; /* (a second mismatch: drained too) */
                 p->idrain = p->ih.nbytes;
             } else
                 p->istage = 1;
@@ -452,6 +487,7 @@ static int peek_end(TGroup *g, int q)
             g->err_peer = q;
             memcpy(&g->err_theirs, &p->ih, sizeof p->ih);
             g->err_sends = g->err_wants = -1;
+            g->keep = 0;
             return E_MISMATCH;
         }
         if (theirs && (kind == K_DATA || (kind == K_CLOSE && !p->osend)))
@@ -589,8 +625,14 @@ static int xchg(TGroup *g, const TSig *s, double deadline, PyThreadState **save)
             }
             pending |= p->osend | p->irecv;
         }
-        if (!pending)
+        if (!pending) {
+            if (mm && g->keep) { /* (every peer's op ends with this phase: this rank's too?) */
+                for (int q = 0; q < n && g->keep; q++)
+                    if (q != g->rank)
+                        g->keep = last_full_phase(s->op, s->phase, g->peers[q].olen, s->sig);
+            }
             return mm ? E_MISMATCH : E_OK;
+        }
         if (atomic_load(&g->want_fail)) {
             g->err_cause = atomic_load(&g->fail_cause);
             return E_SELF_FAILED;
@@ -1036,7 +1078,10 @@ static PyObject *raise_err(TGroup *g, int rc)
 {
     if (rc == E_SELF_FAILED)
         g->err_peer = g->err_cause;
-    break_group(g, rc);
+    if (!(rc == E_MISMATCH && g->keep)) /* (a kept mismatch: every stream at the next op) */
+        break_group(g, rc);
+    else
+        clear_phase(g);
     release(g);
     if (rc == E_SIGNAL || (rc == E_PY && PyErr_Occurred()))
         return NULL; /* the Python exception is set */
@@ -1092,6 +1137,7 @@ static void release(TGroup *g)
         }                                                                                                         \
         g->in_grace = 0;                                                                                          \
         g->posted = 0;                                                                                            \
+        g->keep = 0;                                                                                              \
         g->op_need = 0;                                                                                           \
         g->op_start = now_s();                                                                                    \
         g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;                                     \
@@ -1254,6 +1300,8 @@ static PyObject *T_all_to_all(TGroup *g, PyObject *args)
         return NULL;
     }
     TSig s = {OP_ALL_TO_ALL | g->tag, dtype, 0, -1, 0, 0, 0, 0};
+    for (int q = 0; q < li.n; q++) /* (the call's input bytes, for a peer's mismatch message: not compared) */
+        s.sig += (uint64_t)li.len[q];
     RUN(run_exchange(g, &s, &lo, &li, NULL, 0, dl, sv));
     held_release(&lo);
     held_release(&li);
