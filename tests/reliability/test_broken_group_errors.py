@@ -23,6 +23,7 @@ import json, os, signal, sys
 from datetime import timedelta
 import numpy as np
 import ndist.distributed as dist
+from tests.kill_sync import all_past
 
 out = sys.argv[1]
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # survivors stay to report; the launcher SIGKILLs after its grace
@@ -31,6 +32,7 @@ rank = dist.get_rank()
 x = np.ones(64)
 dist.all_reduce(x)
 dist.barrier()
+all_past(out, rank, 3, victim=2)
 if rank == 2:
     os.kill(os.getpid(), signal.SIGKILL)
 recs = []
@@ -211,6 +213,7 @@ import json, os, signal, sys, time
 from datetime import timedelta
 import numpy as np
 import ndist.distributed as dist
+from tests.kill_sync import all_past
 
 out = sys.argv[1]
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
@@ -222,6 +225,7 @@ g = dist.new_group([0, 2])
 if rank in (0, 2):
     dist.all_gather([np.zeros(4), np.zeros(4)], np.ones(4), group=g)  # its mesh is up
 dist.barrier()
+all_past(out, rank, 4, victim=0)
 if rank == 0:
     with open(os.path.join(out, "killed"), "w") as f:
         f.write(repr(time.time()))

@@ -114,10 +114,12 @@ def _refused_on_revoked(rank, size, folder):
     import signal
 
     import ndist.distributed as dist
+    from tests.kill_sync import all_past
 
     x = np.ones(4, np.float32)
     dist.all_reduce(x)  # recorded: completed
     dist.barrier()
+    all_past(os.path.join(folder, "past"), rank, 3, victim=2)
     if rank == 2:
         os.kill(os.getpid(), signal.SIGKILL)
     deadline = time.monotonic() + 30

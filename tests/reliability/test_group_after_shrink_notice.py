@@ -19,7 +19,7 @@ from ndist.testing import run_ranks
 _TIMEOUT_S = 10.0
 
 
-def _job(rank, size, make):
+def _job(rank, size, make, folder):
     import os
     import signal
     import time
@@ -29,11 +29,13 @@ def _job(rank, size, make):
 
     import ndist.distributed as dist
     from ndist.runtime._world import _world
+    from tests.kill_sync import all_past
 
     dist.init_process_group("socket", timeout=timedelta(seconds=_TIMEOUT_S))
     try:
         store = _world.job_store
         dist.barrier()
+        all_past(folder, rank, 3, victim=2)
         if rank == 2:
             os.kill(os.getpid(), signal.SIGKILL)
         out = {}
@@ -67,8 +69,8 @@ def _job(rank, size, make):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("make", ["new_group", "split_group"])
 @pytest.mark.parametrize("transport, engine", [("tcp", "python"), ("auto", "native")])
-def test_a_group_made_after_a_members_shrink_notice_is_revoked_from_the_start(make, transport, engine):
-    res = run_ranks(_job, 3, args=(make,), init=False, timeout=90, may_die=[2], transport=transport,
+def test_a_group_made_after_a_members_shrink_notice_is_revoked_from_the_start(tmp_path, make, transport, engine):
+    res = run_ranks(_job, 3, args=(make, str(tmp_path)), init=False, timeout=90, may_die=[2], transport=transport,
                     env={"NDIST_ENGINE": engine})
     assert res[2] is None
     kind, named, message = res[1]["sub"]

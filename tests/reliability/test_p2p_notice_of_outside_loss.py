@@ -21,7 +21,7 @@ from ndist.testing import run_ranks
 _DELAY_S = 3.0
 
 
-def _job(rank, size):
+def _job(rank, size, folder):
     import os
     import signal
     import threading
@@ -32,6 +32,7 @@ def _job(rank, size):
 
     import ndist.distributed as dist
     from ndist.runtime._world import _world
+    from tests.kill_sync import all_past
 
     dist.init_process_group("socket", timeout=timedelta(seconds=15))
     try:
@@ -52,6 +53,7 @@ def _job(rank, size):
 
             watch.on_notice = late
         dist.barrier()
+        all_past(folder, rank, 4, victim=3)
         if rank == 3:
             os.kill(os.getpid(), signal.SIGKILL)
         out = {}
@@ -82,8 +84,8 @@ def _job(rank, size):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("engine", ["native", "python"])
-def test_a_receive_ended_by_a_peers_notice_of_an_outside_loss_names_it(engine):
-    res = run_ranks(_job, 4, init=False, timeout=90, may_die=[3], env={"NDIST_ENGINE": engine})
+def test_a_receive_ended_by_a_peers_notice_of_an_outside_loss_names_it(tmp_path, engine):
+    res = run_ranks(_job, 4, args=(str(tmp_path),), init=False, timeout=90, may_die=[3], env={"NDIST_ENGINE": engine})
     assert res[3] is None
     kind, failed, named, message = res[1]["sub"]
     assert kind == "DistRankFailureError" and failed == [] and named == 3, res[1]

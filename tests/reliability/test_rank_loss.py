@@ -93,9 +93,12 @@ def _revoke_job(rank, size):
     import numpy as np
 
     import ndist.distributed as dist
+    from ndist.runtime._world import _world
+    from tests.kill_sync import all_past
 
     x = np.ones(1024, dtype=np.float32)
     dist.all_reduce(x)  # links exist
+    all_past(_world.job_store, rank, size, victim=1)
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     # the group knows of the loss (the member watch told it: it is revoked) before the ops
@@ -150,10 +153,13 @@ def _shrink_job(rank, size, victims, explicit):
     import numpy as np
 
     import ndist.distributed as dist
+    from ndist.runtime._world import _world
+    from tests.kill_sync import all_past
 
     x = np.full(8, float(rank + 1), dtype=np.float32)
     dist.all_reduce(x)
     sub = dist.new_group([0, 1, 2])  # destroyed by a shrink of the default group, as in torch
+    all_past(_world.job_store, rank, size, victim=victims)
     if rank in victims:
         os.kill(os.getpid(), signal.SIGKILL)
     t_lost = time.monotonic()
@@ -262,9 +268,12 @@ def _lost_during_shrink_job(rank, size):
     import numpy as np
 
     import ndist.distributed as dist
+    from ndist.runtime._world import _world
+    from tests.kill_sync import all_past
 
     x = np.ones(4, dtype=np.float32)
     dist.all_reduce(x)
+    all_past(_world.job_store, rank, size, victim=3)
     if rank == 3:
         os.kill(os.getpid(), signal.SIGKILL)
     try:

@@ -20,6 +20,8 @@ def _inflight_job(rank, size, engine_kind):
     import numpy as np
 
     import ndist.distributed as dist
+    from ndist.runtime._world import _world
+    from tests.kill_sync import all_past
 
     hook_errors = []  # a Work's completion hook that raised logs "a completion hook of <Work> raised"
 
@@ -31,6 +33,7 @@ def _inflight_job(rank, size, engine_kind):
     logging.getLogger("ndist").addHandler(Catch())
     x = np.ones(64, dtype=np.float32)
     dist.all_reduce(x)  # links exist
+    all_past(_world.job_store, rank, size, victim=1)
     if rank == 1:
         time.sleep(0.5)  # the others are waiting on it by now
         os.kill(os.getpid(), signal.SIGKILL)

@@ -19,7 +19,7 @@ import pytest
 from ndist.testing import run_ranks
 
 
-def _job(rank, size, how):
+def _job(rank, size, how, folder):
     import os
     import signal
     import time
@@ -28,6 +28,7 @@ def _job(rank, size, how):
     import numpy as np
 
     import ndist.distributed as dist
+    from tests.kill_sync import all_past
 
     dist.init_process_group("socket", timeout=timedelta(seconds=15))
     try:
@@ -37,6 +38,7 @@ def _job(rank, size, how):
         if how != "first" and rank in (0, 1):
             dist.all_reduce(x, group=sub)  # the subgroup's links exist
         dist.barrier()
+        all_past(folder, rank, 4, victim=3)
         if rank == 3:
             os.kill(os.getpid(), signal.SIGKILL)
         out = {}
@@ -79,8 +81,8 @@ def _job(rank, size, how):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("engine,how", [("native", "first"), ("native", "linked"), ("python", "first"),
                                         ("python", "linked"), ("python", "recv")])
-def test_a_survivor_blocked_in_a_healthy_subgroup_is_released_by_the_shrink(engine, how):
-    res = run_ranks(_job, 4, args=(how,), init=False, timeout=90, may_die=[3], env={"NDIST_ENGINE": engine})
+def test_a_survivor_blocked_in_a_healthy_subgroup_is_released_by_the_shrink(tmp_path, engine, how):
+    res = run_ranks(_job, 4, args=(how, str(tmp_path)), init=False, timeout=90, may_die=[3], env={"NDIST_ENGINE": engine})
     assert res[3] is None
     got = res[1]
     kind, failed, named, message = got["sub"]

@@ -18,6 +18,7 @@ import json, os, signal, sys
 from datetime import timedelta
 import numpy as np
 import ndist.distributed as dist
+from tests.kill_sync import all_past
 
 out, what = sys.argv[1], sys.argv[2]
 me, victim = [int(r) for r in sys.argv[3].split(",")]  # the group: [me, victim]
@@ -32,6 +33,7 @@ if rank in (me, victim):
     dist.send(np.full(4, float(rank)), dst=peer, group=g)  # and its point-to-point streams
     dist.recv(np.zeros(4), src=peer, group=g)
 dist.barrier()
+all_past(out, rank, 3, victim=victim)
 if rank == victim:
     os.kill(os.getpid(), signal.SIGKILL)
 if rank == me:

@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 import ndist.torch
 from ndist.runtime import DistRankFailureError
+from tests.kill_sync import all_past
 
 
 def say(name, value):
@@ -22,6 +23,7 @@ dist.init_process_group("ndist", init_method="ndist://", timeout=timedelta(secon
 me = dist.get_rank()
 sub = dist.new_group([1, 2, 3])  # rank 3 is rank 2 of sub
 dist.barrier()
+all_past(dist.distributed_c10d._get_default_store(), me, 4, victim=3)
 if me == 3:
     os.kill(os.getpid(), signal.SIGKILL)
 

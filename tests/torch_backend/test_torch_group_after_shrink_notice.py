@@ -27,12 +27,14 @@ import torch
 import torch.distributed as dist
 import ndist.torch
 from ndist.torch import _watch
+from tests.kill_sync import all_past
 
 torch.set_num_threads(1)
 dist.init_process_group("ndist", init_method="ndist://", timeout=timedelta(seconds=10))
 me = dist.get_rank()
 store = dist.distributed_c10d._get_default_store()
 dist.barrier()
+all_past(store, me, dist.get_world_size(), victim=2)
 if me == 2:
     os.kill(os.getpid(), signal.SIGKILL)
 deadline = time.monotonic() + 30

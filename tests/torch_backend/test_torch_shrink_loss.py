@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 import ndist.torch
 import ndist.runtime._shrink as shrink
+from tests.kill_sync import all_past
 
 when = sys.argv[1]
 torch.set_num_threads(1)
@@ -36,6 +37,7 @@ dist.init_process_group("ndist", init_method="ndist://", timeout=timedelta(secon
 me = dist.get_rank()
 x = torch.ones(4)
 dist.all_reduce(x)
+all_past(dist.distributed_c10d._get_default_store(), me, 4, victim=3)
 if me == 3:
     os.kill(os.getpid(), signal.SIGKILL)
 try:
@@ -92,6 +94,7 @@ import torch
 import torch.distributed as dist
 import ndist.torch
 from ndist.runtime import DistRankFailureError
+from tests.kill_sync import all_past
 
 torch.set_num_threads(1)
 dist.init_process_group("ndist", init_method="ndist://", timeout=timedelta(seconds=20))
@@ -100,6 +103,7 @@ x = torch.ones(4)
 dist.all_reduce(x)
 sub = dist.new_group([0, 1])
 dist.barrier()
+all_past(dist.distributed_c10d._get_default_store(), me, 4, victim=3)
 if me == 3:
     os.kill(os.getpid(), signal.SIGKILL)
 if me == 1:  # waits in [0, 1]; rank 0 never joins

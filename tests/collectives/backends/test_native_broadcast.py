@@ -118,6 +118,7 @@ import json, os, signal, sys, time
 from datetime import timedelta
 import numpy as np
 import ndist.distributed as dist
+from tests.kill_sync import all_past
 
 out = sys.argv[1]
 signal.signal(signal.SIGTERM, lambda *a: None)  # rank 0 stays to report (8 s: its term-timeout, then SIGKILL)
@@ -126,6 +127,7 @@ rank = dist.get_rank()
 x = np.ones(1024, np.float32)
 dist.broadcast(x, src=0)
 dist.barrier()
+all_past(out, rank, 3, victim=2)
 if rank == 2:
     os.kill(os.getpid(), signal.SIGKILL)  # never joins the next broadcast
 if rank == 1:
