@@ -152,6 +152,9 @@ def main() -> None:
         _socket_worker(args)
         return
     configs, ops = args.configs.split(","), args.ops.split(",")
+    bad = [c for c in configs if c not in CONFIGS] + [o for o in ops if o not in OPS]
+    if bad:  # before any worker starts under callgrind
+        parser.error(f"--configs, --ops: expected names of {', '.join(CONFIGS)} and {', '.join(OPS)}; got {bad}")
     print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2 "
           f"without {WAIT_FN}")
     print(f"{'op':<26}" + "".join(f"{c:>10}" for c in configs))
