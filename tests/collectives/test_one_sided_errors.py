@@ -73,3 +73,42 @@ def test_another_op_next_is_a_mismatch_on_both_and_the_group_goes_on(engine):
     for got in (r0, r1):
         assert "rank 0: barrier" in got["error"] and "rank 1: all_to_all float32[4] #1" in got["error"], got
         assert got["after"] == [3.0] * 3
+
+
+def _sizes_disagree(rank, size):
+    import ndist.distributed as dist
+
+    dist.init_process_group("socket", timeout=timedelta(seconds=20))
+    try:
+        inp = np.arange(4, dtype=np.float32) + 10 * rank
+        got = {}
+        # each rank's splits are valid on their own; rank 1 expects 3 elements from rank 0,
+        # which sends it 2 (rank 0's block for rank 1 is inp[2:4])
+        out = np.full(4 if rank == 0 else 5, -1, np.float32)
+        try:
+            dist.all_to_all_single(out, inp, [2, 2] if rank == 0 else [3, 2], [2, 2])
+        except dist.DistMismatchError as err:
+            got["error"] = str(err)
+        got["out"] = out.tolist()
+        x = np.full(3, rank + 1.0, np.float32)
+        dist.all_reduce(x)  # the group goes on, in step
+        got["after"] = x.tolist()
+        return got
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_split_sizes_that_disagree_between_ranks_fail_the_rank_that_sees_it_and_the_group_goes_on(engine):
+    """Rank 1 expects 3 elements from rank 0, which sends 2 (each rank's splits are valid).
+    Rank 1 reads rank 0's block, sees the size, and raises naming both calls; rank 0 read
+    what it expected and returns with its output right; the next all_reduce completes on
+    both (every stream was left at the next op's first frame). Every engine alike
+    (native-tcp: before, rank 1's FAIL broke the group, and rank 0's next op raised it)."""
+    if engine.startswith("native"):
+        pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
+    r0, r1 = run_ranks(_sizes_disagree, 2, init=False, timeout=90, env=ENGINES[engine])
+    assert r0 == {"out": [0.0, 1.0, 10.0, 11.0], "after": [3.0] * 3}, r0
+    assert "rank 1: all_to_all float32[4] #1 expects 12 bytes from rank 0" in r1["error"], r1
+    assert "rank 0: all_to_all float32[4] #1 sends 8 bytes" in r1["error"], r1
+    assert r1["after"] == [3.0] * 3, r1

@@ -294,16 +294,19 @@ static int last_full_phase(int op, uint32_t phase, uint64_t nbytes, uint64_t sig
 /* A mismatched phase keeps the group when every stream is at the next op's first frame once
  * it ends: this rank's op and every peer's are one phase in which each rank sends every
  * other one frame and receives one from each, so each rank read one frame from each peer
- * and each peer one from it; a frame of this rank's own call but another size (a per-peer
- * size mismatch, seen by that pair alone) breaks it. Called for the first mismatched
- * header and each one after it (those before matched); xchg checks this rank's own op. */
+ * and each peer one from it. A frame of this rank's own call but another size (a per-peer
+ * size mismatch, seen by that pair alone: the block one rank sends another is not the one
+ * the other expects) is drained whole like any other, so it keeps the group too: the rank
+ * that sees it raises, and the sender, whose own reads were all in order, returns, as on
+ * the Python engine and on one host. Called for the first mismatched header and each one
+ * after it (those before matched); xchg checks this rank's own op. */
 static int keeps(TGroup *g, int q, const TSig *s)
 {
     thdr_t *h = &g->peers[q].ih;
     int same = h->op == s->op && h->dtype == s->dtype && h->redop == s->redop && h->root == s->root &&
                h->phase == s->phase && (!s->cmp_sig || h->sig == s->sig);
     if (same)
-        return h->nbytes == g->peers[q].ilen;
+        return 1;
     return !g->vmap && last_full_phase(h->op, h->phase, h->nbytes, h->sig);
 }
 
