@@ -36,8 +36,7 @@ def all_past(where, rank: int, ranks, victim, timeout: float = 30.0) -> None:
     if rank not in victims:
         return
     deadline = time.monotonic() + timeout
-    while not all(os.path.exists(os.path.join(where, f"past-{r}")) for r in ranks):
+    while missing := [r for r in ranks if not os.path.exists(os.path.join(where, f"past-{r}"))]:
         if time.monotonic() > deadline:
-            missing = [r for r in ranks if not os.path.exists(os.path.join(where, f"past-{r}"))]
             raise TimeoutError(f"ranks {missing} were not past within {timeout} s")
         time.sleep(0.005)
