@@ -121,3 +121,52 @@ def test_the_cycle_check_finds_a_cycle_closed_inside_a_function(tmp_path):
     graph = import_graph(pkg, tmp_path)
     assert graph["pkg._a"] == {"pkg.sub"} and graph["pkg.sub._b"] == {"pkg._a"}
     assert cycles(graph) == [["pkg._a", "pkg.sub", "pkg.sub._b"]]
+
+
+# The socket backend's sub-packages, lowest first (docs/architecture.md, "Layout of the
+# socket backend"): a module may import its own sub-package and those below it, never one
+# above. The modules directly in socket/ (the backend's wiring: ``_backend``, ``_executor``,
+# ``_pending``, ``_engines``) sit above them all.
+SOCKET = "ndist.collectives.backends.socket"
+SOCKET_LAYERS = ("wire", "schedules", "failure", "p2p", "engine", "native")
+
+
+def _layer(module: str, package: str, layers: tuple[str, ...]) -> int:
+    """The index of ``module``'s sub-package in ``layers``; ``len(layers)`` for the package
+    itself and the modules directly in it."""
+    sub = module[len(package) + 1:].split(".")[0] if module != package else ""
+    return layers.index(sub) if sub in layers else len(layers)
+
+
+def upward_imports(graph: dict[str, set[str]], package: str, layers: tuple[str, ...]) -> list[str]:
+    """Every import from a sub-package of ``package`` into a sub-package above it in
+    ``layers`` (or into the modules directly in ``package``), as ``"a -> b"``."""
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if _layer(a, package, layers) < len(layers)
+                  and _layer(b, package, layers) > _layer(a, package, layers))
+
+
+def test_socket_subpackages_import_only_downward():
+    graph = import_graph(ROOT / "ndist/collectives/backends/socket")
+    subs = {p.name for p in (ROOT / "ndist/collectives/backends/socket").iterdir()
+            if p.is_dir() and (p / "__init__.py").exists()}
+    assert subs == set(SOCKET_LAYERS), f"socket/ sub-packages {sorted(subs)}: give each its place in SOCKET_LAYERS"
+    up = upward_imports(graph, SOCKET, SOCKET_LAYERS)
+    assert not up, "imports pointing up between socket/'s sub-packages: " + "; ".join(up)
+
+
+def test_the_layer_check_finds_an_upward_import(tmp_path):
+    """An import from a lower sub-package into a higher one, and one into the package's own
+    top modules, are found; downward ones and those within a sub-package are not."""
+    pkg = tmp_path / "pkg"
+    for sub in ("low", "high"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_top.py").write_text("from .high import _h\n")
+    (pkg / "high" / "_h.py").write_text("from ..low import _l\nfrom . import _h2\n")
+    (pkg / "high" / "_h2.py").write_text("")
+    (pkg / "low" / "_l.py").write_text("def f():\n    from ..high import _h2\n    from .. import _top\n")
+    graph = import_graph(pkg, tmp_path)
+    assert upward_imports(graph, "pkg", ("low", "high")) == [
+        "pkg.low._l -> pkg._top", "pkg.low._l -> pkg.high", "pkg.low._l -> pkg.high._h2"]

@@ -14,7 +14,7 @@ import pytest
 from ndist.collectives import ReduceOp
 from ndist.collectives.backends.socket.schedules import _schedule as S
 from ndist.collectives.backends.socket.schedules._simulate import simulate
-from ndist.collectives.backends.socket.schedules._twolevel import topology
+from ndist.collectives.backends.socket.wire._links import topology
 
 
 def blocks(*per_host):

@@ -31,7 +31,7 @@ import hashlib, json, os, sys
 from datetime import timedelta
 import numpy as np
 import ndist.distributed as dist
-from ndist.collectives.backends.socket.schedules import _run as schedule_run
+from ndist.collectives.backends.socket.engine import _scheduled as schedule_run
 
 seen = []
 _run = schedule_run.Scheduled.run

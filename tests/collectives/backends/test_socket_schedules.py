@@ -35,7 +35,7 @@ def _backend():
 def _spy():
     """Record the algorithm of every schedule this rank runs (instrumentation only:
     the real executor still runs)."""
-    from ndist.collectives.backends.socket.schedules import _run
+    from ndist.collectives.backends.socket.engine import _scheduled as _run
 
     seen = []
     run = _run.Scheduled.run

@@ -132,7 +132,7 @@ class SocketBackend(CollectiveBackend):
                            "native": self._nfile.slot if self._nfile is not None else 0,
                            "native_tcp": self._tcp_offer},
                           on_p2p=self._p2p.incoming, granks=self.granks,
-                          job=job_prefix(secret) + ctx.numbering,
+                          losses=_losses.JobRecord(job_prefix(secret) + ctx.numbering),
                           ring_for=self._rings.reserve if self._rings is not None else None)
         self.job = self._mesh.job
         #: what a Work of this group waits on (``Work.pending``, for its timeout's message)

@@ -17,7 +17,7 @@ on (op, byte size, group size, transport), so all ranks choose alike.
 Floating-point results are identical on every rank (same order of reduction).
 
 Groups of more than ``_schedule.DIRECT_MAX_RANKS`` ranks run the log-depth
-schedules of ``schedules/_schedule.py`` instead (``schedules/_run.py`` executes them), and a
+schedules of ``schedules/_schedule.py`` instead (``engine/_scheduled.py`` executes them), and a
 group on several hosts the two-level ones of ``_twolevel.py`` for all_reduce,
 broadcast, barrier and all_gather; ``choose`` decides per (op, bytes, group
 size, hosts), alike on every rank. ``NDIST_ALGO=direct|sched|flat|auto`` (every
@@ -34,7 +34,7 @@ from ..wire import _frame as F
 from ._engine import Expect
 from ..schedules._reduce import finalize, reduce_ordered
 from ..schedules._flat import choose, spans_hosts
-from ..schedules._run import Scheduled
+from ._scheduled import Scheduled
 
 __all__ = ["Algorithms", "DIRECT_MAX", "ALGO_ENV", "algo_mode"]
 

@@ -27,7 +27,7 @@ import weakref
 
 from .....runtime._net import host_identity, pid_namespace
 
-__all__ = ["remember", "host_of", "record_lost", "forget", "dead_reason", "pid_gone", "watch", "tell_groups", "groups_of"]
+__all__ = ["JobRecord", "remember", "host_of", "record_lost", "forget", "dead_reason", "pid_gone", "watch", "tell_groups", "groups_of"]
 
 _lock = threading.Lock()
 #: (job, global rank) -> (hostid, pid namespace, pid): the latest process seen in that place
@@ -62,6 +62,26 @@ def host_of(job: str, grank: int) -> str:
     """The host name another group saw global rank ``grank`` on ("?": none did)."""
     with _lock:
         return _hostname.get((job, grank), "?")
+
+
+class JobRecord:
+    """This module's record as one job's connections see it (``wire/_tcp.Mesh``): what the
+    wire needs of it, handed down to the wire so that the wire imports nothing of
+    ``failure``. ``job`` is the key: a group's job prefix and numbering."""
+
+    __slots__ = ("job",)
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+
+    def remember(self, grank: int, info: dict | None) -> None:
+        remember(self.job, grank, info)
+
+    def host_of(self, grank: int) -> str:
+        return host_of(self.job, grank)
+
+    def dead_reason(self, grank: int, info: dict | None, hostid: str, pidns: str) -> str | None:
+        return dead_reason(self.job, grank, info, hostid, pidns)
 
 
 def _is_self(ident) -> bool:

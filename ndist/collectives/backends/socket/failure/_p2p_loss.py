@@ -11,7 +11,6 @@ import logging
 
 from .....runtime import DistNetworkError
 from ..wire import _frame as F
-from ..p2p._stream import Stream as _Stream
 
 __all__ = ["P2PLosses"]
 
@@ -80,10 +79,11 @@ class P2PLosses:
             except Exception as err:  # noqa: BLE001 - the loss itself is already recorded here
                 log.debug("recording the loss of rank %s failed: %s", exc.rank, err)
 
-    def on_notice(self, st: _Stream, info: dict) -> None:
-        """A peer tells us the group lost a rank: fail everything pending, tell ours."""
+    def on_notice(self, sender: int, info: dict) -> None:
+        """Group rank ``sender`` tells us the group lost a rank: fail everything pending,
+        tell ours."""
         if info.get("kind") == "stalled":
-            self.p2p.stalls.on_stall_notice(st.peer, info.get("ranks"), info.get("final") is True)
+            self.p2p.stalls.on_stall_notice(sender, info.get("ranks"), info.get("final") is True)
             return
         if info.get("kind") != "lost":
             return
@@ -94,13 +94,13 @@ class P2PLosses:
         if not isinstance(dead, int) or isinstance(dead, bool) or dead < 0:
             dead = None
         host = host if isinstance(host, str) else None
-        reported = f"rank {self.p2p.granks[st.peer]} ({self.p2p.host(st.peer)}) reported: {info.get('msg')}"
+        reported = f"rank {self.p2p.granks[sender]} ({self.p2p.host(sender)}) reported: {info.get('msg')}"
         if dead is not None and self.on_loss is not None:  # the group first (it revokes), then the waiters
             try:
                 self.on_loss(dead, host, reported)
             except Exception as err:  # noqa: BLE001 - the receives still fail below
                 log.debug("recording the loss of rank %s failed: %s", dead, err)
-        self.record_lost(dead, host, reported, skip=st.peer)
+        self.record_lost(dead, host, reported, skip=sender)
 
     def record_lost(self, dead: int | None, host, message: str, skip: int | None = None) -> bool:
         """The group lost global rank ``dead`` (told by a peer's notice, or by the

@@ -61,7 +61,7 @@ import os
 
 import numpy as np
 
-from ..schedules._twolevel import topology
+from ..wire._links import topology
 from ._engine import env_bytes
 
 __all__ = ["TwoLevelGroup", "HOSTS_ENV", "MIN_ENV", "TWO_LEVEL_MIN", "host_split", "min_bytes"]

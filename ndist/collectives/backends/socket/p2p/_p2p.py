@@ -372,7 +372,7 @@ class P2P:
                 self._acks.discard(id(st))
                 self._cond.notify_all()
         elif h.kind == F.ABORT:
-            self.losses.on_notice(st, F.unpack_abort(_net.recv_exact(sock, h.nbytes)))
+            self.losses.on_notice(st.peer, F.unpack_abort(_net.recv_exact(sock, h.nbytes)))
         else:
             raise F.FrameError(f"unexpected frame (kind {h.kind}, op {h.op}) on a point-to-point stream")
         st.frames += 1

@@ -3,7 +3,7 @@
 
 An algorithm is a pure function of (op, algorithm, item size, sizes, group size,
 rank, root, topology) that returns this rank's ``Schedule``; it does no I/O, so
-the same records run on the Python engine (``schedules/_run.py``), in the simulator
+the same records run on the Python engine (``engine/_scheduled.py``), in the simulator
 (``_simulate.py``) and, later, in the native engine. Schedules are cached
 (``schedule()``, an ``lru_cache``): a repeated call costs a dictionary lookup.
 
@@ -322,7 +322,7 @@ def subtree(n: int, rank: int, root: int) -> list:
 def _binomial_gather(sizes: tuple, item: int, n: int, r: int, root: int) -> Schedule:
     """TMP holds this rank's subtree's blocks in relative rank order; round k: ranks
     with lowest set bit k send theirs to v - 2^k. ``sizes`` must be right for this
-    rank's subtree (the root knows all; see ``schedules/_run.py`` for the others)."""
+    rank's subtree (the root knows all; see ``engine/_scheduled.py`` for the others)."""
     v = (r - root) % n
     rel = [0]  # rel[j]: offset of relative rank v + j's block in TMP
     top = n if v == 0 else min(n, v + (v & -v))

@@ -7,7 +7,7 @@ host, its *leader*, crosses the network with the flat algorithms of
 and the simulator run them unchanged.
 
 The topology is ``topo``: for each group rank, the index of its host, hosts
-numbered in order of their lowest rank (``topology()`` makes it from host ids).
+numbered in order of their lowest rank (``wire._links.topology`` makes it from host ids).
 Host ``h``'s ranks in rank order are its *local* ranks; local rank 0 (the
 host's lowest rank) is its leader, host ``h``'s leader is leader ``h``. Every
 rank derives the same topology from the same published host ids, so every
@@ -44,17 +44,10 @@ from __future__ import annotations
 
 from . import _flat as S
 
-__all__ = ["topology", "OPS", "two_level"]
+__all__ = ["OPS", "two_level"]
 
 #: the ops that have a two-level schedule
 OPS = S.TWO_LEVEL_OPS
-
-
-def topology(hostids) -> tuple:
-    """``hostids[r]`` (any hashable) for each rank -> the host index of each rank,
-    hosts numbered in order of their lowest rank."""
-    index: dict = {}
-    return tuple(index.setdefault(h, len(index)) for h in hostids)
 
 
 def _hosts(topo) -> list:

@@ -22,13 +22,19 @@ import logging
 
 from .....runtime import DistNetworkError
 from . import _ring
-from ..schedules._twolevel import topology
 
-__all__ = ["Links", "setup", "attach"]
+__all__ = ["Links", "setup", "attach", "topology"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
 NO_CHUNKS = 1 << 62
+
+
+def topology(hostids) -> tuple:
+    """``hostids[r]`` (any hashable) for each rank -> the host index of each rank,
+    hosts numbered in order of their lowest rank."""
+    index: dict = {}
+    return tuple(index.setdefault(h, len(index)) for h in hostids)
 
 
 class Links:
@@ -44,7 +50,7 @@ class Links:
         self.rings: list[int] = []
         self.pipeline = False
         self.chunk = NO_CHUNKS
-        self.hosts: tuple | None = None  # host index of every rank (_twolevel.topology), any transport
+        self.hosts: tuple | None = None  # host index of every rank (``topology``), any transport
 
     def shm(self, peer: int, nbytes: int) -> bool:
         return nbytes >= self.shm_min and self.same_host.get(peer, False)

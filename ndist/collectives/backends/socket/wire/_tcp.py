@@ -31,7 +31,6 @@ import time
 from .....runtime import DistNetworkError, DistTimeoutError
 from .....runtime import _net
 from .....runtime._net import host_identity, listen_address, pid_namespace
-from ..failure import _losses
 from . import _link_facts
 from ._accept import HANDSHAKE_S, HELLO, HELLO_MAGIC, Acceptor
 
@@ -58,15 +57,17 @@ def _tune(sock: socket.socket) -> None:
 
 class Mesh:
     def __init__(self, store, rank: int, size: int, group_name: str, secret: bytes, timeout: float,
-                 extra: dict, on_p2p=None, granks=None, job: str | None = None, ring_for=None) -> None:
+                 extra: dict, on_p2p=None, granks=None, losses=None, ring_for=None) -> None:
         self.store = store
         self.rank = rank
         self.size = size
         #: global rank of each group rank: every message and ``.rank`` names global ranks
         self.granks = tuple(granks) if granks is not None else tuple(range(size))
-        #: the job (``_losses``' key): with it, connecting to a peer known to be dead fails
-        #: at once, naming it (``check_dead``)
-        self.job = job
+        #: this process's record of its job's losses (``failure/_losses.JobRecord``, handed
+        #: down by the backend): with it, connecting to a peer known to be dead fails at once,
+        #: naming it (``check_dead``); ``job`` is its key
+        self.losses = losses
+        self.job = losses.job if losses is not None else None
         self.pidns = pid_namespace()
         self.group_name = group_name
         self.secret = secret
@@ -151,7 +152,7 @@ class Mesh:
             info = json.loads(raw)
             self._peers[rank] = info
             if self.job is not None:
-                _losses.remember(self.job, self.granks[rank], info)
+                self.losses.remember(self.granks[rank], info)
         return info
 
     def prefetch(self) -> None:
@@ -176,7 +177,7 @@ class Mesh:
             info = json.loads(raw)
             self._peers[r] = info
             if self.job is not None:
-                _losses.remember(self.job, self.granks[r], info)
+                self.losses.remember(self.granks[r], info)
 
     def wait_published(self, key, rank) -> None:
         """Wait for member ``rank`` to publish ``key`` in the group's store (or each of the
@@ -294,9 +295,9 @@ class Mesh:
         if self.job is None:
             return
         info = self._peers.get(peer)
-        reason = _losses.dead_reason(self.job, self.granks[peer], info, self.hostid, self.pidns)
+        reason = self.losses.dead_reason(self.granks[peer], info, self.hostid, self.pidns)
         if reason:
-            host = (info.get("hostname") or info.get("host")) if info else _losses.host_of(self.job, self.granks[peer])
+            host = (info.get("hostname") or info.get("host")) if info else self.losses.host_of(self.granks[peer])
             raise DistNetworkError(f"group {self.group_name!r}: cannot connect to rank {self.granks[peer]} "
                                    f"({host}): {reason}", rank=self.granks[peer], host=host)
 

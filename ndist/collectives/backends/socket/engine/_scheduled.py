@@ -1,4 +1,4 @@
-"""Run ``_schedule`` schedules on the socket backend's engine.
+"""Run ``schedules/`` schedules on the socket backend's Python engine.
 
 ``Scheduled.run`` plays one rank's ``Schedule``: the ``pre`` copies, then one
 engine step per round that has messages (frames carry step ``step0 + t`` mod
@@ -11,7 +11,7 @@ round's payload after this rank went on to the next one. COPY receives land in
 place (``Expect.into``); the reductions of a round run after all its messages
 arrived, in the schedule's order, with ``_reduce.reduce_ordered``.
 
-Two-level schedules (``_twolevel.py``, a group on several hosts) get the
+Two-level schedules (``schedules/_twolevel.py``, a group on several hosts) get the
 group's topology from ``links.hosts``; they run like every other schedule.
 
 The op methods map their arguments onto the schedule's buffers (``BUF``,
@@ -27,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..wire import _frame as F
-from . import _schedule as S
-from ..engine._engine import Expect
-from ._reduce import finalize, reduce_ordered
+from ..schedules import _schedule as S
+from ._engine import Expect
+from ..schedules._reduce import finalize, reduce_ordered
 
 __all__ = ["Scheduled"]
 
