@@ -16,7 +16,7 @@ Printed per size: each library's wall time per call (the slowest rank), its CPU 
 summed over the ranks (user + system) and the ranks' involuntary context switches per
 call, then the ratios ndist/MPICH of wall time and of CPU. When ranks outnumber cores
 (4 ranks on a 2-core machine), the wall time is the CPU per call over the cores: the
-ratio of CPU is the ratio of time (docs/performance.md, "The native engine across hosts").
+ratio of CPU is the ratio of time (docs/performance.md, "What bounds the open targets").
 Needs root, iproute2 and mpi4py with MPICH.
 """
 
