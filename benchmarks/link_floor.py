@@ -3,7 +3,7 @@ namespaces joined by a veth pair costs with nothing but a TCP connection, no lib
 
     sudo python benchmarks/link_floor.py [--sizes 4K,64K,1M,16M] [--iters 20] [--warmup 5] [--rounds 5]
 
-Two namespaces as in ``benchmarks/multihost.py`` (``tests/netns_hosts.py``, no shaping), one
+Two namespaces as in ``benchmarks/multihost.py`` (``ndist.testing.make_hosts``, no shaping), one
 process in each (``ip netns exec``) running ``benchmarks/link_floor.c`` (built here with the
 C compiler into a temporary folder), one TCP connection between them: ``TCP_NODELAY``,
 socket buffers of ``--sockbuf`` (4 MiB, as ndist's TCP engine asks), non-blocking ``send``
@@ -40,11 +40,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests")]
-
-from netns_hosts import make_hosts  # noqa: E402
-
-from ndist.bench import parse_size  # noqa: E402
+from ndist.bench import parse_size
+from ndist.testing import make_hosts
 
 _SOURCE = Path(__file__).with_suffix(".c")
 

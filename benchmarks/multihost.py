@@ -8,7 +8,7 @@ the socket backend's two-level algorithms against the flat ones; or, with
     sudo python benchmarks/multihost.py --compare mpi4py,torch --hosts 2 --per-host 2 \\
         --sizes 4K,64K,1M,16M --iters 20 --warmup 5 --rounds 5
 
-H namespaces joined by a bridge (``tests/netns_hosts.py``), ``tc netem
+H namespaces joined by a bridge (``ndist.testing.make_hosts``), ``tc netem
 <delay> rate <rate>`` on every host's interface (where the kernel lacks
 sch_netem: ``tbf`` for the rate alone, and the header says so), then per algorithm family one
 ``ndistrun --nnodes H --nproc-per-node R`` job (one launcher per namespace)
@@ -55,18 +55,9 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-# this checkout's ndist (its ranks import it too: ndist_env, RankGroup) and tests/netns_hosts.py
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests")]
-
-from netns_hosts import launch_nodes, make_hosts, ndist_env, node_commands, outputs, wait_launchers  # noqa: E402
-
-from ndist.bench import BenchError, parse_size  # noqa: E402
-from ndist.bench._adapters import STORE_HOST_ENV  # noqa: E402
-from ndist.bench._config import BenchConfig  # noqa: E402
-from ndist.bench._launch import MPI_LIBRARIES, RankGroup, find_mpiexec  # noqa: E402
-from ndist.bench._ops import OPS  # noqa: E402
-from ndist.bench._report import ratio_rows, to_json  # noqa: E402
-from ndist.bench._runner import run_bench  # noqa: E402
+from ndist.bench import (MPI_LIBRARIES, OPS, STORE_HOST_ENV, BenchConfig, BenchError, RankGroup, find_mpiexec,
+                         parse_size, ratio_rows, run_bench, to_json)
+from ndist.testing import launch_nodes, make_hosts, ndist_env, node_commands, outputs, wait_launchers
 
 _JOB = """
 import json, sys, time

@@ -4,7 +4,7 @@
     sudo python benchmarks/multihost_cpu.py --hosts 4 --per-host 1 --op all_gather --sizes 4K
 
 ``benchmarks/multihost.py --compare`` says how long a call takes; this says what each rank
-spent on it. The same hosts (network namespaces, ``tests/netns_hosts.py``), ndist under
+spent on it. The same hosts (network namespaces, ``ndist.testing.make_hosts``), ndist under
 ``ndistrun --nnodes H`` and mpi4py under MPICH's Hydra with UCX over TCP between hosts
 (``multihost.mpich_command``). Every rank runs ``--iters`` back-to-back calls of ``--op``
 (float32; broadcast from rank 0; all_to_all: the buffer in n equal parts) after 300 untimed ones and a barrier, and reports its wall
@@ -16,7 +16,7 @@ Printed per size: each library's wall time per call (the slowest rank), its CPU 
 summed over the ranks (user + system) and the ranks' involuntary context switches per
 call, then the ratios ndist/MPICH of wall time and of CPU. When ranks outnumber cores
 (4 ranks on a 2-core machine), the wall time is the CPU per call over the cores: the
-ratio of CPU is the ratio of time (docs/performance.md, "The native engine across hosts").
+ratio of CPU is the ratio of time (docs/performance.md, "What bounds the open targets").
 Needs root, iproute2 and mpi4py with MPICH.
 """
 
@@ -32,10 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests"),
-                str(Path(__file__).resolve().parent)]
-
-from ndist.bench import parse_size  # noqa: E402
+from ndist.bench import parse_size
 
 OPS = ("broadcast", "all_reduce", "all_gather", "all_to_all")
 LIBS = ("ndist", "mpi4py")
@@ -101,7 +98,7 @@ def _rows(out: str) -> list[dict]:
 def run_one(hosts, ssh: Path, lib: str, per_host: int, nbytes: int, iters: int, op: str, timeout: float) -> dict:
     """One job of ``lib``: every rank's row, summed."""
     from multihost import mpich_command
-    from netns_hosts import ndist_env, node_commands
+    from ndist.testing import ndist_env, node_commands
 
     argv = [str(Path(__file__).resolve()), "--worker", lib, str(nbytes), str(iters), op]
     if lib == "ndist":
@@ -157,7 +154,7 @@ def main(argv=None) -> int:
     sizes = [parse_size(x, name="--sizes") for x in args.sizes.split(",") if x]
 
     from multihost import write_ssh_script
-    from netns_hosts import make_hosts
+    from ndist.testing import make_hosts
 
     def skip(reason):
         raise SystemExit(f"multihost_cpu: {reason}")

@@ -9,7 +9,7 @@ per call = (I(2N) - I(N)) / N, so warm-up and fixed costs cancel. Only what runs
 inside ``itertools.starmap``'s next is counted (``--toggle-collect=starmap_next``),
 and each ``math.lcm()`` call dumps the counts (``--dump-before=math_lcm``), so one
 run counts every op. ``PYTHONHASHSEED=0``. Counts, not times: they do not depend on
-the machine's load (docs/performance.md converts them at ~11,300 instructions/µs).
+the machine's load (on the 2-vCPU VM of docs/performance.md, about 11,300 instructions per µs).
 
 ``--side`` picks what is called:
 

@@ -1,11 +1,14 @@
 #!/bin/sh
-# Re-run the measurements of docs/performance.md's newest quiet run from the repository root,
-# with nothing else running on the machine:
+# Re-run the one-host measurements of docs/performance.md from the repository root, with
+# nothing else running on the machine:
 #   sh docs/perf/reproduce.sh [TAG]      (needs mpi4py + the mpich wheel, torch; TAG: file prefix)
 # Writes docs/perf/TAG_{n2,n4,torch,n8,n16}.{txt,json}, TAG_b2b.txt, TAG_mpi_overhead.txt and
-# TAG_copy_floor.txt. docs/performance.md is written by hand from such runs: each section
-# names its run's command, time and raw files. Every table quotes the median of 5 rounds.
+# TAG_copy_floor.txt, then collects the n = 2, n = 4 and torch runs into
+# docs/perf/results/{one_host,torch}.json (docs/perf/collect.py) and regenerates the results
+# section of docs/performance.md (docs/perf/render.py). Every table quotes the median of 5
+# rounds. Add a line for the run to docs/perf/README.md.
 set -e
+START=$(date -u +%H:%M)
 PY=${PYTHON:-python}
 BIN=$(dirname "$(command -v "$PY")")
 TAG=${1:-run}
@@ -33,8 +36,14 @@ $BIN/mpiexec -n 2 $PY benchmarks/mpi_overhead.py --sizes-mib 0.00390625 0.015625
 for op in all_to_all broadcast; do for n in 2 4; do
   $PY benchmarks/copy_floor.py --op $op --nproc $n --bytes 16777216 --rounds 7
 done; done > $OUT/${TAG}_copy_floor.txt
-# more ranks than cores (issue #18's targets)
+# more ranks than cores (the targets' n = 8 and 16 row)
 for n in 8 16; do
   $PY -m ndist.bench all_reduce all_to_all -b 4K -e 1M -f 256 -n 20 -w 5 --rounds 5 --nproc $n \
       --compare mpi4py -q --json $OUT/${TAG}_n$n.json > $OUT/${TAG}_n$n.txt
 done
+# the committed data the page is generated from; CONDITIONS says what else ran
+WHEN="--date $(date -u +%Y-%m-%d) --time $START-$(date -u +%H:%M) --commit $(git rev-parse --short HEAD)"
+$PY docs/perf/collect.py one_host $WHEN --conditions "${CONDITIONS:-nothing else on the machine}" \
+    $OUT/${TAG}_n2.txt $OUT/${TAG}_n4.txt
+$PY docs/perf/collect.py torch $WHEN --conditions "${CONDITIONS:-nothing else on the machine}" $OUT/${TAG}_torch.txt
+$PY docs/perf/render.py

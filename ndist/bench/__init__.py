@@ -6,11 +6,16 @@ alternating between them, and prints nccl-tests-shaped tables, ratios, JSON and
 a plot. See ``docs/performance.md``.
 """
 
+from ._adapters import STORE_HOST_ENV
 from ._cli import main
 from ._config import BenchConfig, parse_args, parse_size, size_sweep
-from ._launch import BenchError
+from ._launch import MPI_LIBRARIES, BenchError, RankGroup, find_mpiexec
 from ._ops import OPS, bandwidths, layout
+from ._report import ratio_rows, to_json
 from ._runner import Row, RunResult, run_bench
 
+# The names a driver that places the ranks itself needs (benchmarks/multihost.py: its own
+# RankGroup subclass, run_bench(start=...), the report's ratios and JSON) are public too.
 __all__ = ["main", "BenchConfig", "parse_args", "parse_size", "size_sweep", "BenchError", "OPS", "bandwidths",
-           "layout", "Row", "RunResult", "run_bench"]
+           "layout", "Row", "RunResult", "run_bench", "RankGroup", "MPI_LIBRARIES", "find_mpiexec",
+           "STORE_HOST_ENV", "ratio_rows", "to_json"]

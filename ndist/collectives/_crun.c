@@ -9,7 +9,7 @@
  * stays the reference and the fallback (no compiler, or ``NDIST_ENGINE=python``); the
  * conformance suite runs both. What it saves is the interpreter's work per call: the
  * record's tuple copy, the entry list and two ``time.time()`` calls, the keyword call
- * (docs/performance.md, "The public layer in C").
+ * (docs/performance.md in git history, "The public layer in C", 2026-11-24).
  *
  * Everything here runs with the GIL held and touches only Python objects: no shared
  * memory, no atomics. */

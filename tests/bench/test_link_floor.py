@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from netns_hosts import namespaces
+from ndist.testing import namespaces
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "link_floor.py"
 

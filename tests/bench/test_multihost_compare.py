@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ndist.collectives.backends.socket.native._engine import extension as native_extension
-from netns_hosts import namespaces, skip_unless_mpich_hosts
+from ndist.testing import namespaces, skip_unless_mpich_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ["all_reduce", "all_to_all", "all_gather", "reduce_scatter", "broadcast"]

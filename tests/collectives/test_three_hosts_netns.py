@@ -8,7 +8,7 @@ inside a host, TCP between the leaders), and a rank SIGKILLed in the middle of i
 two-level all_reduces: every survivor, on every host, raises naming it. Leaves no
 namespace, process or /dev/shm file behind.
 
-Needs root, iproute2 and CAP_NET_ADMIN (``tests/netns_hosts.py``); skips otherwise."""
+Needs root, iproute2 and CAP_NET_ADMIN (``ndist.testing.make_hosts``); skips otherwise."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pytest
 
 from ndist.collectives.backends.socket.native._engine import extension as native_extension
 from ndist.runtime._shmfiles import job_prefix
-from netns_hosts import launch_nodes, make_hosts, namespaces, ndist_env, outputs, wait_launchers
+from ndist.testing import launch_nodes, make_hosts, namespaces, ndist_env, outputs, wait_launchers
 
 HOSTS = 3
 

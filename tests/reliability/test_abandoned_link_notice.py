@@ -1,7 +1,7 @@
 """A member lost while a peer's collective link waits in this rank's mesh (accepted, not
 yet taken by its engine) gets the lost notice on that link: the peer's op fails naming the
 dead member, not this live rank, and both survivors shrink into one group. Found by the
-``--on-failure continue`` kill trials (benchmarks/kill_trials.py, seed 20029: the notice's
+``--on-failure continue`` kill trials (tools/trials/kill_trials.py, seed 20029: the notice's
 method was gone, the loss never reached the collective engine and a survivor's first
 collective on the shrunk group hung until the others timed out; seed 20076: the dropped link
 looked to the peer like this rank's loss, and the survivors excluded it).

@@ -1,7 +1,7 @@
 """Once a peer is lost, every later collective on that group raises the same kind of
 error as the first: a ``DistError`` naming the lost rank, whatever the engine.
 
-Found by benchmarks/kill_trials.py (seed 111, auto, native engine): with rank 2 of 4
+Found by tools/trials/kill_trials.py (seed 111, auto, native engine): with rank 2 of 4
 killed while an async collective was in flight, survivors' next collective on the
 group raised ``RuntimeError: native group is broken by an earlier failure``: not a
 ``DistError`` (``except dist.DistError`` misses it), and it names no rank.
@@ -204,7 +204,7 @@ def test_one_side_of_a_backend_tells_the_other_of_a_lost_member(tmp_path, how, t
     assert rec1["t"] - killed < 5, rec1  # (the group timeout is 10 s)
 
 
-# Found by benchmarks/kill_trials.py (seed 2013, shm, python engine): rank 2 learned of
+# Found by tools/trials/kill_trials.py (seed 2013, shm, python engine): rank 2 learned of
 # rank 0's death in group [0, 2] and stopped; rank 3 waited on rank 2 in a world
 # collective for the whole group timeout, naming rank 2. A process's other groups that
 # have the dead rank as a member are told too, and tell their peers.

@@ -1,7 +1,7 @@
 """Building a group's connections with a member that is already dead fails at once,
 naming it, instead of waiting the group timeout.
 
-Found by benchmarks/kill_trials.py: a survivor's first collective on a subgroup whose
+Found by tools/trials/kill_trials.py: a survivor's first collective on a subgroup whose
 other member had died raised, after the whole group timeout, ``ranks [1] did not
 connect within the timeout`` or ``could not connect to rank 2 ... Connection
 refused``. A peer still starting refuses connections too, so a refusal alone is no

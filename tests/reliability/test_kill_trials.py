@@ -1,4 +1,4 @@
-"""benchmarks/kill_trials.py keeps working: three randomized trials (a rank of 4
+"""tools/trials/kill_trials.py keeps working: three randomized trials (a rank of 4
 SIGKILLed mid mix of collectives and point-to-point, one per transport) under
 ndistrun. Checked here: no hang, no wrong result, no file left in /dev/shm, no
 process left, the launcher exits non-zero naming the rank, and every survivor
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-HARNESS = Path(__file__).resolve().parents[2] / "benchmarks" / "kill_trials.py"
+HARNESS = Path(__file__).resolve().parents[2] / "tools" / "trials" / "kill_trials.py"
 
 
 @pytest.mark.timeout(120)

@@ -1,7 +1,7 @@
 """An operation that finds a member gone before the member watch has told the group (its
 verdict comes a moment later) raises the group's ``DistRankFailureError`` naming the lost
 rank and how it went, not the backend's plain ``DistNetworkError``. Found by the
-``--on-failure continue`` kill trials (benchmarks/kill_trials.py, seeds 20119 and 20124: a
+``--on-failure continue`` kill trials (tools/trials/kill_trials.py, seeds 20119 and 20124: a
 survivor's send saw the peer's stream end first; seed 20071: a survivor's first collective
 on the shrunk group found the dead member's native file gone, gave up, and the survivors
 ended in different groups). Here the survivors' watch is made slow on purpose (its

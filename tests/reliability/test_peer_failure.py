@@ -220,7 +220,7 @@ def test_destroy_right_after_a_shared_memory_gather_waits_for_the_reader():
 # Rank 2 then waits on rank 0 (for the ACK of its segment before the next
 # all_to_all, or for the data of a broadcast from rank 0), without polling rank 1's
 # connection itself: it must learn of the loss from rank 0, not when rank 0 exits
-# (the 1-in-25 shm failure of benchmarks/failure_latency.py under load).
+# (the 1-in-25 shm failure of tools/trials/failure_latency.py under load).
 _SLOW_ACK_JOB = """
 import json, os, signal, sys, time
 import numpy as np

@@ -1,7 +1,7 @@
 """A point-to-point operation (or an async collective) already in flight when a member
 dies raises the group's ``DistRankFailureError`` too, not the backend's plain
 ``DistNetworkError``: ``wait`` gives the revoked group's error, with the backend's as its
-cause. Found by the ``--on-failure continue`` kill trials (benchmarks/kill_trials.py, seeds
+cause. Found by the ``--on-failure continue`` kill trials (tools/trials/kill_trials.py, seeds
 300, 316, 319): survivors in a blocking ``recv`` or waiting on ``batch_isend_irecv`` works
 when the ring's member died got ``DistNetworkError`` with no ``failed_ranks``, so a program
 catching ``DistRankFailureError`` to shrink did not."""

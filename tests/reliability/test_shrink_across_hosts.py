@@ -1,6 +1,6 @@
 """A rank lost across hosts: the survivors on both "hosts" shrink and finish (issue 29).
 
-Two network namespaces joined by a veth pair are two hosts (tests/netns_hosts.py); one
+Two network namespaces joined by a veth pair are two hosts (``ndist.testing.make_hosts``); one
 ``ndistrun --nnodes 2 --on-failure continue`` per namespace runs examples/elastic_training.py
 on 2 x 2 ranks. One rank SIGKILLs itself at a step; the survivors, on both hosts, catch
 ``DistRankFailureError``, agree through the job's store on the other host, shrink to 3 ranks
@@ -10,11 +10,13 @@ OK). Both launchers exit 0 (``--min-nproc 3``), and the node that lost the rank 
 Needs root, iproute2 and CAP_NET_ADMIN; skips otherwise (installs nothing)."""
 
 import re
+from pathlib import Path
 
 import pytest
 
-from netns_hosts import ROOT, launch_nodes, make_hosts, ndist_env, outputs, wait_launchers
+from ndist.testing import launch_nodes, make_hosts, ndist_env, outputs, wait_launchers
 
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "elastic_training.py"
 
 

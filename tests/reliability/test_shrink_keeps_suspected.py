@@ -2,7 +2,7 @@
 as lost, when it is alive and calls ``shrink_group`` too: the agreement counts as lost only
 what the member watch saw go (the process ended), never a member a backend merely lost a
 connection to; and the survivors that recorded it lost connect to it again in the shrunk
-group. Found by the ``--on-failure continue`` kill trials (benchmarks/kill_trials.py, seed
+group. Found by the ``--on-failure continue`` kill trials (tools/trials/kill_trials.py, seed
 20076: a survivor's link to an alive rank closed without a notice, it recorded that rank
 lost, and the agreement excluded it although it called shrink_group: it raised ValueError,
 the others went on without it).

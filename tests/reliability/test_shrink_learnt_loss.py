@@ -1,7 +1,7 @@
 """A member lost during the agreement, that posted what it saw before it went, is not taken
 for an alive member excluded by request when a survivor learns of its loss from another
 survivor's post before its own watch tells it. Found by the ``--on-failure continue`` kill
-trials (benchmarks/kill_trials.py, seed 309, n = 8: every survivor raised ``ValueError:
+trials (tools/trials/kill_trials.py, seed 309, n = 8: every survivor raised ``ValueError:
 ranks_to_exclude: expected ranks that are lost, got ranks [2] ..., which are alive and called
 shrink_group``). Each survivor now posts, beside the ranks it would exclude, the ranks it
 knows are lost (its own member watch's record, and what other survivors posted as lost);

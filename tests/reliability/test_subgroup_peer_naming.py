@@ -1,7 +1,7 @@
 """A peer lost in a subgroup is named by its global rank (the rank ndistrun, the
 user's code and every other message use), not by its rank within the group.
 
-Found by benchmarks/kill_trials.py (seed 1, tcp, native engine): with rank 2 of 4
+Found by tools/trials/kill_trials.py (seed 1, tcp, native engine): with rank 2 of 4
 killed, a survivor in group [0, 2] raised ``lost point-to-point connection to rank 1``
 with ``.rank == 1``, naming a live rank (global rank 1) instead of the dead one."""
 

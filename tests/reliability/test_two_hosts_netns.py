@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from netns_hosts import free_port_in, make_hosts, outputs, sh
+from ndist.testing import free_port_in, make_hosts, outputs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,7 @@ print("rank", rank, "finished without an error", ok, flush=True)
 
 
 def _sh(*args, check=True):
-    return sh(*args, check=check)
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=30, check=check)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """A two-level group's set-up that fails linking a peer fails the same-host group naming
 that peer, so a same-host rank already waiting in the set-up barrier names the cause.
 
-Found by benchmarks/kill_trials.py across 2 hosts of 2 (``NDIST_NATIVE_HOSTS=2``, every call
+Found by tools/trials/kill_trials.py across 2 hosts of 2 (``NDIST_NATIVE_HOSTS=2``, every call
 in two levels, SIGSTOP trial seed 540): with rank 1 stopped, rank 2 timed out linking to it
 in a new group's set-up and closed its same-host group; rank 3, in the set-up barrier there,
 raised naming rank 2 ("closed the group"), a live survivor, not the stopped rank 1."""

@@ -69,7 +69,7 @@ def _late_peer_waits(rank, size):
     return msgs
 
 
-# Found by benchmarks/kill_trials.py's SIGSTOP trials: a survivor waiting on a queued
+# Found by tools/trials/kill_trials.py's SIGSTOP trials: a survivor waiting on a queued
 # collective, or on an irecv, got "reduce_scatter (#191) did not complete within 3 s;
 # queued behind 1 earlier operation on this group" / "recv (#-1) did not complete
 # within 3 s": neither names the stopped rank (a running collective's message does).

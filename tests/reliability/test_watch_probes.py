@@ -1,6 +1,6 @@
 """The member watch names a member that died before it connected, whatever else the job's
 other members are doing, within about a second. Found by the ``--on-failure continue`` kill
-trials (benchmarks/kill_trials.py, seed 50060: n = 8, tcp, rank 5 killed before its first
+trials (tools/trials/kill_trials.py, seed 50060: n = 8, tcp, rank 5 killed before its first
 op): ranks 0, 6 and 7 named rank 5 at once; ranks 1-4 never did, and waited out the group
 timeout. Two ways a verdict was held back, each tested here with real processes:
 

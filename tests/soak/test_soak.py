@@ -1,6 +1,6 @@
-"""The soak run of ``benchmarks/soak.py`` at a smaller count (500 random collectives on
+"""The soak run of ``tools/trials/soak.py`` at a smaller count (500 random collectives on
 4 ranks: ops, dtypes, empty and uneven sizes, subgroups, async), every result checked
-against NumPy. The full 10,000: ``python benchmarks/soak.py``."""
+against NumPy. The full 10,000: ``python tools/trials/soak.py``."""
 
 import importlib.util
 from pathlib import Path
@@ -19,11 +19,11 @@ def _soak_module():
 
     if "ndist_soak" in sys.modules:
         return sys.modules["ndist_soak"]
-    spec = importlib.util.spec_from_file_location("ndist_soak", ROOT / "benchmarks" / "soak.py")
+    spec = importlib.util.spec_from_file_location("ndist_soak", ROOT / "tools" / "trials" / "soak.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["ndist_soak"] = mod
     spec.loader.exec_module(mod)
-    cloudpickle.register_pickle_by_value(mod)  # the ranks cannot import benchmarks/
+    cloudpickle.register_pickle_by_value(mod)  # the ranks cannot import tools/trials/
     return mod
 
 

@@ -59,8 +59,8 @@ SPIN_ENV = "NDIST_NATIVE_SPIN_US"
 CMA_ENV = "NDIST_NATIVE_CMA_MIN"
 #: all_to_all blocks, all_gather parts and broadcast buffers of at least this many bytes go
 #: with one copy (``process_vm_readv``) to peers that may read this rank's memory; the rest
-#: through the slots (two copies). 16 KiB: plain loops at 2 ranks (docs/performance.md,
-#: "Single copy from 16 KiB, 256 KiB slots") took all_to_all of 32-256 KiB from 5.1-19.8 to 4.1-9.9 us and
+#: through the slots (two copies). 16 KiB: plain loops at 2 ranks (docs/performance.md in git
+#: history, "Single copy from 16 KiB, 256 KiB slots", 2026-11-24) took all_to_all of 32-256 KiB from 5.1-19.8 to 4.1-9.9 us and
 #: all_gather of 32-256 KiB from 4.9-19.7 to 3.8-9.7 us against 256 KiB before; at 8 KiB
 #: blocks it was even, at 4 ranks on 2 cores 0.7-1.1x.
 CMA_MIN = 16 << 10
@@ -75,18 +75,18 @@ CMA_MIN = 16 << 10
 BCAST_MANY_MIN = 1 << 20
 #: data bytes per slot (a piece): 256 KiB pipelines the large reductions more finely than the
 #: 1 MiB of before (2 ranks, reduce_scatter 1-16 MiB 0.70-0.79x the time, all_reduce 4-16 MiB
-#: 0.85-0.93x; broadcast 4-16 MiB 1.04-1.08x, the other ops even; docs/performance.md,
-#: "Single copy from 16 KiB, 256 KiB slots")
+#: 0.85-0.93x; broadcast 4-16 MiB 1.04-1.08x, the other ops even; docs/performance.md in git
+#: history, "Single copy from 16 KiB, 256 KiB slots", 2026-11-24)
 SLOT = 256 << 10
 #: all_reduce above this many bytes: reduce-scatter + all-gather through the slots
 RSAG_MIN = 256 << 10
 #: how long a waiting rank spins before it sleeps (when every rank has a core): 200 µs halved
-#: a 4 KiB all_to_all at n=2 against 20 (docs/performance.md, "Spinning before sleeping")
+#: a 4 KiB all_to_all at n=2 against 20 (docs/performance.md in git history, "Spinning before sleeping", 2026-11-23)
 SPIN_US = 200.0
 #: the spin (a ``sched_yield`` after every 64 looks) also when ranks outnumber cores, up to
 #: this many ranks per core: at 4 and 8 ranks on 2 cores it took broadcast 4 KiB from
 #: 1.4-3.6x MPICH's time to 1.5 and 1.6x, all_gather and all_reduce 4 KiB below 0.65x
-#: (docs/performance.md, "Spinning when ranks outnumber cores"). Beyond it (64 or 128 ranks
+#: (docs/performance.md in git history, "Spinning when ranks outnumber cores", 2026-11-24). Beyond it (64 or 128 ranks
 #: on a few cores) a waiter sleeps after a few yields, as before.
 SPIN_RANKS_PER_CORE = 4
 

@@ -31,7 +31,8 @@ Each op, as steps on the two groups (``H`` hosts; every rank of a host runs the 
 A call smaller than ``two_level_min`` bytes (``NDIST_NATIVE_TWO_LEVEL_MIN``, default 256 KiB;
 all_gather: its output, at least ``ALL_GATHER_MIN``) runs direct on the whole TCP group
 instead, as does every barrier (unless the minimum is 0): below it the second hop cost
-more than the sockets it saved (docs/performance.md). Every rank decides alike from the
+more than the sockets it saved (docs/performance.md in git history, "Two levels across
+hosts", 2026-11-27). Every rank decides alike from the
 call's size. A call whose size differs between ranks across the minimum runs in different
 steps: where a rank that is no leader runs it direct, a leader finds its frame of this call
 outside the leaders' view (the ``TcpGroup`` reports a mismatch); else it ends at the group's
@@ -70,8 +71,9 @@ __all__ = ["TwoLevelGroup", "HOSTS_ENV", "MIN_ENV", "TWO_LEVEL_MIN", "host_split
 #: ``mod:k`` (rank g on host ``g % k``); the native engine then takes that for the hosts
 HOSTS_ENV = "NDIST_NATIVE_HOSTS"
 #: the smallest call (bytes of its buffer; all_gather: of its whole output) that runs in two
-#: levels; a smaller one runs direct on the whole TCP group (docs/performance.md: below it the
-#: second hop cost more than the sockets it saved, 2 hosts x 2 ranks on this 2-core VM)
+#: levels; a smaller one runs direct on the whole TCP group (docs/performance.md in git history,
+#: "Two levels across hosts", 2026-11-27: below it the second hop cost more than the sockets it
+#: saved, 2 hosts x 2 ranks on a 2-core VM)
 MIN_ENV = "NDIST_NATIVE_TWO_LEVEL_MIN"
 TWO_LEVEL_MIN = 256 << 10
 #: all_gather's, of its whole output, unless the minimum is 0: at 2 x 2 its two levels took

@@ -1,6 +1,6 @@
 """How long survivors take to see a peer killed mid all_to_all, under ndistrun.
 
-    python benchmarks/failure_latency.py [--runs 5] [--ranks 4] [--transport tcp]
+    python tools/trials/failure_latency.py [--runs 5] [--ranks 4] [--transport tcp]
 
 Each run starts ``ndistrun --nproc-per-node RANKS``; rank 2 kills itself with
 SIGKILL after 30 rounds of ``all_to_all_single``; every survivor records when
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--transport", default="tcp", choices=("tcp", "shm", "auto"))
     a = ap.parse_args(argv)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # the checkout: tools/trials/ is two below it
     worst_all, bad = [], 0
     for run in range(a.runs):
         with tempfile.TemporaryDirectory() as d:

@@ -1,7 +1,7 @@
 """Randomized kill trials: a random rank of 4 dies (SIGKILL) or stops (SIGSTOP) at a random
 point of a random mix of collectives and point-to-point traffic, under ndistrun.
 
-    python benchmarks/kill_trials.py [--trials 200] [--seed 0] [--transports tcp,shm,auto]
+    python tools/trials/kill_trials.py [--trials 200] [--seed 0] [--transports tcp,shm,auto]
                                      [--engines python,native] [--stop-trials 6] [--max-latency 1.0]
                                      [--continue-trials 0] [--sizes 4,8] [--losses 1,2] [--only N,...]
 
@@ -74,9 +74,10 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import soak  # noqa: E402  (the op mix and the NumPy oracle)
+import soak  # the op mix and the NumPy oracle: tools/trials/soak.py, beside this script (sys.path[0])
+
+#: the checkout (tools/trials/ is two below it): its ndist for the trials' launchers and ranks
+ROOT = Path(__file__).resolve().parents[2]
 
 WORLD = 4
 #: the subgroups of the continue trials' first phase (those that fit the world size)
@@ -422,7 +423,7 @@ def run_trial(n: int, seed: int, transport: str, engine: str, mode: str, a) -> d
                     max_seconds=gt + 30, stay=gt + 5)
         (out / "spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine, **{TOKEN_ENV: token})
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         term = gt + 10
         cmd = [sys.executable, "-m", "ndist.launch", "--nproc-per-node", str(WORLD), "--term-timeout", str(term),
                __file__, "--job", str(out / "spec.json")]
@@ -559,7 +560,7 @@ def run_continue_trial(n: int, seed: int, transport: str, engine: str, a) -> dic
                     max_seconds=a.group_timeout + 30, phase2_ops=a.phase2_ops)
         (out / "spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine, **{TOKEN_ENV: token})
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         cmd = [sys.executable, "-m", "ndist.launch", "--nproc-per-node", str(size), "--on-failure", "continue",
                "--min-nproc", str(len(survivors)), "--term-timeout", str(a.group_timeout + 10), __file__,
                "--job", str(out / "spec.json")]

@@ -6,8 +6,8 @@ namespace (the "switch"), addresses 10.77.0.1, .2, ... Nothing touches the
 machine's own namespace, and every name carries a random tag, so runs at the
 same time do not meet. ``make_hosts`` returns once every link is up
 (``Hosts.wait_up``). Needs root, iproute2 and CAP_NET_ADMIN: ``make_hosts``
-calls ``skip`` otherwise. Used by the multi-host tests and by
-``benchmarks/multihost.py``.
+calls ``skip`` otherwise. Public through ``ndist.testing``; used by the multi-host
+tests and by ``benchmarks/multihost.py``, ``multihost_cpu.py`` and ``link_floor.py``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+#: the folder that holds this ``ndist`` package: the launchers' PYTHONPATH, so the ranks in
+#: the namespaces import the same ndist
+_IMPORT_ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["Hosts", "make_hosts", "namespaces", "skip_unless_mpich_hosts", "sh", "free_port_in", "node_commands", "launch_nodes", "wait_launchers", "ndist_env",
-           "ROOT"]
+__all__ = ["Hosts", "make_hosts", "namespaces", "skip_unless_mpich_hosts", "free_port_in", "node_commands",
+           "launch_nodes", "wait_launchers", "ndist_env", "outputs"]
 
 
 def sh(*args, check=True):
@@ -120,12 +122,12 @@ def skip_unless_mpich_hosts(skip, *modules: str) -> None:
     raise) without each of ``modules``, mpi4py with MPICH's mpiexec, iproute2 or root."""
     import importlib.util
 
-    from ndist.bench._launch import find_mpiexec
-
     for name in modules:
         if importlib.util.find_spec(name) is None:
             skip(f"{name} not installed")
-    if importlib.util.find_spec("mpi4py") is None or find_mpiexec() is None:
+    # where ndist-bench looks for it (ndist.bench's find_mpiexec): beside the interpreter, else on PATH
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if importlib.util.find_spec("mpi4py") is None or mpiexec is None:
         skip("mpi4py / MPICH's mpiexec not installed")
     _skip_unless_netns(skip)
 
@@ -183,7 +185,7 @@ def free_port_in(ns: str, addr: str = "10.77.0.1") -> int:
 
 def ndist_env(**extra) -> dict:
     """The environment of a launcher: this checkout, a fresh job secret, no inherited rank variables."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NDIST_SECRET=uuid.uuid4().hex)
+    env = dict(os.environ, PYTHONPATH=str(_IMPORT_ROOT), NDIST_SECRET=uuid.uuid4().hex)
     for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         env.pop(k, None)
     env.update(extra)
@@ -241,4 +243,5 @@ def wait_launchers(procs: list, seconds: float, late: str = "hang") -> list:
 
 
 def outputs(logdir: Path, count: int) -> list:
+    """``(stdout, stderr)`` of every launcher of ``launch_nodes``."""
     return [((logdir / f"node{n}.out").read_text(), (logdir / f"node{n}.err").read_text()) for n in range(count)]

@@ -1,6 +1,6 @@
 """Soak test: thousands of random collectives on N ranks, every result checked against NumPy.
 
-    python benchmarks/soak.py [--ops 10000] [--ranks 4] [--seed 0] [--backend socket] [--transport auto]
+    python tools/trials/soak.py [--ops 10000] [--ranks 4] [--seed 0] [--backend socket] [--transport auto]
 
 Every rank draws the same sequence of operations from ``--seed`` (op, group,
 dtype, sizes including empty and uneven splits, reduce op, root, async or not)

@@ -1,0 +1,93 @@
+"""docs/performance.md's results section cannot drift from its data.
+
+The section between the markers is what ``docs/perf/render.py`` makes of the committed
+``docs/perf/results/*.json``, and each of those files is what ``docs/perf/collect.py`` makes
+of the raw text output it names (the GPU's file is entered by hand and has no raw output).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PERF = os.path.join(ROOT, "docs", "perf")
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"perf_{name}", os.path.join(PERF, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+render = _script("render")
+collect = _script("collect")
+
+
+def _page() -> str:
+    with open(render.PAGE, encoding="utf-8") as f:
+        return f.read()
+
+
+def test_the_results_section_is_what_the_data_renders():
+    page = _page()
+    assert render.BEGIN in page and render.END in page
+    assert render.splice(page, render.render()) == page, \
+        "docs/performance.md differs from docs/perf/results: run python docs/perf/render.py"
+
+
+def test_the_check_notices_an_edited_cell():
+    page = _page()
+    row = next(line for line in page.splitlines() if line.startswith("| 1 host x 2 | all_reduce |"))
+    cells = row.split("|")
+    cells[3] = " 9.99 (9.99) "                      # the 4 KiB cell
+    edited = page.replace(row, "|".join(cells), 1)
+    assert edited != page
+    assert render.splice(edited, render.render()) != edited
+
+
+def test_render_check_exits_0_on_the_committed_page():
+    proc = subprocess.run([sys.executable, os.path.join(PERF, "render.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_page_without_the_markers_is_refused():
+    with pytest.raises(ValueError, match="markers"):
+        render.splice("# Performance\n", "x\n")
+
+
+@pytest.mark.parametrize("kind", ["one_host", "across_hosts", "torch", "deepspeed"])
+def test_each_results_file_is_its_raw_output_collected(kind):
+    with open(os.path.join(PERF, "results", f"{kind}.json"), encoding="utf-8") as f:
+        committed = json.load(f)
+    sources = [os.path.join(ROOT, run["source"]) for run in committed["runs"]]
+    again = collect.collect(kind, sources, date=committed["date"], time=committed["time_utc"],
+                            commit=committed["commit"], conditions=committed["conditions"])
+    assert again == committed
+
+
+def test_collect_refuses_a_run_with_wrong_elements(tmp_path):
+    with open(os.path.join(PERF, "s11_n2.txt"), encoding="utf-8") as f:
+        text = f.read()
+    row = "        4096          1024   float32     sum      -1       8.80     0.47     0.47       0"
+    assert row in text
+    bad = tmp_path / "bad.txt"
+    bad.write_text(text.replace(row, row[:-1] + "3", 1))
+    with pytest.raises(ValueError, match="3 wrong elements"):
+        collect.collect("one_host", [str(bad)], date="2026-01-01", time="00:00", commit="x",
+                        conditions="test")
+
+
+def test_the_committed_headers_keep_no_output_paths():
+    for name in os.listdir(os.path.join(PERF, "results")):
+        with open(os.path.join(PERF, "results", name), encoding="utf-8") as f:
+            text = f.read()
+        assert not re.search(r"--(json|markdown|plot) \S|/work/|/home/|/root/", text), name
