@@ -31,7 +31,7 @@ def schedule(op: str, algo: str, item: int, sizes: tuple, n: int, rank: int, roo
     ``sizes`` (elements): ``(count,)`` for all_reduce / reduce / broadcast; one
     count per rank for reduce_scatter (its inputs), all_gather, gather and
     scatter; ``(ins, outs)`` (per-peer counts) for all_to_all; ``()`` for barrier.
-    ``topo``: the host index of every rank (``_twolevel.topology``); only the
+    ``topo``: the host index of every rank (``wire/_links.topology``); only the
     ``two_level`` algorithm reads it (``None``: one flat level).
     """
     if algo != TWO_LEVEL:
