@@ -208,8 +208,12 @@ def _reduce_op(op: Any, dtype: np.dtype) -> tuple[ReduceOp, Any]:
         raise ValueError(f"op: {op.name} is not defined on complex tensors (dtype {dtype})")
     if op in _BITWISE and kind not in "iub":
         raise ValueError(f"op: {op.name} needs an integer or bool tensor, got dtype {_dtype_name(dtype)}")
-    if op in (ReduceOp.AVG, ReduceOp.PREMUL_SUM) and not floating:
-        raise ValueError(f"op: {op.name} needs a floating-point or complex tensor, got dtype {_dtype_name(dtype)}")
+    if op is ReduceOp.AVG and not (floating or kind in "iu"):
+        # integers: the sum divided toward zero, as NCCL's ncclAvg (_intavg.py); bool has
+        # no average (torch's NCCL backend refuses it too)
+        raise ValueError(f"op: AVG needs an integer, floating-point or complex tensor, got dtype {_dtype_name(dtype)}")
+    if op is ReduceOp.PREMUL_SUM and not floating:
+        raise ValueError(f"op: PREMUL_SUM needs a floating-point or complex tensor, got dtype {_dtype_name(dtype)}")
     if op is ReduceOp.PREMUL_SUM and isinstance(scale, complex) and kind != "c":
         raise TypeError(f"op: PREMUL_SUM factor {scale!r} is complex but the tensor's dtype is {dtype}")
     return op, scale

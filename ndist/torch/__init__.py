@@ -21,10 +21,11 @@ from ._backend import ENGINE_ENV, Options, create, register
 from ._group import BACKEND_NAME, ProcessGroupNdist
 from ._rendezvous import StoreForTorch
 from ._shrink import get_failed_ranks
+from ._standalone import make_process_group
 from ._store import TorchStore
 from ._work import NdistWork, as_torch_error
 
 register()
 
 __all__ = ["BACKEND_NAME", "ENGINE_ENV", "Options", "ProcessGroupNdist", "TorchStore", "StoreForTorch", "NdistWork",
-           "as_torch_error", "create", "get_failed_ranks", "register"]
+           "as_torch_error", "create", "get_failed_ranks", "make_process_group", "register"]

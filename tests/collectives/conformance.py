@@ -105,8 +105,10 @@ class Ctx:
 
     def ops(self):
         R = self.dist.ReduceOp
-        if self.kind in "biu":
+        if self.kind == "b":
             return [R.SUM, R.PRODUCT, R.MIN, R.MAX, R.BAND, R.BOR, R.BXOR]
+        if self.kind in "iu":
+            return [R.SUM, R.PRODUCT, R.MIN, R.MAX, R.BAND, R.BOR, R.BXOR, R.AVG]
         if self.kind == "c":
             return [R.SUM, R.PRODUCT, R.AVG, "premul"]
         return [R.SUM, R.PRODUCT, R.MIN, R.MAX, R.AVG, "premul"]
@@ -124,6 +126,8 @@ class Ctx:
             return fn(stack, axis=0)
         wide = np.complex128 if self.kind == "c" else (np.int64 if self.kind in "iu" else np.float64)
         stack = np.stack([a.astype(wide) for a in arrays])
+        if op == R.AVG and self.kind in "iu":
+            return int_avg(stack, self.dtype)
         if op == "premul":
             return (stack * 0.5).sum(0)
         fn = {R.SUM: lambda s: s.sum(0), R.PRODUCT: lambda s: s.prod(0), R.MIN: lambda s: s.min(0),
@@ -145,6 +149,19 @@ class Ctx:
         if self.dtype_name == "bfloat16":
             rtol = 2e-2
         np.testing.assert_allclose(got.astype(wide), want.astype(wide), rtol=rtol, atol=rtol, err_msg=what)
+
+
+def int_avg(stack: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """AVG's oracle on integers: the sum wrapped into ``dtype`` (as SUM), divided toward zero.
+
+    ``stack`` holds each rank's values as int64 (a uint64 one wrapped); the int64 sum wraps
+    modulo 2**64, so cast to ``dtype`` it is the dtype's own wrapped sum. The division is
+    done on Python ints, exactly.
+    """
+    n = stack.shape[0]
+    summed = stack.sum(0).astype(dtype)
+    q = [abs(int(v)) // n * (-1 if int(v) < 0 else 1) for v in summed.ravel()]
+    return np.array(q, dtype=object).reshape(summed.shape).astype(dtype)
 
 
 def entry(rank=None, world_size=None, device="cpu") -> dict:
@@ -238,6 +255,61 @@ def reduce_scatter_tensor_chunks(c: Ctx):
     work.wait()
     full = c.reduce([c.vals((c.size * 3, 2), r) for r in range(c.size)], op)
     c.check(out, full[c.rank * 3:(c.rank + 1) * 3], "reduce_scatter_tensor")
+
+
+@case
+def avg_on_integers_truncates_the_wrapped_sum(c: Ctx):
+    """AVG on an integer dtype: the sum SUM gives (wrapping), divided by the group size toward
+    zero (NCCL's ncclAvg), on every reducing collective; on bool a ValueError before any byte."""
+    R = c.dist.ReduceOp
+    if c.kind == "b":
+        try:
+            c.dist.all_reduce(c.wrap(c.buf((3,))), R.AVG)
+        except ValueError as err:
+            assert "op: AVG needs an integer, floating-point or complex tensor, got dtype bool" in str(err), err
+        else:
+            raise AssertionError("AVG on bool was accepted")
+        return
+    if c.kind not in "iu":
+        return
+    info = np.iinfo(c.dtype)
+
+    def mine(rank, n):
+        # near the top (the sum wraps past max), near the bottom (past min for signed
+        # dtypes), sums that leave a remainder and, for signed dtypes, negative ones
+        # (toward zero, not toward minus infinity)
+        edge = [int(info.max) - rank, int(info.min) + rank, 2 * rank + 1, 3 + rank]
+        if c.kind == "i":
+            edge += [-1 - rank, -2 * rank - 1, rank - 1, -(rank % 2) * 5]
+        vals = (edge * (n // len(edge) + 1))[:n]
+        return np.array(vals, dtype=object).astype(c.dtype)
+
+    def on_device(arr):
+        return arr if c.xp is np else c.xp.asarray(arr)
+
+    n = 16
+    want = int_avg(np.stack([mine(r, n).astype(np.int64) for r in range(c.size)]), c.dtype)
+    t = on_device(mine(c.rank, n))
+    c.dist.all_reduce(c.wrap(t), R.AVG)
+    c.check(t, want, "all_reduce AVG")
+    t = on_device(mine(c.rank, n))
+    work = c.dist.all_reduce(c.wrap(t), R.AVG, async_op=True)
+    work.wait()
+    c.check(t, want, "async all_reduce AVG")
+    dst = c.size - 1
+    t = on_device(mine(c.rank, n))
+    c.dist.reduce(c.wrap(t), dst, R.AVG)
+    c.check(t, want if c.rank == dst else mine(c.rank, n), "reduce AVG")
+    per = n // c.size if n % c.size == 0 else 2
+    rows = per * c.size
+    full = int_avg(np.stack([mine(r, rows).astype(np.int64) for r in range(c.size)]), c.dtype)
+    out = c.empty((per,))
+    c.dist.reduce_scatter_tensor(c.wrap(out), c.wrap(on_device(mine(c.rank, rows))), R.AVG)
+    c.check(out, full[c.rank * per:(c.rank + 1) * per], "reduce_scatter_tensor AVG")
+    ins = [on_device(mine(c.rank, rows)[i * per:(i + 1) * per]) for i in range(c.size)]
+    out = c.empty((per,))
+    c.dist.reduce_scatter(c.wrap(out), [c.wrap(a) for a in ins], R.AVG)
+    c.check(out, full[c.rank * per:(c.rank + 1) * per], "reduce_scatter AVG")
 
 
 # --------------------------------------------------------------- data movement

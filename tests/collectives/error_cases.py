@@ -171,9 +171,9 @@ def _(d, r, n):
     d.all_reduce(Z(2, np.float16), d.ReduceOp.BXOR)
 
 
-@bad("avg-on-int", ValueError, r"op: AVG needs a floating-point or complex tensor, got dtype int64")
+@bad("avg-on-bool", ValueError, r"op: AVG needs an integer, floating-point or complex tensor, got dtype bool")
 def _(d, r, n):
-    d.all_reduce(Z(2, np.int64), d.ReduceOp.AVG)
+    d.all_reduce(Z(2, np.bool_), d.ReduceOp.AVG)
 
 
 @bad("premul-without-factor", ValueError, r"op: ReduceOp.PREMUL_SUM needs its factor")

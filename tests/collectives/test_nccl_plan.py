@@ -74,12 +74,27 @@ def test_premul_sum_is_scale_then_sum():
     assert plan.premul and plan.nccl_op == _plan.SUM
 
 
-def test_avg_without_ncclAvg_divides_floats_and_refuses_integers():
+def test_avg_without_ncclAvg_sums_then_divides():
     plan = reduction_plan("float32", ReduceOp.AVG, nccl_version=20907)
     assert plan.nccl_op == _plan.SUM and plan.divide
     assert reduction_plan("float32", ReduceOp.AVG, nccl_version=21000).nccl_op == _plan.AVG
-    with pytest.raises(ValueError, match="ncclAvg"):
-        reduction_plan("int32", ReduceOp.AVG, nccl_version=20907)
+    # integers too: ncclSum wraps as ncclAvg's sum does, and the division is exact (_intavg.py)
+    plan = reduction_plan("int32", ReduceOp.AVG, nccl_version=20907)
+    assert (plan.nccl_dtype, plan.nccl_op, plan.view, plan.divide) == (_plan.INT32, _plan.SUM, "same", True)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "uint32", "int64", "uint64"])
+def test_integer_avg_is_ncclAvg(dtype):
+    plan = reduction_plan(dtype, ReduceOp.AVG)
+    assert (plan.nccl_dtype, plan.nccl_op, plan.view, plan.divide) == (_plan.NCCL_DTYPES[dtype], _plan.AVG,
+                                                                       "same", False)
+
+
+@pytest.mark.parametrize("dtype,work", [("int16", "int32"), ("uint16", "uint32")])
+def test_16_bit_integer_avg_sums_upcast_then_divides_in_16_bits(dtype, work):
+    # ncclAvg on the 32-bit copy would divide a sum that never wrapped at 16 bits
+    plan = reduction_plan(dtype, ReduceOp.AVG)
+    assert (plan.view, plan.work_dtype, plan.nccl_op, plan.divide) == ("upcast", work, _plan.SUM, True)
 
 
 @pytest.mark.parametrize("dtype", ["float8_e4m3fn", "object", "datetime64"])

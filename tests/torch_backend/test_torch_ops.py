@@ -282,3 +282,38 @@ def test_ops_gloo_does_not_have_follow_their_definition(tmp_path):
         assert pre == [1.5, 3.0]  # 0.5 * (1 + 2), 0.5 * (2 + 4)
         assert c == [1.5 + 1.5j, 1.5 + 1.5j]
         assert outs == [[0.0], [1.0, 1.0]]
+
+
+def _integer_avg(rank, n):
+    import torch
+    import torch.distributed as dist
+
+    mine = torch.tensor([3, -3, 100, -100], dtype=torch.int64) + rank  # rank 1: [4, -2, 101, -99]
+    blocking = mine.clone()
+    dist.all_reduce(blocking, op=dist.ReduceOp.AVG)
+    queued = mine.clone()
+    dist.all_reduce(queued, op=dist.ReduceOp.AVG, async_op=True).wait()
+    wraps = torch.tensor([100, -100], dtype=torch.int8)
+    dist.all_reduce(wraps, op=dist.ReduceOp.AVG)
+    out = torch.zeros(2, dtype=torch.int32)
+    dist.reduce_scatter_tensor(out, mine.to(torch.int32), op=dist.ReduceOp.AVG)
+    try:
+        dist.all_reduce(torch.ones(2, dtype=torch.bool), op=dist.ReduceOp.AVG)
+        refused = None
+    except ValueError as err:
+        refused = str(err)
+    after = torch.tensor([rank], dtype=torch.int64)
+    dist.all_reduce(after)  # the group is usable after the refused call
+    return blocking.tolist(), queued.tolist(), wraps.tolist(), out.tolist(), refused, after.item()
+
+
+def test_integer_avg_is_the_sum_divided_toward_zero_as_on_nccl(tmp_path):
+    # Lightning syncs an int64 batch size with AVG on every backend but "gloo" (test_lightning.py)
+    results = run_torch(_integer_avg, 2, "ndist", tmp_path)
+    for rank, (blocking, queued, wraps, out, refused, after) in enumerate(results):
+        # sums 7, -5, 201, -199: halves truncated toward zero (floor would give -3, -100)
+        assert blocking == queued == [3, -2, 100, -99]
+        assert wraps == [-28, 28]  # int8: 200 wraps to -56, -200 to 56, as SUM does; then halved
+        assert out == [[3, -2], [100, -99]][rank]
+        assert "AVG needs an integer, floating-point or complex tensor, got dtype bool" in refused
+        assert after == 1

@@ -38,7 +38,7 @@ def _vals(rank, n, dtype):
 @pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MAX, ReduceOp.AVG])
 def test_all_reduce_matches_numpy(be, comm, dtype, op, blocking):
     dt = np.dtype(dtype)
-    if op is ReduceOp.MAX and dt.kind == "c" or op is ReduceOp.AVG and dt.kind in "iu":
+    if op is ReduceOp.MAX and dt.kind == "c":
         pytest.skip("rejected by the argument checker before reaching a backend")
     buf = _vals(be.rank, 5, dt)
     stack = np.stack([_vals(r, 5, dt) for r in range(be.size)]).astype(np.complex128 if dt.kind == "c" else np.float64)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ....runtime import DistBackendError, Work
 from ..._backend import DONE, Call, CollectiveBackend, array_module, unpack
+from ..._intavg import truncating_divide
 from ..._reduce_op import ReduceOp
 from ._types import move_type, reduce_plan
 from ._work import MPIWork, _as_dist_error
@@ -177,7 +178,10 @@ class MPIBackend(CollectiveBackend):
             np.multiply(wbuf, scale, out=wbuf, casting="unsafe")
         if op is ReduceOp.AVG and writes:
             size = self.size
-            post.insert(0, lambda: np.true_divide(wbuf, size, out=wbuf, casting="unsafe"))
+            if wbuf.dtype.kind in "iu":  # the sum in the dtype, divided toward zero (ncclAvg)
+                post.insert(0, lambda: truncating_divide(wbuf, size))
+            else:
+                post.insert(0, lambda: np.true_divide(wbuf, size, out=wbuf, casting="unsafe"))
         return wbuf, mtype, mop
 
     def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ....runtime import BackendContext, DistBackendError, Work
 from ..._backend import Call, CollectiveBackend, Op, split_views
+from ..._intavg import truncating_divide
 from ..._reduce_op import ReduceOp
 from . import _plan
 from ._comm import communicator_device, exchange_unique_id, init_communicator
@@ -278,11 +279,15 @@ class NcclBackend(CollectiveBackend):
         return send, recv
 
     def _finish(self, plan, buf, recv) -> None:
-        """Post-steps on the stream: AVG emulation, casting an upcast result back."""
-        if plan.divide:
-            self._cp.true_divide(recv, self.size, out=recv)
+        """Post-steps on the stream: casting an upcast result back, AVG emulation."""
         if plan.view == "upcast":
             self._cp.copyto(buf, recv, casting="unsafe")
+            recv = buf  # an upcast integer's AVG divides the sum wrapped back into its dtype
+        if plan.divide:
+            if recv.dtype.kind in "iu":
+                truncating_divide(recv, self.size)
+            else:
+                self._cp.true_divide(recv, self.size, out=recv)
 
     def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
         buf, op, scale = call.out, call.redop, call.scale

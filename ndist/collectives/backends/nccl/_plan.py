@@ -13,7 +13,11 @@ What NCCL lacks and what we do instead:
   applied as a complex product first); other ops are undefined for complex.
 * ``int16`` / ``uint16``: NCCL has no 16-bit integers; reductions run on an
   ``int32`` / ``uint32`` copy and cast back. Two's-complement wrap-around makes
-  SUM and PRODUCT modulo 2**16 identical to reducing in 16 bits.
+  SUM and PRODUCT modulo 2**16 identical to reducing in 16 bits. AVG is an
+  ncclSum there, cast back, then divided in 16 bits (so it wraps as SUM does).
+* AVG on integers: ``ncclAvg`` (the sum in the dtype, divided toward zero:
+  ``_intavg.py``); on an NCCL without ncclAvg, ncclSum and the same division
+  afterwards, which gives the same bits.
 * PREMUL_SUM: the input is multiplied by the factor on the stream, then summed
   with ncclSum (no ncclRedOpCreatePreMulSum, which CuPy does not bind).
 * BAND / BOR / BXOR on integers: NCCL has no bitwise reductions; a clear
@@ -76,7 +80,8 @@ class ReductionPlan:
     ``"upcast"`` (a temporary ``work_dtype`` copy, cast back afterwards).
     ``premul`` asks for the input to be scaled before an ncclSum;
     ``divide`` asks for the result to be divided by the group size
-    afterwards (AVG on an NCCL without ncclAvg).
+    afterwards (AVG on an NCCL without ncclAvg, and AVG on an upcast 16-bit
+    integer, divided after the cast back).
     """
 
     nccl_dtype: int
@@ -125,9 +130,10 @@ def _numeric(dtype: str, nccl_dtype: int, op: ReduceOp, has_avg: bool, *, float_
         raise _unsupported(op, dtype, "NCCL has no bitwise reductions")
     if op is ReduceOp.PREMUL_SUM:
         return ReductionPlan(nccl_dtype, SUM, premul=True, **kw)
-    if op is ReduceOp.AVG and not has_avg:
-        if not float_like:
-            raise _unsupported(op, dtype, "this NCCL has no ncclAvg (needs 2.10+) and integer AVG "
-                               "cannot be emulated exactly")
+    if op is ReduceOp.AVG and (not has_avg or kw.get("view") == "upcast"):
+        # ncclSum then the division: an integer sum wraps in NCCL exactly as ncclAvg's does,
+        # and is divided toward zero afterwards, so the emulation is exact. A 16-bit integer
+        # is summed in 32 bits, cast back (wrapping as a 16-bit sum would) and only then
+        # divided: ncclAvg on the 32-bit copy would divide a sum that never wrapped.
         return ReductionPlan(nccl_dtype, SUM, divide=True, **kw)
     return ReductionPlan(nccl_dtype, NCCL_OPS[op], **kw)

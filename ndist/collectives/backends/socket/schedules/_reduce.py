@@ -2,8 +2,8 @@
 
 Semantics follow torch.distributed: on ``bool`` SUM and MAX are logical or,
 PRODUCT and MIN logical and; AVG is the sum divided by the group size, with
-integer division truncating toward zero for integer dtypes (NCCL's ``ncclAvg``;
-Gloo refuses AVG outright); PREMUL_SUM multiplies the sum by ``scale``
+integer division truncating toward zero for integer dtypes (NCCL's ``ncclAvg``,
+``_intavg.py``; Gloo refuses AVG outright); PREMUL_SUM multiplies the sum by ``scale``
 (mathematically the same as scaling each input; rounding may differ in the
 last place for floats). MIN / MAX / bitwise ops are refused for complex
 dtypes, bitwise ops for floating dtypes, AVG and PREMUL_SUM for ``bool``.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...._intavg import truncating_divide
 from ...._reduce_op import ReduceOp
 
 __all__ = ["reduce_ordered", "finalize", "UFUNC", "ERRVAR", "IGNORE_ERRORS"]
@@ -72,11 +73,7 @@ def _fold(f, out: np.ndarray, contribs: list) -> None:
 def finalize(out: np.ndarray, op: ReduceOp, scale, size: int) -> None:
     if op == ReduceOp.AVG:
         if out.dtype.kind in "iu":
-            q = np.floor_divide(out, size)
-            if out.dtype.kind == "i":
-                # C semantics: truncate toward zero
-                np.add(q, (out < 0) & (q * size != out), out=q, casting="unsafe")
-            out[...] = q
+            truncating_divide(out, size)
         else:
             with np.errstate(all="ignore"):
                 np.divide(out, out.dtype.type(size), out=out)
