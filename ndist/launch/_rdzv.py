@@ -63,6 +63,8 @@ _END_TIMEOUT = 15.0
 _END_GRACE = 10.0
 #: the longest single wait of an agent's watcher on the store (see ``_watch``)
 _WATCH_POLL = 1.0
+#: the store timeout of the client that tells the store how each rank ended (``_ends``)
+_ENDS_STORE_TIMEOUT = 10.0
 
 
 class LaunchError(Exception):
@@ -115,6 +117,13 @@ class _LocalRendezvous:
 
         listener, self.listener = self.listener, None
         self.server = TCPStoreServer(self.addr, listener.getsockname()[1], self.secret, listener=listener)
+
+    def store_opener(self):
+        """A function that opens a client of this attempt's store (``_ends``: told how each rank ended)."""
+        from ndist.runtime.store import TCPStore
+
+        addr, port, secret = self.addr, self.server.port, self.secret
+        return lambda: TCPStore(addr, port, is_master=False, timeout=_ENDS_STORE_TIMEOUT, secret=secret)
 
     def report_success(self, attempt: int) -> None:
         pass
@@ -215,6 +224,10 @@ class _StoreRendezvous:
                 f"node {self.config.node_rank}: cannot reach the job's store on node 0 at "
                 f"{self.addr}:{self.port}: {err}"
             ) from None
+
+    def store_opener(self):
+        """A function that opens a client of the job's store (``_ends``: told how each rank ended)."""
+        return lambda: self._client(min(self.config.rdzv_timeout, _ENDS_STORE_TIMEOUT))
 
     def _key(self, attempt: int, *parts) -> str:
         return "/".join((_PREFIX, str(attempt), *map(str, parts)))
