@@ -12,7 +12,9 @@ Several nodes: the agent of node 0 hosts one ``TCPStoreServer`` on
 ``ndistrun/k/node/<node_rank>`` with its host and local world size
 (``compare_set``, so two agents claiming one node rank is an error), waits
 for all nodes, and derives the world size and its first global rank from
-the node ranks in order. A failing node publishes its root cause under
+the node ranks in order; a node whose ranks cannot start (its script is missing
+there) says so in its claim, and every node refuses the job with that reason. A
+failing node publishes its root cause under
 ``ndistrun/k/failed`` and sets every node's ``ndistrun/k/wake/<node>`` to
 ``stop``; a watcher thread in each agent waits on its own wake key and wakes
 the monitor loop, which stops the local ranks (an agent ending the attempt
@@ -240,7 +242,8 @@ class _StoreRendezvous:
         # The nonce tells two agents on one host with the same --node-rank apart.
         # "ident": how node 0's store server names this agent's connections (host:pid)
         info = {"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex(),
-                "ident": f"{self.host}:{os.getpid()}", "on_failure": c.on_failure, "min_nproc": c.min_nproc}
+                "ident": f"{self.host}:{os.getpid()}", "on_failure": c.on_failure, "min_nproc": c.min_nproc,
+                "problem": c.entry_problem}
         if c.node_rank == 0:  # its ranks start at global rank 0, whose torch env:// store binds this port
             info["torch_port"] = _free_port()
         me = json.dumps(info).encode()
@@ -279,8 +282,12 @@ class _StoreRendezvous:
         return Round(world, offset, self.addr, self.port, infos[0]["torch_port"])
 
     def _config_problem(self, infos: list, world: int) -> str | None:
-        """What is wrong with the failure options, now that every node's are known."""
+        """What is wrong with the job, now that every node's options are known: a node whose
+        ranks cannot start (its script is missing there), or failure options that differ."""
         c = self.config
+        for n, i in enumerate(infos):
+            if i.get("problem"):
+                return f"node {n} ({i['host']}) cannot start its ranks: {i['problem']}"
         for n, i in enumerate(infos):
             theirs = (i.get("on_failure", "stop"), i.get("min_nproc", 1))
             if theirs != (c.on_failure, c.min_nproc):

@@ -271,6 +271,22 @@ def test_two_nodes_a_rank_that_never_starts_on_one_node(launcher):
         # record anything: the launchers kill their process groups)
 
 
+def test_two_nodes_a_script_missing_on_one_node_refuses_the_job(launcher):
+    # python mode: node 1 has no such script. Its agent still joins the nodes' rendezvous and says
+    # so there: every node refuses the job at once (exit status 2), none waits --rdzv-timeout.
+    launcher.script("open('ran', 'w').close()\n")
+    started = time.time()
+    procs = _two_nodes(launcher, {**os.environ, "NDIST_SECRET": secrets.token_hex(32)},
+                       [("job.py",), ("missing.py",)], per_node=(2, 1))
+    outs, ended = _run(procs)
+    assert ended - started < 20, ended - started  # (before: node 0 waited the 30 s --rdzv-timeout)
+    assert [p.returncode for p in procs] == [2, 2], outs
+    said = (f"ndistrun: error: node 1 ({socket.gethostname()}) cannot start its ranks: script: no such file: "
+            "'missing.py' (use -m for a module, --no-python for an executable)")
+    assert all(said in err for _, err in outs), outs
+    assert not os.path.exists(os.path.join(launcher.cwd, "ran"))
+
+
 # ---------------------------------------------------------------- two hosts (network namespaces)
 
 
