@@ -3,8 +3,10 @@
 One ``Agent.run()`` is one job on this node. Each attempt (the first run and
 every restart allowed by ``--max-restarts``) rendezvouses (``_rdzv``),
 starts the local worker group with its environment (``_workers``), and
-waits for it. The outcome is an ``AgentResult``: the exit status and, for a
-failure, the rank that failed first, which the CLI turns into the summary.
+waits for it, telling the job's store how each rank ended (``_ends``: a rank
+that ended before it joined is named to the ranks waiting for it). The
+outcome is an ``AgentResult``: the exit status and, for a failure, the rank
+that failed first, which the CLI turns into the summary.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 from dataclasses import dataclass
 
 from ._config import STDERR, STDOUT, LaunchConfig
+from ._ends import EndNotices
 from ._outcome import JobOutcome
 from ._output import format_prefix
 from ._rdzv import LaunchError, Round, make_rendezvous
@@ -29,6 +32,9 @@ __all__ = ["Agent", "AgentResult", "LaunchError", "rank_env"]
 log = logging.getLogger("ndist.launch")
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: how long the agent waits for the store's answer about a rank's end (``_ends``): at once
+#: from node 0's store (local); a remote store that does not answer within it is not waited for
+_VERDICT_S = 1.0
 
 
 @dataclass
@@ -194,7 +200,13 @@ class Agent:
                 except BaseException:
                     group.abort()
                     raise
-                result = group.monitor(self._on_loss(rdzv, attempt) if c.keep_going else None)
+                ends = EndNotices(rdzv.store_opener(), attempt, group.host, rnd.world_size)
+                try:
+                    result = group.monitor(self._on_loss(rdzv, attempt, ends) if c.keep_going else None,
+                                           on_exit=ends.tell)
+                    self._ended_before_join(ends, result, rdzv, attempt)
+                finally:
+                    ends.close()
                 self._raise_on_signal = True
                 _remove_job_files(secret, everything=False)  # the ranks are gone: their files go too
                 if c.keep_going and result.state != "interrupted":
@@ -256,10 +268,41 @@ class Agent:
             if self.job_dir is not None and not self._keep_dir:
                 shutil.rmtree(self.job_dir, ignore_errors=True)
 
-    def _on_loss(self, rdzv, attempt: int):
+    def _ended_before_join(self, ends: EndNotices, result: GroupResult, rdzv, attempt: int) -> None:
+        """After the monitor: mark the failures of ranks that ended before they joined their first
+        ``init_process_group`` (in a job whose ranks join: one did), and count a rank that exited 0
+        before it joined as failed (lost, with ``--on-failure continue``) when a rank waited for it
+        there (``_ends``); else it finished."""
+        for f in result.failures:
+            if (not f.before_join and f.rank in ends.ends and ends.before_join(f.rank, _VERDICT_S)
+                    and ends.claimed_any(_VERDICT_S)):
+                f.before_join = True
+        clean = [e for e in ends.ends.values() if e.returncode == 0 and ends.before_join(e.rank, _VERDICT_S)]
+        if not clean:
+            return
+        waited = set(ends.waited_for([e.rank for e in clean], _VERDICT_S))
+        for e in clean:
+            if e.rank not in waited:
+                continue  # no rank needed it: a program that does not join, say
+            f = Failure(e.rank, e.local_rank, e.pid, e.host, e.returncode, e.timestamp, before_join=True)
+            log.warning("rank %d (local rank %d) exited with exit code 0 before it joined the group "
+                        "(init_process_group), and other ranks waited for it there: it counts as failed",
+                        f.rank, f.local_rank)
+            result.failures.append(f)
+            result.ok -= 1
+            if self.config.keep_going:
+                rdzv.report_loss(attempt, f)  # (its ranks have all ended: whether it says stop is moot)
+                if result.state == "succeeded":
+                    result.state = "continued"
+            elif result.state == "succeeded":
+                result.state = "failed"
+
+    def _on_loss(self, rdzv, attempt: int, ends: EndNotices):
         """``--on-failure continue``: the monitor's ``on_loss``: log the lost rank, count it for
         the job; True (stop the ranks) when fewer than ``--min-nproc`` can still finish."""
         def on_loss(f: Failure) -> bool:
+            if ends.before_join(f.rank, _VERDICT_S) and ends.claimed_any(_VERDICT_S):  # (in the log and the store)
+                f.before_join = True
             log.warning("rank %d (local rank %d) failed: %s; the job continues without it (--on-failure continue)",
                         f.rank, f.local_rank, f.describe_exit())
             stop = rdzv.report_loss(attempt, f)

@@ -70,6 +70,9 @@ class LaunchConfig:
     prefix_template: str = DEFAULT_PREFIX
     on_failure: str = "stop"  # "stop": a failed rank ends the job; "continue": the others run on
     min_nproc: int = 1  # with "continue": ranks that must finish with status 0 for exit status 0
+    #: several nodes: why this node's ranks cannot start (its script is missing here), told to
+    #: every node at the rendezvous, which all refuse the job with it (one node: a usage error)
+    entry_problem: str | None = None
 
     @property
     def keep_going(self) -> bool:
@@ -273,10 +276,16 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
     if ns.run_path:
         p.error("--run-path is not supported: every rank runs its script in a fresh interpreter with the "
                 "semantics of 'python script.py' already; drop the option")
+    entry_problem = None
     if not ns.module and not ns.no_python and not os.path.isfile(ns.training_script):
         if os.path.exists(ns.training_script):
-            p.error(f"script: expected a Python file, got the directory {ns.training_script!r} (use -m for a package)")
-        p.error(f"script: no such file: {ns.training_script!r} (use -m for a module, --no-python for an executable)")
+            entry_problem = (f"script: expected a Python file, got the directory {ns.training_script!r} "
+                             "(use -m for a package)")
+        else:
+            entry_problem = (f"script: no such file: {ns.training_script!r} (use -m for a module, --no-python for "
+                             "an executable)")
+        if nnodes == 1:
+            p.error(entry_problem)
     if ns.log_dir is not None and os.path.exists(ns.log_dir) and not os.path.isdir(ns.log_dir):
         p.error(f"--log-dir: expected a directory, got the file {ns.log_dir!r}")
     run_id = ns.run_id
@@ -305,4 +314,5 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         prefix_template=ns.log_line_prefix_template,
         on_failure=ns.on_failure,
         min_nproc=min_nproc,
+        entry_problem=entry_problem,
     )

@@ -12,7 +12,9 @@ Several nodes: the agent of node 0 hosts one ``TCPStoreServer`` on
 ``ndistrun/k/node/<node_rank>`` with its host and local world size
 (``compare_set``, so two agents claiming one node rank is an error), waits
 for all nodes, and derives the world size and its first global rank from
-the node ranks in order. A failing node publishes its root cause under
+the node ranks in order; a node whose ranks cannot start (its script is missing
+there) says so in its claim, and every node refuses the job with that reason. A
+failing node publishes its root cause under
 ``ndistrun/k/failed`` and sets every node's ``ndistrun/k/wake/<node>`` to
 ``stop``; a watcher thread in each agent waits on its own wake key and wakes
 the monitor loop, which stops the local ranks (an agent ending the attempt
@@ -63,6 +65,8 @@ _END_TIMEOUT = 15.0
 _END_GRACE = 10.0
 #: the longest single wait of an agent's watcher on the store (see ``_watch``)
 _WATCH_POLL = 1.0
+#: the store timeout of the client that tells the store how each rank ended (``_ends``)
+_ENDS_STORE_TIMEOUT = 10.0
 
 
 class LaunchError(Exception):
@@ -115,6 +119,13 @@ class _LocalRendezvous:
 
         listener, self.listener = self.listener, None
         self.server = TCPStoreServer(self.addr, listener.getsockname()[1], self.secret, listener=listener)
+
+    def store_opener(self):
+        """A function that opens a client of this attempt's store (``_ends``: told how each rank ended)."""
+        from ndist.runtime.store import TCPStore
+
+        addr, port, secret = self.addr, self.server.port, self.secret
+        return lambda: TCPStore(addr, port, is_master=False, timeout=_ENDS_STORE_TIMEOUT, secret=secret)
 
     def report_success(self, attempt: int) -> None:
         pass
@@ -216,6 +227,10 @@ class _StoreRendezvous:
                 f"{self.addr}:{self.port}: {err}"
             ) from None
 
+    def store_opener(self):
+        """A function that opens a client of the job's store (``_ends``: told how each rank ended)."""
+        return lambda: self._client(min(self.config.rdzv_timeout, _ENDS_STORE_TIMEOUT))
+
     def _key(self, attempt: int, *parts) -> str:
         return "/".join((_PREFIX, str(attempt), *map(str, parts)))
 
@@ -227,7 +242,8 @@ class _StoreRendezvous:
         # The nonce tells two agents on one host with the same --node-rank apart.
         # "ident": how node 0's store server names this agent's connections (host:pid)
         info = {"host": self.host, "nproc": c.nproc_per_node, "agent": os.urandom(8).hex(),
-                "ident": f"{self.host}:{os.getpid()}", "on_failure": c.on_failure, "min_nproc": c.min_nproc}
+                "ident": f"{self.host}:{os.getpid()}", "on_failure": c.on_failure, "min_nproc": c.min_nproc,
+                "problem": c.entry_problem}
         if c.node_rank == 0:  # its ranks start at global rank 0, whose torch env:// store binds this port
             info["torch_port"] = _free_port()
         me = json.dumps(info).encode()
@@ -266,8 +282,12 @@ class _StoreRendezvous:
         return Round(world, offset, self.addr, self.port, infos[0]["torch_port"])
 
     def _config_problem(self, infos: list, world: int) -> str | None:
-        """What is wrong with the failure options, now that every node's are known."""
+        """What is wrong with the job, now that every node's options are known: a node whose
+        ranks cannot start (its script is missing there), or failure options that differ."""
         c = self.config
+        for n, i in enumerate(infos):
+            if i.get("problem"):
+                return f"node {n} ({i['host']}) cannot start its ranks: {i['problem']}"
         for n, i in enumerate(infos):
             theirs = (i.get("on_failure", "stop"), i.get("min_nproc", 1))
             if theirs != (c.on_failure, c.min_nproc):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from ._output import StreamPump
 
-__all__ = ["WorkerSpec", "WorkerGroup", "Failure", "GroupResult", "signal_name"]
+__all__ = ["WorkerSpec", "WorkerGroup", "Failure", "GroupResult", "signal_name", "how_it_ended"]
 
 log = logging.getLogger("ndist.launch")
 
@@ -79,6 +79,11 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+def how_it_ended(returncode: int) -> str:
+    """``exit code 3`` / ``killed by SIGKILL``: a process's end from its ``returncode``."""
+    return f"killed by {signal_name(-returncode)}" if returncode < 0 else f"exit code {returncode}"
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     rank: int
@@ -107,12 +112,16 @@ class Failure:
     error_file: str | None = None
     record: dict | None = None  # what the rank wrote to its error file
     stopped: bool = False  # it had failed, but exited only when the launcher stopped it
+    #: it ended before it joined its first init_process_group (``_ends``); with exit code 0
+    #: a failure only because other ranks waited for it there
+    before_join: bool = False
 
     @property
     def exit_status(self) -> int:
         """The launcher's exit status for this failure (128 + signal for a signal;
-        1, Python's status for an unhandled exception, when the launcher's signal ended it)."""
-        if self.stopped:
+        1, Python's status for an unhandled exception, when the launcher's signal ended it;
+        1 for a rank that exited 0 before it joined while others waited for it)."""
+        if self.stopped or self.returncode == 0:
             return 1
         return self.returncode if self.returncode > 0 else 128 - self.returncode
 
@@ -120,12 +129,14 @@ class Failure:
         if self.stopped:
             how = f"killed by {signal_name(-self.returncode)}" if self.returncode < 0 else f"exit code {self.returncode}"
             return f"raised, then was stopped by the launcher while exiting ({how})"
+        how = how_it_ended(self.returncode)
         if self.returncode < 0:
-            return f"killed by {signal_name(-self.returncode)} (exit status {self.exit_status})"
-        return f"exit code {self.returncode}"
+            how += f" (exit status {self.exit_status})"
+        return how + (", before it joined the group (init_process_group)" if self.before_join else "")
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in ("rank", "local_rank", "pid", "host", "returncode", "timestamp", "error_file", "record", "stopped")}
+        return {k: getattr(self, k) for k in ("rank", "local_rank", "pid", "host", "returncode", "timestamp",
+                                              "error_file", "record", "stopped", "before_join")}
 
     @classmethod
     def from_json(cls, d: dict) -> "Failure":
@@ -250,7 +261,8 @@ class WorkerGroup:
                 p.close()
 
     # ------------------------------------------------------------ watch
-    def monitor(self, on_loss: Callable[[Failure], bool] | None = None) -> GroupResult:
+    def monitor(self, on_loss: Callable[[Failure], bool] | None = None,
+                on_exit: Callable[[WorkerSpec, int, int], None] | None = None) -> GroupResult:
         """Forward output and wait until every rank has exited; tear down on failure.
 
         Each byte read from ``wake_fd`` is a signal number the launcher got
@@ -261,6 +273,9 @@ class WorkerGroup:
         on its own; the others run on unless it returns True (too few ranks
         left), which tears the group down ("failed"). Without a teardown the
         group ends "continued" when it lost ranks.
+
+        ``on_exit(spec, pid, returncode)``: called with every rank as it is reaped, whatever
+        its status, before ``on_loss``; it must not block.
         """
         sel = selectors.DefaultSelector()
         live: dict[int, _Worker] = {}
@@ -318,6 +333,8 @@ class WorkerGroup:
                         os.close(w.pidfd)
                         w.pidfd = None
                     self._drain(w, sel)
+                    if on_exit is not None:
+                        on_exit(w.spec, w.pid, w.returncode)
                     if w.returncode != 0:
                         f = self._failure(w)
                         # A rank we signalled still counts if its error record

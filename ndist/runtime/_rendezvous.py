@@ -4,7 +4,8 @@ to a store every rank shares, this process's rank and the world size.
 Handlers live in a registry keyed by URL scheme, as in c10d
 (``register_rendezvous_handler``). After the store is reached, ``join``
 makes every rank claim ``rank/<i>`` and wait for the others, so that a rank
-that never comes is reported by number instead of hanging the job.
+that never comes is reported by number instead of hanging the job, and a rank
+the launcher saw end before it came is named at once (``_ended``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
 from . import _net
+from ._ended import ended_marks, raise_for_marks
 from ._env import JobEnv
 from ._errors import DistNetworkError, DistStoreError, DistTimeoutError
 from .store import FileStore, Store, TCPStore, TCPStoreServer
@@ -231,11 +233,18 @@ register_rendezvous_handler("file", _file_handler)
 
 
 # ------------------------------------------------------------------- join
+#: how often a join that still waits looks for the launcher's marks of ranks that ended
+#: before they joined (``_ended``); a mark that completes the wait is seen at once
+_ENDED_POLL_S = 0.25
+
+
 def join(store: Store, rank: int, world_size: int, timeout: timedelta) -> None:
     """Claim ``rank/<rank>`` and wait for every other rank's claim.
 
     A second process claiming the same rank is an error naming it; ranks
     that do not come within ``timeout`` are listed in the ``DistTimeoutError``.
+    A rank the launcher saw end before it claimed (``_ended``) is named at once
+    in a ``DistRankFailureError``.
     """
     token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
     held = store.compare_set(f"rank/{rank}", "", token)
@@ -248,14 +257,25 @@ def join(store: Store, rank: int, world_size: int, timeout: timedelta) -> None:
     keys = [f"rank/{r}" for r in range(world_size)]
     seconds = timeout.total_seconds()
     t0 = time.monotonic()
-    try:
-        store.wait(keys, timeout)
-    except DistTimeoutError:
-        missing = [r for r in range(world_size) if not store.check([f"rank/{r}"])]
-        if not missing:  # they all arrived just now
-            return
-        raise DistTimeoutError(
-            f"rendezvous: {world_size - len(missing)} of {world_size} ranks joined within {seconds:g} s; "
-            f"missing: {missing}"
-        ) from None
+    deadline = t0 + seconds
+    while True:
+        left = deadline - time.monotonic()
+        try:  # in slices: a rank that ended before it joined is named, not waited for
+            store.wait(keys, timedelta(seconds=max(0.001, min(left, _ENDED_POLL_S))))
+            done = True
+        except DistTimeoutError:
+            done = False
+        marks = ended_marks(store, rank, world_size)
+        if marks:
+            raise_for_marks(store, rank, world_size, marks)
+        if done:
+            break
+        if left <= _ENDED_POLL_S:
+            missing = [r for r in range(world_size) if not store.check([f"rank/{r}"])]
+            if not missing:  # they all arrived just now
+                break
+            raise DistTimeoutError(
+                f"rendezvous: {world_size - len(missing)} of {world_size} ranks joined within {seconds:g} s; "
+                f"missing: {missing}"
+            ) from None
     log.info("rank %d: all %d ranks joined in %.3f s", rank, world_size, time.monotonic() - t0)

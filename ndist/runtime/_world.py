@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from . import _env, _log, _net
 from ._device import announce_local_rank, parse_device_id
+from ._ended import JOIN_NAMESPACE, job_namespace
 from ._errors import EXITED, LEFT
 from ._group import ProcessGroup, parse_backend, require_available
 from ._registry import get_backend_spec, is_registered
@@ -337,7 +338,7 @@ def init_process_group(
             rdzv = rendezvous(init_method or "env://", rank, world_size, timeout, env)
         watch = None
         try:
-            job_store = PrefixStore(f"ndist/{env.restart_count}/{_world.init_count}", rdzv.store)
+            job_store = PrefixStore(job_namespace(env.restart_count, _world.init_count), rdzv.store)
             if rdzv.world_size > 1:  # every member watched from here on, before any data link (``_watch``)
                 # loaded here: `import ndist.distributed` does not pay for the watch until a job starts
                 from ._watch import MemberWatch  # noqa: PLC0415 - import cost, not a cycle
@@ -345,7 +346,7 @@ def init_process_group(
                 watch = MemberWatch(PrefixStore("watch", job_store), rdzv.rank, rdzv.world_size, _net.job_secret(),
                                     timeout.total_seconds(), _world.member_lost, _world.peer_notice)
                 watch.publish()
-            join(PrefixStore("init", job_store), rdzv.rank, rdzv.world_size, timeout)
+            join(PrefixStore(JOIN_NAMESPACE, job_store), rdzv.rank, rdzv.world_size, timeout)
         except BaseException:
             if watch is not None:
                 watch.close(LEFT, "init_process_group failed")
