@@ -21,6 +21,7 @@ import pytest
 
 from launch_helpers import wait_dead
 from ndist.runtime._shmfiles import job_prefix
+from ndist.testing import launch_nodes, make_hosts, ndist_env, outputs, wait_launchers
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -292,11 +293,9 @@ def test_two_nodes_a_script_missing_on_one_node_refuses_the_job(launcher):
 
 @pytest.mark.timeout(180)
 def test_two_hosts_stop_a_rank_that_exited_0_before_it_joined(tmp_path):
-    # 2 network namespaces x 2 ranks (tests/netns_hosts.py; skips without root): rank 2, on the
+    # 2 network namespaces x 2 ranks (ndist.testing.make_hosts; skips without root): rank 2, on the
     # second host, exits 0 once the others wait in init_process_group. Every other rank raises
     # naming it, and both launchers fail; the second host's names it as the root cause.
-    from netns_hosts import launch_nodes, make_hosts, ndist_env, outputs, wait_launchers
-
     script = tmp_path / "job.py"
     script.write_text(JOB)
     secret = secrets.token_hex(32)
