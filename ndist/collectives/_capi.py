@@ -24,12 +24,16 @@ def engine_handle(group=None) -> int:
     every call on it returns ``NDIST_E_CLOSED``). The group must have run a collective on the
     CPU (its first call sets it up, on the Python path) and run the native engine in one
     level: over shared memory (every rank on one host) or over TCP direct (up to 8 ranks
-    across hosts, each alone on its host); otherwise ``ValueError`` says what it runs."""
+    across hosts, each alone on its host); otherwise ``ValueError`` says what it runs. A
+    revoked group raises its ``DistRankFailureError``, a destroyed one ``ValueError``."""
     pg = member_group(group, "engine_handle")
     if pg is None:
         raise ValueError("group: expected a group this rank is a member of, got one it is not in")
     lane = pg.lanes.get("cpu")
     if lane is None:
+        pg.require_alive()
+        if pg.revoked and (failure := pg.failure()) is not None:  # (the layer above forgot its lanes)
+            raise failure
         raise ValueError(f"group {pg.group_name!r}: expected a group that ran a collective on the CPU (its "
                          f"set-up), got one that has not")
     make = getattr(lane.backend, "engine_handle", None)

@@ -363,3 +363,29 @@ def test_a_group_off_the_one_level_native_engine_has_no_handle(n, env, says):
     res = run(_refused_handle, n, env=env)
     for msg in res:
         assert msg is not None and "expected a group on the native engine in one level" in msg and says in msg, msg
+
+
+def _late(rank, size):
+    from datetime import timedelta
+
+    import ndist.distributed as dist
+
+    dist.init_process_group("socket", timeout=timedelta(seconds=2))
+    eng = C.Engine(_handle())
+    if rank == 1:
+        time.sleep(4)  # rank 0's call times out waiting for this rank's data
+    x = np.full(8, float(rank + 1))
+    err = eng.all_reduce(x)
+    y = np.full(8, float(rank + 1))
+    after = eng.all_reduce(y)
+    dist.destroy_process_group()
+    return err, x.tolist(), after, y.tolist()
+
+
+def test_a_late_peer_is_a_timeout_naming_it_and_the_group_goes_on():
+    (err, _, after0, y0), (err1, x1, after1, y1) = run(_late, 2, init=False)
+    assert err is not None and err[0] == 3 and err[3] == "DistTimeoutError" and err[1] == -1, err  # NDIST_E_TIMEOUT
+    assert "timed out; ranks not heard from: [1]" in err[4], err
+    assert err[2] == 1  # one piece, this rank's data posted: the late peer finishes the op once it comes
+    assert err1 is None and x1 == [3.0] * 8, (err1, x1)
+    assert after0 is None and after1 is None and y0 == y1 == [3.0] * 8

@@ -52,7 +52,8 @@ enum ndist_status {
     NDIST_OK = 0,
     NDIST_E_ARGUMENT,    /* ValueError / TypeError: nothing was sent or numbered, the group stays usable */
     NDIST_E_PEER_LOST,   /* DistNetworkError (DistRankFailureError once the group is revoked): err->rank */
-    NDIST_E_TIMEOUT,     /* DistTimeoutError: err->rank is the rank not heard from (or the root cause) */
+    NDIST_E_TIMEOUT,     /* DistTimeoutError: the message names the ranks not heard from (err->rank -1, as
+                          * the exception has no rank attribute) */
     NDIST_E_MISMATCH,    /* DistMismatchError: the ranks called different collectives */
     NDIST_E_BROKEN,      /* an earlier failure broke the group: err holds that first failure again (its
                           * class, rank and message), as the Python path raises it again */
