@@ -299,10 +299,17 @@ def _killed_mid_call(rank, size, folder):
     if rank == size - 1:
         time.sleep(0.5)  # the others are waiting in the all_reduce by now
         os.kill(os.getpid(), signal.SIGKILL)
+    import ndist.collectives as col
+
     t0 = time.monotonic()
     err = eng.all_reduce(np.ones(1024, np.float32))
     took = time.monotonic() - t0
-    return err, took, eng.barrier()
+    again = eng.barrier()
+    try:
+        col.engine_handle()
+    except Exception as exc:  # noqa: BLE001 - a revoked group: its DistRankFailureError
+        return err, took, again, type(exc).__name__
+    return err, took, again, None
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -310,13 +317,15 @@ def _killed_mid_call(rank, size, folder):
 def test_a_peer_killed_mid_call_is_named(tmp_path, n, engine):
     res = run(_killed_mid_call, n, str(tmp_path), may_die=[n - 1], env=ENGINES[engine])
     for rank in range(n - 1):
-        err, took, again = res[rank]
+        err, took, again, handle = res[rank]
         assert err is not None and err[0] == 2, (rank, err)  # NDIST_E_PEER_LOST
         assert err[1] == n - 1 and f"rank {n - 1}" in err[4], err
         assert err[3] in ("DistNetworkError", "DistRankFailureError") and err[2] == 0, err
         assert took < 10, took
         # later calls: the group's first failure again, or its revocation (NDIST_E_BROKEN / PEER_LOST)
         assert again is not None and again[0] in (2, 5) and again[1] == n - 1 and again[2] == 0, again
+        if again[3] == "DistRankFailureError":  # revoked: a new handle is refused with the same error
+            assert handle == "DistRankFailureError", handle
 
 
 def _destroyed(rank, size):
