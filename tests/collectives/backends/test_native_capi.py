@@ -228,10 +228,12 @@ def _mixed(rank, size):
     return sums, _records(), backend._exec.seq
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", [*ENGINES, "detail"])
 def test_calls_mix_with_ndist_distributed_in_any_order(engine):
+    """(``detail``: NDIST_DEBUG=DETAIL compares every call's signature across ranks, a call
+    through the table on one rank against ndist.distributed's on another)"""
     n = 3
-    res = run(_mixed, n, env=ENGINES[engine])
+    res = run(_mixed, n, env=ENGINES.get(engine, {"NDIST_DEBUG": "DETAIL"}))
     for sums, _, _ in res:
         assert sums == res[0][0]
     assert res[0][0][:2] == [float(sum(range(n))), 7 * 1]
