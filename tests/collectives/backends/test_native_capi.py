@@ -400,3 +400,35 @@ def test_a_late_peer_is_a_timeout_naming_it_and_the_group_goes_on():
     assert err[2] == 1  # one piece, this rank's data posted: the late peer finishes the op once it comes
     assert err1 is None and x1 == [3.0] * 8, (err1, x1)
     assert after0 is None and after1 is None and y0 == y1 == [3.0] * 8
+
+
+def _behind_queued_work(rank, size):
+    """A call through the table while async ops are queued on the group's executor: it waits
+    for them (the lane is claimed after them), as a blocking call through ndist.distributed
+    does, on every rank."""
+    import ndist.distributed as dist
+
+    eng = C.Engine(_handle())
+    works = []
+    xs = []
+    for k in range(4):
+        x = np.full(1 << 16, float(rank + k))
+        xs.append(x)
+        works.append(dist.all_reduce(x, async_op=True))
+    y = np.full(8, float(rank))
+    err = eng.all_reduce(y)
+    done = [w.is_completed() for w in works]
+    for w in works:
+        w.wait()
+    return err, y.tolist(), done, [float(x[0]) for x in xs], [e[1] for e in _records()[-5:]]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_call_waits_for_the_groups_queued_async_ops(engine):
+    n = 2
+    res = run(_behind_queued_work, n, env=ENGINES[engine])
+    for err, y, done, xs, ops in res:
+        assert err is None and y == [1.0] * 8, (err, y)
+        assert done == [True] * 4, done  # the async ops ran first
+        assert xs == [1.0, 3.0, 5.0, 7.0], xs
+        assert ops == ["all_reduce"] * 5
