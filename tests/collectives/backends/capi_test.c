@@ -148,6 +148,10 @@ static int selftest(Job *j)
             CHECK(u8b[q * blk + i] == (uint8_t)(7 * q + 3 * r + i), "all_to_all from %d [%zu] = %d", q, i,
                   u8b[q * blk + i]);
     OK(api->barrier(g, &e));
+    /* no element: NULL buffers are fine */
+    OK(api->all_reduce(g, NULL, 0, NDIST_FLOAT32, NDIST_AVG, &e));
+    OK(api->all_gather(g, NULL, NULL, 0, NDIST_INT8, &e));
+    OK(api->all_to_all(g, NULL, NULL, 0, NDIST_INT8, &e));
 
     /* bad arguments: refused before anything is numbered or sent, the group usable */
     REFUSED(NDIST_E_ARGUMENT, api->all_reduce(g, f64, 4, 99, NDIST_SUM, &e));

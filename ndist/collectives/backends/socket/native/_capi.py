@@ -154,7 +154,8 @@ class Handle:
         try:
             if err is not None:
                 exc = self.backend.native_failure(nat, err)
-            elif rop is not None and rop._value_ in (ReduceOp.AVG._value_, ReduceOp.PREMUL_SUM._value_):
+            elif rop is not None and out is not None and rop._value_ in (ReduceOp.AVG._value_,
+                                                                          ReduceOp.PREMUL_SUM._value_):
                 finalize(np.frombuffer(out, dtype), rop, None, self.size)
         except BaseException as e:  # noqa: BLE001
             exc = e

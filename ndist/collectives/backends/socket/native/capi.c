@@ -124,6 +124,9 @@ static void release(uint32_t index)
 }
 
 /* ------------------------------------------------------------------ a call */
+/* the buffers of a call of no element (which may be NULL): the engine copies 0 bytes */
+static char empty[ND_ALIGN];
+
 static const char *OPNAME[] = {"", "all_reduce", "", "broadcast", "all_gather", "", "", "all_to_all",
                                "reduce_scatter", "barrier"};
 
@@ -295,6 +298,10 @@ static int call(ndist_group g, int opc, void *out, const void *in, size_t count,
         if (count && (!out || (op.inbytes && !in))) {
             status = bad(err, "%s: expected buffers for %zu elements, got a NULL pointer", name, count);
             goto done;
+        }
+        if (!count) { /* no element: the engine copies 0 bytes, never from or to NULL */
+            op.out = empty;
+            op.in = empty;
         }
         if (opc == OP_BROADCAST && (root < 0 || root >= n)) {
             status = bad(err, "%s: root: expected a group rank in [0, %d), got %d", name, n, root);
