@@ -432,3 +432,24 @@ def test_a_call_waits_for_the_groups_queued_async_ops(engine):
         assert done == [True] * 4, done  # the async ops ran first
         assert xs == [1.0, 3.0, 5.0, 7.0], xs
         assert ops == ["all_reduce"] * 5
+
+
+def _interrupted(rank, size):
+    """Rank 0's main thread waits in a call through the table; a SIGINT's handler raises there."""
+    import threading
+
+    eng = C.Engine(_handle())
+    if rank == 0:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        err = eng.all_reduce(np.ones(8))  # rank 1 does not come before the signal
+        return err, time.monotonic() - t0, eng.barrier()
+    time.sleep(2)
+    return None
+
+
+def test_a_signal_on_the_main_thread_interrupts_a_call():
+    (err, took, again), _ = run(_interrupted, 2)
+    assert err is not None and err[0] == 7 and err[3] == "KeyboardInterrupt" and err[2] == 0, err  # INTERRUPTED
+    assert took < 5, took
+    assert again is not None and again[0] == 5, again  # the interrupt broke the group: NDIST_E_BROKEN
