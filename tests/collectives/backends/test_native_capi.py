@@ -224,6 +224,23 @@ def _mixed(rank, size):
         else:
             assert eng.broadcast(y, k % size) is None
         sums.append(int(y[-1]))
+        via_c = (k + rank) % 2 == 0
+        g_in, g_out = np.full(4, rank + k, np.int32), np.empty(4 * size, np.int32)
+        if via_c:
+            assert eng.all_gather(g_out, g_in) is None
+        else:
+            dist.all_gather_into_tensor(g_out, g_in)
+        r_in, r_out = np.arange(3 * size, dtype=np.float32) + rank, np.empty(3, np.float32)
+        if via_c:
+            assert eng.reduce_scatter(r_out, r_in) is None
+        else:
+            dist.reduce_scatter_tensor(r_out, r_in)
+        a_in, a_out = np.arange(2 * size, dtype=np.int64) + 100 * rank, np.empty(2 * size, np.int64)
+        if not via_c:
+            assert eng.all_to_all(a_out, a_in) is None
+        else:
+            dist.all_to_all_single(a_out, a_in)
+        sums.append((g_out.tolist(), r_out.tolist(), sorted(a_out.tolist())[:1]))
     backend = dist.group.WORLD.backend_for("cpu")
     return sums, _records(), backend._exec.seq
 
@@ -234,14 +251,19 @@ def test_calls_mix_with_ndist_distributed_in_any_order(engine):
     through the table on one rank against ndist.distributed's on another)"""
     n = 3
     res = run(_mixed, n, env=ENGINES.get(engine, {"NDIST_DEBUG": "DETAIL"}))
-    for sums, _, _ in res:
-        assert sums == res[0][0]
-    assert res[0][0][:2] == [float(sum(range(n))), 7 * 1]
+    for rank, (sums, _, _) in enumerate(res):
+        assert sums[:2] == [float(sum(range(n))), 7 * 1]
+        for k in range(8):
+            s_ar, s_b, (g, r, a) = sums[3 * k:3 * k + 3]
+            assert s_ar == float(sum(range(n)) + n * k) and s_b == 7 * (k % n + 1)
+            assert g == [q + k for q in range(n) for _ in range(4)]
+            assert r == [float(sum(3 * rank + i + q for q in range(n))) for i in range(3)]
+            assert a == [2 * rank]
     # numbered alike on every rank: the flight recorder's entries and the backend's sequence number
     assert all(r[1] == res[0][1] for r in res), [r[1] for r in res]
     assert all(r[2] == res[0][2] for r in res)
     seqs = [e[0] for e in res[0][1]]
-    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) == 1 + 16, res[0][1]
+    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) == 1 + 8 * 5, res[0][1]
 
 
 # ------------------------------------------------------------------ errors
