@@ -33,6 +33,7 @@ from ._p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from ._reduce_op import ReduceOp, _make_nccl_premul_sum
 from ._support import supports_complex
 from ._engine_query import get_engine
+from ._capi import engine_handle, engine_include_dir  # noqa: F401  (the engine's C interface: not torch's)
 
 # The backend interface (CollectiveBackend, Call, Op) is imported from here by
 # backend authors; it is not part of ``__all__``, so ``ndist.distributed`` (torch's

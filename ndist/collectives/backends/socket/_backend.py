@@ -17,6 +17,7 @@ from .wire import _cma
 from .wire import _frame as F
 from .failure import _losses
 from .failure._group import GroupFailure
+from .native import _capi
 from .native import _engine as _native
 from .native import _twolevel
 from .failure import _stalls
@@ -114,6 +115,8 @@ class SocketBackend(CollectiveBackend):
         # the native engine over TCP (groups across hosts): what this rank offers (NDIST_NATIVE_TCP)
         self._tcp_offer = _native.tcp_offer(ctx.options) if ctx.size > 1 else ""
         self._native: _native.NativeAlgorithms | None = None
+        #: the engine's C interface handle (``engine_handle``), made on first request
+        self._capi: _capi.Handle | None = None
         self._eng: Engine | None = None
         #: the engine the collectives run on (``_engines.select``: ``Algorithms`` over the
         #: Python engine, or ``NativeAlgorithms``, which is then ``_native`` too)
@@ -432,6 +435,52 @@ class SocketBackend(CollectiveBackend):
             return "native" if (self._nfile is not None or self._tcp_offer == "always") and self.size > 1 else "python"
         return NATIVE if self._native is not None else PYTHON
 
+    # ------------------------------------------------------------ the C interface
+    def engine_handle(self, book, failed, reduce_op, check_signature, t_done: int) -> int:
+        """The engine's C interface handle of this group (``ndist_engine.h``; docs/native.md,
+        "The C interface"), made on the first request and closed with the group. The group
+        must have run a collective (its set-up) on the native engine in one level (a same-host
+        ``Group`` or a ``TcpGroup``; not two levels, whose steps are Python's); ``book`` and
+        the rest are the public layer's (``native/_capi.Handle``)."""
+        if self._capi is None:
+            name = self.ctx.group_name
+            if self._closed:
+                raise ValueError(f"group {name!r}: expected a live group, got a destroyed one")
+            if self._eng is None:
+                raise ValueError(f"group {name!r}: expected a group that ran a collective (its set-up), got one "
+                                 f"that has not run any")
+            nat = self._native
+            if nat is None or not isinstance(nat.g, (nat.mod.Group, nat.mod.TcpGroup)):
+                raise ValueError(f"group {name!r}: expected a group on the native engine in one level (shared "
+                                 f"memory, or TCP direct), got one on the {self.engine} engine" +
+                                 (f" ({type(nat.g).__name__})" if nat is not None else ""))
+            self._capi = _capi.Handle(self, nat, book, failed, reduce_op, check_signature, t_done)
+        return self._capi.value
+
+    def claim_lane(self) -> int:
+        """The C interface's lane claim (``native/_capi.py``): ``Executor.claim``, as the thin
+        lane takes it, waiting first (up to the group timeout) for queued or running work,
+        which the thin lane would queue behind. Returns the op's sequence number; the caller
+        ends it with ``leave_lane``."""
+        ex = self._exec
+        deadline = time.monotonic() + self._timeout
+        while True:
+            if self._closed:
+                raise DistNetworkError(f"{self!r} is closed")
+            seq = ex.claim()
+            if seq:
+                return seq
+            if not ex.drain(deadline):
+                raise DistTimeoutError(f"group {self.ctx.group_name!r}: a call through the C interface waited "
+                                       f"{self._timeout:.0f} s for the group's queued collectives")
+
+    def leave_lane(self) -> None:
+        self._exec.leave()
+
+    def native_failure(self, nat, err: BaseException) -> BaseException:
+        """The C interface's failure mapping: the thin lane's (``_native_failure``)."""
+        return self._native_failure(nat, err)
+
     def _native_failure(self, nat, err: BaseException, desc: str | None = None, hosts=None) -> BaseException:
         """What an op on the native engine raises for ``err``: a ``_cnative.Error`` turns
         into its typed error (the group broken, a dead peer's files unlinked, a lost member
@@ -723,6 +772,8 @@ class SocketBackend(CollectiveBackend):
         self._seg.close()
         if self._rings is not None:
             self._rings.unlink()
+        if self._capi is not None:
+            self._capi.close()  # calls on its handle return NDIST_E_CLOSED
         if self._native is not None:
             self._native.g.close()  # a peer still waiting on this rank fails instead of waiting
         if self._nfile is not None:

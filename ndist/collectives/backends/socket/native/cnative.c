@@ -50,6 +50,7 @@
 #include "kernels.h"
 #include "common.h"
 #include "ctcp.h"
+#include "engines.h"
 
 /* ------------------------------------------------------------------ layout */
 #define CTL_BYTES 4096
@@ -1311,23 +1312,29 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
     return 0;
 }
 
+/* An op's start, before it releases the GIL (the Python methods' RUN and the C interface's
+ * nd_shm_run): its per-op state reset; returns its deadline */
+static double op_begin(Group *g)
+{
+    g->op_first = 0;
+    g->op_base = g->piece;
+    g->err_prior = 0;
+    g->err_sends = g->err_wants = -1;
+    g->op_pieces = 1;
+    g->addr_piece = 0;
+    g->op_start = now_s();
+    g->in_grace = 0;
+    if (atomic_load_explicit(&CTL(g, g->rank)->stall_piece, memory_order_relaxed))
+        atomic_store(&CTL(g, g->rank)->stall_piece, 0); /* past the op it timed out in */
+    g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;
+    return g->op_start + g->timeout;
+}
+
 #define RUN(call)                                                                                                 \
     do {                                                                                                          \
-        g->op_first = 0;                                                                                          \
-        g->op_base = g->piece;                                                                                    \
-        g->err_prior = 0;                                                                                         \
-        g->err_sends = g->err_wants = -1;                                                                         \
-        g->op_pieces = 1;                                                                                         \
-        g->addr_piece = 0;                                                                                        \
-        g->op_start = now_s();                                                                                    \
-        g->in_grace = 0;                                                                                          \
-        if (atomic_load_explicit(&CTL(g, g->rank)->stall_piece, memory_order_relaxed))                          \
-            atomic_store(&CTL(g, g->rank)->stall_piece, 0); /* past the op it timed out in */                    \
-        g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;                                     \
-        double dl_ = g->op_start + g->timeout;                                                                    \
+        double dl = op_begin(g);                                                                                  \
         PyThreadState *sv_ = PyEval_SaveThread();                                                                 \
         PyThreadState **sv = &sv_;                                                                                \
-        double dl = dl_;                                                                                          \
         rc = (call);                                                                                              \
         PyEval_RestoreThread(sv_);                                                                                \
     } while (0)
@@ -1659,6 +1666,76 @@ static PyTypeObject GroupType = {
     .tp_doc = "One rank's view of a same-host group's shared-memory slots (see the module source).",
 };
 
+/* ------------------------------------------------------------------ the C interface's entry (engines.h) */
+int nd_shm_is(PyObject *o) { return Py_TYPE(o) == &GroupType; }
+
+void nd_shm_geometry(PyObject *o, int *rank, int *size)
+{
+    *rank = ((Group *)o)->rank;
+    *size = ((Group *)o)->size;
+}
+
+/* ``n`` equal blocks of ``len`` bytes from ``base`` */
+static void cut_even(List *l, char *base, Py_ssize_t len, int n)
+{
+    for (int q = 0; q < n; q++) {
+        l->ptr[q] = base + q * len;
+        l->len[q] = len;
+    }
+}
+
+int nd_shm_run(PyObject *o, const NdOp *op, PyThreadState **sv)
+{
+    Group *g = (Group *)o;
+    if (g->broken)
+        return ND_SHM_BROKEN;
+    int n = g->size, rc;
+    Red r = {op->dtype, op->redop, op->esize, op->fallback};
+    if (op->op == OP_ALL_REDUCE || op->op == OP_BROADCAST || op->op == OP_BARRIER) {
+        double dl = op_begin(g);
+        if (op->op == OP_ALL_REDUCE)
+            return run_all_reduce(g, op->out, op->outbytes, &r, op->rsag && n > 1, dl, sv);
+        if (op->op == OP_BROADCAST)
+            return run_broadcast(g, op->out, op->outbytes, op->dtype, op->root, dl, sv);
+        return run_barrier(g, dl, sv);
+    }
+    /* the list ops: one buffer cut in n equal blocks (or this rank's one block) */
+    char **ptr = malloc(2 * (size_t)n * sizeof(char *));
+    Py_ssize_t *len = malloc(2 * (size_t)n * sizeof(Py_ssize_t));
+    if (!ptr || !len) {
+        free(ptr);
+        free(len);
+        return ND_SHM_NOMEM;
+    }
+    List a = {ptr, len}, b = {ptr + n, len + n};
+    double dl = op_begin(g);
+    if (op->op == OP_ALL_GATHER) {
+        cut_even(&a, op->out, op->outbytes / n, n);
+        rc = run_all_gather(g, &a, (char *)op->in, op->inbytes, op->dtype, dl, sv);
+    } else if (op->op == OP_ALL_TO_ALL) {
+        cut_even(&a, op->out, op->outbytes / n, n);
+        cut_even(&b, (char *)op->in, op->inbytes / n, n);
+        rc = run_all_to_all(g, &a, &b, op->dtype, dl, sv);
+    } else {
+        cut_even(&b, (char *)op->in, op->inbytes / n, n);
+        rc = run_reduce_scatter(g, op->out, op->outbytes, &b, &r, dl, sv);
+    }
+    free(ptr);
+    free(len);
+    return rc;
+}
+
+PyObject *nd_shm_raise(PyObject *o, int rc)
+{
+    if (rc == ND_SHM_BROKEN) { /* what check_usable raises */
+        PyErr_SetString(PyExc_RuntimeError, "native group is broken by an earlier failure");
+        return NULL;
+    }
+    if (rc == ND_SHM_NOMEM)
+        return PyErr_NoMemory();
+    return raise_err((Group *)o, rc);
+}
+
 /* element bytes per dtype code (_frame._DTYPES) */
 static const Py_ssize_t ESIZE[] = {0, 1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 4, 8, 8, 16, 2, 1, 1};
 
@@ -1726,7 +1803,7 @@ PyMODINIT_FUNC PyInit__cnative(void)
         PyModule_AddObject(m, "Group", (PyObject *)&GroupType) < 0 ||
         PyModule_AddIntConstant(m, "CTL_BYTES", CTL_BYTES) < 0 || PyModule_AddIntConstant(m, "HDR_BYTES", HDR_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "STALL_GLOBAL", STALL_GLOBAL) < 0 ||
-        PyModule_AddIntConstant(m, "STALL_FINAL", STALL_FINAL) < 0) {
+        PyModule_AddIntConstant(m, "STALL_FINAL", STALL_FINAL) < 0 || nd_capi_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -62,6 +62,7 @@
 
 #include "common.h"
 #include "ctcp.h"
+#include "engines.h"
 
 /* ------------------------------------------------------------------ wire */
 #define MAGIC 0x4e445400u /* "NDT" */
@@ -1129,34 +1130,46 @@ static void release(TGroup *g)
     atomic_store(&g->busy, 0);
 }
 
-/* (a fail() or close() carried out between check_usable and claim: the op raises it) */
+/* An op's start (the Python methods' RUN and the C interface's nd_tcp_run): the sockets
+ * claimed, its per-op state reset, its deadline in *dl. Returns E_OK, or the error the op
+ * raises without running: a fail() or close() carried out between check_usable and claim, or
+ * news found by a wait elsewhere and not raised there. */
+static int op_begin(TGroup *g, double *dl)
+{
+    claim(g);
+    g->ops++;
+    if (!g->news) { /* (else the error it recorded) */
+        g->err_sends = g->err_wants = -1;
+        g->err_cause = -1;
+    }
+    g->in_grace = 0;
+    g->posted = 0;
+    g->keep = 0;
+    g->op_need = 0;
+    g->op_start = now_s();
+    g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;
+    *dl = g->op_start + g->timeout;
+    int rc = E_OK;
+    if (g->broken && atomic_load(&g->want_fail)) {
+        g->err_cause = atomic_load(&g->fail_cause);
+        rc = E_SELF_FAILED;
+    } else if (g->broken) {
+        g->err_peer = g->rank;
+        rc = E_SELF_CLOSED;
+    } else if (g->news) {
+        rc = g->news;
+        g->news = 0;
+    }
+    return rc;
+}
+
 #define RUN(call)                                                                                                 \
     do {                                                                                                          \
-        claim(g);                                                                                                 \
-        g->ops++;                                                                                                 \
-        if (!g->news) { /* (else the error it recorded) */                                                        \
-            g->err_sends = g->err_wants = -1;                                                                     \
-            g->err_cause = -1;                                                                                    \
-        }                                                                                                         \
-        g->in_grace = 0;                                                                                          \
-        g->posted = 0;                                                                                            \
-        g->keep = 0;                                                                                              \
-        g->op_need = 0;                                                                                           \
-        g->op_start = now_s();                                                                                    \
-        g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;                                     \
-        double dl = g->op_start + g->timeout;                                                                     \
+        double dl;                                                                                                \
+        rc = op_begin(g, &dl);                                                                                    \
         PyThreadState *sv_ = PyEval_SaveThread();                                                                 \
         PyThreadState **sv = &sv_;                                                                                \
-        if (g->broken && atomic_load(&g->want_fail)) {                                                            \
-            g->err_cause = atomic_load(&g->fail_cause);                                                           \
-            rc = E_SELF_FAILED;                                                                                   \
-        } else if (g->broken) {                                                                                   \
-            g->err_peer = g->rank;                                                                                \
-            rc = E_SELF_CLOSED;                                                                                   \
-        } else if (g->news) { /* found by a wait elsewhere and not raised there */                                \
-            rc = g->news;                                                                                         \
-            g->news = 0;                                                                                          \
-        } else if ((rc = (call)) == E_OK)                                                                         \
+        if (rc == E_OK && (rc = (call)) == E_OK)                                                                  \
             trim_scratch(g);                                                                                      \
         PyEval_RestoreThread(sv_);                                                                                \
     } while (0)
@@ -1333,6 +1346,77 @@ static PyObject *T_reduce_scatter(TGroup *g, PyObject *args)
     PyBuffer_Release(&b);
     held_release(&li);
     DONE();
+}
+
+/* ------------------------------------------------------------------ the C interface's entry (engines.h) */
+void nd_tcp_geometry(PyObject *o, int *rank, int *size)
+{
+    *rank = ((TGroup *)o)->rank;
+    *size = ((TGroup *)o)->size;
+}
+
+int nd_tcp_run(PyObject *o, const NdOp *op, PyThreadState **sv)
+{
+    TGroup *g = (TGroup *)o;
+    if (g->broken || g->vrank < 0 || g->vsize != g->size) /* (a two-level group's TcpGroup: not offered) */
+        return ND_SHM_BROKEN;
+    int n = g->size, rc;
+    Red r = {op->dtype, op->redop, op->esize, op->fallback};
+    char **ptr = NULL;
+    Py_ssize_t *len = NULL;
+    Held a = {NULL, NULL, NULL, n}, b = {NULL, NULL, NULL, n};
+    int list = op->op == OP_ALL_GATHER || op->op == OP_ALL_TO_ALL || op->op == OP_REDUCE_SCATTER;
+    if (list) { /* one buffer cut in n equal blocks (or this rank's one block) */
+        ptr = malloc(2 * (size_t)n * sizeof(char *));
+        len = malloc(2 * (size_t)n * sizeof(Py_ssize_t));
+        if (!ptr || !len) {
+            free(ptr);
+            free(len);
+            return ND_SHM_NOMEM;
+        }
+        a.ptr = ptr, a.len = len, b.ptr = ptr + n, b.len = len + n;
+        for (int q = 0; q < n; q++) {
+            a.ptr[q] = op->out + q * (op->outbytes / n), a.len[q] = op->outbytes / n;
+            b.ptr[q] = (char *)op->in + q * (op->inbytes / n), b.len[q] = op->inbytes / n;
+        }
+    }
+    double dl;
+    if ((rc = op_begin(g, &dl)) == E_OK) {
+        if (op->op == OP_ALL_REDUCE) {
+            rc = n > 1 ? run_all_reduce(g, op->out, (size_t)op->outbytes, &r, op->rsag, dl, sv) : E_OK;
+        } else if (op->op == OP_BROADCAST) {
+            rc = run_broadcast(g, op->out, (size_t)op->outbytes, op->dtype, op->root, dl, sv);
+        } else if (op->op == OP_BARRIER) {
+            rc = run_barrier(g, dl, sv);
+        } else if (op->op == OP_ALL_GATHER) {
+            TSig s = {OP_ALL_GATHER | g->tag, op->dtype, 0, -1, (uint64_t)op->inbytes, 0, 0, 0};
+            rc = run_exchange(g, &s, &a, NULL, op->in, (size_t)op->inbytes, dl, sv);
+        } else if (op->op == OP_ALL_TO_ALL) {
+            TSig s = {OP_ALL_TO_ALL | g->tag, op->dtype, 0, -1, (uint64_t)op->inbytes, 0, 0, 0};
+            rc = run_exchange(g, &s, &a, &b, NULL, 0, dl, sv);
+        } else {
+            rc = n > 1 ? run_reduce_scatter(g, op->out, (size_t)op->outbytes, &b, &r, dl, sv)
+                       : (memmove(op->out, op->in, (size_t)op->outbytes), E_OK);
+        }
+        if (rc == E_OK) {
+            trim_scratch(g);
+            release(g);
+        }
+    }
+    free(ptr);
+    free(len);
+    return rc; /* (a failure keeps the sockets claimed: nd_tcp_raise releases them, as DONE does) */
+}
+
+PyObject *nd_tcp_raise(PyObject *o, int rc)
+{
+    if (rc == ND_SHM_BROKEN) {
+        PyErr_SetString(PyExc_RuntimeError, "native group is broken by an earlier failure");
+        return NULL;
+    }
+    if (rc == ND_SHM_NOMEM)
+        return PyErr_NoMemory();
+    return raise_err((TGroup *)o, rc);
 }
 
 /* another thread asks: carried out now when the sockets are free, else by the op holding them */

@@ -1,0 +1,473 @@
+/* The engine's C interface (ndist_engine.h; docs/native.md, "The C interface"): the table of
+ * functions exported as ``_cnative._C_API``, the group handles, and the calls.
+ *
+ * A handle names an entry of one process-wide table: the group's compiled group (a same-host
+ * ``Group``, or a ``TcpGroup`` across hosts) and its two bookkeeping hooks (``native/_capi.py``: ``begin`` numbers and records the call and
+ * claims the group's lane; ``end`` finishes AVG, maps a failure to the Python path's error and
+ * records the outcome). A handle is (generation << 32) | (index + 1): closing an entry
+ * (``capi_close``, when the group is destroyed) bumps nothing in flight, it marks the entry
+ * closed; a call that holds it (``users``) finishes, and the last one drops the references.
+ * A closed or reused entry's old handle no longer matches its generation: NDIST_E_CLOSED.
+ *
+ * A call: its arguments are checked without the GIL (NDIST_E_ARGUMENT: nothing numbered, nothing
+ * sent); then, with the GIL, ``begin``; the op itself with the GIL released, in the same engine
+ * code the groups' Python methods run (``nd_shm_run`` / ``nd_tcp_run``, engines.h); then, with the
+ * GIL, ``end``. The caller needs no GIL and no Python thread state (PyGILState_Ensure makes one). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "ctcp.h"
+#include "ndist_engine.h"
+#include "engines.h"
+
+/* element bytes per dtype code (wire/_frame.py's _DTYPES; 0: no such code) */
+static const Py_ssize_t ESIZES[] = {0, 1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 4, 8, 8, 16, 2, 1, 1};
+#define NDTYPES ((int)(sizeof ESIZES / sizeof ESIZES[0]))
+
+typedef struct {
+    uint32_t gen;       /* the generation its handles carry */
+    int open;           /* 0 once closed (the group destroyed) */
+    int users;          /* calls holding it now */
+    PyObject *group;    /* the Group or TcpGroup (owned while open or in use) */
+    int tcp;            /* 1: a TcpGroup */
+    PyObject *begin, *end;
+    Py_ssize_t rsag_min; /* all_reduce above this many bytes: reduce-scatter + all-gather (_engine.RSAG_MIN) */
+    int rank, size;
+} Entry;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static Entry *entries;
+static uint32_t nentries;
+
+/* the entry's fields a call needs, copied under the lock */
+typedef struct {
+    uint32_t index;
+    int tcp;
+    PyObject *group, *begin, *end;
+    Py_ssize_t rsag_min;
+    int rank, size;
+} Held_;
+
+static void set_err(ndist_error *err, int status, const char *type, int rank, int usable, const char *fmt, ...)
+{
+    if (!err)
+        return;
+    err->status = status;
+    err->rank = rank;
+    err->usable = usable;
+    snprintf(err->type, sizeof err->type, "%s", type);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+}
+
+/* take handle ``h`` for a call (0), or NDIST_E_CLOSED */
+static int acquire(ndist_group h, Held_ *out, ndist_error *err)
+{
+    uint32_t index = (uint32_t)(h & 0xffffffffu), gen = (uint32_t)(h >> 32);
+    int ok = 0;
+    pthread_mutex_lock(&lock);
+    if (index >= 1 && index <= nentries) {
+        Entry *e = &entries[index - 1];
+        if (e->open && e->gen == gen) {
+            e->users++;
+            *out = (Held_){index - 1, e->tcp, e->group, e->begin, e->end, e->rsag_min, e->rank, e->size};
+            ok = 1;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (!ok) {
+        set_err(err, NDIST_E_CLOSED, "DistBackendError", -1, 0,
+                "ndist engine handle %#llx is closed (its group was destroyed) or is no handle",
+                (unsigned long long)h);
+        return NDIST_E_CLOSED;
+    }
+    return 0;
+}
+
+/* an entry's references, once closed and unused: dropped by the caller with the GIL */
+static void take_refs(Entry *e, PyObject **refs)
+{
+    refs[0] = e->group;
+    refs[1] = e->begin;
+    refs[2] = e->end;
+    e->group = e->begin = e->end = NULL;
+}
+
+static void drop_refs(PyObject **refs)
+{
+    if (!refs[0] && !refs[1] && !refs[2])
+        return;
+    PyGILState_STATE st = PyGILState_Ensure();
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(refs[i]);
+    PyGILState_Release(st);
+}
+
+static void release(uint32_t index)
+{
+    PyObject *refs[3] = {NULL, NULL, NULL};
+    pthread_mutex_lock(&lock);
+    Entry *e = &entries[index];
+    if (--e->users == 0 && !e->open)
+        take_refs(e, refs);
+    pthread_mutex_unlock(&lock);
+    drop_refs(refs);
+}
+
+/* ------------------------------------------------------------------ a call */
+/* the buffers of a call of no element (which may be NULL): the engine copies 0 bytes */
+static char empty[ND_ALIGN];
+
+static const char *OPNAME[] = {"", "all_reduce", "", "broadcast", "all_gather", "", "", "all_to_all",
+                               "reduce_scatter", "barrier"};
+
+/* ``err`` from the hooks' error tuple (status, rank, usable, type, message); the status */
+static int err_from(PyObject *t, ndist_error *err)
+{
+    int status, rank, usable;
+    const char *type, *msg;
+    if (!PyArg_ParseTuple(t, "iiiss", &status, &rank, &usable, &type, &msg))
+        return -1;
+    set_err(err, status, type, rank, usable, "%s", msg);
+    return status;
+}
+
+/* ``err`` from the Python exception set now (a hook's own failure): NDIST_E_INTERNAL */
+static int err_from_exc(ndist_error *err, const char *where)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *s = value ? PyObject_Str(value) : NULL;
+    const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
+    if (!msg)
+        PyErr_Clear();
+    set_err(err, NDIST_E_INTERNAL, type ? ((PyTypeObject *)type)->tp_name : "?", -1, 0, "%s: %s", where,
+            msg ? msg : "(no message)");
+    Py_XDECREF(s);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return NDIST_E_INTERNAL;
+}
+
+static PyObject *view(const void *p, Py_ssize_t n, int writable)
+{
+    if (!p) /* (a zero-count buffer may be NULL) */
+        Py_RETURN_NONE;
+    return PyMemoryView_FromMemory((char *)p, n, writable ? PyBUF_WRITE : PyBUF_READ);
+}
+
+/* with the GIL: begin, the op without the GIL, end */
+static int run_locked(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, ndist_error *err)
+{
+    int status = NDIST_OK;
+    PyObject *outv = view(op->out, op->outbytes, 1), *inv = view(op->in, op->inbytes, 0);
+    PyObject *b = NULL, *res = NULL, *exc = NULL;
+    if (!outv || !inv) {
+        status = err_from_exc(err, "ndist engine");
+        goto out;
+    }
+    b = PyObject_CallFunction(h->begin, "iinniiOO", op->op, op->dtype, count_in, count_out, op->root, op->redop,
+                              outv, inv);
+    if (!b) {
+        status = err_from_exc(err, "ndist engine (begin)");
+        goto out;
+    }
+    if (!PyTuple_Check(b) || (PyTuple_GET_SIZE(b) != 2 && PyTuple_GET_SIZE(b) != 5)) {
+        set_err(err, NDIST_E_INTERNAL, "TypeError", -1, 0, "ndist engine: begin returned no 2- or 5-tuple");
+        status = NDIST_E_INTERNAL;
+        goto out;
+    }
+    if (PyTuple_GET_SIZE(b) == 5) { /* refused before the op: a bad argument, a broken or closed group */
+        if ((status = err_from(b, err)) < 0)
+            status = err_from_exc(err, "ndist engine (begin)");
+        goto out;
+    }
+    PyObject *token = PyTuple_GET_ITEM(b, 0), *fb = PyTuple_GET_ITEM(b, 1);
+    op->fallback = fb == Py_None ? NULL : fb;
+    PyThreadState *save = PyEval_SaveThread();
+    int rc = h->tcp ? nd_tcp_run(h->group, op, &save) : nd_shm_run(h->group, op, &save);
+    PyEval_RestoreThread(save);
+    if (rc) { /* the exception the group's method raises, for end to map */
+        if (h->tcp)
+            nd_tcp_raise(h->group, rc);
+        else
+            nd_shm_raise(h->group, rc);
+        PyObject *type, *tb;
+        PyErr_Fetch(&type, &exc, &tb);
+        PyErr_NormalizeException(&type, &exc, &tb);
+        if (exc && tb)
+            PyException_SetTraceback(exc, tb);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+    }
+    res = PyObject_CallFunctionObjArgs(h->end, token, exc ? exc : Py_None, NULL);
+    if (!res)
+        status = err_from_exc(err, "ndist engine (end)");
+    else if (res != Py_None && (status = err_from(res, err)) < 0)
+        status = err_from_exc(err, "ndist engine (end)");
+out:
+    Py_XDECREF(res);
+    Py_XDECREF(exc);
+    Py_XDECREF(b);
+    Py_XDECREF(outv);
+    Py_XDECREF(inv);
+    return status;
+}
+
+static int bad(ndist_error *err, const char *fmt, ...)
+{
+    if (err) {
+        char msg[sizeof err->message];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        set_err(err, NDIST_E_ARGUMENT, "ValueError", -1, 1, "%s", msg);
+    }
+    return NDIST_E_ARGUMENT;
+}
+
+/* bytes of ``count`` elements of ``esize`` times ``k``, or -1 past PY_SSIZE_T_MAX */
+static Py_ssize_t bytes_of(size_t count, Py_ssize_t esize, int k)
+{
+    if (count > (size_t)PY_SSIZE_T_MAX / (size_t)esize / (size_t)k)
+        return -1;
+    return (Py_ssize_t)(count * (size_t)esize * (size_t)k);
+}
+
+static int overlap(const char *a, Py_ssize_t na, const char *b, Py_ssize_t nb)
+{
+    return a && b && na > 0 && nb > 0 && a < b + nb && b < a + na;
+}
+
+/* The checks of one call, then the call. ``in_k`` / ``out_k``: the input's and output's counts
+ * in units of ``count`` (0: no such buffer; -1: ``count`` itself, n blocks of it). */
+static int call(ndist_group g, int opc, void *out, const void *in, size_t count, int dtype, int redop, int root,
+                ndist_error *err)
+{
+    Held_ h;
+    int status = acquire(g, &h, err);
+    if (status)
+        return status;
+    const char *name = OPNAME[opc];
+    int n = h.size;
+    NdOp op = {opc, dtype, redop, root, 0, 0, NULL, out, 0, in, 0};
+    Py_ssize_t cin = 0, cout = 0; /* the record's counts (elements), as the Python path's */
+    if (opc != OP_BARRIER) {
+        if (dtype < 1 || dtype >= NDTYPES) {
+            status = bad(err, "%s: dtype: expected a dtype code in [1, %d] (ndist_engine.h), got %d", name,
+                         NDTYPES - 1, dtype);
+            goto done;
+        }
+        op.esize = ESIZES[dtype];
+        int k = opc == OP_ALL_GATHER || opc == OP_REDUCE_SCATTER ? n : 1;
+        Py_ssize_t one = bytes_of(count, op.esize, 1), many = bytes_of(count, op.esize, k);
+        if (one < 0 || many < 0) {
+            status = bad(err, "%s: count: expected at most %zd elements, got %zu", name,
+                         PY_SSIZE_T_MAX / op.esize / k, count);
+            goto done;
+        }
+        if (opc == OP_ALL_TO_ALL && count % (size_t)n) {
+            status = bad(err, "%s: count: expected a multiple of the group size %d, got %zu", name, n, count);
+            goto done;
+        }
+        if (opc == OP_ALL_GATHER) {
+            op.outbytes = many;
+            op.inbytes = one;
+            cin = (Py_ssize_t)count, cout = (Py_ssize_t)count * n;
+        } else if (opc == OP_REDUCE_SCATTER) {
+            op.outbytes = one;
+            op.inbytes = many;
+            cin = (Py_ssize_t)count * n, cout = (Py_ssize_t)count;
+        } else {
+            op.outbytes = one;
+            op.inbytes = opc == OP_ALL_TO_ALL ? one : 0;
+            cin = cout = (Py_ssize_t)count;
+        }
+        if (count && (!out || (op.inbytes && !in))) {
+            status = bad(err, "%s: expected buffers for %zu elements, got a NULL pointer", name, count);
+            goto done;
+        }
+        if (!count) { /* no element: the engine copies 0 bytes, never from or to NULL */
+            op.out = empty;
+            op.in = empty;
+        }
+        if (opc == OP_BROADCAST && (root < 0 || root >= n)) {
+            status = bad(err, "%s: root: expected a group rank in [0, %d), got %d", name, n, root);
+            goto done;
+        }
+        if (opc == OP_ALL_REDUCE || opc == OP_REDUCE_SCATTER) {
+            if (redop < NDIST_SUM || redop > NDIST_BXOR) {
+                status = bad(err, "%s: op: expected a reduce op code in [%d, %d] (ndist_engine.h), got %d", name,
+                             NDIST_SUM, NDIST_BXOR, redop);
+                goto done;
+            }
+            op.rsag = opc == OP_ALL_REDUCE && h.rsag_min >= 0 && one > h.rsag_min;
+        }
+        /* all_gather in place: ``in`` is this rank's block of ``out``; any other overlap is refused
+         * (the Python path copies an overlapping input first) */
+        int inplace = opc == OP_ALL_GATHER && in == (const char *)out + (size_t)h.rank * (size_t)one;
+        if (!inplace && overlap(out, op.outbytes, in, op.inbytes)) {
+            status = bad(err, "%s: in: expected a buffer apart from out, got one that overlaps it", name);
+            goto done;
+        }
+    }
+    PyGILState_STATE st = PyGILState_Ensure();
+    status = run_locked(&h, &op, cin, cout, err);
+    PyGILState_Release(st);
+done:
+    release(h.index);
+    return status;
+}
+
+static int c_group_info(ndist_group g, int *rank, int *size, ndist_error *err)
+{
+    Held_ h;
+    int status = acquire(g, &h, err);
+    if (status)
+        return status;
+    if (rank)
+        *rank = h.rank;
+    if (size)
+        *size = h.size;
+    release(h.index);
+    return NDIST_OK;
+}
+
+static int c_all_reduce(ndist_group g, void *buf, size_t count, int dtype, int op, ndist_error *err)
+{
+    return call(g, OP_ALL_REDUCE, buf, NULL, count, dtype, op, -1, err);
+}
+
+static int c_broadcast(ndist_group g, void *buf, size_t count, int dtype, int root, ndist_error *err)
+{
+    return call(g, OP_BROADCAST, buf, NULL, count, dtype, 0, root, err);
+}
+
+static int c_all_gather(ndist_group g, void *out, const void *in, size_t count, int dtype, ndist_error *err)
+{
+    return call(g, OP_ALL_GATHER, out, in, count, dtype, 0, -1, err);
+}
+
+static int c_reduce_scatter(ndist_group g, void *out, const void *in, size_t count, int dtype, int op,
+                            ndist_error *err)
+{
+    return call(g, OP_REDUCE_SCATTER, out, in, count, dtype, op, -1, err);
+}
+
+static int c_all_to_all(ndist_group g, void *out, const void *in, size_t count, int dtype, ndist_error *err)
+{
+    return call(g, OP_ALL_TO_ALL, out, in, count, dtype, 0, -1, err);
+}
+
+static int c_barrier(ndist_group g, ndist_error *err)
+{
+    return call(g, OP_BARRIER, NULL, NULL, 0, 0, 0, -1, err);
+}
+
+static const ndist_engine_api API = {
+    NDIST_ENGINE_API_VERSION, (uint32_t)sizeof(ndist_engine_api), c_group_info, c_all_reduce, c_broadcast,
+    c_all_gather, c_reduce_scatter, c_all_to_all, c_barrier,
+};
+
+/* ------------------------------------------------------------------ Python side */
+/* capi_open(group, begin, end, rsag_min) -> handle: a new entry for ``group``, a same-host Group or a
+ * TcpGroup (one with a view, a two-level group's, runs no op: ND_SHM_BROKEN) */
+static PyObject *capi_open(PyObject *mod, PyObject *args)
+{
+    PyObject *group, *begin, *end;
+    Py_ssize_t rsag_min;
+    if (!PyArg_ParseTuple(args, "OOOn:capi_open", &group, &begin, &end, &rsag_min))
+        return NULL;
+    int tcp = nd_tcp_is(group);
+    if (!tcp && !nd_shm_is(group)) {
+        PyErr_Format(PyExc_TypeError, "capi_open: group: expected a _cnative.Group or TcpGroup, got %s",
+                     Py_TYPE(group)->tp_name);
+        return NULL;
+    }
+    if (!PyCallable_Check(begin) || !PyCallable_Check(end)) {
+        PyErr_SetString(PyExc_TypeError, "capi_open: begin and end must be callable");
+        return NULL;
+    }
+    pthread_mutex_lock(&lock);
+    uint32_t i = 0;
+    while (i < nentries && (entries[i].open || entries[i].users || entries[i].group))
+        i++;
+    if (i == nentries) {
+        Entry *grown = realloc(entries, (nentries + 16) * sizeof(Entry));
+        if (!grown) {
+            pthread_mutex_unlock(&lock);
+            return PyErr_NoMemory();
+        }
+        memset(grown + nentries, 0, 16 * sizeof(Entry));
+        entries = grown;
+        nentries += 16;
+    }
+    Entry *e = &entries[i];
+    e->gen++;
+    e->open = 1;
+    e->users = 0;
+    e->group = Py_NewRef(group);
+    e->begin = Py_NewRef(begin);
+    e->end = Py_NewRef(end);
+    e->rsag_min = rsag_min;
+    e->tcp = tcp;
+    if (tcp)
+        nd_tcp_geometry(group, &e->rank, &e->size);
+    else
+        nd_shm_geometry(group, &e->rank, &e->size);
+    uint64_t h = ((uint64_t)e->gen << 32) | (i + 1);
+    pthread_mutex_unlock(&lock);
+    return PyLong_FromUnsignedLongLong(h);
+}
+
+/* capi_close(handle): the group is destroyed; later calls on the handle return NDIST_E_CLOSED */
+static PyObject *capi_close(PyObject *mod, PyObject *arg)
+{
+    unsigned long long h = PyLong_AsUnsignedLongLong(arg);
+    if (h == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    uint32_t index = (uint32_t)(h & 0xffffffffu), gen = (uint32_t)(h >> 32);
+    PyObject *refs[3] = {NULL, NULL, NULL};
+    pthread_mutex_lock(&lock);
+    if (index >= 1 && index <= nentries && entries[index - 1].gen == gen && entries[index - 1].open) {
+        Entry *e = &entries[index - 1];
+        e->open = 0;
+        if (!e->users)
+            take_refs(e, refs);
+    }
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < 3; i++) /* (the GIL is held) */
+        Py_XDECREF(refs[i]);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef capi_methods[] = {
+    {"capi_open", capi_open, METH_VARARGS,
+     "capi_open(group, begin, end, rsag_min) -> handle: a C interface handle for a Group or TcpGroup"},
+    {"capi_close", capi_close, METH_O, "capi_close(handle): calls on it return NDIST_E_CLOSED from now on"},
+    {NULL, NULL, 0, NULL},
+};
+
+int nd_capi_add(PyObject *m)
+{
+    PyObject *cap = PyCapsule_New((void *)&API, NDIST_ENGINE_CAPSULE, NULL);
+    if (!cap || PyModule_AddObject(m, "_C_API", cap) < 0) {
+        Py_XDECREF(cap);
+        return -1;
+    }
+    if (PyModule_AddFunctions(m, capi_methods) < 0)
+        return -1;
+    return PyModule_AddIntConstant(m, "CAPI_VERSION", NDIST_ENGINE_API_VERSION);
+}

@@ -1,0 +1,49 @@
+/* The engines as the C interface (capi.c) runs them: one op on a same-host ``_cnative.Group``
+ * (cnative.c) or a ``TcpGroup`` (ctcp.c) from plain pointers, the same code their Python
+ * methods run. (Not ndist_engine.h, the public header: this one is the extension's own.) */
+#ifndef NDIST_NATIVE_ENGINES_H
+#define NDIST_NATIVE_ENGINES_H
+
+#include <Python.h>
+
+/* One op: ``op`` an OP_* code (common.h) of all_reduce, broadcast, all_gather, all_to_all,
+ * reduce_scatter or barrier. ``out`` (``outbytes``) is the buffer of all_reduce and broadcast,
+ * else the output (all_gather, all_to_all: every rank's block; reduce_scatter: this rank's);
+ * ``in`` (``inbytes``) the input (all_gather: this rank's block; all_to_all, reduce_scatter:
+ * one block per rank). Checked by the caller: sizes, dtype, a kernel or a ``fallback``. */
+typedef struct {
+    int op, dtype, redop, root, rsag;
+    Py_ssize_t esize;
+    PyObject *fallback; /* NumPy's reduction where the engine has no kernel (borrowed), or NULL */
+    char *out;
+    Py_ssize_t outbytes;
+    const char *in;
+    Py_ssize_t inbytes;
+} NdOp;
+
+/* ``o`` is a same-host Group */
+int nd_shm_is(PyObject *o);
+/* its rank and size */
+void nd_shm_geometry(PyObject *o, int *rank, int *size);
+/* Run ``op`` on Group ``o``: called with the GIL released (``*save``: the thread state, which
+ * the engine restores for a moment to call back into Python), as the Group's methods do.
+ * E_OK, an E_* kind (the failure is in the group: ``nd_shm_raise``), ND_SHM_BROKEN (an
+ * earlier failure broke the group) or ND_SHM_NOMEM. */
+#define ND_SHM_BROKEN (-1)
+#define ND_SHM_NOMEM (-2)
+int nd_shm_run(PyObject *o, const NdOp *op, PyThreadState **save);
+/* With the GIL: set the Python exception the Group's method raises for ``rc`` (a
+ * ``_cnative.Error``, the same RuntimeError for a broken group); returns NULL. */
+PyObject *nd_shm_raise(PyObject *o, int rc);
+
+/* The same for a TcpGroup that is no two-level group's (its view is the whole group; one with a
+ * view returns ND_SHM_BROKEN). A failure leaves its sockets claimed until nd_tcp_raise. */
+void nd_tcp_geometry(PyObject *o, int *rank, int *size);
+int nd_tcp_run(PyObject *o, const NdOp *op, PyThreadState **save);
+PyObject *nd_tcp_raise(PyObject *o, int rc);
+
+/* capi.c: add the C interface (``_C_API`` and the handle functions) to module ``m``; 0 or -1
+ * with a Python error set */
+int nd_capi_add(PyObject *m);
+
+#endif
