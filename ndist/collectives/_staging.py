@@ -310,7 +310,7 @@ class HostStagingBackend(CollectiveBackend):
     """
 
     def __init__(self, inner: CollectiveBackend, arrays: ArrayModule | None = None,
-                 pool: PinnedPool | None = None, chunk_bytes: int = _staging_plan.CHUNK_BYTES,
+                 pool: PinnedPool | None = None, chunk_bytes: int | None = None,
                  depth: int = _staging_plan.DEPTH) -> None:
         if isinstance(inner, HostStagingBackend):  # (its twins would be staged again: host arrays
             # taken for device ones, failing at the first op with an obscure AttributeError)
@@ -322,6 +322,7 @@ class HostStagingBackend(CollectiveBackend):
         self.pool = pool if pool is not None else PinnedPool(self.arrays.alloc_host)
         self.name = inner.name
         _staging_plan.chunk_plan(0, 1, chunk_bytes, depth)  # checks both (ValueError naming the argument)
+        # (None: each buffer's own, _staging_plan.auto_chunk_bytes)
         self.chunk_bytes = chunk_bytes
         self.depth = depth
         self._slots: list[np.ndarray] = []  # the pipeline's pinned slots, made on first use
@@ -404,6 +405,8 @@ class HostStagingBackend(CollectiveBackend):
             back = arrays.side(where)
             copied_in: list = [None] * len(plan)
             copied_out: list = [None] * len(plan)
+            if write:  # copies back wait for the kernels the caller enqueued before the call
+                arrays.stream_wait(back, arrays.record(where))
 
             def copy_in(c) -> None:
                 arrays.to_host(flat[c.offset:c.offset + c.nbytes], slots[c.slot][:c.nbytes], where)

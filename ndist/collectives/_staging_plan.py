@@ -27,12 +27,18 @@ from dataclasses import dataclass
 
 from ._backend import Op
 
-__all__ = ["CHUNKED_OPS", "CHUNK_BYTES", "DEPTH", "Chunk", "chunk_step", "chunk_plan"]
+__all__ = ["CHUNKED_OPS", "MIN_CHUNK", "MAX_CHUNK", "PIECES", "DEPTH", "Chunk", "auto_chunk_bytes", "chunk_step",
+           "chunk_plan"]
 
 #: operations whose staging is pipelined in chunks (the module docstring says why these)
 CHUNKED_OPS = frozenset({Op.ALL_REDUCE, Op.REDUCE, Op.BROADCAST})
-#: default chunk size: the per-chunk host cost (one exchange) stays small against its copies
-CHUNK_BYTES = 1 << 20
+#: the default chunk size (``auto_chunk_bytes``): a buffer in PIECES chunks, each between
+#: MIN_CHUNK and MAX_CHUNK bytes. Few chunks keep the host's per-exchange cost small; more
+#: than one lets the copies overlap the exchange (the copies not hidden are about 1/PIECES of
+#: them). Not yet tuned on a GPU (docs/gpu.md).
+MIN_CHUNK = 256 << 10
+MAX_CHUNK = 4 << 20
+PIECES = 4
 #: pinned slots per backend: one chunk copied in, one exchanged, one copied out
 DEPTH = 3
 _ALIGN = 256  # chunk boundaries on this many bytes when the chunk is at least that large
@@ -60,17 +66,24 @@ def chunk_step(itemsize: int, chunk_bytes: int) -> int:
     return chunk_bytes - chunk_bytes % itemsize
 
 
-def chunk_plan(nbytes: int, itemsize: int, chunk_bytes: int = CHUNK_BYTES, depth: int = DEPTH) -> list[Chunk]:
+def auto_chunk_bytes(nbytes: int) -> int:
+    """The default chunk size for a buffer of ``nbytes``: ``nbytes / PIECES`` within
+    ``[MIN_CHUNK, MAX_CHUNK]`` (a function of the size alone: the same on every rank)."""
+    return min(MAX_CHUNK, max(MIN_CHUNK, nbytes // PIECES))
+
+
+def chunk_plan(nbytes: int, itemsize: int, chunk_bytes: int | None = None, depth: int = DEPTH) -> list[Chunk]:
     """The chunks of a buffer of ``nbytes`` (a whole number of ``itemsize`` elements), in order.
 
-    The same arguments give the same plan on every rank (the exchanges match
-    chunk by chunk); an empty buffer has no chunk.
+    ``chunk_bytes``: the chunk size (None: ``auto_chunk_bytes(nbytes)``). The same
+    arguments give the same plan on every rank (the exchanges match chunk by
+    chunk); an empty buffer has no chunk.
     """
     if not isinstance(nbytes, int) or nbytes < 0:
         raise ValueError(f"nbytes: expected an int >= 0, got {nbytes!r}")
     if not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth: expected an int >= 1, got {depth!r}")
-    step = chunk_step(itemsize, chunk_bytes)
+    step = chunk_step(itemsize, auto_chunk_bytes(nbytes) if chunk_bytes is None else chunk_bytes)
     if nbytes % itemsize:
         raise ValueError(f"nbytes: expected a multiple of the element size {itemsize}, got {nbytes}")
     return [Chunk(i, off, min(step, nbytes - off), i % depth) for i, off in enumerate(range(0, nbytes, step))]

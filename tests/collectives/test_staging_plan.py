@@ -45,3 +45,15 @@ def test_bad_arguments_name_themselves(kwargs, message):
 
 def test_chunked_ops_are_the_single_buffer_elementwise_ones():
     assert CHUNKED_OPS == {Op.ALL_REDUCE, Op.REDUCE, Op.BROADCAST}
+
+
+def test_the_default_chunk_size_cuts_a_buffer_in_a_few_pieces_within_bounds():
+    from ndist.collectives._staging_plan import MAX_CHUNK, MIN_CHUNK, auto_chunk_bytes
+
+    assert auto_chunk_bytes(4096) == MIN_CHUNK == 256 << 10
+    assert auto_chunk_bytes(1 << 20) == 256 << 10  # 1 MiB: 4 chunks
+    assert auto_chunk_bytes(16 << 20) == 4 << 20
+    assert auto_chunk_bytes(64 << 20) == MAX_CHUNK == 4 << 20  # 16 chunks
+    assert [c.nbytes for c in chunk_plan(1 << 20, 4)] == [256 << 10] * 4
+    assert len(chunk_plan(64 << 20, 2)) == 16
+    assert chunk_plan(4096, 4) == [Chunk(0, 0, 4096, 0)]

@@ -145,7 +145,7 @@ def test_cupy_through_socket_in_separate_processes_sharing_one_gpu(n):
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_pipelined_all_reduce_and_broadcast_on_a_side_stream(n):
-    """Blocking ops go chunk by chunk (1 MiB chunks, 3 slots): 5 MiB + 4 bytes is 6 chunks."""
+    """Blocking ops go chunk by chunk through 3 slots: 5 MiB + 4 bytes is 5 chunks (4 of 1.25 MiB)."""
     def fn(be):
         staging = be.backend
         s = cp.cuda.Stream(non_blocking=True)
