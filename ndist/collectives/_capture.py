@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ..runtime import DistCaptureError
 
-__all__ = ["RECORDED", "REFUSED_WAITS", "op_refusal", "wait_refusal", "capture_error"]
+__all__ = ["RECORDED", "REFUSED_WAITS", "op_refusal", "wait_refusal", "work_method", "capture_error"]
 
 #: what the nccl backend records into a graph (every op it has but those below)
 REFUSED_OPS = {
@@ -90,6 +90,12 @@ def wait_refusal(method: str, *, captured: bool, capturing: bool, finished: bool
     if capturing and not finished:
         return f"{why}, which a stream being captured does not allow"
     return None
+
+
+def work_method(method: str) -> str:
+    """How an error names a Work method of the tables above: ``Work.synchronize()``,
+    ``Work.wait(timeout)``."""
+    return f"Work.{method}" if "(" in method else f"Work.{method}()"
 
 
 def capture_error(op: str, seq: int | None, what: str, why: str) -> DistCaptureError:

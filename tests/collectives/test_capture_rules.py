@@ -50,6 +50,11 @@ def test_a_stream_wait_is_allowed_inside_the_capture_that_recorded_the_op():
         _capture.wait_refusal("join", captured=False, capturing=True, finished=False)
 
 
+def test_work_methods_are_named_as_called():
+    assert _capture.work_method("synchronize") == "Work.synchronize()"
+    assert _capture.work_method("wait(timeout)") == "Work.wait(timeout)"
+
+
 def test_the_error_names_the_op_what_was_refused_and_why():
     err = _capture.capture_error("nccl all_reduce", 7, "Work.synchronize()", "it blocks the host")
     assert isinstance(err, DistCaptureError) and isinstance(err, DistBackendError) and isinstance(err, RuntimeError)

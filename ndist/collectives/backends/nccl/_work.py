@@ -36,7 +36,7 @@ from collections import deque
 from typing import Any, Callable
 
 from ....runtime import DistTimeoutError, Work
-from ..._capture import capture_error, wait_refusal
+from ..._capture import capture_error, wait_refusal, work_method
 
 __all__ = ["CudaWork", "CapturedWork", "Watchdog", "unfinished", "settle_at_close", "current_stream_capturing"]
 
@@ -71,7 +71,7 @@ class CudaWork(Work):
         if not self.finished and current_stream_capturing():
             why = wait_refusal(method, captured=False, capturing=True, finished=False)
             if why is not None:
-                raise capture_error(self.op, self.seq, f"Work.{method}()", why)
+                raise capture_error(self.op, self.seq, work_method(method), why)
 
     def _poll(self) -> bool:
         """Complete (or fail) the work if its event fired; True once done."""
@@ -215,7 +215,7 @@ class CapturedWork(Work):
     def _refuse(self, method: str) -> None:
         why = wait_refusal(method, captured=True, capturing=current_stream_capturing(), finished=False)
         if why is not None:
-            raise capture_error(self.op, self.seq, f"Work.{method}()", why)
+            raise capture_error(self.op, self.seq, work_method(method), why)
 
     def wait(self, timeout=None) -> bool:
         if timeout is not None:
