@@ -381,3 +381,78 @@ def test_bad_pipeline_settings_are_refused(kwargs, message):
             HostStagingBackend(inner, HostArrays(), **kwargs)
     finally:
         inner.close()
+
+
+class OrderedArrays(HostArrays):
+    """``HostArrays`` that keep a log of the pipeline's steps, with two named streams.
+
+    The copies are NumPy's (done at once); the log shows the order the pipeline asks for
+    them and for the events that would order them on a GPU.
+    """
+
+    def __init__(self) -> None:
+        self.log: list = []
+        self._marks = itertools.count()
+
+    def capture(self):
+        return "caller"
+
+    def side(self, where):
+        return "side"
+
+    def to_host(self, src, dst, where):
+        self.log.append(("d2h", src.ctypes.data, dst.ctypes.data, where))
+        super().to_host(src, dst, where)
+
+    def to_device(self, src, dst, where):
+        self.log.append(("h2d", dst.ctypes.data, src.ctypes.data, where))
+        super().to_device(src, dst, where)
+
+    def record(self, where):
+        mark = next(self._marks)
+        self.log.append(("record", mark, where))
+        return mark
+
+    def host_wait(self, marker):
+        self.log.append(("host_wait", marker))
+
+    def stream_wait(self, where, marker):
+        self.log.append(("stream_wait", where, marker))
+
+
+def test_the_pipeline_orders_each_slot_reuse_after_the_copy_out_of_it():
+    arrays = OrderedArrays()
+    ctx = BackendContext(store=HashStore(), rank=0, size=1, timeout=timedelta(seconds=30), group_name="pipe-order",
+                         global_ranks=(0,), device="cpu")
+    staging = HostStagingBackend(get_backend_spec("socket").create(ctx), arrays, chunk_bytes=256, depth=2)
+    try:
+        x = np.arange(64 * 5, dtype=np.float32)  # 5 chunks of 256 bytes through 2 slots
+        assert Driver(staging).all_reduce(x, ReduceOp.SUM, blocking=True) is DONE
+        np.testing.assert_array_equal(x, np.arange(64 * 5, dtype=np.float32))
+    finally:
+        staging.close()
+    log, base = arrays.log, x.ctypes.data
+    chunk = {}
+    marks = {}  # mark -> what it follows: ("d2h"|"h2d", chunk)
+    last = None
+    for pos, entry in enumerate(log):
+        if entry[0] in ("d2h", "h2d"):
+            last = (entry[0], (entry[1] - base) // 256)
+            chunk[last] = pos
+            assert entry[3] == ("caller" if entry[0] == "d2h" else "side")
+        elif entry[0] == "record":
+            marks[entry[1]] = last
+    # the copies back wait for what the caller enqueued before the call (a mark on its stream)
+    assert log[0][0] == "record" and log[1] == ("stream_wait", "side", log[0][1])
+    # chunks 0 and 1 are copied in ahead; chunk k's copy into slot k % 2 comes after the caller's
+    # stream was made to wait for the copy out of that slot (chunk k - 2)
+    for k in range(2, 5):
+        waits = [e for e in log[:chunk[("d2h", k)]] if e[0] == "stream_wait" and e[1] == "caller"
+                 and marks[e[2]] == ("h2d", k - 2)]
+        assert waits, f"chunk {k} copied into its slot before the copy out of chunk {k - 2} was ordered"
+    # each exchange waits on the host for its chunk's copy in: the wait comes before its copy out
+    for k in range(5):
+        host_waits = [e for e in log[:chunk[("h2d", k)]] if e[0] == "host_wait" and marks[e[1]] == ("d2h", k)]
+        assert host_waits, k
+    # the call returns after the host waited for the last copy out
+    assert any(e[0] == "host_wait" and marks[e[1]] == ("h2d", 4) for e in log[chunk[("h2d", 4)]:])
