@@ -140,7 +140,8 @@ class CupyArrays(ArrayModule):
         return isinstance(a, self._cp.ndarray)
 
     def capturing(self, where) -> bool:
-        return bool(where[1].is_capturing())
+        stream = where[1]
+        return bool(stream.ptr) and bool(stream.is_capturing())  # (the legacy stream, ptr 0, cannot capture)
 
     def side(self, where) -> Any:
         device, _ = where

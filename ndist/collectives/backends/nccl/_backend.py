@@ -35,6 +35,11 @@ log = logging.getLogger("ndist.collectives.nccl")
 _D2D = 3  # cudaMemcpyDeviceToDevice
 
 
+def _capturing(stream: Any) -> bool:
+    """``stream`` is being captured into a CUDA graph (the legacy default stream, ptr 0, never is)."""
+    return bool(stream.ptr) and stream.is_capturing()
+
+
 class NcclBackend(CollectiveBackend):
     name = "nccl"
     coalesces = True  # coalescing(): one NCCL group (batch_isend_irecv)
@@ -157,7 +162,8 @@ class NcclBackend(CollectiveBackend):
             self._device.__enter__()
         try:
             stream = cp.cuda.get_current_stream()
-            if stream.is_capturing():
+            # (the legacy default stream, ptr 0, cannot be captured: no query for it)
+            if stream.ptr and stream.is_capturing():
                 return self._launch_captured(op, seq, body, stream, outputs, keepalive, blocking and not switch)
             # The group timeout holds from here: the enqueue can block (NCCL connects lazily).
             self._watchdog.enter_call(op, seq, self._timeout_s)
@@ -232,7 +238,7 @@ class NcclBackend(CollectiveBackend):
         self._check_usable("coalescing")
         cp, nccl = self._cp, self._nccl
         with self._device:
-            if cp.cuda.get_current_stream().is_capturing():
+            if _capturing(cp.cuda.get_current_stream()):
                 raise capture_error("nccl coalescing", None, "a coalescing block", op_refusal("coalescing", staged=False))
             self._coalesced = []
             nccl.groupStart()
@@ -538,7 +544,7 @@ class NcclBackend(CollectiveBackend):
         if self._coalesced is not None:
             raise RuntimeError("nccl barrier: not allowed inside a coalescing block")
         with self._device:
-            if self._cp.cuda.get_current_stream().is_capturing():
+            if _capturing(self._cp.cuda.get_current_stream()):
                 raise capture_error("nccl barrier", None, "the op", op_refusal("barrier", staged=False))
             token = self._cp.zeros(1, dtype=self._cp.int32)
         work = self.all_reduce(Call(Op.ALL_REDUCE, "cuda", token.dtype, out=token, redop=ReduceOp.SUM))

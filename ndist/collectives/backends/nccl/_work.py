@@ -191,7 +191,8 @@ def current_stream_capturing() -> bool:
     cupy = sys.modules.get("cupy")
     if cupy is None:
         return False
-    return bool(cupy.cuda.get_current_stream().is_capturing())
+    stream = cupy.cuda.get_current_stream()
+    return bool(stream.ptr) and bool(stream.is_capturing())  # (the legacy stream, ptr 0, cannot capture)
 
 
 class CapturedWork(Work):
