@@ -460,3 +460,35 @@ def test_the_watchdog_takes_its_lock_once_per_round_and_feeding_it_takes_none(co
         assert cond.by_thread.get(dog_thread, 0) == 1, cond.by_thread
     finally:
         wd.stop()
+
+
+class RefusingEvent(HostEvent):
+    """An event whose first queries raise, as CUDA refuses a query while another thread
+    captures a graph in mode global."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+
+    @property
+    def done(self) -> bool:
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing")
+        return self._set.is_set()
+
+
+def test_a_refused_event_query_counts_as_not_fired_and_the_watchdog_lives_on(comm, dog):
+    ev = RefusingEvent(refusals=5)
+    ev.fire()
+    w = CudaWork("all_reduce", 1, ev, comm.check)
+    dog.add(w, 30)
+    assert w.wait(timeout=30) is True and ev.refusals == 0
+    w2, ev2 = _work(comm, seq=2)  # the thread still watches
+    dog.add(w2, 30)
+    ev2.fire()
+    assert w2.wait(timeout=30) is True
+    stuck = CudaWork("broadcast", 3, RefusingEvent(refusals=10 ** 9), comm.check)
+    dog.add(stuck, timeout_s=0.1)  # refused forever: the group timeout still holds
+    with pytest.raises(DistTimeoutError, match=r"broadcast \(#3\)"):
+        stuck.wait(timeout=30)

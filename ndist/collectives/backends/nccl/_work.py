@@ -302,6 +302,18 @@ def _settled(entry: tuple) -> bool:
     return work is not None and work.finished
 
 
+def _fired(entry: tuple) -> bool:
+    """The entry's event fired. A query CUDA refuses counts as "not yet": while another
+    thread captures a CUDA graph in mode ``global`` (torch.cuda.graph's default), CUDA may
+    refuse this thread's event queries; the watchdog keeps going, and the group timeout
+    still holds for the entry."""
+    try:
+        return entry[_EVENT].done
+    except Exception:  # noqa: BLE001 - e.g. cudaErrorStreamCaptureUnsupported
+        log.debug("nccl watchdog: an event query failed; counted as not fired", exc_info=True)
+        return False
+
+
 class Watchdog:
     """Polls pending CudaWorks of one backend on a daemon thread.
 
@@ -397,7 +409,7 @@ class Watchdog:
         """True if an operation may still run on the GPU (a pending Work, or an event not fired)."""
         with self._cond:
             entries = list(self._entries)
-        return any(not _settled(e) and not e[_EVENT].done for e in entries)
+        return any(not _settled(e) and not _fired(e) for e in entries)
 
     def fail_all(self, exc: BaseException) -> None:
         entries = []
@@ -439,12 +451,12 @@ class Watchdog:
                 fired = entries[-1]
             except IndexError:
                 return ready, None
-            if fired[_STREAM] is None or _settled(fired) or not fired[_EVENT].done:
+            if fired[_STREAM] is None or _settled(fired) or not _fired(fired):
                 fired = None
             while entries:
                 head = entries[0]
                 if not _settled(head) and not (fired is not None and head[_STREAM] is fired[_STREAM]) \
-                        and not head[_EVENT].done:
+                        and not _fired(head):
                     return ready, head
                 ready.append(entries.popleft())
                 if head is fired:
