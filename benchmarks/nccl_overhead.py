@@ -104,7 +104,7 @@ def _public_enqueue_s(cp, small, iters: int) -> float:
 
 
 def _breakdown(cp, backend, small_call, stream, calls: int) -> dict:
-    """Where the host time of one small ``backend.all_reduce`` goes (``--breakdown``).
+    """Where the host time of one small blocking ``backend.all_reduce`` goes (``--breakdown``).
 
     Times the CUDA API calls the backend makes per operation, each alone, then
     the whole call with the main thread's and the whole process's CPU time (the
@@ -122,6 +122,7 @@ def _breakdown(cp, backend, small_call, stream, calls: int) -> dict:
         "Event()": lambda: cp.cuda.Event(block=False, disable_timing=True),
         "Event.record": lambda: event.record(stream),
         "Event.done": lambda: event.done,
+        "Stream.is_capturing": lambda: stream.is_capturing(),
     }
     out = {name: _time_host(cp, fn, calls, calls // 10) * 1e6 for name, fn in parts.items()}
     for name, us in out.items():
@@ -129,7 +130,7 @@ def _breakdown(cp, backend, small_call, stream, calls: int) -> dict:
     cp.cuda.get_current_stream().synchronize()
     t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
     for _ in range(calls):
-        backend.all_reduce(small_call)
+        backend.all_reduce(small_call, blocking=True)
     t1, c1, p1 = time.perf_counter(), time.thread_time(), time.process_time()
     cp.cuda.get_current_stream().synchronize()
     out["wall_us"] = (t1 - t0) / calls * 1e6
@@ -140,7 +141,7 @@ def _breakdown(cp, backend, small_call, stream, calls: int) -> dict:
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(calls):
-        backend.all_reduce(small_call)
+        backend.all_reduce(small_call, blocking=True)
     prof.disable()
     cp.cuda.get_current_stream().synchronize()
     text = io.StringIO()

@@ -308,7 +308,7 @@ for part in $PARTS; do
         example) run_part example check_example "$PY" -m ndist.launch --nproc-per-node 1 examples/gpu_all_reduce.py ;;
         staging) pytest_part staging tests/gpu/test_staging_cupy.py ;;
         ipc) pytest_part ipc tests/gpu/test_mp_cuda.py ;;
-        nccl_bench) run_part nccl_bench check_nccl_bench "$PY" benchmarks/nccl_overhead.py \
+        nccl_bench) run_part nccl_bench check_nccl_bench "$PY" benchmarks/nccl_overhead.py --breakdown \
                         --json "$OUTDIR/nccl_overhead.json" ;;
         graph_bench) run_part graph_bench check_graph_bench "$PY" benchmarks/nccl_graph.py \
                          --json "$OUTDIR/nccl_graph.json" ;;
