@@ -519,10 +519,12 @@ class HostStagingBackend(CollectiveBackend):
     def close(self) -> None:
         self.inner.close()
         self.pool.clear()
+        self._slots, self._slot_bytes = [], 0
 
     def abort(self) -> None:
         self.inner.abort()
         self.pool.clear()
+        self._slots, self._slot_bytes = [], 0
 
     def __repr__(self) -> str:
         return f"<HostStagingBackend over {self.inner!r} ({self.arrays.name})>"
