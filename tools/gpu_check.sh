@@ -12,19 +12,21 @@
 #   example        examples/gpu_all_reduce.py under ndistrun, 1 rank
 #   staging        tests/gpu/test_staging_cupy.py (socket backend, CUDA arrays, 2-4 ranks, 1 GPU)
 #   ipc            tests/gpu/test_mp_cuda.py (CUDA IPC through ndist.multiprocessing)
-#   nccl_bench     benchmarks/nccl_overhead.py (nccl at world size 1 vs raw CuPy NCCL)
-#   staging_bench  benchmarks/staging_overhead.py (host-staged socket all_reduce vs cudaMemcpy)
+#   nccl_bench     benchmarks/nccl_overhead.py (nccl enqueue at world size 1 vs raw CuPy NCCL)
+#   graph_bench    benchmarks/nccl_graph.py (a CUDA graph of 100 all_reduces: ndist vs raw NCCL captured)
+#   staging_bench  benchmarks/staging_overhead.py (pipelined host-staged socket all_reduce vs
+#                  host + cudaMemcpy both ways)
 # A failed or hung part does not stop the others. The whole run stays within
 # NDIST_GPU_CHECK_BUDGET seconds (default 345): a part gets at most what is left, and one
 # with under 5 s left is NOT RUN. A pytest part whose tests all skipped for reasons one
 # GPU explains (more GPUs, no mpiexec) is SKIP, which is not a failure.
 #
-# Writes into OUTDIR (at most 5 files, so that all of them come back from the device tool):
+# Writes into OUTDIR (at most 6 files, so that all of them come back from the device tool):
 #   report.md            one line per part (PASS / SKIP / FAIL / TIMEOUT / NOT RUN, seconds, note),
 #                        versions, the benchmark tables, the tail of every failed part's log;
 #                        rewritten after every part
 #   junit.xml            the pytest parts' JUnit XML, merged
-#   nccl_overhead.json, staging_overhead.json   the benchmarks' numbers
+#   nccl_overhead.json, nccl_graph.json, staging_overhead.json   the benchmarks' numbers
 #   logs.tar.gz          every part's full log and XML
 # Exit status: 0 when every part passed, 1 otherwise, 2 for bad usage.
 # Without an NVIDIA GPU it prints one line, writes nothing and exits 0.
@@ -41,9 +43,9 @@
 # shellcheck disable=SC2317  # the check_* and *_cmd functions are called indirectly (run_part, bash -c)
 set -u
 
-ALL_PARTS="versions build seed suite mpi example staging ipc nccl_bench staging_bench"
+ALL_PARTS="versions build seed suite mpi example staging ipc nccl_bench graph_bench staging_bench"
 declare -A TIMEOUT=([versions]=20 [build]=45 [seed]=30 [suite]=100 [mpi]=30 [example]=30 [staging]=60
-                    [ipc]=40 [nccl_bench]=40 [staging_bench]=40)
+                    [ipc]=40 [nccl_bench]=40 [graph_bench]=30 [staging_bench]=40)
 
 have_gpu() {
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
@@ -104,8 +106,8 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 NCCL_DEB
 START=$(date +%s)
 FAILED=0
 : >"$WORK/parts.tsv"
-rm -f "$OUTDIR/report.md" "$OUTDIR/junit.xml" "$OUTDIR/nccl_overhead.json" "$OUTDIR/staging_overhead.json" \
-      "$OUTDIR/logs.tar.gz"
+rm -f "$OUTDIR/report.md" "$OUTDIR/junit.xml" "$OUTDIR/nccl_overhead.json" "$OUTDIR/nccl_graph.json" \
+      "$OUTDIR/staging_overhead.json" "$OUTDIR/logs.tar.gz"
 
 # ------------------------------------------------------------------ the report
 section_file() {  # title, file: a fenced block of the file, if it exists
@@ -143,6 +145,7 @@ write_report() {
         done <"$WORK/parts.tsv"
         section_file "Versions" "$WORK/versions.log"
         section_file "NCCL at world size 1: ndist vs raw CuPy NCCL" "$WORK/nccl_bench.table"
+        section_file "A CUDA graph of all_reduces: ndist vs raw NCCL" "$WORK/graph_bench.table"
         section_file "Host-staged socket all_reduce vs cudaMemcpy" "$WORK/staging_bench.table"
         while IFS=$'\t' read -r name status secs limit note; do
             case $status in PASS | SKIP | "NOT RUN") continue ;; esac
@@ -247,9 +250,9 @@ check_example() {  # rank 0 prints OK (ndistrun prefixes its lines with [rank0]:
 
 check_bench() {  # exit 0 and its verdict line; the table goes into the report
     local marker=$3
-    grep -v '^==' "$WORK/$1.log" | grep -E '^ *[0-9]|^#|^ *bytes' >"$WORK/$1.table"
+    grep -v '^==' "$WORK/$1.log" | grep -E '^ *[0-9]|^#|^ *bytes|^ *(graph|raw|ndist) ' >"$WORK/$1.table"
     if [ "$2" = 0 ] && grep -q "^# $marker" "$WORK/$1.log"; then
-        printf 'PASS\t%s\n' "$(grep -m1 '^# per-call' "$WORK/$1.log" || echo "$marker")"
+        printf 'PASS\t%s\n' "$(grep -m1 -E '^# (per-call|graph replay|target)' "$WORK/$1.log" || echo "$marker")"
     elif [ "$2" = 1 ] && grep -q '^# FAIL' "$WORK/$1.log"; then
         printf 'FAIL\t%s\n' "$(grep -m1 '^# FAIL' "$WORK/$1.log")"
     else
@@ -257,6 +260,7 @@ check_bench() {  # exit 0 and its verdict line; the table goes into the report
     fi
 }
 check_nccl_bench() { check_bench "$1" "$2" PASS; }
+check_graph_bench() { check_bench "$1" "$2" PASS; }
 check_staging_bench() { check_bench "$1" "$2" OK; }
 
 pytest_part() {  # NAME TESTS...: pytest with JUnit XML, verbose (a hang shows the test that hung)
@@ -304,8 +308,10 @@ for part in $PARTS; do
         example) run_part example check_example "$PY" -m ndist.launch --nproc-per-node 1 examples/gpu_all_reduce.py ;;
         staging) pytest_part staging tests/gpu/test_staging_cupy.py ;;
         ipc) pytest_part ipc tests/gpu/test_mp_cuda.py ;;
-        nccl_bench) run_part nccl_bench check_nccl_bench "$PY" benchmarks/nccl_overhead.py \
+        nccl_bench) run_part nccl_bench check_nccl_bench "$PY" benchmarks/nccl_overhead.py --breakdown \
                         --json "$OUTDIR/nccl_overhead.json" ;;
+        graph_bench) run_part graph_bench check_graph_bench "$PY" benchmarks/nccl_graph.py \
+                         --json "$OUTDIR/nccl_graph.json" ;;
         staging_bench) run_part staging_bench check_staging_bench "$PY" benchmarks/staging_overhead.py \
                            --nproc 2 --json "$OUTDIR/staging_overhead.json" ;;
     esac

@@ -15,7 +15,9 @@ dtype limits):
   past what its own completion needs. With ``blocking=True`` (the caller will
   wait at once: ``async_op=False``) a backend may use a blocking primitive and
   return an already-completed Work, or the shared ``DONE`` when it succeeded
-  with nothing to report, or raise the op's error from the call itself;
+  with nothing to report, or raise the op's error from the call itself (a
+  stream-ordered backend, nccl, returns ``DONE`` once the op is enqueued on the
+  current stream, as torch's synchronous calls return);
 * operations on one backend complete in issue order;
 * failures are the typed errors of ``ndist.runtime`` (``DistNetworkError``
   naming the peer, ``DistTimeoutError``, ``DistMismatchError``,

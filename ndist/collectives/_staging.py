@@ -13,6 +13,18 @@ stream and the host waits for them (an event) before the CPU backend runs, so
 kernels the caller enqueued before the collective are respected, as in torch's
 Gloo backend with CUDA tensors.
 
+**Pipelined** (``all_reduce``, ``reduce``, ``broadcast`` with ``blocking=True``,
+i.e. ``async_op=False``): the buffer is cut into chunks (``_staging_plan.py``)
+that go through ``depth`` pinned slots of the backend, allocated once and reused
+across calls. The copies of chunk ``k+1`` to the host (caller's stream) and of
+chunk ``k-1`` back (a side stream of the device) run while the host exchanges
+chunk ``k``; the call returns once the last copy back finished. Other ops, and
+``async_op=True`` calls, stage through one packed buffer per call.
+
+**CUDA graphs**: a host-staged op cannot be recorded into a graph; on a stream
+being captured it raises ``DistCaptureError`` before anything is copied or sent
+(``_capture.py``).
+
 The device side is an ``ArrayModule`` adapter: ``CupyArrays`` for CUDA, and
 ``HostArrays``, which treats NumPy arrays as the "device" so that the very
 same staging code runs, over a real CPU backend, on machines without a GPU.
@@ -27,7 +39,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..runtime import Work
+from . import _staging_plan
 from ._backend import DONE, Call, CollectiveBackend, Op
+from ._capture import capture_error, op_refusal
 
 __all__ = ["HostStagingBackend", "wrap_for_cuda", "ArrayModule", "CupyArrays", "HostArrays", "PinnedPool"]
 
@@ -70,6 +84,28 @@ class ArrayModule:
         """A host copy of a (small) device array, e.g. PREMUL_SUM's factor."""
         return a
 
+    def capturing(self, where: Any) -> bool:
+        """True if ``where``'s stream is being captured into a CUDA graph."""
+        return False
+
+    def flat_bytes(self, a: Any) -> Any:
+        """A flat ``uint8`` view of the (contiguous) device array ``a``."""
+        return a.reshape(-1).view(np.uint8)
+
+    def side(self, where: Any) -> Any:
+        """A second stream of ``where``'s device, for copies that overlap those on ``where``."""
+        return where
+
+    def record(self, where: Any) -> Any:
+        """A marker of the work enqueued on ``where`` so far (an event)."""
+        return None
+
+    def host_wait(self, marker: Any) -> None:
+        """Block the host until ``marker``'s work finished."""
+
+    def stream_wait(self, where: Any, marker: Any) -> None:
+        """Make later work on ``where`` wait for ``marker``'s (the host does not block)."""
+
 
 class HostArrays(ArrayModule):
     """NumPy arrays in the role of device arrays; copies are plain memcpys."""
@@ -98,9 +134,37 @@ class CupyArrays(ArrayModule):
         import cupy
 
         self._cp = cupy
+        self._sides: dict[int, Any] = {}  # device id -> the side stream (made once)
 
     def is_device_array(self, a: Any) -> bool:
         return isinstance(a, self._cp.ndarray)
+
+    def capturing(self, where) -> bool:
+        stream = where[1]
+        return bool(stream.ptr) and bool(stream.is_capturing())  # (the legacy stream, ptr 0, cannot capture)
+
+    def side(self, where) -> Any:
+        device, _ = where
+        stream = self._sides.get(device.id)
+        if stream is None:
+            with device:
+                stream = self._sides.setdefault(device.id, self._cp.cuda.Stream(non_blocking=True))
+        return device, stream
+
+    def record(self, where) -> Any:
+        device, stream = where
+        with device:
+            event = self._cp.cuda.Event(block=False, disable_timing=True)
+            event.record(stream)
+        return event
+
+    def host_wait(self, marker) -> None:
+        marker.synchronize()
+
+    def stream_wait(self, where, marker) -> None:
+        device, stream = where
+        with device:
+            stream.wait_event(marker)
 
     def alloc_host(self, nbytes: int) -> np.ndarray:
         mem = self._cp.cuda.alloc_pinned_memory(nbytes)
@@ -171,10 +235,10 @@ class PinnedPool:
 class _Staging:
     """The host twins of one call's device arrays, packed in one pooled buffer."""
 
-    def __init__(self, arrays: ArrayModule, pool: PinnedPool, reads: list, writes: list) -> None:
+    def __init__(self, arrays: ArrayModule, pool: PinnedPool, reads: list, writes: list, where: Any = None) -> None:
         self.arrays = arrays
         self.pool = pool
-        self.where = arrays.capture()
+        self.where = arrays.capture() if where is None else where
         self.twins: dict[int, np.ndarray] = {}
         self.reads = [a for a in reads if a is not None]
         self.writes = [a for a in writes if a is not None]
@@ -247,7 +311,8 @@ class HostStagingBackend(CollectiveBackend):
     """
 
     def __init__(self, inner: CollectiveBackend, arrays: ArrayModule | None = None,
-                 pool: PinnedPool | None = None) -> None:
+                 pool: PinnedPool | None = None, chunk_bytes: int | None = None,
+                 depth: int = _staging_plan.DEPTH) -> None:
         if isinstance(inner, HostStagingBackend):  # (its twins would be staged again: host arrays
             # taken for device ones, failing at the first op with an obscure AttributeError)
             raise TypeError(f"inner: expected a CPU backend, got a HostStagingBackend over {inner.inner.name!r} "
@@ -257,13 +322,25 @@ class HostStagingBackend(CollectiveBackend):
         self.arrays = arrays if arrays is not None else CupyArrays()
         self.pool = pool if pool is not None else PinnedPool(self.arrays.alloc_host)
         self.name = inner.name
+        _staging_plan.chunk_plan(0, 1, chunk_bytes, depth)  # checks both (ValueError naming the argument)
+        # (None: each buffer's own, _staging_plan.auto_chunk_bytes)
+        self.chunk_bytes = chunk_bytes
+        self.depth = depth
+        self._slots: list[np.ndarray] = []  # the pipeline's pinned slots, made on first use
+        self._slot_bytes = 0
+        self._pipe_lock = threading.Lock()
 
     # -------------------------------------------------------------- machinery
     def _staged(self, method, call: Call, blocking: bool) -> Work:
         reads, writes = _roles(call, self.rank)
         if not reads and not writes:
             return method(call, blocking=blocking)
-        staging = _Staging(self.arrays, self.pool, reads, writes)
+        where = self.arrays.capture()
+        if self.arrays.capturing(where):
+            raise capture_error(f"{self.name} {call.op}", None, "a host-staged op", op_refusal(str(call.op), staged=True))
+        if blocking and call.op in _staging_plan.CHUNKED_OPS and call.out is not None and call.out.nbytes:
+            return self._pipelined(method, call, where, bool(reads), bool(writes))
+        staging = _Staging(self.arrays, self.pool, reads, writes, where)
         twin = staging.twin
         host = call._replace(
             out=twin(call.out), inp=twin(call.inp),
@@ -301,6 +378,72 @@ class HostStagingBackend(CollectiveBackend):
 
         inner.add_done_hook(finish)
         return done
+
+    def _slots_for(self, step: int) -> list[np.ndarray]:
+        """The pipeline's ``depth`` pinned slots of at least ``step`` bytes (reused across calls)."""
+        if self._slot_bytes < step:
+            self._slots = [self.arrays.alloc_host(step) for _ in range(self.depth)]
+            self._slot_bytes = step
+        return self._slots
+
+    def _pipelined(self, method, call: Call, where: Any, read: bool, write: bool) -> Work:
+        """Stage ``call.out`` chunk by chunk (``_staging_plan``), overlapping each chunk's copy
+        to the host, its exchange (``method``, blocking) and its copy back; return DONE.
+
+        The copies to the host go on the caller's stream ``where`` (after the kernels
+        the caller enqueued), those back on a side stream; a slot is written again only
+        after the copy out of it finished. The call returns once every copy back
+        finished, so the results are visible to any stream.
+        """
+        arrays, buf = self.arrays, call.out
+        dtype = np.dtype(buf.dtype)
+        plan = _staging_plan.chunk_plan(buf.nbytes, dtype.itemsize, self.chunk_bytes, self.depth)
+        host_call = call._replace(scale=self._scale(call.scale))
+        timeout = self.ctx.timeout
+        with self._pipe_lock:
+            slots = self._slots_for(plan[0].nbytes)
+            flat = arrays.flat_bytes(buf)
+            back = arrays.side(where)
+            copied_in: list = [None] * len(plan)
+            copied_out: list = [None] * len(plan)
+            if write:  # copies back wait for the kernels the caller enqueued before the call
+                arrays.stream_wait(back, arrays.record(where))
+
+            def copy_in(c) -> None:
+                arrays.to_host(flat[c.offset:c.offset + c.nbytes], slots[c.slot][:c.nbytes], where)
+                copied_in[c.index] = arrays.record(where)
+
+            if read:
+                for c in plan[:self.depth]:
+                    copy_in(c)
+            try:
+                for c in plan:
+                    if read:
+                        arrays.host_wait(copied_in[c.index])
+                    elif write and c.index >= self.depth:  # the slot's previous chunk was copied out
+                        arrays.host_wait(copied_out[c.index - self.depth])
+                    host = slots[c.slot][:c.nbytes].view(dtype)
+                    work = method(host_call._replace(out=host), blocking=True)
+                    if work is not DONE:
+                        work.wait(timeout)
+                    if write:
+                        arrays.to_device(slots[c.slot][:c.nbytes], flat[c.offset:c.offset + c.nbytes], back)
+                        copied_out[c.index] = arrays.record(back)
+                    later = c.index + self.depth
+                    if read and later < len(plan):
+                        if write:  # the copy into the slot waits for the copy out of it (on the GPU)
+                            arrays.stream_wait(where, copied_out[c.index])
+                        copy_in(plan[later])
+            finally:
+                # (also after a failure: no copy may still read or write a slot when it is reused)
+                last = [m for m in (copied_out if write else copied_in) if m is not None]
+                if last:
+                    arrays.host_wait(last[-1])
+                if read and write:
+                    pending_in = [m for m in copied_in if m is not None]
+                    if pending_in:
+                        arrays.host_wait(pending_in[-1])
+        return DONE
 
     def _scale(self, scale: Any) -> Any:
         data = getattr(scale, "_data", scale)
@@ -376,10 +519,12 @@ class HostStagingBackend(CollectiveBackend):
     def close(self) -> None:
         self.inner.close()
         self.pool.clear()
+        self._slots, self._slot_bytes = [], 0
 
     def abort(self) -> None:
         self.inner.abort()
         self.pool.clear()
+        self._slots, self._slot_bytes = [], 0
 
     def __repr__(self) -> str:
         return f"<HostStagingBackend over {self.inner!r} ({self.arrays.name})>"

@@ -5,6 +5,7 @@ backends)."""
 from ._errors import (
     DistAuthenticationError,
     DistBackendError,
+    DistCaptureError,
     DistError,
     DistMismatchError,
     DistNetworkError,
@@ -67,6 +68,7 @@ __all__ = [
     "DistStoreError",
     "DistTimeoutError",
     "DistMismatchError",
+    "DistCaptureError",
     "DistAuthenticationError",
     "DistRankFailureError",
     "QueueEmptyError",

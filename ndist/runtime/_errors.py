@@ -14,6 +14,7 @@ __all__ = [
     "DistStoreError",
     "DistTimeoutError",
     "DistMismatchError",
+    "DistCaptureError",
     "DistAuthenticationError",
     "DistRankFailureError",
     "QueueEmptyError",
@@ -111,6 +112,12 @@ class DistMismatchError(DistBackendError):
     arguments (dtype, count, root). The message names both ranks and both calls."""
 
 
+class DistCaptureError(DistBackendError):
+    """An operation or a wait that a CUDA graph cannot record was asked for while
+    the stream was being captured (a host-staged op, a host wait). The message
+    names the op and why (``ndist.collectives._capture`` has the rules)."""
+
+
 class QueueEmptyError(DistStoreError):
     """torch's error for popping an empty store queue. ndist's stores have no
     queues (``queue_push`` / ``queue_pop``), so nothing raises it yet; it exists so
@@ -120,6 +127,6 @@ class QueueEmptyError(DistStoreError):
 # Tracebacks, reprs and pickles name the errors where users import them from, as torch's
 # ``torch.distributed.DistBackendError`` does, not this private module.
 for _cls in (DistError, DistBackendError, DistNetworkError, DistStoreError, DistTimeoutError, DistMismatchError,
-             DistAuthenticationError, DistRankFailureError, QueueEmptyError):
+             DistCaptureError, DistAuthenticationError, DistRankFailureError, QueueEmptyError):
     _cls.__module__ = "ndist.distributed"
 del _cls

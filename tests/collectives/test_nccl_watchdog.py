@@ -314,3 +314,181 @@ def test_works_on_one_stream_complete_with_the_newest_event_queried_only(comm):
         assert [ev.queries for ev in evs[:5]] == [0] * 5 and evs[5].queries == 1
     finally:
         wd.stop()
+
+
+# ------------------------------------------------------ the thin enqueue (issue 46)
+# Events come from a pool and go back once the watchdog saw them fire; an operation nobody
+# keeps a Work of (async_op=False) is watched by its event alone; the watchdog takes its lock
+# once per round, not once per operation.
+
+from ndist.collectives.backends.nccl._events import EventPool  # noqa: E402
+
+
+class ReusableEvent(HostEvent):
+    """A host event that can be recorded again (as a CUDA event is, once it fired)."""
+
+    def record(self) -> None:
+        self._set.clear()
+
+
+def test_event_pool_reuses_what_was_released_and_keeps_at_most_keep():
+    pool = EventPool(ReusableEvent, keep=2)
+    a, b, c = pool.acquire(), pool.acquire(), pool.acquire()
+    assert pool.made == 3 and len({id(a), id(b), id(c)}) == 3
+    for ev in (a, b, c):
+        pool.release(ev)
+    assert len(pool) == 2  # the third is dropped
+    assert {id(pool.acquire()), id(pool.acquire())} == {id(a), id(b)}
+    assert pool.made == 3
+    pool.acquire()
+    assert pool.made == 4
+    with pytest.raises(ValueError, match=r"keep: expected a count >= 0, got -1"):
+        EventPool(ReusableEvent, keep=-1)
+
+
+def test_events_of_completed_works_go_back_to_the_pool_and_the_works_stay_completed(comm, dog):
+    pool = EventPool(ReusableEvent)
+    works = []
+    for seq in range(5):
+        ev = pool.acquire()
+        w = CudaWork("all_reduce", seq, ev, comm.check, ["t"])
+        dog.add(w, 30, pool=pool)
+        works.append((w, ev))
+    for w, ev in works:
+        ev.fire()
+    for w, _ in works:
+        assert w.get_future().result(timeout=10) == ["t"]
+    deadline = time.monotonic() + 10
+    while len(pool) < 5 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert len(pool) == 5 and pool.made == 5
+    # the next operations take the same events and record them again: the finished works
+    # never look at them again
+    again = [pool.acquire() for _ in range(5)]
+    assert pool.made == 5
+    for ev in again:
+        ev.record()
+    for w, _ in works:
+        assert w.is_completed() and w.is_success() and w.wait() is True and w.exception() is None
+
+
+def test_events_of_failed_works_are_not_pooled(comm, dog):
+    pool = EventPool(ReusableEvent)
+    w = CudaWork("broadcast", 3, pool.acquire(), comm.check)
+    dog.add(w, timeout_s=0.05, pool=pool)
+    with pytest.raises(DistTimeoutError, match=r"broadcast \(#3\)"):
+        w.wait(timeout=30)
+    assert len(pool) == 0  # its kernel may still run: the event is not recorded again
+
+
+def test_an_operation_without_work_is_watched_by_its_event(comm, dog):
+    import gc
+    import weakref
+
+    class Temp:  # what the GPU still reads: kept until the event fired
+        pass
+
+    pool = EventPool(ReusableEvent)
+    ev, temp = pool.acquire(), Temp()
+    ref = weakref.ref(temp)
+    dog.add_event("all_reduce", 9, ev, 30, keepalive=temp, pool=pool)
+    del temp
+    gc.collect()
+    assert ref() is not None and dog.busy() and dog.pending() == []  # no Work to report
+    ev.fire()
+    deadline = time.monotonic() + 10
+    while (len(pool) < 1 or ref() is not None) and time.monotonic() < deadline:
+        time.sleep(0.005)
+        gc.collect()
+    assert len(pool) == 1 and ref() is None and not dog.busy()
+
+
+def test_an_operation_without_work_that_hangs_aborts_and_fails_the_pending_works(comm, dog):
+    queued, _ = _work(comm, "broadcast", 4)
+    dog.add_event("all_reduce", 3, ReusableEvent(), timeout_s=0.05)
+    dog.add(queued, timeout_s=60)
+    with pytest.raises(DistTimeoutError, match=r"nccl all_reduce \(#3\) on group 'g' rank 0 did not complete"):
+        queued.wait(timeout=30)
+    assert len(comm.aborted) == 1 and "all_reduce (#3)" in str(comm.aborted[0])
+
+
+class CountingCondition(threading.Condition):
+    """The watchdog's condition, counting who takes its lock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_thread: dict[str, int] = {}
+
+    def __enter__(self):
+        name = threading.current_thread().name
+        self.by_thread[name] = self.by_thread.get(name, 0) + 1
+        return super().__enter__()
+
+
+def test_the_watchdog_takes_its_lock_once_per_round_and_feeding_it_takes_none(comm):
+    queued = threading.Event()
+
+    @contextlib.contextmanager
+    def device():  # holds the watchdog's thread until every entry is queued
+        queued.wait(10)
+        yield
+
+    wd = Watchdog("group 'g' rank 0", device, comm.check, comm.abort, poll_s=0.001)
+    cond = wd._cond = CountingCondition()
+    stream = object()
+    try:
+        works = []
+        for seq in range(8):
+            w, ev = _work(comm, seq=seq)
+            ev.fire()
+            works.append(w)
+        wd.add(works[0], 30, stream=stream)  # starts the thread (held in device())
+        me = threading.current_thread().name
+        before = cond.by_thread.get(me, 0)
+        for w in works[1:]:
+            wd.add(w, 30, stream=stream)
+            fired = ReusableEvent()
+            fired.fire()
+            wd.add_event("all_reduce", 99, fired, 30, stream=stream)
+        assert cond.by_thread.get(me, 0) == before  # the issuing thread took no lock
+        queued.set()
+        for w in works:
+            w.get_future().result(timeout=10)
+        dog_thread = wd._thread.name
+        assert wd.rounds >= 1
+        # all 15 entries had fired: one round took them, under one lock
+        assert cond.by_thread.get(dog_thread, 0) == 1, cond.by_thread
+    finally:
+        wd.stop()
+
+
+class RefusingEvent(HostEvent):
+    """An event whose first queries raise, as CUDA refuses a query while another thread
+    captures a graph in mode global."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+
+    @property
+    def done(self) -> bool:
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing")
+        return self._set.is_set()
+
+
+def test_a_refused_event_query_counts_as_not_fired_and_the_watchdog_lives_on(comm, dog):
+    ev = RefusingEvent(refusals=5)
+    ev.fire()
+    w = CudaWork("all_reduce", 1, ev, comm.check)
+    dog.add(w, 30)
+    assert w.wait(timeout=30) is True and ev.refusals == 0
+    w2, ev2 = _work(comm, seq=2)  # the thread still watches
+    dog.add(w2, 30)
+    ev2.fire()
+    assert w2.wait(timeout=30) is True
+    stuck = CudaWork("broadcast", 3, RefusingEvent(refusals=10 ** 9), comm.check)
+    dog.add(stuck, timeout_s=0.1)  # refused forever: the group timeout still holds
+    with pytest.raises(DistTimeoutError, match=r"broadcast \(#3\)"):
+        stuck.wait(timeout=30)

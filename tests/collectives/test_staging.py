@@ -285,3 +285,174 @@ def test_staging_a_staging_backend_again_is_refused_or_returns_it():
         return x.tolist()
 
     assert run_staged(2, fn) == [[3.0] * 4] * 2
+
+
+# ------------------------------------------------------------------ pipelined staging
+# Blocking all_reduce / reduce / broadcast go chunk by chunk through the backend's pinned
+# slots (``_staging_plan``); here with 256-byte chunks so that a small buffer has many.
+
+def run_pipelined(n, fn, chunk_bytes=256, depth=2, timeout=30.0):
+    store = HashStore()
+    name = f"staging-pipe{next(_ids)}"
+    backends: list = [None] * n
+    results: list = [None] * n
+    errors: list = [None] * n
+
+    def target(r):
+        try:
+            ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
+                                 global_ranks=tuple(range(n)), device="cpu")
+            backends[r] = HostStagingBackend(get_backend_spec("socket").create(ctx), HostArrays(),
+                                             chunk_bytes=chunk_bytes, depth=depth)
+            results[r] = fn(Driver(backends[r]), backends[r])
+        except BaseException:  # noqa: BLE001 - reported below with the rank
+            errors[r] = traceback.format_exc()
+
+    threads = [threading.Thread(target=target, args=(r,), daemon=True) for r in range(n)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout * 2)
+        assert not any(t.is_alive() for t in threads), "a rank hung"
+        for r, err in enumerate(errors):
+            assert err is None, f"rank {r} failed:\n{err}"
+        return results
+    finally:
+        for b in backends:
+            if b is not None:
+                b.close()
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_pipelined_all_reduce_reduce_and_broadcast_in_chunks_through_reused_slots(n):
+    def fn(be, staging):
+        count = 1000  # 4,000 bytes of float32: 16 chunks of 256 bytes through 2 slots
+        x = (np.arange(count) + be.rank).astype(np.float32)
+        assert be.all_reduce(x, ReduceOp.SUM, blocking=True) is DONE
+        slots = [id(s) for s in staging._slots]
+        y = np.full(count, be.rank + 1, dtype=np.float64)
+        assert be.all_reduce(y, ReduceOp.PREMUL_SUM, scale=np.asarray(0.5), blocking=True) is DONE
+        z = np.full(count + 3, be.rank + 1, dtype=np.int64)  # not a whole number of chunks
+        be.reduce(z, 1, ReduceOp.MAX, blocking=True)
+        b = (np.arange(777, dtype=np.int16) * (1 if be.rank == 0 else 0))
+        be.broadcast(b, 0, blocking=True)
+        c = np.full(5, be.rank + 1, dtype=np.complex64)
+        be.all_reduce(c, ReduceOp.AVG, blocking=True)
+        assert [id(s) for s in staging._slots] == slots and len(slots) == 2  # reused across calls
+        assert staging.pool.allocations == 0  # no packed buffer: every call was pipelined
+        return x, y, z, b, c
+
+    for rank, (x, y, z, b, c) in enumerate(run_pipelined(n, fn)):
+        np.testing.assert_array_equal(x, (np.arange(1000) * n + n * (n - 1) // 2).astype(np.float32))
+        np.testing.assert_allclose(y, np.full(1000, n * (n + 1) / 4))
+        if rank == 1:
+            np.testing.assert_array_equal(z, np.full(1003, n))
+        else:
+            np.testing.assert_array_equal(z, np.full(1003, rank + 1))  # off the root: unchanged
+        np.testing.assert_array_equal(b, np.arange(777, dtype=np.int16))
+        np.testing.assert_allclose(c, np.full(5, (n + 1) / 2, dtype=np.complex64))
+
+
+def test_async_and_other_ops_keep_the_packed_buffer():
+    def fn(be, staging):
+        x = np.ones(1000, dtype=np.float32)
+        be.all_reduce(x, ReduceOp.SUM).wait(30)  # async: one packed buffer
+        out = np.zeros(2000, dtype=np.float32)
+        be.all_gather_into(out, x, blocking=True)  # not chunked
+        return staging.pool.allocations, staging._slots, x, out
+
+    for allocations, slots, x, out in run_pipelined(2, fn):
+        assert allocations >= 1 and slots == []
+        np.testing.assert_array_equal(x, np.full(1000, 2.0))
+        np.testing.assert_array_equal(out, np.full(2000, 2.0))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(chunk_bytes=0), r"chunk_bytes: expected an int >= the element size"),
+    (dict(depth=0), r"depth: expected an int >= 1, got 0"),
+])
+def test_bad_pipeline_settings_are_refused(kwargs, message):
+    ctx = BackendContext(store=HashStore(), rank=0, size=1, timeout=timedelta(seconds=10), group_name="bad-pipe",
+                         global_ranks=(0,), device="cpu")
+    inner = get_backend_spec("socket").create(ctx)
+    try:
+        with pytest.raises(ValueError, match=message):
+            HostStagingBackend(inner, HostArrays(), **kwargs)
+    finally:
+        inner.close()
+
+
+class OrderedArrays(HostArrays):
+    """``HostArrays`` that keep a log of the pipeline's steps, with two named streams.
+
+    The copies are NumPy's (done at once); the log shows the order the pipeline asks for
+    them and for the events that would order them on a GPU.
+    """
+
+    def __init__(self) -> None:
+        self.log: list = []
+        self._marks = itertools.count()
+
+    def capture(self):
+        return "caller"
+
+    def side(self, where):
+        return "side"
+
+    def to_host(self, src, dst, where):
+        self.log.append(("d2h", src.ctypes.data, dst.ctypes.data, where))
+        super().to_host(src, dst, where)
+
+    def to_device(self, src, dst, where):
+        self.log.append(("h2d", dst.ctypes.data, src.ctypes.data, where))
+        super().to_device(src, dst, where)
+
+    def record(self, where):
+        mark = next(self._marks)
+        self.log.append(("record", mark, where))
+        return mark
+
+    def host_wait(self, marker):
+        self.log.append(("host_wait", marker))
+
+    def stream_wait(self, where, marker):
+        self.log.append(("stream_wait", where, marker))
+
+
+def test_the_pipeline_orders_each_slot_reuse_after_the_copy_out_of_it():
+    arrays = OrderedArrays()
+    ctx = BackendContext(store=HashStore(), rank=0, size=1, timeout=timedelta(seconds=30), group_name="pipe-order",
+                         global_ranks=(0,), device="cpu")
+    staging = HostStagingBackend(get_backend_spec("socket").create(ctx), arrays, chunk_bytes=256, depth=2)
+    try:
+        x = np.arange(64 * 5, dtype=np.float32)  # 5 chunks of 256 bytes through 2 slots
+        assert Driver(staging).all_reduce(x, ReduceOp.SUM, blocking=True) is DONE
+        np.testing.assert_array_equal(x, np.arange(64 * 5, dtype=np.float32))
+    finally:
+        staging.close()
+    log, base = arrays.log, x.ctypes.data
+    chunk = {}
+    marks = {}  # mark -> what it follows: ("d2h"|"h2d", chunk)
+    last = None
+    for pos, entry in enumerate(log):
+        if entry[0] in ("d2h", "h2d"):
+            last = (entry[0], (entry[1] - base) // 256)
+            chunk[last] = pos
+            assert entry[3] == ("caller" if entry[0] == "d2h" else "side")
+        elif entry[0] == "record":
+            marks[entry[1]] = last
+    # the copies back wait for what the caller enqueued before the call (a mark on its stream)
+    assert log[0][0] == "record" and log[1] == ("stream_wait", "side", log[0][1])
+    # chunks 0 and 1 are copied in ahead; chunk k's copy into slot k % 2 comes after the caller's
+    # stream was made to wait for the copy out of that slot (chunk k - 2)
+    for k in range(2, 5):
+        waits = [e for e in log[:chunk[("d2h", k)]] if e[0] == "stream_wait" and e[1] == "caller"
+                 and marks[e[2]] == ("h2d", k - 2)]
+        assert waits, f"chunk {k} copied into its slot before the copy out of chunk {k - 2} was ordered"
+    # each exchange waits on the host for its chunk's copy in: the wait comes before its copy out
+    for k in range(5):
+        host_waits = [e for e in log[:chunk[("h2d", k)]] if e[0] == "host_wait" and marks[e[1]] == ("d2h", k)]
+        assert host_waits, k
+    # the call returns after the host waited for the last copy out
+    assert any(e[0] == "host_wait" and marks[e[1]] == ("h2d", 4) for e in log[chunk[("h2d", 4)]:])

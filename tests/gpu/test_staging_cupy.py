@@ -141,3 +141,51 @@ def test_cupy_through_socket_in_separate_processes_sharing_one_gpu(n):
     for lo, hi, outs in run_ranks(_cupy_ranks, n, backend="socket", timeout=240):
         assert (lo, hi) == (total, total)
         assert outs == [[i] * (i + 1) for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_pipelined_all_reduce_and_broadcast_on_a_side_stream(n):
+    """Blocking ops go chunk by chunk through 3 slots: 5 MiB + 4 bytes is 5 chunks (4 of 1.25 MiB)."""
+    def fn(be):
+        staging = be.backend
+        s = cp.cuda.Stream(non_blocking=True)
+        count = (5 << 20) // 4 + 1
+        with s:
+            x = cp.arange(count, dtype=cp.float32)
+            x += be.rank  # enqueued on s before the collective: its first chunk's copy waits for it
+            be.all_reduce(x, ReduceOp.SUM, blocking=True)
+            y = x + 0  # the call returned: every chunk is back on the device
+            b = cp.arange(count, dtype=cp.int32) if be.rank == 0 else cp.zeros(count, dtype=cp.int32)
+            be.broadcast(b, 0, blocking=True)
+            slots = [id(a) for a in staging._slots]
+            be.all_reduce(x, ReduceOp.SUM, blocking=True)
+            assert [id(a) for a in staging._slots] == slots and len(slots) == 3
+        s.synchronize()
+        return cp.asnumpy(y), bool((b == cp.arange(count, dtype=cp.int32)).all()), staging.pool.allocations
+
+    count = (5 << 20) // 4 + 1
+    expected = (np.arange(count, dtype=np.float64) * n + n * (n - 1) / 2).astype(np.float32)
+    for y, b_ok, allocations in run_staged(n, fn):
+        np.testing.assert_array_equal(y, expected)
+        assert b_ok and allocations == 0
+
+
+def test_a_host_staged_op_on_a_capturing_stream_is_refused():
+    from ndist.runtime import DistCaptureError
+
+    def fn(be):
+        x = cp.ones(1024, dtype=cp.float32)
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            s.begin_capture()
+            try:
+                with pytest.raises(DistCaptureError, match=r"all_reduce: a host-staged op is not allowed in CUDA "
+                                                           r"graph capture: .*CPU"):
+                    be.all_reduce(x, ReduceOp.SUM)
+            finally:
+                s.end_capture()
+        be.all_reduce(x, ReduceOp.SUM, blocking=True)  # usable afterwards
+        s.synchronize()
+        return float(x.max())
+
+    assert run_staged(2, fn) == [2.0, 2.0]

@@ -8,7 +8,7 @@ import pytest
 import ndist.distributed as dist
 
 ERRORS = ["DistError", "DistBackendError", "DistNetworkError", "DistStoreError", "DistTimeoutError",
-          "DistMismatchError"]
+          "DistMismatchError", "DistCaptureError"]
 
 
 @pytest.mark.parametrize("name", ERRORS)

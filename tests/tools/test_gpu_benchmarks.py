@@ -46,7 +46,8 @@ def test_staging_benchmark_runs_and_checks_with_numpy_as_the_device(tmp_path):
 
 @pytest.mark.skipif(HAVE_CUPY, reason="CuPy is installed: the benchmarks would run")
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("script", ["benchmarks/nccl_overhead.py", "benchmarks/staging_overhead.py"])
+@pytest.mark.parametrize("script", ["benchmarks/nccl_overhead.py", "benchmarks/nccl_graph.py",
+                                    "benchmarks/staging_overhead.py"])
 def test_without_cupy_a_benchmark_says_skipped_and_exits_0(script, tmp_path):
     proc = _run(script, "--json", str(tmp_path / "x.json"))
     assert proc.returncode == 0, proc.stderr

@@ -116,6 +116,7 @@ FORCED = {
     "staging": "FAIL",        # the module skips: no CuPy
     "example": "FAIL",        # the example says "skipped: no CUDA GPU ..."
     "nccl_bench": "FAIL",     # "skipped: ..." instead of "# PASS"
+    "graph_bench": "FAIL",    # "skipped: ..." instead of "# PASS"
     "staging_bench": "FAIL",  # "skipped: ..." instead of "# OK"
     "ipc": "TIMEOUT",         # given 0.2 s: too short for pytest to finish
 }
@@ -146,7 +147,7 @@ def test_forced_run_without_a_gpu_reports_every_part_and_fails(tmp_path):
         assert float(seconds) >= 0
     assert table["ipc"][2] == "0.2"
     assert "MISSING" in report and "## Versions" in report
-    assert "skipped:" in table["nccl_bench"][3] and "skipped:" in table["staging_bench"][3]
+    assert all("skipped:" in table[p][3] for p in ("nccl_bench", "graph_bench", "staging_bench"))
     for part in FORCED_XML:  # collected, and skipped for want of a GPU
         assert "unexpected skip(s)" in table[part][3], table[part]
     # what comes back from the device tool: few files, no folder
@@ -219,7 +220,7 @@ def test_every_file_the_script_runs_exists():
     paths = set(re.findall(r"\b((?:tests|examples|benchmarks|tools)/[\w/]+\.py)\b", text))
     assert {"tests/gpu/test_cuda_semantics_seed.py", "tests/gpu/test_staging_cupy.py", "tests/gpu/test_mp_cuda.py",
             "tests/gpu/test_mpi_cupy.py", "examples/gpu_all_reduce.py", "benchmarks/nccl_overhead.py",
-            "benchmarks/staging_overhead.py", "tools/gpu_check_helper.py"} <= paths
+            "benchmarks/nccl_graph.py", "benchmarks/staging_overhead.py", "tools/gpu_check_helper.py"} <= paths
     assert [p for p in sorted(paths) if not (ROOT / p).is_file()] == []
     # the suite part is tests/gpu without the files the other parts run
     ignored = set(re.findall(r"--ignore=(tests/gpu/\w+\.py)", text))

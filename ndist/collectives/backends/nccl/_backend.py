@@ -20,18 +20,25 @@ import logging
 from typing import Any
 
 from ....runtime import BackendContext, DistBackendError, Work
-from ..._backend import Call, CollectiveBackend, Op, split_views
+from ..._backend import DONE, Call, CollectiveBackend, Op, split_views
+from ..._capture import capture_error, op_refusal
 from ..._intavg import truncating_divide
 from ..._reduce_op import ReduceOp
 from . import _plan
 from ._comm import communicator_device, exchange_unique_id, init_communicator
-from ._work import CudaWork, Watchdog, settle_at_close, unfinished
+from ._events import EventPool
+from ._work import CapturedWork, CudaWork, Watchdog, settle_at_close, unfinished
 
 __all__ = ["NcclBackend"]
 
 log = logging.getLogger("ndist.collectives.nccl")
 
 _D2D = 3  # cudaMemcpyDeviceToDevice
+
+
+def _capturing(stream: Any) -> bool:
+    """``stream`` is being captured into a CUDA graph (the legacy default stream, ptr 0, never is)."""
+    return bool(stream.ptr) and stream.is_capturing()
 
 
 class NcclBackend(CollectiveBackend):
@@ -57,6 +64,9 @@ class NcclBackend(CollectiveBackend):
         self._plans: dict[tuple[Any, ReduceOp], _plan.ReductionPlan] = {}
         self._self_queue: dict[int, list] = {}  # tag -> device copies sent to self
         self._coalesced: list | None = None  # works issued inside ``coalescing()``
+        # what ops recorded into CUDA graphs still need (temporaries the graph reads or writes
+        # at each replay): kept until the backend closes, as the graphs may be replayed until then
+        self._captured_keep: list = []
         raw = exchange_unique_id(ctx, nccl.get_unique_id)
         with self._device:
             try:
@@ -66,6 +76,8 @@ class NcclBackend(CollectiveBackend):
                                        f"{ctx.group_name!r} (device {self._dev_id}): {err}") from err
         self._watchdog = Watchdog(f"group {ctx.group_name!r} rank {self.rank}",
                                   lambda: cupy.cuda.Device(self._dev_id), self._async_error, self._abort_comm)
+        Event = cupy.cuda.Event
+        self._events = EventPool(lambda: Event(block=False, disable_timing=True))
         log.info("nccl %s: rank %d/%d on device %d (NCCL %d)", ctx.group_name, self.rank, self.size,
                  self._dev_id, self._version)
 
@@ -128,11 +140,16 @@ class NcclBackend(CollectiveBackend):
             plan = self._plans[key] = _plan.reduction_plan(dtype.name, op, self._version)
         return plan
 
-    def _launch(self, op: str, body, outputs: Any = None, keepalive: Any = None) -> Work:
-        """Run ``body(stream_ptr)`` on the current stream of this rank's device; return its CudaWork.
+    def _launch(self, op: str, body, outputs: Any = None, keepalive: Any = None, blocking: bool = False) -> Work:
+        """Run ``body(stream_ptr)`` on the current stream of this rank's device; return its Work.
 
         ``body`` does all device work of the operation (temporaries, NCCL calls,
         post-steps) and returns what must stay alive until the GPU is done.
+        ``blocking`` (``async_op=False``: nobody keeps the Work): return ``DONE``
+        once enqueued, with the event alone given to the watchdog (as torch, a
+        synchronous call returns after the enqueue; the watchdog enforces the
+        group timeout). On a stream being captured into a CUDA graph the op is
+        recorded (``_capture.py``): a ``CapturedWork``, or ``DONE``.
         """
         self._check_usable(op)
         if self._coalesced is not None and op not in ("send", "recv"):
@@ -146,6 +163,9 @@ class NcclBackend(CollectiveBackend):
             self._device.__enter__()
         try:
             stream = cp.cuda.get_current_stream()
+            # (the legacy default stream, ptr 0, cannot be captured: no query for it)
+            if stream.ptr and stream.is_capturing():
+                return self._launch_captured(op, seq, body, stream, outputs, keepalive, blocking and not switch)
             # The group timeout holds from here: the enqueue can block (NCCL connects lazily).
             self._watchdog.enter_call(op, seq, self._timeout_s)
             try:
@@ -167,14 +187,42 @@ class NcclBackend(CollectiveBackend):
                 work = CudaWork(op, seq, None, self._async_error, outputs)
                 self._coalesced.append((work, (keepalive, extra)))
                 return work
-            event = cp.cuda.Event(block=False, disable_timing=True)
+            events = self._events
+            event = events.acquire()
             event.record(stream)
         finally:
             if switch:
                 self._device.__exit__(None, None, None)
+        if blocking and not switch:
+            # (after a device switch the caller's stream is another device's: it gets a Work,
+            # whose wait() makes that stream wait on the event)
+            self._watchdog.add_event(op, seq, event, self._timeout_s, (keepalive, extra), stream, events)
+            return DONE
         work = CudaWork(op, seq, event, self._async_error, outputs)
-        self._watchdog.add(work, self._timeout_s, (keepalive, extra), stream)
+        self._watchdog.add(work, self._timeout_s, (keepalive, extra), stream, events)
         return work
+
+    def _launch_captured(self, op: str, seq: int, body, stream, outputs: Any, keepalive: Any,
+                         blocking: bool) -> Work:
+        """``_launch`` on a stream being captured: ``body`` records into the graph.
+
+        Nothing is given to the watchdog (the op runs at each replay, and its
+        event must not be queried); the temporaries live until ``close()``.
+        """
+        why = op_refusal(op, staged=False)
+        if why is not None:
+            raise capture_error(f"nccl {op}", seq, "the op", why)
+        try:
+            extra = body(stream.ptr)
+        except self._nccl.NcclError as err:
+            raise DistBackendError(f"nccl {op} (#{seq}) could not be recorded into a CUDA graph on rank "
+                                   f"{self.rank} of group {self.ctx.group_name!r}: {err}") from err
+        self._captured_keep.append((keepalive, extra))
+        if blocking:
+            return DONE
+        event = self._cp.cuda.Event(block=False, disable_timing=True)  # a dependency inside the graph
+        event.record(stream)
+        return CapturedWork(op, seq, event, outputs)
 
     @contextlib.contextmanager
     def coalescing(self):
@@ -191,6 +239,8 @@ class NcclBackend(CollectiveBackend):
         self._check_usable("coalescing")
         cp, nccl = self._cp, self._nccl
         with self._device:
+            if _capturing(cp.cuda.get_current_stream()):
+                raise capture_error("nccl coalescing", None, "a coalescing block", op_refusal("coalescing", staged=False))
             self._coalesced = []
             nccl.groupStart()
             try:
@@ -304,7 +354,7 @@ class NcclBackend(CollectiveBackend):
             self._finish(plan, buf, recv)
             return send, recv
 
-        return self._launch("all_reduce", body)
+        return self._launch("all_reduce", body, blocking=blocking)
 
     def reduce(self, call: Call, *, blocking: bool = False) -> Work:
         buf, dst, op, scale = call.out, call.root, call.redop, call.scale
@@ -324,14 +374,15 @@ class NcclBackend(CollectiveBackend):
                 self._finish(plan, buf, recv)
             return send, recv
 
-        return self._launch("reduce", body)
+        return self._launch("reduce", body, blocking=blocking)
 
     def reduce_scatter_from(self, call: Call, *, blocking: bool = False) -> Work:
         """Equal chunks: one ncclReduceScatter on the caller's buffers; else the list form."""
         if call.in_splits is not None and len(set(call.in_splits)) > 1:
             return self.reduce_scatter(call._replace(op=Op.REDUCE_SCATTER, inp=None, in_splits=None,
-                                                     inputs=split_views(call.inp, call.in_splits, self.size)))
-        return self._reduce_scatter_flat(call.out, call.inp, call.redop, call.scale)
+                                                     inputs=split_views(call.inp, call.in_splits, self.size)),
+                                       blocking=blocking)
+        return self._reduce_scatter_flat(call.out, call.inp, call.redop, call.scale, blocking=blocking)
 
     def reduce_scatter(self, call: Call, *, blocking: bool = False) -> Work:
         out, inputs, op, scale = call.out, call.inputs, call.redop, call.scale
@@ -339,7 +390,7 @@ class NcclBackend(CollectiveBackend):
         for i, a in enumerate(inputs):
             self._array(a, f"input_list[{i}]")
         if all(a.nbytes == out.nbytes for a in inputs):
-            return self._reduce_scatter_flat(out, None, op, scale, inputs)
+            return self._reduce_scatter_flat(out, None, op, scale, inputs, blocking=blocking)
         plan = self._plan(out.dtype, op)
         if plan.premul:
             self._scale(scale)
@@ -362,9 +413,9 @@ class NcclBackend(CollectiveBackend):
                 self._finish(plan, out, recv)
             return sends, recv
 
-        return self._launch("reduce_scatter", body_uneven)
+        return self._launch("reduce_scatter", body_uneven, blocking=blocking)
 
-    def _reduce_scatter_flat(self, out, flat_in, op, scale, inputs=None) -> Work:
+    def _reduce_scatter_flat(self, out, flat_in, op, scale, inputs=None, blocking: bool = False) -> Work:
         """ncclReduceScatter of ``flat_in`` (or of ``inputs`` packed) into ``out``."""
         self._array(out, "output")
         if flat_in is not None:
@@ -386,7 +437,7 @@ class NcclBackend(CollectiveBackend):
             self._finish(plan, out, recv)
             return flat, send, recv
 
-        return self._launch("reduce_scatter", body)
+        return self._launch("reduce_scatter", body, blocking=blocking)
 
     # ---------------------------------------------------------- data movement
     def broadcast(self, call: Call, *, blocking: bool = False) -> Work:
@@ -397,14 +448,15 @@ class NcclBackend(CollectiveBackend):
             if buf.nbytes:
                 self._comm.broadcast(buf.data.ptr, buf.data.ptr, buf.nbytes, _plan.BYTES, src, stream)
 
-        return self._launch("broadcast", body)
+        return self._launch("broadcast", body, blocking=blocking)
 
     def all_gather_into(self, call: Call, *, blocking: bool = False) -> Work:
         """Equal contributions: one ncclAllGather into the caller's buffer; else the list form."""
         out, inp = call.out, call.inp
         if call.out_splits is not None and len(set(call.out_splits)) > 1:
             return self.all_gather(call._replace(op=Op.ALL_GATHER, out=None, out_splits=None,
-                                                 outputs=split_views(out, call.out_splits, self.size)))
+                                                 outputs=split_views(out, call.out_splits, self.size)),
+                                   blocking=blocking)
         self._array(inp, "tensor")
         self._array(out, "output")
         n = inp.nbytes
@@ -413,7 +465,7 @@ class NcclBackend(CollectiveBackend):
             if n:
                 self._comm.allGather(inp.data.ptr, out.data.ptr, n, _plan.BYTES, stream)
 
-        return self._launch("all_gather", body)
+        return self._launch("all_gather", body, blocking=blocking)
 
     def all_gather(self, call: Call, *, blocking: bool = False) -> Work:
         outputs, inp = call.outputs, call.inp
@@ -432,14 +484,14 @@ class NcclBackend(CollectiveBackend):
                     self._cp.cuda.runtime.memcpyAsync(a.data.ptr, base + i * n, n, _D2D, stream)
                 return target
 
-            return self._launch("all_gather", body)
+            return self._launch("all_gather", body, blocking=blocking)
 
         def body_uneven(stream):
             peers = [p for p in range(self.size) if p != self.rank]
             self._grouped_p2p([(inp, p) for p in peers], [(outputs[p], p) for p in peers], stream)
             self._copy(outputs[self.rank], inp, stream)
 
-        return self._launch("all_gather", body_uneven)
+        return self._launch("all_gather", body_uneven, blocking=blocking)
 
     def gather(self, call: Call, *, blocking: bool = False) -> Work:
         outputs, inp, dst = call.outputs, call.inp, call.root
@@ -456,7 +508,7 @@ class NcclBackend(CollectiveBackend):
             def body(stream):
                 self._grouped_p2p([(inp, dst)], [], stream)
 
-        return self._launch("gather", body)
+        return self._launch("gather", body, blocking=blocking)
 
     def scatter(self, call: Call, *, blocking: bool = False) -> Work:
         out, inputs, src = call.out, call.inputs, call.root
@@ -473,7 +525,7 @@ class NcclBackend(CollectiveBackend):
             def body(stream):
                 self._grouped_p2p([], [(out, src)], stream)
 
-        return self._launch("scatter", body)
+        return self._launch("scatter", body, blocking=blocking)
 
     def all_to_all(self, call: Call, *, blocking: bool = False) -> Work:
         outputs, inputs = call.outputs, call.inputs
@@ -487,7 +539,7 @@ class NcclBackend(CollectiveBackend):
             self._grouped_p2p([(inputs[p], p) for p in peers], [(outputs[p], p) for p in peers], stream)
             self._copy(outputs[self.rank], inputs[self.rank], stream)
 
-        return self._launch("all_to_all", body)
+        return self._launch("all_to_all", body, blocking=blocking)
 
     def barrier(self, call: Call, *, blocking: bool = False) -> Work:
         """A one-element all_reduce, then the host waits for it (bounded by the group timeout)."""
@@ -497,6 +549,8 @@ class NcclBackend(CollectiveBackend):
         if self._coalesced is not None:
             raise RuntimeError("nccl barrier: not allowed inside a coalescing block")
         with self._device:
+            if _capturing(self._cp.cuda.get_current_stream()):
+                raise capture_error("nccl barrier", None, "the op", op_refusal("barrier", staged=False))
             token = self._cp.zeros(1, dtype=self._cp.int32)
         work = self.all_reduce(Call(Op.ALL_REDUCE, "cuda", token.dtype, out=token, redop=ReduceOp.SUM))
         if not isinstance(work, CudaWork):
@@ -521,13 +575,13 @@ class NcclBackend(CollectiveBackend):
                 self._self_queue.setdefault(tag, []).append(copy)
                 return copy
 
-            return self._launch("send", body_self)
+            return self._launch("send", body_self, blocking=blocking)
 
         def body(stream):
             if buf.nbytes:
                 self._comm.send(buf.data.ptr, buf.nbytes, _plan.BYTES, dst, stream)
 
-        return self._launch("send", body)
+        return self._launch("send", body, blocking=blocking)
 
     def recv(self, call: Call, *, blocking: bool = False) -> Work:
         buf, src, tag = call.out, call.root, call.tag
@@ -561,7 +615,7 @@ class NcclBackend(CollectiveBackend):
             return
         # Works of an open coalescing block have no event yet (see _work.unfinished).
         pending = self._watchdog.pending() + [w for w, _ in self._coalesced or ()]
-        busy = unfinished(pending)
+        busy = unfinished(pending) or self._watchdog.busy()
         self._watchdog.stop()
         self._closed = True
         try:
@@ -575,6 +629,8 @@ class NcclBackend(CollectiveBackend):
         exc = DistBackendError(f"nccl: the backend of group {self.ctx.group_name!r} was closed")
         settle_at_close(pending, busy, exc)
         self._watchdog.fail_all(exc)
+        self._captured_keep.clear()
+        self._events.clear()
 
     def abort(self) -> None:
         exc = DistBackendError(f"nccl: the backend of group {self.ctx.group_name!r} was aborted")

@@ -14,19 +14,31 @@ One watchdog thread per backend polls the pending events in order, checks the
 communicator for asynchronous NCCL errors, and enforces the group timeout: on
 an error or a timeout it asks the backend to abort the communicator (so that
 the kernels stuck waiting for a peer exit) and fails every pending Work.
+
+What the issuing thread pays per operation is kept small: the watchdog is fed
+by a lock-free ``deque.append`` of one tuple (the watchdog takes its lock once
+per round, not per operation); an operation whose caller does not keep a Work
+(``async_op=False``) is watched by its event alone (``Watchdog.add_event``);
+events come from an ``EventPool`` and go back to it once they fired.
+
+An operation recorded into a CUDA graph gets a ``CapturedWork``: its op runs at
+each replay, so host waits on it are refused (``_capture.py``), and it is never
+given to the watchdog (whose event queries must not touch a capturing stream).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import deque
 from typing import Any, Callable
 
 from ....runtime import DistTimeoutError, Work
+from ..._capture import capture_error, wait_refusal, work_method
 
-__all__ = ["CudaWork", "Watchdog", "unfinished", "settle_at_close"]
+__all__ = ["CudaWork", "CapturedWork", "Watchdog", "unfinished", "settle_at_close", "current_stream_capturing"]
 
 log = logging.getLogger("ndist.collectives.nccl")
 
@@ -53,6 +65,14 @@ class CudaWork(Work):
         self._after: list | None = None  # then() steps deferred while a coalescing block is open
 
     # ------------------------------------------------------------ completion
+    def _refuse_in_capture(self, method: str) -> None:
+        """Raise ``DistCaptureError`` if ``method`` (a host wait or an event query) must not
+        run now: the caller's stream is being captured and this op is still pending."""
+        if not self.finished and current_stream_capturing():
+            why = wait_refusal(method, captured=False, capturing=True, finished=False)
+            if why is not None:
+                raise capture_error(self.op, self.seq, work_method(method), why)
+
     def _poll(self) -> bool:
         """Complete (or fail) the work if its event fired; True once done."""
         if self.finished:
@@ -120,12 +140,14 @@ class CudaWork(Work):
     def wait(self, timeout=None) -> bool:
         if timeout is not None:
             # torch: an explicit timeout blocks the host until completion.
+            self._refuse_in_capture("wait(timeout)")
             return super().wait(timeout)
         if self.error is not None:
             raise self.error
         if not self.finished:
             if self._event is None:
                 raise RuntimeError(f"{self.op} (#{self.seq}): cannot wait inside the coalescing block that issued it")
+            self._refuse_in_capture("wait")
             import cupy
 
             cupy.cuda.get_current_stream().wait_event(self._event)
@@ -133,6 +155,7 @@ class CudaWork(Work):
 
     def synchronize(self) -> None:
         """Block the host until the operation finished on the GPU; raise its error."""
+        self._refuse_in_capture("synchronize")
         if not self.finished:
             if self._event is None:
                 raise RuntimeError(f"{self.op} (#{self.seq}): cannot wait inside the coalescing block that issued it")
@@ -142,18 +165,99 @@ class CudaWork(Work):
             raise self.error
 
     def is_completed(self) -> bool:
+        self._refuse_in_capture("is_completed")
         return self._poll()
 
     def is_success(self) -> bool:
+        self._refuse_in_capture("is_success")
         return self._poll() and self.succeeded
 
     def exception(self) -> BaseException | None:
+        self._refuse_in_capture("exception")
         self._poll()
         return self.error
 
     def __repr__(self) -> str:
         state = "ok" if self.succeeded else "failed" if self.finished else "pending"
         return f"<CudaWork {self.op} #{self.seq} {state}>"
+
+
+def current_stream_capturing() -> bool:
+    """True if CuPy's current stream is being captured into a CUDA graph.
+
+    False where CuPy was never imported (nothing can be capturing; the CPU tests'
+    host events), so the check costs a dict lookup there.
+    """
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return False
+    stream = cupy.cuda.get_current_stream()
+    return bool(stream.ptr) and bool(stream.is_capturing())  # (the legacy stream, ptr 0, cannot capture)
+
+
+class CapturedWork(Work):
+    """The Work of an operation recorded into a CUDA graph while its stream was captured.
+
+    The op runs at every replay of the graph, not now: there is nothing for the
+    host to wait for, and every host wait or event query raises
+    ``DistCaptureError`` (``_capture.wait_refusal``). ``wait()`` without a
+    timeout, inside the capture that recorded it, orders the current stream
+    after the op (an event recorded in the capture: a dependency in the graph).
+    ``then(fn)`` runs ``fn`` at once, on the stream, so it is recorded too.
+    """
+
+    __slots__ = ("_event",)
+    stream_ordered = True
+
+    def __init__(self, op: str, seq: int, event: Any, outputs: Any = None) -> None:
+        super().__init__(op, seq, outputs)
+        self._event = event
+
+    def _refuse(self, method: str) -> None:
+        why = wait_refusal(method, captured=True, capturing=current_stream_capturing(), finished=False)
+        if why is not None:
+            raise capture_error(self.op, self.seq, work_method(method), why)
+
+    def wait(self, timeout=None) -> bool:
+        if timeout is not None:
+            self._refuse("wait(timeout)")
+        self._refuse("wait")
+        import cupy
+
+        cupy.cuda.get_current_stream().wait_event(self._event)
+        return True
+
+    def synchronize(self) -> None:
+        self._refuse("synchronize")
+
+    def is_completed(self) -> bool:
+        self._refuse("is_completed")
+        return False
+
+    def is_success(self) -> bool:
+        self._refuse("is_success")
+        return False
+
+    def exception(self) -> BaseException | None:
+        self._refuse("exception")
+        return None
+
+    def get_future(self):
+        self._refuse("get_future")
+
+    def add_done_callback(self, fn) -> None:
+        self._refuse("get_future")
+
+    def then(self, fn: Callable[[], None], op: str | None = None) -> Work:
+        import cupy
+
+        fn()  # device copies on the capturing stream: recorded after the op
+        event = cupy.cuda.Event(block=False, disable_timing=True)
+        event.record()
+        return CapturedWork(op or self.op, self.seq, event, self.outputs)
+
+    def __repr__(self) -> str:
+        return f"<CapturedWork {self.op} #{self.seq} (recorded into a CUDA graph)>"
 
 
 def unfinished(works) -> bool:
@@ -184,16 +288,30 @@ def settle_at_close(works, busy: bool, exc: BaseException) -> None:
             w._poll()
 
 
-class _Entry:
-    __slots__ = ("work", "deadline", "keepalive", "stream")
+# A watched operation, one tuple (cheaper to build than an object): its Work (None for an
+# operation whose caller keeps none), its event, deadline, op and seq (for the timeout
+# message), what the GPU still reads or writes (kept alive until the event fired), the
+# stream the event was recorded on (the object, held: it cannot be destroyed and its address
+# reused while the entry waits; None if unknown) and the pool its event goes back to (None:
+# not pooled, e.g. a coalescing block's event shared by its works).
+_WORK, _EVENT, _DEADLINE, _OP, _SEQ, _KEEP, _STREAM, _POOL = range(8)
 
-    def __init__(self, work: CudaWork, deadline: float, keepalive: Any, stream: Any) -> None:
-        self.work = work
-        self.deadline = deadline
-        self.keepalive = keepalive  # temporaries the GPU still reads or writes
-        # The stream the work's event was recorded on (the object, held: it cannot be
-        # destroyed and its address reused while the entry waits), or None if unknown.
-        self.stream = stream
+
+def _settled(entry: tuple) -> bool:
+    work = entry[_WORK]
+    return work is not None and work.finished
+
+
+def _fired(entry: tuple) -> bool:
+    """The entry's event fired. A query CUDA refuses counts as "not yet": while another
+    thread captures a CUDA graph in mode ``global`` (torch.cuda.graph's default), CUDA may
+    refuse this thread's event queries; the watchdog keeps going, and the group timeout
+    still holds for the entry."""
+    try:
+        return entry[_EVENT].done
+    except Exception:  # noqa: BLE001 - e.g. cudaErrorStreamCaptureUnsupported
+        log.debug("nccl watchdog: an event query failed; counted as not fired", exc_info=True)
+        return False
 
 
 class Watchdog:
@@ -205,6 +323,11 @@ class Watchdog:
     ``check()`` returns the communicator's asynchronous error (or None);
     ``on_fatal(exc)`` aborts the communicator; afterwards every pending work
     fails with ``exc``.
+
+    Feeding it (``add`` / ``add_event``, on the issuing thread) appends one tuple
+    to a deque, without a lock, unless the thread sleeps; the watchdog takes its
+    lock once per round to take the entries whose events fired, and completes
+    their works and gives their events back to their pool outside it.
     """
 
     def __init__(self, name: str, device: Callable[[], Any], check: Callable[[], BaseException | None],
@@ -217,16 +340,31 @@ class Watchdog:
         #: empty rounds (each ``poll_s``) before the thread sleeps on the condition:
         #: about 10 ms after the last work completed
         self._linger_rounds = max(1, int(0.01 / poll_s)) if poll_s > 0 else 1
-        self._entries: deque[_Entry] = deque()
+        self._entries: deque[tuple] = deque()
         self._cond = threading.Condition()
         self._stopped = False
         self._idle = False
         self._thread: threading.Thread | None = None
         self._call: tuple[float, str, int] | None = None  # (deadline, op, seq) of the NCCL call in progress
+        self.rounds = 0  # rounds that found entries (the tests read it)
 
-    def add(self, work: CudaWork, timeout_s: float, keepalive: Any = None, stream: Any = None) -> None:
-        """Watch ``work`` until its event fires; ``stream``: the stream it was recorded on, if known."""
-        entry = _Entry(work, time.monotonic() + timeout_s, keepalive, stream)
+    def add(self, work: CudaWork, timeout_s: float, keepalive: Any = None, stream: Any = None,
+            pool: Any = None) -> None:
+        """Watch ``work`` until its event fires; ``stream``: the stream it was recorded on, if
+        known; ``pool``: where its event goes once it fired and the work completed."""
+        self._feed((work, work._event, time.monotonic() + timeout_s, work.op, work.seq, keepalive, stream, pool))
+
+    def add_event(self, op: str, seq: int, event: Any, timeout_s: float, keepalive: Any = None,
+                  stream: Any = None, pool: Any = None) -> None:
+        """Watch an operation nobody holds a Work of (``async_op=False``): its event alone.
+
+        Its deadline and the communicator's errors are enforced as for a Work (an
+        abort fails every pending Work, and later calls raise); once the event
+        fired, ``keepalive`` is let go and the event goes back to ``pool``.
+        """
+        self._feed((None, event, time.monotonic() + timeout_s, op, seq, keepalive, stream, pool))
+
+    def _feed(self, entry: tuple) -> None:
         if self._stopped:
             raise RuntimeError("watchdog stopped")
         self._entries.append(entry)  # deque.append is atomic; the loop only pops from the left
@@ -265,7 +403,13 @@ class Watchdog:
 
     def pending(self) -> list[CudaWork]:
         with self._cond:
-            return [e.work for e in self._entries if not e.work.finished]
+            return [e[_WORK] for e in list(self._entries) if e[_WORK] is not None and not e[_WORK].finished]
+
+    def busy(self) -> bool:
+        """True if an operation may still run on the GPU (a pending Work, or an event not fired)."""
+        with self._cond:
+            entries = list(self._entries)
+        return any(not _settled(e) and not _fired(e) for e in entries)
 
     def fail_all(self, exc: BaseException) -> None:
         entries = []
@@ -275,8 +419,9 @@ class Watchdog:
                     entries.append(self._entries.popleft())
                 except IndexError:
                     break
-        for e in entries:
-            e.work.fail(exc)
+        for e in entries:  # (their events are not pooled again: they may never fire)
+            if e[_WORK] is not None:
+                e[_WORK].fail(exc)
 
     def stop(self) -> None:
         with self._cond:
@@ -294,17 +439,29 @@ class Watchdog:
         except BaseException:  # noqa: BLE001 - a dead watchdog must be visible
             log.exception("nccl watchdog for %s died", self._name)
 
-    def _head(self) -> _Entry | None:
-        try:
-            return self._entries[0]
-        except IndexError:
-            return None
-
-    def _tail(self) -> _Entry | None:
-        try:
-            return self._entries[-1]
-        except IndexError:
-            return None
+    def _take_fired(self) -> tuple[list, tuple | None]:
+        """Under the lock: pop the entries from the left whose events fired (or whose works
+        finished); return them and the oldest entry still pending (or None)."""
+        entries = self._entries
+        ready = []
+        with self._cond:
+            # When the newest entry's event fired, every earlier entry on its stream has too:
+            # their events need no query each (a cudaEventQuery costs ~2 us with the GIL held).
+            try:
+                fired = entries[-1]
+            except IndexError:
+                return ready, None
+            if fired[_STREAM] is None or _settled(fired) or not _fired(fired):
+                fired = None
+            while entries:
+                head = entries[0]
+                if not _settled(head) and not (fired is not None and head[_STREAM] is fired[_STREAM]) \
+                        and not _fired(head):
+                    return ready, head
+                ready.append(entries.popleft())
+                if head is fired:
+                    fired = None  # later entries were added after the query
+        return ready, None
 
     def _loop(self) -> None:
         quiet = 0  # rounds in a row that found nothing to watch
@@ -329,31 +486,26 @@ class Watchdog:
             quiet = 0
             if self._stopped:
                 return
-            # One communicator check per round, then complete works from the left while
-            # their events fired (one stream completes in order; the rest waits a round).
-            # When the newest work's event fired, every earlier work on its stream has too:
-            # their events need no query each (a cudaEventQuery costs ~2 us with the GIL held).
+            # One communicator check per round, then take the entries whose events fired (one
+            # stream completes in order; the rest waits a round) and complete them.
             err = self._check()
-            fired = self._tail()
-            if fired is not None and (fired.stream is None or fired.work.finished or not fired.work._event.done):
-                fired = None
-            head = self._head()
-            while err is None and head is not None:
-                work = head.work
-                if not work.finished:
-                    if not (fired is not None and head.stream is fired.stream) and not work._event.done:
-                        break
-                    work.complete()
-                if head is fired:
-                    fired = None  # later entries were added after the query
-                with self._cond:
-                    if self._entries and self._entries[0] is head:  # fail_all() may have emptied it
-                        self._entries.popleft()
-                head = self._head()
-            if err is None and head is not None and time.monotonic() > head.deadline:
-                detail = head.work.pending() if head.work.pending is not None else ""
+            head = None
+            if err is None:
+                self.rounds += 1
+                ready, head = self._take_fired()
+                for entry in ready:
+                    work = entry[_WORK]
+                    if work is not None:
+                        work.complete()  # (ignored if it failed meanwhile)
+                    pool = entry[_POOL]
+                    if pool is not None:
+                        pool.release(entry[_EVENT])  # fired, and its work finished: nobody looks at it again
+                ready = entry = None  # (lets go of their temporaries now, not at the next round)
+            if err is None and head is not None and time.monotonic() > head[_DEADLINE]:
+                work = head[_WORK]
+                detail = work.pending() if work is not None and work.pending is not None else ""
                 err = DistTimeoutError(
-                    f"nccl {head.work.op} (#{head.work.seq}) on {self._name} did not complete within "
+                    f"nccl {head[_OP]} (#{head[_SEQ]}) on {self._name} did not complete within "
                     f"the group timeout; the NCCL communicator was aborted{'; ' + detail if detail else ''}"
                 )
             call = self._call_expired() if err is None else None
