@@ -13,7 +13,6 @@ import os
 
 from . import _check, _debug
 from ._common import _failed, member_group
-from .backends.socket import native as _native_pkg
 
 __all__ = ["engine_handle", "engine_include_dir"]
 
@@ -44,5 +43,7 @@ def engine_handle(group=None) -> int:
 
 
 def engine_include_dir() -> str:
-    """The directory that holds ``ndist_engine.h`` (a compiler's ``-I``)."""
-    return os.path.dirname(os.path.abspath(_native_pkg.__file__))
+    """The directory that holds ``ndist_engine.h`` (a compiler's ``-I``): the native engine's
+    folder, found by path so that asking imports no backend (``import ndist.collectives``
+    registers the backends by name and loads none)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "backends", "socket", "native")
