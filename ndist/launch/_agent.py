@@ -217,7 +217,8 @@ class Agent:
                 try:
                     result = group.monitor(self._on_loss(rdzv, attempt, ends) if c.keep_going else None,
                                            on_exit=ends.tell,
-                                           replace=self._replace(rnd, attempt, secret, ends) if c.replacing else None,
+                                           replace=self._replace(rnd, attempt, secret, ends, group)
+                                           if c.replacing else None,
                                            on_replaced=lambda f: rdzv.report_replacement(attempt, f))
                     self._ended_before_join(ends, result, rdzv, attempt)
                 finally:
@@ -328,11 +329,12 @@ class Agent:
 
         return on_loss
 
-    def _replace(self, rnd: Round, attempt: int, secret: str, ends: EndNotices):
+    def _replace(self, rnd: Round, attempt: int, secret: str, ends: EndNotices, group: WorkerGroup):
         """``--on-failure replace``: the monitor's ``replace``: the spec of a new process in the
         lost rank's place, on this node, while it has been replaced fewer than ``--max-restarts``
-        times; None (it is lost, as with ``continue``) after that, or when it ended before it
-        joined the group (the others' ``init_process_group`` failed for it: no group to grow)."""
+        times; None (it is lost, as with ``continue``) after that, when it ended before it
+        joined the group (the others' ``init_process_group`` failed for it: no group to grow),
+        or, on one node, when no other rank runs any more (nobody is left to admit it)."""
         c = self.config
 
         def replace_it(f: Failure) -> WorkerSpec | None:
@@ -343,6 +345,9 @@ class Agent:
                 return None
             if f.replacement == 0 and ends.before_join(f.rank, _VERDICT_S) and ends.claimed_any(_VERDICT_S):
                 return None  # (the monitor's on_loss names it; the others' init_process_group failed)
+            if c.single_node and not any(w.returncode is None for w in group.workers if w.spec.rank != f.rank):
+                log.warning("rank %d is not replaced: no other rank of the job runs any more", f.rank)
+                return None
             n = self._replacements[f.rank] = done + 1
             spec = self._spec(rnd, attempt, secret, f.local_rank, n)
             log.warning("rank %d (local rank %d) failed: %s; starting a replacement (%d of --max-restarts %d)",

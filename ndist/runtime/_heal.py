@@ -33,11 +33,11 @@ import time
 from datetime import timedelta
 from typing import Callable
 
-from ._errors import DistRankFailureError, DistTimeoutError
+from ._errors import DistNetworkError, DistRankFailureError, DistTimeoutError
 from .store import PrefixStore, Store
 
 __all__ = ["HEAL_NAMESPACE", "heal_store", "register", "await_admission", "read_queue", "propose", "admit",
-           "ready", "await_ready", "newcomer_rank"]
+           "ready", "await_ready", "newcomer_rank", "listeners_alive"]
 
 HEAL_NAMESPACE = "heal"
 _POLL_S = 0.05
@@ -65,9 +65,12 @@ def register(store: Store, replaces: int, replacement: int, watch_info: dict) ->
     return token
 
 
-def await_admission(store: Store, token: str, timeout: timedelta) -> tuple[int, dict]:
+def await_admission(store: Store, token: str, timeout: timedelta,
+                    anyone_left: Callable[[], bool] | None = None) -> tuple[int, dict]:
     """Wait until a grow admits the newcomer ``token``: ``(g, decision)``. ``DistTimeoutError``
-    when no grow admits it within ``timeout`` (the survivors never called ``grow_group``)."""
+    when no grow admits it within ``timeout`` (the survivors never called ``grow_group``);
+    ``DistNetworkError`` once ``anyone_left()`` (asked every second) says no member of the job
+    is alive any more: nobody is left to admit it."""
     key = f"admitted/{token}"
     seconds = timeout.total_seconds()
     deadline = time.monotonic() + seconds
@@ -77,6 +80,11 @@ def await_admission(store: Store, token: str, timeout: timedelta) -> tuple[int, 
             store.wait([key], timedelta(seconds=max(0.001, min(left, 1.0))))
             break
         except DistTimeoutError:
+            if anyone_left is not None and not anyone_left() and not store.check([key]):
+                raise DistNetworkError(
+                    "init_process_group (joining a running job): every process of the job has ended, and none "
+                    "admitted this one; the survivors admit newcomers with dist.grow_group() at a step boundary "
+                    "(ndistrun --on-failure replace)") from None
             if left <= 1.0:
                 raise DistTimeoutError(
                     f"init_process_group (joining a running job): no grow_group of the survivors admitted this "
@@ -84,6 +92,26 @@ def await_admission(store: Store, token: str, timeout: timedelta) -> tuple[int, 
                     "boundary") from None
     g = int(store.get(key))
     return g, json.loads(store.get(f"grow/{g}/decision"))
+
+
+def listeners_alive(watch_store: Store, world_size: int, heal: Store) -> bool:
+    """Whether any process of the job may still admit a newcomer: a member watch listener of
+    the job's (its first ranks', or an admitted newcomer's: ``addr/<rank>`` in the watch's
+    namespace) accepts a connection. A dead process's listener refuses at once; a port some
+    other listener took since only makes this say alive (the admission's timeout still holds)."""
+    ranks = range(world_size + len(read_queue(heal)))
+    keys = [f"addr/{r}" for r in ranks]
+    published = [k for k in keys if watch_store.check([k])]
+    for raw in (watch_store.multi_get(published) if published else []):
+        info = json.loads(raw)
+        try:
+            socket.create_connection((info["host"], info["port"]), timeout=0.5).close()
+            return True
+        except (socket.timeout, TimeoutError):
+            return True  # (a busy listener: alive)
+        except OSError:
+            continue
+    return False
 
 
 # ----------------------------------------------------------------- the survivors' side

@@ -19,7 +19,7 @@ from ._device import announce_local_rank, parse_device_id
 from ._ended import JOIN_NAMESPACE, job_namespace
 from ._errors import EXITED, LEFT
 from ._group import ProcessGroup, parse_backend, require_available
-from ._heal import await_admission, await_ready, heal_store, newcomer_rank, ready, register
+from ._heal import await_admission, await_ready, heal_store, listeners_alive, newcomer_rank, ready, register
 from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
 from .store import HashStore, PrefixStore, Store
@@ -409,7 +409,8 @@ def _join_running_job(rdzv: Rendezvous, env: _env.JobEnv, timeout: timedelta, ba
         token = register(heal, env.replaces, env.replacement, watch.info)
         log.info("rank slot %d (replacement %d): waiting to be admitted by the survivors' grow_group",
                  env.replaces, env.replacement)
-        g, decision = await_admission(heal, token, timeout)
+        g, decision = await_admission(heal, token, timeout,
+                                      lambda: listeners_alive(watch.store, rdzv.world_size, heal))
         place = decision["queue_from"] + decision["joiners"].index(token)
         world = int(decision["world"])
         me_job, members = newcomer_rank(world, place), [int(r) for r in decision["members"]]

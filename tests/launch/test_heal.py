@@ -163,3 +163,25 @@ def test_a_replacement_joins_across_two_nodes(launcher):
     for _, err in outs:  # every node's summary lists the replacement (published in the store)
         assert "replaced rank 3 (replacement 1 of --max-restarts 3" in _summary(err), err
     assert "starting a replacement" in outs[1][1] and "starting a replacement" not in outs[0][1], outs
+
+
+NO_GROW = r"""
+import os, signal, time
+import ndist.distributed as dist
+dist.init_process_group()
+if dist.get_rank() == 1 and "NDIST_REPLACES" not in os.environ:
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(1.5)  # the survivors never call grow_group, and end
+print("done", flush=True)
+"""
+
+
+def test_a_newcomer_nobody_admits_fails_once_the_job_has_ended_and_is_not_replaced_again(launcher):
+    launcher.script(NO_GROW)
+    r = launcher.run("--nproc-per-node", 3, "--on-failure", "replace", "job.py", timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = _summary(r.stderr)
+    assert "DistNetworkError: init_process_group (joining a running job): every process of the job has ended, " \
+           "and none admitted this one" in s, s
+    assert "lost rank 1 (the job continued without it; replaced 1 time(s) already, --max-restarts 3):" in s, s
+    assert "rank 1 is not replaced: no other rank of the job runs any more" in r.stderr

@@ -55,7 +55,7 @@ def test_a_lost_rank_is_replaced_on_its_node_while_the_others_run_on(launcher):
 def test_max_restarts_exhausted_the_rank_is_lost_as_with_continue(launcher):
     launcher.script(JOB)
     r = launcher.run("--nproc-per-node", 3, "--on-failure", "replace", "--max-restarts", 2, "job.py",
-                     env=_env(2, 2, ALWAYS="1"))
+                     env=_env(2, 6, ALWAYS="1"))
     assert r.returncode == 0, r.stderr
     assert sorted(ln.split()[0] for ln in r.stdout.splitlines()) == ["[rank0]:done", "[rank1]:done"]
     s = _summary(r.stderr)
