@@ -28,6 +28,7 @@ WORLD, STEPS = int(os.environ["WORLD_SIZE"]), 8
 victim, kill_step = int(os.environ["VICTIM"]), int(os.environ["KILL_STEP"])
 slot, replacement = int(os.environ["RANK"]), int(os.environ.get("NDIST_REPLACEMENT", "0"))
 newcomer_dies = os.environ.get("NEWCOMER_DIES") == "1"
+dies_in_grow = int(os.environ.get("DIES_IN_GROW", "-1"))  # this slot's first process dies in the first grow
 
 
 def queue():
@@ -59,11 +60,19 @@ if not joined:
             print(f"slot {slot}: step {step}: lost {err.failed_ranks} {err.causes}", flush=True)
             dist.shrink_group()
             break
-    if newcomer_dies:  # grow only once the first newcomer is queued (and dead: it dies at once)
+    if newcomer_dies or dies_in_grow >= 0:  # grow only once the first newcomer is queued
         read = queue()
         while not read():
             time.sleep(0.01)
         time.sleep(0.5)
+    if slot == dies_in_grow:  # once the first grow's decision is made: inside grow_group
+        def die_in_grow():
+            host, port = os.environ["NDIST_STORE"].rsplit(":", 1)
+            store = TCPStore(host, int(port), is_master=False, secret=os.environ["NDIST_SECRET"])
+            while not store.check([f"ndist/{os.environ['NDIST_RESTART_COUNT']}/0/heal/grow/0/decision"]):
+                time.sleep(0.001)
+            os.kill(os.getpid(), signal.SIGKILL)
+        threading.Thread(target=die_in_grow, daemon=True).start()
 sizes = [dist.get_world_size()]
 while True:
     try:
@@ -133,6 +142,24 @@ def test_a_newcomer_lost_during_the_grow_is_named_and_the_survivors_shrink_and_g
     assert re.search(r"\[rank1\]:slot 1 replacement 2 healed: rank \d of 4", out), out
     s = _summary(r.stderr)
     assert s.count("replaced rank 1 (replacement ") == 2, s
+
+
+def test_a_survivor_lost_in_the_grow_is_named_and_both_slots_are_healed(launcher):
+    # slot 2 dies mid-run; once its replacement is queued, slot 0's first process dies inside the
+    # first grow (right after its decision): the others name it and shrink, its node replaces it
+    # too, and a later grow admits the second newcomer: every slot is held again
+    launcher.script(JOB)
+    r = launcher.run("--nproc-per-node", 4, "--on-failure", "replace", "job.py", env=_env(2, DIES_IN_GROW="0"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    for s in (1, 3):
+        # rank 0 (the dead survivor) named, by the grow, or by the grown group's first op if it had said ready
+        assert re.search(rf"\[rank{s}\]:slot {s}: lost \[0\] \['died'\] while healing", out), out
+        assert re.search(rf"\[rank{s}\]:slot {s} replacement 0 healed: rank \d of 4", out), out
+    for s in (0, 2):
+        assert re.search(rf"\[rank{s}\]:slot {s} replacement 1 healed: rank \d of 4", out), out
+    summary = _summary(r.stderr)
+    assert "replaced rank 0 (replacement 1" in summary and "replaced rank 2 (replacement 1" in summary, summary
 
 
 def _free_port() -> int:
