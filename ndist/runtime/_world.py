@@ -329,7 +329,7 @@ def init_process_group(
         backends = _default_backends(use_mpi) if backend is None else parse_backend(backend)
         require_available(backends, "init_process_group")  # DistBackendError: what to install
         joining = (env.replaces is not None and store is None and init_method in (None, "env://")
-                   and env.agent_store is not None and rank < 0 and world_size < 0)
+                   and env.agent_store is not None and rank in (-1, env.rank) and world_size in (-1, env.world_size))
 
         singleton = (
             store is None
