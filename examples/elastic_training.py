@@ -163,7 +163,7 @@ def main(argv=None) -> int:
         losses.append(apply(params, buf, PER_RANK * world_size))
         schedule.append(world_size)
         step += 1
-        if a.heal and dist.get_world_size() < start_size and step < STEPS:  # a step boundary: admit newcomers
+        if a.heal and dist.get_world_size() < start_size:  # a step boundary (the last too): admit newcomers
             try:
                 grown = grow(wait=step >= a.heal_by)
             except dist.DistRankFailureError as err:  # a member lost during the grow: shrink, grow later
