@@ -4,7 +4,9 @@ One ``Agent.run()`` is one job on this node. Each attempt (the first run and
 every restart allowed by ``--max-restarts``) rendezvouses (``_rdzv``),
 starts the local worker group with its environment (``_workers``), and
 waits for it, telling the job's store how each rank ended (``_ends``: a rank
-that ended before it joined is named to the ranks waiting for it). The
+that ended before it joined is named to the ranks waiting for it). With
+``--on-failure replace`` a lost rank's process is replaced in the same attempt
+(``_replace``: a new process on this node, ``--max-restarts`` times per rank). The
 outcome is an ``AgentResult``: the exit status and, for a failure, the rank
 that failed first, which the CLI turns into the summary.
 """
