@@ -1,4 +1,5 @@
-"""Elastic data-parallel training: a rank dies, the survivors shrink the group and finish.
+"""Elastic data-parallel training: a rank dies, the survivors shrink the group, and with
+``--heal`` admit its replacement and grow back; every rank finishes with the same weights.
 
 A small NumPy MLP is trained with mini-batch gradient descent on 4 ranks. Each step every
 rank takes ``PER_RANK`` samples of that step's batch, so the batch of a step depends on how
@@ -22,9 +23,21 @@ to its weights before that step, and all redo it at the new world size. With a s
 the start of step K nobody completes step K, so the schedule is ``K`` steps on 4 ranks, then
 the remaining ``STEPS - K`` (step K included) on 3.
 
-At the end every survivor replays the recorded schedule (each step's seed and world size) in
+**Healing** (``--heal``, under ``ndistrun --on-failure replace``): the launcher starts a new
+process in the dead rank's place. Its ``init_process_group()`` returns once the survivors admit
+it, and ``dist.joined_running_job()`` tells it it joined a running job. The survivors call
+``dist.grow_group()`` at every step boundary while the group is smaller than at the start
+(nobody waiting: one round trip through the store); from step ``--heal-by`` on they wait for
+the newcomer. The grow numbers the survivors first, the newcomer last; rank 0 then sends the
+newcomer the weights, the step and the schedule so far (``broadcast_object_list``), and all go
+on at the full size: 4 -> 3 -> 4 ranks.
+
+    ndistrun --nproc-per-node 4 --on-failure replace examples/elastic_training.py --kill-rank 2 --kill-step 5 --heal
+
+At the end every rank replays the recorded schedule (each step's seed and world size) in
 one process on the whole batch of each step, checks that its weights match to 1e-9, that the
-schedule is the expected one, and that the loss went down; it prints OK or exits 1.
+schedule is the expected one, and that the loss went down; it prints the world sizes the job
+went through and OK, or exits 1.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -106,10 +120,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kill-rank", type=int, default=None, help="the rank (at start) that SIGKILLs itself")
     ap.add_argument("--kill-step", type=int, default=None, help="... at the start of this step")
+    ap.add_argument("--heal", action="store_true", help="admit the replacement (ndistrun --on-failure replace)")
+    ap.add_argument("--heal-by", type=int, default=30, help="with --heal: from this step on, wait for the newcomer")
     a = ap.parse_args(argv)
 
     dist.init_process_group()
-    start_rank, start_size = dist.get_rank(), dist.get_world_size()
+    joined = dist.joined_running_job()  # started in a lost rank's place, admitted by the survivors
+    start_rank, start_size = dist.get_rank(), int(os.environ.get("WORLD_SIZE", dist.get_world_size()))
     if a.kill_step is not None and not 0 <= a.kill_step < STEPS:
         raise SystemExit(f"--kill-step: expected a step in [0, {STEPS}), got {a.kill_step}")
     if a.kill_rank is not None and not 0 <= a.kill_rank < start_size:
@@ -118,11 +135,16 @@ def main(argv=None) -> int:
     params, before = init_params(), None
     schedule: list[int] = []  # world size of each completed step
     losses: list[float] = []
+    sizes = [dist.get_world_size()]  # the world sizes the job went through
     shrinks = 0
 
     step = 0
+    if joined:  # the state of the running job, from rank 0
+        params, before, step, schedule, losses, sizes = receive_state()
+        print(f"joined the running job as rank {dist.get_rank()} of {dist.get_world_size()} at step {step} "
+              f"(replacing rank {os.environ.get('NDIST_REPLACES')})", flush=True)
     while step < STEPS:
-        if start_rank == a.kill_rank and step == a.kill_step:
+        if not joined and start_rank == a.kill_rank and step == a.kill_step:
             sys.stdout.flush()
             os.kill(os.getpid(), signal.SIGKILL)
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -134,32 +156,87 @@ def main(argv=None) -> int:
             print(f"step {step}: lost ranks {err.failed_ranks} ({', '.join(err.causes)}) of {world_size}; "
                   "shrinking", flush=True)
             step, params = recover(step, params, before, schedule, losses)
+            sizes.append(dist.get_world_size())
             shrinks += 1
             continue
         before = {k: v.copy() for k, v in params.items()}
         losses.append(apply(params, buf, PER_RANK * world_size))
         schedule.append(world_size)
         step += 1
+        if a.heal and dist.get_world_size() < start_size:  # a step boundary (the last too): admit newcomers
+            try:
+                grown = grow(wait=step >= a.heal_by)
+            except dist.DistRankFailureError as err:  # a member lost during the grow: shrink, grow later
+                print(f"step {step}: lost ranks {err.failed_ranks} during the grow; shrinking", flush=True)
+                step, params = recover(step, params, before, schedule, losses)
+                sizes.append(dist.get_world_size())
+                continue
+            if grown:
+                sizes.append(dist.get_world_size())
+                print(f"step {step}: admitted ranks {grown}; the world has {dist.get_world_size()} ranks",
+                      flush=True)
+                send_state(params, before, step, schedule, losses, sizes)
 
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    want = [start_size] * STEPS
-    if a.kill_step is not None and a.kill_rank is not None:
-        want = [start_size] * a.kill_step + [start_size - 1] * (STEPS - a.kill_step)
     single, single_losses = replay(x, y, schedule)
     diff = max(float(np.abs(params[k] - single[k]).max()) for k in NAMES)
     print(f"rank {start_rank} -> {rank} of {world_size} after {shrinks} shrink(s); steps per world size: "
           f"{ {w: schedule.count(w) for w in sorted(set(schedule), reverse=True)} }; loss {losses[0]:.4f} -> "
           f"{losses[-1]:.4f}; max |weight difference| vs the single-process replay: {diff:.2e}", flush=True)
-    checks = {"schedule as expected": schedule == want, "same weights as the replay": diff < 1e-9,
+    checks = {"schedule as expected": expected(schedule, a, start_size), "same weights as the replay": diff < 1e-9,
               "same losses as the replay": np.allclose(losses, single_losses, rtol=1e-9, atol=0),
               "loss went down": losses[-1] < losses[0] / 2}
+    if a.heal and a.kill_rank is not None:
+        checks["healed: 4 -> 3 -> 4 ranks"] = sizes == [start_size, start_size - 1, start_size]
     failed = [name for name, ok in checks.items() if not ok]
     if failed:
-        print(f"FAILED: {', '.join(failed)} (schedule {schedule}, expected {want})", flush=True)
+        print(f"FAILED: {', '.join(failed)} (schedule {schedule}, world sizes {sizes})", flush=True)
         return 1
-    print("OK: survivors finished with the weights of the single-process replay", flush=True)
+    print(f"world sizes: {' -> '.join(map(str, sizes))}", flush=True)
+    if a.heal:
+        print("OK: every rank finished with the weights of the single-process replay", flush=True)
+    else:
+        print("OK: survivors finished with the weights of the single-process replay", flush=True)
     dist.destroy_process_group()
     return 0
+
+
+def expected(schedule: list[int], a, start_size: int) -> bool:
+    """Without a loss: every step on ``start_size`` ranks. A loss at step K: K steps on all, then
+    (the interrupted step redone) the rest on one fewer, or with ``--heal`` at least one on one
+    fewer and the rest on all again, once the newcomer was admitted."""
+    if a.kill_step is None or a.kill_rank is None:
+        return schedule == [start_size] * STEPS
+    k = a.kill_step
+    if not a.heal:
+        return schedule == [start_size] * k + [start_size - 1] * (STEPS - k)
+    short = schedule[k:].count(start_size - 1)
+    return short >= 1 and schedule == [start_size] * k + [start_size - 1] * short + [start_size] * (STEPS - k - short)
+
+
+def grow(wait: bool) -> list[int]:
+    """Admit the processes waiting to join (their new ranks); with ``wait``, until one came."""
+    deadline = time.monotonic() + 60
+    while True:
+        grown = dist.grow_group()
+        if grown or not wait:
+            return grown
+        if time.monotonic() > deadline:
+            raise RuntimeError("no replacement came within 60 s (run under ndistrun --on-failure replace)")
+        time.sleep(0.02)
+
+
+def send_state(params, before, step, schedule, losses, sizes) -> None:
+    """Rank 0 sends the newcomers what they need to go on (the others pass None)."""
+    state = [(params, before, step, schedule, losses, sizes)] if dist.get_rank() == 0 else [None]
+    dist.broadcast_object_list(state, src=0)
+
+
+def receive_state():
+    state = [None]
+    dist.broadcast_object_list(state, src=0)
+    params, before, step, schedule, losses, sizes = state[0]
+    return params, before, step, list(schedule), list(losses), list(sizes)
 
 
 def recover(step, params, before, schedule, losses):

@@ -4,7 +4,9 @@ One ``Agent.run()`` is one job on this node. Each attempt (the first run and
 every restart allowed by ``--max-restarts``) rendezvouses (``_rdzv``),
 starts the local worker group with its environment (``_workers``), and
 waits for it, telling the job's store how each rank ended (``_ends``: a rank
-that ended before it joined is named to the ranks waiting for it). The
+that ended before it joined is named to the ranks waiting for it). With
+``--on-failure replace`` a lost rank's process is replaced in the same attempt
+(``_replace``: a new process on this node, ``--max-restarts`` times per rank). The
 outcome is an ``AgentResult``: the exit status and, for a failure, the rank
 that failed first, which the CLI turns into the summary.
 """
@@ -52,8 +54,12 @@ class _Interrupted(BaseException):
         self.signum = signum
 
 
-def rank_env(config: LaunchConfig, rnd: Round, local_rank: int, secret: str, error_file: str, attempt: int) -> dict:
-    """The environment of one rank: the launcher's plus the job's variables."""
+def rank_env(config: LaunchConfig, rnd: Round, local_rank: int, secret: str, error_file: str, attempt: int,
+             replacement: int = 0) -> dict:
+    """The environment of one rank: the launcher's plus the job's variables. ``replacement``
+    (``--on-failure replace``): the n-th process started in the rank's place, which joins the
+    running job (``NDIST_REPLACES``, ``NDIST_REPLACEMENT``: ``init_process_group`` waits to be
+    admitted by the survivors' ``grow_group``)."""
     env = dict(os.environ)
     rank = rnd.rank_offset + local_rank
     env.update(
@@ -74,6 +80,11 @@ def rank_env(config: LaunchConfig, rnd: Round, local_rank: int, secret: str, err
         NDIST_MAX_RESTARTS=str(config.max_restarts),
         PYTHONUNBUFFERED="1",
     )
+    if replacement:
+        env.update(NDIST_REPLACES=str(rank), NDIST_REPLACEMENT=str(replacement))
+    else:
+        env.pop("NDIST_REPLACES", None)
+        env.pop("NDIST_REPLACEMENT", None)
     if config.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks x all cores threads thrash
     return env
@@ -112,6 +123,7 @@ class Agent:
         self._old_handlers: dict = {}
         self._old_wakeup = None
         self.job_dir: str | None = None
+        self._replacements: dict[int, int] = {}  # ``--on-failure replace``: rank -> processes started in its place
 
     # ------------------------------------------------------------ signals
     def _on_signal(self, signum, frame) -> None:
@@ -148,30 +160,33 @@ class Agent:
         return tempfile.mkdtemp(prefix=f"ndistrun_{c.run_id}_")
 
     def _specs(self, rnd: Round, attempt: int, secret: str) -> list[WorkerSpec]:
+        return [self._spec(rnd, attempt, secret, lr) for lr in range(self.config.nproc_per_node)]
+
+    def _spec(self, rnd: Round, attempt: int, secret: str, lr: int, replacement: int = 0) -> WorkerSpec:
+        """Local rank ``lr``'s process of ``attempt`` (``replacement``: the n-th started in its place,
+        with an error file of its own; its log files are the rank's, appended to)."""
         c = self.config
-        argv = child_argv(c)
-        specs = []
-        for lr in range(c.nproc_per_node):
-            d = os.path.join(self.job_dir, f"attempt_{attempt}", str(lr))
-            os.makedirs(d)
-            files = c.redirect_of(lr) | c.tee_of(lr)
-            rank = rnd.rank_offset + lr
-            specs.append(
-                WorkerSpec(
-                    rank=rank,
-                    local_rank=lr,
-                    argv=argv,
-                    env=rank_env(c, rnd, lr, secret, os.path.join(d, "error.json"), attempt),
-                    stdout=os.path.join(d, "stdout.log") if files & STDOUT else None,
-                    stderr=os.path.join(d, "stderr.log") if files & STDERR else None,
-                    tee_stdout=bool(c.tee_of(lr) & STDOUT),
-                    tee_stderr=bool(c.tee_of(lr) & STDERR),
-                    console=c.on_console(lr),
-                    prefix=format_prefix(c.prefix_template, rank, lr),
-                    error_file=os.path.join(d, "error.json"),
-                )
-            )
-        return specs
+        d = os.path.join(self.job_dir, f"attempt_{attempt}", str(lr))
+        os.makedirs(d, exist_ok=True)
+        error_dir = os.path.join(d, f"replacement_{replacement}") if replacement else d
+        os.makedirs(error_dir, exist_ok=True)
+        files = c.redirect_of(lr) | c.tee_of(lr)
+        rank = rnd.rank_offset + lr
+        error_file = os.path.join(error_dir, "error.json")
+        return WorkerSpec(
+            rank=rank,
+            local_rank=lr,
+            argv=child_argv(c),
+            env=rank_env(c, rnd, lr, secret, error_file, attempt, replacement),
+            stdout=os.path.join(d, "stdout.log") if files & STDOUT else None,
+            stderr=os.path.join(d, "stderr.log") if files & STDERR else None,
+            tee_stdout=bool(c.tee_of(lr) & STDOUT),
+            tee_stderr=bool(c.tee_of(lr) & STDERR),
+            console=c.on_console(lr),
+            prefix=format_prefix(c.prefix_template, rank, lr),
+            error_file=error_file,
+            replacement=replacement,
+        )
 
     # ------------------------------------------------------------ run
     def run(self) -> AgentResult:
@@ -203,7 +218,10 @@ class Agent:
                 ends = EndNotices(rdzv.store_opener(), attempt, group.host, rnd.world_size)
                 try:
                     result = group.monitor(self._on_loss(rdzv, attempt, ends) if c.keep_going else None,
-                                           on_exit=ends.tell)
+                                           on_exit=ends.tell,
+                                           replace=self._replace(rnd, attempt, secret, ends, group)
+                                           if c.replacing else None,
+                                           on_replaced=lambda f: rdzv.report_replacement(attempt, f))
                     self._ended_before_join(ends, result, rdzv, attempt)
                 finally:
                     ends.close()
@@ -217,13 +235,13 @@ class Agent:
                         origin = f"on node {outcome.node}" if outcome.node is not None else None
                         stopped = GroupResult("interrupted", signal=outcome.signal, origin=origin)
                         return AgentResult(outcome.exit_status, stopped, attempt + 1, self._kept_dir())
-                    if outcome.state == "succeeded" or attempt >= c.max_restarts:
+                    if outcome.state == "succeeded" or attempt >= c.group_restarts:
                         return AgentResult(outcome.exit_status, result, attempt + 1, self._kept_dir(), outcome)
                     attempt += 1
                     log.warning(
                         "%d of %d ranks lost: fewer than --min-nproc %d can finish; restarting the worker group "
                         "(restart %d of %d)", len(outcome.lost) + len(outcome.gone), outcome.world, c.min_nproc,
-                        attempt, c.max_restarts,
+                        attempt, c.group_restarts,
                     )
                     continue
                 if result.state == "succeeded":
@@ -303,8 +321,8 @@ class Agent:
         def on_loss(f: Failure) -> bool:
             if ends.before_join(f.rank, _VERDICT_S) and ends.claimed_any(_VERDICT_S):  # (in the log and the store)
                 f.before_join = True
-            log.warning("rank %d (local rank %d) failed: %s; the job continues without it (--on-failure continue)",
-                        f.rank, f.local_rank, f.describe_exit())
+            log.warning("rank %d (local rank %d) failed: %s; the job continues without it (--on-failure %s)",
+                        f.rank, f.local_rank, f.describe_exit(), self.config.on_failure)
             stop = rdzv.report_loss(attempt, f)
             if stop:
                 log.warning("fewer than --min-nproc %d ranks can still finish with status 0: stopping the job",
@@ -312,6 +330,33 @@ class Agent:
             return stop
 
         return on_loss
+
+    def _replace(self, rnd: Round, attempt: int, secret: str, ends: EndNotices, group: WorkerGroup):
+        """``--on-failure replace``: the monitor's ``replace``: the spec of a new process in the
+        lost rank's place, on this node, while it has been replaced fewer than ``--max-restarts``
+        times; None (it is lost, as with ``continue``) after that, when it ended before it
+        joined the group (the others' ``init_process_group`` failed for it: no group to grow),
+        or, on one node, when no other rank runs any more (nobody is left to admit it)."""
+        c = self.config
+
+        def replace_it(f: Failure) -> WorkerSpec | None:
+            done = self._replacements.get(f.rank, 0)
+            if done >= c.max_restarts:
+                log.warning("rank %d is not replaced again: it was replaced %d time(s) already (--max-restarts %d)",
+                            f.rank, done, c.max_restarts)
+                return None
+            if f.replacement == 0 and ends.before_join(f.rank, _VERDICT_S) and ends.claimed_any(_VERDICT_S):
+                return None  # (the monitor's on_loss names it; the others' init_process_group failed)
+            if c.single_node and not any(w.returncode is None for w in group.workers if w.spec.rank != f.rank):
+                log.warning("rank %d is not replaced: no other rank of the job runs any more", f.rank)
+                return None
+            n = self._replacements[f.rank] = done + 1
+            spec = self._spec(rnd, attempt, secret, f.local_rank, n)
+            log.warning("rank %d (local rank %d) failed: %s; starting a replacement (%d of --max-restarts %d)",
+                        f.rank, f.local_rank, f.describe_exit(), n, c.max_restarts)
+            return spec
+
+        return replace_it
 
     def _check_pending_signal(self) -> None:
         try:

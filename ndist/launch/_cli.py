@@ -51,10 +51,11 @@ def run(argv: list[str] | None = None, *, _command: bool = False) -> int:
         return 2
     what = ("-m " if config.module else "") + config.entrypoint
     o = out.outcome
-    if o is not None and (o.state != "succeeded" or o.lost or o.gone):
-        sys.stderr.write(format_continue_summary(what, o, out.attempts, config.max_restarts, out.log_dir) + "\n")
+    if o is not None and (o.state != "succeeded" or o.lost or o.gone or o.replaced):
+        sys.stderr.write(format_continue_summary(what, o, out.attempts, config.group_restarts, out.log_dir,
+                                                 config.on_failure, config.max_restarts) + "\n")
     elif out.exit_status != 0:
-        sys.stderr.write(format_summary(what, out.result, out.attempts, config.max_restarts, out.log_dir) + "\n")
+        sys.stderr.write(format_summary(what, out.result, out.attempts, config.group_restarts, out.log_dir) + "\n")
     return out.exit_status
 
 

@@ -38,7 +38,8 @@ Exit status: 0 when every rank succeeded, else the first failing rank's
 (128 + signal when killed); 2 for bad arguments. When a rank fails, the
 summary names it with its host, exit code and traceback. With
 --on-failure continue the other ranks run on; the exit status is 0 when at
-least --min-nproc ranks finished with status 0.
+least --min-nproc ranks finished with status 0. With --on-failure replace a
+new process also takes the lost rank's place (NDIST_REPLACES, NDIST_REPLACEMENT).
 See docs/launch.md and docs/troubleshooting.md.
 """
 
@@ -68,7 +69,9 @@ class LaunchConfig:
     run_id: str = ""
     term_timeout: float = 5.0
     prefix_template: str = DEFAULT_PREFIX
-    on_failure: str = "stop"  # "stop": a failed rank ends the job; "continue": the others run on
+    #: "stop": a failed rank ends the job; "continue": the others run on; "replace": the others
+    #: run on and a new process takes the lost rank's place (``--max-restarts`` times per rank)
+    on_failure: str = "stop"
     min_nproc: int = 1  # with "continue": ranks that must finish with status 0 for exit status 0
     #: several nodes: why this node's ranks cannot start (its script is missing here), told to
     #: every node at the rendezvous, which all refuse the job with it (one node: a usage error)
@@ -76,8 +79,19 @@ class LaunchConfig:
 
     @property
     def keep_going(self) -> bool:
-        """``--on-failure continue``."""
-        return self.on_failure == "continue"
+        """``--on-failure continue`` or ``replace``: a lost rank does not stop the others."""
+        return self.on_failure in ("continue", "replace")
+
+    @property
+    def replacing(self) -> bool:
+        """``--on-failure replace``: a lost rank is replaced, ``max_restarts`` times per rank."""
+        return self.on_failure == "replace"
+
+    @property
+    def group_restarts(self) -> int:
+        """How many times the whole worker group may start again (``--max-restarts``, except
+        with ``replace``, where it counts the replacements of each rank instead)."""
+        return 0 if self.replacing else self.max_restarts
 
     @property
     def single_node(self) -> bool:
@@ -119,15 +133,17 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
       help="how long the agents of a multi-node job wait for each other to start. Default 600.")
     a("--standalone", action="store_true", help="single-node job with a private store on a free port (the default for --nnodes 1).")
     a = p.add_argument_group("failures").add_argument
-    a("--max-restarts", "--max_restarts", default="0", metavar="N",
+    a("--max-restarts", "--max_restarts", default=None, metavar="N",
       help="restart the whole local worker group up to N times when a rank fails (with --on-failure "
-           "continue: when fewer than --min-nproc ranks can still finish). Default 0.")
-    a("--on-failure", "--on_failure", default="stop", metavar="stop|continue",
-      help="when a rank fails: 'stop' every rank (default), or 'continue' with the others, "
-           "listing each lost rank in the summary.")
+           "continue: when fewer than --min-nproc ranks can still finish). Default 0. With --on-failure "
+           "replace: how many times each rank may be replaced (default 3).")
+    a("--on-failure", "--on_failure", default="stop", metavar="stop|continue|replace",
+      help="when a rank fails: 'stop' every rank (default), 'continue' with the others, listing each lost "
+           "rank in the summary, or 'replace' it: the others run on and a new process takes its place, "
+           "which the others admit with grow_group().")
     a("--min-nproc", "--min_nproc", default=None, metavar="N",
-      help="with --on-failure continue: the job succeeds (exit status 0) when at least N ranks finish with "
-           "status 0, and is stopped as soon as fewer than N can. Default 1.")
+      help="with --on-failure continue or replace: the job succeeds (exit status 0) when at least N ranks "
+           "finish with status 0, and is stopped as soon as fewer than N can. Default 1.")
     a("--term-timeout", "--term_timeout", default="5", metavar="SECONDS",
       help="grace period between SIGTERM and SIGKILL when ranks are torn down. Default 5.")
     a = p.add_argument_group("output and logs").add_argument
@@ -261,13 +277,13 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         bad = sorted(r for r in flt if r >= nproc)
         if bad:
             p.error(f"--local-ranks-filter: local ranks {bad} are not in 0..{nproc - 1} (--nproc-per-node {nproc})")
-    if ns.on_failure not in ("stop", "continue"):
-        p.error(f"--on-failure: expected 'stop' or 'continue', got {ns.on_failure!r}")
+    if ns.on_failure not in ("stop", "continue", "replace"):
+        p.error(f"--on-failure: expected 'stop', 'continue' or 'replace', got {ns.on_failure!r}")
     min_nproc = 1
     if ns.min_nproc is not None:
-        if ns.on_failure != "continue":
-            p.error(f"--min-nproc: applies to --on-failure continue only (with 'stop' the first failure ends the "
-                    f"job), got --min-nproc {ns.min_nproc} with --on-failure {ns.on_failure}")
+        if ns.on_failure == "stop":
+            p.error(f"--min-nproc: applies to --on-failure continue or replace only (with 'stop' the first failure "
+                    f"ends the job), got --min-nproc {ns.min_nproc} with --on-failure {ns.on_failure}")
         # the job's total is known here on one node; on several, once the nodes have joined (_rdzv)
         min_nproc = _int(p, "--min-nproc", ns.min_nproc, 1)
         if nnodes == 1 and min_nproc > nproc:
@@ -301,7 +317,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         node_rank=node_rank,
         master_addr=addr,
         master_port=port,
-        max_restarts=_int(p, "--max-restarts", ns.max_restarts, 0),
+        max_restarts=_int(p, "--max-restarts", ns.max_restarts if ns.max_restarts is not None
+                          else "3" if ns.on_failure == "replace" else "0", 0),
         log_dir=ns.log_dir,
         redirects=redirects if any(redirects) else (),
         tee=tee if any(tee) else (),

@@ -32,6 +32,8 @@ class JobOutcome:
     ok: int = 0  # ranks known to have finished with status 0 when the outcome was decided
     lost: list[Failure] = field(default_factory=list)  # every lost rank known, by rank
     gone: list[int] = field(default_factory=list)  # ranks of nodes whose agent vanished, counted as lost
+    #: ``--on-failure replace``: every loss a new process was started for, by rank then replacement
+    replaced: list[Failure] = field(default_factory=list)
     signal: int | None = None  # "interrupted": the signal, and the node that got it
     node: int | None = None
     note: str | None = None  # why the outcome is uncertain (the store was lost)

@@ -144,12 +144,17 @@ class _LocalRendezvous:
         self._nlost += 1
         return too_few_left(self.config.nproc_per_node, self._nlost, self.config.min_nproc)
 
+    def report_replacement(self, attempt: int, failure) -> None:
+        """``--on-failure replace``: a process runs in ``failure``'s place; on one node the
+        summary takes it from the group's result."""
+
     def settle(self, attempt: int, result, poll) -> JobOutcome:
         """``--on-failure continue``: the attempt's outcome, once the local ranks have all ended."""
         c = self.config
         state = "succeeded" if result.state != "failed" and result.ok >= c.min_nproc else "failed"
         lost = sorted(result.failures, key=lambda f: f.rank)
-        return JobOutcome(state, c.nproc_per_node, c.min_nproc, ok=result.ok, lost=lost)
+        replaced = sorted(result.replaced, key=lambda f: (f.rank, f.replacement))
+        return JobOutcome(state, c.nproc_per_node, c.min_nproc, ok=result.ok, lost=lost, replaced=replaced)
 
     def close(self) -> None:
         if self.listener is not None:
@@ -475,6 +480,21 @@ class _StoreRendezvous:
                         "job's outcome cannot be known", c.node_rank, self.addr, self.port, err)
             return False
 
+    def report_replacement(self, attempt: int, failure) -> None:
+        """``--on-failure replace``: publish that a process runs in ``failure``'s place (the
+        ``n``-th loss of its rank: ``ndistrun/k/replaced/<rank>/<n>``), for every node's summary."""
+        from ndist.runtime import DistError
+
+        if self._lost:
+            return
+        try:
+            self.store.set(self._key(attempt, "replaced", failure.rank, failure.replacement + 1),
+                           json.dumps(failure.to_json()))
+        except (DistError, OSError) as err:
+            self._lost = True
+            log.warning("node %d: the job's store on node 0 (%s:%d) is gone (%s)", self.config.node_rank, self.addr,
+                        self.port, err)
+
     def settle(self, attempt: int, result, poll) -> JobOutcome:
         """The job's outcome of ``attempt``, once this node's ranks have all ended; see the
         module docstring. ``poll()`` is called while waiting (it raises on a signal)."""
@@ -484,7 +504,7 @@ class _StoreRendezvous:
         self._stop_watcher()
         lost_here = sorted(result.failures, key=lambda f: f.rank)
         unknown = JobOutcome("failed", self._world, c.min_nproc, ok=result.ok, lost=lost_here,
-                             note="the job's store on node 0 is gone: the other nodes' ranks are unaccounted for")
+                             replaced=sorted(result.replaced, key=lambda f: (f.rank, f.replacement)), note="the job's store on node 0 is gone: the other nodes' ranks are unaccounted for")
         if self._lost:
             return unknown
         store, key = self.store, self._key
@@ -508,6 +528,12 @@ class _StoreRendezvous:
                 k = key(attempt, "lost", r)
                 if store.check([k]):
                     out.lost.append(Failure.from_json(json.loads(store.get(k))))
+            for r in range(self._world if c.replacing else 0):
+                for n in range(1, c.max_restarts + 1):
+                    k = key(attempt, "replaced", r, n)
+                    if not store.check([k]):
+                        break
+                    out.replaced.append(Failure.from_json(json.loads(store.get(k))))
             for n in range(c.nnodes):
                 if store.check([key(attempt, "gone", n)]):
                     out.gone.extend(json.loads(store.get(key(attempt, "gone", n))))

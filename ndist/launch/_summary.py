@@ -67,22 +67,42 @@ def format_summary(what: str, result: GroupResult, attempts: int, max_restarts: 
     return "\n".join(out)
 
 
-def format_continue_summary(what: str, outcome: JobOutcome, attempts: int, max_restarts: int, log_dir: str | None) -> str:
-    """The report of a ``--on-failure continue`` job that lost ranks or failed: every lost rank
-    (host, exit or signal, traceback) and whether at least ``--min-nproc`` ranks finished with 0."""
+def _replaced_lines(o: JobOutcome, replacements: int, log_dir: str | None) -> list[str]:
+    """``--on-failure replace``: one entry per loss a new process was started for."""
+    out = []
+    for f in o.replaced:
+        by = f", pid {f.replaced_by}" if f.replaced_by is not None else ""
+        out.append(f"replaced rank {f.rank} (replacement {f.replacement + 1} of --max-restarts {replacements}{by}); "
+                   "the lost process:")
+        out.extend(_root_lines(f, log_dir is not None))
+    return out
+
+
+def format_continue_summary(what: str, outcome: JobOutcome, attempts: int, max_restarts: int, log_dir: str | None,
+                            on_failure: str = "continue", replacements: int = 0) -> str:
+    """The report of a ``--on-failure continue`` (or ``replace``) job that lost ranks, replaced
+    some, or failed: every lost rank (host, exit or signal, traceback), every replaced one, and
+    whether at least ``--min-nproc`` ranks finished with 0. ``max_restarts``: the whole job's
+    restarts; ``replacements``: ``--max-restarts`` of ``replace`` (per rank)."""
     o = outcome
     n_lost = len(o.lost) + len(o.gone)
     ranks = "rank" if n_lost == 1 else "ranks"
     rule = f"{o.ok} of {o.world} ranks finished with status 0 (--min-nproc {o.min_nproc})"
     if o.state == "succeeded":
-        out = [_RULE, f"ndistrun: {what} finished without {n_lost} lost {ranks} (--on-failure continue)", "-" * 72,
-               f"{rule}: exit status 0"]
+        n_rep = len(o.replaced)
+        head = (f"finished without {n_lost} lost {ranks}" if n_lost else
+                f"finished; {n_rep} lost {'process was' if n_rep == 1 else 'processes were'} replaced")
+        out = [_RULE, f"ndistrun: {what} {head} (--on-failure {on_failure})", "-" * 72, f"{rule}: exit status 0"]
+        out.extend(_replaced_lines(o, replacements, log_dir))
         for f in o.lost:
-            out.append(f"lost rank {f.rank} (the job continued without it):")
+            again = f"; replaced {f.replacement} time(s) already, --max-restarts {replacements}" if on_failure == \
+                "replace" else ""
+            out.append(f"lost rank {f.rank} (the job continued without it{again}):")
             out.extend(_root_lines(f, log_dir is not None))
     else:
-        out = [_RULE, f"ndistrun: {what} FAILED (attempt {attempts} of {max_restarts + 1}; --on-failure continue)",
+        out = [_RULE, f"ndistrun: {what} FAILED (attempt {attempts} of {max_restarts + 1}; --on-failure {on_failure})",
                "-" * 72]
+        out.extend(_replaced_lines(o, replacements, log_dir))
         if o.note:
             out.append(f"{o.note}: this node's ranks are listed")
         else:

@@ -97,6 +97,7 @@ class WorkerSpec:
     console: bool = True  # forward to the launcher's stdout / stderr
     prefix: bytes = b""
     error_file: str | None = None
+    replacement: int = 0  # ``--on-failure replace``: the n-th process started for this rank (0: the first)
 
 
 @dataclass
@@ -115,6 +116,10 @@ class Failure:
     #: it ended before it joined its first init_process_group (``_ends``); with exit code 0
     #: a failure only because other ranks waited for it there
     before_join: bool = False
+    #: ``--on-failure replace``: this process was the rank's n-th replacement (0: the first process)
+    replacement: int = 0
+    #: ``--on-failure replace``: the pid of the process started in its place (None: not replaced)
+    replaced_by: int | None = None
 
     @property
     def exit_status(self) -> int:
@@ -136,7 +141,8 @@ class Failure:
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in ("rank", "local_rank", "pid", "host", "returncode", "timestamp",
-                                              "error_file", "record", "stopped", "before_join")}
+                                              "error_file", "record", "stopped", "before_join", "replacement",
+                                              "replaced_by")}
 
     @classmethod
     def from_json(cls, d: dict) -> "Failure":
@@ -152,6 +158,8 @@ class GroupResult:
     signal: int | None = None  # the launcher's signal for "interrupted"
     origin: str | None = None  # where that signal was received, when not here ("on node 0")
     ok: int = 0  # ranks that exited with status 0
+    #: ``--on-failure replace``: the losses a new process was started for (``replaced_by``), in order
+    replaced: list[Failure] = field(default_factory=list)
 
     @property
     def root_cause(self) -> Failure | None:
@@ -262,7 +270,9 @@ class WorkerGroup:
 
     # ------------------------------------------------------------ watch
     def monitor(self, on_loss: Callable[[Failure], bool] | None = None,
-                on_exit: Callable[[WorkerSpec, int, int], None] | None = None) -> GroupResult:
+                on_exit: Callable[[WorkerSpec, int, int], None] | None = None,
+                replace: Callable[[Failure], WorkerSpec | None] | None = None,
+                on_replaced: Callable[[Failure], None] | None = None) -> GroupResult:
         """Forward output and wait until every rank has exited; tear down on failure.
 
         Each byte read from ``wake_fd`` is a signal number the launcher got
@@ -276,6 +286,12 @@ class WorkerGroup:
 
         ``on_exit(spec, pid, returncode)``: called with every rank as it is reaped, whatever
         its status, before ``on_loss``; it must not block.
+
+        ``replace`` (``--on-failure replace``): called with each rank that fails on its own,
+        before ``on_loss``; the spec it returns is started in the rank's place (the failure goes
+        to ``replaced``, with the new pid, instead of ``failures``), and ``on_loss`` is not
+        called for it. None: the rank is lost as without ``replace``. ``on_replaced(f)``: called
+        once the new process runs (``f.replaced_by`` is its pid).
         """
         sel = selectors.DefaultSelector()
         live: dict[int, _Worker] = {}
@@ -287,12 +303,12 @@ class WorkerGroup:
                 sel.register(w.pidfd, selectors.EVENT_READ, ("exit", w))
         if self.wake_fd is not None:
             sel.register(self.wake_fd, selectors.EVENT_READ, ("wake", None))
-        polling = any(w.pidfd is None for w in self.workers)
         result = GroupResult("succeeded")
         deadline: float | None = None  # SIGKILL time while tearing down
         stopping = False
         try:
             while live:
+                polling = any(w.pidfd is None for w in live.values())  # (a replacement may add one)
                 timeout = 0.01 if polling else None
                 if deadline is not None:
                     left = max(0.0, deadline - time.monotonic())
@@ -347,6 +363,10 @@ class WorkerGroup:
                             f.stopped = True
                             result.failures.append(f)
                     log.debug("rank %d (pid %d) exited with %s", w.spec.rank, w.pid, w.returncode)
+                if lost and not stopping and replace is not None:
+                    lost = [f for f in lost if not self._replaced(f, replace, on_replaced, result, sel, live)]
+                    if not lost and result.state == "succeeded":
+                        result.state = "continued"
                 if lost and not stopping:
                     # every loss is reported, in exit order, even when an earlier one already says stop
                     if on_loss is None or any([on_loss(f) for f in lost]):
@@ -374,6 +394,26 @@ class WorkerGroup:
             sel.close()
         result.ok = sum(1 for w in self.workers if w.returncode == 0)
         return result
+
+    def _replaced(self, f: Failure, replace, on_replaced, result: GroupResult, sel, live: dict) -> bool:
+        """Start the process ``replace(f)`` gives in ``f``'s place, watched like the others;
+        whether one was started (``f`` then moves from ``failures`` to ``replaced``)."""
+        spec = replace(f)
+        if spec is None:
+            return False
+        w = self._spawn(spec)
+        self.workers.append(w)
+        live[w.pid] = w
+        for p in w.pumps:
+            sel.register(p.fd, selectors.EVENT_READ, ("pump", p))
+        if w.pidfd is not None:
+            sel.register(w.pidfd, selectors.EVENT_READ, ("exit", w))
+        f.replaced_by = w.pid
+        result.failures.remove(f)
+        result.replaced.append(f)
+        if on_replaced is not None:
+            on_replaced(f)
+        return True
 
     def _kill_adopted(self) -> None:
         # Processes that left their rank's process group (setsid, daemons) and
@@ -450,4 +490,5 @@ class WorkerGroup:
             timestamp=ts if isinstance(ts, (int, float)) else time.time(),
             error_file=w.spec.error_file,
             record=record,
+            replacement=w.spec.replacement,
         )

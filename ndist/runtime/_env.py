@@ -22,10 +22,12 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["JobEnv", "detect", "first_host", "STORE_ENV", "RESTART_ENV"]
+__all__ = ["JobEnv", "detect", "first_host", "STORE_ENV", "RESTART_ENV", "REPLACES_ENV", "REPLACEMENT_ENV"]
 
 STORE_ENV = "NDIST_STORE"  # "host:port" of a store hosted by the launcher (ndistrun)
 RESTART_ENV = "NDIST_RESTART_COUNT"
+REPLACES_ENV = "NDIST_REPLACES"  # ndistrun --on-failure replace: the rank a newcomer replaces
+REPLACEMENT_ENV = "NDIST_REPLACEMENT"  # ... and which replacement of it it is (1 first)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class JobEnv:
     master_port: int | None = None
     agent_store: str | None = None  # host:port of a launcher-hosted store
     restart_count: int = 0
+    #: a process started in a lost rank's place (``ndistrun --on-failure replace``): the rank it
+    #: replaces (None: one of the job's first processes) and its replacement number
+    replaces: int | None = None
+    replacement: int = 0
 
     @property
     def under_mpi(self) -> bool:
@@ -110,7 +116,8 @@ def detect(env: Mapping[str, str] | None = None) -> JobEnv:
     master_port = _int(env, "MASTER_PORT")
     restart = _int(env, RESTART_ENV) or 0
     agent_store = env.get(STORE_ENV) or None
-    common = dict(master_addr=master_addr, master_port=master_port, agent_store=agent_store, restart_count=restart)
+    common = dict(master_addr=master_addr, master_port=master_port, agent_store=agent_store, restart_count=restart,
+                  replaces=_int(env, REPLACES_ENV), replacement=_int(env, REPLACEMENT_ENV) or 0)
 
     if "RANK" in env or "WORLD_SIZE" in env:
         return JobEnv(

@@ -50,7 +50,7 @@ from ._world import _world, resolve_group
 from .store import PrefixStore
 
 __all__ = ["shrink_group", "get_failed_ranks", "SHRINK_DEFAULT", "SHRINK_ABORT", "check_request", "agree_exclusion",
-           "watched_lost", "note_excluded"]
+           "watched_lost", "note_excluded", "check_backends"]
 
 log = logging.getLogger("ndist.runtime.shrink")
 
@@ -104,15 +104,17 @@ def _check_flags(shrink_flags: Any) -> int:
     return shrink_flags
 
 
-def _check_backends(pg: ProcessGroup) -> None:
+def check_backends(pg: ProcessGroup, what: str = "shrink_group") -> None:
+    """``DistBackendError`` unless every backend of ``pg`` can be rebuilt from the group's
+    store alone (``what``: shrink_group, or grow_group, which rebuilds the same way)."""
     names = set(pg.backend_names.values())
     unsupported = sorted(names - _SHRINKABLE)
     if not unsupported:
         return
     # each backend says why, found at run time (mpi: what this MPI lacks for ULFM)
     why = [get_backend_spec(b).why_no_shrink() for b in unsupported]
-    raise DistBackendError(f"shrink_group: group {pg.group_name!r} uses backend(s) {unsupported}, which cannot "
-                           f"shrink: " + "; ".join(why))
+    raise DistBackendError(f"{what}: group {pg.group_name!r} uses backend(s) {unsupported}, which cannot "
+                           f"{what.split('_')[0]}: " + "; ".join(why))
 
 
 def shrink_group(ranks_to_exclude: Any = None, group: Any = None, shrink_flags: int = SHRINK_DEFAULT,
@@ -142,7 +144,7 @@ def check_request(pg: ProcessGroup, ranks_to_exclude: Any, shrink_flags: Any) ->
                          f"{pg.size()}")
     wanted = _check_exclusion(ranks_to_exclude, pg)
     flags = _check_flags(shrink_flags)
-    _check_backends(pg)
+    check_backends(pg)
     return wanted, flags
 
 

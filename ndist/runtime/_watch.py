@@ -46,6 +46,13 @@ another job, or a listener of this job that does not answer finds the peer gone.
 that times out before that point (a peer too busy to accept yet, its backlog full) is
 no verdict: it is tried again. A dial is tried again the same way: only a refusal, or a
 listener of another job or program, finds a lower rank gone.
+
+**Members added later** (a heal: ``grow_group`` admits processes that replace lost ones,
+``_grow``): a newcomer gets a job rank above every rank the job ever had, so the rule holds:
+it dials the members it joins (``members``: their ranks, not ``range(size)``; its peers'
+addresses are given, ``peers``), and each member adds it (``add_members``) and probes its
+listener until it has dialled. A newcomer's hello that comes before the member has added it
+waits (``_early``) until ``add_members``, not refused.
 """
 
 from __future__ import annotations
@@ -157,6 +164,7 @@ class MemberWatch:
     def __init__(self, store, rank: int, size: int, secret: bytes, timeout: float,
                  on_loss: Callable[[int, str, str, str], None],
                  on_notice: Callable[[int, dict], None] | None = None) -> None:
+        """``rank`` may be set later (before ``start``): a newcomer learns it when admitted."""
         self.store = store
         self.rank = rank
         self.size = size
@@ -189,6 +197,9 @@ class MemberWatch:
         #: every notice ``tell`` sent, as sent: a peer whose connection comes later gets them
         #: then (``_adopt``), so no peer misses one because the mesh was still being made
         self._notices: list[bytes] = []
+        #: hellos of higher ranks not (yet) among ``peers``: a newcomer that dialled before this
+        #: process added it (``add_members``); adopted then, closed with the watch otherwise
+        self._early: dict[int, socket.socket] = {}
         self._thread: threading.Thread | None = None
         bind, advertised = _net.listen_address()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -206,20 +217,49 @@ class MemberWatch:
         """Write this process's watch address to the store (before the join)."""
         self.store.set(f"addr/{self.rank}", json.dumps(self.info))
 
-    def start(self) -> None:
+    def start(self, peers: dict[int, dict] | None = None) -> None:
         """After the join (every rank has published): read every member's address (one
         store round trip, here: the store may go with a lost member, the watch must
         not need it), then watch (the watch thread), dial the lower ranks (the dial
-        threads) and probe the higher ones until they have dialled (the probe threads)."""
-        self._load_peers()
+        threads) and probe the higher ones until they have dialled (the probe threads).
+        ``peers`` (a newcomer): the members it joins, rank -> address, instead of the store's."""
+        if peers is None:
+            self._load_peers()
+        else:
+            self.peers.update({r: info for r, info in peers.items() if r != self.rank})
+            self.size = max([self.size, self.rank + 1, *(r + 1 for r in self.peers)])
         self._thread = threading.Thread(target=self._run, name=f"ndist-watch-{self.rank}", daemon=True)
         self._thread.start()
-        lower = list(range(self.rank))
+        lower = sorted(r for r in self.peers if r < self.rank)
         for i in range(min(_PARALLEL, len(lower))):
             threading.Thread(target=self._dialler, args=(lower,), name=f"ndist-watch-dial-{self.rank}.{i}",
                              daemon=True).start()
-        for i in range(min(_PARALLEL, self.size - 1 - self.rank)):
+        self._start_probers(sum(1 for r in self.peers if r > self.rank))
+
+    def _start_probers(self, higher: int) -> None:
+        for i in range(min(_PARALLEL, higher)):
             threading.Thread(target=self._prober, name=f"ndist-watch-probe-{self.rank}.{i}", daemon=True).start()
+
+    def add_members(self, peers: dict[int, dict]) -> None:
+        """Watch the processes ``peers`` (rank -> published address; ranks above every
+        rank watched so far) from now on: newcomers a heal admitted (``_grow``). Each dials
+        this process; until it has, its listener is probed, so one that is gone is told
+        like any other loss. Any thread, after ``start``."""
+        early = []
+        with self._lock:
+            if self._closing:
+                return
+            for r, info in peers.items():
+                if r == self.rank or r in self.peers:
+                    continue
+                self.peers[r] = info
+                self.size = max(self.size, r + 1)
+                sock = self._early.pop(r, None)
+                if sock is not None:
+                    early.append((r, sock))
+        for r, sock in early:
+            self._adopt(r, sock)
+        self._start_probers(len(peers))
 
     def host_of(self, rank: int) -> str:
         info = self.peers.get(rank)
@@ -314,7 +354,14 @@ class MemberWatch:
                 pass
             sock.close()
             return
-        if magic != _MAGIC or token != self.token or not self.rank < peer < self.size:
+        if magic == _MAGIC and token == self.token and peer > self.rank and peer not in self.peers:
+            with self._lock:  # a newcomer this process has not added yet (``add_members``)
+                if peer not in self.peers and not self._closing:
+                    old, self._early[peer] = self._early.get(peer), sock
+                    if old is not None:
+                        old.close()
+                    return
+        if magic != _MAGIC or token != self.token or not (self.rank < peer and peer in self.peers):
             log.debug("rank %d: a watch hello was not for this job round (rank %d)", self.rank, peer)
             sock.close()
             return
@@ -356,8 +403,8 @@ class MemberWatch:
             while not self._closing:
                 now = time.monotonic()
                 with self._lock:
-                    missing = [r for r in range(self.rank + 1, self.size)
-                               if r not in self._socks and r not in self.lost]
+                    missing = [r for r in sorted(self.peers)
+                               if r > self.rank and r not in self._socks and r not in self.lost]
                     if not missing:
                         return
                     free = [r for r in missing if r not in self._probing]
@@ -574,7 +621,14 @@ class MemberWatch:
             self._told.notify_all()  # (``await_loss`` gives up)
             # a peer whose connection was made hears the goodbye on it (or has gone: it is
             # told its own way); only one never connected needs the store
-            unconnected = any(r != self.rank and r not in self._met and r not in self.lost for r in range(self.size))
+            unconnected = any(r != self.rank and r not in self._met and r not in self.lost for r in self.peers)
+            early = list(self._early.values())
+            self._early.clear()
+        for s in early:
+            try:
+                s.close()
+            except OSError:
+                pass
         for s in socks:
             try:
                 s.setblocking(True)

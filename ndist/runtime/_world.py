@@ -7,6 +7,7 @@ large file.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -18,6 +19,7 @@ from ._device import announce_local_rank, parse_device_id
 from ._ended import JOIN_NAMESPACE, job_namespace
 from ._errors import EXITED, LEFT
 from ._group import ProcessGroup, parse_backend, require_available
+from ._heal import await_admission, await_ready, heal_store, listeners_alive, newcomer_rank, ready, register
 from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
 from .store import HashStore, PrefixStore, Store
@@ -39,6 +41,7 @@ __all__ = [
     "get_group_rank",
     "get_global_rank",
     "get_process_group_ranks",
+    "joined_running_job",
     "resolve_group",
     "group",
     "GroupMember",
@@ -79,6 +82,14 @@ class _World:
         #: that waits is done under it (``lock`` is held across group shutdowns, which may wait
         #: on peers, and the watch must not wait for those)
         self.numbering_lock = threading.Lock()
+        # ------------------------------------------------ a heal (``_heal``, ``_grow``)
+        #: the heal's namespace of the job's store (None: this init cannot heal: not the
+        #: launcher attempt's first init_process_group, or a one-rank job)
+        self.heal: Store | None = None
+        self.base_size = 0  # the job's world size at its first init_process_group (newcomers' ranks above it)
+        self.grows = 0  # grow decisions of the job so far (``grow/<g>``), the same on every member
+        self.admitted = 0  # newcomers of the heal's queue that a grow admitted so far
+        self.joined = False  # this process joined a running job (``joined_running_job``)
 
     def member_lost(self, job_rank: int, host: str, cause: str, detail: str) -> None:
         """The watch lost the process that was rank ``job_rank`` at init (its thread):
@@ -317,6 +328,8 @@ def init_process_group(
         )
         backends = _default_backends(use_mpi) if backend is None else parse_backend(backend)
         require_available(backends, "init_process_group")  # DistBackendError: what to install
+        joining = (env.replaces is not None and store is None and init_method in (None, "env://")
+                   and env.agent_store is not None and rank in (-1, env.rank) and world_size in (-1, env.world_size))
 
         singleton = (
             store is None
@@ -336,6 +349,9 @@ def init_process_group(
             rdzv = Rendezvous(HashStore(), 0, 1, owned=[], via="mpi singleton")
         else:
             rdzv = rendezvous(init_method or "env://", rank, world_size, timeout, env)
+        if joining:
+            _join_running_job(rdzv, env, timeout, backends, pg_options, bound)
+            return
         watch = None
         try:
             job_store = PrefixStore(job_namespace(env.restart_count, _world.init_count), rdzv.store)
@@ -357,6 +373,9 @@ def init_process_group(
         _world.job_ranks, _world.lost, _world.numbering = tuple(range(rdzv.world_size)), {}, ""
         _world.shrinking = {}
         _world.watch = watch
+        first = _world.init_count == 1  # (the launcher attempt's first init: newcomers join its namespace)
+        _world.heal = heal_store(job_store) if first and watch is not None and env.agent_store is not None else None
+        _world.base_size, _world.grows, _world.admitted, _world.joined = rdzv.world_size, 0, 0, False
         name = group_name or "0"
         pg = ProcessGroup(
             tuple(range(rdzv.world_size)), rdzv.rank, name, PrefixStore(name, job_store), backends, timeout, pg_options
@@ -369,6 +388,73 @@ def init_process_group(
         if watch is not None:
             watch.start()
         log.info("rank %d of %d initialised (%s rendezvous, backend %r)", rdzv.rank, rdzv.world_size, rdzv.via, pg.backend_name())
+
+
+def _join_running_job(rdzv: Rendezvous, env: _env.JobEnv, timeout: timedelta, backends: dict[str, str],
+                      pg_options: Any, bound: Any) -> None:
+    """``init_process_group`` in a process started in a lost rank's place (``NDIST_REPLACES``):
+    queue in the heal (``_heal``), wait until a ``grow_group`` of the survivors admits it,
+    then take its place in the grown default group (its rank and numbering, as the decision
+    says), watch every member, and wait until every member is ready. A member lost while
+    it waits leaves the group revoked (the survivors' ``grow_group`` raises; every member
+    then shrinks): this returns all the same, and the group's first operation raises."""
+    from ._watch import MemberWatch  # noqa: PLC0415 - import cost, not a cycle (as in init_process_group)
+
+    first = PrefixStore(job_namespace(env.restart_count, 0), rdzv.store)
+    heal = heal_store(first)
+    seconds = timeout.total_seconds()
+    watch = MemberWatch(PrefixStore("watch", first), -1, rdzv.world_size, _net.job_secret(), seconds,
+                        _world.member_lost, _world.peer_notice)
+    try:
+        token = register(heal, env.replaces, env.replacement, watch.info)
+        log.info("rank slot %d (replacement %d): waiting to be admitted by the survivors' grow_group",
+                 env.replaces, env.replacement)
+        g, decision = await_admission(heal, token, timeout,
+                                      lambda: listeners_alive(watch.store, rdzv.world_size, heal))
+        place = decision["queue_from"] + decision["joiners"].index(token)
+        world = int(decision["world"])
+        me_job, members = newcomer_rank(world, place), [int(r) for r in decision["members"]]
+        watch.rank = me_job
+        this_grow = {newcomer_rank(world, decision["queue_from"] + i): info for i, info in enumerate(decision["infos"])}
+        earlier = [r for r in members if r != me_job and r not in this_grow]
+        peers = dict(zip(earlier, (json.loads(v) for v in watch.store.multi_get([f"addr/{r}" for r in earlier]))))
+        peers.update(this_grow)
+        watch.store.set(f"addr/{me_job}", json.dumps(watch.info))  # (for the newcomers of later grows)
+    except BaseException:
+        watch.close(LEFT, "init_process_group failed")
+        rdzv.close()
+        raise
+    me, name = members.index(me_job), str(decision["name"])
+    _world.init_count += 1
+    _world.rdzv, _world.job_store = rdzv, first
+    with _world.numbering_lock:
+        _world.job_ranks, _world.lost, _world.numbering = tuple(members), {}, str(decision["numbering"])
+        _world.shrinking = {}
+    _world.watch = watch
+    _world.heal, _world.base_size, _world.grows = heal, world, g + 1
+    _world.admitted = int(decision["queue_from"]) + len(decision["joiners"])
+    _world.joined = True
+    pg = ProcessGroup(tuple(range(len(members))), me, name, PrefixStore(name, first), backends, timeout, pg_options)
+    pg.device_id = bound
+    pg.numbering = _world.numbering
+    pg.group_desc = f"{name}:joined"
+    announce_local_rank(env.local_rank)
+    _world.default, _world.groups = pg, {name: pg}
+    _world.group_count = int(decision["group_count"])
+    watch.start(peers)
+    ready(heal, g, me)
+    gone = await_ready(heal, g, len(members), lambda: dict(_world.lost), seconds,
+                       f"init_process_group on the newcomer rank {me} (replacing rank {env.replaces})")
+    log.info("rank slot %d (replacement %d) joined the running job as rank %d of %d%s", env.replaces,
+             env.replacement, me, len(members), f"; members lost meanwhile: {sorted(gone)}" if gone else "")
+
+
+def joined_running_job() -> bool:
+    """True in a process whose ``init_process_group`` joined a running job: it was started in
+    a lost rank's place (``ndistrun --on-failure replace``) and admitted by the survivors'
+    ``grow_group``; it must receive the job's state (weights, step) from them. False in the
+    job's first processes and before ``init_process_group``."""
+    return _world.joined and _world.default is not None
 
 
 def destroy_process_group(group: Any = None) -> None:
@@ -386,6 +472,7 @@ def destroy_process_group(group: Any = None) -> None:
         pg._shutdown()
         rdzv, watch = _world.rdzv, _world.watch
         _world.default, _world.groups, _world.rdzv, _world.job_store, _world.watch = None, {}, None, None, None
+        _world.heal, _world.joined = None, False
     if watch is not None:  # (outside the lock: its thread may be telling a loss)
         watch.close(LEFT, "it called destroy_process_group")
     if rdzv is not None:

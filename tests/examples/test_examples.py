@@ -135,3 +135,19 @@ def test_elastic_training_replay_tells_the_schedules_apart():
     for other in ([4] * 40, [3] * 40, [4] * 5 + [3] * 34, [4] * 6 + [3] * 34):
         got, _ = elastic.replay(x, y, other)
         assert max(float(abs(got[k] - redone[k]).max()) for k in elastic.NAMES) > 1e-6, other
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_elastic_training_heals_4_3_4_and_every_rank_matches_the_replay(engine):
+    # rank 2 dies at step 5; the survivors shrink to 3, ndistrun starts its replacement, the
+    # survivors' grow_group admits it as rank 3, rank 0 sends it the weights and the step
+    out = ndistrun(4, "elastic_training.py", "--kill-rank", "2", "--kill-step", "5", "--heal",
+                   launch=("--on-failure", "replace"), env={"NDIST_ENGINE": engine}, stderr=True)
+    for r in range(4):  # (the replacement prints as [rank2], its slot)
+        assert f"[rank{r}]:world sizes: 4 -> 3 -> 4" in out, out
+        assert f"[rank{r}]:OK: every rank finished with the weights of the single-process replay" in out, out
+    assert re.search(r"\[rank2\]:joined the running job as rank 3 of 4 at step \d+ \(replacing rank 2\)", out), out
+    for r in (0, 1, 3):
+        assert re.search(rf"\[rank{r}\]:step \d+: admitted ranks \[3\]; the world has 4 ranks", out), out
+    assert "finished; 1 lost process was replaced (--on-failure replace)" in out, out

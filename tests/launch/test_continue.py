@@ -127,12 +127,12 @@ def test_stop_keeps_todays_behaviour(launcher):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--on-failure", "keep-going"), "--on-failure: expected 'stop' or 'continue', got 'keep-going'"),
+    (("--on-failure", "keep-going"), "--on-failure: expected 'stop', 'continue' or 'replace', got 'keep-going'"),
     (("--on-failure", "continue", "--min-nproc", "0"), "--min-nproc: expected an integer >= 1, got 0"),
     (("--on-failure", "continue", "--min-nproc", "x"), "--min-nproc: expected an integer, got 'x'"),
     (("--on-failure", "continue", "--min-nproc", "5"),
      "--min-nproc: expected an integer in 1..4 (the job's ranks: --nproc-per-node 4), got 5"),
-    (("--min-nproc", "2"), "--min-nproc: applies to --on-failure continue only"),
+    (("--min-nproc", "2"), "--min-nproc: applies to --on-failure continue or replace only"),
 ])
 def test_bad_options_are_refused_before_anything_starts(launcher, args, message):
     launcher.script("open('ran', 'w').close()\n")

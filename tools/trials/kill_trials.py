@@ -53,6 +53,15 @@ naming only victims (by global rank: a subgroup's failed members, or for a subgr
 by another survivor's shrink, ``failed_ranks`` [], the lost rank it names), a failed shrink, a final group other than the survivors, the launcher
 not exiting 0 or not listing every victim, files or processes left. Recovery time: the first
 kill -> the last survivor's first successful collective on the group without the victims.
+
+Heal trials (``--heal-trials``, last; issue 44): ``ndistrun --nproc-per-node 4 --on-failure
+replace examples/elastic_training.py --heal``, a victim and a kill step drawn from the seed,
+over ``--continue-transports`` x the engines. The survivors shrink, the launcher starts the
+replacement, the survivors admit it with ``grow_group`` and rank 0 sends it the state. Failed:
+hang, the launcher not exiting 0 or not listing the replacement, a rank whose world sizes are
+not 4 -> 3 -> 4 or whose weights differ from the single-process replay (the example's own
+check), files of the job left in ``/dev/shm`` (the secret read from a rank's environment while
+it runs), processes left.
 """
 
 from __future__ import annotations
@@ -657,6 +666,82 @@ def run_continue_trial(n: int, seed: int, transport: str, engine: str, a) -> dic
     return res
 
 
+def _secret_of(token: str) -> str | None:
+    """The job secret in the environment of a live process of the trial (a rank)."""
+    for pid in _token_pids(token):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for item in f.read().split(b"\0"):
+                    if item.startswith(b"NDIST_SECRET="):
+                        return item.split(b"=", 1)[1].decode()
+        except OSError:
+            pass
+    return None
+
+
+def run_heal_trial(n: int, seed: int, transport: str, engine: str, a) -> dict:
+    """A ``--on-failure replace`` trial of examples/elastic_training.py ``--heal``."""
+    rng = np.random.default_rng([seed, 44])
+    victim, step = int(rng.integers(4)), int(rng.integers(40))
+    res = dict(trial=n, seed=seed, transport=transport, engine=engine, mode="heal", victim=victim, step=step,
+               fails=[], wall=0.0)
+    token = uuid.uuid4().hex
+    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine, **{TOKEN_ENV: token})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "ndist.launch", "--nproc-per-node", "4", "--on-failure", "replace",
+           str(ROOT / "examples" / "elastic_training.py"), "--kill-rank", str(victim), "--kill-step", str(step),
+           "--heal"]
+    t0 = time.monotonic()
+    secret = None
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            while secret is None and proc.poll() is None and time.monotonic() - t0 < a.hard_timeout:
+                secret = _secret_of(token)
+                time.sleep(0.01)
+            proc.wait(timeout=max(1.0, a.hard_timeout - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            res["fails"].append("hang")
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        res["wall"] = time.monotonic() - t0
+        time.sleep(0.2)
+        left = _token_pids(token)
+        if left:
+            res["fails"].append(f"procs: {len(left)} left")
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        log.seek(0)
+        text = log.read()
+    res["rc"] = proc.returncode
+    if secret is None:
+        res["fails"].append("no secret read")
+    else:
+        leaked = _job_files(secret)
+        if leaked:
+            res["fails"].append(f"files: {len(leaked)} left")
+            for f in leaked:
+                os.unlink(f)
+    if "hang" not in res["fails"]:
+        if proc.returncode != 0:
+            res["fails"].append(f"launcher exited {proc.returncode}")
+        if f"replaced rank {victim} (replacement 1 of --max-restarts 3" not in text:
+            res["fails"].append("launcher summary does not list the replacement")
+        for r in range(4):
+            if f"[rank{r}]:world sizes: 4 -> 3 -> 4" not in text:
+                res["fails"].append(f"rank {r}: world sizes not 4 -> 3 -> 4")
+            if f"[rank{r}]:OK: every rank finished with the weights of the single-process replay" not in text:
+                res["fails"].append(f"rank {r}: no OK")
+    if res["fails"] and a.keep_logs:
+        keep = Path(a.keep_logs) / f"trial{n}-seed{seed}"
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / "log").write_text(text)
+    return res
+
+
 def _summary_continue(results: list[dict]) -> str:
     rows = {}
     for r in results:
@@ -718,6 +803,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-shrink-delay", type=float, default=0.05,
                     help="continue trials: a second victim dies this much (at most) after it calls shrink_group")
     ap.add_argument("--phase2-ops", type=int, default=20, help="continue trials: ops on the shrunk group")
+    ap.add_argument("--heal-trials", type=int, default=0,
+                    help="--on-failure replace trials (examples/elastic_training.py --heal), after the others")
     ap.add_argument("--keep-logs", default=None, metavar="DIR", help="copy failed trials' files here")
     ap.add_argument("--json", default=None, metavar="FILE", help="write every trial's result here")
     ap.add_argument("--only", default=None, metavar="N[,N...]",
@@ -760,12 +847,27 @@ def main(argv=None) -> int:
               f"{r['moment']:11s} rc {r.get('rc')} wall {r['wall']:5.1f}s recovery {rec} "
               f"{'OK' if not r['fails'] else 'FAIL: ' + '; '.join(r['fails'])}", flush=True)
     results += cont
+    heal = []
+    for m in range(a.heal_trials):
+        n = a.trials + a.stop_trials + a.continue_trials + m
+        if only is not None and n not in only:
+            continue
+        seed = a.seed + n
+        transport, engine = ccombos[m % len(ccombos)]
+        r = run_heal_trial(n, seed, transport, engine, a)
+        heal.append(r)
+        print(f"trial {n:3d} seed {seed} {transport:4s} {engine:6s} heal victim {r['victim']} step {r['step']:2d} "
+              f"rc {r.get('rc')} wall {r['wall']:5.1f}s {'OK' if not r['fails'] else 'FAIL: ' + '; '.join(r['fails'])}",
+              flush=True)
+    results += heal
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
     if a.trials + a.stop_trials:
-        print(_summary([r for r in results if r["mode"] != "continue"], a))
+        print(_summary([r for r in results if r["mode"] not in ("continue", "heal")], a))
     if cont:
         print(_summary_continue(cont))
+    if heal:
+        print(f"heal trials: {sum(not r['fails'] for r in heal)} of {len(heal)} passed")
     print(f"total time {time.monotonic() - t_start:.0f} s")
     return 1 if any(r["fails"] for r in results) else 0
 
