@@ -8,11 +8,13 @@ setters, ``_coalescing_manager``'s ``start_coalescing`` / ``end_coalescing``, th
 ``*_coalesced`` methods, ``_get_backend`` (2.14's ``batch_isend_irecv`` asks for it), the
 names its functional collectives resolve, and the private steps of ``shrink_group``
 (``_shrink.install``). These change between torch releases, so the range is the releases
-CI runs the whole torch step on (``pytest -m torch`` and torch's own suite,
-``tests/torch_suite``): 2.13 and 2.14. ``check`` turns any other version, older or newer,
-into an ``ImportError`` that names the installed and the supported versions, instead of a
-failure in the middle of a program (docs/torch.md, "Supported torch releases").
+``.ci/run`` runs (torch's own suite, ``tests/torch_suite``, and ``pytest -m torch``: on the
+newest all of it, on the other the tests marked ``every_torch_release``): 2.13 and 2.14.
+``check`` turns any other version, older or newer, into an ``ImportError`` that names the
+installed and the supported versions, instead of a failure in the middle of a program
+(docs/torch.md, "Supported torch releases").
 """
+
 from __future__ import annotations
 
 import re
