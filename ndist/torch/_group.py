@@ -1,5 +1,11 @@
 """``ProcessGroupNdist``: a torch ``ProcessGroup`` implemented in Python over an
-ndist process group.
+ndist process group, torch's group itself on every supported release (2.13, 2.14).
+
+Not torch 2.14's Python ``c10d::Backend`` (the ``PyBackend`` trampoline): 2.13's
+``Backend`` has no constructor Python can call, and on 2.14.1 every Work such a backend
+returns reaches the caller inside torch's ``PyWorkHolder``, which passes on only ``wait``
+and ``get_future`` (``is_completed()`` stays False, ``_source_rank()`` raises: torch's
+own suite failed 7 tests that way). docs/torch.md, "Supported torch releases".
 
 torch calls one method per op with its own argument shapes (lists of tensors,
 ``*Options`` structs with group ranks); each method maps that onto ndist's
@@ -520,6 +526,13 @@ class ProcessGroupNdist(tdist.ProcessGroup):
             outs = None
         a = self._async(opts)
         return self._run("gather", output_tensors, a, nd.gather, inp, outs, None, self._nd_group, a, root)
+
+    def gather_single(self, output, input, opts=None):  # noqa: A002 - torch's names
+        """torch 2.14's ``dist.gather_single`` (and ``gather_into_tensor``): not offered, as by
+        Gloo; said as Gloo says it (without this method torch says ``No backend type
+        associated with device type cpu``). ``dist.gather`` into a list does it."""
+        raise RuntimeError(f"Backend {BACKEND_NAME} does not support gather_single (use dist.gather with a "
+                           f"gather_list)")
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         out = _one(output_tensors, "output_tensors")

@@ -1,6 +1,6 @@
 """``torch.distributed.shrink_group`` on backend ``"ndist"``.
 
-torch 2.13's ``shrink_group(ranks_to_exclude, group, shrink_flags, pg_options)``
+torch's ``shrink_group(ranks_to_exclude, group, shrink_flags, pg_options)`` (2.13 and 2.14)
 checks its arguments, asks the group for its cpu backend (``_get_backend``), checks
 ``supports_shrinking``, calls ``shrink(sorted(excluded), flags, pg_options)`` on it and
 then builds the new torch group around what that returns; it destroys the old group
@@ -17,12 +17,12 @@ Here the torch group is the backend (``ProcessGroupNdist`` is a Python
   store namespace of its own; a member it keeps that was already lost (it died
   during the agreement) makes it revoked at birth, and it is shrunk the same way;
 * ``install`` teaches torch's last step to keep a Python group as the new group
-  itself: torch 2.13 registers what ``shrink`` returned as the backend of a new C++
-  ``ProcessGroup``, which takes only a C++ ``Backend`` (a Python class cannot be
-  one). ``_finalize_shrunk_group`` is wrapped: a ``ProcessGroup`` returned by
-  ``shrink`` is named, registered and used as the new group, as
-  ``init_process_group`` uses a Python group; anything else goes to torch's own
-  function unchanged.
+  itself: torch 2.13 and 2.14 clone the old group's store and register what ``shrink``
+  returned as the backend of a new C++ ``ProcessGroup``, which takes only a C++
+  ``Backend`` (``ProcessGroupNdist`` is a ``ProcessGroup``: ``_group``'s module doc).
+  ``_finalize_shrunk_group`` is wrapped: a ``ProcessGroup`` returned by ``shrink`` is
+  named, registered and used as the new group, as ``init_process_group`` uses a Python
+  group; anything else goes to torch's own function unchanged.
 
 Errors cross to torch as its own (``as_torch_error``): a lost member is
 ``torch.distributed.DistNetworkError`` whose ``__cause__`` is ndist's
@@ -139,7 +139,7 @@ def _lost(nd: NdistGroup, kept_global: tuple) -> dict:
 def _finalize_shrunk_group(original: Any, group_info: dict, excluded_ranks_set: set, new_backend: Any) -> Any:
     """torch's last step of ``shrink_group``, for a Python group returned by ``shrink``.
 
-    The same steps as torch 2.13's ``_finalize_shrunk_group`` (destroy the other groups
+    The same steps as torch 2.13's and 2.14's ``_finalize_shrunk_group`` (destroy the other groups
     when the default one shrinks, destroy the old group, make and register the new one)
     except two: the new group is ``new_backend`` itself (see the module doc), and its
     ranks are the old group's global ranks less the *group* ranks excluded (torch's

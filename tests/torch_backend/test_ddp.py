@@ -54,6 +54,7 @@ def _params(tmp_path, backend, n):
     return run_torch(_train, n, backend, tmp_path, args=(5,))
 
 
+@pytest.mark.every_torch_release
 def test_ddp_two_ranks_bitwise_equal_to_gloo(tmp_path):
     ours = _params(tmp_path, "ndist", 2)
     gloo = _params(tmp_path, "gloo", 2)

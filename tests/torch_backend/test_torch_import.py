@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.every_torch_release]
 
 
 def _run(code: str) -> str:
@@ -45,19 +45,30 @@ def test_the_installed_torch_is_supported():
 
     from ndist.torch import _version
 
-    _version.check(torch.__version__)  # the torch this suite runs on (2.13.0 in CI)
-    assert _version.MINIMUM <= _version.parse(torch.__version__) < _version.BELOW
+    _version.check(torch.__version__)  # the torch this suite runs on (2.13.0 and 2.14.1 in CI)
+    assert _version.parse(torch.__version__) in _version.RELEASES
 
 
-@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "2.13.1", "2.13.0a0+git1f2e3d", "2.13.2+cu130"])
+def test_the_supported_releases_are_2_13_and_2_14():
+    from ndist.torch import _version
+
+    assert _version.RELEASES == ((2, 13), (2, 14))
+    assert _version.SUPPORTED == ">=2.13,<2.15"
+
+
+@pytest.mark.parametrize("version", ["2.13.0", "2.13.0+cpu", "2.13.1", "2.13.0a0+git1f2e3d", "2.13.2+cu130",
+                                     "2.14.0", "2.14.1", "2.14.1+cu130", "2.14.1+cpu", "2.14.0.dev20260101",
+                                     "2.14.0a0+gitabc123"])
 def test_supported_versions_pass(version):
     from ndist.torch import _version
 
     _version.check(version)
 
 
-@pytest.mark.parametrize("version", ["2.12.1", "2.12.0+cpu", "2.6.0", "1.13.1", "2.14.0", "2.14.1+cu130",
-                                     "2.14.0.dev20260101", "2.15.0", "3.0.0", "", "nightly"])
+# the policy (docs/torch.md, "Supported torch releases"): a release CI has not run is refused
+# at import, the next one (2.15, its pre-releases included) as much as an older one
+@pytest.mark.parametrize("version", ["2.12.1", "2.12.0+cpu", "2.6.0", "1.13.1", "2.15.0", "2.15.0a0+git1234",
+                                     "2.15.0.dev20261201", "2.16.0", "3.0.0", "", "nightly"])
 def test_other_versions_fail_naming_installed_and_supported(version):
     from ndist.torch import _version
 
@@ -65,15 +76,16 @@ def test_other_versions_fail_naming_installed_and_supported(version):
         _version.check(version)
     msg = str(info.value)
     assert f"torch {version} is installed" in msg
-    assert "supports torch >=2.13,<2.14 (torch 2.13)" in msg
+    assert "supports torch >=2.13,<2.15 (torch 2.13 and 2.14)" in msg
 
 
-def test_import_fails_clearly_under_an_unsupported_torch():
-    out = subprocess.run([sys.executable, "-c", "import torch; torch.__version__ = '2.12.1'; import ndist.torch"],
+@pytest.mark.parametrize("version", ["2.12.1", "2.15.0"])
+def test_import_fails_clearly_under_an_unsupported_torch(version):
+    out = subprocess.run([sys.executable, "-c", f"import torch; torch.__version__ = {version!r}; import ndist.torch"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert out.stderr.strip().splitlines()[-1] == (
-        "ImportError: ndist.torch supports torch >=2.13,<2.14 (torch 2.13); torch 2.12.1 is installed. "
+        f"ImportError: ndist.torch supports torch >=2.13,<2.15 (torch 2.13 and 2.14); torch {version} is installed. "
         "Install a supported torch (pip install 'ndist[torch]'), or use ndist without ndist.torch.")
 
 

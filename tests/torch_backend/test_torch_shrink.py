@@ -90,6 +90,7 @@ def test_recipe_under_torchrun(tmp_path):
     assert re.search(r"local_rank\s*:\s*1\b", err) and "SIGKILL" in err, err[-3000:]
 
 
+@pytest.mark.every_torch_release
 def test_shrink_group_semantics_on_backend_ndist():
     """4 ranks (the test hosts the store), global rank 3 SIGKILLed: the blocking op raises
     torch's DistNetworkError naming it, then (revoked) with ndist's DistRankFailureError and

@@ -3,9 +3,10 @@
 any collective (a clean exit, or SIGKILL right after init) fails a survivor's first collective
 within 1 s, naming it with how it went, instead of the group timeout. Run under torchrun
 (its agent hosts the store). When rank 0 is SIGKILLed, a long ``--monitor-interval`` lets the
-survivor finish before torchrun's agent looks (it tears the job down when a worker fails); a
-clean exit is no failure to the agent, so that job checks every second and ends as soon as the
-survivor does."""
+survivor finish before torchrun's agent looks (it tears the job down when a worker fails); the
+test reads the survivor's lines as they come and ends the job once it has them, instead of
+waiting out the interval. A clean exit is no failure to the agent, so that job checks every
+second and ends as soon as the survivor does."""
 
 import os
 import re
@@ -13,6 +14,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -59,6 +62,23 @@ except Exception as err:
 """
 
 
+def _workers(agent: int) -> list[int]:
+    """The agent's live child processes (its workers: torchrun starts each in a session of its
+    own); the SIGKILLed rank is a zombie until the agent's next look, and does not count."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+        except OSError:  # (gone meanwhile)
+            continue
+        if int(ppid) == agent and state != "Z":
+            found.append(int(entry))
+    return found
+
+
 @pytest.mark.parametrize("how,cause", [("exit", "exited"), ("kill", "died")])
 def test_a_member_gone_before_the_first_collective_is_named_at_once_under_torchrun(tmp_path, how, cause):
     script = tmp_path / "job.py"
@@ -69,14 +89,33 @@ def test_a_member_gone_before_the_first_collective_is_named_at_once_under_torchr
         os.path.abspath(__file__))))), env.get("PYTHONPATH")]))
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                              "--monitor-interval", "20" if how == "kill" else "1", str(script), how], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    seen = threading.Event()  # the survivor's last line ("again took ...")
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("again took"):
+                seen.set()
+        seen.set()  # (the job ended without it: the asserts below say what came)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        out, err = proc.communicate(timeout=150)
+        seen.wait(150)
+        if how == "exit":
+            proc.wait(timeout=30)  # the agent sees a clean exit within its 1 s interval
+        else:  # the agent would look only after its 20 s interval: end it once the survivor left
+            deadline = time.monotonic() + 30
+            while _workers(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    text = out + err
+        proc.wait()
+        reader.join(10)
+    text = "".join(lines)
     took = re.search(r"took (\S+) type=(\S+) cause=(\S+) failed=(\S+) causes=(\S+)", text)
     assert took is not None, text[-4000:]
     seconds, kind, why, failed, causes = took.groups()
