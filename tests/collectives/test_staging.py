@@ -32,10 +32,10 @@ pytestmark = pytest.mark.timeout(120)
 _ids = itertools.count()
 
 
-def run_staged(n, fn, timeout=30.0):
-    """``fn(staging_backend)`` on ``n`` ranks (threads); returns the results by rank."""
+def _run_threads(n, name, make, fn, timeout):
+    """``fn(backend)`` on ``n`` ranks (threads), each with the staging backend ``make(ctx)``
+    builds over the real socket backend; returns the results by rank."""
     store = HashStore()
-    name = f"staging{next(_ids)}"
     backends: list = [None] * n
     results: list = [None] * n
     errors: list = [None] * n
@@ -44,7 +44,7 @@ def run_staged(n, fn, timeout=30.0):
         try:
             ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
                                  global_ranks=tuple(range(n)), device="cpu")
-            backends[r] = Driver(HostStagingBackend(get_backend_spec("socket").create(ctx), HostArrays()))
+            backends[r] = make(ctx)
             results[r] = fn(backends[r])
         except BaseException:  # noqa: BLE001 - reported below with the rank
             errors[r] = traceback.format_exc()
@@ -63,6 +63,13 @@ def run_staged(n, fn, timeout=30.0):
         for b in backends:
             if b is not None:
                 b.close()
+
+
+def run_staged(n, fn, timeout=30.0):
+    """``fn(staging_backend)`` on ``n`` ranks (threads); returns the results by rank."""
+    return _run_threads(n, f"staging{next(_ids)}",
+                        lambda ctx: Driver(HostStagingBackend(get_backend_spec("socket").create(ctx), HostArrays())),
+                        fn, timeout)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
@@ -292,36 +299,13 @@ def test_staging_a_staging_backend_again_is_refused_or_returns_it():
 # slots (``_staging_plan``); here with 256-byte chunks so that a small buffer has many.
 
 def run_pipelined(n, fn, chunk_bytes=256, depth=2, timeout=30.0):
-    store = HashStore()
-    name = f"staging-pipe{next(_ids)}"
-    backends: list = [None] * n
-    results: list = [None] * n
-    errors: list = [None] * n
+    """``fn(driver, staging_backend)`` on ``n`` ranks, the staging backend pipelining in
+    ``chunk_bytes`` chunks through ``depth`` slots."""
+    def make(ctx):
+        return HostStagingBackend(get_backend_spec("socket").create(ctx), HostArrays(),
+                                  chunk_bytes=chunk_bytes, depth=depth)
 
-    def target(r):
-        try:
-            ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
-                                 global_ranks=tuple(range(n)), device="cpu")
-            backends[r] = HostStagingBackend(get_backend_spec("socket").create(ctx), HostArrays(),
-                                             chunk_bytes=chunk_bytes, depth=depth)
-            results[r] = fn(Driver(backends[r]), backends[r])
-        except BaseException:  # noqa: BLE001 - reported below with the rank
-            errors[r] = traceback.format_exc()
-
-    threads = [threading.Thread(target=target, args=(r,), daemon=True) for r in range(n)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout * 2)
-        assert not any(t.is_alive() for t in threads), "a rank hung"
-        for r, err in enumerate(errors):
-            assert err is None, f"rank {r} failed:\n{err}"
-        return results
-    finally:
-        for b in backends:
-            if b is not None:
-                b.close()
+    return _run_threads(n, f"staging-pipe{next(_ids)}", make, lambda staging: fn(Driver(staging), staging), timeout)
 
 
 @pytest.mark.parametrize("n", [2, 3])

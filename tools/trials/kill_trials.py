@@ -84,6 +84,7 @@ from pathlib import Path
 import numpy as np
 
 import soak  # the op mix and the NumPy oracle: tools/trials/soak.py, beside this script (sys.path[0])
+from _procs import pids_with_env  # tools/trials/_procs.py, beside this script
 
 #: the checkout (tools/trials/ is two below it): its ndist for the trials' launchers and ranks
 ROOT = Path(__file__).resolve().parents[2]
@@ -390,17 +391,7 @@ def _job_files(secret: str) -> list[str]:
 
 def _token_pids(token: str) -> list[int]:
     """Processes (of this user) whose environment carries the trial's token."""
-    found = []
-    needle = f"{TOKEN_ENV}={token}".encode()
-    for d in os.listdir("/proc"):
-        if d.isdigit() and int(d) != os.getpid():
-            try:
-                with open(f"/proc/{d}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        found.append(int(d))
-            except OSError:
-                pass
-    return found
+    return pids_with_env(TOKEN_ENV, token)
 
 
 def _names(rec_err: dict, victim: int) -> bool:

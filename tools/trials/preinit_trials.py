@@ -41,6 +41,8 @@ import time
 import uuid
 from pathlib import Path
 
+from _procs import pids_with_env  # tools/trials/_procs.py, beside this script (sys.path[0])
+
 HERE = Path(__file__).resolve().parent
 TOKEN_ENV = "NDIST_PREINIT_TRIAL_TOKEN"
 MODES = ("stop-exit0", "stop-kill", "continue-exit0", "continue-kill")
@@ -88,16 +90,8 @@ def job(spec_path: str) -> int:
 # ---------------------------------------------------------------- the harness
 
 def _token_pids(token: str) -> list[int]:
-    found, needle = [], f"{TOKEN_ENV}={token}".encode()
-    for d in os.listdir("/proc"):
-        if d.isdigit() and int(d) != os.getpid():
-            try:
-                with open(f"/proc/{d}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        found.append(int(d))
-            except OSError:
-                pass
-    return found
+    """Processes (of this user) whose environment carries the trial's token."""
+    return pids_with_env(TOKEN_ENV, token)
 
 
 def run_trial(mode: str, n: int, seed: int, a) -> dict:
