@@ -173,6 +173,7 @@ import json, os, signal, sys, time
 from datetime import timedelta
 import numpy as np
 import ndist.distributed as dist
+from tests.kill_sync import all_past
 
 out = sys.argv[1]
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
@@ -180,6 +181,7 @@ dist.init_process_group("socket", timeout=timedelta(seconds=20))
 rank = dist.get_rank()
 dist.all_reduce(np.ones(8))  # every rank knows every other's process
 g = dist.new_group([0, 1, 2])
+all_past(os.path.join(out, "past"), rank, 3, victim=0)  # (the victim dies once every rank is past the all_reduce)
 if rank == 0:  # the victim
     with open(os.path.join(out, "killed"), "w") as f:
         f.write(repr(time.time()))
