@@ -155,7 +155,22 @@ def _every_op(rank, world):
         dist.all_to_all_single(a2a, base)
         out[f"alltoall-{name}"] = a2a
     dist.barrier()
-    return out, ops.engine_calls()
+    calls = ops.engine_calls()
+    # the Python group's ops under the compiled backend (not counted): a list form, a rooted
+    # op; and an async op's Work and future (counted)
+    base = torch.arange(8, dtype=torch.float32) * (rank + 1)
+    parts = [torch.empty(8) for _ in range(world)]
+    dist.all_gather(parts, base)
+    out["fallback-allgather"] = torch.stack(parts)
+    t = base.clone()
+    dist.reduce(t, dst=0)
+    if rank == 0:  # (elsewhere the tensor's contents are the backend's: Gloo's scratch)
+        out["fallback-reduce"] = t
+    t = base.clone()
+    work = dist.all_reduce(t, async_op=True)
+    out["async-state"] = torch.tensor([work.is_completed(), work.wait(), work.is_success()])
+    out["async-future"] = work.get_future().wait()[0]
+    return out, calls
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -166,8 +181,14 @@ def test_every_mapped_op_is_bitwise_equal_to_gloo(compiled, tmp_path, world):
         results, calls = ours[rank]
         expected, _ = gloo[rank]
         # every op after the first went through the engine's C interface
-        assert calls == len(results) + 1, (calls, len(results))  # + the barrier
+        mapped = [k for k in results if not k.startswith(("fallback-", "async-"))]
+        assert calls == len(mapped) + 1, (calls, len(mapped))  # + the barrier
+        assert results["async-state"].tolist() == [True, True, True], rank
+        assert torch.equal(results["async-future"], results["async-future"].new_tensor(
+            sum(range(1, world + 1)) * torch.arange(8.0))), rank
         for key, value in expected.items():
+            if key.startswith("async-") and not key.endswith("future"):
+                continue  # (Gloo's Work may still be running when asked)
             if world == 2 or not value.is_floating_point() or not key.startswith(("allreduce", "reducescatter")):
                 assert torch.equal(results[key], value), (rank, key)
             else:  # Gloo adds 3 ranks' floats in another order than ndist (rank order): 2 ulps
