@@ -155,6 +155,8 @@ if not os.environ.get(_TMP_VAR, "").startswith(_TOKEN + ":"):
     os.environ["TMPDIR"] = _TMP_ROOT
     tempfile.tempdir = None  # (gettempdir() reads TMPDIR again)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_TMP_ROOT, "torch-compile-cache"))
+    # ndist's compiled torch backend: built once per run, shared by the xdist workers
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(_TMP_ROOT, "torch-extensions"))
     _TMP_OWNER = os.getpid()
 
     @atexit.register
@@ -162,7 +164,7 @@ if not os.environ.get(_TMP_VAR, "").startswith(_TOKEN + ":"):
         if os.getpid() == _TMP_OWNER:  # (not in a forked child that runs atexit handlers)
             shutil.rmtree(_TMP_ROOT, ignore_errors=True)
 
-_NOT_COUNTED = ("pytest-of-", "pymp-", "torch-compile-cache", "ndist-torch-suite-")
+_NOT_COUNTED = ("pytest-of-", "pymp-", "torch-compile-cache", "torch-extensions", "ndist-torch-suite-")
 
 
 def _tmp_entries() -> set:
@@ -240,3 +242,51 @@ def comm():
     from mpi4py import MPI
 
     return MPI.COMM_WORLD
+
+
+# ---------------------------------------------------------------- torch's compiled backend
+# Backend "ndist" uses its compiled backend where $NDIST_TORCH_COMPILED asks for it
+# (ndist/torch/_compiled.py); tests/torch_backend/test_torch_compiled.py does. It is built once
+# per run into the run's TORCH_EXTENSIONS_DIR (a minute or two on 2 cores), by the first test
+# that needs it, or before the first test marked ``torch`` when the run sets
+# NDIST_TORCH_COMPILED to auto or 1, so no rank process compiles it within a test's timeout.
+_BUILD = """
+import logging, os, sys
+logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+from ndist.torch import _compiled
+name = _compiled._name()
+print("EXISTED", os.path.exists(os.path.join(_compiled.build_directory(name), name + ".so")), flush=True)
+import ndist.torch.ops as ops
+print("LOADED", ops.load())
+"""
+
+
+@pytest.fixture(scope="session")
+def torch_compiled_build():
+    """Build ndist's compiled torch backend (or load the run's): ``(built, log)``, ``built``
+    whether this build found no cached module. Skips where there is no C++ compiler."""
+    pytest.importorskip("torch")
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no C++ compiler: ndist's compiled torch backend cannot be built")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _BUILD], capture_output=True, text=True, timeout=900,
+                         env=dict(os.environ, NDIST_TORCH_COMPILED="1"))
+    log = out.stdout + out.stderr
+    if out.returncode != 0 or "LOADED True" not in log:
+        pytest.fail(f"ndist's compiled torch backend did not build:\n{log[-5000:]}", pytrace=False)
+    return "EXISTED False" in log, log
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_compiled_built_first(request):
+    """Runs the build before the first torch test of a session that has any (unless the
+    compiled backend is switched off); the test itself fails if it does not build."""
+    if os.environ.get("NDIST_TORCH_COMPILED", "0").strip() == "0":  # (the default: ndist/torch/_compiled.py)
+        return
+    if not any(item.get_closest_marker("torch") is not None for item in request.session.items):
+        return
+    try:
+        request.getfixturevalue("torch_compiled_build")
+    except (pytest.skip.Exception, pytest.fail.Exception):
+        pass  # no compiler or a failed build: the Python backend serves (and the compiled tests say why)

@@ -19,7 +19,7 @@ from typing import Any
 import torch.distributed as tdist
 
 from ._group import BACKEND_NAME, ProcessGroupNdist
-from . import _rendezvous, _secret, _shrink, _watch
+from . import _compiled, _rendezvous, _secret, _shrink, _watch
 from ._store import TorchStore
 
 __all__ = ["Options", "create", "register", "ENGINE_ENV", "ENGINES"]
@@ -60,7 +60,7 @@ class Options:
         return engine
 
 
-def create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupNdist:
+def create(dist_opts: Any, pg_options: Any = None) -> Any:
     """torch's creator for backend ``"ndist"`` (``extended_api=True``)."""
     if pg_options is None:
         pg_options = Options()
@@ -79,7 +79,10 @@ def create(dist_opts: Any, pg_options: Any = None) -> ProcessGroupNdist:
         list(dist_opts.global_ranks_in_group), engine, pg_options,
     )
     _watch.adopt(pg.ndist_group, list(dist_opts.global_ranks_in_group), default=default)
-    return pg
+    # compiled backend (issue 43): the C++ c10d::Backend over pg where it builds and
+    # $NDIST_TORCH_COMPILED allows, else pg itself (ndist/torch/_compiled.py)
+    compiled = _compiled.wrap(pg, dist_opts)
+    return pg if compiled is None else compiled
 
 
 def register() -> None:

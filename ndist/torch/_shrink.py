@@ -43,7 +43,7 @@ from ..runtime import DistError
 from ..runtime import ProcessGroup as NdistGroup
 from ..runtime._shrink import agree_exclusion, check_request, note_excluded
 from ..runtime.store import PrefixStore
-from . import _watch
+from . import _compiled, _watch
 from ._work import as_torch_error
 
 __all__ = ["backend_for", "get_failed_ranks", "shrink", "supports_shrinking", "install"]
@@ -187,7 +187,7 @@ def get_failed_ranks(group: Any = None) -> list[int]:
     watch's verdict first (``ProcessGroup.loss_verdict``, as an op's error does): at once
     when its process ended, 0.2 s while its watch connection stays open (alive)."""
     pg = group if group is not None else c10d._get_default_group()
-    nd = getattr(pg, "ndist_group", None)
+    nd = getattr(_compiled.python_group(pg), "ndist_group", None)  # (a compiled backend's group too)
     if nd is None:
         raise TypeError(f"group: expected a torch process group on backend 'ndist' (or None: the default group), "
                         f"got {pg!r}")

@@ -12,6 +12,13 @@ from torch_helpers import run_torch  # noqa: E402
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(180)]
 
 
+@pytest.fixture(autouse=True)
+def _python_backend(monkeypatch):
+    """These are the Python backend's (``ProcessGroupNdist``) own costs and Works: its ranks
+    run it, not the compiled backend (docs/torch.md, "The compiled backend")."""
+    monkeypatch.setenv("NDIST_TORCH_COMPILED", "0")
+
+
 def _blocking_calls(rank, n):
     import sys
     import warnings

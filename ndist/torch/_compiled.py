@@ -1,0 +1,201 @@
+"""The compiled backend: a C++ ``c10d::Backend`` over ``ProcessGroupNdist``, and the custom ops.
+
+``csrc/ndist_backend.cpp`` (package data) is built against the installed torch with
+``torch.utils.cpp_extension.load`` the first time it is needed, once per torch version,
+ndist version, Python and source (the module's name carries their hash), into
+``$TORCH_EXTENSIONS_DIR`` (else torch's per-user cache, ``~/.cache/torch_extensions``);
+later processes load the cached module. While it compiles, one INFO message on
+``ndist.torch`` says so. Where it cannot be built (no C++ compiler, no ninja, no torch
+headers), the Python backend serves, after one WARNING.
+
+``$NDIST_TORCH_COMPILED`` picks: ``0`` (the default for now: the Python backend only;
+``shrink_group`` needs it), ``auto`` (the compiled backend where it builds), ``1`` (it
+must: a failed build raises).
+
+The C++ side calls back into this module (with the GIL) for what stays Python:
+``engine_handle`` (the engine's handle of a group, once it has one), ``failed_work`` and
+``raise_engine_error`` (an engine failure as the Python backend reports it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+import torch
+
+from .. import __version__ as _ndist_version
+from ..collectives import engine_handle as _engine_handle, engine_include_dir
+from ..runtime import (DistBackendError, DistError, DistMismatchError, DistNetworkError, DistRankFailureError,
+                       DistStoreError, DistTimeoutError)
+from ._work import NdistWork, as_torch_error
+
+__all__ = ["COMPILED_ENV", "MODES", "DEFAULT", "mode", "load", "loaded", "wrap", "backend_group", "python_group",
+           "engine_handle", "failed_work", "raise_engine_error"]
+
+log = logging.getLogger("ndist.torch")
+
+#: picks the backend torch gets: ``auto``, ``1`` or ``0``
+COMPILED_ENV = "NDIST_TORCH_COMPILED"
+MODES = ("auto", "1", "0")
+#: the Python backend until the compiled one serves ``shrink_group`` too (docs/torch.md)
+DEFAULT = "0"
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "ndist_backend.cpp")
+_lock = threading.Lock()
+_tried = False
+_module: Any = None
+
+
+def mode() -> str:
+    """``$NDIST_TORCH_COMPILED`` (``DEFAULT`` when unset); ValueError naming it otherwise."""
+    value = os.environ.get(COMPILED_ENV, DEFAULT).strip().lower() or DEFAULT
+    if value not in MODES:
+        raise ValueError(f"{COMPILED_ENV}: expected one of {list(MODES)}, got {value!r}")
+    return value
+
+
+def _name() -> str:
+    """The module's name: a hash of what its binary depends on, so a cache shared by several
+    torch or ndist installs never hands one the other's build."""
+    h = hashlib.sha256()
+    for path in (_SOURCE, os.path.join(engine_include_dir(), "ndist_engine.h")):
+        with open(path, "rb") as f:
+            h.update(f.read())
+    h.update(f"{torch.__version__}|{_ndist_version}|{sys.version}".encode())
+    return f"ndist_torch_{h.hexdigest()[:16]}"
+
+
+def build_directory(name: str) -> str:
+    """Where the module ``name`` is built and cached: ``$TORCH_EXTENSIONS_DIR/<name>``, else
+    under torch's per-user default root."""
+    from torch.utils import cpp_extension
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
+    return os.path.join(root, name)
+
+
+def load() -> Any:
+    """The compiled module (building it the first time), or None where it cannot be built
+    (one WARNING per process); with ``$NDIST_TORCH_COMPILED=1`` a failed build raises
+    RuntimeError. Loading it registers ``torch.ops.ndist.*``."""
+    global _tried, _module
+    with _lock:
+        if _tried:
+            return _module
+        forced = mode() == "1"
+        try:
+            _module = _build()
+        except Exception as exc:  # noqa: BLE001 - any failure to build means the Python backend
+            if forced:
+                _tried = True
+                raise RuntimeError(f"{COMPILED_ENV}=1: ndist's compiled torch backend could not be built: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+            log.warning("ndist's compiled torch backend could not be built (%s: %s); using the Python backend "
+                        "(set %s=0 to skip the attempt)", type(exc).__name__, _first_line(exc), COMPILED_ENV)
+            _module = None
+        _tried = True
+        return _module
+
+
+def loaded() -> Any:
+    """The compiled module if this process loaded it, else None (never builds)."""
+    return _module
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _build() -> Any:
+    from torch.utils import cpp_extension
+
+    name = _name()
+    directory = build_directory(name)
+    os.makedirs(directory, exist_ok=True)
+    if not os.path.exists(os.path.join(directory, f"{name}.so")):
+        log.info("compiling ndist's torch backend %s for torch %s into %s (once per torch and ndist version)",
+                 name, torch.__version__, directory)
+    return cpp_extension.load(name=name, sources=[_SOURCE], extra_include_paths=[engine_include_dir()],
+                              extra_cflags=["-O2"], build_directory=directory, verbose=False)
+
+
+def wrap(pg: Any, dist_opts: Any) -> Any:
+    """The compiled backend over the Python group ``pg`` (what ``create`` gives torch), or
+    None: switched off, an engine the C interface does not serve (``mpi``), or not built."""
+    if mode() == "0" or pg.engine != "socket":
+        return None
+    module = load()
+    if module is None:
+        return None
+    return module.create_backend(pg, dist_opts.group_rank, dist_opts.group_size)
+
+
+def backend_group(backend: Any) -> Any:
+    """The ``ProcessGroupNdist`` under a compiled backend (a torch ``Backend``), else None."""
+    if _module is None:
+        return None
+    try:
+        return _module.python_group(backend)
+    except TypeError:
+        return None
+
+
+def python_group(pg: Any) -> Any:
+    """The ``ProcessGroupNdist`` behind torch group ``pg``: ``pg`` itself (the Python backend),
+    its compiled backend's (torch's own group with that backend for cpu), else None."""
+    if hasattr(pg, "ndist_group"):
+        return pg
+    try:
+        backend = pg._get_backend(torch.device("cpu"))
+    except (RuntimeError, AttributeError):
+        return None
+    return backend_group(backend)
+
+
+# ------------------------------------------------------------------ called from C++
+def engine_handle(pg: Any) -> int:
+    """The engine's handle of the Python group ``pg``: 0 while it has none yet (no
+    collective ran), -1 if it never will (two levels, the Python engine, a broken or
+    destroyed group: its ops stay the Python group's)."""
+    group = pg.ndist_group
+    lane = group.lanes.get("cpu")
+    if lane is None:
+        return -1 if group.revoked else 0
+    if getattr(lane.backend, "_eng", True) is None:  # the socket engine's set-up still in flight (an async op)
+        return 0
+    try:
+        return _engine_handle(group)
+    except (ValueError, DistError):
+        return -1
+
+
+_CLASSES = {cls.__name__: cls for cls in (DistError, DistBackendError, DistNetworkError, DistRankFailureError,
+                                          DistStoreError, DistTimeoutError, DistMismatchError)}
+
+
+def _engine_error(type_name: str, rank: int, message: str) -> BaseException:
+    """ndist's exception for an engine failure (``ndist_error``'s class name, rank, message)."""
+    if type_name == "KeyboardInterrupt":
+        return KeyboardInterrupt(message)
+    cls = _CLASSES.get(type_name, DistBackendError)
+    if issubclass(cls, DistNetworkError):
+        return cls(message, rank=rank if rank >= 0 else None)
+    return cls(message)
+
+
+def failed_work(pg: Any, outputs: list, op: str, type_name: str, rank: int, message: str) -> NdistWork:
+    """The failed Work the Python backend returns for the same failure (``wait()`` raises it)."""
+    return NdistWork((), list(outputs), pg._nd_timeout, op, error=_engine_error(type_name, rank, message))
+
+
+def raise_engine_error(type_name: str, rank: int, message: str) -> None:
+    """Raise torch's error for an engine failure (a custom op's): what ``wait()`` raises on the
+    Python backend."""
+    raise as_torch_error(_engine_error(type_name, rank, message))
+

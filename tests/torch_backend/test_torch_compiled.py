@@ -1,0 +1,358 @@
+"""The compiled backend (ndist/torch/csrc/ndist_backend.cpp, built by ndist/torch/_compiled.py)
+and the custom ops ``torch.ops.ndist.*``: results bitwise equal to Gloo's through the engine's
+C interface, DDP equal to Gloo, a peer killed mid-op giving the Python backend's error type,
+the ops under ``torch.compile(fullgraph=True)``, the build cached, and the Python backend with
+one warning where no compiler is found.
+
+The module is built once per test run, into the run's ``$TORCH_EXTENSIONS_DIR``
+(tests/conftest.py, ``torch_compiled_build``); every rank process loads it from there."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch_helpers import run_torch, shm_files  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(600)]
+
+_LOG_SETUP = ("import logging, sys; logging.basicConfig(stream=sys.stdout, level=logging.INFO, "
+              "format='%(levelname)s %(name)s %(message)s')\n")
+
+
+@pytest.fixture
+def compiled(torch_compiled_build, monkeypatch):
+    """Rank processes started by the test use the compiled backend (it must build)."""
+    monkeypatch.setenv("NDIST_TORCH_COMPILED", "1")
+    return torch_compiled_build
+
+
+def _python_backend(monkeypatch):
+    monkeypatch.setenv("NDIST_TORCH_COMPILED", "0")
+
+
+# ------------------------------------------------------------------- the build and its cache
+def test_the_build_logs_once_and_a_second_process_loads_the_cache(compiled):
+    built_here, log = compiled
+    # the session's build said it compiled exactly when there was no cached module yet
+    assert (log.count("compiling ndist's torch backend") == 1) == built_here, log
+    assert "LOADED True" in log, log
+    out = subprocess.run([sys.executable, "-c", _LOG_SETUP + "import ndist.torch.ops as o; print('LOADED', o.load())"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "LOADED True" in out.stdout, out.stdout
+    assert "compiling" not in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_without_a_compiler_the_python_backend_serves_after_one_warning(torch_compiled_build, tmp_path):
+    script = _LOG_SETUP + textwrap.dedent("""
+        import os
+        from datetime import timedelta
+        import torch, torch.distributed as dist
+        import ndist.torch, ndist.torch.ops as ops
+        dist.init_process_group("ndist", init_method="file://" + os.path.join(sys.argv[1], "store"), rank=0,
+                                world_size=1, timeout=timedelta(seconds=60))
+        sub = dist.new_group([0])
+        t = torch.arange(4.0)
+        dist.all_reduce(t)
+        dist.all_reduce(t, group=sub)
+        print("RESULT", t.tolist(), ops.engine_calls(), type(dist.group.WORLD).__name__)
+        dist.destroy_process_group()
+    """)
+    env = dict(os.environ, CXX="/nonexistent/c++", NDIST_TORCH_COMPILED="auto",
+               TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert text.count("WARNING ndist.torch ndist's compiled torch backend could not be built") == 1, text
+    assert "RESULT [0.0, 1.0, 2.0, 3.0] -1 ProcessGroupNdist" in out.stdout, text
+
+
+def test_forced_without_a_compiler_raises(torch_compiled_build, tmp_path):
+    script = "import ndist.torch.ops as o\no.load()\n"
+    env = dict(os.environ, CXX="/nonexistent/c++", NDIST_TORCH_COMPILED="1", TORCH_EXTENSIONS_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode != 0
+    assert "RuntimeError: NDIST_TORCH_COMPILED=1: ndist's compiled torch backend could not be built" in out.stderr
+
+
+def test_unset_the_switch_means_the_python_backend(monkeypatch):
+    from ndist.torch import _compiled
+
+    monkeypatch.delenv("NDIST_TORCH_COMPILED", raising=False)
+    assert _compiled.mode() == "0"
+
+
+def _shrink_refused(rank, world):
+    import torch.distributed as dist
+
+    try:
+        dist.shrink_group([1])
+    except (TypeError, RuntimeError) as err:
+        return type(err).__name__, str(err)
+    return None
+
+
+def test_shrink_group_is_refused_on_the_compiled_backend(compiled, tmp_path):
+    for name, msg in run_torch(_shrink_refused, 2, "ndist", tmp_path):
+        assert name == "TypeError" and "does not support shrinking" in msg, (name, msg)
+
+
+def test_a_bad_switch_value_is_named(monkeypatch):
+    from ndist.torch import _compiled
+
+    monkeypatch.setenv("NDIST_TORCH_COMPILED", "yes")
+    with pytest.raises(ValueError, match=r"NDIST_TORCH_COMPILED: expected one of \['auto', '1', '0'\], got 'yes'"):
+        _compiled.mode()
+
+
+# ------------------------------------------------------------------ results equal to Gloo's
+_DTYPES = ("float32", "float64", "int64", "bfloat16")
+
+
+def _every_op(rank, world):
+    import torch
+    import torch.distributed as dist
+
+    import ndist.torch.ops as ops
+
+    R = dist.ReduceOp
+    out = {}
+    warm = torch.ones(1)
+    dist.all_reduce(warm)  # the group's first collective sets the engine up (the Python group's)
+    for name in _DTYPES:
+        dtype = getattr(torch, name)
+        floating = dtype.is_floating_point
+        gen = torch.Generator().manual_seed(1 + rank)
+        base = (torch.randn(1200, generator=gen) * 100) if floating else torch.randint(-1000, 1000, (1200,), generator=gen)
+        base = base.to(dtype)
+        reds = [R.SUM, R.MIN, R.MAX, R.PRODUCT] + ([R.BAND, R.BOR, R.BXOR] if not floating else [])
+        for op in reds:
+            t = base.clone() if op != R.PRODUCT else (base[:8].clone() if floating else base[:8].clamp(-3, 3).clone())
+            dist.all_reduce(t, op=op)
+            out[f"allreduce-{name}-{op}"] = t
+        if floating and dist.get_backend() == "ndist":  # Gloo has no AVG: the test compares with SUM / world
+            t = base.clone()
+            dist.all_reduce(t, op=R.AVG)
+            out[f"allreduce-{name}-avg"] = t
+        t = base.clone()
+        dist.broadcast(t, src=1)
+        out[f"broadcast-{name}"] = t
+        g = torch.empty(world * 1200, dtype=dtype)
+        dist.all_gather_into_tensor(g, base)
+        out[f"allgather-{name}"] = g
+        rs = torch.empty(1200 // world, dtype=dtype)
+        dist.reduce_scatter_tensor(rs, base[: (1200 // world) * world].contiguous())
+        out[f"reducescatter-{name}"] = rs
+        a2a = torch.empty(1200, dtype=dtype)
+        dist.all_to_all_single(a2a, base)
+        out[f"alltoall-{name}"] = a2a
+    dist.barrier()
+    calls = ops.engine_calls()
+    # the Python group's ops under the compiled backend (not counted): a list form, a rooted
+    # op; and an async op's Work and future (counted)
+    base = torch.arange(8, dtype=torch.float32) * (rank + 1)
+    parts = [torch.empty(8) for _ in range(world)]
+    dist.all_gather(parts, base)
+    out["fallback-allgather"] = torch.stack(parts)
+    t = base.clone()
+    dist.reduce(t, dst=0)
+    if rank == 0:  # (elsewhere the tensor's contents are the backend's: Gloo's scratch)
+        out["fallback-reduce"] = t
+    t = base.clone()
+    work = dist.all_reduce(t, async_op=True)
+    out["async-state"] = torch.tensor([work.is_completed(), work.wait(), work.is_success()])
+    out["async-future"] = work.get_future().wait()[0]
+    return out, calls
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_mapped_op_is_bitwise_equal_to_gloo(compiled, tmp_path, world):
+    ours = run_torch(_every_op, world, "ndist", tmp_path)
+    gloo = run_torch(_every_op, world, "gloo", tmp_path)
+    for rank in range(world):
+        results, calls = ours[rank]
+        expected, _ = gloo[rank]
+        # every op after the first went through the engine's C interface
+        mapped = [k for k in results if not k.startswith(("fallback-", "async-"))]
+        assert calls == len(mapped) + 1, (calls, len(mapped))  # + the barrier
+        assert results["async-state"].tolist() == [True, True, True], rank
+        assert torch.equal(results["async-future"], results["async-future"].new_tensor(
+            sum(range(1, world + 1)) * torch.arange(8.0))), rank
+        for key, value in expected.items():
+            if key.startswith("async-") and not key.endswith("future"):
+                continue  # (Gloo's Work may still be running when asked)
+            if world == 2 or not value.is_floating_point() or not key.startswith(("allreduce", "reducescatter")):
+                assert torch.equal(results[key], value), (rank, key)
+            else:  # Gloo adds 3 ranks' floats in another order than ndist (rank order): 2 ulps
+                tol = {"atol": 4.0, "rtol": 0.02} if value.dtype == torch.bfloat16 else {}
+                torch.testing.assert_close(results[key], value, msg=f"{rank} {key}", **tol)
+            assert torch.equal(results[key], ours[0][0][key]) or not key.startswith("allreduce"), (rank, key)
+        for name in ("float32", "float64", "bfloat16"):
+            summed = results[f"allreduce-{name}-{torch.distributed.ReduceOp.SUM}"]
+            assert torch.equal(results[f"allreduce-{name}-avg"], summed / world), (rank, name)
+
+
+def _bad_then_usable(rank, world):
+    import torch
+    import torch.distributed as dist
+
+    import ndist.torch.ops as ops
+
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    errors = []
+    try:
+        dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND)  # BAND on float32: refused before sending
+    except ValueError as err:
+        errors.append(str(err))
+    try:
+        torch.ops.ndist.all_reduce_(torch.ones(4), dist.group.WORLD.group_name, "mean")
+    except ValueError as err:
+        errors.append(str(err))
+    dist.all_reduce(t)
+    return errors, t.tolist(), ops.engine_calls()
+
+
+def test_bad_arguments_raise_and_the_group_stays_usable(compiled, tmp_path):
+    for errors, t, calls in run_torch(_bad_then_usable, 2, "ndist", tmp_path):
+        assert len(errors) == 2, errors
+        assert "BAND" in errors[0] and "float32" in errors[0], errors
+        assert "op: expected one of 'sum'" in errors[1] and "got 'mean'" in errors[1], errors
+        assert t == [4.0] * 4
+        assert calls == 1  # the last all_reduce: the first is the Python group's, the refused ones count not
+
+
+# --------------------------------------------------------------------------------------- DDP
+def test_ddp_through_the_compiled_backend_equals_gloo(compiled, tmp_path):
+    from test_ddp import _train
+
+    def run(backend):
+        return run_torch(_train_and_count, 2, backend, tmp_path, args=(_train,))
+
+    ours, gloo = run("ndist"), run("gloo")
+    for rank in range(2):
+        (params, _), calls = ours[rank]
+        (expected, _), _ = gloo[rank]
+        assert all(torch.equal(a, b) for a, b in zip(params, expected)), rank
+        assert calls > 5, calls  # DDP's buckets went through the engine
+
+
+def _train_and_count(rank, world, train):
+    import ndist.torch.ops as ops
+
+    return train(rank, world, 5), ops.engine_calls()
+
+
+# --------------------------------------------------------------------------- a peer killed
+_KILL = _LOG_SETUP + """
+import json, os, signal
+from datetime import timedelta
+import torch, torch.distributed as dist
+import ndist.torch, ndist.torch.ops as ops
+from ndist.collectives.backends.socket.wire._segment import job_prefix
+from ndist.runtime import _net
+
+rank, size, folder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+dist.init_process_group("ndist", init_method="file://" + os.path.join(folder, "store"), rank=rank,
+                        world_size=size, timeout=timedelta(seconds=60))
+if rank == 0:
+    with open(os.path.join(folder, "prefix"), "w") as f:
+        f.write(job_prefix(_net.job_secret()))
+t = torch.ones(1 << 16)
+for step in range(50):
+    if rank == size - 1 and step == 20:
+        os.kill(os.getpid(), signal.SIGKILL)  # the others are in (or about to be in) step 20's all_reduce
+    try:
+        dist.all_reduce(t)
+    except Exception as err:
+        with open(os.path.join(folder, f"r{rank}.json"), "w") as f:
+            json.dump({"type": type(err).__module__ + "." + type(err).__qualname__, "msg": str(err),
+                       "rank": getattr(err, "rank", None), "calls": ops.engine_calls()}, f)
+        sys.exit(3)
+"""
+
+
+def _kill_mid_op(tmp_path, mode):
+    size = 2
+    script = tmp_path / "job.py"
+    script.write_text(_KILL)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["NDIST_TORCH_COMPILED"] = mode
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(size), str(tmp_path)], env=env,
+                              start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(size)]
+    try:
+        logs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    assert procs[-1].returncode == -signal.SIGKILL, logs[-1][-3000:]
+    assert procs[0].returncode == 3, logs[0][-3000:]
+    assert shm_files((tmp_path / "prefix").read_text()) == []
+    return json.loads((tmp_path / "r0.json").read_text())
+
+
+def test_a_peer_killed_mid_op_gives_the_python_backends_error(compiled, tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "p").mkdir()
+    ours = _kill_mid_op(tmp_path / "c", "1")
+    python = _kill_mid_op(tmp_path / "p", "0")
+    assert ours["calls"] >= 19 and python["calls"] == -1, (ours, python)
+    assert ours["type"] == python["type"] == "torch.distributed.DistNetworkError", (ours, python)
+    assert ours["rank"] == python["rank"] == 1, (ours, python)
+    assert "rank 1" in ours["msg"], ours
+
+
+# ----------------------------------------------------------------------- the custom ops
+def _custom_ops(rank, world):
+    import torch
+    import torch.distributed as dist
+
+    import ndist.torch.ops as ops
+
+    name = dist.group.WORLD.group_name
+    dist.barrier()  # sets the engine up
+
+    def layer(x, w):  # a tensor-parallel row layer: local matmul, then the all-reduce
+        y = x @ w
+        torch.ops.ndist.all_reduce_(y, name)
+        z = torch.relu(y)
+        g = torch.empty(world * z.numel(), dtype=z.dtype)
+        torch.ops.ndist.all_gather_into(g, z.reshape(-1), name)
+        b = g[: z.numel()].reshape(z.shape).clone()
+        torch.ops.ndist.broadcast_(b, 1, name)
+        return b + g.reshape(world, *z.shape).sum(0)
+
+    gen = torch.Generator().manual_seed(rank)
+    x, w = torch.randn(4, 32, generator=gen), torch.randn(32, 16, generator=gen)
+    eager = layer(x, w)
+    torch._inductor.config.compile_threads = 1  # no pool of compile workers on a shared machine
+    before = ops.engine_calls()
+    compiled_layer = torch.compile(layer, fullgraph=True)
+    traced = compiled_layer(x, w)
+    again = compiled_layer(x, w)
+    t = torch.arange(6.0).reshape(2, 3).t()  # not contiguous: the group's own all_reduce, written back
+    torch.ops.ndist.all_reduce_(t, name, "max")
+    return eager, traced, again, ops.engine_calls() - before, t
+
+
+def test_custom_ops_under_torch_compile_fullgraph_equal_eager(compiled, tmp_path, monkeypatch):
+    # Inductor keeps files under $TMPDIR/torchinductor_<user> beside its cache dir: the test's
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    out = run_torch(_custom_ops, 2, "ndist", tmp_path, timeout=500)
+    for rank, (eager, traced, again, calls, t) in enumerate(out):
+        assert torch.equal(eager, traced) and torch.equal(eager, again), rank
+        assert torch.equal(eager, out[0][0]), rank  # the all-reduce made every rank's equal
+        assert calls >= 6, calls  # the compiled graph's ops went through the engine
+        assert torch.equal(t, torch.arange(6.0).reshape(2, 3).t()), t
