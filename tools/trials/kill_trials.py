@@ -394,6 +394,19 @@ def _token_pids(token: str) -> list[int]:
     return pids_with_env(TOKEN_ENV, token)
 
 
+def _kill_leftovers(token: str, res: dict) -> None:
+    """A trial's processes still alive after its launcher ended: a failure of the trial
+    (``procs: N left``), and killed."""
+    left = _token_pids(token)
+    if left:
+        res["fails"].append(f"procs: {len(left)} left")
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def _names(rec_err: dict, victim: int) -> bool:
     if rec_err.get("peer") == victim:
         return True
@@ -449,14 +462,7 @@ def run_trial(n: int, seed: int, transport: str, engine: str, mode: str, a) -> d
                 proc.wait()
             res["wall"] = time.monotonic() - t0
             time.sleep(0.2)
-            left = _token_pids(token)
-            if left:
-                res["fails"].append(f"procs: {len(left)} left")
-                for pid in left:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+            _kill_leftovers(token, res)
             log.seek(0)
             text = log.read()
         res["rc"] = proc.returncode
@@ -587,14 +593,7 @@ def run_continue_trial(n: int, seed: int, transport: str, engine: str, a) -> dic
                 proc.wait()
             res["wall"] = time.monotonic() - t0
             time.sleep(0.2)
-            left = _token_pids(token)
-            if left:
-                res["fails"].append(f"procs: {len(left)} left")
-                for pid in left:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+            _kill_leftovers(token, res)
             log.seek(0)
             text = log.read()
         res["rc"] = proc.returncode
@@ -697,14 +696,7 @@ def run_heal_trial(n: int, seed: int, transport: str, engine: str, a) -> dict:
             proc.wait()
         res["wall"] = time.monotonic() - t0
         time.sleep(0.2)
-        left = _token_pids(token)
-        if left:
-            res["fails"].append(f"procs: {len(left)} left")
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        _kill_leftovers(token, res)
         log.seek(0)
         text = log.read()
     res["rc"] = proc.returncode
