@@ -171,7 +171,14 @@ if dist.get_rank() == 2:
 try:
     dist.all_reduce(np.ones(4))
 except dist.DistRankFailureError as err:
-    print("failed", 2 in err.failed_ranks, set(err.causes))  # (a survivor that raised first may be in it too)
+    print("failed", 2 in err.failed_ranks, set(err.causes), flush=True)  # (a survivor that raised first may be in it too)
+    # every survivor raises only once all three printed: the first to fail ends the job (stop)
+    here = os.path.dirname(os.path.abspath(__file__))
+    open(os.path.join(here, f"printed-{dist.get_rank()}"), "w").close()
+    import time
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not all(os.path.exists(os.path.join(here, f"printed-{k}")) for k in (0, 1, 3)):
+        time.sleep(0.01)
     raise
 """)
     r = launcher.run("--nproc-per-node", 4, "job.py")
