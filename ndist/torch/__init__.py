@@ -1,4 +1,4 @@
-"""ndist.torch: ndist's engines as a torch.distributed backend.
+"""ndist.torch: ndist's backends as a torch.distributed backend.
 
 ``import ndist.torch`` registers backend ``"ndist"`` for CPU tensors, so a
 torch program (DDP included) runs its collectives on ndist with
@@ -17,7 +17,7 @@ from . import _version
 
 _version.check(_torch.__version__)
 
-from ._backend import ENGINE_ENV, Options, create, register
+from ._backend import BACKEND_ENV, Options, create, register
 from ._group import BACKEND_NAME, ProcessGroupNdist
 from ._rendezvous import StoreForTorch
 from ._shrink import get_failed_ranks
@@ -27,5 +27,5 @@ from ._work import NdistWork, as_torch_error
 
 register()
 
-__all__ = ["BACKEND_NAME", "ENGINE_ENV", "Options", "ProcessGroupNdist", "TorchStore", "StoreForTorch", "NdistWork",
+__all__ = ["BACKEND_ENV", "BACKEND_NAME", "Options", "ProcessGroupNdist", "TorchStore", "StoreForTorch", "NdistWork",
            "as_torch_error", "create", "get_failed_ranks", "make_process_group", "register"]

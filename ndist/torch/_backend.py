@@ -11,9 +11,11 @@ default group also starts the member watch (``_watch``) through that store.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
-from dataclasses import dataclass
+import warnings
+from dataclasses import InitVar, dataclass
 from typing import Any
 
 import torch.distributed as tdist
@@ -22,42 +24,67 @@ from ._group import BACKEND_NAME, ProcessGroupNdist
 from . import _compiled, _rendezvous, _secret, _shrink, _watch
 from ._store import TorchStore
 
-__all__ = ["Options", "create", "register", "ENGINE_ENV", "ENGINES"]
+log = logging.getLogger("ndist.torch")
 
-#: picks the engine when no ``pg_options`` are given (``socket`` or ``mpi``)
-ENGINE_ENV = "NDIST_TORCH_ENGINE"
-ENGINES = ("socket", "mpi")
+__all__ = ["Options", "create", "register", "BACKEND_ENV", "OLD_BACKEND_ENV", "BACKENDS"]
+
+#: picks ndist's backend under torch's backend "ndist" when no ``pg_options`` name one
+#: (``socket`` or ``mpi``)
+BACKEND_ENV = "NDIST_TORCH_BACKEND"
+#: the variable's name before "engine" became the socket backend's word alone (native or
+#: Python engine): still read when ``NDIST_TORCH_BACKEND`` is unset, with one deprecation
+#: line in the log
+OLD_BACKEND_ENV = "NDIST_TORCH_ENGINE"
+BACKENDS = ("socket", "mpi")
 
 _lock = threading.Lock()
+_told_old: list = []
 
 
 @dataclass(frozen=True)
 class Options:
     """``pg_options`` for backend ``"ndist"``.
 
-    ``engine``: ndist's backend underneath, ``"socket"`` (shared memory on one
+    ``backend``: ndist's backend underneath, ``"socket"`` (shared memory on one
     host, TCP across hosts) or ``"mpi"`` (mpi4py; run under ``mpiexec``, with
     torch's global ranks equal to ``MPI_COMM_WORLD``'s). ``None`` reads
-    ``$NDIST_TORCH_ENGINE``, default ``"socket"``. ``transport``: the socket
-    engine's ``"auto"`` / ``"tcp"`` / ``"shm"`` (``None``: ``$NDIST_TRANSPORT``).
+    ``$NDIST_TORCH_BACKEND``, default ``"socket"``. ``transport``: the socket
+    backend's ``"auto"`` / ``"tcp"`` / ``"shm"`` (``None``: ``$NDIST_TRANSPORT``).
+    ``engine`` is ``backend``'s old name: still accepted, with a ``DeprecationWarning``.
     """
 
-    engine: str | None = None
+    backend: str | None = None
     transport: str | None = None
+    engine: InitVar[str | None] = None
 
-    def __post_init__(self) -> None:
-        if self.engine is not None and self.engine not in ENGINES:
-            raise ValueError(f"engine: expected one of {list(ENGINES)}, got {self.engine!r}")
+    def __post_init__(self, engine: str | None) -> None:
+        if engine is not None:
+            warnings.warn("ndist.torch.Options(engine=...) is deprecated: use backend=... (same meaning)",
+                          DeprecationWarning, stacklevel=3)
+            if self.backend is not None and self.backend != engine:
+                raise ValueError(f"engine: the old name of backend, expected it unset or equal to "
+                                 f"backend={self.backend!r}, got {engine!r}")
+            object.__setattr__(self, "backend", engine)
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {list(BACKENDS)}, got {self.backend!r}")
         if self.transport is not None and self.transport not in ("auto", "tcp", "shm"):
             raise ValueError(f"transport: expected 'auto', 'tcp' or 'shm', got {self.transport!r}")
 
-    def resolved_engine(self) -> str:
-        if self.engine is not None:
-            return self.engine
-        engine = os.environ.get(ENGINE_ENV, "socket").strip().lower() or "socket"
-        if engine not in ENGINES:
-            raise ValueError(f"{ENGINE_ENV}: expected one of {list(ENGINES)}, got {engine!r}")
-        return engine
+    def resolved_backend(self) -> str:
+        """``backend``, else ``$NDIST_TORCH_BACKEND`` (else its old name,
+        ``$NDIST_TORCH_ENGINE``), else ``"socket"``."""
+        if self.backend is not None:
+            return self.backend
+        name, raw = BACKEND_ENV, os.environ.get(BACKEND_ENV)
+        if raw is None and os.environ.get(OLD_BACKEND_ENV) is not None:
+            name, raw = OLD_BACKEND_ENV, os.environ[OLD_BACKEND_ENV]
+            if not _told_old:
+                _told_old.append(True)
+                log.warning("%s is deprecated: set %s instead (same meaning)", OLD_BACKEND_ENV, BACKEND_ENV)
+        backend = (raw or "").strip().lower() or "socket"
+        if backend not in BACKENDS:
+            raise ValueError(f"{name}: expected one of {list(BACKENDS)}, got {backend!r}")
+        return backend
 
 
 def create(dist_opts: Any, pg_options: Any = None) -> Any:
@@ -66,7 +93,7 @@ def create(dist_opts: Any, pg_options: Any = None) -> Any:
         pg_options = Options()
     if not isinstance(pg_options, Options):
         raise TypeError(f"pg_options: expected ndist.torch.Options or None, got {type(pg_options).__name__}")
-    engine = pg_options.resolved_engine()
+    backend = pg_options.resolved_backend()
     store = TorchStore(dist_opts.store, dist_opts.timeout)
     _secret.agree(store)
     # the default group (init_process_group: torch has none yet): every member watched
@@ -76,7 +103,7 @@ def create(dist_opts: Any, pg_options: Any = None) -> Any:
         _watch.start(store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout.total_seconds())
     pg = ProcessGroupNdist(
         store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout, str(dist_opts.group_id),
-        list(dist_opts.global_ranks_in_group), engine, pg_options,
+        list(dist_opts.global_ranks_in_group), backend, pg_options,
     )
     _watch.adopt(pg.ndist_group, list(dist_opts.global_ranks_in_group), default=default)
     # compiled backend (issue 43): the C++ c10d::Backend over pg where it builds and

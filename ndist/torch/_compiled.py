@@ -127,8 +127,8 @@ def _build() -> Any:
 
 def wrap(pg: Any, dist_opts: Any) -> Any:
     """The compiled backend over the Python group ``pg`` (what ``create`` gives torch), or
-    None: switched off, an engine the C interface does not serve (``mpi``), or not built."""
-    if mode() == "0" or pg.engine != "socket":
+    None: switched off, an ndist backend the engine's C interface does not serve (``mpi``), or not built."""
+    if mode() == "0" or pg.ndist_backend != "socket":
         return None
     module = load()
     if module is None:
@@ -167,7 +167,7 @@ def engine_handle(pg: Any) -> int:
     lane = group.lanes.get("cpu")
     if lane is None:
         return -1 if group.revoked else 0
-    if getattr(lane.backend, "_eng", True) is None:  # the socket engine's set-up still in flight (an async op)
+    if getattr(lane.backend, "_eng", True) is None:  # the socket backend's set-up still in flight (an async op)
         return 0
     try:
         return _engine_handle(group)

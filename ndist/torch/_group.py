@@ -239,31 +239,31 @@ class ProcessGroupNdist(tdist.ProcessGroup):
 
     ``store`` is an ndist Store (torch's, wrapped), ``rank`` / ``size`` the
     group rank and size, ``global_ranks`` the torch global ranks of the group
-    (the mpi engine needs them to be ``MPI_COMM_WORLD``'s), ``engine`` the
-    ndist backend (``"socket"`` or ``"mpi"``).
+    (the mpi backend needs them to be ``MPI_COMM_WORLD``'s), ``backend`` the
+    ndist backend underneath (``"socket"`` or ``"mpi"``).
     """
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta, group_name: str,
-                 global_ranks: Sequence[int] = (), engine: str = "socket", options: Any = None) -> None:
+                 global_ranks: Sequence[int] = (), backend: str = "socket", options: Any = None) -> None:
         super().__init__(rank, size)
         ranks = tuple(global_ranks) or tuple(range(size))
         if len(ranks) != size:
             raise ValueError(f"global_ranks: expected {size} ranks (the group size), got {list(global_ranks)}")
         self._nd_timeout = timeout.total_seconds()
         self._nd_ranks = ranks  # group rank -> global rank: the form ndist's short paths take
-        self._nd_engine = engine
+        self._nd_backend = backend
         self._nd_coalesced: list | None = None
         self._nd_name, self._nd_desc = group_name, ""
-        self._nd_group = NdistGroup(ranks, ranks[rank], f"torch-{group_name}", store, {"cpu": engine}, timeout,
+        self._nd_group = NdistGroup(ranks, ranks[rank], f"torch-{group_name}", store, {"cpu": backend}, timeout,
                                  options)
         # Created now, not on the first op: every rank builds its backend during
-        # init_process_group / new_group (the mpi engine's communicator creation is
+        # init_process_group / new_group (the mpi backend's communicator creation is
         # collective), and a peer that cannot be reached fails here.
         self._nd_group.backend_for("cpu")
         # the blocking path's state; None while coalescing (every op then runs in the background)
         self._nd_sync: _Blocking | None = _Blocking(self._nd_group, self._nd_timeout)
         _live.add(self)
-        log.info("torch process group %r: ndist %s backend, rank %d of %d", group_name, engine, rank, size)
+        log.info("torch process group %r: ndist %s backend, rank %d of %d", group_name, backend, rank, size)
 
     # ---------------------------------------------------------- identity
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -289,11 +289,12 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         return self._nd_group
 
     @property
-    def engine(self) -> str:
-        return self._nd_engine
+    def ndist_backend(self) -> str:
+        """The ndist backend underneath: ``"socket"`` or ``"mpi"`` (``Options.backend``)."""
+        return self._nd_backend
 
     def __repr__(self) -> str:
-        return f"<ProcessGroupNdist rank={self.rank()} size={self.size()} engine={self._nd_engine!r}>"
+        return f"<ProcessGroupNdist rank={self.rank()} size={self.size()} backend={self._nd_backend!r}>"
 
     # --------------------------------------------------------- plumbing
     def _async(self, opts: Any) -> bool:

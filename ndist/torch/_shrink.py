@@ -50,8 +50,8 @@ __all__ = ["backend_for", "get_failed_ranks", "shrink", "supports_shrinking", "i
 
 log = logging.getLogger("ndist.torch.shrink")
 
-#: ndist engines whose groups can be rebuilt from the group's store alone
-_SHRINKABLE_ENGINES = ("socket",)
+#: ndist backends whose groups can be rebuilt from the group's store alone
+_SHRINKABLE_BACKENDS = ("socket",)
 #: ``get_failed_ranks``: how long a member the group recorded lost, not (yet) told of by the
 #: watch, is given for the watch's verdict: while its watch connection stays open (alive),
 #: and in all (the values an op's error uses, ``collectives/_common.py``)
@@ -59,10 +59,10 @@ _VERDICT_GRACE_S, _VERDICT_WAIT_S = 0.2, 1.0
 
 
 def supports_shrinking(pg: Any) -> bool:
-    """Whether torch may shrink ``pg`` (a ``ProcessGroupNdist``): its engine is ``socket``
-    (the mpi engine would need MPI's ULFM, unusable with mpi4py 4.1.2 over MPICH 5.0.2:
+    """Whether torch may shrink ``pg`` (a ``ProcessGroupNdist``): its ndist backend is
+    ``socket`` (the mpi backend would need MPI's ULFM, unusable with mpi4py 4.1.2 over MPICH 5.0.2:
     docs/errors.md, "Rank loss"; torch raises ``TypeError`` for it, as for Gloo)."""
-    return pg.engine in _SHRINKABLE_ENGINES
+    return pg.ndist_backend in _SHRINKABLE_BACKENDS
 
 
 def backend_for(pg: Any, device: Any) -> Any:
@@ -82,7 +82,7 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
         raise TypeError(f"pg_options: expected {type(nd.options).__module__}.{type(nd.options).__name__} or None, "
                         f"got {type(pg_options).__name__}")
     options = pg_options if pg_options is not None else nd.options
-    engine = options.resolved_engine() if pg_options is not None else pg.engine
+    backend = options.resolved_backend() if pg_options is not None else pg.ndist_backend
     wanted: Any = list(ranks_to_exclude) if ranks_to_exclude is not None else None
     name = pg.getGroupName()
     try:
@@ -118,7 +118,7 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
             log.info("torch group %r: members %s of the shrunk group were lost during the agreement; shrinking it "
                      "again", name, sorted(lost))
             wanted, flags = None, 0
-        new = type(pg)(store, keep.index(nd.rank()), len(keep), nd.timeout, name, kept_global, engine, options)
+        new = type(pg)(store, keep.index(nd.rank()), len(keep), nd.timeout, name, kept_global, backend, options)
         _watch.adopt_shrunk(new.ndist_group, nd)
     except DistError as exc:
         raise as_torch_error(exc) from exc

@@ -66,8 +66,8 @@ def make_process_group(store: Any, rank: int, world_size: int, timeout: timedelt
         raise TypeError(f"options: expected ndist.torch.Options or None, got {type(options).__name__}")
     if not isinstance(group_name, str) or not group_name:
         raise ValueError(f"group_name: expected a non-empty str, got {group_name!r}")
-    engine = options.resolved_engine()
+    backend = options.resolved_backend()
     nd_store = TorchStore(store, timeout)
     _secret.agree(nd_store)
-    return ProcessGroupNdist(nd_store, rank, world_size, timeout, group_name, list(range(world_size)), engine,
+    return ProcessGroupNdist(nd_store, rank, world_size, timeout, group_name, list(range(world_size)), backend,
                              options)

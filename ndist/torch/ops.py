@@ -10,7 +10,7 @@ tensor parallelism on the CPU (docs/torch.md, "Custom ops").
 ``group_name`` is the name torch gives the group (``group.group_name``,
 ``dist.group.WORLD.group_name``), as torch's functional collectives take it. On a
 backend-``"ndist"`` group served by the compiled backend, a dense contiguous CPU tensor
-goes straight to ndist's engine through its C interface (the group's timeout, failure
+goes straight to the native engine through its C interface (the group's timeout, failure
 detection and shared memory are the group's); any other group or tensor runs the
 group's own collective. They have Meta kernels, so ``torch.compile(fullgraph=True)``
 traces them. They come with the compiled module: ``load()`` builds or loads it.
@@ -35,7 +35,7 @@ def load() -> bool:
 
 
 def engine_calls(group: Any = None) -> int:
-    """How many ops ``group``'s CPU backend ran through ndist's engine directly (the
+    """How many ops ``group``'s CPU backend ran through the native engine directly (the
     compiled path), or -1 when that backend is not ndist's compiled one (the Python
     backend, another backend). ``group``: a torch process group (None: the default)."""
     module = _compiled.loaded()  # (a group on the compiled backend loaded it)

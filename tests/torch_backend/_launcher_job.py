@@ -10,14 +10,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ndist.torch
 
-engine = sys.argv[1]
+backend = sys.argv[1]
 # "env": torch's default rendezvous (env://, no init_method), as a torchrun script has it
 init = {} if sys.argv[2:] == ["env"] else {"init_method": "ndist://"}
 torch.set_num_threads(1)
-if engine == "gloo":  # torch's own backend on the ndist:// store
+if backend == "gloo":  # torch's own backend on the ndist:// store
     dist.init_process_group("gloo", **init)
 else:
-    dist.init_process_group("ndist", pg_options=ndist.torch.Options(engine=engine), **init)
+    dist.init_process_group("ndist", pg_options=ndist.torch.Options(backend=backend), **init)
 rank, world = dist.get_rank(), dist.get_world_size()
 model = DDP(torch.nn.Linear(4, 2))
 model(torch.randn(3, 4)).sum().backward()
@@ -25,9 +25,9 @@ t = torch.ones(3) * (rank + 1)
 dist.all_reduce(t)
 objs = [None] * world
 dist.all_gather_object(objs, rank)
-print(f"rank {rank}/{world} engine {engine} sum {t[0].item():g} objs {objs}", flush=True)
+print(f"rank {rank}/{world} backend {backend} sum {t[0].item():g} objs {objs}", flush=True)
 dist.destroy_process_group()
-if engine == "gloo":
+if backend == "gloo":
     # torch 2.13's own Gloo group can abort the interpreter's exit ("terminate called without
     # an active exception", SIGABRT; pytorch/pytorch#190489): 5 of 20 runs of this job without
     # ndist under torchrun. The job is done; leave without the interpreter's teardown.

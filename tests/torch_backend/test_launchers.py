@@ -1,5 +1,5 @@
 """``init_process_group("ndist", init_method="ndist://")`` under ndistrun, mpiexec (on
-the mpi engine) and an srun-style environment: torch's rendezvous through ndist's; and
+the mpi backend) and an srun-style environment: torch's rendezvous through ndist's; and
 under ndistrun, torch's default ``env://`` too."""
 
 import os
@@ -41,28 +41,28 @@ def _run(argv, env, timeout=150):
     return out
 
 
-def _lines(out, n, engine):
-    found = sorted(re.findall(r"rank (\d)/(\d) engine (\w+) sum ([\d.]+) objs (\[[\d, ]+\])", out))
+def _lines(out, n, backend):
+    found = sorted(re.findall(r"rank (\d)/(\d) backend (\w+) sum ([\d.]+) objs (\[[\d, ]+\])", out))
     total = n * (n + 1) // 2
-    assert found == [(str(r), str(n), engine, str(total), str(list(range(n)))) for r in range(n)], out
+    assert found == [(str(r), str(n), backend, str(total), str(list(range(n)))) for r in range(n)], out
 
 
-@pytest.mark.parametrize("engine", ["socket", "gloo"])
-def test_under_ndistrun(engine):
-    out = _run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "2", JOB, engine], _env())
-    _lines(out, 2, engine)
+@pytest.mark.parametrize("backend", ["socket", "gloo"])
+def test_under_ndistrun(backend):
+    out = _run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "2", JOB, backend], _env())
+    _lines(out, 2, backend)
 
 
-@pytest.mark.parametrize("engine", ["socket", "gloo"])
-def test_under_ndistrun_with_torchs_default_rendezvous(engine):
+@pytest.mark.parametrize("backend", ["socket", "gloo"])
+def test_under_ndistrun_with_torchs_default_rendezvous(backend):
     """A torchrun script unchanged (no init_method): its rank 0 hosts torch's store on
     ndistrun's MASTER_PORT, a free port, not ndistrun's own store (EADDRINUSE before)."""
-    out = _run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "2", JOB, engine, "env"], _env())
-    _lines(out, 2, engine)
+    out = _run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "2", JOB, backend, "env"], _env())
+    _lines(out, 2, backend)
 
 
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec")
-def test_under_mpiexec_on_the_mpi_engine():
+def test_under_mpiexec_on_the_mpi_backend():
     pytest.importorskip("mpi4py")
     out = _run([MPIEXEC, "-n", "2", sys.executable, JOB, "mpi"], _env())
     _lines(out, 2, "mpi")

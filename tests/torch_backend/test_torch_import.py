@@ -31,11 +31,11 @@ def test_import_registers_backend_ndist_for_cpu_once():
     assert out == "ndist 1 ['cpu'] gloo"  # registered once; Gloo stays torch's default for CPU
 
 
-def test_options_reject_unknown_engines():
+def test_options_reject_unknown_backends():
     import ndist.torch
 
-    with pytest.raises(ValueError, match=r"engine: expected one of \['socket', 'mpi'\], got 'nccl'"):
-        ndist.torch.Options(engine="nccl")
+    with pytest.raises(ValueError, match=r"backend: expected one of \['socket', 'mpi'\], got 'nccl'"):
+        ndist.torch.Options(backend="nccl")
     with pytest.raises(ValueError, match="transport"):
         ndist.torch.Options(transport="ib")
 

@@ -123,7 +123,7 @@ import pathlib, sys
 import torch.distributed as dist
 import ndist.torch
 
-dist.init_process_group("ndist", init_method="ndist://", pg_options=ndist.torch.Options(engine="mpi"))
+dist.init_process_group("ndist", init_method="ndist://", pg_options=ndist.torch.Options(backend="mpi"))
 try:  # refused on the caller, before any message: the peer does not take part
     dist.shrink_group([1 - dist.get_rank()])
 except TypeError as err:
@@ -137,8 +137,8 @@ dist.destroy_process_group()
 
 @pytest.mark.skipif(shutil.which("mpiexec", path=os.path.dirname(sys.executable)) is None
                     and shutil.which("mpiexec") is None, reason="no mpiexec")
-def test_the_mpi_engine_cannot_shrink(tmp_path):
-    """torch raises TypeError, as for Gloo: the mpi engine would need MPI's ULFM."""
+def test_the_mpi_backend_cannot_shrink(tmp_path):
+    """torch raises TypeError, as for Gloo: the mpi backend would need MPI's ULFM."""
     pytest.importorskip("mpi4py")
     script = tmp_path / "job.py"
     script.write_text(_MPI_JOB)

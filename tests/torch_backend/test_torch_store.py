@@ -70,4 +70,4 @@ def test_creator_rejects_foreign_pg_options():
     opts = tdist.distributed_c10d._DistributedBackendOptions()
     opts.store = tdist.HashStore()
     with pytest.raises(TypeError, match="pg_options: expected ndist.torch.Options or None, got dict"):
-        ndist.torch.create(opts, {"engine": "mpi"})
+        ndist.torch.create(opts, {"backend": "mpi"})
