@@ -31,14 +31,14 @@ dist.init_process_group("socket", timeout=timedelta(seconds=20))
 rank = dist.get_rank()
 dist.all_reduce(np.ones(4))  # every link is up
 if rank == 1:
-    write = engine.Engine._write
+    write = engine.CollectiveStreams._write
 
     def late_to_3(self, conn):
         if conn.peer == 3 and conn.out:
             time.sleep(0.5)
         return write(self, conn)
 
-    engine.Engine._write = late_to_3
+    engine.CollectiveStreams._write = late_to_3
 try:
     dist.barrier()
     rec = {"barrier": None}

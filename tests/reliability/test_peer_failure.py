@@ -235,11 +235,11 @@ x = np.arange(256 * size, dtype=np.float32)
 y = np.empty_like(x)
 dist.all_to_all_single(y, x)  # connections up, segments mapped
 if rank == 0:
-    finish = _engine.Engine.finish
+    finish = _engine.CollectiveStreams.finish
     def slow_finish(self):
         time.sleep(1.0)  # rank 1 has all its data by now, and dies
         finish(self)
-    _engine.Engine.finish = slow_finish
+    _engine.CollectiveStreams.finish = slow_finish
 try:
     dist.all_to_all_single(y, x)
     if rank == 1:

@@ -146,12 +146,12 @@ def test_tiny_rings_wrap_and_fill_under_every_collective(monkeypatch):
 def test_a_reader_asleep_in_poll_is_woken_by_the_doorbell(monkeypatch):
     monkeypatch.delenv(_ring.RING_ENV, raising=False)
     rings_rung = []
-    real = _engine.Engine._doorbell
+    real = _engine.CollectiveStreams._doorbell
 
     def counting(self, conn):
         rings_rung.append((self.rank, conn.peer))
         real(self, conn)
-    monkeypatch.setattr(_engine.Engine, "_doorbell", counting)
+    monkeypatch.setattr(_engine.CollectiveStreams, "_doorbell", counting)
     # the long sleep between tries keeps the reader asleep unless the doorbell wakes it
     monkeypatch.setattr(_ring, "MAX_SLEEP_S", 5.0)
     backends = make_backends(2, "auto", engine="python")  # the Python engine's rings
@@ -235,14 +235,14 @@ def test_a_doorbell_to_a_peer_that_read_and_left_is_not_a_loss(monkeypatch):
     monkeypatch.delenv(_ring.RING_ENV, raising=False)
     monkeypatch.setattr(_ring, "MAX_SLEEP_S", 0.02)  # the reader wakes on its own
     closed0, armed, rung = threading.Event(), threading.Event(), []
-    real = _engine.Engine._doorbell
+    real = _engine.CollectiveStreams._doorbell
 
     def late(self, conn):
         if self.rank == 1 and armed.is_set():
             rung.append(conn.peer)
             closed0.wait(10)  # ring only once rank 0 has read, finished and closed
         real(self, conn)
-    monkeypatch.setattr(_engine.Engine, "_doorbell", late)
+    monkeypatch.setattr(_engine.CollectiveStreams, "_doorbell", late)
     backends = make_backends(2, "auto", engine="python")
     try:
         def fn(b):

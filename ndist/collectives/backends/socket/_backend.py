@@ -24,7 +24,7 @@ from .failure import _stalls
 from .engine._algorithms import CHUNK, Algorithms
 from ._pending import Pending
 from .wire._links import Links, attach, setup
-from .engine._engine import Engine, OpInfo, wait_warning_from_env
+from .engine._engine import CollectiveStreams, OpInfo, wait_warning_from_env
 from ._engines import NATIVE, NATIVE_TCP, NATIVE_TWO, PYTHON, CollectiveEngine, select
 from ._executor import Executor
 from .p2p._p2p import P2P
@@ -117,7 +117,7 @@ class SocketBackend(CollectiveBackend):
         self._native: _native.NativeAlgorithms | None = None
         #: the engine's C interface handle (``engine_handle``), made on first request
         self._capi: _capi.Handle | None = None
-        self._eng: Engine | None = None
+        self._eng: CollectiveStreams | None = None
         #: the engine the collectives run on (``_engines.select``: ``Algorithms`` over the
         #: Python engine, or ``NativeAlgorithms``, which is then ``_native`` too)
         self._alg: CollectiveEngine | None = None
@@ -144,7 +144,7 @@ class SocketBackend(CollectiveBackend):
         _losses.watch(self)
 
     # ------------------------------------------------------------ plumbing
-    def _engine(self) -> Engine:
+    def _engine(self) -> CollectiveStreams:
         """Set the group up on its first collective: the group-wide paths (``Links``), the
         engine (its collective links open as each is first needed) and the algorithms."""
         if self._eng is None:
@@ -157,8 +157,8 @@ class SocketBackend(CollectiveBackend):
             hosts = {p: self._mesh.host_of(p) for p in peers}
             prefixes = {p: self._mesh.peer(p)["shm"] for p in peers}
             spin = self.size <= (os.cpu_count() or 1)
-            # no link opens here: each opens on its first use (``Engine.open``)
-            eng = Engine(self.rank, self.size, self.ctx.group_name, {}, hosts, prefixes, self._peer_segs,
+            # no link opens here: each opens on its first use (``CollectiveStreams.open``)
+            eng = CollectiveStreams(self.rank, self.size, self.ctx.group_name, {}, hosts, prefixes, self._peer_segs,
                          self._seg, spin, self.granks, opener=self._open_link,
                          on_link=lambda conn, facts: attach(self._links, eng, conn, facts, self._mesh, self.rank,
                                                             self.size, self._rings, self.ctx.group_name))

@@ -1,7 +1,7 @@
 """The two engines a socket backend runs its collectives on, behind one interface, and
 the one place that chooses between them.
 
-* **The Python engine** (``engine/``): ``Algorithms`` over ``Engine``, non-blocking
+* **The Python engine** (``engine/``): ``Algorithms`` over ``CollectiveStreams``, non-blocking
   streams per peer (TCP, Unix sockets, rings, segments, CMA). It runs every group, and is
   the reference the conformance suite holds the native engine to.
 * **The native engine** (``native/``): ``NativeAlgorithms`` over a compiled ``_cnative``

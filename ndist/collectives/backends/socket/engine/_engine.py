@@ -1,4 +1,4 @@
-"""The collective progress engine: one non-blocking stream per peer, driven
+"""The Python engine's collective streams: one non-blocking stream per peer, driven
 inline by whichever thread runs the current collective.
 
 An algorithm is a few *steps*; a step queues frames to peers and expects one
@@ -12,7 +12,7 @@ works. Waiting spins briefly (only when every rank has a core), then retries
 with ``sched_yield`` for up to 2 ms (a peer that is not asleep needs no
 wake-up), then blocks in ``poll``.
 
-One class, ``Engine``, owns the group's collective streams and everything that acts on
+One class, ``CollectiveStreams``, owns the group's collective streams and everything that acts on
 them: the op frame (``begin`` / ``finish`` / ``fail``), the loop (``step``), the links
 opened on first use (``open``, ``Conns``), frames in and out and the header checks
 (``_write`` / ``_read``). What it does on a failure is composed, each with its own state:
@@ -38,7 +38,7 @@ from ..wire import _cma
 from ..failure._engine_loss import EngineLosses, abort_reader
 from ..failure._engine_stall import EngineStalls
 
-__all__ = ["Engine", "OpInfo", "Expect"]
+__all__ = ["CollectiveStreams", "OpInfo", "Expect"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -96,7 +96,7 @@ class Expect:
 
 class Conns(dict):
     """peer -> ``_Conn`` of the links open so far; a peer not here yet is linked on
-    first use (``Engine.open``): a step to it, or ``open_links``."""
+    first use (``CollectiveStreams.open``): a step to it, or ``open_links``."""
 
     __slots__ = ("eng",)
 
@@ -155,7 +155,10 @@ class _Conn:
         self.stall = None  # (seq, global ranks) of the peer's last timeout notice (_engine_stall)
 
 
-class Engine:
+class CollectiveStreams:
+    """The Python engine's collective streams, one per peer, and all that acts on them (the
+    module doc). Not an engine itself: the Python engine is ``Algorithms`` over this."""
+
     def __init__(self, rank, size, group_name, socks: dict, hosts: dict, shm_prefixes: dict, peer_segs,
                  own_seg, spin: bool, granks=None, opener=None, on_link=None):
         self.rank = rank

@@ -1,5 +1,5 @@
-"""What the collective engine (``_engine.Engine``) does when the group loses a member
-(``EngineLosses``, one per engine: ``eng.losses``).
+"""What the Python engine's collective streams (``_engine.CollectiveStreams``) do when the group loses a member
+(``EngineLosses``, one per ``CollectiveStreams``: ``eng.losses``).
 
 A rank that loses a peer's connection during an op tells every other peer at
 once (ABORT of kind ``lost``): the group is broken, and a survivor may be
@@ -27,7 +27,7 @@ log = logging.getLogger("ndist.collectives.socket")
 
 
 class EngineLosses:
-    """What one ``Engine`` does when its group loses a member, and the state it keeps for
+    """What one ``CollectiveStreams`` does when its group loses a member, and the state it keeps for
     that: the loss told from elsewhere (``external``), the pipe that wakes a waiting op
     (``wake_r``), the hook to the backend (``on_loss``). ``eng.broken`` stays the
     engine's: every op reads it."""

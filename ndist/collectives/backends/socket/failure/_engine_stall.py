@@ -1,5 +1,5 @@
-"""What the collective engine (``_engine.Engine``) does when its op's deadline passes
-(``EngineStalls``, one per engine: ``eng.stalls``).
+"""What the Python engine's collective streams (``_engine.CollectiveStreams``) do when its op's deadline passes
+(``EngineStalls``, one per ``CollectiveStreams``: ``eng.stalls``).
 
 A rank whose op times out tells its peers first (ABORT of kind ``stalled``, with the
 global ranks it had not heard from), then gives such notices from others a short grace
@@ -47,7 +47,7 @@ def grace_s(timeout: float) -> float:
 
 
 class EngineStalls:
-    """What one ``Engine`` does when its op's deadline passes, and the state it keeps for
+    """What one ``CollectiveStreams`` does when its op's deadline passes, and the state it keeps for
     that: whether the op is in its grace, what this rank told its peers, the hook to the
     backend (``on_stalled``). The notices peers sent are kept on their connections
     (``conn.stall``)."""

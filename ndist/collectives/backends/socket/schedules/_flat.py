@@ -65,7 +65,7 @@ DIRECT_MAX_RANKS = 4
 #: all_reduce up to this many bytes: recursive doubling; above: reduce-scatter + all-gather
 SMALL_MAX = 256 << 10
 #: an even all_to_all with blocks up to this many bytes: Bruck; above (or uneven): pairwise.
-#: Measured on the Python engine, one host (docs/architecture.md): at 8 ranks Bruck wins
+#: Measured on the Python engine, one host (docs/socket.md): at 8 ranks Bruck wins
 #: with 4 KiB blocks and loses with 8 KiB ones, at 5 ranks the two are about even up to 13 KiB
 A2A_BRUCK_MAX = 4 << 10
 
