@@ -10,7 +10,9 @@
   ``docs/troubleshooting.md``;
 * ``docs/README.md`` indexes every file of ``docs/``;
 * a page that tells users to run ``mpiexec`` names the ``[mpi]`` extra that
-  brings it (``pip install -e .`` alone has no MPI).
+  brings it (``pip install -e .`` alone has no MPI);
+* every file the contributors' maps (``docs/architecture.md``, ``docs/socket.md``) name
+  in a code span exists, and every link from one page to a section finds that section.
 """
 
 from __future__ import annotations
@@ -179,3 +181,63 @@ def _mpi_pages_without_the_extra() -> list[str]:
 
 def test_pages_showing_mpiexec_name_the_mpi_extra():
     assert not _mpi_pages_without_the_extra()
+
+
+# The contributors' maps: every source file they name is in the repository (a path may be
+# written from any folder down, ``native/_engine.py`` or ``_api.py``), and every link to a
+# section (``[..](page.md#anchor)``, ``[..](#anchor)``) finds a heading of that page.
+MAPS = ("architecture.md", "socket.md")
+_PATH = re.compile(r"[A-Za-z0-9_./-]+\.(?:py|c|h|cpp|sh)\b")
+_LINK = re.compile(r"\]\(([A-Za-z0-9_.-]*\.md)?(?:#([a-z0-9_-]+))?\)")
+
+
+def _repo_files() -> list[str]:
+    found = []
+    for top in ("ndist", "tests", "tools", "benchmarks", ".ci", "docs"):
+        for dirpath, dirs, files in os.walk(os.path.join(ROOT, top)):
+            dirs[:] = [d for d in dirs if d not in ("__pycache__", "build")]
+            found += [os.path.relpath(os.path.join(dirpath, f), ROOT).replace(os.sep, "/") for f in files]
+    return found + [f for f in os.listdir(ROOT) if os.path.isfile(os.path.join(ROOT, f))]
+
+
+def missing_files(text: str, files: list[str]) -> list[str]:
+    """The paths named in ``text``'s code spans that no file of ``files`` ends with."""
+    named = {m.group(0).lstrip("./") for span in _SPAN.findall(text) for m in _PATH.finditer(span)}
+    return sorted(p for p in named if not any(f == p or f.endswith("/" + p) for f in files))
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as dashes."""
+    return re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_links(page: str, text: str) -> list[str]:
+    bad = []
+    for target, anchor in _LINK.findall(text):
+        other = target or page
+        if not os.path.exists(os.path.join(DOCS, other)):
+            bad.append(f"{target}#{anchor}: no such page")
+            continue
+        if anchor:
+            headings = [line.lstrip("#") for line in _read(other).splitlines() if line.startswith("#")]
+            if anchor not in {_anchor(h) for h in headings}:
+                bad.append(f"{other}#{anchor}: no such section")
+    return bad
+
+
+@pytest.mark.parametrize("page", MAPS)
+def test_the_maps_name_files_that_exist_and_sections_that_exist(page):
+    text = _read(page)
+    gone = missing_files(text, _repo_files())
+    assert not gone, f"docs/{page} names files that are not in the repository: {gone}"
+    bad = broken_links(page, text)
+    assert not bad, f"docs/{page} links to what is not there: {bad}"
+
+
+def test_the_map_checks_find_a_missing_file_and_a_missing_section():
+    files = ["ndist/collectives/_api.py", "ndist/collectives/backends/socket/native/_engine.py"]
+    text = "`_api.py`, `native/_engine.py` (`engine/_engine.py`: gone), `collectives/_gone.py`, a `name`"
+    assert missing_files(text, files) == ["collectives/_gone.py", "engine/_engine.py"]
+    assert _anchor(" Two-level algorithms (a group on several hosts)") == "two-level-algorithms-a-group-on-several-hosts"
+    assert broken_links("architecture.md", "[a](#words) [b](#no-such-words) [c](socket.md#layout-one-sub-package-per-concern) "
+                        "[d](nowhere.md)") == ["architecture.md#no-such-words: no such section", "nowhere.md#: no such page"]

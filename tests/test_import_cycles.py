@@ -123,8 +123,8 @@ def test_the_cycle_check_finds_a_cycle_closed_inside_a_function(tmp_path):
     assert cycles(graph) == [["pkg._a", "pkg.sub", "pkg.sub._b"]]
 
 
-# The socket backend's sub-packages, lowest first (docs/architecture.md, "Layout of the
-# socket backend"): a module may import its own sub-package and those below it, never one
+# The socket backend's sub-packages, lowest first (docs/socket.md, "Layout: one sub-package per
+# concern"): a module may import its own sub-package and those below it, never one
 # above. The modules directly in socket/ (the backend's wiring: ``_backend``, ``_executor``,
 # ``_pending``, ``_engines``) sit above them all.
 SOCKET = "ndist.collectives.backends.socket"

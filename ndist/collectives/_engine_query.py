@@ -10,8 +10,8 @@ __all__ = ["get_engine"]
 def get_engine(group=None, device: str = "cpu") -> str:
     """The engine under ``group``'s collectives on ``device``: ``"native"`` (the socket
     backend's compiled same-host engine), ``"python"`` (its Python engine: groups that span
-    hosts, ``NDIST_ENGINE=python``, or no compiled extension), or the backend's name for
-    backends that are engines of their own (``"mpi"``, ``"nccl"``).
+    hosts, ``NDIST_ENGINE=python``, or no compiled extension), or, for the other
+    backends, which have no engines, the backend's name (``"mpi"``, ``"nccl"``).
 
     The socket backend settles it at the group's first collective; asked before, it
     answers what that collective will use, unless a rank turns out to be on another host.

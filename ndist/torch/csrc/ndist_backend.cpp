@@ -5,9 +5,9 @@
 //
 // * NdistBackend, a c10d::Backend over a Python ProcessGroupNdist (``py_``): allreduce,
 //   broadcast, _allgather_base, _reduce_scatter_base, alltoall_base (even splits) and barrier
-//   on dense contiguous CPU tensors call ndist's engine through its C interface
+//   on dense contiguous CPU tensors call the native engine through its C interface
 //   (ndist_engine.h) and return a completed Work; every other op, and every call the C
-//   interface does not cover (no handle: two levels, the Python or MPI engine, a group that
+//   interface does not cover (no handle: two levels, the Python engine, the mpi backend, a group that
 //   has not run a collective yet; coalescing; PREMUL_SUM; other layouts), calls the Python
 //   group's method of the same name, so torch sees one backend.
 // * torch.ops.ndist.all_reduce_ / broadcast_ / all_gather_into, found by torch's group name,
