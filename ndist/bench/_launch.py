@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 
 from ._adapters import Adapter, adapter_class
 
-__all__ = ["RankGroup", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV", "mpich_segments",
+__all__ = ["RankGroup", "rank_command", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV", "mpich_segments",
            "remove_orphan_mpich_segments", "hydra_files", "mpiexec_running", "hydra_files_left",
            "remove_orphan_hydra_files"]
 
@@ -179,6 +179,13 @@ def _child_env(authkey: bytes, timeout: float, extra: dict | None = None) -> dic
     return env
 
 
+def rank_command(lib: str, rank, nproc: int, address: str) -> list[str]:
+    """The command of one benchmark rank of ``lib`` (``python -m ndist.bench._worker ...``) that
+    connects back to a ``RankGroup`` listening at ``address``. ``rank``: an int, or ``"env"``
+    for the rank its launcher gives it (``PMI_RANK`` under mpiexec, ``RANK`` under ndistrun)."""
+    return [sys.executable, "-m", "ndist.bench._worker", lib, str(rank), str(nproc), address]
+
+
 class RankGroup:
     """The ``nproc`` ranks of one library, started once and reused for every size.
 
@@ -206,13 +213,12 @@ class RankGroup:
     # ------------------------------------------------------------------ start
 
     def _commands(self, address: str) -> list[list[str]]:
-        mod = [sys.executable, "-m", "ndist.bench._worker", self.lib]
         if self.lib in MPI_LIBRARIES:
             mpiexec = find_mpiexec()
             if mpiexec is None:
                 raise BenchError(f"{self.lib}: mpiexec not found next to {sys.executable} or on PATH (pip install mpich)")
-            return [[mpiexec, "-n", str(self.nproc), *mod, "env", str(self.nproc), address]]
-        return [[*mod, str(r), str(self.nproc), address] for r in range(self.nproc)]
+            return [[mpiexec, "-n", str(self.nproc), *rank_command(self.lib, "env", self.nproc, address)]]
+        return [rank_command(self.lib, r, self.nproc, address) for r in range(self.nproc)]
 
     def _listener(self) -> tuple[socket.socket, str, str]:
         """``(socket, address the ranks dial, tag)``: a TCP port on 127.0.0.1, or the Unix socket ``listen``."""
