@@ -8,7 +8,7 @@ calls and its context switches per call, so a slow round can be matched to "both
 CPU". It does so for each placement of ndist's ranks it is given (``--placements``):
 
 * ``none``: ``ndistrun --bind-to none``: where the kernel puts them (how ``ndist-bench``
-  starts ranks);
+  started them before it bound them as ``ndistrun`` does);
 * ``one-cpu``: ``taskset -c <first CPU> ndistrun --bind-to none``: both on one CPU;
 * ``core``: ``ndistrun --bind-to core`` (its default): each rank on a CPU of its own.
 

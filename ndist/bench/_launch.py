@@ -170,6 +170,7 @@ def _child_env(authkey: bytes, timeout: float, extra: dict | None = None) -> dic
     env.update(extra or {})  # what the library's adapter asks for (``Adapter.environment``)
     root = _ndist_root()
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop(BIND_CPU_ENV, None)  # (a driver that runs in a bound rank: its CPU is not its ranks')
     env[AUTHKEY_ENV] = authkey.hex()
     env["NDIST_BENCH_TIMEOUT"] = str(timeout)
     env.setdefault("NDIST_SECRET", secrets.token_hex(16))  # ndist's job secret, as ndistrun sets it
@@ -186,6 +187,10 @@ def rank_command(lib: str, rank, nproc: int, address: str) -> list[str]:
     return [sys.executable, "-m", "ndist.bench._worker", lib, str(rank), str(nproc), address]
 
 
+#: the CPU a rank binds itself to (the variable ``ndistrun --bind-to core`` sets for its ranks)
+BIND_CPU_ENV = "NDIST_BIND_CPU"
+
+
 class RankGroup:
     """The ``nproc`` ranks of one library, started once and reused for every size.
 
@@ -193,9 +198,17 @@ class RankGroup:
     connect back to (default: ``mpiexec -n nproc`` for the MPI libraries, else one
     process per rank, all on this machine). A rank that gets ``env`` for its rank learns
     it from its launcher's variables (``PMI_RANK``, ``RANK``, ...). ``listen``: a path
-    for a Unix socket to listen on, instead of a TCP port on 127.0.0.1."""
+    for a Unix socket to listen on, instead of a TCP port on 127.0.0.1. ``cpus``: with the
+    default commands of a library not under mpiexec, the CPU each rank binds itself to
+    (``NDIST_BIND_CPU``, as under ``ndistrun --bind-to core``); empty: unbound."""
 
-    def __init__(self, lib: str, nproc: int, timeout: float = 300.0, *, commands=None, listen: str | None = None):
+    def __init__(self, lib: str, nproc: int, timeout: float = 300.0, *, commands=None, listen: str | None = None,
+                 cpus: tuple[int, ...] = ()):
+        if cpus and (len(cpus) != nproc or commands is not None or lib in MPI_LIBRARIES):
+            raise ValueError(f"cpus: expected one CPU per rank ({nproc}) for ranks RankGroup starts itself, "
+                             f"not under mpiexec; got {cpus!r} for {lib!r}"
+                             + (" with commands" if commands is not None else ""))
+        self.cpus = tuple(cpus)
         self.lib, self.nproc, self.timeout = lib, nproc, timeout
         self._custom_commands = commands
         self._listen_path = listen
@@ -248,9 +261,9 @@ class RankGroup:
             env = _child_env(authkey, self.timeout, self._adapter.environment(self.nproc, self.tag))
             cmds = (self._custom_commands or self._commands)(address)
             self.command = cmds[0]
-            for cmd in cmds:
+            for i, cmd in enumerate(cmds):
                 self.procs.append(subprocess.Popen(
-                    cmd, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                    cmd, env={**env, BIND_CPU_ENV: str(self.cpus[i])} if self.cpus else env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                     start_new_session=True,
                 ))
             deadline = time.monotonic() + self.timeout
@@ -278,7 +291,7 @@ class RankGroup:
             for conn in pending:
                 hello = self._recv(conn, deadline, "hello")
                 self.conns[hello["rank"]] = conn
-                self.ranks[hello["rank"]] = {"pid": hello["pid"], "host": hello["host"]}
+                self.ranks[hello["rank"]] = {"pid": hello["pid"], "host": hello["host"], "cpus": hello.get("cpus")}
             if sorted(self.conns) != list(range(self.nproc)):
                 raise BenchError(f"{self.lib}: expected ranks 0..{self.nproc - 1}; got {sorted(self.conns)}")
             self._await_ready(deadline)

@@ -28,7 +28,7 @@ from multiprocessing.connection import Client
 import numpy as np
 
 from ._adapters import library_versions, make_adapter
-from ._launch import AUTHKEY_ENV
+from ._launch import AUTHKEY_ENV, BIND_CPU_ENV
 from ._ops import count_wrong, layout, make_buffers, resolve_dtype
 
 
@@ -96,7 +96,8 @@ def _placement() -> tuple[int, int, int]:
 def serve(lib: str, rank: int, nranks: int, address: tuple[str, int] | str, authkey: bytes) -> int:
     conn = Client(address, authkey=authkey)
     try:
-        conn.send({"kind": "hello", "rank": rank, "pid": os.getpid(), "host": socket.gethostname()})
+        conn.send({"kind": "hello", "rank": rank, "pid": os.getpid(), "host": socket.gethostname(),
+                   "cpus": sorted(os.sched_getaffinity(0))})
 
         def rendezvous(obj):
             # Rank 0 publishes, everyone (rank 0 too) gets rank 0's object back.
@@ -128,6 +129,15 @@ def serve(lib: str, rank: int, nranks: int, address: tuple[str, int] | str, auth
         conn.close()
 
 
+def _bind() -> None:
+    """Bind every thread of this rank to ``NDIST_BIND_CPU`` when it is set (``RankGroup(cpus=...)``,
+    or ``ndistrun --bind-to core``, whose bootstrap did it already), before the library starts any."""
+    cpu = os.environ.get(BIND_CPU_ENV)
+    if cpu:
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), {int(cpu)})
+
+
 def _rank_from_env() -> int | None:
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK"):
         if os.environ.get(var, "").isdigit():
@@ -156,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"ndist.bench._worker: {AUTHKEY_ENV} is not set\n")
         return 2
     np.seterr(all="ignore")  # repeated in-place reductions overflow; only the check counts
+    _bind()
     return serve(lib, rank, int(size_s), address, key)
 
 
