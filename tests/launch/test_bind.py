@@ -20,7 +20,7 @@ import json, os, threading
 seen = {}
 t = threading.Thread(target=lambda: seen.update(thread=sorted(os.sched_getaffinity(0))))
 t.start(); t.join()
-with open(f"aff-{os.environ['RANK']}.json", "w") as f:
+with open(os.path.join(os.environ.get("AFF_DIR", "."), f"aff-{os.environ['RANK']}.json"), "w") as f:
     json.dump({"cpus": sorted(os.sched_getaffinity(0)), "thread": seen["thread"],
                "bind_to": os.environ.get("NDIST_BIND_TO"), "cpu": os.environ.get("NDIST_BIND_CPU")}, f)
 """
@@ -131,3 +131,29 @@ def test_plan_spreads_over_physical_cores_first():
     assert plan("none", 2, [3, 9]) == ("none", ())
     with pytest.raises(ValueError, match=r"--bind-to core: .* 3 local ranks .* 2 CPU\(s\) \(3,9\)"):
         plan("core", 3, [3, 9])
+
+
+@needs_2_cpus
+@pytest.mark.timeout(180)
+def test_hosts_in_namespaces_never_bind_two_hosts_to_one_cpu(tmp_path):
+    """ndist.testing's namespace "hosts" share this machine's CPUs: with a CPU per rank each host's
+    launcher gets CPUs of its own (2 x 1: the two ranks on different CPUs); with more ranks than
+    CPUs nothing is bound (every rank keeps the whole mask)."""
+    from ndist.testing import launch_nodes, make_hosts, ndist_env, outputs, wait_launchers
+
+    job = tmp_path / "job.py"
+    job.write_text(RECORD)
+    cases = [(1, 2), (len(CPUS), 2)]  # (ranks per host, hosts): one CPU each; twice as many ranks as CPUs
+    with make_hosts(2, pytest.skip) as hosts:
+        for per_host, n_hosts in cases:
+            folder = tmp_path / f"{per_host}x{n_hosts}"
+            folder.mkdir()
+            env = ndist_env(NDIST_SECRET=secrets.token_hex(32), AFF_DIR=str(folder))
+            procs = launch_nodes(hosts, per_host, [str(job)], env, folder)
+            codes = wait_launchers(procs, 90)
+            assert codes == [0, 0], [e[-2000:] for _, e in outputs(folder, 2)]
+            seen = [json.load(open(folder / f"aff-{r}.json")) for r in range(per_host * n_hosts)]
+            if per_host == 1:
+                assert [len(s["cpus"]) for s in seen] == [1, 1] and seen[0]["cpus"] != seen[1]["cpus"], seen
+            else:
+                assert all(s["cpus"] == CPUS and s["bind_to"] == "none" for s in seen), seen
