@@ -28,11 +28,13 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 
 from ._adapters import Adapter, adapter_class
 
-__all__ = ["RankGroup", "rank_command", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV", "mpich_segments",
-           "remove_orphan_mpich_segments", "hydra_files", "mpiexec_running", "hydra_files_left",
+__all__ = ["RankGroup", "rank_command", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV", "BIND_CPU_ENV",
+           "mpich_segments", "remove_orphan_mpich_segments", "hydra_files", "mpiexec_running", "hydra_files_left",
            "remove_orphan_hydra_files"]
 
 AUTHKEY_ENV = "NDIST_BENCH_AUTHKEY"  # the per-run key, hex, in each rank's environment
+#: the CPU a rank binds itself to (the variable ``ndistrun --bind-to core`` sets for its ranks)
+BIND_CPU_ENV = "NDIST_BIND_CPU"
 
 log = logging.getLogger("ndist.bench")
 
@@ -187,10 +189,6 @@ def rank_command(lib: str, rank, nproc: int, address: str) -> list[str]:
     return [sys.executable, "-m", "ndist.bench._worker", lib, str(rank), str(nproc), address]
 
 
-#: the CPU a rank binds itself to (the variable ``ndistrun --bind-to core`` sets for its ranks)
-BIND_CPU_ENV = "NDIST_BIND_CPU"
-
-
 class RankGroup:
     """The ``nproc`` ranks of one library, started once and reused for every size.
 
@@ -262,8 +260,9 @@ class RankGroup:
             cmds = (self._custom_commands or self._commands)(address)
             self.command = cmds[0]
             for i, cmd in enumerate(cmds):
+                own = {**env, BIND_CPU_ENV: str(self.cpus[i])} if self.cpus else env
                 self.procs.append(subprocess.Popen(
-                    cmd, env={**env, BIND_CPU_ENV: str(self.cpus[i])} if self.cpus else env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                    cmd, env=own, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                     start_new_session=True,
                 ))
             deadline = time.monotonic() + self.timeout
