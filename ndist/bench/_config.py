@@ -78,7 +78,7 @@ class BenchConfig:
     plot_path: str | None = None
     markdown_path: str | None = None
     quiet: bool = False
-    #: ndist's own ranks (not under mpiexec): "core" binds each to a CPU of its own, as ndistrun's
+    #: ndist's own ranks (not under mpiexec): "core" binds each to CPUs of its own, as ndistrun's
     #: --bind-to does; "none" leaves them unbound; None: ndistrun's default (core from 2 ranks
     #: when there are as many usable CPUs)
     bind_to: str | None = None
@@ -181,8 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure each size this many times per library, interleaved (see --stat)")
     p.add_argument("--stat", choices=("median", "min"), default="median",
                    help="combine the rounds' times by median (default) or min (least disturbed round)")
-    p.add_argument("--bind-to", "--bind_to", dest="bind_to", default=None, metavar="core|none",
-                   help="ndist's ranks (not under mpiexec): 'core' binds each to a CPU of its own, 'none' leaves "
+    p.add_argument("--bind-to", "--bind_to", dest="bind_to", default=None, metavar="core|core:N|none",
+                   help="ndist's ranks (not under mpiexec): 'core' binds each to CPUs of its own (an equal share of "
+                        "whole cores; 'core:N': N cores each), 'none' leaves "
                         "them unbound. Default: as ndistrun, core when --nproc is 2 or more and at most the usable "
                         "CPUs. The other libraries run as their launchers' defaults do: unbound")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one size may take before the run is aborted")

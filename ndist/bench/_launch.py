@@ -34,7 +34,7 @@ __all__ = ["RankGroup", "rank_command", "BenchError", "find_mpiexec", "MPI_LIBRA
 
 AUTHKEY_ENV = "NDIST_BENCH_AUTHKEY"  # the per-run key, hex, in each rank's environment
 #: the CPU a rank binds itself to (the variable ``ndistrun --bind-to core`` sets for its ranks)
-BIND_CPU_ENV = "NDIST_BIND_CPU"
+BIND_CPU_ENV = "NDIST_BIND_CPUS"
 
 log = logging.getLogger("ndist.bench")
 
@@ -172,7 +172,7 @@ def _child_env(authkey: bytes, timeout: float, extra: dict | None = None) -> dic
     env.update(extra or {})  # what the library's adapter asks for (``Adapter.environment``)
     root = _ndist_root()
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.pop(BIND_CPU_ENV, None)  # (a driver that runs in a bound rank: its CPU is not its ranks')
+    env.pop(BIND_CPU_ENV, None)  # (a driver that runs in a bound rank: its CPUs are not its ranks')
     env[AUTHKEY_ENV] = authkey.hex()
     env["NDIST_BENCH_TIMEOUT"] = str(timeout)
     env.setdefault("NDIST_SECRET", secrets.token_hex(16))  # ndist's job secret, as ndistrun sets it
@@ -197,13 +197,13 @@ class RankGroup:
     process per rank, all on this machine). A rank that gets ``env`` for its rank learns
     it from its launcher's variables (``PMI_RANK``, ``RANK``, ...). ``listen``: a path
     for a Unix socket to listen on, instead of a TCP port on 127.0.0.1. ``cpus``: with the
-    default commands of a library not under mpiexec, the CPU each rank binds itself to
-    (``NDIST_BIND_CPU``, as under ``ndistrun --bind-to core``); empty: unbound."""
+    default commands of a library not under mpiexec, the CPUs each rank binds itself to, a
+    tuple per rank (``NDIST_BIND_CPUS``, as under ``ndistrun --bind-to core``); empty: unbound."""
 
     def __init__(self, lib: str, nproc: int, timeout: float = 300.0, *, commands=None, listen: str | None = None,
-                 cpus: tuple[int, ...] = ()):
+                 cpus: tuple[tuple[int, ...], ...] = ()):
         if cpus and (len(cpus) != nproc or commands is not None or lib in MPI_LIBRARIES):
-            raise ValueError(f"cpus: expected one CPU per rank ({nproc}) for ranks RankGroup starts itself, "
+            raise ValueError(f"cpus: expected the CPUs of each rank ({nproc}) for ranks RankGroup starts itself, "
                              f"not under mpiexec; got {cpus!r} for {lib!r}"
                              + (" with commands" if commands is not None else ""))
         self.cpus = tuple(cpus)
@@ -260,7 +260,7 @@ class RankGroup:
             cmds = (self._custom_commands or self._commands)(address)
             self.command = cmds[0]
             for i, cmd in enumerate(cmds):
-                own = {**env, BIND_CPU_ENV: str(self.cpus[i])} if self.cpus else env
+                own = {**env, BIND_CPU_ENV: ",".join(map(str, self.cpus[i]))} if self.cpus else env
                 self.procs.append(subprocess.Popen(
                     cmd, env=own, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                     start_new_session=True,

@@ -54,13 +54,17 @@ def _load(t) -> str:
 
 
 def _binding(res: RunResult) -> str:
-    """How ndist's own ranks were placed: ``--bind-to core`` (each on a CPU of its own) or ``none``."""
+    """How ndist's own ranks were placed: ``--bind-to core`` (each on CPUs of its own) or ``none``."""
     own = [lib for lib in res.config.libraries if lib.startswith("ndist[") and lib not in MPI_LIBRARIES]
     cpus = [info.get("cpus") for lib in own for info in res.ranks.get(lib, {}).values()]
     if not cpus:
         return ""
-    bound = all(c is not None and len(c) == 1 for c in cpus) and len({c[0] for c in cpus}) == len(cpus) // len(own)
-    return "  ndist's ranks: " + ("--bind-to core (a CPU each)" if bound else "--bind-to none (unbound)")
+    # bound: each library's ranks on disjoint CPUs (every library's ranks get the same plan)
+    per_lib = len(cpus) // len(own)
+    bound = per_lib > 1 and all(c is not None for c in cpus) and all(
+        len({x for c in cpus[k:k + per_lib] for x in c}) == sum(len(c) for c in cpus[k:k + per_lib])
+        for k in range(0, len(cpus), per_lib))
+    return "  ndist's ranks: " + ("--bind-to core (CPUs of their own)" if bound else "--bind-to none (unbound)")
 
 
 def format_header(res: RunResult, argv: list[str] | None = None) -> str:

@@ -130,12 +130,14 @@ def serve(lib: str, rank: int, nranks: int, address: tuple[str, int] | str, auth
 
 
 def _bind() -> None:
-    """Bind every thread of this rank to ``NDIST_BIND_CPU`` when it is set (``RankGroup(cpus=...)``,
-    or ``ndistrun --bind-to core``, whose bootstrap did it already), before the library starts any."""
-    cpu = os.environ.get(BIND_CPU_ENV)
-    if cpu:
+    """Bind every thread of this rank to ``NDIST_BIND_CPUS`` (a comma-separated list) when it is
+    set (``RankGroup(cpus=...)``, or ``ndistrun --bind-to core``, whose bootstrap did it already),
+    before the library starts any."""
+    cpus = os.environ.get(BIND_CPU_ENV)
+    if cpus:
+        mask = {int(c) for c in cpus.split(",")}
         for tid in os.listdir("/proc/self/task"):
-            os.sched_setaffinity(int(tid), {int(cpu)})
+            os.sched_setaffinity(int(tid), mask)
 
 
 def _rank_from_env() -> int | None:

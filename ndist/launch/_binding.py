@@ -1,21 +1,24 @@
-"""``--bind-to``: which CPU each local rank is bound to.
+"""``--bind-to``: which CPUs each local rank is bound to.
 
-``core`` binds each local rank to one CPU of the launcher's own affinity mask
-(``os.sched_getaffinity``: never a CPU outside it), a distinct one per rank,
-taking one CPU of each physical core before any core's second hardware thread.
-``none`` leaves the ranks with the launcher's mask. The default is ``core`` when
-the node runs at least two local ranks and has at least as many usable CPUs as
-local ranks, ``none`` otherwise (as Open MPI's ``mpirun``, which binds to cores
-unless the node is oversubscribed).
+``core`` binds each local rank to CPUs of its own, taken from the launcher's own
+affinity mask (``os.sched_getaffinity``: never a CPU outside it): the mask's physical
+cores are dealt out in equal, disjoint blocks of whole cores (a core's hardware
+threads stay together), so that a rank's own threads (OpenMP, torch's intra-op pool,
+a DataLoader's workers) still have every core of its share. With fewer cores than
+ranks but enough CPUs (hardware threads), each rank gets one CPU, one thread of each
+core first. ``core:N`` gives each rank exactly N whole cores (as Hydra's
+``-bind-to core:N``). ``none`` leaves the ranks with the launcher's mask. The default
+is ``core`` when the node runs at least two local ranks and has at least as many
+usable CPUs as local ranks, ``none`` otherwise (as Open MPI's ``mpirun``, which binds
+to cores unless the node is oversubscribed).
 
 Why: two ranks that wait for each other by yielding, then sleeping on a futex,
 are runnable one at a time; the kernel's load balancer then sees no imbalance and
 can leave both on one core, where every hand-over is a context switch
-(docs/performance.md, "Bimodal rounds"). A rank bound to its own core cannot
-settle there.
+(docs/performance.md, "Bimodal rounds"). Ranks on disjoint CPUs cannot settle there.
 
 The launcher resolves the choice (``plan``); each rank's bootstrap applies it
-(``NDIST_BIND_CPU``) before the program's first line, so every thread the rank
+(``NDIST_BIND_CPUS``) before the program's first line, so every thread the rank
 starts inherits it.
 """
 
@@ -23,14 +26,15 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BIND_TO", "BIND_TO_ENV", "BIND_CPU_ENV", "usable_cpus", "spread_order", "plan"]
+__all__ = ["BIND_TO", "BIND_TO_ENV", "BIND_CPU_ENV", "usable_cpus", "spread_order", "physical_cores", "plan",
+           "cpu_text"]
 
-#: the values of ``--bind-to``
+#: the values of ``--bind-to`` (and ``core:N``, N whole cores per rank)
 BIND_TO = ("core", "none")
 #: what each rank is told: the launcher's choice (``core`` or ``none``) ...
 BIND_TO_ENV = "NDIST_BIND_TO"
-#: ... and, when bound, its CPU (the bootstrap binds the rank to it)
-BIND_CPU_ENV = "NDIST_BIND_CPU"
+#: ... and, when bound, its CPUs as a comma-separated list (the bootstrap binds the rank to them)
+BIND_CPU_ENV = "NDIST_BIND_CPUS"
 
 _TOPOLOGY = "/sys/devices/system/cpu/cpu{}/topology/{}"
 
@@ -71,21 +75,58 @@ def spread_order(cpus: list[int], core_of=_core_of) -> list[int]:
     return [cpu for tier in tiers for cpu in tier]
 
 
-def plan(bind_to: str | None, nproc: int, cpus: list[int] | None = None) -> tuple[str, tuple[int, ...]]:
-    """``(choice, cpu of each local rank)`` for ``--bind-to bind_to`` (None: the default) and
+def physical_cores(cpus: list[int], core_of=_core_of) -> list[list[int]]:
+    """``cpus`` grouped by physical core (a core's hardware threads together), the cores in
+    the order of their first CPU. ``core_of`` as for ``spread_order``."""
+    cores: dict = {}
+    for cpu in cpus:
+        key = core_of(cpu)
+        cores.setdefault(("cpu", cpu) if key is None else key, []).append(cpu)
+    return list(cores.values())
+
+
+def cpu_text(cpus) -> str:
+    """``cpus`` as the comma-separated list ``NDIST_BIND_CPUS`` carries."""
+    return ",".join(map(str, cpus))
+
+
+def _per_rank(bind_to: str) -> int | None:
+    """N of ``core:N``; None for plain ``core``. Raises ``ValueError`` naming the option."""
+    if bind_to == "core":
+        return None
+    n = bind_to[len("core:"):]
+    if bind_to.startswith("core:") and n.isdigit() and int(n) >= 1:
+        return int(n)
+    raise ValueError(f"--bind-to: expected 'core', 'core:N' (N >= 1 whole cores per rank) or 'none', got {bind_to!r}")
+
+
+def plan(bind_to: str | None, nproc: int, cpus: list[int] | None = None,
+         core_of=_core_of) -> tuple[str, tuple[tuple[int, ...], ...]]:
+    """``(choice, CPUs of each local rank)`` for ``--bind-to bind_to`` (None: the default) and
     ``nproc`` local ranks over ``cpus`` (default: this process's mask). The tuple is empty
-    for ``none``. Raises ``ValueError`` naming the option for a bad value, or for ``core``
-    with more local ranks than usable CPUs."""
-    if bind_to is not None and bind_to not in BIND_TO:
-        raise ValueError(f"--bind-to: expected 'core' or 'none', got {bind_to!r}")
+    for ``none``. Raises ``ValueError`` naming the option for a bad value, for ``core`` with
+    more local ranks than usable CPUs, or for ``core:N`` with fewer than N cores per rank."""
     cpus = usable_cpus() if cpus is None else cpus
     if bind_to is None:
         bind_to = "core" if 2 <= nproc <= len(cpus) else "none"
     if bind_to == "none":
         return "none", ()
-    if nproc > len(cpus):
-        shown = ",".join(map(str, cpus))
+    per = _per_rank(bind_to)
+    cores = physical_cores(cpus, core_of)
+    shown = cpu_text(cpus)
+    if per is not None:
+        if nproc * per > len(cores):
+            raise ValueError(f"--bind-to {bind_to}: needs {per} core(s) for each of the {nproc} local ranks "
+                             f"(--nproc-per-node {nproc}), but the launcher may run on {len(cores)} core(s) "
+                             f"(CPUs {shown}); use --bind-to core, --bind-to none, or fewer ranks")
+    elif nproc > len(cpus):
         raise ValueError(f"--bind-to core: needs a CPU for each of the {nproc} local ranks (--nproc-per-node "
                          f"{nproc}), but the launcher may run on {len(cpus)} CPU(s) ({shown}); use --bind-to none, "
                          "or fewer ranks")
-    return "core", tuple(spread_order(cpus)[:nproc])
+    elif len(cores) < nproc:  # more ranks than cores: a hardware thread each, first threads first
+        order = spread_order(cpus, core_of)
+        return "core", tuple((cpu,) for cpu in order[:nproc])
+    else:
+        per = len(cores) // nproc
+    return "core", tuple(tuple(sorted(cpu for core in cores[r * per:(r + 1) * per] for cpu in core))
+                         for r in range(nproc))

@@ -50,14 +50,15 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _bind_cpu() -> None:
     """``ndistrun --bind-to core``: bind this rank (and every thread and process it starts) to
-    the CPU the launcher chose for it (``NDIST_BIND_CPU``, within the launcher's own mask)."""
-    cpu = os.environ.get("NDIST_BIND_CPU")
-    if not cpu:
+    the CPUs the launcher chose for it (``NDIST_BIND_CPUS``, a comma-separated list within the
+    launcher's own mask)."""
+    cpus = os.environ.get("NDIST_BIND_CPUS")
+    if not cpus:
         return
     try:
-        os.sched_setaffinity(0, (int(cpu),))
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     except (OSError, ValueError, AttributeError) as err:  # (the mask changed since the launcher read it)
-        sys.stderr.write(f"ndistrun: rank not bound to CPU {cpu!r} (--bind-to core): {err}\n")
+        sys.stderr.write(f"ndistrun: rank not bound to CPUs {cpus!r} (--bind-to core): {err}\n")
 
 
 def write_error_file(exc: BaseException, path: str | None = None) -> None:

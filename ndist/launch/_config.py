@@ -78,9 +78,9 @@ class LaunchConfig:
     #: several nodes: why this node's ranks cannot start (its script is missing here), told to
     #: every node at the rendezvous, which all refuse the job with it (one node: a usage error)
     entry_problem: str | None = None
-    #: ``--bind-to``, resolved: "core" (each local rank bound to one CPU, ``bind_cpus``) or "none"
+    #: ``--bind-to``, resolved: "core" (each local rank bound to CPUs of its own, ``bind_cpus``) or "none"
     bind_to: str = "none"
-    bind_cpus: tuple[int, ...] = ()  # with "core": the CPU of each local rank, from the launcher's mask
+    bind_cpus: tuple[tuple[int, ...], ...] = ()  # with "core": each local rank's CPUs, from the launcher's mask
 
     @property
     def keep_going(self) -> bool:
@@ -125,10 +125,10 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
       help="ranks on this node: an int, 'auto' or 'cpu' (the CPUs this process may use). Default 1.")
     a("--nnodes", default="1", metavar="N", help="number of nodes (an int; MIN:MAX only with MIN == MAX). Default 1.")
     a("--node-rank", "--node_rank", default="0", metavar="R", help="rank of this node, 0..NNODES-1. Default 0.")
-    a("--bind-to", "--bind_to", default=None, metavar="core|none",
-      help="'core': bind each local rank to a CPU of its own (from this launcher's affinity mask); 'none': "
-           "leave the ranks unbound. Default: core when there are at least 2 local ranks and as many usable "
-           "CPUs, else none.")
+    a("--bind-to", "--bind_to", default=None, metavar="core|core:N|none",
+      help="'core': bind each local rank to CPUs of its own, an equal share of whole cores of this launcher's "
+           "affinity mask; 'core:N': N whole cores each; 'none': leave the ranks unbound. Default: core when "
+           "there are at least 2 local ranks and as many usable CPUs, else none.")
     a = p.add_argument_group("rendezvous (multi-node: where node 0's store is)").add_argument
     a("--master-addr", "--master_addr", default=None, metavar="HOST",
       help="host of node 0, where the launcher's store runs (default 127.0.0.1 on one node).")

@@ -22,7 +22,7 @@ t = threading.Thread(target=lambda: seen.update(thread=sorted(os.sched_getaffini
 t.start(); t.join()
 with open(os.path.join(os.environ.get("AFF_DIR", "."), f"aff-{os.environ['RANK']}.json"), "w") as f:
     json.dump({"cpus": sorted(os.sched_getaffinity(0)), "thread": seen["thread"],
-               "bind_to": os.environ.get("NDIST_BIND_TO"), "cpu": os.environ.get("NDIST_BIND_CPU")}, f)
+               "bind_to": os.environ.get("NDIST_BIND_TO"), "cpu": os.environ.get("NDIST_BIND_CPUS")}, f)
 """
 
 
@@ -42,10 +42,10 @@ def test_default_binds_each_rank_to_a_cpu_of_its_own(launcher):
     assert r.returncode == 0, r.stderr
     seen = _seen(launcher, 2)
     chosen = plan(None, 2)[1]  # (this process's mask is the launcher's)
-    assert len(set(chosen)) == 2 and set(chosen) <= set(CPUS)
-    assert [s["cpus"] for s in seen] == [[chosen[0]], [chosen[1]]]
+    assert not set(chosen[0]) & set(chosen[1]) and set(chosen[0]) | set(chosen[1]) <= set(CPUS)
+    assert [s["cpus"] for s in seen] == [list(chosen[0]), list(chosen[1])]
     for s in seen:
-        assert s["thread"] == s["cpus"] and s["bind_to"] == "core" and s["cpu"] == str(s["cpus"][0])
+        assert s["thread"] == s["cpus"] and s["bind_to"] == "core" and s["cpu"] == ",".join(map(str, s["cpus"]))
 
 
 @needs_2_cpus
@@ -80,7 +80,10 @@ def test_one_rank_is_not_bound_by_default(launcher):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--nproc-per-node", 2, "--bind-to", "socket"], ["--bind-to", "'core' or 'none'", "'socket'"]),
+    (["--nproc-per-node", 2, "--bind-to", "socket"], ["--bind-to", "'core', 'core:N'", "'none'", "'socket'"]),
+    (["--nproc-per-node", 2, "--bind-to", "core:0"], ["--bind-to", "'core:N' (N >= 1", "'core:0'"]),
+    (["--nproc-per-node", 2, "--bind-to", "core:%d" % len(CPUS)],
+     [f"--bind-to core:{len(CPUS)}", "2 local ranks", "core(s)"]),
     (["--nproc-per-node", len(CPUS) + 1, "--bind-to", "core"],
      ["--bind-to core", f"{len(CPUS) + 1} local ranks", f"{len(CPUS)} CPU(s)", "--bind-to none"]),
 ])
@@ -125,12 +128,30 @@ def test_plan_spreads_over_physical_cores_first():
     pairs = {c: (0, c // 2) for c in range(8)}.get
     assert spread_order(list(range(8)), pairs) == [0, 2, 4, 6, 1, 3, 5, 7]
     assert spread_order([5, 7], lambda c: None) == [5, 7]  # no topology: every CPU a core of its own
-    assert plan(None, 2, [3, 9]) == ("core", (3, 9))
+    assert plan(None, 2, [3, 9]) == ("core", ((3,), (9,)))
     assert plan(None, 1, [3, 9]) == ("none", ())
     assert plan(None, 3, [3, 9]) == ("none", ())
     assert plan("none", 2, [3, 9]) == ("none", ())
     with pytest.raises(ValueError, match=r"--bind-to core: .* 3 local ranks .* 2 CPU\(s\) \(3,9\)"):
         plan("core", 3, [3, 9])
+
+
+def test_plan_gives_each_rank_an_equal_share_of_whole_cores():
+    """A rank's own threads (OpenMP, torch's pool) keep every core of its share: 8 cores, 4 ranks,
+    2 whole cores each, a core's hardware threads together; core:N asks for N cores each."""
+    smt = {c: (0, c % 8) for c in range(16)}.get  # CPUs 0-7 the first threads of cores 0-7, 8-15 their siblings
+    assert plan(None, 4, list(range(16)), smt) == (
+        "core", ((0, 1, 8, 9), (2, 3, 10, 11), (4, 5, 12, 13), (6, 7, 14, 15)))
+    assert plan(None, 3, list(range(8)), lambda c: None) == ("core", ((0, 1), (2, 3), (4, 5)))  # CPU 6, 7 idle
+    assert plan("core:1", 4, list(range(16)), smt) == ("core", ((0, 8), (1, 9), (2, 10), (3, 11)))
+    # more ranks than cores, as many CPUs: a hardware thread each, one of every core first
+    assert plan(None, 3, [0, 1, 2, 3], {0: (0, 0), 1: (0, 0), 2: (0, 1), 3: (0, 1)}.get) == (
+        "core", ((0,), (2,), (1,)))
+    with pytest.raises(ValueError, match=r"--bind-to core:3: needs 3 core\(s\) for each of the 4 local ranks .* 8 core"):
+        plan("core:3", 4, list(range(16)), smt)
+    for bad in ("core:", "core:x", "core:-1", "cores"):
+        with pytest.raises(ValueError, match=r"--bind-to: expected 'core', 'core:N'"):
+            plan(bad, 2, [0, 1])
 
 
 @needs_2_cpus
