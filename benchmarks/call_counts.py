@@ -71,8 +71,8 @@ def _socket_worker(args) -> None:
 
     dist.init_process_group("socket", init_method=f"file://{path}", rank=args.rank, world_size=2)
     try:
-        sys.path.insert(0, str(HERE))
-        from mpi_overhead import ndist_calls  # (the same buffers and closures as the mpi configs)
+        # benchmarks/mpi_overhead.py, beside this script (sys.path[0]): the same buffers and closures
+        from mpi_overhead import ndist_calls
 
         fn = ndist_calls(dist, args.rank, 2, args.bytes)[args.op]
         for _ in range(20):

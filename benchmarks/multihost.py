@@ -56,7 +56,7 @@ import textwrap
 from pathlib import Path
 
 from ndist.bench import (MPI_LIBRARIES, OPS, STORE_HOST_ENV, BenchConfig, BenchError, RankGroup, find_mpiexec,
-                         parse_size, ratio_rows, run_bench, to_json)
+                         parse_size, rank_command, ratio_rows, run_bench, to_json)
 from ndist.testing import launch_nodes, make_hosts, ndist_env, node_commands, outputs, wait_launchers
 
 _JOB = """
@@ -195,7 +195,7 @@ def start_group(hosts, args, lib: str, folder: Path, ssh: Path, groups: dict) ->
     sock = folder / f"g{len(groups)}.sock"
 
     def commands(address: str) -> list:
-        worker = [sys.executable, "-m", "ndist.bench._worker", lib, "env", str(n), address]
+        worker = rank_command(lib, "env", n, address)
         if lib in MPI_LIBRARIES:
             return [mpich_command(hosts, args.per_host, ssh, worker)]
         node_env = [{STORE_HOST_ENV: hosts.addr[0], **({"GLOO_SOCKET_IFNAME": dev} if lib == "torch" else {})}

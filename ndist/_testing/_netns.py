@@ -199,16 +199,37 @@ def node_commands(hosts: Hosts, nproc, argv: list[str], extra: tuple = _LAUNCH_E
                   node_env: list | None = None) -> list[list[str]]:
     """The command of ``ndistrun --nnodes H`` for every namespace: node i in
     ``hosts.ns[i]`` with ``nproc`` ranks (or ``nproc[i]``), the store on a free port of
-    node 0; ``node_env[i]``: variables for node i alone (``env`` inside the namespace)."""
+    node 0; ``node_env[i]``: variables for node i alone (``env`` inside the namespace).
+
+    The "hosts" share this machine's CPUs, which ndistrun's CPU binding cannot know: when
+    there is a CPU for every rank of every host, node i's launcher runs on CPUs of its own
+    (``taskset``), as on a host of its own, and binds its ranks there; otherwise every node
+    gets ``--bind-to none``, so that no two hosts bind their ranks to the same CPUs."""
     port = free_port_in(hosts.ns[0], hosts.addr[0])
     counts = [nproc] * len(hosts.ns) if isinstance(nproc, int) else list(nproc)
+    slices = _cpu_slices(counts)
     cmds = []
     for node, ns in enumerate(hosts.ns):
         own = [f"{k}={v}" for k, v in (node_env[node] if node_env else {}).items()]
-        cmds.append(["ip", "netns", "exec", ns, *(["env", *own] if own else []), sys.executable, "-m", "ndist.launch",
-                     "--nnodes", str(len(hosts.ns)), "--node-rank", str(node), "--nproc-per-node", str(counts[node]),
-                     "--master-addr", hosts.addr[0], "--master-port", str(port), *extra, *argv])
+        place = ["taskset", "-c", ",".join(map(str, slices[node]))] if slices else []
+        cmds.append(["ip", "netns", "exec", ns, *(["env", *own] if own else []), *place, sys.executable, "-m",
+                     "ndist.launch", "--nnodes", str(len(hosts.ns)), "--node-rank", str(node), "--nproc-per-node",
+                     str(counts[node]), "--master-addr", hosts.addr[0], "--master-port", str(port),
+                     *([] if slices else ["--bind-to", "none"]), *extra, *argv])
     return cmds
+
+
+def _cpu_slices(counts: list[int]) -> list[list[int]] | None:
+    """Disjoint CPUs of this process's mask for each host's ranks, in host order; None when
+    there are fewer CPUs than ranks in all, or no ``taskset`` to start a launcher on them."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if sum(counts) > len(cpus) or shutil.which("taskset") is None:
+        return None
+    out, at = [], 0
+    for n in counts:
+        out.append(cpus[at:at + n])
+        at += n
+    return out
 
 
 def launch_nodes(hosts: Hosts, nproc, argv: list[str], env: dict, logdir: Path, extra: tuple = _LAUNCH_EXTRA) -> list:

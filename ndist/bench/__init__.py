@@ -9,13 +9,15 @@ a plot. See ``docs/performance.md``.
 from ._adapters import STORE_HOST_ENV
 from ._cli import main
 from ._config import BenchConfig, parse_args, parse_size, size_sweep
-from ._launch import MPI_LIBRARIES, BenchError, RankGroup, find_mpiexec
+from ._launch import MPI_LIBRARIES, BenchError, RankGroup, find_mpiexec, rank_command
 from ._ops import OPS, bandwidths, layout
 from ._report import ratio_rows, to_json
 from ._runner import Row, RunResult, run_bench
 
 # The names a driver that places the ranks itself needs (benchmarks/multihost.py: its own
-# RankGroup subclass, run_bench(start=...), the report's ratios and JSON) are public too.
+# RankGroup subclass, rank_command, run_bench(start=...), the report's ratios and JSON;
+# benchmarks/placement.py: RankGroup.run's per-rank results) are public too: docs/performance.md,
+# "The Python API".
 __all__ = ["main", "BenchConfig", "parse_args", "parse_size", "size_sweep", "BenchError", "OPS", "bandwidths",
-           "layout", "Row", "RunResult", "run_bench", "RankGroup", "MPI_LIBRARIES", "find_mpiexec",
+           "layout", "Row", "RunResult", "run_bench", "RankGroup", "rank_command", "MPI_LIBRARIES", "find_mpiexec",
            "STORE_HOST_ENV", "ratio_rows", "to_json"]

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import re
 
+from ..launch._binding import plan
 from ._ops import DTYPES, OPS, REDOPS, resolve_dtype
 
 __all__ = ["BenchConfig", "parse_size", "size_sweep", "build_parser", "parse_args", "LIBRARIES", "NDIST_BACKENDS"]
@@ -77,6 +78,10 @@ class BenchConfig:
     plot_path: str | None = None
     markdown_path: str | None = None
     quiet: bool = False
+    #: ndist's own ranks (not under mpiexec): "core" binds each to CPUs of its own, as ndistrun's
+    #: --bind-to does; "none" leaves them unbound; None: ndistrun's default (core from 2 ranks
+    #: when there are as many usable CPUs)
+    bind_to: str | None = None
 
     @property
     def libraries(self) -> tuple[str, ...]:
@@ -176,6 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure each size this many times per library, interleaved (see --stat)")
     p.add_argument("--stat", choices=("median", "min"), default="median",
                    help="combine the rounds' times by median (default) or min (least disturbed round)")
+    p.add_argument("--bind-to", "--bind_to", dest="bind_to", default=None, metavar="core|core:N|none",
+                   help="ndist's ranks (not under mpiexec): 'core' binds each to CPUs of its own (an equal share of "
+                        "whole cores; 'core:N': N cores each), 'none' leaves "
+                        "them unbound. Default: as ndistrun, core when --nproc is 2 or more and at most the usable "
+                        "CPUs. The other libraries run as their launchers' defaults do: unbound")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one size may take before the run is aborted")
     p = parser.add_argument_group("output")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="write machine-readable results")
@@ -217,9 +227,13 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
         p.error(f"rounds: expected >= 1; got {a.rounds}")
     if not a.timeout > 0:
         p.error(f"timeout: expected > 0 seconds; got {a.timeout}")
+    try:
+        bind_to = plan(a.bind_to, a.nproc)[0]
+    except ValueError as e:
+        p.error(str(e).replace("--nproc-per-node", "--nproc"))
     return BenchConfig(
         ops=ops, sizes=tuple(sizes), iters=a.iters, warmup=a.warmup_iters, check=a.check, dtype=dt.name,
         redop=a.op, root=a.root, nproc=a.nproc, backends=backends, compare=a.compare, rounds=a.rounds, stat=a.stat,
         timeout=a.timeout, json_path=a.json_path, plot_path=a.plot_path, markdown_path=a.markdown_path,
-        quiet=a.quiet,
+        quiet=a.quiet, bind_to=bind_to,
     )

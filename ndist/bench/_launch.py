@@ -28,11 +28,13 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 
 from ._adapters import Adapter, adapter_class
 
-__all__ = ["RankGroup", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV", "mpich_segments",
-           "remove_orphan_mpich_segments", "hydra_files", "mpiexec_running", "hydra_files_left",
+__all__ = ["RankGroup", "rank_command", "BenchError", "find_mpiexec", "MPI_LIBRARIES", "AUTHKEY_ENV", "BIND_CPU_ENV",
+           "mpich_segments", "remove_orphan_mpich_segments", "hydra_files", "mpiexec_running", "hydra_files_left",
            "remove_orphan_hydra_files"]
 
 AUTHKEY_ENV = "NDIST_BENCH_AUTHKEY"  # the per-run key, hex, in each rank's environment
+#: the CPU a rank binds itself to (the variable ``ndistrun --bind-to core`` sets for its ranks)
+BIND_CPU_ENV = "NDIST_BIND_CPUS"
 
 log = logging.getLogger("ndist.bench")
 
@@ -170,6 +172,7 @@ def _child_env(authkey: bytes, timeout: float, extra: dict | None = None) -> dic
     env.update(extra or {})  # what the library's adapter asks for (``Adapter.environment``)
     root = _ndist_root()
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop(BIND_CPU_ENV, None)  # (a driver that runs in a bound rank: its CPUs are not its ranks')
     env[AUTHKEY_ENV] = authkey.hex()
     env["NDIST_BENCH_TIMEOUT"] = str(timeout)
     env.setdefault("NDIST_SECRET", secrets.token_hex(16))  # ndist's job secret, as ndistrun sets it
@@ -179,6 +182,13 @@ def _child_env(authkey: bytes, timeout: float, extra: dict | None = None) -> dic
     return env
 
 
+def rank_command(lib: str, rank, nproc: int, address: str) -> list[str]:
+    """The command of one benchmark rank of ``lib`` (``python -m ndist.bench._worker ...``) that
+    connects back to a ``RankGroup`` listening at ``address``. ``rank``: an int, or ``"env"``
+    for the rank its launcher gives it (``PMI_RANK`` under mpiexec, ``RANK`` under ndistrun)."""
+    return [sys.executable, "-m", "ndist.bench._worker", lib, str(rank), str(nproc), address]
+
+
 class RankGroup:
     """The ``nproc`` ranks of one library, started once and reused for every size.
 
@@ -186,9 +196,17 @@ class RankGroup:
     connect back to (default: ``mpiexec -n nproc`` for the MPI libraries, else one
     process per rank, all on this machine). A rank that gets ``env`` for its rank learns
     it from its launcher's variables (``PMI_RANK``, ``RANK``, ...). ``listen``: a path
-    for a Unix socket to listen on, instead of a TCP port on 127.0.0.1."""
+    for a Unix socket to listen on, instead of a TCP port on 127.0.0.1. ``cpus``: with the
+    default commands of a library not under mpiexec, the CPUs each rank binds itself to, a
+    tuple per rank (``NDIST_BIND_CPUS``, as under ``ndistrun --bind-to core``); empty: unbound."""
 
-    def __init__(self, lib: str, nproc: int, timeout: float = 300.0, *, commands=None, listen: str | None = None):
+    def __init__(self, lib: str, nproc: int, timeout: float = 300.0, *, commands=None, listen: str | None = None,
+                 cpus: tuple[tuple[int, ...], ...] = ()):
+        if cpus and (len(cpus) != nproc or commands is not None or lib in MPI_LIBRARIES):
+            raise ValueError(f"cpus: expected the CPUs of each rank ({nproc}) for ranks RankGroup starts itself, "
+                             f"not under mpiexec; got {cpus!r} for {lib!r}"
+                             + (" with commands" if commands is not None else ""))
+        self.cpus = tuple(cpus)
         self.lib, self.nproc, self.timeout = lib, nproc, timeout
         self._custom_commands = commands
         self._listen_path = listen
@@ -206,13 +224,12 @@ class RankGroup:
     # ------------------------------------------------------------------ start
 
     def _commands(self, address: str) -> list[list[str]]:
-        mod = [sys.executable, "-m", "ndist.bench._worker", self.lib]
         if self.lib in MPI_LIBRARIES:
             mpiexec = find_mpiexec()
             if mpiexec is None:
                 raise BenchError(f"{self.lib}: mpiexec not found next to {sys.executable} or on PATH (pip install mpich)")
-            return [[mpiexec, "-n", str(self.nproc), *mod, "env", str(self.nproc), address]]
-        return [[*mod, str(r), str(self.nproc), address] for r in range(self.nproc)]
+            return [[mpiexec, "-n", str(self.nproc), *rank_command(self.lib, "env", self.nproc, address)]]
+        return [rank_command(self.lib, r, self.nproc, address) for r in range(self.nproc)]
 
     def _listener(self) -> tuple[socket.socket, str, str]:
         """``(socket, address the ranks dial, tag)``: a TCP port on 127.0.0.1, or the Unix socket ``listen``."""
@@ -242,9 +259,10 @@ class RankGroup:
             env = _child_env(authkey, self.timeout, self._adapter.environment(self.nproc, self.tag))
             cmds = (self._custom_commands or self._commands)(address)
             self.command = cmds[0]
-            for cmd in cmds:
+            for i, cmd in enumerate(cmds):
+                own = {**env, BIND_CPU_ENV: ",".join(map(str, self.cpus[i]))} if self.cpus else env
                 self.procs.append(subprocess.Popen(
-                    cmd, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                    cmd, env=own, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                     start_new_session=True,
                 ))
             deadline = time.monotonic() + self.timeout
@@ -272,7 +290,7 @@ class RankGroup:
             for conn in pending:
                 hello = self._recv(conn, deadline, "hello")
                 self.conns[hello["rank"]] = conn
-                self.ranks[hello["rank"]] = {"pid": hello["pid"], "host": hello["host"]}
+                self.ranks[hello["rank"]] = {"pid": hello["pid"], "host": hello["host"], "cpus": hello.get("cpus")}
             if sorted(self.conns) != list(range(self.nproc)):
                 raise BenchError(f"{self.lib}: expected ranks 0..{self.nproc - 1}; got {sorted(self.conns)}")
             self._await_ready(deadline)

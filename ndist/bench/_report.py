@@ -10,6 +10,7 @@ import shlex
 import socket
 import sys
 
+from ._launch import MPI_LIBRARIES
 from ._runner import Row, RunResult
 
 __all__ = ["machine_info", "format_header", "format_table", "format_absent", "format_ratios", "ratio_rows",
@@ -52,6 +53,20 @@ def _load(t) -> str:
     return "/".join(f"{x:.2f}" for x in t) if t else "n/a"
 
 
+def _binding(res: RunResult) -> str:
+    """How ndist's own ranks were placed: ``--bind-to core`` (each on CPUs of its own) or ``none``."""
+    own = [lib for lib in res.config.libraries if lib.startswith("ndist[") and lib not in MPI_LIBRARIES]
+    cpus = [info.get("cpus") for lib in own for info in res.ranks.get(lib, {}).values()]
+    if not cpus:
+        return ""
+    # bound: each library's ranks on disjoint CPUs (every library's ranks get the same plan)
+    per_lib = len(cpus) // len(own)
+    bound = per_lib > 1 and all(c is not None for c in cpus) and all(
+        len({x for c in cpus[k:k + per_lib] for x in c}) == sum(len(c) for c in cpus[k:k + per_lib])
+        for k in range(0, len(cpus), per_lib))
+    return "  ndist's ranks: " + ("--bind-to core (CPUs of their own)" if bound else "--bind-to none (unbound)")
+
+
 def format_header(res: RunResult, argv: list[str] | None = None) -> str:
     cfg, m = res.config, machine_info()
     argv = sys.argv if argv is None else argv
@@ -62,7 +77,7 @@ def format_header(res: RunResult, argv: list[str] | None = None) -> str:
         f"# command: ndist-bench {shlex.join(argv[1:])}",
         f"# host: {m['host']}  cpu: {m['cpu']}  cores: {m['cores']} (usable {m['usable_cores']})  "
         f"os: {m['os']}  python: {m['python']}",
-        f"# nproc: {cfg.nproc} per library  datatype: {cfg.dtype}  redop: {cfg.redop}",
+        f"# nproc: {cfg.nproc} per library  datatype: {cfg.dtype}  redop: {cfg.redop}{_binding(res)}",
         f"# load average (1/5/15 min): {_load(res.load[0])} at start, {_load(res.load[1])} at end "
         f"(other work on the machine skews absolute numbers; read the ratios)",
         "#",
@@ -81,7 +96,9 @@ def format_header(res: RunResult, argv: list[str] | None = None) -> str:
     lines.append("# Using ranks")
     for lib in cfg.libraries:
         for rank, info in sorted(res.ranks.get(lib, {}).items()):
-            lines.append(f"#  {lib:<13} Rank {rank:2d} Pid {info['pid']:7d} on {info['host']}")
+            cpus = info.get("cpus")
+            on = f" CPUs {','.join(map(str, cpus))}" if cpus else ""
+            lines.append(f"#  {lib:<13} Rank {rank:2d} Pid {info['pid']:7d} on {info['host']}{on}")
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 
+from ..launch._binding import plan
 from ._adapters import not_offered
 from ._config import BenchConfig
 from ._launch import MPI_LIBRARIES, RankGroup, find_mpiexec
@@ -84,6 +85,11 @@ def check_available(libs) -> None:
                              "or leave it out of --compare)")
 
 
+def _ndist_own(lib: str) -> bool:
+    """ndist's ranks that ndist-bench starts itself (not under mpiexec): bound as ndistrun binds."""
+    return lib.startswith("ndist[") and lib not in MPI_LIBRARIES
+
+
 def _supported(lib: str, dtype: str) -> str | None:
     """Why ``lib`` cannot run ``dtype`` (None: it can)."""
     if lib in MPI_LIBRARIES and dtype == "bfloat16":
@@ -109,6 +115,9 @@ def run_bench(cfg: BenchConfig, progress=None, start=None) -> RunResult:
             if why:
                 absent.setdefault(lib, {})[op] = why
                 log.info("ndist-bench: %s has no %s: %s", lib, op, why)
+    # ndist's own ranks are bound as ndistrun binds them (--bind-to); the others run as their
+    # launchers' defaults do (mpiexec: Hydra binds nothing; torchrun binds nothing)
+    cpus = plan(cfg.bind_to, cfg.nproc)[1]
     load_start = _loadavg()
     groups: dict[str, RankGroup] = {}
     rows: list[Row] = []
@@ -117,7 +126,8 @@ def run_bench(cfg: BenchConfig, progress=None, start=None) -> RunResult:
         for lib in libs:
             if len(absent.get(lib, ())) < len(cfg.ops):  # nothing to run: not started
                 groups[lib] = (start(lib) if start is not None
-                               else RankGroup(lib, cfg.nproc, cfg.timeout).start())
+                               else RankGroup(lib, cfg.nproc, cfg.timeout, cpus=cpus if _ndist_own(lib) else ())
+                               .start())
         step = 0
         for op in cfg.ops:
             spec = OPS[op]

@@ -18,6 +18,7 @@ re-initialises the buffers, runs one call and counts wrong elements.
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import sys
 import time
@@ -27,7 +28,7 @@ from multiprocessing.connection import Client
 import numpy as np
 
 from ._adapters import library_versions, make_adapter
-from ._launch import AUTHKEY_ENV
+from ._launch import AUTHKEY_ENV, BIND_CPU_ENV
 from ._ops import count_wrong, layout, make_buffers, resolve_dtype
 
 
@@ -45,10 +46,12 @@ def run_case(adapter, rank: int, nranks: int, req: dict) -> dict:
     for _ in range(req["warmup"]):
         adapter.run(op, send, recv, redop, root, nranks, rank)
     adapter.barrier()
+    before = _placement()
     t0 = time.perf_counter()
     for _ in range(req["iters"]):
         adapter.run(op, send, recv, redop, root, nranks, rank)
     seconds = (time.perf_counter() - t0) / req["iters"]
+    after = _placement()
     adapter.barrier()
 
     wrong = 0
@@ -59,13 +62,42 @@ def run_case(adapter, rank: int, nranks: int, req: dict) -> dict:
         wrong += count_wrong(bufs.result, bufs.expected, nranks)
         if wrong:
             break
-    return {"seconds": seconds, "wrong": wrong, "count": lay.count, "size": lay.size}
+    return {"seconds": seconds, "wrong": wrong, "count": lay.count, "size": lay.size,
+            # where the rank's calling thread ran: its CPU just before and just after the timed
+            # calls, its affinity mask, and its context switches per timed call (voluntary, involuntary)
+            "cpus": [before[0], after[0]], "mask": sorted(os.sched_getaffinity(0)),
+            "switches": [(a - b) / req["iters"] for a, b in zip(after[1:], before[1:])]}
+
+
+def _sched_getcpu():
+    """``sched_getcpu()`` from the C library; None where it has none (then /proc is read)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+
+
+_getcpu = _sched_getcpu()
+
+
+def _placement() -> tuple[int, int, int]:
+    """``(cpu, voluntary, involuntary)``: the CPU this thread runs on and its context switches so far."""
+    if _getcpu is not None:
+        cpu = _getcpu()
+    else:
+        with open("/proc/thread-self/stat") as f:
+            cpu = int(f.read().rsplit(")", 1)[1].split()[36])  # field 39, ``processor``
+    ru = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF))
+    return cpu, ru.ru_nvcsw, ru.ru_nivcsw
 
 
 def serve(lib: str, rank: int, nranks: int, address: tuple[str, int] | str, authkey: bytes) -> int:
     conn = Client(address, authkey=authkey)
     try:
-        conn.send({"kind": "hello", "rank": rank, "pid": os.getpid(), "host": socket.gethostname()})
+        conn.send({"kind": "hello", "rank": rank, "pid": os.getpid(), "host": socket.gethostname(),
+                   "cpus": sorted(os.sched_getaffinity(0))})
 
         def rendezvous(obj):
             # Rank 0 publishes, everyone (rank 0 too) gets rank 0's object back.
@@ -97,6 +129,17 @@ def serve(lib: str, rank: int, nranks: int, address: tuple[str, int] | str, auth
         conn.close()
 
 
+def _bind() -> None:
+    """Bind every thread of this rank to ``NDIST_BIND_CPUS`` (a comma-separated list) when it is
+    set (``RankGroup(cpus=...)``, or ``ndistrun --bind-to core``, whose bootstrap did it already),
+    before the library starts any."""
+    cpus = os.environ.get(BIND_CPU_ENV)
+    if cpus:
+        mask = {int(c) for c in cpus.split(",")}
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), mask)
+
+
 def _rank_from_env() -> int | None:
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK"):
         if os.environ.get(var, "").isdigit():
@@ -125,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"ndist.bench._worker: {AUTHKEY_ENV} is not set\n")
         return 2
     np.seterr(all="ignore")  # repeated in-place reductions overflow; only the check counts
+    _bind()
     return serve(lib, rank, int(size_s), address, key)
 
 

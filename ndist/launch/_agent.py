@@ -22,6 +22,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 
+from ._binding import BIND_CPU_ENV, BIND_TO_ENV, cpu_text
 from ._config import STDERR, STDOUT, LaunchConfig
 from ._ends import EndNotices
 from ._outcome import JobOutcome
@@ -80,6 +81,11 @@ def rank_env(config: LaunchConfig, rnd: Round, local_rank: int, secret: str, err
         NDIST_MAX_RESTARTS=str(config.max_restarts),
         PYTHONUNBUFFERED="1",
     )
+    env[BIND_TO_ENV] = config.bind_to
+    if config.bind_cpus:  # (the bootstrap binds the rank to them before the program's first line)
+        env[BIND_CPU_ENV] = cpu_text(config.bind_cpus[local_rank])
+    else:
+        env.pop(BIND_CPU_ENV, None)  # (a launcher started by a bound rank: not its ranks' CPUs)
     if replacement:
         env.update(NDIST_REPLACES=str(rank), NDIST_REPLACEMENT=str(replacement))
     else:
@@ -202,6 +208,9 @@ class Agent:
             self.job_dir = self._make_job_dir()
             if self._keep_dir:
                 log.info("rank logs and error files of this job are in %s", self.job_dir)
+            if c.bind_cpus:
+                log.debug("--bind-to %s: local ranks 0..%d on CPUs %s", c.bind_to, c.nproc_per_node - 1,
+                          " | ".join(map(cpu_text, c.bind_cpus)))
             rdzv = make_rendezvous(c, secret, self._wake_w)
             while True:
                 self._raise_on_signal = True

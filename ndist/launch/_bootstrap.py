@@ -48,6 +48,19 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(128 + _SIGKILL)
 
 
+def _bind_cpu() -> None:
+    """``ndistrun --bind-to core``: bind this rank (and every thread and process it starts) to
+    the CPUs the launcher chose for it (``NDIST_BIND_CPUS``, a comma-separated list within the
+    launcher's own mask)."""
+    cpus = os.environ.get("NDIST_BIND_CPUS")
+    if not cpus:
+        return
+    try:
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    except (OSError, ValueError, AttributeError) as err:  # (the mask changed since the launcher read it)
+        sys.stderr.write(f"ndistrun: rank not bound to CPUs {cpus!r} (--bind-to core): {err}\n")
+
+
 def write_error_file(exc: BaseException, path: str | None = None) -> None:
     """Record ``exc`` (type, message, traceback, rank, host, time) as JSON at ``path``.
 
@@ -263,6 +276,7 @@ def main(parent_pid: int, mode: str) -> None:
     replace this process with ``sys.argv[1:]``).
     """
     _die_with_parent(parent_pid)
+    _bind_cpu()
     argv = sys.argv[1:]  # sys.argv[0] is "-c"
     if mode == "exec":
         try:

@@ -12,6 +12,8 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from ._binding import plan
+
 __all__ = ["LaunchConfig", "build_parser", "parse_args", "parse_std_spec", "DEFAULT_MULTINODE_PORT"]
 
 DEFAULT_MULTINODE_PORT = 29500
@@ -76,6 +78,9 @@ class LaunchConfig:
     #: several nodes: why this node's ranks cannot start (its script is missing here), told to
     #: every node at the rendezvous, which all refuse the job with it (one node: a usage error)
     entry_problem: str | None = None
+    #: ``--bind-to``, resolved: "core" (each local rank bound to CPUs of its own, ``bind_cpus``) or "none"
+    bind_to: str = "none"
+    bind_cpus: tuple[tuple[int, ...], ...] = ()  # with "core": each local rank's CPUs, from the launcher's mask
 
     @property
     def keep_going(self) -> bool:
@@ -120,6 +125,10 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
       help="ranks on this node: an int, 'auto' or 'cpu' (the CPUs this process may use). Default 1.")
     a("--nnodes", default="1", metavar="N", help="number of nodes (an int; MIN:MAX only with MIN == MAX). Default 1.")
     a("--node-rank", "--node_rank", default="0", metavar="R", help="rank of this node, 0..NNODES-1. Default 0.")
+    a("--bind-to", "--bind_to", default=None, metavar="core|core:N|none",
+      help="'core': bind each local rank to CPUs of its own, an equal share of whole cores of this launcher's "
+           "affinity mask; 'core:N': N whole cores each; 'none': leave the ranks unbound. Default: core when "
+           "there are at least 2 local ranks and as many usable CPUs, else none.")
     a = p.add_argument_group("rendezvous (multi-node: where node 0's store is)").add_argument
     a("--master-addr", "--master_addr", default=None, metavar="HOST",
       help="host of node 0, where the launcher's store runs (default 127.0.0.1 on one node).")
@@ -289,6 +298,10 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         if nnodes == 1 and min_nproc > nproc:
             p.error(f"--min-nproc: expected an integer in 1..{nproc} (the job's ranks: --nproc-per-node {nproc}), "
                     f"got {min_nproc}")
+    try:
+        bind_to, bind_cpus = plan(ns.bind_to, nproc)
+    except ValueError as err:
+        p.error(str(err))
     if ns.run_path:
         p.error("--run-path is not supported: every rank runs its script in a fresh interpreter with the "
                 "semantics of 'python script.py' already; drop the option")
@@ -332,4 +345,6 @@ def parse_args(argv: list[str] | None = None, prog: str = "ndistrun") -> LaunchC
         on_failure=ns.on_failure,
         min_nproc=min_nproc,
         entry_problem=entry_problem,
+        bind_to=bind_to,
+        bind_cpus=bind_cpus,
     )
