@@ -39,14 +39,18 @@ def _avg(rank, size):
             dist.all_reduce(x, op=dist.ReduceOp.AVG)
             got.append(x.tolist())
         out[name] = got
-    return out, _fast_kind()
+    from ndist.runtime import world
+
+    return out, _fast_kind(), type(world.default.backend_for("cpu")._native.g).__name__
 
 
 @pytest.mark.timeout(120)
-def test_avg_in_c_is_the_python_paths_bit_for_bit():
-    res = run_ranks(_avg, 2, timeout=100, env=NATIVE)
-    for out, kind in res:
-        assert kind == "FastLane", kind
+@pytest.mark.parametrize("env", [NATIVE, dict(NATIVE, NDIST_TRANSPORT="tcp", NDIST_NATIVE_TCP="1")],
+                         ids=["shm", "tcp"])
+def test_avg_in_c_is_the_python_paths_bit_for_bit(env):
+    res = run_ranks(_avg, 2, timeout=100, env=env)
+    for out, kind, group in res:
+        assert kind == "FastLane" and group == ("TcpGroup" if "NDIST_TRANSPORT" in env else "Group"), (kind, group)
         for name, got in out.items():
             dt = np.dtype(name)
             signed = dt.kind == "i"
