@@ -76,5 +76,6 @@ def make(backend, nat, ex, plain, failed):
     hooks = _Hooks(backend, nat, ex, lane.rec, failed)
     return mod.FastLane(ex.state, nat.g, ex, backend, nat, lane.seqs, lane.book[1], plain, hooks.failure,
                         hooks.describe, np.ndarray, dict(lane.group_rank), _REDOPS,
-                        (Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_TO_ALL_SINGLE), RSAG_MIN,
+                        (Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_TO_ALL_SINGLE, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM,
+                         Op.BARRIER), RSAG_MIN,
                         T_DONE, probe, probe.__array_interface__["data"][0])

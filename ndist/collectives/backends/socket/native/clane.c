@@ -19,8 +19,9 @@
  *   time. A failure calls the Python hook ``failure(err, entry, seq)`` (``native/_fast.py``),
  *   which maps it to the typed error, ends the claim and records it, as the Python path does.
  *
- * Anything else (another array type, a flag, a dtype or op the engine has no kernel for, a
- * busy or broken group, split sizes) is handed, unchanged, to the group's Python lane
+ * The ops: all_reduce, broadcast, all_to_all_single (even), all_gather_into_tensor,
+ * reduce_scatter_tensor and barrier. Anything else (another array type, a flag, a dtype or op
+ * the engine has no kernel for, a busy or broken group, split sizes) is handed, unchanged, to the group's Python lane
  * (``plain``, a ``collectives/_plain.py`` ``PlainLane``), whose methods return what these
  * return: True when the call ran, False when the public function's general path must take it.
  * Created by ``native/_fast.py`` only where NDIST_DEBUG is not DETAIL (DETAIL's signature check
@@ -106,6 +107,8 @@ typedef struct {
 #define NP_CARRAY (NP_C_CONTIGUOUS | NP_ALIGNED | NP_WRITEABLE)
 
 /* ------------------------------------------------------------------ FastLane */
+/* the ops it runs, in the order of ``rec_ops`` and KIND_NAMES */
+enum { K_ALL_REDUCE, K_BROADCAST, K_ALL_TO_ALL, K_ALL_GATHER, K_REDUCE_SCATTER, K_BARRIER, NKINDS };
 #define NREDOPS 9   /* wire codes 1..8 (PREMUL_SUM, 9, never runs here) */
 #define NCACHE 24   /* dtypes remembered */
 
@@ -134,7 +137,7 @@ typedef struct {
     PyObject *ndarray;      /* numpy.ndarray */
     PyObject *group_rank;   /* global rank -> group rank */
     PyObject *redops[NREDOPS]; /* ReduceOp members by wire code */
-    PyObject *rec_ops[3];   /* Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_TO_ALL_SINGLE */
+    PyObject *rec_ops[NKINDS]; /* the record's op of each kind (K_*) */
     PyObject *cpu;          /* "cpu" */
     Py_ssize_t rsag_min;
     int t_done;
@@ -165,7 +168,7 @@ static int FastLane_traverse(FastLane *f, visitproc visit, void *arg)
     Py_VISIT(f->group_rank);
     for (int i = 0; i < NREDOPS; i++)
         Py_VISIT(f->redops[i]);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NKINDS; i++)
         Py_VISIT(f->rec_ops[i]);
     for (int i = 0; i < f->ncache; i++)
         Py_VISIT(f->cache[i].descr);
@@ -190,7 +193,7 @@ static int FastLane_clear(FastLane *f)
     Py_CLEAR(f->cpu);
     for (int i = 0; i < NREDOPS; i++)
         Py_CLEAR(f->redops[i]);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NKINDS; i++)
         Py_CLEAR(f->rec_ops[i]);
     for (int i = 0; i < f->ncache; i++)
         Py_CLEAR(f->cache[i].descr);
@@ -239,8 +242,8 @@ static int FastLane_init(FastLane *f, PyObject *args, PyObject *kw)
                      Py_TYPE(group)->tp_name);
         return -1;
     }
-    if (PyTuple_GET_SIZE(redops) != NREDOPS || PyTuple_GET_SIZE(rec_ops) != 3) {
-        PyErr_SetString(PyExc_ValueError, "FastLane: redops: expected 9 entries, rec_ops 3");
+    if (PyTuple_GET_SIZE(redops) != NREDOPS || PyTuple_GET_SIZE(rec_ops) != NKINDS) {
+        PyErr_SetString(PyExc_ValueError, "FastLane: redops: expected 9 entries, rec_ops 6");
         return -1;
     }
     if (!PyCallable_Check(failure) || !PyCallable_Check(describe) || !PyIter_Check(seqs)) {
@@ -269,7 +272,7 @@ static int FastLane_init(FastLane *f, PyObject *args, PyObject *kw)
     f->group_rank = Py_NewRef(group_rank);
     for (int i = 0; i < NREDOPS; i++)
         f->redops[i] = Py_NewRef(PyTuple_GET_ITEM(redops, i));
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NKINDS; i++)
         f->rec_ops[i] = Py_NewRef(PyTuple_GET_ITEM(rec_ops, i));
     if (!(f->cpu = PyUnicode_InternFromString("cpu")))
         return -1;
@@ -394,8 +397,6 @@ static void avg_finish(char *buf, Py_ssize_t count, int code, int n)
     }
 }
 
-enum { K_ALL_REDUCE, K_BROADCAST, K_ALL_TO_ALL };
-
 /* One claimed op: recorded, run without the GIL, ended. Returns Py_True, or NULL (the
  * failure hook's error). ``root_obj``: the record's root (a group rank) or NULL. */
 static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
@@ -410,7 +411,8 @@ static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ss
     if (f->record != Py_None) { /* [seq, op, device, dtype, count_in, count_out, root, time(), None, None] */
         PyObject *cin = PyLong_FromSsize_t(count_in);
         PyObject *cout = count_out == count_in ? Py_XNewRef(cin) : PyLong_FromSsize_t(count_out);
-        PyObject *items[10] = {Py_NewRef(seq), Py_NewRef(f->rec_ops[kind]), Py_NewRef(f->cpu), Py_NewRef(descr), cin, cout,
+        PyObject *items[10] = {Py_NewRef(seq), Py_NewRef(f->rec_ops[kind]), Py_NewRef(f->cpu),
+                               Py_NewRef(descr ? descr : Py_None), cin, cout,
                                Py_NewRef(root_obj ? root_obj : Py_None), now_obj(), Py_NewRef(Py_None),
                                Py_NewRef(Py_None)};
         int ok = items[4] && items[5] && items[7] && (entry = PyList_New(10)) != NULL;
@@ -433,7 +435,9 @@ static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ss
         nd_tcp_set_seq(f->group, bseq);
     else
         nd_shm_set_seq(f->group, bseq);
-    f->cur_op = kind, f->cur_code = op->dtype, f->cur_count = kind == K_ALL_TO_ALL ? count_in : count_out;
+    /* (the count Python's lanes name: all_to_all and all_gather the input's, the others the output's) */
+    f->cur_op = kind, f->cur_code = op->dtype;
+    f->cur_count = kind == K_ALL_TO_ALL || kind == K_ALL_GATHER ? count_in : count_out;
     f->cur_seq = bseq, f->cur_root = op->root, f->cur_redop = redop;
     PyObject *cur = PyDict_GetItemWithError(f->nat_dict, s_op); /* (set once: the Python paths overwrite it) */
     if (cur != (PyObject *)f && (PyErr_Occurred() || PyDict_SetItem(f->nat_dict, s_op, (PyObject *)f) < 0))
@@ -600,23 +604,102 @@ static PyObject *FastLane_all_to_all_single(FastLane *f, PyObject *const *args, 
     return run(f, K_ALL_TO_ALL, &op, count, count, o->descr, NULL, 0);
 }
 
-/* the ops this lane leaves to Python for now: the plain lane's method, unchanged */
+/* an output and an input as the two-buffer ops take them: both exact NumPy arrays, ``out``
+ * writable, C-contiguous and aligned, ``in`` C-contiguous, one dtype (the same object), the two
+ * byte ranges apart (np.may_share_memory's bounds); their sizes in ``*nout`` / ``*nin``; 0: not */
+static int two(FastLane *f, PyObject *ot, PyObject *it, Py_ssize_t *nout, Py_ssize_t *nin, DInfo **dp)
+{
+    NpArray *o = (NpArray *)ot, *i = (NpArray *)it;
+    if ((PyObject *)Py_TYPE(ot) != f->ndarray || (PyObject *)Py_TYPE(it) != f->ndarray ||
+        (o->flags & NP_CARRAY) != NP_CARRAY || !(i->flags & NP_C_CONTIGUOUS) || o->descr != i->descr)
+        return 0;
+    Py_ssize_t co = 1, ci = 1;
+    for (int k = 0; k < o->nd; k++)
+        co *= o->dimensions[k];
+    for (int k = 0; k < i->nd; k++)
+        ci *= i->dimensions[k];
+    if (co == 0 || ci == 0)
+        return 0;
+    DInfo *d = dinfo(f, o->descr);
+    if (!d)
+        return -1;
+    if (!d->code || !d->plain)
+        return 0;
+    if (o->data < i->data + ci * d->esize && i->data < o->data + co * d->esize)
+        return 0;
+    *nout = co, *nin = ci, *dp = d;
+    return 1;
+}
+
+/* all_gather_into(output, input): output holds size x input */
 static PyObject *FastLane_all_gather_into(FastLane *f, PyObject *const *args, Py_ssize_t nargs)
 {
-    return delegate(f, "all_gather_into", args, nargs);
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "FastLane.all_gather_into(output, input)");
+        return NULL;
+    }
+    Py_ssize_t co, ci;
+    DInfo *d;
+    int t = two(f, args[0], args[1], &co, &ci, &d);
+    if (t <= 0)
+        return t < 0 ? NULL : delegate(f, "all_gather_into", args, nargs);
+    if (co != ci * f->size)
+        return delegate(f, "all_gather_into", args, nargs);
+    int c = claim(f);
+    if (c <= 0)
+        return c < 0 ? NULL : delegate(f, "all_gather_into", args, nargs);
+    NpArray *o = (NpArray *)args[0], *i = (NpArray *)args[1];
+    NdOp op = {OP_ALL_GATHER, d->code, 0, -1, 0, d->esize, NULL, o->data, co * d->esize, i->data, ci * d->esize};
+    return run(f, K_ALL_GATHER, &op, ci, co, o->descr, NULL, 0);
 }
 
+/* reduce_scatter_from(output, input, op): input holds size x output */
 static PyObject *FastLane_reduce_scatter_from(FastLane *f, PyObject *const *args, Py_ssize_t nargs)
 {
-    return delegate(f, "reduce_scatter_from", args, nargs);
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "FastLane.reduce_scatter_from(output, input, op)");
+        return NULL;
+    }
+    int redop = 0;
+    for (int r = 1; r < NREDOPS; r++)
+        if (f->redops[r] == args[2]) {
+            redop = r;
+            break;
+        }
+    if (!redop)
+        return delegate(f, "reduce_scatter_from", args, nargs);
+    Py_ssize_t co, ci;
+    DInfo *d;
+    int t = two(f, args[0], args[1], &co, &ci, &d);
+    if (t <= 0)
+        return t < 0 ? NULL : delegate(f, "reduce_scatter_from", args, nargs);
+    if (ci != co * f->size || !(d->mask & (1 << redop)))
+        return delegate(f, "reduce_scatter_from", args, nargs);
+    int c = claim(f);
+    if (c <= 0)
+        return c < 0 ? NULL : delegate(f, "reduce_scatter_from", args, nargs);
+    NpArray *o = (NpArray *)args[0], *i = (NpArray *)args[1];
+    NdOp op = {OP_REDUCE_SCATTER, d->code, redop, -1, 0, d->esize, NULL, o->data, co * d->esize, i->data,
+               ci * d->esize};
+    return run(f, K_REDUCE_SCATTER, &op, ci, co, o->descr, NULL, redop);
 }
 
+/* barrier() */
 static PyObject *FastLane_barrier(FastLane *f, PyObject *const *args, Py_ssize_t nargs)
 {
-    return delegate(f, "barrier", args, nargs);
+    if (nargs != 0) {
+        PyErr_SetString(PyExc_TypeError, "FastLane.barrier()");
+        return NULL;
+    }
+    int c = claim(f);
+    if (c <= 0)
+        return c < 0 ? NULL : delegate(f, "barrier", args, nargs);
+    NdOp op = {OP_BARRIER, 0, 0, -1, 0, 0, NULL, NULL, 0, NULL, 0};
+    return run(f, K_BARRIER, &op, 0, 0, NULL, NULL, 0);
 }
 
-static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_to_all"};
+static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_to_all", "all_gather", "reduce_scatter",
+                                         "barrier"};
 
 /* current() -> (name, dtype code, count, seq, root, reduce op): the running op, as
  * NativeAlgorithms.op holds it for the Python paths */
@@ -635,10 +718,10 @@ static PyMethodDef FastLane_methods[] = {
     {"all_to_all_single", (PyCFunction)(void (*)(void))FastLane_all_to_all_single, METH_FASTCALL,
      "all_to_all_single(output, input, output_split_sizes, input_split_sizes) -> bool"},
     {"all_gather_into", (PyCFunction)(void (*)(void))FastLane_all_gather_into, METH_FASTCALL,
-     "all_gather_into(output, input) -> bool (the Python lane's)"},
+     "all_gather_into(output, input) -> bool"},
     {"reduce_scatter_from", (PyCFunction)(void (*)(void))FastLane_reduce_scatter_from, METH_FASTCALL,
-     "reduce_scatter_from(output, input, op) -> bool (the Python lane's)"},
-    {"barrier", (PyCFunction)(void (*)(void))FastLane_barrier, METH_FASTCALL, "barrier() -> bool (the Python lane's)"},
+     "reduce_scatter_from(output, input, op) -> bool"},
+    {"barrier", (PyCFunction)(void (*)(void))FastLane_barrier, METH_FASTCALL, "barrier() -> bool"},
     {"current", (PyCFunction)FastLane_current, METH_NOARGS, "current() -> the running op's description tuple"},
     {NULL, NULL, 0, NULL},
 };
