@@ -105,10 +105,6 @@ def _op(op, dtype):
     return PLAIN_OPS.get((op._value_, dtype)) if type(op) is ReduceOp else None
 
 
-def _flat(a):
-    return a if a.ndim == 1 else a.reshape(-1)
-
-
 class PlainLane:
     """One group's repeated call in Python (the CPU ``Lane`` of ``_common.py``). Each method
     takes the public function's arguments and returns True when it ran the call, False when
@@ -158,7 +154,8 @@ class PlainLane:
         if checked is None or n_in != n_out * lane.size:
             return False
         run_fields(lane.book, lane.reduce_scatter_from, n_in, n_out,
-                   _REDUCE_SCATTER_FROM, "cpu", dt, _flat(o), _flat(i), None, None, None, None, None,
+                   _REDUCE_SCATTER_FROM, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                   i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None,
                    checked[0], checked[1], 0)
         if self.pending:
             self._upgrade()
@@ -191,7 +188,8 @@ class PlainLane:
         if n_out != n_in * lane.size:
             return False
         run_fields(lane.book, lane.all_gather_into, n_in, n_out,
-                   _ALL_GATHER_INTO, "cpu", dt, _flat(o), _flat(i), None, None, None, None, None, None, None, 0)
+                   _ALL_GATHER_INTO, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                   i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, None, None, 0)
         if self.pending:
             self._upgrade()
         return True
@@ -218,7 +216,8 @@ class PlainLane:
         else:
             return False
         run_fields(lane.book, lane.all_to_all_single, i.size, o.size,
-                   _ALL_TO_ALL_SINGLE, "cpu", dt, _flat(o), _flat(i), None, None, osz, isz, None, None, None, 0)
+                   _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
+                   i if i.ndim == 1 else i.reshape(-1), None, None, osz, isz, None, None, None, 0)
         if self.pending:
             self._upgrade()
         return True

@@ -7,11 +7,12 @@
  * arrays as the public layer's plain checks take them, see each method) it does, in this order,
  * what the Python path does (``_plain.PlainLane`` -> ``run_fields`` -> ``SocketBackend._inline``):
  *
- *   the record: the lane's sequence number (``itertools.count``), the flight recorder's entry
- *   (a 10-list appended to its ring, as ``run_fields`` writes it);
  *   the claim: the group's executor flag (``LaneState``, test-and-set, with the GIL held, after
- *   checking the backend open and nothing queued), the backend's sequence number, the group's
- *   first failure (``NativeAlgorithms.broken``: then the Python path raises it);
+ *   checking the backend open and nothing queued), then the group's first failure
+ *   (``NativeAlgorithms.broken``: the flag is let go and the Python path raises it);
+ *   the record: the lane's sequence number (``itertools.count``), the flight recorder's entry
+ *   (a 10-list appended to its ring, as ``run_fields`` writes it), the backend's sequence
+ *   number (into the group's headers), the op for messages (``NativeAlgorithms.op``);
  *   the op: the engine's own code (``nd_shm_run`` / ``nd_tcp_run``, engines.h) with the GIL
  *   released; AVG's division (floats: x / n in the dtype; integers: the sum truncated toward
  *   zero, ``_intavg.py``);
