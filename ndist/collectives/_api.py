@@ -16,17 +16,13 @@ sizes per rank.
 
 from __future__ import annotations
 
-import sys
-
-import numpy as np
-
 from ..runtime import resolve_group
 from ..runtime import world as _world  # its ``default`` group: group=None in one attribute load
 from . import _check
 from ._backend import Call, Op
-from ._check import PLAIN_DTYPES, PLAIN_OPS, PLAIN_SUM
-from ._common import backend_of, member_group, run_fields, submit
+from ._common import backend_of, member_group, submit
 from ._convert import contiguous_input, contiguous_output, device_type, unaliased
+from ._plain import PlainLane
 from ._reduce_op import ReduceOp
 
 __all__ = [
@@ -48,108 +44,35 @@ def _rows_to_elements(splits: list[int], shape) -> list[int]:
 
 
 # ------------------------------------------------------------- repeated call
-# The repeated call (docs/architecture.md): all_reduce, broadcast,
-# all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single and barrier first try
-# the common case through ``_plain_one`` / ``_plain_two``, a few checks on this
-# call's arguments only. Nothing about the buffers is remembered between calls:
-# what is kept (the group's lane, the op x dtype tables of ``_check``) depends on
-# no argument. Whatever does not pass, bad input included, takes the general
-# path, which checks everything in its own order and raises its own errors.
-_ndarray = np.ndarray
+# One body per op, with one fast exit (docs/architecture.md, "One call, by hand"): with
+# ``async_op=False`` on a group that has a fast lane (``ProcessGroup.fast``: ``_plain.PlainLane``,
+# or the native engine's ``_cnative.FastLane`` in its place), the function asks it first; it
+# runs the common case and answers True, or answers False and the general path below checks
+# everything in its own order and raises its own errors. The lane is made by the group's first
+# checked CPU collective (``_submit``).
 
 
-def _unwrap(obj):
-    """An ndist.Tensor's array, else ``obj``. Looked up in ``sys.modules``: a Tensor
-    exists only once ndist.tensor is loaded, and ndist.distributed must not load it."""
-    mod = sys.modules.get("ndist.tensor")
-    return obj._data if mod is not None and type(obj) is mod.Tensor else obj
-
-_may_share = np.may_share_memory
-_SUM = ReduceOp.SUM
-_ALL_REDUCE, _BROADCAST, _ALL_GATHER_INTO, _REDUCE_SCATTER_FROM, _ALL_TO_ALL_SINGLE, _BARRIER = (
-    Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM, Op.ALL_TO_ALL_SINGLE, Op.BARRIER)
-# The plain paths pass a Call's fields in order to ``run_fields``, which builds the record
-# without NamedTuple's keyword-parsing __new__ (written in Python). The order is checked
-# here, once.
-if Call._fields != ("op", "device", "dtype", "out", "inp", "outputs", "inputs", "out_splits", "in_splits", "root",
-                    "redop", "scale", "tag"):  # pragma: no cover - a guard for whoever edits Call
-    raise ImportError(f"ndist.collectives._api builds Call positionally; its fields changed: {Call._fields}")
-
-
-def _plain_one(tensor, group, async_op):
-    """``(lane, array)`` for a blocking in-place call on one CPU buffer that needs no
-    staging: ``tensor`` a NumPy array (or an ndist.Tensor over one) that is writable
-    and C-contiguous, ``async_op`` False, and ``group`` a group whose CPU lane exists
-    (a member that ran a checked CPU collective). Else None. Raises only what
-    ``resolve_group`` raises, which the general path raises first too."""
-    arr = tensor if type(tensor) is _ndarray else _unwrap(tensor)
-    if type(arr) is _ndarray and async_op is False and arr.flags.carray:  # carray: C-contiguous, writable, aligned
-        pg = _world.default if group is None else resolve_group(group)
-        if pg is not None:
-            lane = pg.lanes.get("cpu")
-            if lane is not None:
-                return lane, arr
-    return None
-
-
-def _plain_two(output, input, group, async_op):
-    """``(lane, out, inp, dtype)`` for a blocking call from one CPU buffer into another
-    when neither needs staging or a copy: both NumPy arrays (or ndist.Tensors over
-    them) of one of NumPy's plain dtypes (``_check.PLAIN_DTYPES``), the same for
-    both, ``out`` writable and C-contiguous, ``inp`` C-contiguous and not
-    overlapping ``out`` (two arrays that each own their memory overlap only when
-    they are one array; views are asked ``np.may_share_memory``, as ``unaliased``
-    does), ``async_op`` False, and ``group``'s CPU lane exists. Else None."""
-    o = output if type(output) is _ndarray else _unwrap(output)
-    i = input if type(input) is _ndarray else _unwrap(input)
-    if type(o) is _ndarray and type(i) is _ndarray and async_op is False:
-        of, inf, dt = o.flags, i.flags, i.dtype
-        if (of.carray and inf.c_contiguous and (o.dtype is dt or o.dtype == dt) and dt in PLAIN_DTYPES
-                and (of.owndata and inf.owndata and o is not i or not _may_share(o, i))):
-            pg = _world.default if group is None else resolve_group(group)
-            if pg is not None:
-                lane = pg.lanes.get("cpu")
-                if lane is not None:
-                    return lane, o, i, dt
-    return None
-
-
-def _plain_splits(sizes, rows: int, n: int):
-    """``sizes`` as a new list when it is a list or tuple of ``n`` Python ints, none
-    negative, that sum to ``rows``; else None (the general path then checks it and
-    raises its own error). A new list: the record never holds the caller's object."""
-    if (type(sizes) is list or type(sizes) is tuple) and len(sizes) == n:
-        out = list(sizes)
-        total = 0
-        for s in out:
-            if type(s) is not int or s < 0:
-                return None
-            total += s
-        if total == rows:
-            return out
-    return None
-
-
-def _plain_op(op, dtype):
-    """``_check.reduce_op(op, dtype)`` for a ReduceOp other than PREMUL_SUM on a plain
-    dtype it applies to, from the table; None for anything else."""
-    if op is _SUM:
-        return PLAIN_SUM.get(dtype)
-    return PLAIN_OPS.get((op._value_, dtype)) if type(op) is ReduceOp else None
+def _submit(pg, method, call: Call, async_op, post=None, outputs=None):
+    """``submit``, then the group's fast lane once its CPU lane exists."""
+    r = submit(pg, method, call, async_op, post, outputs)
+    if pg.fast is None:
+        lane = pg.lanes.get("cpu")
+        if lane is not None:
+            pg.fast = PlainLane(lane)
+    return r
 
 
 # ------------------------------------------------------------------ reductions
+
+
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``tensor`` over every rank of ``group``, in place on every rank."""
-    plain = _plain_one(tensor, group, async_op)
-    if plain is not None:
-        lane, buf = plain
-        dt = buf.dtype
-        checked = PLAIN_SUM.get(dt) if op is _SUM else _plain_op(op, dt)  # (the default, without a call)
-        if checked is not None:
-            n = buf.size
-            return run_fields(lane.book, lane.all_reduce, n, n,
-                    _ALL_REDUCE, "cpu", dt, buf, None, None, None, None, None, None, checked[0], checked[1], 0)
+    if async_op is False:
+        pg = _world.default if group is None else resolve_group(group)
+        if pg is not None:
+            fast = pg.fast
+            if fast is not None and fast.all_reduce(tensor, op):
+                return None
     pg = member_group(group, "all_reduce")
     if pg is None:
         return None
@@ -161,7 +84,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     buf = contiguous_output(arr, post)
     dev = device_type(arr)
     call = Call(Op.ALL_REDUCE, dev, buf.dtype, out=buf, redop=rop, scale=scale)
-    return submit(pg, backend_of(pg, call).all_reduce, call, async_op, post, [tensor])
+    return _submit(pg, backend_of(pg, call).all_reduce, call, async_op, post, [tensor])
 
 
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
@@ -178,7 +101,7 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
     buf = contiguous_output(arr, post) if pg.rank() == root else contiguous_input(arr)
     dev = device_type(arr)
     call = Call(Op.REDUCE, dev, buf.dtype, out=buf, root=root, redop=rop, scale=scale)
-    return submit(pg, backend_of(pg, call).reduce, call, async_op, post, [tensor])
+    return _submit(pg, backend_of(pg, call).reduce, call, async_op, post, [tensor])
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
@@ -200,20 +123,17 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     buf = contiguous_output(out, post)
     inputs = unaliased([_flat(contiguous_input(a)) for a in ins], [buf])
     call = Call(Op.REDUCE_SCATTER, dev, buf.dtype, out=_flat(buf), inputs=inputs, redop=rop, scale=scale)
-    return submit(pg, backend_of(pg, call).reduce_scatter, call, async_op, post, [output])
+    return _submit(pg, backend_of(pg, call).reduce_scatter, call, async_op, post, [output])
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """``input`` holds ``group.size()`` equal chunks; rank i's ``output`` = reduction of chunk i."""
-    plain = _plain_two(output, input, group, async_op)
-    if plain is not None:
-        lane, o, i, dt = plain
-        checked = PLAIN_SUM.get(dt) if op is _SUM else _plain_op(op, dt)  # (the default, without a call)
-        n_out, n_in = o.size, i.size
-        if checked is not None and n_in == n_out * lane.size:
-            return run_fields(lane.book, lane.reduce_scatter_from, n_in, n_out,
-                    _REDUCE_SCATTER_FROM, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
-                    i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, checked[0], checked[1], 0)
+    if async_op is False:
+        pg = _world.default if group is None else resolve_group(group)
+        if pg is not None:
+            fast = pg.fast
+            if fast is not None and fast.reduce_scatter_from(output, input, op):
+                return None
     pg = member_group(group, "reduce_scatter_tensor")
     if pg is None:
         return None
@@ -230,21 +150,20 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     buf = contiguous_output(out, post)
     (src,) = unaliased([contiguous_input(inp)], [buf])
     call = Call(Op.REDUCE_SCATTER_FROM, dev, buf.dtype, out=_flat(buf), inp=_flat(src), redop=rop, scale=scale)
-    return submit(pg, backend_of(pg, call).reduce_scatter_from, call, async_op, post, [output])
+    return _submit(pg, backend_of(pg, call).reduce_scatter_from, call, async_op, post, [output])
 
 
 # --------------------------------------------------------------- data movement
+
+
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     """Copy ``src``'s ``tensor`` into every rank's ``tensor``."""
-    if type(src) is int and group_src is None:
-        plain = _plain_one(tensor, group, async_op)  # writable even on the root: narrower than needed
-        if plain is not None:
-            lane, buf = plain
-            root, dt = lane.group_rank.get(src), buf.dtype
-            if root is not None and dt in PLAIN_DTYPES:
-                n = buf.size
-                return run_fields(lane.book, lane.broadcast, n, n,
-                        _BROADCAST, "cpu", dt, buf, None, None, None, None, None, root, None, None, 0)
+    if async_op is False:
+        pg = _world.default if group is None else resolve_group(group)
+        if pg is not None:
+            fast = pg.fast
+            if fast is not None and fast.broadcast(tensor, src, group_src):
+                return None
     pg = member_group(group, "broadcast")
     if pg is None:
         return None
@@ -256,7 +175,7 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     buf = contiguous_output(arr, post) if pg.rank() != root else contiguous_input(arr)
     dev = device_type(arr)
     call = Call(Op.BROADCAST, dev, buf.dtype, out=buf, root=root)
-    return submit(pg, backend_of(pg, call).broadcast, call, async_op, post, [tensor])
+    return _submit(pg, backend_of(pg, call).broadcast, call, async_op, post, [tensor])
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
@@ -276,19 +195,17 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     bufs = [_flat(contiguous_output(a, post)) for a in outs]
     (src,) = unaliased([_flat(contiguous_input(inp))], bufs)
     call = Call(Op.ALL_GATHER, dev, src.dtype, inp=src, outputs=bufs)
-    return submit(pg, backend_of(pg, call).all_gather, call, async_op, post, list(tensor_list))
+    return _submit(pg, backend_of(pg, call).all_gather, call, async_op, post, list(tensor_list))
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """``output_tensor`` = every rank's ``input_tensor`` concatenated (or stacked) in rank order."""
-    plain = _plain_two(output_tensor, input_tensor, group, async_op)
-    if plain is not None:
-        lane, o, i, dt = plain
-        n_out, n_in = o.size, i.size
-        if n_out == n_in * lane.size:
-            return run_fields(lane.book, lane.all_gather_into, n_in, n_out,
-                    _ALL_GATHER_INTO, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
-                    i if i.ndim == 1 else i.reshape(-1), None, None, None, None, None, None, None, 0)
+    if async_op is False:
+        pg = _world.default if group is None else resolve_group(group)
+        if pg is not None:
+            fast = pg.fast
+            if fast is not None and fast.all_gather_into(output_tensor, input_tensor):
+                return None
     pg = member_group(group, "all_gather_into_tensor")
     if pg is None:
         return None
@@ -304,7 +221,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     buf = contiguous_output(out, post)
     (src,) = unaliased([_flat(contiguous_input(inp))], [buf])
     call = Call(Op.ALL_GATHER_INTO, dev, src.dtype, out=_flat(buf), inp=src)
-    return submit(pg, backend_of(pg, call).all_gather_into, call, async_op, post, [output_tensor])
+    return _submit(pg, backend_of(pg, call).all_gather_into, call, async_op, post, [output_tensor])
 
 
 def _root_list(pg, root: int, objs, name: str, out: bool):
@@ -340,7 +257,7 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     bufs = None if outs is None else [_flat(contiguous_output(a, post)) for a in outs]
     (src,) = unaliased([_flat(contiguous_input(inp))], bufs or [])
     call = Call(Op.GATHER, dev, src.dtype, inp=src, outputs=bufs, root=root)
-    return submit(pg, backend_of(pg, call).gather, call, async_op, post,
+    return _submit(pg, backend_of(pg, call).gather, call, async_op, post,
                   list(gather_list) if outs is not None else [])
 
 
@@ -364,7 +281,7 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     buf = _flat(contiguous_output(out, post))
     inputs = None if ins is None else unaliased([_flat(contiguous_input(a)) for a in ins], [buf])
     call = Call(Op.SCATTER, dev, buf.dtype, out=buf, inputs=inputs, root=root)
-    return submit(pg, backend_of(pg, call).scatter, call, async_op, post, [tensor])
+    return _submit(pg, backend_of(pg, call).scatter, call, async_op, post, [tensor])
 
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
@@ -386,31 +303,18 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
     bufs = [_flat(contiguous_output(a, post)) for a in outs]
     inputs = unaliased([_flat(contiguous_input(a)) for a in ins], bufs)
     call = Call(Op.ALL_TO_ALL, dev, ins[0].dtype, outputs=bufs, inputs=inputs)
-    return submit(pg, backend_of(pg, call).all_to_all, call, async_op, post, list(output_tensor_list))
+    return _submit(pg, backend_of(pg, call).all_to_all, call, async_op, post, list(output_tensor_list))
 
 
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
                       async_op=False):
     """Split ``input`` along dim 0 by ``input_split_sizes``, exchange, and concatenate into ``output``."""
-    plain = _plain_two(output, input, group, async_op)
-    if plain is not None:
-        lane, o, i, dt = plain
-        shape, ishape = o.shape, i.shape
-        splits = None  # (out_splits, in_splits) of the record once the call qualifies
-        if output_split_sizes is None and input_split_sizes is None:
-            if shape == ishape and shape and not shape[0] % lane.size:  # even: the record has no splits
-                splits = (None, None)
-        elif shape and ishape and shape[1:] == ishape[1:]:  # uneven: both split lists given
-            n = lane.size
-            osz = _plain_splits(output_split_sizes, shape[0], n)
-            isz = _plain_splits(input_split_sizes, ishape[0], n)
-            if osz is not None and isz is not None and osz[lane.rank] == isz[lane.rank]:
-                splits = ((osz, isz) if len(shape) == 1 else  # (1-D: rows are elements)
-                          (_rows_to_elements(osz, shape), _rows_to_elements(isz, ishape)))
-        if splits is not None:
-            return run_fields(lane.book, lane.all_to_all_single, i.size, o.size,
-                    _ALL_TO_ALL_SINGLE, "cpu", dt, o if o.ndim == 1 else o.reshape(-1),
-                    i if i.ndim == 1 else i.reshape(-1), None, None, splits[0], splits[1], None, None, None, 0)
+    if async_op is False:
+        pg = _world.default if group is None else resolve_group(group)
+        if pg is not None:
+            fast = pg.fast
+            if fast is not None and fast.all_to_all_single(output, input, output_split_sizes, input_split_sizes):
+                return None
     pg = member_group(group, "all_to_all_single")
     if pg is None:
         return None
@@ -445,18 +349,20 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     (src,) = unaliased([contiguous_input(inp)], [buf])
     call = Call(Op.ALL_TO_ALL_SINGLE, dev, src.dtype, out=_flat(buf), inp=_flat(src), out_splits=osz,
                 in_splits=isz)
-    return submit(pg, backend_of(pg, call).all_to_all_single, call, async_op, post, [output])
+    return _submit(pg, backend_of(pg, call).all_to_all_single, call, async_op, post, [output])
 
 
 # ----------------------------------------------------------------- barriers
+
+
 def barrier(group=None, async_op=False, device_ids=None):
     """Block until every rank of ``group`` entered the barrier."""
-    if async_op is False and device_ids is None:  # the repeated call: a group with a CPU lane
+    if async_op is False and device_ids is None:
         pg = _world.default if group is None else resolve_group(group)
-        lane = pg.lanes.get("cpu") if pg is not None else None
-        if lane is not None:
-            return run_fields(lane.book, lane.backend.barrier, 0, 0,
-                    _BARRIER, "cpu", None, None, None, None, None, None, None, None, None, None, 0)
+        if pg is not None:
+            fast = pg.fast
+            if fast is not None and fast.barrier():
+                return None
     pg = member_group(group, "barrier")
     if pg is None:
         return None
@@ -466,4 +372,4 @@ def barrier(group=None, async_op=False, device_ids=None):
         _check.check_bool("async_op", async_op)
     device = "cuda" if device_ids else "cpu"
     call = Call(Op.BARRIER, device)
-    return submit(pg, backend_of(pg, call).barrier, call, async_op)
+    return _submit(pg, backend_of(pg, call).barrier, call, async_op)

@@ -156,6 +156,9 @@ class ProcessGroup:
         #: layer once the backend exists, emptied when the group is destroyed, so an entry
         #: found here belongs to a live group this process is a member of.
         self.lanes: dict[str, Any] = {}
+        #: the repeated call's fast exit on the CPU (docs/architecture.md, "One call, by hand"):
+        #: that layer's object over the CPU lane, set and emptied with ``lanes``
+        self.fast: Any = None
         self._lock = threading.Lock()
         #: how an op that lost its connection to a global rank waits for the member watch's
         #: verdict on it (``(global_rank, grace, timeout) -> bool``, as ``_World.await_loss``);
@@ -234,6 +237,7 @@ class ProcessGroup:
             if newly:
                 self._revoked = True
                 self.lanes = {}
+                self.fast = None
             if known and not newly:
                 return
             backends = list(self._backends.values())
@@ -267,6 +271,7 @@ class ProcessGroup:
             self._outside = (global_rank, str(host), cause, detail, why)
             self._revoked = True
             self.lanes = {}
+            self.fast = None
             backends = list(self._backends.values())
         message = why  # (a backend's error names the rank and host first)
         log.info("group %r aborted: rank %d (%s) %s%s; %s", self.group_name, global_rank, host, cause,
@@ -488,6 +493,7 @@ class ProcessGroup:
             self._destroyed = True
             backends, self._backends = list(self._backends.items()), {}
             self.lanes = {}
+            self.fast = None
         for dev, backend in backends:
             try:
                 backend.abort() if abort else backend.close()

@@ -14,6 +14,8 @@ from collective_launch import launch, unavailable
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 LIMIT = {"socket, native engine": 8, "mpi": 6}
+#: the ops whose repeated call is one C call on the native engine (the public function's file alone)
+ONE_CALL = ("all_reduce", "all_to_all_single even", "all_gather_into_tensor")
 CASES = [("socket, native engine", "socket", {"NDIST_ENGINE": "native"}),
          ("socket, Python engine", "socket", {"NDIST_ENGINE": "python"}),
          ("mpi", "mpi", {"NDIST_ENGINE": "auto"})]  # (auto: the C bookkeeping, whatever the outer run forces)
@@ -21,7 +23,8 @@ CASES = [("socket, native engine", "socket", {"NDIST_ENGINE": "native"}),
 
 def _documented() -> dict:
     lists = {}
-    for m in re.finditer(r"^- (socket, native engine|socket, Python engine|mpi) \((\d+)\): (.+)$",
+    for m in re.finditer(r"^- (socket, native engine, one C call|socket, native engine|socket, Python engine|mpi) "
+                         r"\((\d+)\): (.+)$",
                          DOC.read_text(), re.M):
         files = re.findall(r"`([^`]+)`", m.group(3))
         assert len(files) == int(m.group(2)), f"{m.group(1)}: the count says {m.group(2)}, the list has {len(files)}"
@@ -69,3 +72,7 @@ def test_a_call_crosses_the_documented_files(label, backend, env):
                                                f"docs/architecture.md lists {want}")
         if label in LIMIT:
             assert len(union) <= LIMIT[label], union
+        if label == "socket, native engine":
+            one = documented["socket, native engine, one C call"]
+            for op in ONE_CALL:
+                assert result[op]["repeated"] == one, (rank, op, result[op]["repeated"])

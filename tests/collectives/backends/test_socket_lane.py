@@ -57,8 +57,9 @@ def _lane(rank, size):
     }
     seen = {}
     for name, fn in calls.items():
-        fn()  # a first call on these buffers, then the traced repeated one
-        seen[name] = _traced(fn)
+        fn()  # a first call on these buffers (the group's fast lane is set up by then)
+        fn()  # (the compiled lane's first sight of the dtype asks native/_fast.py once)
+        seen[name] = _traced(fn)  # then the traced repeated one
     # results of the traced calls (every rank's values known)
     full[:] = np.arange(n) + 100 * rank
     dist.all_reduce(full)
@@ -110,11 +111,19 @@ def test_a_repeated_barrier_takes_the_plain_path_and_the_lane():
         assert rec == [(s, "barrier", None, 0, 0, None, "completed") for s in (1, 2, 3)], rec
 
 
+#: the ops whose repeated blocking call is one C call on the native engine (``_cnative.FastLane``)
+ONE_C_CALL = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
+              "barrier")
+
+
 @pytest.mark.timeout(120)
 def test_a_blocking_call_on_an_idle_group_takes_the_lane():
     for seen, engine, last, seqs in run_ranks(_lane, 2, timeout=100, env={"NDIST_ENGINE": "native"}):
         assert engine == "native"
         for name, fns in seen.items():
+            if name in ONE_C_CALL:  # the public function's frame, then one C call (native/clane.c)
+                assert fns == set(), (name, sorted(fns))
+                continue
             assert "_backend.py:_inline" in fns, (name, sorted(fns))
             # no closure, no Work, no executor job: _submit and run_inline are not called
             assert not {"_backend.py:_submit", "_executor.py:run_inline", "_executor.py:submit"} & fns, \

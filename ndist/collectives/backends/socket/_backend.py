@@ -18,6 +18,7 @@ from .wire import _frame as F
 from .failure import _losses
 from .failure._group import GroupFailure
 from .native import _capi
+from .native import _fast
 from .native import _engine as _native
 from .native import _twolevel
 from .failure import _stalls
@@ -123,7 +124,8 @@ class SocketBackend(CollectiveBackend):
         self._alg: CollectiveEngine | None = None
         self._closed = False
         #: runs the collectives in issue order, and numbers them (``Executor.number`` / ``claim``)
-        self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]")
+        self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]",
+                              _native.lane_state(ctx.options) if ctx.size > 1 else None)
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
         self._p2p = P2P(ctx.rank, ctx.size, ctx.group_name, self._timeout, lambda: self._mesh, self._p2p_exec,
                         self.granks, self.failure.record)
@@ -456,6 +458,21 @@ class SocketBackend(CollectiveBackend):
                                  (f" ({type(nat.g).__name__})" if nat is not None else ""))
             self._capi = _capi.Handle(self, nat, book, failed, reduce_op, check_signature, t_done)
         return self._capi.value
+
+    def fast_lane(self, plain, failed):
+        """The group's repeated call in one C call (``native/_fast.py``, ``_cnative.FastLane``),
+        asked by the public layer's Python lane ``plain`` after a call it ran: the FastLane
+        once the group runs the native engine in one level, None while the engine is not
+        chosen yet (ask again later), False for good (the Python engine, two levels, closed,
+        a group of one)."""
+        if self._closed or self.size == 1:
+            return False
+        if self._eng is None:
+            return None
+        nat = self._native
+        if nat is None:
+            return False
+        return _fast.make(self, nat, self._exec, plain, failed) or False
 
     def claim_lane(self) -> int:
         """The C interface's lane claim (``native/_capi.py``): ``Executor.claim``, as the thin

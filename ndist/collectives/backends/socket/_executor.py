@@ -8,6 +8,14 @@ behind queued work is queued too, so order holds.
 The executor also numbers its owner's operations (``number``, ``claim``: the sequence
 number every rank's frames and records carry), under the same lock as its queue, so
 the numbers follow the order the operations run in.
+
+Its busy flag and its last sequence number live in a ``state`` object: the native engine's
+``_cnative.LaneState`` (a C struct, so that the repeated call in C, ``_cnative.FastLane``, takes
+the same flag atomically, with the GIL held and without this lock: docs/architecture.md, "One
+call, by hand"), or ``PyState`` where nothing was compiled. Every claim of the flag is one
+test-and-set (``state.claim()``), made after checking the queue is empty and the executor
+open; the worker claims it before it pops a job, so a claim that sees the queue empty never
+races a job just popped.
 """
 
 from __future__ import annotations
@@ -24,6 +32,27 @@ __all__ = ["Executor"]
 log = logging.getLogger("ndist.collectives.socket")
 
 
+class PyState:
+    """The executor's busy flag and sequence number in Python (``_cnative.LaneState``'s
+    twin, where nothing was compiled): claimed only under the executor's lock."""
+
+    __slots__ = ("busy", "seq")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.seq = 0
+
+    def claim(self) -> bool:
+        """Take the flag: True, or False when it is taken."""
+        if self.busy:
+            return False
+        self.busy = True
+        return True
+
+    def clear(self) -> None:
+        self.busy = False
+
+
 def _run(work: Work, job) -> None:
     try:
         job()
@@ -34,23 +63,37 @@ def _run(work: Work, job) -> None:
 
 
 class Executor:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, state=None) -> None:
         self.name = name
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._queue: deque = deque()
-        self._busy = False
+        #: the busy flag and the last sequence number (``LaneState`` or ``PyState``)
+        self.state = PyState() if state is None else state
         self._closed = False
         self._thread: threading.Thread | None = None
         self.current: Work | None = None
-        #: the number of the last operation numbered (``number`` / ``claim``)
-        self.seq = 0
+
+    @property
+    def queue(self) -> deque:
+        """The queued jobs (the C repeated call reads its length)."""
+        return self._queue
+
+    @property
+    def seq(self) -> int:
+        """The number of the last operation numbered (``number`` / ``claim``)."""
+        return self.state.seq
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def number(self) -> int:
         """The next operation's sequence number (an operation that will be queued or run
         with ``run_inline``)."""
         with self._lock:
-            self.seq = seq = self.seq + 1
+            st = self.state
+            st.seq = seq = st.seq + 1
         return seq
 
     def claim(self) -> int:
@@ -59,28 +102,33 @@ class Executor:
         then runs it on its own thread and ends it with ``leave``. 0: the operation must
         go through ``submit`` instead (numbering nothing)."""
         with self._lock:
-            if self._busy or self._queue or self._closed:
+            st = self.state
+            if self._queue or self._closed or not st.claim():
                 return 0
-            self._busy = True
-            self.seq = seq = self.seq + 1
+            st.seq = seq = st.seq + 1
         return seq
 
     def idle(self) -> bool:
         """Nothing runs or is queued (a snapshot, without the lock)."""
-        return not self._busy and not self._queue
+        return not self.state.busy and not self._queue
+
+    def wake(self) -> None:
+        """Wake the worker (a job is queued and the flag was just cleared, by the C
+        repeated call's end)."""
+        with self._lock:
+            self._cond.notify_all()
 
     def run_inline(self, job) -> bool:
         """Run ``job`` on this thread now if nothing is running or queued; False if
         it must be queued instead. ``job``'s exception propagates to the caller."""
         with self._lock:  # the condition's lock, without Condition's Python-level __enter__
-            if self._busy or self._queue or self._closed:
+            if self._queue or self._closed or not self.state.claim():
                 return False
-            self._busy = True
         try:
             job()
         finally:
             with self._lock:
-                self._busy = False
+                self.state.clear()
                 if self._queue:
                     self._cond.notify_all()
         return True
@@ -89,13 +137,13 @@ class Executor:
         """End a job run on the caller's thread after the owner marked this executor busy
         under its lock (``claim``: the socket backend's thin lane, ``SocketBackend._inline``).
 
-        Unlike ``run_inline``'s end, ``_busy`` is cleared without the lock (a store,
-        atomic under the GIL), and the lock is taken only to wake the worker when a
-        job is queued: a thread that queued one did so under the lock after seeing
-        ``_busy`` set, so before this store, and the check of ``_queue`` that follows
-        the store sees it; a thread that sees ``_busy`` clear runs or queues as on an
-        idle executor."""
-        self._busy = False
+        Unlike ``run_inline``'s end, the flag is cleared without the lock (atomic under
+        the GIL, and in C), and the lock is taken only to wake the worker when a job is
+        queued: a thread that queued one did so under the lock after seeing the flag
+        set, so before this store, and the check of ``_queue`` that follows the store
+        sees it; a thread that sees the flag clear runs or queues as on an idle
+        executor. (``_cnative.FastLane`` ends its calls the same way.)"""
+        self.state.clear()
         if self._queue:
             with self._lock:
                 self._cond.notify_all()
@@ -105,9 +153,8 @@ class Executor:
             if self._closed:
                 work.fail(DistBackendError(f"{self.name}: backend is closed"))
                 return work
-            inline = blocking and not self._busy and not self._queue
+            inline = blocking and not self._queue and self.state.claim()
             if inline:
-                self._busy = True
                 self.current = work
             else:
                 self._queue.append((work, job))
@@ -120,7 +167,7 @@ class Executor:
                 _run(work, job)
             finally:
                 with self._cond:
-                    self._busy = False
+                    self.state.clear()
                     self.current = None
                     if self._queue:
                         self._cond.notify_all()
@@ -129,18 +176,19 @@ class Executor:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and (self._busy or not self._queue):
+                # the flag first, then the job: a claim that sees the queue empty never
+                # races a job popped here but not yet marked
+                while not self._closed and not (self._queue and self.state.claim()):
                     self._cond.wait()
                 if self._closed:
                     return
                 work, job = self._queue.popleft()
-                self._busy = True
                 self.current = work
             try:
                 _run(work, job)
             finally:
                 with self._cond:
-                    self._busy = False
+                    self.state.clear()
                     self.current = None
                     self._cond.notify_all()
 
@@ -149,21 +197,21 @@ class Executor:
         with self._lock:
             for i, (queued, _) in enumerate(self._queue):
                 if queued is work:
-                    return i + (1 if self._busy else 0)
+                    return i + (1 if self.state.busy else 0)
         return None
 
     def drain(self, deadline: float) -> bool:
         """Wait until every queued job has run (or ``deadline``, a ``time.monotonic()``
         value, passed); True when idle."""
         with self._cond:
-            while self._busy or self._queue:
+            while self.state.busy or self._queue:
                 if self._closed:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._cond.wait(min(left, 0.05))  # (an inline job does not notify)
-            return not (self._busy or self._queue)
+            return not (self.state.busy or self._queue)
 
     def close(self, reason: str) -> None:
         with self._cond:

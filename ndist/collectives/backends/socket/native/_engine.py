@@ -164,6 +164,16 @@ def extension():
     return _load()
 
 
+def lane_state(options=None):
+    """An executor's busy flag and sequence number (``_executor.py``): the compiled
+    ``LaneState``, which the repeated call in C (``FastLane``) takes too, or None (the
+    executor's Python one) with ``NDIST_ENGINE=python`` or where nothing was built."""
+    if engine_mode(options) == "python":
+        return None
+    mod = _load()
+    return mod.LaneState() if mod is not None else None
+
+
 def tcp_offer(options=None) -> str:
     """What this rank offers its groups of the native engine over TCP: ``""`` (nothing:
     ``NDIST_NATIVE_TCP=0``, ``NDIST_ENGINE=python``, or the extension not built), ``"auto"``
@@ -344,8 +354,9 @@ class NativeAlgorithms:
         self._codes: dict = {}  # dtype -> the C engine's dtype code
         #: the first failure that broke the group: every later op raises it (as the Python engine's)
         self.broken: BaseException | None = None
-        #: the running op (name, dtype code, count, seq, root, reduce op), set by the backend per op
-        self.op: tuple | None = None
+        #: the running op (name, dtype code, count, seq, root, reduce op), set by the backend per op;
+        #: or the group's ``_cnative.FastLane``, whose ``current()`` is that tuple (``desc``)
+        self.op = None
         group.warn_after = warn_after
         group.on_stall = _weakly(self._on_stall) if warn_after > 0 else None
         #: ``on_stalled(global ranks)``: an op passed its deadline (the backend's ``_stalled``:
@@ -465,9 +476,12 @@ class NativeAlgorithms:
 
     def desc(self) -> str:
         """The running op as the Python engine names it (``rank 0: all_reduce float64[4] SUM #2``)."""
-        if self.op is None:
+        op = self.op
+        if op is None:
             return "no collective running"
-        name, dcode, count, seq, root, redop = self.op
+        if type(op) is not tuple:  # the group's FastLane: the op it runs now (native/clane.c)
+            op = op.current()
+        name, dcode, count, seq, root, redop = op
         g = self.granks  # messages name global ranks
         return F.describe(g[self.rank], F.op_code(name), dcode, count, seq, g[root] if root >= 0 else root,
                           F.redop_code(redop))

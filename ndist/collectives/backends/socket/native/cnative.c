@@ -1669,6 +1669,8 @@ static PyTypeObject GroupType = {
 /* ------------------------------------------------------------------ the C interface's entry (engines.h) */
 int nd_shm_is(PyObject *o) { return Py_TYPE(o) == &GroupType; }
 
+void nd_shm_set_seq(PyObject *o, unsigned long long seq) { ((Group *)o)->seq = seq; }
+
 void nd_shm_geometry(PyObject *o, int *rank, int *size)
 {
     *rank = ((Group *)o)->rank;
@@ -1803,7 +1805,7 @@ PyMODINIT_FUNC PyInit__cnative(void)
         PyModule_AddObject(m, "Group", (PyObject *)&GroupType) < 0 ||
         PyModule_AddIntConstant(m, "CTL_BYTES", CTL_BYTES) < 0 || PyModule_AddIntConstant(m, "HDR_BYTES", HDR_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "STALL_GLOBAL", STALL_GLOBAL) < 0 ||
-        PyModule_AddIntConstant(m, "STALL_FINAL", STALL_FINAL) < 0 || nd_capi_add(m) < 0) {
+        PyModule_AddIntConstant(m, "STALL_FINAL", STALL_FINAL) < 0 || nd_capi_add(m) < 0 || nd_lane_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

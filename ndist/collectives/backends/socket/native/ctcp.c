@@ -1349,6 +1349,8 @@ static PyObject *T_reduce_scatter(TGroup *g, PyObject *args)
 }
 
 /* ------------------------------------------------------------------ the C interface's entry (engines.h) */
+void nd_tcp_set_seq(PyObject *o, unsigned long long seq) { ((TGroup *)o)->seq = seq; }
+
 void nd_tcp_geometry(PyObject *o, int *rank, int *size)
 {
     *rank = ((TGroup *)o)->rank;

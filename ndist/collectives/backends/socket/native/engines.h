@@ -36,14 +36,22 @@ int nd_shm_run(PyObject *o, const NdOp *op, PyThreadState **save);
  * ``_cnative.Error``, the same RuntimeError for a broken group); returns NULL. */
 PyObject *nd_shm_raise(PyObject *o, int rc);
 
+/* set the sequence number the group's next op carries (the ``seq`` attribute) */
+void nd_shm_set_seq(PyObject *o, unsigned long long seq);
+
 /* The same for a TcpGroup that is no two-level group's (its view is the whole group; one with a
  * view returns ND_SHM_BROKEN). A failure leaves its sockets claimed until nd_tcp_raise. */
 void nd_tcp_geometry(PyObject *o, int *rank, int *size);
 int nd_tcp_run(PyObject *o, const NdOp *op, PyThreadState **save);
 PyObject *nd_tcp_raise(PyObject *o, int rc);
+void nd_tcp_set_seq(PyObject *o, unsigned long long seq);
+/* ``o`` is a TcpGroup */
+int nd_tcp_is(PyObject *o);
 
 /* capi.c: add the C interface (``_C_API`` and the handle functions) to module ``m``; 0 or -1
  * with a Python error set */
 int nd_capi_add(PyObject *m);
+/* clane.c: add ``LaneState`` and ``FastLane`` (the repeated call in one C call) to ``m`` */
+int nd_lane_add(PyObject *m);
 
 #endif

@@ -1,0 +1,81 @@
+"""The Python half of the repeated call in one C call (``clane.c``'s ``FastLane``; docs/architecture.md,
+"One call, by hand"): what a group's FastLane is made of, and the two hooks it calls back.
+
+* ``describe(dtype)``, once per dtype: its wire code, element size, the reduce ops C may run on
+  it (those the public layer's plain check takes, ``_check.PLAIN_OPS``, with a native kernel,
+  and for AVG a finish C does bit for bit as ``schedules/_reduce.finalize``: float32, float64
+  and the integers but uint64), and whether it is a plain dtype (``_check.PLAIN_DTYPES``).
+* ``failure(err, entry, seq)``, only when an op failed: the thin lane's mapping
+  (``SocketBackend._native_failure``), the claim ended (``Executor.leave``), the outcome
+  recorded (the public layer's ``_failed``, which may raise the group's
+  ``DistRankFailureError`` instead), then the error raised: what the Python path raises.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...._backend import Op
+from ...._check import PLAIN_DTYPES, PLAIN_OPS
+from ...._debug import T_DONE
+from ...._reduce_op import ReduceOp
+from ..wire import _frame as F
+from ._engine import RSAG_MIN
+
+__all__ = ["make"]
+
+_AVG = F.redop_code(ReduceOp.AVG)
+_AVG_CODES = frozenset(F.dtype_code(np.dtype(t)) for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32",
+                                                             "int64", "float32", "float64"))
+# ReduceOp members by wire code (index 0 and PREMUL_SUM's code: None, never run in C)
+_REDOPS = tuple(next((op for op in ReduceOp if op is not ReduceOp.PREMUL_SUM and F.redop_code(op) == code), None)
+                for code in range(9))
+
+
+class _Hooks:
+    __slots__ = ("backend", "nat", "ex", "rec", "failed", "mod")
+
+    def __init__(self, backend, nat, ex, rec, failed) -> None:
+        self.backend, self.nat, self.ex, self.rec, self.failed = backend, nat, ex, rec, failed
+        self.mod = nat.mod
+
+    def describe(self, dtype) -> tuple:
+        if dtype not in PLAIN_DTYPES:
+            return (0, 0, 0, 0)
+        code = F.dtype_code(dtype)
+        mask = 0
+        for rc, op in enumerate(_REDOPS):
+            if op is not None and (op._value_, dtype) in PLAIN_OPS and self.mod.supports(code, rc) and \
+                    (rc != _AVG or code in _AVG_CODES):
+                mask |= 1 << rc
+        return (code, dtype.itemsize, mask, 1)
+
+    def failure(self, err, entry, seq) -> None:
+        try:
+            exc = self.backend.native_failure(self.nat, err)
+        finally:
+            self.ex.leave()
+        self.failed(self.rec, entry, seq, exc)
+        if exc is err:
+            raise exc
+        raise exc from None
+
+
+def make(backend, nat, ex, plain, failed):
+    """A ``FastLane`` for ``backend``'s group on native algorithms ``nat`` (its executor ``ex``),
+    behind the group's Python lane ``plain`` (a ``PlainLane``: its ``lane`` gives the counter,
+    the recorder and the global -> group rank map); ``failed`` is the public layer's. None
+    where the group's steps are not one C group's (two levels) or NDIST_DEBUG is DETAIL."""
+    mod = nat.mod
+    if plain.lane.detail:  # NDIST_DEBUG=DETAIL: the signature check runs in Python (run_fields)
+        return None
+    if not isinstance(nat.g, (mod.Group, mod.TcpGroup)) or not isinstance(ex.state, mod.LaneState):
+        return None
+    lane = plain.lane
+    probe = np.empty(3, np.float32)
+    hooks = _Hooks(backend, nat, ex, lane.rec, failed)
+    return mod.FastLane(ex.state, nat.g, ex, backend, nat, lane.seqs, lane.book[1], plain, hooks.failure,
+                        hooks.describe, np.ndarray, dict(lane.group_rank), _REDOPS,
+                        (Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_TO_ALL_SINGLE, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM,
+                         Op.BARRIER), RSAG_MIN,
+                        T_DONE, probe, probe.__array_interface__["data"][0])

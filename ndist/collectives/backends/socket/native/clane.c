@@ -1,0 +1,761 @@
+/* The repeated call in one C call (docs/architecture.md, "One call, by hand"): ``LaneState``,
+ * the socket backend's executor flag and sequence number as a C struct, and ``FastLane``, a
+ * group's repeated blocking collectives on the native engine, reached from the public function
+ * (``ndist.distributed.all_reduce``: ``pg.fast.all_reduce(tensor, op)``) with no other Python frame.
+ *
+ * A FastLane method takes the public function's arguments. When they are the common case (NumPy
+ * arrays as the public layer's plain checks take them, see each method) it does, in this order,
+ * what the Python path does (``_plain.PlainLane`` -> ``run_fields`` -> ``SocketBackend._inline``):
+ *
+ *   the claim: the group's executor flag (``LaneState``, test-and-set, with the GIL held, after
+ *   checking the backend open and nothing queued), then the group's first failure
+ *   (``NativeAlgorithms.broken``: the flag is let go and the Python path raises it);
+ *   the record: the lane's sequence number (``itertools.count``), the flight recorder's entry
+ *   (a 10-list appended to its ring, as ``run_fields`` writes it), the backend's sequence
+ *   number (into the group's headers), the op for messages (``NativeAlgorithms.op``);
+ *   the op: the engine's own code (``nd_shm_run`` / ``nd_tcp_run``, engines.h) with the GIL
+ *   released; AVG's division (floats: x / n in the dtype; integers: the sum truncated toward
+ *   zero, ``_intavg.py``);
+ *   the end: the flag cleared (the worker woken if a job was queued meanwhile), the entry's end
+ *   time. A failure calls the Python hook ``failure(err, entry, seq)`` (``native/_fast.py``),
+ *   which maps it to the typed error, ends the claim and records it, as the Python path does.
+ *
+ * The ops: all_reduce, broadcast, all_to_all_single (even), all_gather_into_tensor,
+ * reduce_scatter_tensor and barrier. Anything else (another array type, a flag, a dtype or op
+ * the engine has no kernel for, a busy or broken group, split sizes) is handed, unchanged, to the group's Python lane
+ * (``plain``, a ``collectives/_plain.py`` ``PlainLane``), whose methods return what these
+ * return: True when the call ran, False when the public function's general path must take it.
+ * Created by ``native/_fast.py`` only where NDIST_DEBUG is not DETAIL (DETAIL's signature check
+ * runs in Python) and the group runs the native engine in one level (a same-host ``Group`` or a
+ * ``TcpGroup`` without a view).
+ *
+ * NumPy arrays are read through NumPy's stable object layout (``PyArrayObject_fields``: data,
+ * nd, dimensions, strides, base, descr, flags; the same fields NumPy's own inline accessors
+ * read), checked once against a probe array when a FastLane is made. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+#include "engines.h"
+
+/* ------------------------------------------------------------------ LaneState */
+typedef struct {
+    PyObject_HEAD
+    atomic_int busy;
+    unsigned long long seq;
+} LaneState;
+
+static PyObject *LaneState_claim(LaneState *s, PyObject *unused)
+{
+    int zero = 0;
+    return PyBool_FromLong(atomic_compare_exchange_strong(&s->busy, &zero, 1));
+}
+
+static PyObject *LaneState_clear(LaneState *s, PyObject *unused)
+{
+    atomic_store(&s->busy, 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *LaneState_busy(LaneState *s, void *unused) { return PyBool_FromLong(atomic_load(&s->busy)); }
+
+static PyMethodDef LaneState_methods[] = {
+    {"claim", (PyCFunction)LaneState_claim, METH_NOARGS, "claim() -> bool: take the busy flag (test-and-set)"},
+    {"clear", (PyCFunction)LaneState_clear, METH_NOARGS, "clear(): release the busy flag"},
+    {NULL, NULL, 0, NULL},
+};
+static PyMemberDef LaneState_members[] = {
+    {"seq", T_ULONGLONG, offsetof(LaneState, seq), 0, "the number of the last operation numbered"},
+    {NULL, 0, 0, 0, NULL},
+};
+static PyGetSetDef LaneState_getset[] = {
+    {"busy", (getter)LaneState_busy, NULL, "an operation holds the flag", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject LaneStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_cnative.LaneState",
+    .tp_basicsize = sizeof(LaneState),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = LaneState_methods,
+    .tp_members = LaneState_members,
+    .tp_getset = LaneState_getset,
+    .tp_doc = "An executor's busy flag and sequence number, taken by Python and by FastLane alike.",
+};
+
+/* ------------------------------------------------------------------ NumPy's layout */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions;
+    Py_ssize_t *strides;
+    PyObject *base;
+    PyObject *descr;
+    int flags;
+} NpArray;
+
+#define NP_C_CONTIGUOUS 0x0001
+#define NP_ALIGNED 0x0100
+#define NP_WRITEABLE 0x0400
+#define NP_CARRAY (NP_C_CONTIGUOUS | NP_ALIGNED | NP_WRITEABLE)
+
+/* ------------------------------------------------------------------ FastLane */
+/* the ops it runs, in the order of ``rec_ops`` and KIND_NAMES */
+enum { K_ALL_REDUCE, K_BROADCAST, K_ALL_TO_ALL, K_ALL_GATHER, K_REDUCE_SCATTER, K_BARRIER, NKINDS };
+#define NREDOPS 9   /* wire codes 1..8 (PREMUL_SUM, 9, never runs here) */
+#define NCACHE 24   /* dtypes remembered */
+
+/* what ``describe(dtype)`` says of a dtype: its wire code, element size, the reduce ops the
+ * repeated call may run on it here (bit r: wire code r) and whether it is one of the plain
+ * dtypes (``_check.PLAIN_DTYPES``: broadcast, all_to_all_single); code 0: none of this */
+typedef struct {
+    PyObject *descr;
+    int code, mask, plain;
+    Py_ssize_t esize;
+} DInfo;
+
+typedef struct {
+    PyObject_HEAD
+    LaneState *state;
+    PyObject *group; /* the same-host Group or the TcpGroup */
+    int tcp, rank, size;
+    PyObject *queue;        /* the executor's deque */
+    PyObject *wake;         /* Executor.wake */
+    PyObject *backend_dict; /* SocketBackend.__dict__ (``_closed``) */
+    PyObject *nat_dict;     /* NativeAlgorithms.__dict__ (``broken``, ``op``) */
+    PyObject *seqs, *record; /* the lane's counter; the flight recorder's append, or None */
+    PyObject *plain;        /* the group's Python lane: every case this one does not take */
+    PyObject *failure;      /* failure(err, entry, seq): raises the op's error */
+    PyObject *describe;     /* describe(dtype) -> (code, esize, mask, plain) */
+    PyObject *ndarray;      /* numpy.ndarray */
+    PyObject *group_rank;   /* global rank -> group rank */
+    PyObject *redops[NREDOPS]; /* ReduceOp members by wire code */
+    PyObject *rec_ops[NKINDS]; /* the record's op of each kind (K_*) */
+    PyObject *cpu;          /* "cpu" */
+    Py_ssize_t rsag_min;
+    int t_done;
+    DInfo cache[NCACHE];
+    int ncache;
+    /* the running op, for ``NativeAlgorithms.desc`` (``current()``) */
+    int cur_op, cur_code, cur_root, cur_redop;
+    Py_ssize_t cur_count;
+    unsigned long long cur_seq;
+} FastLane;
+
+static PyObject *s_closed, *s_broken, *s_op; /* interned attribute names */
+
+static int FastLane_traverse(FastLane *f, visitproc visit, void *arg)
+{
+    Py_VISIT(f->state);
+    Py_VISIT(f->group);
+    Py_VISIT(f->queue);
+    Py_VISIT(f->wake);
+    Py_VISIT(f->backend_dict);
+    Py_VISIT(f->nat_dict);
+    Py_VISIT(f->seqs);
+    Py_VISIT(f->record);
+    Py_VISIT(f->plain);
+    Py_VISIT(f->failure);
+    Py_VISIT(f->describe);
+    Py_VISIT(f->ndarray);
+    Py_VISIT(f->group_rank);
+    for (int i = 0; i < NREDOPS; i++)
+        Py_VISIT(f->redops[i]);
+    for (int i = 0; i < NKINDS; i++)
+        Py_VISIT(f->rec_ops[i]);
+    for (int i = 0; i < f->ncache; i++)
+        Py_VISIT(f->cache[i].descr);
+    return 0;
+}
+
+static int FastLane_clear(FastLane *f)
+{
+    Py_CLEAR(f->state);
+    Py_CLEAR(f->group);
+    Py_CLEAR(f->queue);
+    Py_CLEAR(f->wake);
+    Py_CLEAR(f->backend_dict);
+    Py_CLEAR(f->nat_dict);
+    Py_CLEAR(f->seqs);
+    Py_CLEAR(f->record);
+    Py_CLEAR(f->plain);
+    Py_CLEAR(f->failure);
+    Py_CLEAR(f->describe);
+    Py_CLEAR(f->ndarray);
+    Py_CLEAR(f->group_rank);
+    Py_CLEAR(f->cpu);
+    for (int i = 0; i < NREDOPS; i++)
+        Py_CLEAR(f->redops[i]);
+    for (int i = 0; i < NKINDS; i++)
+        Py_CLEAR(f->rec_ops[i]);
+    for (int i = 0; i < f->ncache; i++)
+        Py_CLEAR(f->cache[i].descr);
+    f->ncache = 0;
+    return 0;
+}
+
+static void FastLane_dealloc(FastLane *f)
+{
+    PyObject_GC_UnTrack(f);
+    FastLane_clear(f);
+    Py_TYPE(f)->tp_free((PyObject *)f);
+}
+
+static int dict_of(PyObject *o, PyObject **out)
+{
+    PyObject *d = PyObject_GenericGetDict(o, NULL);
+    if (!d)
+        return -1;
+    *out = d;
+    return 0;
+}
+
+/* FastLane(state, group, executor, backend, nat, seqs, record, plain, failure, describe,
+ *          ndarray, group_rank, redops, rec_ops, rsag_min, t_done, probe, probe_data) */
+static int FastLane_init(FastLane *f, PyObject *args, PyObject *kw)
+{
+    PyObject *state, *group, *executor, *backend, *nat, *seqs, *record, *plain, *failure, *describe, *ndarray,
+        *group_rank, *redops, *rec_ops, *probe;
+    Py_ssize_t rsag_min, probe_data;
+    int t_done;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOOOO!O!O!O!niOn:FastLane", &LaneStateType, &state, &group, &executor,
+                          &backend, &nat, &seqs, &record, &plain, &failure, &describe, &PyType_Type, &ndarray,
+                          &PyDict_Type, &group_rank, &PyTuple_Type, &redops, &PyTuple_Type, &rec_ops, &rsag_min,
+                          &t_done, &probe, &probe_data))
+        return -1;
+    FastLane_clear(f);
+    if (nd_tcp_is(group)) {
+        f->tcp = 1;
+        nd_tcp_geometry(group, &f->rank, &f->size);
+    } else if (nd_shm_is(group)) {
+        f->tcp = 0;
+        nd_shm_geometry(group, &f->rank, &f->size);
+    } else {
+        PyErr_Format(PyExc_TypeError, "FastLane: group: expected a _cnative.Group or TcpGroup, got %s",
+                     Py_TYPE(group)->tp_name);
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(redops) != NREDOPS || PyTuple_GET_SIZE(rec_ops) != NKINDS) {
+        PyErr_SetString(PyExc_ValueError, "FastLane: redops: expected 9 entries, rec_ops 6");
+        return -1;
+    }
+    if (!PyCallable_Check(failure) || !PyCallable_Check(describe) || !PyIter_Check(seqs)) {
+        PyErr_SetString(PyExc_TypeError, "FastLane: failure and describe must be callable, seqs an iterator");
+        return -1;
+    }
+    /* NumPy's layout, checked on a 1-D float32 array of 3 elements, C-contiguous and writable */
+    NpArray *p = (NpArray *)probe;
+    if ((PyObject *)Py_TYPE(probe) != ndarray || p->data != (char *)probe_data || p->nd != 1 ||
+        p->dimensions[0] != 3 || p->strides[0] != 4 || (p->flags & NP_CARRAY) != NP_CARRAY) {
+        PyErr_SetString(PyExc_ValueError, "FastLane: NumPy's array layout is not the one this module reads");
+        return -1;
+    }
+    if (!(f->queue = PyObject_GetAttrString(executor, "queue")) ||
+        !(f->wake = PyObject_GetAttrString(executor, "wake")) || dict_of(backend, &f->backend_dict) < 0 ||
+        dict_of(nat, &f->nat_dict) < 0)
+        return -1;
+    f->state = (LaneState *)Py_NewRef(state);
+    f->group = Py_NewRef(group);
+    f->seqs = Py_NewRef(seqs);
+    f->record = Py_NewRef(record);
+    f->plain = Py_NewRef(plain);
+    f->failure = Py_NewRef(failure);
+    f->describe = Py_NewRef(describe);
+    f->ndarray = Py_NewRef(ndarray);
+    f->group_rank = Py_NewRef(group_rank);
+    for (int i = 0; i < NREDOPS; i++)
+        f->redops[i] = Py_NewRef(PyTuple_GET_ITEM(redops, i));
+    for (int i = 0; i < NKINDS; i++)
+        f->rec_ops[i] = Py_NewRef(PyTuple_GET_ITEM(rec_ops, i));
+    if (!(f->cpu = PyUnicode_InternFromString("cpu")))
+        return -1;
+    f->rsag_min = rsag_min;
+    f->t_done = t_done;
+    return 0;
+}
+
+/* the dtype's DInfo (asking ``describe`` on a first sight), or NULL with an error set */
+static DInfo *dinfo(FastLane *f, PyObject *descr)
+{
+    for (int i = 0; i < f->ncache; i++)
+        if (f->cache[i].descr == descr)
+            return &f->cache[i];
+    PyObject *r = PyObject_CallOneArg(f->describe, descr);
+    if (!r)
+        return NULL;
+    int code, mask, plain;
+    Py_ssize_t esize;
+    if (!PyArg_ParseTuple(r, "inii:describe", &code, &esize, &mask, &plain)) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    Py_DECREF(r);
+    static DInfo none = {NULL, 0, 0, 0, 0};
+    if (f->ncache == NCACHE)
+        return &none; /* (a program of more than 24 dtypes: the rest go through Python) */
+    DInfo *d = &f->cache[f->ncache++];
+    *d = (DInfo){Py_NewRef(descr), code, mask, plain, esize};
+    return d;
+}
+
+/* time.time() */
+static PyObject *now_obj(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return PyFloat_FromDouble((double)((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec) / 1e9);
+}
+
+/* The plain lane's method ``name`` with the call's own arguments */
+static PyObject *delegate(FastLane *f, const char *name, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *m = PyObject_GetAttrString(f->plain, name);
+    if (!m)
+        return NULL;
+    PyObject *r = PyObject_Vectorcall(m, args, nargs, NULL);
+    Py_DECREF(m);
+    return r;
+}
+
+/* the busy flag, when the backend is open, nothing is queued and the group has no failure:
+ * 1 (claimed), 0 (not: the Python path takes the call), -1 (an error) */
+static int claim(FastLane *f)
+{
+    PyObject *closed = PyDict_GetItemWithError(f->backend_dict, s_closed);
+    if (closed != Py_False)
+        return PyErr_Occurred() ? -1 : 0;
+    if (PyObject_Length(f->queue) != 0)
+        return PyErr_Occurred() ? -1 : 0;
+    int zero = 0;
+    if (!atomic_compare_exchange_strong(&f->state->busy, &zero, 1))
+        return 0;
+    PyObject *broken = PyDict_GetItemWithError(f->nat_dict, s_broken);
+    if (broken != Py_None) { /* the first failure, raised again by the Python path */
+        atomic_store(&f->state->busy, 0);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    return 1;
+}
+
+/* the flag cleared, and the worker woken when a job was queued meanwhile (Executor.leave) */
+static int leave(FastLane *f)
+{
+    atomic_store(&f->state->busy, 0);
+    Py_ssize_t q = PyObject_Length(f->queue);
+    if (q > 0) {
+        PyObject *r = PyObject_CallNoArgs(f->wake);
+        if (!r)
+            return -1;
+        Py_DECREF(r);
+    } else if (q < 0)
+        return -1;
+    return 0;
+}
+
+/* AVG's finish on ``count`` elements of wire dtype ``code`` (the codes ``describe`` allows) */
+#define TRUNC_DIV(T)                                                                                           \
+    do {                                                                                                       \
+        T *x = (T *)buf;                                                                                       \
+        for (Py_ssize_t i = 0; i < count; i++)                                                                 \
+            x[i] = (T)((int64_t)x[i] / (int64_t)n);                                                            \
+    } while (0)
+
+static void avg_finish(char *buf, Py_ssize_t count, int code, int n)
+{
+    switch (code) {
+    case 2: TRUNC_DIV(int8_t); break;
+    case 3: TRUNC_DIV(uint8_t); break;
+    case 4: TRUNC_DIV(int16_t); break;
+    case 5: TRUNC_DIV(uint16_t); break;
+    case 6: TRUNC_DIV(int32_t); break;
+    case 7: TRUNC_DIV(uint32_t); break;
+    case 8: {
+        int64_t *x = (int64_t *)buf;
+        for (Py_ssize_t i = 0; i < count; i++)
+            x[i] = x[i] / (int64_t)n;
+        break;
+    }
+    case 11: {
+        float *x = (float *)buf, d = (float)n;
+        for (Py_ssize_t i = 0; i < count; i++)
+            x[i] = x[i] / d;
+        break;
+    }
+    case 12: {
+        double *x = (double *)buf, d = (double)n;
+        for (Py_ssize_t i = 0; i < count; i++)
+            x[i] = x[i] / d;
+        break;
+    }
+    }
+}
+
+/* One claimed op: recorded, run without the GIL, ended. Returns Py_True, or NULL (the
+ * failure hook's error). ``root_obj``: the record's root (a group rank) or NULL. */
+static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
+                     PyObject *root_obj, int redop)
+{
+    PyObject *entry = NULL, *seq = NULL;
+    if (!(seq = PyIter_Next(f->seqs))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "FastLane: the sequence counter ended");
+        goto early;
+    }
+    if (f->record != Py_None) { /* [seq, op, device, dtype, count_in, count_out, root, time(), None, None] */
+        PyObject *cin = PyLong_FromSsize_t(count_in);
+        PyObject *cout = count_out == count_in ? Py_XNewRef(cin) : PyLong_FromSsize_t(count_out);
+        PyObject *items[10] = {Py_NewRef(seq), Py_NewRef(f->rec_ops[kind]), Py_NewRef(f->cpu),
+                               Py_NewRef(descr ? descr : Py_None), cin, cout,
+                               Py_NewRef(root_obj ? root_obj : Py_None), now_obj(), Py_NewRef(Py_None),
+                               Py_NewRef(Py_None)};
+        int ok = items[4] && items[5] && items[7] && (entry = PyList_New(10)) != NULL;
+        for (int i = 0; i < 10; i++) {
+            if (ok)
+                PyList_SET_ITEM(entry, i, items[i]);
+            else
+                Py_XDECREF(items[i]);
+        }
+        if (!ok)
+            goto early;
+        PyObject *r = PyObject_CallOneArg(f->record, entry);
+        if (!r)
+            goto early;
+        Py_DECREF(r);
+    }
+    /* the backend's number for the op (Executor.claim), the op described for messages */
+    unsigned long long bseq = ++f->state->seq;
+    if (f->tcp)
+        nd_tcp_set_seq(f->group, bseq);
+    else
+        nd_shm_set_seq(f->group, bseq);
+    /* (the count Python's lanes name: all_to_all and all_gather the input's, the others the output's) */
+    f->cur_op = kind, f->cur_code = op->dtype;
+    f->cur_count = kind == K_ALL_TO_ALL || kind == K_ALL_GATHER ? count_in : count_out;
+    f->cur_seq = bseq, f->cur_root = op->root, f->cur_redop = redop;
+    PyObject *cur = PyDict_GetItemWithError(f->nat_dict, s_op); /* (set once: the Python paths overwrite it) */
+    if (cur != (PyObject *)f && (PyErr_Occurred() || PyDict_SetItem(f->nat_dict, s_op, (PyObject *)f) < 0))
+        goto early;
+
+    PyThreadState *save = PyEval_SaveThread();
+    int rc = f->tcp ? nd_tcp_run(f->group, op, &save) : nd_shm_run(f->group, op, &save);
+    PyEval_RestoreThread(save);
+    if (rc) { /* the group's method's error, for the hook to map; it ends the claim and raises */
+        if (f->tcp)
+            nd_tcp_raise(f->group, rc);
+        else
+            nd_shm_raise(f->group, rc);
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (value && tb)
+            PyException_SetTraceback(value, tb);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        PyObject *r = PyObject_CallFunctionObjArgs(f->failure, value ? value : Py_None, entry ? entry : Py_None,
+                                                   seq, NULL);
+        Py_XDECREF(value);
+        Py_XDECREF(r); /* (it raises: r is NULL) */
+        Py_XDECREF(entry);
+        Py_DECREF(seq);
+        if (r) {
+            PyErr_SetString(PyExc_RuntimeError, "FastLane: the failure hook returned");
+        }
+        return NULL;
+    }
+    if (redop == 5) /* AVG */
+        avg_finish(op->out, count_out, op->dtype, f->size);
+    if (leave(f) < 0)
+        goto after;
+    if (entry) {
+        PyObject *t = now_obj();
+        if (!t)
+            goto after;
+        PyList_SetItem(entry, f->t_done, t);
+    }
+    Py_XDECREF(entry);
+    Py_DECREF(seq);
+    Py_RETURN_TRUE;
+
+early: /* before the op: nothing ran; the claim ends (its error kept) */
+    {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (leave(f) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+after:
+    Py_XDECREF(entry);
+    Py_XDECREF(seq);
+    return NULL;
+}
+
+/* all_reduce(tensor, op) */
+static PyObject *FastLane_all_reduce(FastLane *f, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "FastLane.all_reduce(tensor, op)");
+        return NULL;
+    }
+    PyObject *t = args[0], *opo = args[1];
+    NpArray *a = (NpArray *)t;
+    if ((PyObject *)Py_TYPE(t) != f->ndarray || (a->flags & NP_CARRAY) != NP_CARRAY)
+        return delegate(f, "all_reduce", args, nargs);
+    int redop = 0;
+    for (int r = 1; r < NREDOPS; r++)
+        if (f->redops[r] == opo) {
+            redop = r;
+            break;
+        }
+    if (!redop)
+        return delegate(f, "all_reduce", args, nargs);
+    DInfo *d = dinfo(f, a->descr);
+    if (!d)
+        return NULL;
+    Py_ssize_t count = 1;
+    for (int i = 0; i < a->nd; i++)
+        count *= a->dimensions[i];
+    if (!d->code || !(d->mask & (1 << redop)) || count == 0)
+        return delegate(f, "all_reduce", args, nargs);
+    int c = claim(f);
+    if (c <= 0)
+        return c < 0 ? NULL : delegate(f, "all_reduce", args, nargs);
+    Py_ssize_t nbytes = count * d->esize;
+    NdOp op = {OP_ALL_REDUCE, d->code, redop, -1, nbytes > f->rsag_min, d->esize, NULL, a->data, nbytes, NULL, 0};
+    return run(f, K_ALL_REDUCE, &op, count, count, a->descr, NULL, redop);
+}
+
+/* broadcast(tensor, src, group_src) */
+static PyObject *FastLane_broadcast(FastLane *f, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "FastLane.broadcast(tensor, src, group_src)");
+        return NULL;
+    }
+    PyObject *t = args[0], *src = args[1];
+    NpArray *a = (NpArray *)t;
+    if ((PyObject *)Py_TYPE(t) != f->ndarray || (a->flags & NP_CARRAY) != NP_CARRAY || !PyLong_CheckExact(src) ||
+        args[2] != Py_None)
+        return delegate(f, "broadcast", args, nargs);
+    PyObject *root = PyDict_GetItemWithError(f->group_rank, src); /* borrowed */
+    if (!root)
+        return PyErr_Occurred() ? NULL : delegate(f, "broadcast", args, nargs);
+    DInfo *d = dinfo(f, a->descr);
+    if (!d)
+        return NULL;
+    Py_ssize_t count = 1;
+    for (int i = 0; i < a->nd; i++)
+        count *= a->dimensions[i];
+    if (!d->code || !d->plain || count == 0)
+        return delegate(f, "broadcast", args, nargs);
+    int c = claim(f);
+    if (c <= 0)
+        return c < 0 ? NULL : delegate(f, "broadcast", args, nargs);
+    Py_ssize_t nbytes = count * d->esize;
+    NdOp op = {OP_BROADCAST, d->code, 0, (int)PyLong_AsLong(root), 0, d->esize, NULL, a->data, nbytes, NULL, 0};
+    Py_INCREF(root);
+    PyObject *r = run(f, K_BROADCAST, &op, count, count, a->descr, root, 0);
+    Py_DECREF(root);
+    return r;
+}
+
+/* all_to_all_single(output, input, output_split_sizes, input_split_sizes): the even form */
+static PyObject *FastLane_all_to_all_single(FastLane *f, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "FastLane.all_to_all_single(output, input, output_split_sizes, "
+                                         "input_split_sizes)");
+        return NULL;
+    }
+    PyObject *ot = args[0], *it = args[1];
+    NpArray *o = (NpArray *)ot, *i = (NpArray *)it;
+    if ((PyObject *)Py_TYPE(ot) != f->ndarray || (PyObject *)Py_TYPE(it) != f->ndarray || args[2] != Py_None ||
+        args[3] != Py_None || (o->flags & NP_CARRAY) != NP_CARRAY || !(i->flags & NP_C_CONTIGUOUS) ||
+        o->descr != i->descr || o->nd != i->nd || o->nd < 1 || o == i)
+        return delegate(f, "all_to_all_single", args, nargs);
+    Py_ssize_t count = 1;
+    for (int k = 0; k < o->nd; k++) {
+        if (o->dimensions[k] != i->dimensions[k])
+            return delegate(f, "all_to_all_single", args, nargs);
+        count *= o->dimensions[k];
+    }
+    if (count == 0 || o->dimensions[0] % f->size)
+        return delegate(f, "all_to_all_single", args, nargs);
+    DInfo *d = dinfo(f, o->descr);
+    if (!d)
+        return NULL;
+    if (!d->code || !d->plain)
+        return delegate(f, "all_to_all_single", args, nargs);
+    Py_ssize_t nbytes = count * d->esize;
+    /* np.may_share_memory's bounds: the two byte ranges apart */
+    if (o->data < i->data + nbytes && i->data < o->data + nbytes)
+        return delegate(f, "all_to_all_single", args, nargs);
+    int c = claim(f);
+    if (c <= 0)
+        return c < 0 ? NULL : delegate(f, "all_to_all_single", args, nargs);
+    NdOp op = {OP_ALL_TO_ALL, d->code, 0, -1, 0, d->esize, NULL, o->data, nbytes, i->data, nbytes};
+    return run(f, K_ALL_TO_ALL, &op, count, count, o->descr, NULL, 0);
+}
+
+/* an output and an input as the two-buffer ops take them: both exact NumPy arrays, ``out``
+ * writable, C-contiguous and aligned, ``in`` C-contiguous, one dtype (the same object), the two
+ * byte ranges apart (np.may_share_memory's bounds); their sizes in ``*nout`` / ``*nin``; 0: not */
+static int two(FastLane *f, PyObject *ot, PyObject *it, Py_ssize_t *nout, Py_ssize_t *nin, DInfo **dp)
+{
+    NpArray *o = (NpArray *)ot, *i = (NpArray *)it;
+    if ((PyObject *)Py_TYPE(ot) != f->ndarray || (PyObject *)Py_TYPE(it) != f->ndarray ||
+        (o->flags & NP_CARRAY) != NP_CARRAY || !(i->flags & NP_C_CONTIGUOUS) || o->descr != i->descr)
+        return 0;
+    Py_ssize_t co = 1, ci = 1;
+    for (int k = 0; k < o->nd; k++)
+        co *= o->dimensions[k];
+    for (int k = 0; k < i->nd; k++)
+        ci *= i->dimensions[k];
+    if (co == 0 || ci == 0)
+        return 0;
+    DInfo *d = dinfo(f, o->descr);
+    if (!d)
+        return -1;
+    if (!d->code || !d->plain)
+        return 0;
+    if (o->data < i->data + ci * d->esize && i->data < o->data + co * d->esize)
+        return 0;
+    *nout = co, *nin = ci, *dp = d;
+    return 1;
+}
+
+/* all_gather_into(output, input): output holds size x input */
+static PyObject *FastLane_all_gather_into(FastLane *f, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "FastLane.all_gather_into(output, input)");
+        return NULL;
+    }
+    Py_ssize_t co, ci;
+    DInfo *d;
+    int t = two(f, args[0], args[1], &co, &ci, &d);
+    if (t <= 0)
+        return t < 0 ? NULL : delegate(f, "all_gather_into", args, nargs);
+    if (co != ci * f->size)
+        return delegate(f, "all_gather_into", args, nargs);
+    int c = claim(f);
+    if (c <= 0)
+        return c < 0 ? NULL : delegate(f, "all_gather_into", args, nargs);
+    NpArray *o = (NpArray *)args[0], *i = (NpArray *)args[1];
+    NdOp op = {OP_ALL_GATHER, d->code, 0, -1, 0, d->esize, NULL, o->data, co * d->esize, i->data, ci * d->esize};
+    return run(f, K_ALL_GATHER, &op, ci, co, o->descr, NULL, 0);
+}
+
+/* reduce_scatter_from(output, input, op): input holds size x output */
+static PyObject *FastLane_reduce_scatter_from(FastLane *f, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "FastLane.reduce_scatter_from(output, input, op)");
+        return NULL;
+    }
+    int redop = 0;
+    for (int r = 1; r < NREDOPS; r++)
+        if (f->redops[r] == args[2]) {
+            redop = r;
+            break;
+        }
+    if (!redop)
+        return delegate(f, "reduce_scatter_from", args, nargs);
+    Py_ssize_t co, ci;
+    DInfo *d;
+    int t = two(f, args[0], args[1], &co, &ci, &d);
+    if (t <= 0)
+        return t < 0 ? NULL : delegate(f, "reduce_scatter_from", args, nargs);
+    if (ci != co * f->size || !(d->mask & (1 << redop)))
+        return delegate(f, "reduce_scatter_from", args, nargs);
+    int c = claim(f);
+    if (c <= 0)
+        return c < 0 ? NULL : delegate(f, "reduce_scatter_from", args, nargs);
+    NpArray *o = (NpArray *)args[0], *i = (NpArray *)args[1];
+    NdOp op = {OP_REDUCE_SCATTER, d->code, redop, -1, 0, d->esize, NULL, o->data, co * d->esize, i->data,
+               ci * d->esize};
+    return run(f, K_REDUCE_SCATTER, &op, ci, co, o->descr, NULL, redop);
+}
+
+/* barrier() */
+static PyObject *FastLane_barrier(FastLane *f, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 0) {
+        PyErr_SetString(PyExc_TypeError, "FastLane.barrier()");
+        return NULL;
+    }
+    int c = claim(f);
+    if (c <= 0)
+        return c < 0 ? NULL : delegate(f, "barrier", args, nargs);
+    NdOp op = {OP_BARRIER, 0, 0, -1, 0, 0, NULL, NULL, 0, NULL, 0};
+    return run(f, K_BARRIER, &op, 0, 0, NULL, NULL, 0);
+}
+
+static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_to_all", "all_gather", "reduce_scatter",
+                                         "barrier"};
+
+/* current() -> (name, dtype code, count, seq, root, reduce op): the running op, as
+ * NativeAlgorithms.op holds it for the Python paths */
+static PyObject *FastLane_current(FastLane *f, PyObject *unused)
+{
+    PyObject *redop = f->cur_redop > 0 && f->cur_redop < NREDOPS ? f->redops[f->cur_redop] : Py_None;
+    return Py_BuildValue("(sinKiO)", KIND_NAMES[f->cur_op], f->cur_code, f->cur_count, f->cur_seq, f->cur_root,
+                         redop);
+}
+
+static PyMethodDef FastLane_methods[] = {
+    {"all_reduce", (PyCFunction)(void (*)(void))FastLane_all_reduce, METH_FASTCALL,
+     "all_reduce(tensor, op) -> bool: ran (True) or the general path must (False)"},
+    {"broadcast", (PyCFunction)(void (*)(void))FastLane_broadcast, METH_FASTCALL,
+     "broadcast(tensor, src, group_src) -> bool"},
+    {"all_to_all_single", (PyCFunction)(void (*)(void))FastLane_all_to_all_single, METH_FASTCALL,
+     "all_to_all_single(output, input, output_split_sizes, input_split_sizes) -> bool"},
+    {"all_gather_into", (PyCFunction)(void (*)(void))FastLane_all_gather_into, METH_FASTCALL,
+     "all_gather_into(output, input) -> bool"},
+    {"reduce_scatter_from", (PyCFunction)(void (*)(void))FastLane_reduce_scatter_from, METH_FASTCALL,
+     "reduce_scatter_from(output, input, op) -> bool"},
+    {"barrier", (PyCFunction)(void (*)(void))FastLane_barrier, METH_FASTCALL, "barrier() -> bool"},
+    {"current", (PyCFunction)FastLane_current, METH_NOARGS, "current() -> the running op's description tuple"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FastLaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_cnative.FastLane",
+    .tp_basicsize = sizeof(FastLane),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)FastLane_init,
+    .tp_dealloc = (destructor)FastLane_dealloc,
+    .tp_traverse = (traverseproc)FastLane_traverse,
+    .tp_clear = (inquiry)FastLane_clear,
+    .tp_methods = FastLane_methods,
+    .tp_doc = "A group's repeated blocking collectives in one C call (see the module source).",
+};
+
+int nd_lane_add(PyObject *m)
+{
+    if (!(s_closed = PyUnicode_InternFromString("_closed")) || !(s_broken = PyUnicode_InternFromString("broken")) ||
+        !(s_op = PyUnicode_InternFromString("op")))
+        return -1;
+    if (PyType_Ready(&LaneStateType) < 0 || PyType_Ready(&FastLaneType) < 0)
+        return -1;
+    Py_INCREF(&LaneStateType);
+    if (PyModule_AddObject(m, "LaneState", (PyObject *)&LaneStateType) < 0) {
+        Py_DECREF(&LaneStateType);
+        return -1;
+    }
+    Py_INCREF(&FastLaneType);
+    if (PyModule_AddObject(m, "FastLane", (PyObject *)&FastLaneType) < 0) {
+        Py_DECREF(&FastLaneType);
+        return -1;
+    }
+    return 0;
+}

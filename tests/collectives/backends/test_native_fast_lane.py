@@ -1,0 +1,163 @@
+"""The repeated call in one C call (``_cnative.FastLane``, native/clane.c; docs/architecture.md,
+"One call, by hand"): what it runs itself gives the Python path's results, records, messages
+and errors; what it does not take goes to the Python lane."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from ndist.testing import run_ranks
+
+pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
+
+NATIVE = {"NDIST_ENGINE": "native"}
+# AVG's finish in C: floats x / n in the dtype, integers the sum truncated toward zero
+AVG_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "float32", "float64")
+
+
+def _fast_kind():
+    from ndist.runtime import world
+
+    return type(world.default.fast).__name__
+
+
+def _avg(rank, size):
+    import ndist.distributed as dist
+
+    dist.barrier()  # the general path: the group's lanes exist from here
+    out = {}
+    for name in AVG_DTYPES + ("float16", "uint64"):  # (the last two: AVG's finish stays NumPy's)
+        dt = np.dtype(name)
+        signed = dt.kind == "i"
+        vals = (np.arange(37) * (rank + 2) - (50 if signed else 0)).astype(dt)
+        got = []
+        for _ in range(3):  # the first call makes the C lane, the next ones run in it
+            x = vals.copy()
+            dist.all_reduce(x, op=dist.ReduceOp.AVG)
+            got.append(x.tolist())
+        out[name] = got
+    from ndist.runtime import world
+
+    return out, _fast_kind(), type(world.default.backend_for("cpu")._native.g).__name__
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env", [NATIVE, dict(NATIVE, NDIST_TRANSPORT="tcp", NDIST_NATIVE_TCP="1")],
+                         ids=["shm", "tcp"])
+def test_avg_in_c_is_the_python_paths_bit_for_bit(env):
+    res = run_ranks(_avg, 2, timeout=100, env=env)
+    for out, kind, group in res:
+        assert kind == "FastLane" and group == ("TcpGroup" if "NDIST_TRANSPORT" in env else "Group"), (kind, group)
+        for name, got in out.items():
+            dt = np.dtype(name)
+            signed = dt.kind == "i"
+            per_rank = [(np.arange(37) * (r + 2) - (50 if signed else 0)).astype(dt) for r in range(2)]
+            total = per_rank[0] + per_rank[1]  # the sum in the dtype, wrapping as SUM does
+            if dt.kind in "iu":
+                want = np.trunc(total.astype(np.float64) / 2).astype(dt) if dt.itemsize < 8 else \
+                    (total // 2 + ((total < 0) & (total % 2 != 0))).astype(dt)
+            else:
+                want = total / dt.type(2)
+            for call in got:
+                assert np.array_equal(np.array(call, dt), want), (name, call[:6], want[:6])
+
+
+def _late(rank, size):
+    from datetime import timedelta
+
+    import ndist.distributed as dist
+
+    dist.init_process_group("socket", timeout=timedelta(seconds=2))
+    x = np.ones(64, np.float32)
+    for _ in range(3):
+        dist.all_reduce(x)
+    kind = _fast_kind()
+    if rank == 1:
+        time.sleep(4)  # rank 0's repeated call times out waiting for this rank's data
+    msg = None
+    try:
+        dist.all_reduce(x)
+    except dist.DistTimeoutError as err:
+        msg = str(err)
+    rec = dist.flight_recorder()[-1]
+    dist.destroy_process_group()
+    return kind, msg, (rec["op"], rec["seq"], rec["state"])
+
+
+@pytest.mark.timeout(120)
+def test_a_timeout_in_the_c_lane_names_the_running_op_and_is_recorded():
+    (kind, msg, rec), _ = run_ranks(_late, 2, init=False, timeout=100, env=NATIVE)
+    assert kind == "FastLane", kind
+    # the message names the op the C lane runs (NativeAlgorithms.desc through FastLane.current)
+    assert msg is not None and "all_reduce float32[64] SUM #" in msg and "[1]" in msg, msg
+    assert rec == ("all_reduce", 4, "failed"), rec
+
+
+def _mixed(rank, size):
+    import ndist.distributed as dist
+
+    dist.barrier()
+    x = np.zeros(16, np.float64)
+    seen = []
+    for i in range(6):
+        x[:] = rank + i
+        if i % 2:  # an async op queued, then a blocking one: it waits behind it (the same flag)
+            work = dist.all_reduce(x, async_op=True)
+            y = np.full(16, float(rank), np.float64)
+            dist.broadcast(y, 1)
+            work.wait()
+            seen.append((x[0], y[0]))
+        else:
+            dist.all_reduce(x)
+            seen.append((x[0], None))
+    rec = dist.flight_recorder()
+    return seen, [e["seq"] for e in rec], {e["state"] for e in rec}, _fast_kind()
+
+
+@pytest.mark.timeout(120)
+def test_c_and_python_calls_mix_in_issue_order():
+    for seen, seqs, states, kind in run_ranks(_mixed, 2, timeout=100, env=NATIVE):
+        assert kind == "FastLane", kind
+        assert seen == [(2.0 * i + 1, None if i % 2 == 0 else 1.0) for i in range(6)], seen
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) and states == {"completed"}, (seqs, states)
+
+
+def _handed_on(rank, size):
+    import ndist
+    import ndist.distributed as dist
+
+    dist.barrier()
+    a = np.ones(8, np.float32)
+    dist.all_reduce(a)
+    dist.all_reduce(a)  # the C lane from here
+    got = {}
+    t = ndist.ones(8)  # an ndist.Tensor: the Python lane
+    dist.all_reduce(t)
+    got["tensor"] = t.numpy().tolist()
+    v = np.ones(16, np.float32)[::2]  # not contiguous: the general path (staged)
+    dist.all_reduce(v)
+    got["strided"] = v.tolist()
+    ins, outs = [q + 1 for q in range(size)], [rank + 1] * size  # split sizes: the Python lane
+    uin, uout = np.full(sum(ins), rank, np.float32), np.empty(sum(outs), np.float32)
+    dist.all_to_all_single(uout, uin, outs, ins)
+    got["uneven"] = uout.tolist()
+    try:
+        dist.all_reduce(np.ones(4, np.float32), op=dist.ReduceOp.BAND)  # refused as on the Python path
+    except ValueError as err:
+        got["band"] = str(err)
+    dist.all_reduce(a)
+    got["after"] = a.tolist()
+    return got, _fast_kind()
+
+
+@pytest.mark.timeout(120)
+def test_what_the_c_lane_does_not_take_goes_on_unchanged():
+    for got, kind in run_ranks(_handed_on, 2, timeout=100, env=NATIVE):
+        assert kind == "FastLane", kind
+        assert got["tensor"] == [2.0] * 8 and got["strided"] == [2.0] * 8, got
+        assert "band" in got, got
+        assert got["uneven"] == np.repeat(np.arange(2), 2 * [got["uneven"].count(0.0)]).tolist(), got
+        assert got["after"] == [8.0] * 8, got
