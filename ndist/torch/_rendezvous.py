@@ -8,6 +8,11 @@ rendezvous finds the rank and the store in each case (``docs/runtime.md``). The
 handler registered here runs it and hands torch the store it found, seen as a
 ``torch.distributed.Store`` (``StoreForTorch``), in a namespace private to this
 ``init_process_group`` call (and to the ``ndistrun`` restart).
+
+Its first join of an ``ndistrun`` attempt reads the launcher's marks of ranks that ended
+before they joined (``runtime/_ended.py``), as ndist's own first ``init_process_group`` does:
+a rank that exited, was killed or never started is named at once in a
+``DistRankFailureError``, not waited for.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import torch.distributed as tdist
 
 from ..runtime import DistError, _env
 from ..runtime import _net
+from ..runtime._ended import marks_store
 from ..runtime._rendezvous import join, rendezvous
 from ..runtime.store import PrefixStore, Store
 from . import _secret
@@ -109,7 +115,10 @@ def ndist_rendezvous_handler(url: str, timeout: timedelta = timedelta(minutes=30
         with _lock:
             n = next(_count)
         ns = PrefixStore(f"ndist.torch/{env.restart_count}/{n}", rdzv.store)
-        join(PrefixStore("init", ns), rdzv.rank, rdzv.world_size, timeout)
+        # the first of the attempt: a rank that ended before it came is named from the launcher's
+        # mark (``runtime/_ended.py``), as in ndist's own first init_process_group
+        marks = marks_store(rdzv.store, env.restart_count) if n == 0 and env.agent_store is not None else None
+        join(PrefixStore("init", ns), rdzv.rank, rdzv.world_size, timeout, marks=marks)
     except BaseException:
         rdzv.close()
         raise
