@@ -5,10 +5,13 @@ place; its ``init_process_group`` queues it in the job's store and waits (``_hea
 ``_world._join_running_job``). The survivors, once they have shrunk (``shrink_group``), call
 ``grow_group()`` at a step boundary, every member of the default group alike:
 
-1. **Check**, before any message: ``timeout`` (``TypeError`` / ``ValueError``); the default
-   group is healthy (a revoked one raises its ``DistRankFailureError``: shrink first); its
-   backends can be rebuilt from the store (socket); the job can heal (launched by ``ndistrun``,
-   this is its first ``init_process_group``).
+1. **Check**, before any message: ``timeout`` (``TypeError`` / ``ValueError``); its backends
+   can be rebuilt from the store (socket); the job can heal (launched by ``ndistrun``, this is
+   its first ``init_process_group``). A default group that knows of a lost member raises its
+   ``DistRankFailureError`` (shrink first), but only after step 2, where it proposes nobody:
+   another member that did not know of the loss yet may have decided a grow already, and
+   then this one makes it too (its grown group is revoked at birth, and every member shrinks
+   that one); the members' grow counts stay equal.
 2. **Agree** on who is admitted: the first survivor to arrive proposes the ``g``-th grow of
    the job with one ``compare_set``: every newcomer queued at that moment that no earlier
    grow admitted. Every survivor adopts the same decision. Nobody waiting: the decision is
@@ -82,10 +85,13 @@ def grow_group(timeout: Any = None) -> list[int]:
                 f"grow_group: the default group {pg.group_name!r} has lost members {sorted(lost)}; call "
                 "shrink_group() first", failed_ranks=sorted(lost), hosts=[lost[g][0] for g in sorted(lost)],
                 causes=[lost[g][1] for g in sorted(lost)], rank=min(lost), host=lost[min(lost)][0])
-        if error is not None:
-            raise error
+        # A member that knows of a loss takes part in the agreement all the same, proposing
+        # nobody: another member that did not know of it yet may have proposed (and adopted) a
+        # grow already, which this one must make too, or the members would be in different
+        # groups (heal trial seed 450011); its grown group is then revoked at birth, and every
+        # member shrinks that one. Its grow count stays the others'.
         heal, g = _world.heal, _world.grows
-        queued = read_queue(heal)[_world.admitted:]
+        queued = read_queue(heal)[_world.admitted:] if error is None else []
         world = _world.base_size
         infos = [joiner_info(heal, t) for t in queued]
         proposal = {
@@ -100,6 +106,8 @@ def grow_group(timeout: Any = None) -> list[int]:
         joiners = list(decision["joiners"])
         _world.admitted = int(decision["queue_from"]) + len(joiners)
         if not joiners:
+            if error is not None:
+                raise error
             log.debug("grow_group %d: nobody waits to join", g)
             return []
         admit(heal, g, joiners)  # (every survivor: one that decided may die right after)
