@@ -15,7 +15,9 @@ place; its ``init_process_group`` queues it in the job's store and waits (``_hea
 2. **Agree** on who is admitted: the first survivor to arrive proposes the ``g``-th grow of
    the job with one ``compare_set``: every newcomer queued at that moment that no earlier
    grow admitted. Every survivor adopts the same decision. Nobody waiting: the decision is
-   empty, the call returns ``[]`` (that one round trip is its whole cost).
+   empty, the call returns ``[]`` (that one round trip is its whole cost). A survivor that
+   knows of a lost member proposes an abort naming it instead (see the comment in
+   ``grow_group``), which every survivor that adopts it raises.
 3. **Rebuild**: the new default group numbers the survivors first, in their order (their
    ranks do not change), then the newcomers in the order they came; it has a numbering of
    its own (``<numbering>g<g>``) and a store namespace of its own. Every other group is
