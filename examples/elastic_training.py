@@ -140,10 +140,20 @@ def main(argv=None) -> int:
 
     step = 0
     if joined:  # the state of the running job, from rank 0
-        params, before, step, schedule, losses, sizes = receive_state()
+        try:
+            params, before, step, schedule, losses, sizes = receive_state()
+        except dist.DistRankFailureError as err:  # a member was lost before the state came: recover with the others
+            print(f"lost ranks {err.failed_ranks} before the state came; shrinking", flush=True)
+            params, before, step, schedule, losses, sizes = recover(None, None, None, [], [], [], heal=True)
         print(f"joined the running job as rank {dist.get_rank()} of {dist.get_world_size()} at step {step} "
               f"(replacing rank {os.environ.get('NDIST_REPLACES')})", flush=True)
-    while step < STEPS:
+    while True:
+        if a.heal:  # a step boundary (the last too): admit newcomers while the group is short
+            params, before, step, schedule, losses, sizes, lost = heal(a, start_size, params, before, step, schedule,
+                                                                       losses, sizes)
+            shrinks += lost
+        if step >= STEPS:
+            break
         if not joined and start_rank == a.kill_rank and step == a.kill_step:
             sys.stdout.flush()
             os.kill(os.getpid(), signal.SIGKILL)
@@ -155,27 +165,14 @@ def main(argv=None) -> int:
         except dist.DistRankFailureError as err:
             print(f"step {step}: lost ranks {err.failed_ranks} ({', '.join(err.causes)}) of {world_size}; "
                   "shrinking", flush=True)
-            step, params = recover(step, params, before, schedule, losses)
-            sizes.append(dist.get_world_size())
+            params, before, step, schedule, losses, sizes = recover(step, params, before, schedule, losses, sizes,
+                                                                    heal=a.heal)
             shrinks += 1
             continue
         before = {k: v.copy() for k, v in params.items()}
         losses.append(apply(params, buf, PER_RANK * world_size))
         schedule.append(world_size)
         step += 1
-        if a.heal and dist.get_world_size() < start_size:  # a step boundary (the last too): admit newcomers
-            try:
-                grown = grow(wait=step >= a.heal_by)
-            except dist.DistRankFailureError as err:  # a member lost during the grow: shrink, grow later
-                print(f"step {step}: lost ranks {err.failed_ranks} during the grow; shrinking", flush=True)
-                step, params = recover(step, params, before, schedule, losses)
-                sizes.append(dist.get_world_size())
-                continue
-            if grown:
-                sizes.append(dist.get_world_size())
-                print(f"step {step}: admitted ranks {grown}; the world has {dist.get_world_size()} ranks",
-                      flush=True)
-                send_state(params, before, step, schedule, losses, sizes)
 
     rank, world_size = dist.get_rank(), dist.get_world_size()
     single, single_losses = replay(x, y, schedule)
@@ -183,11 +180,13 @@ def main(argv=None) -> int:
     print(f"rank {start_rank} -> {rank} of {world_size} after {shrinks} shrink(s); steps per world size: "
           f"{ {w: schedule.count(w) for w in sorted(set(schedule), reverse=True)} }; loss {losses[0]:.4f} -> "
           f"{losses[-1]:.4f}; max |weight difference| vs the single-process replay: {diff:.2e}", flush=True)
-    checks = {"schedule as expected": expected(schedule, a, start_size), "same weights as the replay": diff < 1e-9,
+    checks = {"schedule as expected": expected(schedule, a, start_size, sizes),
+              "same weights as the replay": diff < 1e-9,
               "same losses as the replay": np.allclose(losses, single_losses, rtol=1e-9, atol=0),
               "loss went down": losses[-1] < losses[0] / 2}
-    if a.heal and a.kill_rank is not None:
-        checks["healed: 4 -> 3 -> 4 ranks"] = sizes == [start_size, start_size - 1, start_size]
+    if a.heal and a.kill_rank is not None:  # (a second loss: 4 -> 3 -> ... -> 4)
+        checks["healed: 4 -> 3 -> 4 ranks"] = (sizes[:2] == [start_size, start_size - 1] and sizes[-1] == start_size
+                                               and (len(sizes) == 3 or min(sizes) >= start_size - 2))
     failed = [name for name, ok in checks.items() if not ok]
     if failed:
         print(f"FAILED: {', '.join(failed)} (schedule {schedule}, world sizes {sizes})", flush=True)
@@ -201,17 +200,46 @@ def main(argv=None) -> int:
     return 0
 
 
-def expected(schedule: list[int], a, start_size: int) -> bool:
+def expected(schedule: list[int], a, start_size: int, sizes: list[int]) -> bool:
     """Without a loss: every step on ``start_size`` ranks. A loss at step K: K steps on all, then
-    (the interrupted step redone) the rest on one fewer, or with ``--heal`` at least one on one
-    fewer and the rest on all again, once the newcomer was admitted."""
+    (the interrupted step redone) the rest on one fewer, or with ``--heal`` some (maybe none:
+    the newcomer came before the redone step) on one fewer and the rest on all again, once the
+    newcomer was admitted; a second loss (``sizes`` went lower or more than once down) may
+    put any later step on one or two fewer."""
     if a.kill_step is None or a.kill_rank is None:
         return schedule == [start_size] * STEPS
     k = a.kill_step
     if not a.heal:
         return schedule == [start_size] * k + [start_size - 1] * (STEPS - k)
-    short = schedule[k:].count(start_size - 1)
-    return short >= 1 and schedule == [start_size] * k + [start_size - 1] * short + [start_size] * (STEPS - k - short)
+    if len(schedule) != STEPS or schedule[:k] != [start_size] * k:
+        return False
+    if len(sizes) == 3:  # one loss, one grow
+        short = schedule[k:].count(start_size - 1)
+        return schedule == [start_size] * k + [start_size - 1] * short + [start_size] * (STEPS - k - short)
+    return all(start_size - 2 <= w <= start_size for w in schedule[k:])
+
+
+def heal(a, start_size, params, before, step, schedule, losses, sizes):
+    """While the group is smaller than at the start: admit the newcomers waiting (from step
+    ``--heal-by`` on, and at the end, wait for one), and send them the state. A member lost
+    during the grow: shrink and resume (``recover``: every member, a newcomer that lost a
+    member before the state came too, then comes here), then try again. Returns the state
+    (its step may be one earlier: a step to redo) and the number of losses met."""
+    lost = 0
+    while dist.get_world_size() < start_size:
+        try:
+            grown = grow(wait=step >= a.heal_by)
+            if not grown:
+                break
+            sizes.append(dist.get_world_size())
+            print(f"step {step}: admitted ranks {grown}; the world has {dist.get_world_size()} ranks", flush=True)
+            send_state(params, before, step, schedule, losses, sizes)
+        except dist.DistRankFailureError as err:  # a member lost during the grow: shrink, grow again
+            print(f"step {step}: lost ranks {err.failed_ranks} during the grow; shrinking", flush=True)
+            params, before, step, schedule, losses, sizes = recover(step, params, before, schedule, losses, sizes,
+                                                                    heal=True)
+            lost += 1
+    return params, before, step, schedule, losses, sizes, lost
 
 
 def grow(wait: bool) -> list[int]:
@@ -239,25 +267,41 @@ def receive_state():
     return params, before, step, list(schedule), list(losses), list(sizes)
 
 
-def recover(step, params, before, schedule, losses):
+def recover(step, params, before, schedule, losses, sizes, heal=False):
     """Shrink, then agree on the first step that not every survivor completed, and resume
-    there (rolling back the one step this rank may have completed beyond it)."""
+    there (rolling back the one step this rank may have completed beyond it). With ``heal``,
+    rank 0 (a survivor: they keep the lowest ranks) then sends the state to every member: a
+    newcomer the grow admitted may not have it yet (``step`` None: a newcomer that lost a
+    member before the state came takes part, and receives it). Returns the new state."""
     dist.shrink_group()  # the survivors agree on who is lost; the new default group
-    done = np.array([len(schedule)], dtype=np.int64)
+    mine = len(schedule) if step is not None else STEPS + 1  # (a newcomer without the state: not counted)
     while True:
+        done = np.array([mine], dtype=np.int64)
         try:
             dist.all_reduce(done, op=dist.ReduceOp.MIN)
+            state = resumed(int(done[0]), step, params, before, schedule, losses, sizes)
+            if heal:  # every member takes rank 0's state of the resumed step
+                sent = [state] if dist.get_rank() == 0 else [None]
+                dist.broadcast_object_list(sent, src=0)
+                state = sent[0]
             break
         except dist.DistRankFailureError:  # another loss, learnt on the shrunk group
             dist.shrink_group()
-            done[0] = len(schedule)
-    resume = int(done[0])
+    if state[2] is None:
+        raise RuntimeError("rank 0 of the shrunk group had no state to send")
+    params, before, step, schedule, losses, sizes = state
+    return params, before, step, list(schedule), list(losses), list(sizes)
+
+
+def resumed(resume, step, params, before, schedule, losses, sizes):
+    """This rank's state at step ``resume`` (the agreed one) on the group it is in now."""
+    if step is None:  # (a newcomer without the state)
+        return None, None, None, [], [], []
     if resume == step - 1:  # this rank completed a step that another survivor did not: redo it
-        params = before
-        del schedule[resume:], losses[resume:]
+        params, schedule, losses = before, schedule[:resume], losses[:resume]
     elif resume != step:
         raise RuntimeError(f"survivors disagree by more than one step: this rank at {step}, resume at {resume}")
-    return resume, params
+    return params, before, resume, list(schedule), list(losses), sizes + [dist.get_world_size()]
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ import json
 from ._errors import DIED, EXITED, DistRankFailureError
 from .store import PrefixStore, Store
 
-__all__ = ["job_namespace", "JOIN_NAMESPACE", "mark_ended", "waited_for", "claimed_any", "ended_marks",
-           "raise_for_marks"]
+__all__ = ["job_namespace", "JOIN_NAMESPACE", "marks_store", "mark_ended", "waited_for", "claimed_any",
+           "ended_marks", "raise_for_marks"]
 
 #: the namespace of the join inside a job namespace (``job_namespace``)
 JOIN_NAMESPACE = "init"
@@ -39,9 +39,13 @@ def job_namespace(restart_count: int, init_count: int) -> str:
     return f"ndist/{restart_count}/{init_count}"
 
 
-def _join_store(store: Store, restart_count: int) -> Store:
-    # the first init_process_group of the attempt: the one a rank that never started misses
+def marks_store(store: Store, restart_count: int) -> Store:
+    """Where the launcher lays its marks in the job's ``store``: the join's namespace of the
+    attempt's first ``init_process_group`` (the one a rank that never started misses). A join
+    in another namespace (torch's ``ndist://`` rendezvous) reads the marks here (``join``'s
+    ``marks``)."""
     return PrefixStore(JOIN_NAMESPACE, PrefixStore(job_namespace(restart_count, 0), store))
+
 
 
 def mark_ended(store: Store, restart_count: int, rank: int, *, host: str, pid: int, returncode: int,
@@ -50,7 +54,7 @@ def mark_ended(store: Store, restart_count: int, rank: int, *, host: str, pid: i
     status, negative for a signal; ``how``: "exit code 0", "killed by SIGKILL"). True when it
     had not joined its first ``init_process_group``: the mark is laid, and the ranks that wait
     for it raise. False when it had joined (its claim stays)."""
-    join = _join_store(store, restart_count)
+    join = marks_store(store, restart_count)
     join.append("ended", f"{rank},")  # (before the mark: see the module docstring)
     mark = json.dumps({"rank": rank, "host": host, "pid": pid, "returncode": returncode,
                        "cause": DIED if returncode < 0 else EXITED, "how": how}).encode()
@@ -59,7 +63,7 @@ def mark_ended(store: Store, restart_count: int, rank: int, *, host: str, pid: i
 
 def waited_for(store: Store, restart_count: int, ranks) -> list[int]:
     """The launcher: those of ``ranks`` (marked by ``mark_ended``) that a joining rank found."""
-    join = _join_store(store, restart_count)
+    join = marks_store(store, restart_count)
     return [r for r in ranks if join.check([f"waited/{r}"])]
 
 
@@ -67,7 +71,7 @@ def claimed_any(store: Store, restart_count: int, world_size: int) -> bool:
     """The launcher: whether any rank of the ``world_size`` claimed its rank in its first
     ``init_process_group`` (its program joins groups: a rank that ended before it joined
     matters). Never waits."""
-    join = _join_store(store, restart_count)
+    join = marks_store(store, restart_count)
     for r in range(world_size):
         key = f"rank/{r}"
         if join.check([key]) and join.get(key)[:1] != b"{":

@@ -5,14 +5,19 @@ place; its ``init_process_group`` queues it in the job's store and waits (``_hea
 ``_world._join_running_job``). The survivors, once they have shrunk (``shrink_group``), call
 ``grow_group()`` at a step boundary, every member of the default group alike:
 
-1. **Check**, before any message: ``timeout`` (``TypeError`` / ``ValueError``); the default
-   group is healthy (a revoked one raises its ``DistRankFailureError``: shrink first); its
-   backends can be rebuilt from the store (socket); the job can heal (launched by ``ndistrun``,
-   this is its first ``init_process_group``).
+1. **Check**, before any message: ``timeout`` (``TypeError`` / ``ValueError``); its backends
+   can be rebuilt from the store (socket); the job can heal (launched by ``ndistrun``, this is
+   its first ``init_process_group``). A default group that knows of a lost member raises its
+   ``DistRankFailureError`` (shrink first), but only after step 2, where it proposes nobody:
+   another member that did not know of the loss yet may have decided a grow already, and
+   then this one makes it too (its grown group is revoked at birth, and every member shrinks
+   that one); the members' grow counts stay equal.
 2. **Agree** on who is admitted: the first survivor to arrive proposes the ``g``-th grow of
    the job with one ``compare_set``: every newcomer queued at that moment that no earlier
    grow admitted. Every survivor adopts the same decision. Nobody waiting: the decision is
-   empty, the call returns ``[]`` (that one round trip is its whole cost).
+   empty, the call returns ``[]`` (that one round trip is its whole cost). A survivor that
+   knows of a lost member proposes an abort naming it instead (see the comment in
+   ``grow_group``), which every survivor that adopts it raises.
 3. **Rebuild**: the new default group numbers the survivors first, in their order (their
    ranks do not change), then the newcomers in the order they came; it has a numbering of
    its own (``<numbering>g<g>``) and a store namespace of its own. Every other group is
@@ -82,26 +87,56 @@ def grow_group(timeout: Any = None) -> list[int]:
                 f"grow_group: the default group {pg.group_name!r} has lost members {sorted(lost)}; call "
                 "shrink_group() first", failed_ranks=sorted(lost), hosts=[lost[g][0] for g in sorted(lost)],
                 causes=[lost[g][1] for g in sorted(lost)], rank=min(lost), host=lost[min(lost)][0])
-        if error is not None:
-            raise error
-        heal, g = _world.heal, _world.grows
-        queued = read_queue(heal)[_world.admitted:]
+        # A member that knows of a loss takes part in the agreement all the same (heal trial
+        # seeds 450011, 450024): it proposes an *abort* naming the loss, which every member
+        # that adopts it raises too, so that none goes on growing the group the others shrink.
+        # A decision made already that admits newcomers, it makes too (its grown group is then
+        # revoked at birth: every member shrinks that one). One made already that admits nobody
+        # (its proposer did not know of the loss: the others return [] and may call grow_group
+        # again before any operation shows them the loss), it passes, proposing its abort for
+        # the next grow. A decision made for another default group than the caller's (an abort
+        # that some members never reached: they learnt the loss by an operation and shrank) is
+        # passed over; every member's grow count stays the same.
+        heal = _world.heal
         world = _world.base_size
-        infos = [joiner_info(heal, t) for t in queued]
-        proposal = {
-            "joiners": queued, "queue_from": _world.admitted, "infos": [i["watch"] for i in infos],
-            "replaces": [i["replaces"] for i in infos], "world": world,
-            "members": list(_world.job_ranks) + [newcomer_rank(world, _world.admitted + i) for i in range(len(queued))],
-            "name": f"{pg.group_name}:grow{g}", "numbering": f"{_world.numbering}g{g}",
-            "group_count": _world.group_count,
-        }
-        decision = propose(heal, g, proposal)
-        _world.grows = g + 1
-        joiners = list(decision["joiners"])
-        _world.admitted = int(decision["queue_from"]) + len(joiners)
-        if not joiners:
-            log.debug("grow_group %d: nobody waits to join", g)
-            return []
+        while True:
+            g = _world.grows
+            queued = read_queue(heal)[_world.admitted:] if error is None else []
+            infos = [joiner_info(heal, t) for t in queued]
+            proposal = {
+                "group": pg.group_name, "joiners": queued, "queue_from": _world.admitted,
+                "infos": [i["watch"] for i in infos], "replaces": [i["replaces"] for i in infos], "world": world,
+                "members": list(_world.job_ranks) + [newcomer_rank(world, _world.admitted + i)
+                                                     for i in range(len(queued))],
+                "name": f"{pg.group_name}:grow{g}", "numbering": f"{_world.numbering}g{g}",
+                "group_count": _world.group_count,
+            }
+            if error is not None:
+                failed = list(getattr(error, "failed_ranks", None) or [])
+                proposal["abort"] = {"message": str(error), "failed_ranks": failed,
+                                     "hosts": list(getattr(error, "hosts", None) or ["?"] * len(failed)),
+                                     "causes": list(getattr(error, "causes", None) or ["lost"] * len(failed))}
+            decision = propose(heal, g, proposal)
+            _world.grows = g + 1
+            if decision.get("group", pg.group_name) != pg.group_name:
+                continue  # (stale: made for a default group this member no longer has)
+            joiners = list(decision["joiners"])
+            _world.admitted = int(decision["queue_from"]) + len(joiners)
+            if joiners:
+                break
+            abort = decision.get("abort")
+            if abort is not None:
+                if error is None:
+                    error = DistRankFailureError(
+                        f"grow_group: another member of the default group {pg.group_name!r} found it lost members "
+                        f"{abort['failed_ranks']}; call shrink_group() first ({abort['message']})",
+                        failed_ranks=abort["failed_ranks"], hosts=abort["hosts"], causes=abort["causes"],
+                        rank=abort["failed_ranks"][0] if abort["failed_ranks"] else None,
+                        host=abort["hosts"][0] if abort["hosts"] else None)
+                raise error
+            if error is None:
+                log.debug("grow_group %d: nobody waits to join", g)
+                return []
         admit(heal, g, joiners)  # (every survivor: one that decided may die right after)
         new = _rebuild(pg, decision)
         watch = _world.watch

@@ -238,14 +238,18 @@ register_rendezvous_handler("file", _file_handler)
 _ENDED_POLL_S = 0.25
 
 
-def join(store: Store, rank: int, world_size: int, timeout: timedelta) -> None:
+def join(store: Store, rank: int, world_size: int, timeout: timedelta, marks: Store | None = None) -> None:
     """Claim ``rank/<rank>`` and wait for every other rank's claim.
 
     A second process claiming the same rank is an error naming it; ranks
     that do not come within ``timeout`` are listed in the ``DistTimeoutError``.
     A rank the launcher saw end before it claimed (``_ended``) is named at once
-    in a ``DistRankFailureError``.
+    in a ``DistRankFailureError``: its mark is read in ``marks`` (default: ``store``
+    itself, the namespace of ndist's first ``init_process_group``; ``_ended.marks_store``
+    for a join elsewhere, such as torch's ``ndist://`` rendezvous).
     """
+    if marks is None:
+        marks = store
     token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
     held = store.compare_set(f"rank/{rank}", "", token)
     if held != token.encode():
@@ -265,9 +269,9 @@ def join(store: Store, rank: int, world_size: int, timeout: timedelta) -> None:
             done = True
         except DistTimeoutError:
             done = False
-        marks = ended_marks(store, rank, world_size)
-        if marks:
-            raise_for_marks(store, rank, world_size, marks)
+        ended = ended_marks(marks, rank, world_size)
+        if ended:
+            raise_for_marks(marks, rank, world_size, ended)
         if done:
             break
         if left <= _ENDED_POLL_S:

@@ -19,6 +19,7 @@ _version.check(_torch.__version__)
 
 from ._backend import BACKEND_ENV, Options, create, register
 from ._group import BACKEND_NAME, ProcessGroupNdist
+from ._grow import grow_group, joined_running_job
 from ._rendezvous import StoreForTorch
 from ._shrink import get_failed_ranks
 from ._standalone import make_process_group
@@ -28,4 +29,5 @@ from ._work import NdistWork, as_torch_error
 register()
 
 __all__ = ["BACKEND_ENV", "BACKEND_NAME", "Options", "ProcessGroupNdist", "TorchStore", "StoreForTorch", "NdistWork",
-           "as_torch_error", "create", "get_failed_ranks", "make_process_group", "register"]
+           "as_torch_error", "create", "get_failed_ranks", "grow_group", "joined_running_job", "make_process_group",
+           "register"]

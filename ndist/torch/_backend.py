@@ -104,6 +104,7 @@ def create(dist_opts: Any, pg_options: Any = None) -> Any:
     pg = ProcessGroupNdist(
         store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout, str(dist_opts.group_id),
         list(dist_opts.global_ranks_in_group), backend, pg_options,
+        numbering=_rendezvous.numbering(),  # (after a grow: a new numbering of the job's processes)
     )
     _watch.adopt(pg.ndist_group, list(dist_opts.global_ranks_in_group), default=default)
     # compiled backend (issue 43): the C++ c10d::Backend over pg where it builds and

@@ -244,7 +244,8 @@ class ProcessGroupNdist(tdist.ProcessGroup):
     """
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta, group_name: str,
-                 global_ranks: Sequence[int] = (), backend: str = "socket", options: Any = None) -> None:
+                 global_ranks: Sequence[int] = (), backend: str = "socket", options: Any = None,
+                 numbering: str = "") -> None:
         super().__init__(rank, size)
         ranks = tuple(global_ranks) or tuple(range(size))
         if len(ranks) != size:
@@ -256,6 +257,8 @@ class ProcessGroupNdist(tdist.ProcessGroup):
         self._nd_name, self._nd_desc = group_name, ""
         self._nd_group = NdistGroup(ranks, ranks[rank], f"torch-{group_name}", store, {"cpu": backend}, timeout,
                                  options)
+        # the numbering its global ranks are in (a grown default group's is new: ``_grow``)
+        self._nd_group.numbering = numbering
         # Created now, not on the first op: every rank builds its backend during
         # init_process_group / new_group (the mpi backend's communicator creation is
         # collective), and a peer that cannot be reached fails here.

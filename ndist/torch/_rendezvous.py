@@ -8,6 +8,19 @@ rendezvous finds the rank and the store in each case (``docs/runtime.md``). The
 handler registered here runs it and hands torch the store it found, seen as a
 ``torch.distributed.Store`` (``StoreForTorch``), in a namespace private to this
 ``init_process_group`` call (and to the ``ndistrun`` restart).
+
+Its first join of an ``ndistrun`` attempt reads the launcher's marks of ranks that ended
+before they joined (``runtime/_ended.py``), as ndist's own first ``init_process_group`` does:
+a rank that exited, was killed or never started is named at once in a
+``DistRankFailureError``, not waited for.
+
+**A heal** (``ndistrun --on-failure replace``; ``_grow``): the first ``ndist://`` rendezvous
+of the attempt keeps the job's store (``heal_state``). In a process started in a lost rank's
+place (``NDIST_REPLACES``) it does not join the job's first group: it queues itself in the
+heal's keys of the store (``runtime/_heal.py``, in ``ndist.torch/<restart>/heal``), waits until
+the survivors' ``ndist.torch.grow_group`` admits it, and hands torch the grown group's store
+namespace (``ndist.torch/<restart>/grow<g>``), its rank (after the survivors') and size: its
+``init_process_group`` returns once it is admitted, in the grown default group.
 """
 
 from __future__ import annotations
@@ -23,11 +36,14 @@ import torch.distributed as tdist
 
 from ..runtime import DistError, _env
 from ..runtime import _net
-from ..runtime._rendezvous import join, rendezvous
+from ..runtime._ended import marks_store
+from ..runtime._heal import await_admission
+from ..runtime._heal import register as queue_newcomer
+from ..runtime._rendezvous import Rendezvous, join, rendezvous
 from ..runtime.store import PrefixStore, Store
 from . import _secret
 
-__all__ = ["StoreForTorch", "ndist_rendezvous_handler", "SCHEME"]
+__all__ = ["StoreForTorch", "ndist_rendezvous_handler", "SCHEME", "HealState", "heal_state"]
 
 SCHEME = "ndist"
 _count = itertools.count()
@@ -96,6 +112,67 @@ class StoreForTorch(tdist.Store):
         self._call(self._nd_store.multi_set, list(keys), list(values))
 
 
+class HealState:
+    """The job's store and this process's count of grows (``_grow``): kept by the first
+    ``ndist://`` rendezvous of an ``ndistrun`` attempt."""
+
+    def __init__(self, rdzv: Rendezvous, restart: int) -> None:
+        self.rdzv, self.restart = rdzv, restart
+        self.heal = PrefixStore(f"ndist.torch/{restart}/heal", rdzv.store)
+        self.grows = 0  # grows of the job so far (empty ones too): the next one's number
+        self.admitted = 0  # newcomers of the heal's queue that a grow admitted so far
+        self.joined = False  # this process joined a running job (admitted by a grow)
+        #: the global ranks' numbering of torch's groups made now (``_backend.create``): the
+        #: grown default group of grow ``g`` numbers the job's processes anew, so its ndist
+        #: groups say so (``ProcessGroup.numbering``: a process's loss is remembered by it)
+        self.numbering = ""
+
+    def store_of(self, g: int, timeout: timedelta) -> "StoreForTorch":
+        """The store torch's grown default group of grow ``g`` uses (every member alike)."""
+        store = StoreForTorch(PrefixStore(f"ndist.torch/{self.restart}/grow{g}", self.rdzv.store), keep=self.rdzv)
+        store.set_timeout(timeout)
+        with _lock:
+            _handed.append(store)
+        return store
+
+
+_heal: list = []  # [HealState] once the attempt's first ndist:// rendezvous kept it
+
+
+def numbering() -> str:
+    """The numbering of the torch groups this process makes now (``HealState.numbering``)."""
+    return _heal[0].numbering if _heal else ""
+
+
+def heal_state() -> "HealState | None":
+    """This process's ``HealState``; None when its first ``ndist://`` rendezvous was not under
+    ``ndistrun`` (or there was none)."""
+    return _heal[0] if _heal else None
+
+
+def _join_running_job(rdzv: Rendezvous, env: Any, timeout: timedelta) -> Iterator:
+    """A process started in a lost rank's place: queue, wait for a grow to admit it, then
+    hand torch the grown group (see the module doc)."""
+    state = HealState(rdzv, env.restart_count)
+    try:
+        token = queue_newcomer(state.heal, env.replaces, env.replacement, {})
+        g, decision = await_admission(state.heal, token, timeout)
+    except BaseException:
+        rdzv.close()
+        raise
+    secret = _net.job_secret()
+    if secret:
+        _secret.use(secret.decode())
+    joiners = list(decision["joiners"])
+    survivors = int(decision["survivors"])
+    state.grows, state.admitted, state.joined = g + 1, int(decision["queue_from"]) + len(joiners), True
+    state.numbering = f"torch-grow{g}"
+    with _lock:
+        _heal[:] = [state]
+    atexit.register(rdzv.close, grace=min(30.0, timeout.total_seconds()))
+    yield state.store_of(g, timeout), survivors + joiners.index(token), survivors + len(joiners)
+
+
 def _query_int(url: str, name: str) -> int:
     values = parse_qs(urlparse(url).query).get(name)
     return int(values[-1]) if values else -1
@@ -104,12 +181,20 @@ def _query_int(url: str, name: str) -> int:
 def ndist_rendezvous_handler(url: str, timeout: timedelta = timedelta(minutes=30), **kwargs) -> Iterator:
     """torch's handler for ``ndist://``: yields ``(store, rank, world_size)`` once."""
     env = _env.detect()
-    rdzv = rendezvous("env://", _query_int(url, "rank"), _query_int(url, "world_size"), timeout, env)
+    rank, size = _query_int(url, "rank"), _query_int(url, "world_size")
+    rdzv = rendezvous("env://", rank, size, timeout, env)
+    with _lock:
+        n = next(_count)
+    if (n == 0 and env.replaces is not None and env.agent_store is not None and rank in (-1, env.rank)
+            and size in (-1, env.world_size)):
+        yield from _join_running_job(rdzv, env, timeout)
+        return
     try:
-        with _lock:
-            n = next(_count)
         ns = PrefixStore(f"ndist.torch/{env.restart_count}/{n}", rdzv.store)
-        join(PrefixStore("init", ns), rdzv.rank, rdzv.world_size, timeout)
+        # the first of the attempt: a rank that ended before it came is named from the launcher's
+        # mark (``runtime/_ended.py``), as in ndist's own first init_process_group
+        marks = marks_store(rdzv.store, env.restart_count) if n == 0 and env.agent_store is not None else None
+        join(PrefixStore("init", ns), rdzv.rank, rdzv.world_size, timeout, marks=marks)
     except BaseException:
         rdzv.close()
         raise
@@ -122,6 +207,8 @@ def ndist_rendezvous_handler(url: str, timeout: timedelta = timedelta(minutes=30
     store.set_timeout(timeout)
     with _lock:
         _handed.append(store)
+        if n == 0 and env.agent_store is not None:
+            _heal[:] = [HealState(rdzv, env.restart_count)]
     yield store, rdzv.rank, rdzv.world_size
 
 

@@ -112,13 +112,15 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
             parent = nd
             nd = NdistGroup(kept_global, nd.ranks[nd.rank()], f"torch-{name}", store, nd.backend_names,
                             nd.timeout, options)
+            nd.numbering = parent.numbering
             _watch.adopt_shrunk(nd, parent)  # (a loss the watch tells from now on reaches it too)
             for grank, (host, cause) in lost.items():
                 nd.note_loss(grank, host, cause)
             log.info("torch group %r: members %s of the shrunk group were lost during the agreement; shrinking it "
                      "again", name, sorted(lost))
             wanted, flags = None, 0
-        new = type(pg)(store, keep.index(nd.rank()), len(keep), nd.timeout, name, kept_global, backend, options)
+        new = type(pg)(store, keep.index(nd.rank()), len(keep), nd.timeout, name, kept_global, backend, options,
+                       numbering=nd.numbering)  # (it keeps the parent's numbering)
         _watch.adopt_shrunk(new.ndist_group, nd)
     except DistError as exc:
         raise as_torch_error(exc) from exc

@@ -52,3 +52,21 @@ def test_continue_trials_survivors_shrink_and_finish(tmp_path):
         assert res["fails"] == [], res
         assert res["recovery"] is not None and res["recovery"] < 10, res
     assert r.returncode == 0 and "| 4 | 2 | tcp | python | 1 | 1 |" in r.stdout, r.stdout[-3000:]
+
+
+@pytest.mark.timeout(150)
+def test_heal_trials_with_a_second_loss_around_the_grow_end_healed(tmp_path):
+    # --on-failure replace (issue 44): seeds 2004 and 2005 draw a second loss each (--heal-second 1):
+    # a survivor (rank 0) dying 0-50 ms after it entered the grow that admits rank 1's replacement,
+    # and rank 0's first replacement dying as long after it queued itself. Every rank (newcomers
+    # too) ends at the full world size with the single-process replay's weights, launcher exit 0.
+    out = tmp_path / "trials.json"
+    r = subprocess.run([sys.executable, str(HARNESS), "--trials", "0", "--stop-trials", "0", "--heal-trials", "2",
+                        "--heal-second", "1", "--seed", "2004", "--hard-timeout", "60", "--json", str(out)],
+                       capture_output=True, text=True, timeout=140)
+    assert out.exists(), r.stdout[-3000:] + r.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert [(x["victim"], x["second"]) for x in results] == [(1, "survivor"), (0, "newcomer")], results
+    for res in results:
+        assert res["fails"] == [], res  # hang, launcher, world sizes, replay weights, files, procs
+    assert r.returncode == 0 and "heal trials: 2 of 2 passed" in r.stdout, r.stdout[-3000:]

@@ -55,13 +55,21 @@ not exiting 0 or not listing every victim, files or processes left. Recovery tim
 kill -> the last survivor's first successful collective on the group without the victims.
 
 Heal trials (``--heal-trials``, last; issue 44): ``ndistrun --nproc-per-node 4 --on-failure
-replace examples/elastic_training.py --heal``, a victim and a kill step drawn from the seed,
-over ``--continue-transports`` x the engines. The survivors shrink, the launcher starts the
-replacement, the survivors admit it with ``grow_group`` and rank 0 sends it the state. Failed:
-hang, the launcher not exiting 0 or not listing the replacement, a rank whose world sizes are
-not 4 -> 3 -> 4 or whose weights differ from the single-process replay (the example's own
-check), files of the job left in ``/dev/shm`` (the secret read from a rank's environment while
-it runs), processes left.
+replace examples/elastic_training.py --heal``, run through ``_heal_rank.py`` (which times it),
+a victim and a kill step drawn from the seed, over ``--continue-transports`` x the engines. The
+survivors shrink, the launcher starts the replacement, the survivors admit it with
+``grow_group`` and rank 0 sends it the state. A share ``--heal-second`` of the trials adds a
+second loss around the grow: a random survivor dies 0-``--max-grow-delay`` s after it enters
+a ``grow_group`` while a newcomer is queued, or the first replacement dies as long after it
+queued itself. Failed: hang, the launcher not exiting 0 or not listing each replacement, a
+rank whose world sizes are not 4 -> 3 -> 4 (with a second loss: 4 -> 3 -> ... -> 4) or whose
+weights differ from the single-process replay (the example's own check), files of the job
+left in ``/dev/shm`` (the secret read from a rank's environment while it runs), processes
+left. Time to heal (one loss): the victim's self-kill -> the last member's first collective
+on the regrown group returned; with the replacement's own times (process start, first line
+of Python, imports done, admitted). ``--startup-runs N`` times the replacement's interpreter
+start-up alone (``_heal_rank.py --startup-only``: the interpreter, NumPy, ndist and the
+example imported), spread over the heal trials.
 """
 
 from __future__ import annotations
@@ -669,18 +677,48 @@ def _secret_of(token: str) -> str | None:
     return None
 
 
-def run_heal_trial(n: int, seed: int, transport: str, engine: str, a) -> dict:
-    """A ``--on-failure replace`` trial of examples/elastic_training.py ``--heal``."""
+def _draw_heal(seed: int, a) -> dict:
     rng = np.random.default_rng([seed, 44])
     victim, step = int(rng.integers(4)), int(rng.integers(40))
-    res = dict(trial=n, seed=seed, transport=transport, engine=engine, mode="heal", victim=victim, step=step,
-               fails=[], wall=0.0)
+    second, slot2, delay = None, None, 0.0
+    if rng.random() < a.heal_second:  # a second loss around the grow
+        second = ("survivor", "newcomer")[int(rng.integers(2))]
+        slot2 = int(rng.choice([r for r in range(4) if r != victim])) if second == "survivor" else victim
+        delay = float(rng.uniform(0, a.max_grow_delay))
+    return dict(victim=victim, step=step, second=second, slot2=slot2, delay=round(delay, 4))
+
+
+def _read_records(d: Path) -> dict:
+    """The rank records of a heal trial (``_heal_rank.py``), by file name."""
+    out = {}
+    for f in d.iterdir():
+        if not f.name.endswith(".tmp"):
+            try:
+                out[f.name] = json.loads(f.read_text())
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def run_heal_trial(n: int, seed: int, transport: str, engine: str, a) -> dict:
+    """A ``--on-failure replace`` trial of examples/elastic_training.py ``--heal`` (run through
+    ``_heal_rank.py``, which times it and may add a second loss around the grow)."""
+    draw = _draw_heal(seed, a)
+    victim, step = draw["victim"], draw["step"]
+    res = dict(trial=n, seed=seed, transport=transport, engine=engine, mode="heal", **draw, fails=[], wall=0.0,
+               heal=None, boot=None, second_landed=False, grow_losses=0)
     token = uuid.uuid4().hex
-    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine, **{TOKEN_ENV: token})
+    out = Path(tempfile.mkdtemp(prefix="heal-trial-"))
+    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine, HEAL_TRIAL_OUT=str(out),
+               **{TOKEN_ENV: token})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    if draw["second"] == "survivor":
+        env["HEAL_SECOND"] = f"survivor:{draw['slot2']}:{draw['delay']}"
+    elif draw["second"] == "newcomer":
+        env["HEAL_SECOND"] = f"newcomer:{draw['delay']}"
     cmd = [sys.executable, "-m", "ndist.launch", "--nproc-per-node", "4", "--on-failure", "replace",
-           str(ROOT / "examples" / "elastic_training.py"), "--kill-rank", str(victim), "--kill-step", str(step),
-           "--heal"]
+           str(Path(__file__).resolve().parent / "_heal_rank.py"), "--kill-rank", str(victim), "--kill-step",
+           str(step), "--heal"]
     t0 = time.monotonic()
     secret = None
     with tempfile.TemporaryFile("w+") as log:
@@ -699,6 +737,10 @@ def run_heal_trial(n: int, seed: int, transport: str, engine: str, a) -> dict:
         _kill_leftovers(token, res)
         log.seek(0)
         text = log.read()
+    recs = _read_records(out)
+    for f in out.iterdir():
+        f.unlink()
+    out.rmdir()
     res["rc"] = proc.returncode
     if secret is None:
         res["fails"].append("no secret read")
@@ -708,21 +750,53 @@ def run_heal_trial(n: int, seed: int, transport: str, engine: str, a) -> dict:
             res["fails"].append(f"files: {len(leaked)} left")
             for f in leaked:
                 os.unlink(f)
+    lost = recs.get(f"lost-{victim}-0")
+    lost2 = [v for k, v in recs.items() if k.startswith("lost2-")]
+    res["second_landed"] = bool(lost2)
+    res["grow_losses"] = len(re.findall(r"during the grow; shrinking|before the state came; shrinking", text))
+    single = not lost2
     if "hang" not in res["fails"]:
         if proc.returncode != 0:
             res["fails"].append(f"launcher exited {proc.returncode}")
         if f"replaced rank {victim} (replacement 1 of --max-restarts 3" not in text:
             res["fails"].append("launcher summary does not list the replacement")
+        if lost2 and draw["second"] == "survivor" and f"replaced rank {draw['slot2']} (replacement 1 of" not in text:
+            res["fails"].append("launcher summary does not list the second replacement")
         for r in range(4):
-            if f"[rank{r}]:world sizes: 4 -> 3 -> 4" not in text:
-                res["fails"].append(f"rank {r}: world sizes not 4 -> 3 -> 4")
+            sizes = re.search(rf"\[rank{r}\]:world sizes: ([0-9 >-]+)", text)
+            ok = sizes is not None and (sizes.group(1).strip() == "4 -> 3 -> 4" if single else
+                                        re.fullmatch(r"4 -> 3( -> [234])* -> 4", sizes.group(1).strip()))
+            if not ok:
+                res["fails"].append(f"rank {r}: world sizes not 4 -> 3 -> 4" + ("" if single else " (or via 2, 3)"))
             if f"[rank{r}]:OK: every rank finished with the weights of the single-process replay" not in text:
                 res["fails"].append(f"rank {r}: no OK")
+    if not res["fails"] and lost is not None:
+        healed = [max(v) for k, v in recs.items() if k.startswith("healed-")]
+        if healed:
+            res["heal"] = max(healed) - lost  # the loss -> the last member's first collective on the regrown group
+        boot = recs.get(f"boot-{victim}-1")
+        if boot is not None and single:
+            res["boot"] = {k: v - lost for k, v in boot.items()}
     if res["fails"] and a.keep_logs:
         keep = Path(a.keep_logs) / f"trial{n}-seed{seed}"
         keep.mkdir(parents=True, exist_ok=True)
         (keep / "log").write_text(text)
+        (keep / "records.json").write_text(json.dumps(recs, indent=1))
     return res
+
+
+def startup_alone(runs: int) -> list[float]:
+    """The replacement's interpreter start-up alone: ``_heal_rank.py --startup-only`` (the
+    interpreter, NumPy, ndist.distributed and the example imported, then exit), wall seconds."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    out = []
+    for _ in range(runs):
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "_heal_rank.py"), "--startup-only"],
+                       env=env, check=True)
+        out.append(time.monotonic() - t0)
+    return out
 
 
 def _summary_continue(results: list[dict]) -> str:
@@ -788,6 +862,14 @@ def main(argv=None) -> int:
     ap.add_argument("--phase2-ops", type=int, default=20, help="continue trials: ops on the shrunk group")
     ap.add_argument("--heal-trials", type=int, default=0,
                     help="--on-failure replace trials (examples/elastic_training.py --heal), after the others")
+    ap.add_argument("--heal-second", type=float, default=0.4,
+                    help="heal trials: the share with a second loss around the grow (a survivor or the newcomer)")
+    ap.add_argument("--max-grow-delay", type=float, default=0.05,
+                    help="heal trials: the second victim dies this much (at most) after it enters the grow "
+                         "(a survivor) or queued itself (the newcomer)")
+    ap.add_argument("--startup-runs", type=int, default=0,
+                    help="heal trials: time the replacement's interpreter start-up alone this many times, spread "
+                         "over the heal trials (the same load)")
     ap.add_argument("--keep-logs", default=None, metavar="DIR", help="copy failed trials' files here")
     ap.add_argument("--json", default=None, metavar="FILE", help="write every trial's result here")
     ap.add_argument("--only", default=None, metavar="N[,N...]",
@@ -830,7 +912,7 @@ def main(argv=None) -> int:
               f"{r['moment']:11s} rc {r.get('rc')} wall {r['wall']:5.1f}s recovery {rec} "
               f"{'OK' if not r['fails'] else 'FAIL: ' + '; '.join(r['fails'])}", flush=True)
     results += cont
-    heal = []
+    heal, startup = [], []
     for m in range(a.heal_trials):
         n = a.trials + a.stop_trials + a.continue_trials + m
         if only is not None and n not in only:
@@ -839,18 +921,32 @@ def main(argv=None) -> int:
         transport, engine = ccombos[m % len(ccombos)]
         r = run_heal_trial(n, seed, transport, engine, a)
         heal.append(r)
+        second = f"second {r['second']}:{r['slot2']}+{r['delay']:.3f}s{'' if r['second_landed'] else ' (not landed)'}" \
+            if r["second"] else "single"
+        took = f"heal {r['heal']:.3f}s" if r["heal"] is not None else "heal -"
         print(f"trial {n:3d} seed {seed} {transport:4s} {engine:6s} heal victim {r['victim']} step {r['step']:2d} "
-              f"rc {r.get('rc')} wall {r['wall']:5.1f}s {'OK' if not r['fails'] else 'FAIL: ' + '; '.join(r['fails'])}",
-              flush=True)
+              f"{second} grow losses {r['grow_losses']} rc {r.get('rc')} wall {r['wall']:5.1f}s {took} "
+              f"{'OK' if not r['fails'] else 'FAIL: ' + '; '.join(r['fails'])}", flush=True)
+        if a.startup_runs and a.heal_trials and (m * a.startup_runs) // a.heal_trials != \
+                ((m + 1) * a.startup_runs) // a.heal_trials:
+            startup.extend(startup_alone(1))
     results += heal
     if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=1))
+        data = dict(results=results, startup=startup, load=os.getloadavg()) if startup else results
+        Path(a.json).write_text(json.dumps(data, indent=1))
     if a.trials + a.stop_trials:
         print(_summary([r for r in results if r["mode"] not in ("continue", "heal")], a))
     if cont:
         print(_summary_continue(cont))
     if heal:
         print(f"heal trials: {sum(not r['fails'] for r in heal)} of {len(heal)} passed")
+        times = [r["heal"] for r in heal if r["heal"] is not None and not r["second_landed"]]
+        if times:
+            print(f"time to heal (one loss): median {np.median(times):.3f} s, worst {max(times):.3f} s "
+                  f"({len(times)} trials)")
+        if startup:
+            print(f"interpreter start-up alone: median {np.median(startup):.3f} s, worst {max(startup):.3f} s "
+                  f"({len(startup)} runs)")
     print(f"total time {time.monotonic() - t_start:.0f} s")
     return 1 if any(r["fails"] for r in results) else 0
 

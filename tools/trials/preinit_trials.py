@@ -103,7 +103,7 @@ def run_trial(mode: str, n: int, seed: int, a) -> dict:
     rng = np.random.default_rng([seed, 44])
     victim = int(rng.integers(n))
     delay = float(rng.uniform(0, 0.3))
-    res = dict(mode=mode, size=n, seed=seed, victim=victim, fails=[], latency=None)
+    res = dict(mode=mode, size=n, seed=seed, victim=victim, fails=[], latency=None, raised=None, ended=None)
     token = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="ndist-preinit-") as d:
         out = Path(d)
@@ -137,7 +137,7 @@ def run_trial(mode: str, n: int, seed: int, a) -> dict:
         if lost is None:
             res["fails"].append("the victim did not end")
             return res
-        res["latency"] = ended - lost
+        res["latency"] = res["ended"] = ended - lost
         cause = "exited" if how == "exit0" else "died"
         recs = {r: json.loads((out / f"r{r}").read_text()) for r in range(n) if (out / f"r{r}").exists()}
         if on_failure == "continue" and len(recs) != n - 1:
@@ -147,8 +147,10 @@ def run_trial(mode: str, n: int, seed: int, a) -> dict:
         for r, rec in recs.items():
             if (rec["type"], rec["failed_ranks"], rec["causes"]) != ("DistRankFailureError", [victim], [cause]):
                 res["fails"].append(f"survivor: rank {r} raised {rec['type']}: {rec['msg'][:200]}")
-            elif on_failure == "continue":
-                res["latency"] = max(res["latency"], rec["t"] - lost)
+            else:
+                res["raised"] = max(res["raised"] or 0.0, rec["t"] - lost)
+                if on_failure == "continue":
+                    res["latency"] = max(res["latency"], rec["t"] - lost)
         status = 1 if how == "exit0" else 128 + signal.SIGKILL
         said = "exit code 0" if how == "exit0" else "killed by SIGKILL (exit status 137)"
         root = f"root cause (first rank to fail):\n  rank       : {victim} (local rank {victim})"
@@ -196,7 +198,8 @@ def main(argv=None) -> int:
                   flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
-    print("\n| mode | n | trials | passed | latency median | worst |\n|---|---|---|---|---|---|")
+    print("\n| mode | n | trials | passed | latency median | worst | last raise median / worst | launcher end "
+          "median / worst |\n|---|---|---|---|---|---|---|---|")
     for mode in modes:
         for n in sizes:
             rs = [r for r in results if r["mode"] == mode and r["size"] == n]
@@ -204,7 +207,11 @@ def main(argv=None) -> int:
             ok = sum(1 for r in rs if not r["fails"])
             med = f"{statistics.median(lats):.3f} s" if lats else "-"
             worst = f"{max(lats):.3f} s" if lats else "-"
-            print(f"| {mode} | {n} | {len(rs)} | {ok} | {med} | {worst} |")
+            parts = []
+            for key in ("raised", "ended"):
+                xs = [r[key] for r in rs if r.get(key) is not None]
+                parts.append(f"{statistics.median(xs):.3f} / {max(xs):.3f} s" if xs else "-")
+            print(f"| {mode} | {n} | {len(rs)} | {ok} | {med} | {worst} | {parts[0]} | {parts[1]} |")
     return 1 if any(r["fails"] for r in results) else 0
 
 
