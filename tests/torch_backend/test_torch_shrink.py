@@ -27,7 +27,8 @@ STRIP = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", 
 
 def _section() -> str:
     text = PAGE.read_text()
-    return text[text.index("## Carrying on without a lost rank"):text.index("## Trust")]
+    start = text.index("## Carrying on without a lost rank")
+    return text[start:text.index("\n## ", start + 1)]  # (to the next section, whichever it is)
 
 
 def _script(tmp_path) -> Path:
