@@ -1,10 +1,11 @@
 import os
 import sys
 
-# Child processes (spawn, mpiexec, ndistrun) must import this checkout's ndist.
+# The checkout's root is on sys.path (pytest's ``pythonpath`` option, pyproject.toml): the
+# tests import their helpers as modules of the ``tests`` package (``from tests.kill_sync
+# import all_past``). Child processes (spawn, mpiexec, ndistrun) must import this checkout's
+# ndist and the same helpers.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 os.environ["PYTHONPATH"] = _ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
 
 # ---------------------------------------------------------------- /dev/shm

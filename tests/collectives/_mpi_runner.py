@@ -1,17 +1,14 @@
 """Run ``<module>.entry()`` on every rank of an MPI job (``init_process_group("mpi")``);
 rank 0 writes the list of every rank's result as JSON to argv[2].
 
-    mpiexec -n 4 python tests/collectives/_mpi_runner.py conformance out.json [backend [device]]
+    mpiexec -n 4 python -m tests.collectives._mpi_runner tests.collectives.conformance out.json [backend [device]]
 """
 
 import importlib
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import ndist.distributed as dist  # noqa: E402
+import ndist.distributed as dist
 
 
 def main() -> None:

@@ -15,8 +15,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
 
 @dataclass(frozen=True)
 class BackendEntry:
@@ -86,7 +84,7 @@ def launch(name: str, module, world_size: int, timeout: float, env: dict | None 
     if entry.launcher == "mpiexec":
         with tempfile.TemporaryDirectory(prefix="ndist-launch-") as tmp:
             out = Path(tmp) / "result.json"
-            cmd = [mpiexec(), "-n", str(world_size), sys.executable, str(HERE / "_mpi_runner.py"),
+            cmd = [mpiexec(), "-n", str(world_size), sys.executable, "-m", "tests.collectives._mpi_runner",
                    module.__name__, str(out), entry.backend, entry.device]
             proc = subprocess.run(cmd, env={**os.environ, **entry.env}, capture_output=True, text=True,
                                   timeout=timeout)

@@ -1,3 +1,3 @@
 """``entry`` = ``recorded.mismatch_entry``: a module mpiexec can import by name."""
 
-from recorded import mismatch_entry as entry  # noqa: F401
+from tests.collectives.recorded import mismatch_entry as entry  # noqa: F401

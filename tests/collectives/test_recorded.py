@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-import recorded
-from collective_launch import launch, unavailable
+from tests.collectives import recorded
+from tests.collectives.collective_launch import launch, unavailable
 
 BACKENDS = ["socket", "mpi"]
 pytestmark = pytest.mark.timeout(300)
@@ -48,7 +48,7 @@ def test_detail_catches_count_mismatches_of_every_form(backend):
 
     if backend == "mpi":  # mpiexec imports the module by name: give it its own entry
         pytest.importorskip("mpi4py")
-        import recorded_mismatch as module
+        from tests.collectives import recorded_mismatch as module
     else:
         module = M
     per_rank = launch(backend, module, n, 240, env={"NDIST_DEBUG": "DETAIL"})

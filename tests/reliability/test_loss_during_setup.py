@@ -6,14 +6,12 @@ looked only at members known dead by pid or by another group's record, not at th
 member watch had just told the group (``Mesh.abandon``)."""
 
 import os
-import sys
 import textwrap
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from rank_loss_jobs import run_job  # noqa: E402
+from tests.reliability.rank_loss_jobs import run_job  # noqa: E402
 
 _JOB = """
 import os, signal, time

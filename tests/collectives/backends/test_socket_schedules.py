@@ -26,7 +26,7 @@ def _backend():
     import ndist.collectives  # noqa: F401  registers the socket backend
     from ndist.runtime import init_process_group, resolve_group
 
-    from backend_driver import Driver
+    from tests.backend_driver import Driver
 
     init_process_group(backend="socket")
     return Driver(resolve_group(None).backend_for("cpu"))
@@ -51,7 +51,7 @@ def _spy():
 def _all_ops(rank, world_size, count):
     from ndist.runtime import destroy_process_group
 
-    from _socket_bodies import all_ops
+    from tests.collectives.backends._socket_bodies import all_ops
 
     seen = _spy()
     b = _backend()
