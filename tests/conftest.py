@@ -141,7 +141,7 @@ def _leaves_dev_shm_as_found():
 # (``pytest-of-<user>``, pytest's to keep), multiprocessing's ``pymp-*`` (one per process
 # that uses it, removed when that process exits), torch's compile cache (a folder of this
 # run) and the torch suite driver's folder (removed at exit, after multiprocessing's clean-up:
-# tests/torch_suite/torch_suite.py). A pytest started under this run (an MPI job's, tests/test_mpi_suite.py; a tool's)
+# tests/torch_suite/torch_suite.py). A pytest started under this run (an MPI job's, tests/mpi_backend/test_mpi_suite.py; a tool's)
 # keeps the TMPDIR it was given: its files are the test's that started it. Each xdist worker
 # (a token of its own) makes its own folder beside the controller's, not inside it: the
 # paths of Unix sockets made under it (multiprocessing's, in the torch suite driver's folder)
@@ -217,7 +217,7 @@ def shm_job():
 
 # ---------------------------------------------------------------- MPI-job tests
 # Tests marked ``mpi`` run inside an MPI job: ``mpiexec -n N python -m pytest --with-mpi -m
-# mpi ...``, which tests/test_mpi_suite.py launches from the plain run. The plain run leaves
+# mpi ...``, which tests/mpi_backend/test_mpi_suite.py launches from the plain run. The plain run leaves
 # them out (deselected, not skipped: they do run, under mpiexec).
 def _with_mpi(config) -> bool:
     try:

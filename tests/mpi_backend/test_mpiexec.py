@@ -21,7 +21,7 @@ def _mpiexec(n, backend):
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "NDIST_STORE", "NDIST_SECRET")}
     proc = subprocess.run(
-        [MPIEXEC, "-n", str(n), sys.executable, "-m", "tests.runtime._mpi_init_script", backend],
+        [MPIEXEC, "-n", str(n), sys.executable, "-m", "tests.mpi_backend._mpi_init_script", backend],
         env=env, capture_output=True, text=True, timeout=150,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
