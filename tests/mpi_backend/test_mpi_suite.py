@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the files of tests marked ``mpi``: they run inside the MPI job
-MPI_TESTS = sorted(p for p in Path(__file__).parent.glob("test_*.py") if "pytest.mark.mpi" in p.read_text())
+MPI_TESTS = sorted(p for p in Path(__file__).parent.glob("test_*.py")
+                   if p.name != Path(__file__).name and "pytest.mark.mpi(" in p.read_text())
 
 
 def mpiexec() -> str | None:
