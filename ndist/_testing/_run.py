@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping
 from ..runtime import DistError, DistTimeoutError, _shmfiles
 from ..runtime.store import TCPStore, TCPStoreServer
 
-__all__ = ["run_ranks", "RankFailedError"]
+__all__ = ["run_ranks", "RankFailedError", "Results"]
 
 log = logging.getLogger("ndist.runtime.testing")
 
@@ -47,6 +47,13 @@ LAUNCHERS = ("spawn", "ndistrun", "mpiexec", "torchrun")
 _RANK_MAIN = ("-m", "ndist._testing._rank_main")
 # Variables of an enclosing MPI / Slurm launch: a rank of run_ranks is not an MPI rank.
 _LAUNCHER_VARS = ("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_", "HYDI_", "SLURM_", "I_MPI_")
+
+
+class Results(list):
+    """Every rank's result, by rank; ``launcher_exitcode``: the exit status of the launcher
+    that started the ranks (negative: killed by that signal), None without one."""
+
+    launcher_exitcode: int | None = None
 
 
 class RankFailedError(DistError):
@@ -199,9 +206,9 @@ def run_ranks(
     may_die: Any = (),
     launcher: str = "spawn",
     launcher_options: Any = (),
-) -> list[Any]:
+) -> Results:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` fresh processes; return
-    the results by rank.
+    the results by rank (a list; ``.launcher_exitcode``: see ``launcher``).
 
     ``may_die``: ranks whose death (killed, or an exit without a result) is part of
     the test: the run goes on without them and their result is None (a rank-loss
@@ -262,8 +269,10 @@ def run_ranks(
             launcher_tmp = tempfile.mkdtemp(prefix="ndist-testing-")
             base["TMPDIR"] = launcher_tmp
             procs.append(subprocess.Popen(command, env=base, start_new_session=True, stdin=subprocess.DEVNULL))
-            results = _collect(store, procs, timeout, may_die, world_size)
+            results = Results(_collect(store, procs, timeout, may_die, world_size))
             _wait_exited(procs, 30)  # the launcher ends once its ranks have
+            if _exited(procs[0]):
+                results.launcher_exitcode = _exit_code(procs[0])
             return results
         base.update(
             MASTER_ADDR="127.0.0.1",
@@ -281,7 +290,7 @@ def run_ranks(
                     env=child_env, start_new_session=True, stdin=subprocess.DEVNULL,
                 )
             )
-        results = _collect(store, procs, timeout, may_die)
+        results = Results(_collect(store, procs, timeout, may_die))
         _wait_exited(procs, 10)  # ranks that reported get to exit on their own
     finally:
         # Not reaped yet, so every rank's pid (= its session and process group id)

@@ -32,6 +32,7 @@ def test_the_launcher_starts_every_rank_and_run_ranks_gets_their_results(launche
     backend = "mpi" if launcher == "mpiexec" else "socket"
     out = run_ranks(_sum_and_launcher, 3, args=(launcher,), backend=backend, launcher=launcher, timeout=60)
     assert out == [(r, 3, 6.0, backend, True) for r in range(3)]
+    assert out.launcher_exitcode == 0
 
 
 def _torch_sum(rank, world_size):
@@ -94,6 +95,7 @@ def test_launcher_options_reach_the_launcher_and_may_die_holds_under_it():
     out = run_ranks(_victim_exits, 3, init=False, launcher="ndistrun", launcher_options=["--on-failure", "continue"],
                     may_die=[1], timeout=60)
     assert out == [0, None, 2]
+    assert out.launcher_exitcode == 0  # (with --on-failure continue, the survivors' status)
 
 
 @pytest.mark.parametrize("kw, error, words", [
