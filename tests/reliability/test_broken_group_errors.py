@@ -19,27 +19,11 @@ import numpy as np
 import pytest
 
 import ndist.distributed as dist
-from ndist.testing import run_ranks
-from tests.kill_sync import all_past
-
-
-def _ndistrun(body, n, victim, tmp_path, *args, **env):
-    """``body(rank, n, out, *args)`` on ``n`` ranks under ndistrun, whose SIGTERM to the
-    survivors once ``victim`` is killed comes 30 s before its SIGKILL; the victim's result is
-    None. Returns the results and ndistrun's exit status."""
-    out = run_ranks(body, n, args=(str(tmp_path), *args), init=False, env=env, launcher="ndistrun",
-                    launcher_options=["--term-timeout", "30"], may_die=[victim], timeout=80)
-    return out, out.launcher_exitcode
+from tests.kill_sync import all_past, kill_self, killed_at, run_with_victim
 
 
 def _error(err) -> dict:
     return {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
-
-
-def _killed(out: str) -> None:
-    with open(os.path.join(out, "killed"), "w") as f:
-        f.write(repr(time.time()))
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _next_op_job(rank, size, out):
@@ -73,8 +57,8 @@ def _next_op_job(rank, size, out):
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("engine", ["python", "native"])
 def test_the_next_collective_on_a_broken_group_raises_a_dist_error_naming_the_lost_rank(tmp_path, engine):
-    out, code = _ndistrun(_next_op_job, 3, 2, tmp_path, NDIST_TRANSPORT="auto", NDIST_ENGINE=engine)
-    assert code != 0, out
+    out = run_with_victim(_next_op_job, 3, 2, tmp_path, NDIST_TRANSPORT="auto", NDIST_ENGINE=engine)
+    assert out.launcher_exitcode != 0, out
     for rank in (0, 1):
         recs = out[rank]
         assert recs is not None, (rank, out)
@@ -96,7 +80,7 @@ def _p2p_then_collective_job(rank, size, out):
     dist.recv(np.zeros(4), src=(rank - 1) % size)
     dist.barrier()
     if rank == 2:
-        _killed(out)
+        kill_self(out)
     try:
         if rank == 0:
             dist.recv(np.zeros(4), src=2)
@@ -119,9 +103,9 @@ def _p2p_then_collective_job(rank, size, out):
     ("auto", "native"),
 ])
 def test_a_collective_fails_at_once_on_a_group_whose_p2p_side_heard_a_member_is_lost(tmp_path, transport, engine):
-    out, code = _ndistrun(_p2p_then_collective_job, 3, 2, tmp_path, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine)
-    assert code != 0, out
-    killed = float((tmp_path / "killed").read_text())
+    out = run_with_victim(_p2p_then_collective_job, 3, 2, tmp_path, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine)
+    assert out.launcher_exitcode != 0, out
+    killed = killed_at(tmp_path)
     rec0 = out[0]
     assert rec0["type"] in ("DistRankFailureError", "DistNetworkError") and rec0["peer"] == 2, rec0  # (passes today)
     rec1 = out[1]
@@ -148,7 +132,7 @@ def _one_side_tells_the_other_job(rank, size, out, how):
         dist.recv(np.zeros(4), src=1 - rank)
     dist.barrier()
     if rank == 2:
-        _killed(out)
+        kill_self(out)
     try:
         if rank == 0:
             if how == "idle":
@@ -173,10 +157,10 @@ def _one_side_tells_the_other_job(rank, size, out, how):
 @pytest.mark.parametrize("how,transport", [("idle", "tcp"), ("idle", "shm"), ("collective", "tcp"),
                                            ("collective", "auto")])
 def test_one_side_of_a_backend_tells_the_other_of_a_lost_member(tmp_path, how, transport):
-    out, code = _ndistrun(_one_side_tells_the_other_job, 3, 2, tmp_path, how, NDIST_TRANSPORT=transport,
+    out = run_with_victim(_one_side_tells_the_other_job, 3, 2, tmp_path, how, NDIST_TRANSPORT=transport,
                           NDIST_ENGINE="python")
-    assert code != 0, out
-    killed = float((tmp_path / "killed").read_text())
+    assert out.launcher_exitcode != 0, out
+    killed = killed_at(tmp_path)
     rec0 = out[0]
     assert rec0["type"] in ("DistRankFailureError", "DistNetworkError") and rec0["peer"] == 2, rec0
     rec1 = out[1]
@@ -199,7 +183,7 @@ def _other_group_job(rank, size, out):
     dist.barrier()
     all_past(out, rank, 4, victim=0)
     if rank == 0:
-        _killed(out)
+        kill_self(out)
     try:
         if rank == 2:
             dist.all_gather([np.zeros(4), np.zeros(4)], np.ones(4), group=g)
@@ -218,9 +202,9 @@ def _other_group_job(rank, size, out):
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
 def test_a_loss_found_in_one_group_reaches_the_processs_other_groups(tmp_path, transport):
-    out, code = _ndistrun(_other_group_job, 4, 0, tmp_path, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
-    assert code != 0, out
-    killed = float((tmp_path / "killed").read_text())
+    out = run_with_victim(_other_group_job, 4, 0, tmp_path, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
+    assert out.launcher_exitcode != 0, out
+    killed = killed_at(tmp_path)
     for rank in (2, 1, 3):
         rec = out[rank]
         assert rec is not None, (rank, out)
