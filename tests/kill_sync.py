@@ -15,6 +15,8 @@ for every mark before it kills itself (``kill_self``, which notes when). Rank bo
 this as ``tests.kill_sync`` (the suite's conftest puts the checkout on ``PYTHONPATH`` for
 every process it starts)."""
 
+from __future__ import annotations
+
 import os
 import signal
 import time
@@ -84,8 +86,16 @@ def step_until_a_peer_dies(step, rank: int, size: int, victim: int, at: int, fol
         try:
             step()
         except errors as err:
-            rec = {"t": time.time(), "type": type(err).__name__, "peer": getattr(err, "rank", None),
-                   "host": getattr(err, "host", None), "msg": str(err)}
+            rec = record(err)
             all_past(os.path.join(str(folder), "recorded"), rank, survivors, victim=survivors)
             return rec
     raise AssertionError(f"rank {rank}: no error in 100000 steps, with rank {victim} dead after {at}")
+
+
+def record(err: BaseException | None = None) -> dict:
+    """What a survivor returns about the error it got (None: no error): ``t`` (now,
+    ``time.time()``), ``type``, ``peer`` and ``host`` (a ``DistError``'s), ``msg``."""
+    if err is None:
+        return {"t": time.time(), "type": None}
+    return {"t": time.time(), "type": type(err).__name__, "peer": getattr(err, "rank", None),
+            "host": getattr(err, "host", None), "msg": str(err)}

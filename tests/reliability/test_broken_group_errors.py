@@ -19,11 +19,7 @@ import numpy as np
 import pytest
 
 import ndist.distributed as dist
-from tests.kill_sync import all_past, kill_self, killed_at, run_with_victim
-
-
-def _error(err) -> dict:
-    return {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
+from tests.kill_sync import all_past, kill_self, killed_at, record, run_with_victim
 
 
 def _next_op_job(rank, size, out):
@@ -48,9 +44,9 @@ def _next_op_job(rank, size, out):
                 work.wait()
             else:
                 dist.all_reduce(x)
-            recs.append({"type": None})
+            recs.append(record())
         except Exception as err:
-            recs.append(dict(_error(err), dist=isinstance(err, dist.DistError)))
+            recs.append(dict(record(err), dist=isinstance(err, dist.DistError)))
     return recs
 
 
@@ -87,10 +83,9 @@ def _p2p_then_collective_job(rank, size, out):
         else:
             time.sleep(1.0)  # rank 0's notice has arrived
             dist.broadcast(x, src=0)  # waits on rank 0 only
-        rec = {"type": None}
+        rec = record()
     except dist.DistError as err:
-        rec = _error(err)
-    rec["t"] = time.time()
+        rec = record(err)
     # rank 0 stays until rank 1 has its record (its exit would show rank 1 a lost connection to rank 0)
     all_past(os.path.join(out, "recorded"), rank, [1], victim=0, timeout=15)
     return rec
@@ -144,10 +139,9 @@ def _one_side_tells_the_other_job(rank, size, out, how):
             dist.broadcast(x, src=0)  # waits on rank 0 only
         else:
             dist.recv(np.zeros(4), src=0)
-        rec = {"type": None}
+        rec = record()
     except dist.DistError as err:
-        rec = _error(err)
-    rec["t"] = time.time()
+        rec = record(err)
     # rank 0 stays until rank 1 has its record (its exit would show rank 1 a lost connection to rank 0)
     all_past(os.path.join(out, "recorded"), rank, [1], victim=0, timeout=15)
     return rec
@@ -190,10 +184,9 @@ def _other_group_job(rank, size, out):
         else:
             time.sleep(1.0)  # rank 2 has failed and stopped calling
             dist.broadcast(x, src=2)  # (world) waits on rank 2 only
-        rec = {"type": None}
+        rec = record()
     except dist.DistError as err:
-        rec = _error(err)
-    rec["t"] = time.time()
+        rec = record(err)
     # rank 2 stays until the others have their records (its exit would show them a lost connection to rank 2)
     all_past(os.path.join(out, "recorded"), rank, [1, 3], victim=2, timeout=15)
     return rec
