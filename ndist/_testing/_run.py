@@ -149,7 +149,7 @@ def _tree(pid: int) -> list[int]:
     return tree
 
 
-def kill_tree(pid: int) -> None:
+def _kill_descendants(pid: int) -> None:
     """SIGKILL ``pid`` and every process below it, the deepest first (a launcher cannot
     start a replacement for a rank once the rank is gone before it)."""
     for p in reversed(_tree(pid)):
@@ -159,7 +159,7 @@ def kill_tree(pid: int) -> None:
             pass
 
 
-def launcher_command(launcher: str, world_size: int, options=()) -> list[str]:
+def _launcher_command(launcher: str, world_size: int, options=()) -> list[str]:
     """The command that starts ``world_size`` ranks of ``run_ranks`` under ``launcher``, with
     the launcher's own ``options`` (e.g. ndistrun's ``--on-failure continue``)."""
     options = list(options)
@@ -244,7 +244,7 @@ def run_ranks(
         raise TypeError(f"launcher_options: expected a sequence of str, got {launcher_options!r}")
     if launcher_options and launcher == "spawn":
         raise ValueError(f"launcher_options: expected none with launcher 'spawn', got {list(launcher_options)}")
-    command = None if launcher == "spawn" else launcher_command(launcher, world_size, launcher_options)
+    command = None if launcher == "spawn" else _launcher_command(launcher, world_size, launcher_options)
     import cloudpickle  # lazy: only tests need it
 
     payload = cloudpickle.dumps((fn, tuple(args), init, backend, float(timeout), launcher))
@@ -297,7 +297,7 @@ def run_ranks(
         # is still ours: kill each whole tree, finished or not, then reap.
         for p in procs:
             if command is not None and p.returncode is None:
-                kill_tree(p.pid)  # the launcher's ranks, in sessions of their own
+                _kill_descendants(p.pid)  # the launcher's ranks, in sessions of their own
             _kill_tree(p)
         for p in procs:
             try:
