@@ -1,10 +1,11 @@
 import os
 import sys
 
-# Child processes (spawn, mpiexec, ndistrun) must import this checkout's ndist.
+# The checkout's root is on sys.path (pytest's ``pythonpath`` option, pyproject.toml): the
+# tests import their helpers as modules of the ``tests`` package (``from tests.kill_sync
+# import all_past``). Child processes (spawn, mpiexec, ndistrun) must import this checkout's
+# ndist and the same helpers.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
 os.environ["PYTHONPATH"] = _ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
 
 # ---------------------------------------------------------------- /dev/shm
@@ -140,7 +141,7 @@ def _leaves_dev_shm_as_found():
 # (``pytest-of-<user>``, pytest's to keep), multiprocessing's ``pymp-*`` (one per process
 # that uses it, removed when that process exits), torch's compile cache (a folder of this
 # run) and the torch suite driver's folder (removed at exit, after multiprocessing's clean-up:
-# tests/torch_suite/torch_suite.py). A pytest started under this run (an MPI job's, tests/test_mpi_suite.py; a tool's)
+# tests/torch_suite/torch_suite.py). A pytest started under this run (an MPI job's, tests/mpi_backend/test_mpi_suite.py; a tool's)
 # keeps the TMPDIR it was given: its files are the test's that started it. Each xdist worker
 # (a token of its own) makes its own folder beside the controller's, not inside it: the
 # paths of Unix sockets made under it (multiprocessing's, in the torch suite driver's folder)
@@ -216,7 +217,7 @@ def shm_job():
 
 # ---------------------------------------------------------------- MPI-job tests
 # Tests marked ``mpi`` run inside an MPI job: ``mpiexec -n N python -m pytest --with-mpi -m
-# mpi ...``, which tests/test_mpi_suite.py launches from the plain run. The plain run leaves
+# mpi ...``, which tests/mpi_backend/test_mpi_suite.py launches from the plain run. The plain run leaves
 # them out (deselected, not skipped: they do run, under mpiexec).
 def _with_mpi(config) -> bool:
     try:

@@ -11,6 +11,12 @@ number, exit code and traceback. A run that outlives ``timeout`` is killed
 and reported as ``DistTimeoutError`` naming the ranks that had not finished.
 Whatever the ranks left in ``/dev/shm`` (files named from this run's secret)
 is removed at the end.
+
+With ``launcher`` the ranks are started by a launcher instead (``ndistrun``,
+``mpiexec``, ``torchrun``): one launcher process, in its own session, runs
+``world_size`` copies of the same entry point, each of which takes its rank from
+the launcher's environment and its function from this run's store (named in
+``NDIST_TESTING_STORE``, so that it never meets the launcher's own store).
 """
 
 from __future__ import annotations
@@ -19,22 +25,35 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Mapping
 
 from ..runtime import DistError, DistTimeoutError, _shmfiles
 from ..runtime.store import TCPStore, TCPStoreServer
 
-__all__ = ["run_ranks", "RankFailedError"]
+__all__ = ["run_ranks", "RankFailedError", "Results"]
 
 log = logging.getLogger("ndist.runtime.testing")
 
 PREFIX = "ndist.testing/"
+#: where a rank started by a launcher finds this run's store, and the store's secret
+STORE_VAR, SECRET_VAR = "NDIST_TESTING_STORE", "NDIST_TESTING_SECRET"
+LAUNCHERS = ("spawn", "ndistrun", "mpiexec", "torchrun")
+_RANK_MAIN = ("-m", "ndist._testing._rank_main")
 # Variables of an enclosing MPI / Slurm launch: a rank of run_ranks is not an MPI rank.
 _LAUNCHER_VARS = ("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_", "HYDI_", "SLURM_", "I_MPI_")
+
+
+class Results(list):
+    """Every rank's result, by rank; ``launcher_exitcode``: the exit status of the launcher
+    that started the ranks (negative: killed by that signal), None without one."""
+
+    launcher_exitcode: int | None = None
 
 
 class RankFailedError(DistError):
@@ -63,13 +82,13 @@ def _rebuild(rank, text, exitcode):
     return err
 
 
-def _describe_exit(code: int) -> str:
+def _describe_exit(code: int, unreported: str = " without reporting a result") -> str:
     if code < 0:
         try:
             return f"killed by signal {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
-    return f"exited with code {code} without reporting a result"
+    return f"exited with code {code}{unreported}"
 
 
 def _exited(proc: subprocess.Popen) -> bool:
@@ -109,6 +128,54 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         pass
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it, parents first. A launcher's workers may each run
+    in a session of their own (Hydra's proxies and ranks do), out of reach of its process
+    group, so the tree is walked through /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    todo, tree = [pid], []
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
+
+
+def _kill_descendants(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it, the deepest first (a launcher cannot
+    start a replacement for a rank once the rank is gone before it)."""
+    for p in reversed(_tree(pid)):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _launcher_command(launcher: str, world_size: int, options=()) -> list[str]:
+    """The command that starts ``world_size`` ranks of ``run_ranks`` under ``launcher``, with
+    the launcher's own ``options`` (e.g. ndistrun's ``--on-failure continue``)."""
+    options = list(options)
+    if launcher == "ndistrun":
+        return [sys.executable, "-m", "ndist.launch", "--nproc-per-node", str(world_size), *options, *_RANK_MAIN]
+    if launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world_size),
+                "--monitor-interval", "0.1", *options, *_RANK_MAIN]
+    if launcher == "mpiexec":
+        exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+        if exe is None:
+            raise FileNotFoundError("launcher: 'mpiexec' is neither beside the interpreter nor on PATH")
+        return [exe, "-n", str(world_size), *options, sys.executable, *_RANK_MAIN]
+    raise ValueError(f"launcher: expected one of {LAUNCHERS}, got {launcher!r}")
+
+
 def _check_args(fn, world_size, timeout, env, args):
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
@@ -137,9 +204,11 @@ def run_ranks(
     env: Mapping[str, str] | None = None,
     transport: str | None = None,
     may_die: Any = (),
-) -> list[Any]:
+    launcher: str = "spawn",
+    launcher_options: Any = (),
+) -> Results:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` fresh processes; return
-    the results by rank.
+    the results by rank (a list; ``.launcher_exitcode``: see ``launcher``).
 
     ``may_die``: ranks whose death (killed, or an exit without a result) is part of
     the test: the run goes on without them and their result is None (a rank-loss
@@ -149,6 +218,16 @@ def run_ranks(
     rendezvous on a store hosted here) and ``destroy_process_group()`` after.
     ``env`` is added to the ranks' environment only; ``transport`` sets
     ``NDIST_TRANSPORT`` (``"tcp"`` / ``"shm"``) for the socket backend.
+
+    ``launcher``: ``"spawn"`` (one process per rank, started here, with ``RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` of a store hosted here), or the
+    launcher that starts them as a user's job would be: ``"ndistrun"``, ``"mpiexec"`` or
+    ``"torchrun"`` (their rendezvous is theirs; under torchrun, ``init`` joins torch's
+    process group on ``backend``, a torch backend name such as ``"ndist"``). A rank that ends
+    without a result under a launcher fails the run once the launcher has exited;
+    ``launcher_options``: the launcher's own options (``["--on-failure", "continue"]``). A
+    launcher's temporary files (ndistrun's job folder, torchrun's logs) go to a folder of
+    this run, removed at the end.
     """
     _check_args(fn, world_size, timeout, env, args)
     if isinstance(may_die, (str, bytes)) or not hasattr(may_die, "__iter__"):
@@ -159,12 +238,20 @@ def run_ranks(
         raise ValueError(f"may_die: expected ranks in [0, {world_size}), got {bad}")
     if transport is not None and transport not in ("tcp", "shm", "auto"):
         raise ValueError(f"transport: expected 'tcp', 'shm', 'auto' or None, got {transport!r}")
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher: expected one of {LAUNCHERS}, got {launcher!r}")
+    if isinstance(launcher_options, (str, bytes)) or not all(isinstance(o, str) for o in launcher_options):
+        raise TypeError(f"launcher_options: expected a sequence of str, got {launcher_options!r}")
+    if launcher_options and launcher == "spawn":
+        raise ValueError(f"launcher_options: expected none with launcher 'spawn', got {list(launcher_options)}")
+    command = None if launcher == "spawn" else _launcher_command(launcher, world_size, launcher_options)
     import cloudpickle  # lazy: only tests need it
 
-    payload = cloudpickle.dumps((fn, tuple(args), init, backend, float(timeout)))
+    payload = cloudpickle.dumps((fn, tuple(args), init, backend, float(timeout), launcher))
     secret = secrets.token_hex(32)
     server = TCPStoreServer("127.0.0.1", 0, secret)
     procs: list[subprocess.Popen] = []
+    launcher_tmp = None
     try:
         store = TCPStore("127.0.0.1", server.port, timeout=max(30.0, timeout), secret=secret)
         store.set(PREFIX + "payload", payload)
@@ -173,6 +260,20 @@ def run_ranks(
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             base.pop(k, None)
         base.update(env or {})
+        base.update({STORE_VAR: f"127.0.0.1:{server.port}", SECRET_VAR: secret})
+        if transport is not None:
+            base["NDIST_TRANSPORT"] = transport
+        if command is not None:
+            for k in ("NDIST_STORE", "NDIST_SECRET"):  # (an enclosing job's)
+                base.pop(k, None)
+            launcher_tmp = tempfile.mkdtemp(prefix="ndist-testing-")
+            base["TMPDIR"] = launcher_tmp
+            procs.append(subprocess.Popen(command, env=base, start_new_session=True, stdin=subprocess.DEVNULL))
+            results = Results(_collect(store, procs, timeout, may_die, world_size))
+            _wait_exited(procs, 30)  # the launcher ends once its ranks have
+            if _exited(procs[0]):
+                results.launcher_exitcode = _exit_code(procs[0])
+            return results
         base.update(
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(server.port),
@@ -181,8 +282,6 @@ def run_ranks(
             WORLD_SIZE=str(world_size),
             LOCAL_WORLD_SIZE=str(world_size),
         )
-        if transport is not None:
-            base["NDIST_TRANSPORT"] = transport
         for rank in range(world_size):
             child_env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
             procs.append(
@@ -191,12 +290,14 @@ def run_ranks(
                     env=child_env, start_new_session=True, stdin=subprocess.DEVNULL,
                 )
             )
-        results = _collect(store, procs, timeout, may_die)
+        results = Results(_collect(store, procs, timeout, may_die))
         _wait_exited(procs, 10)  # ranks that reported get to exit on their own
     finally:
         # Not reaped yet, so every rank's pid (= its session and process group id)
         # is still ours: kill each whole tree, finished or not, then reap.
         for p in procs:
+            if command is not None and p.returncode is None:
+                _kill_descendants(p.pid)  # the launcher's ranks, in sessions of their own
             _kill_tree(p)
         for p in procs:
             try:
@@ -204,15 +305,22 @@ def run_ranks(
             except subprocess.TimeoutExpired:
                 log.warning("rank process %d did not exit after SIGKILL", p.pid)
         server.close()
+        if launcher_tmp is not None:
+            shutil.rmtree(launcher_tmp, ignore_errors=True)
         # the secret is this run's alone: whatever the ranks left in /dev/shm is ours
         _shmfiles.unlink_prefix(_shmfiles.job_prefix(secret) + "-")
     return results
 
 
-def _collect(store: TCPStore, procs: list[subprocess.Popen], timeout: float, may_die=frozenset()) -> list[Any]:
+def _collect(store: TCPStore, procs: list[subprocess.Popen], timeout: float, may_die=frozenset(),
+             world_size: int | None = None) -> list[Any]:
+    """Every rank's result. ``procs``: one process per rank, or (``world_size`` given) the
+    one launcher of every rank."""
     import cloudpickle
 
-    world_size = len(procs)
+    launched = world_size is not None
+    world_size = len(procs) if world_size is None else world_size
+    ended_at = None  # when the launcher was first seen exited
     deadline = time.monotonic() + timeout
     results: dict[int, Any] = {}
     seen = 0
@@ -236,7 +344,19 @@ def _collect(store: TCPStore, procs: list[subprocess.Popen], timeout: float, may
                         exc_obj = None
                 raise RankFailedError(rank, message, tb, exception=exc_obj) from exc_obj
             results[rank] = outcome[1]
-        for rank, p in enumerate(procs):
+        if launched and _exited(procs[0]) and len(results) < world_size:
+            # the launcher is gone: a report on its way still arrives, for a moment
+            ended_at = time.monotonic() if ended_at is None else ended_at
+            if time.monotonic() - ended_at > 1.0:
+                for rank in range(world_size):
+                    if rank not in results and rank in may_die:
+                        results[rank] = None
+                missing = [r for r in range(world_size) if r not in results]
+                if missing:
+                    code = _exit_code(procs[0])
+                    raise RankFailedError(missing[0], f"ranks {missing} ended without reporting a result (their "
+                                                      f"launcher {_describe_exit(code, '')})", exitcode=code)
+        for rank, p in enumerate(() if launched else procs):
             if rank in results or not _exited(p):
                 continue
             if store.check([f"{PREFIX}result/{rank}"]):

@@ -14,22 +14,11 @@ from ndist.bench._adapters import DeepSpeedAdapter, not_offered
 from ndist.bench._launch import RankGroup
 from ndist.bench._markdown import format_markdown
 from ndist.bench._report import format_report, to_json
+from tests.bench.bench_output import table
 
 HAVE_DEEPSPEED = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(not HAVE_DEEPSPEED, reason="deepspeed (and torch) not installed")
 _SEGMENT = "deepspeed_allreduce_buffer_"
-
-
-def _table(out: str, lib: str, op: str) -> list[list[str]]:
-    lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"# {op} -- {lib} --"))
-    rows = []
-    for line in lines[start + 1:]:
-        if line.startswith("# Avg bus bandwidth"):
-            return rows
-        if not line.startswith("#"):
-            rows.append(line.split())
-    raise AssertionError(f"no footer after the {lib} table:\n{out}")
 
 
 def _segments() -> set:
@@ -68,7 +57,7 @@ def test_an_op_not_offered_is_printed_as_absent_in_every_output():
                     absent={"deepspeed": {"all_gather": why}})
     out = format_report(res, ["ndist-bench"])
     assert f"# all_gather -- deepspeed -- nproc 2\n# not offered: {why}\n" in out
-    assert [r[0] for r in _table(out, "deepspeed", "all_reduce")] == ["64"]
+    assert [r[0] for r in table(out, "deepspeed", "all_reduce")] == ["64"]
     assert "torch/deepspeed" in out  # all_reduce's ratios
     doc = json.loads(to_json(res, ["ndist-bench"]))
     assert doc["absent"] == {"deepspeed": {"all_gather": why}}
@@ -99,7 +88,7 @@ def test_tiny_sweep_through_deepspeed_checks_out_and_other_ops_are_absent(dtype,
                "-d", dtype, "-q", "--backend", "none", "--compare", "deepspeed"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    rows = _table(out, "deepspeed", "all_reduce")
+    rows = table(out, "deepspeed", "all_reduce")
     # 8 B .. 8 MiB: both of DeepSpeed's algorithms (below and above its 1 MiB threshold)
     assert [int(r[0]) for r in rows] == [8, 128, 2048, 32768, 524288, 8388608]
     assert all(r[2] == dtype and r[-1] == "0" for r in rows), rows  # every result checked and right

@@ -14,6 +14,7 @@ import pytest
 
 from ndist.bench import BenchError, main, parse_args, run_bench
 from ndist.bench._launch import RankGroup, find_mpiexec, hydra_files, hydra_files_left
+from tests.bench.bench_output import table
 
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None and find_mpiexec() is not None
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -47,26 +48,13 @@ LIBS = [
 ]
 
 
-def _table(out: str, lib: str, op: str) -> list[list[str]]:
-    """Data rows of the table titled ``op -- lib``."""
-    lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"# {op} -- {lib} --"))
-    rows = []
-    for line in lines[start + 1:]:
-        if line.startswith("# Avg bus bandwidth"):
-            return rows
-        if not line.startswith("#"):
-            rows.append(line.split())
-    raise AssertionError(f"no footer after the {lib} table:\n{out}")
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("flags, lib", LIBS)
 def test_tiny_run_every_library(flags, lib, capsys):
     rc = main(["all_reduce", "-b", "8", "-e", "1K", "-n", "2", "-w", "1", "--nproc", "2", "-q", *flags])
     out = capsys.readouterr().out
     assert rc == 0, out
-    rows = _table(out, lib, "all_reduce")
+    rows = table(out, lib, "all_reduce")
     assert [int(r[0]) for r in rows] == [8, 16, 32, 64, 128, 256, 512, 1024]
     for r in rows:
         assert len(r) == 9

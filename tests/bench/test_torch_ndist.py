@@ -7,20 +7,9 @@ import pytest
 
 from ndist.bench import Row, RunResult, main, parse_args
 from ndist.bench._report import ratio_rows
+from tests.bench.bench_output import table
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-
-
-def _table(out: str, lib: str, op: str) -> list[list[str]]:
-    lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"# {op} -- {lib} --"))
-    rows = []
-    for line in lines[start + 1:]:
-        if line.startswith("# Avg bus bandwidth"):
-            return rows
-        if not line.startswith("#"):
-            rows.append(line.split())
-    raise AssertionError(f"no footer after the {lib} table:\n{out}")
 
 
 @pytest.mark.torch
@@ -32,7 +21,7 @@ def test_tiny_sweep_through_torch_on_ndist_checks_out(op, capsys):
                "--backend", "none", "--compare", "torch:ndist"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    rows = _table(out, "torch:ndist", op)
+    rows = table(out, "torch:ndist", op)
     assert [int(r[0]) for r in rows] == [1024, 2048, 4096]
     assert all(r[-1] == "0" for r in rows), rows  # every result checked and right
     assert "#  torch:ndist" in out and "torch 2." in out and "ndist " in out  # versions in the header

@@ -1,21 +1,17 @@
 """Launch ``<module>.entry`` on N ranks of a backend and return every rank's result.
 
-A backend is one ``BackendEntry``: the socket backend (and its transports)
-through ``ndist.testing.run_ranks``, mpi through ``mpiexec``.
+A backend is one ``BackendEntry``; ``ndist.testing.run_ranks`` starts the ranks: its own
+processes for the socket backend (and its transports), ``mpiexec`` for mpi.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from ndist.testing import run_ranks
 
 
 @dataclass(frozen=True)
@@ -25,7 +21,7 @@ class BackendEntry:
     ``BackendEntry("cpu:socket,cuda:nccl", device="cuda")``)."""
 
     backend: str
-    launcher: str = "ranks"  # "ranks": ndist.testing.run_ranks; "mpiexec": an MPI job
+    launcher: str = "ranks"  # "ranks": run_ranks' own processes; "mpiexec": an MPI job
     env: dict = field(default_factory=dict)
     device: str = "cpu"
 
@@ -81,20 +77,6 @@ def unavailable(name: str, world_size: int = 1) -> str | None:
 def launch(name: str, module, world_size: int, timeout: float, env: dict | None = None) -> list:
     """Every rank's ``module.entry()`` result, in rank order (``env``: added to the entry's)."""
     entry = BACKENDS[name]
-    if env:
-        entry = BackendEntry(entry.backend, entry.launcher, {**entry.env, **env}, entry.device)
-    if entry.launcher == "mpiexec":
-        with tempfile.TemporaryDirectory(prefix="ndist-launch-") as tmp:
-            out = Path(tmp) / "result.json"
-            cmd = [mpiexec(), "-n", str(world_size), sys.executable, str(HERE / "_mpi_runner.py"),
-                   module.__name__, str(out), entry.backend, entry.device]
-            proc = subprocess.run(cmd, env={**os.environ, **entry.env}, capture_output=True, text=True,
-                                  timeout=timeout)
-            if proc.returncode != 0 or not out.exists():
-                raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n"
-                                     f"{proc.stderr[-4000:]}")
-            return json.loads(out.read_text())
-    from ndist.testing import run_ranks
-
+    launcher = "mpiexec" if entry.launcher == "mpiexec" else "spawn"
     return list(run_ranks(module.entry, world_size, args=(entry.device,), backend=entry.backend, timeout=timeout,
-                          env=entry.env))
+                          env={**entry.env, **(env or {})}, launcher=launcher))

@@ -6,8 +6,8 @@ import functools
 
 import pytest
 
-import interop_cases
-from collective_launch import launch, unavailable
+from tests.collectives import interop_cases
+from tests.collectives.collective_launch import launch, unavailable
 
 IDS = [fn.__name__ for fn in interop_cases.CASES]
 

@@ -12,8 +12,8 @@ import functools
 
 import pytest
 
-import conformance
-from collective_launch import BACKENDS, launch, unavailable
+from tests.collectives import conformance
+from tests.collectives.collective_launch import BACKENDS, launch, unavailable
 
 WORLD_SIZES = (1, 2, 3, 4)
 #: the socket backend's scheduled algorithms (more than four ranks, or forced):

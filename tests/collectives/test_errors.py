@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import error_cases
-from collective_launch import launch, unavailable
+from tests.collectives import error_cases
+from tests.collectives.collective_launch import launch, unavailable
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 BACKENDS = ("socket", "mpi")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-import recorded
-from collective_launch import launch, unavailable
+from tests.collectives import recorded
+from tests.collectives.collective_launch import launch, unavailable
 
 BACKENDS = ["socket", "mpi"]
 pytestmark = pytest.mark.timeout(300)
@@ -43,15 +43,9 @@ def test_detail_catches_count_mismatches_of_every_form(backend):
         pytest.skip(reason)
 
     class M:  # launch() runs ``module.entry``
-        __name__ = recorded.__name__
         entry = staticmethod(recorded.mismatch_entry)
 
-    if backend == "mpi":  # mpiexec imports the module by name: give it its own entry
-        pytest.importorskip("mpi4py")
-        import recorded_mismatch as module
-    else:
-        module = M
-    per_rank = launch(backend, module, n, 240, env={"NDIST_DEBUG": "DETAIL"})
+    per_rank = launch(backend, M, n, 240, env={"NDIST_DEBUG": "DETAIL"})
     for rank, res in enumerate(per_rank):
         for name, text in res.items():
             assert text.startswith("DistMismatchError: ") and "NDIST_DEBUG=DETAIL" in text, \

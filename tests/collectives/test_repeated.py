@@ -7,8 +7,8 @@ import functools
 
 import pytest
 
-import repeated_cases
-from collective_launch import launch, unavailable
+from tests.collectives import repeated_cases
+from tests.collectives.collective_launch import launch, unavailable
 
 BACKENDS = ("socket", "mpi")
 NAMES = [fn.__name__ for fn in repeated_cases.CASES]

@@ -25,7 +25,7 @@ from ndist.collectives._backend import DONE  # noqa: E402
 from ndist.runtime import DistMismatchError  # noqa: E402
 from ndist.collectives._staging import HostArrays, HostStagingBackend  # noqa: E402
 
-from backend_driver import Driver  # noqa: E402
+from tests.backend_driver import Driver  # noqa: E402
 from ndist.runtime import BackendContext, HashStore, get_backend_spec  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)

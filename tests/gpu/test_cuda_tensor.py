@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ndist
-from _gpu import gpu_count  # fails the run on a GPU that cannot be used
+from tests.gpu._gpu import gpu_count  # fails the run on a GPU that cannot be used
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(gpu_count() == 0, reason="needs CuPy and a CUDA GPU")]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import _gpu
+from tests.gpu import _gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ import ndist.multiprocessing as mp
 
 
 def _gpu_count():
-    from _gpu import gpu_count  # fails the run on a GPU that cannot be used
+    from tests.gpu._gpu import gpu_count  # fails the run on a GPU that cannot be used
 
     return gpu_count()
 
@@ -38,7 +38,7 @@ def _answer(done, proc, timeout=60.0):
 def test_cuda_array_through_queue_is_shared_not_copied():
     import cupy
 
-    import _mp_cuda_workers as w
+    from tests.gpu import _mp_cuda_workers as w
     from ndist.runtime.multiprocessing._cuda import reduce_cuda_array
 
     base = cupy.arange(1000, dtype=cupy.float32)
@@ -104,7 +104,7 @@ def test_a_cuda_array_reduces_on_a_thread_that_made_no_cuda_call():
 def test_cuda_tensor_through_queue():
     import cupy
 
-    import _mp_cuda_workers as w
+    from tests.gpu import _mp_cuda_workers as w
     from ndist.tensor import zeros
 
     t = zeros(16, device="cuda")

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _gpu_count():
-    from _gpu import gpu_count  # fails the run on a GPU that cannot be used
+    from tests.gpu._gpu import gpu_count  # fails the run on a GPU that cannot be used
 
     return gpu_count()
 

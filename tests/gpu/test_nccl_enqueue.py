@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from _gpu import require_gpu, single_rank_ctx
+from tests.gpu._gpu import require_gpu, single_rank_ctx
 
 cp = require_gpu(nccl=True)
 
-from backend_driver import Driver  # noqa: E402
+from tests.backend_driver import Driver  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
 from ndist.collectives._backend import DONE  # noqa: E402
 from ndist.runtime import get_backend_spec  # noqa: E402

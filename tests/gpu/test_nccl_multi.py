@@ -14,11 +14,11 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from _gpu import require_gpu
+from tests.gpu._gpu import require_gpu
 
 cp = require_gpu(min_devices=2, nccl=True)
 
-from backend_driver import Driver  # noqa: E402
+from tests.backend_driver import Driver  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
 from ndist.runtime import (BackendContext, DistBackendError, DistTimeoutError, HashStore,  # noqa: E402
                            get_backend_spec)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from _gpu import require_gpu
+from tests.gpu._gpu import require_gpu
 
 cp = require_gpu(nccl=True)
 
-from backend_driver import Driver  # noqa: E402
+from tests.backend_driver import Driver  # noqa: E402
 from ndist.testing import run_ranks  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]

@@ -10,12 +10,12 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from _gpu import require_gpu
+from tests.gpu._gpu import require_gpu
 
 cp = require_gpu()
 pytest.importorskip("ndist.collectives.backends.socket")
 
-from backend_driver import Driver  # noqa: E402
+from tests.backend_driver import Driver  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
 from ndist.collectives._staging import HostStagingBackend  # noqa: E402
 from ndist.runtime import BackendContext, HashStore, get_backend_spec  # noqa: E402

@@ -4,7 +4,7 @@ import sys
 import textwrap
 
 import pytest
-from tmp_folders import tmp_under
+from tests.tmp_folders import tmp_under
 
 
 class Launcher:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from launch_helpers import alive, wait_dead, wait_for
+from tests.launch.launch_helpers import alive, wait_dead, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from launch_helpers import alive, wait_dead, wait_for
+from tests.launch.launch_helpers import alive, wait_dead, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from launch_helpers import wait_dead
+from tests.launch.launch_helpers import wait_dead
 from ndist.runtime._shmfiles import job_prefix
 from ndist.testing import launch_nodes, make_hosts, ndist_env, outputs, wait_launchers
 

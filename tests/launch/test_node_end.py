@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from launch_helpers import wait_for
+from tests.launch.launch_helpers import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

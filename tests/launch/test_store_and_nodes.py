@@ -108,7 +108,7 @@ time.sleep(120)
 def test_node_rank_taken_twice_is_an_error(launcher):
     import signal
 
-    from launch_helpers import wait_for
+    from tests.launch.launch_helpers import wait_for
 
     launcher.script("import os, time; open(f'up-{os.environ[\"RANK\"]}', 'w').close(); time.sleep(60)\n")
     port, secret = _free_port(), secrets.token_hex(32)
@@ -133,7 +133,7 @@ def test_node_rank_taken_twice_is_an_error(launcher):
 def test_interrupting_one_node_stops_the_job(launcher):
     import signal
 
-    from launch_helpers import wait_for
+    from tests.launch.launch_helpers import wait_for
 
     launcher.script("import os, time; open(f'up-{os.environ[\"RANK\"]}', 'w').close(); time.sleep(60)\n")
     port, secret = _free_port(), secrets.token_hex(32)

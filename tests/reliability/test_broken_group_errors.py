@@ -10,64 +10,54 @@ A survivor slow to issue the async collective (a loaded machine) may learn of th
 first: the group is revoked then, and the call itself raises the same error (it failed
 1 run in 25 under load before the job caught it there)."""
 
-import json
 import os
-import subprocess
-import sys
-import textwrap
+import signal
+import time
+from datetime import timedelta
 
+import numpy as np
 import pytest
 
-_JOB = """
-import json, os, signal, sys
-from datetime import timedelta
-import numpy as np
 import ndist.distributed as dist
-from tests.kill_sync import all_past
+from tests.kill_sync import all_past, kill_self, killed_at, record, run_with_victim
 
-out = sys.argv[1]
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # survivors stay to report; the launcher SIGKILLs after its grace
-dist.init_process_group("socket", timeout=timedelta(seconds=20))
-rank = dist.get_rank()
-x = np.ones(64)
-dist.all_reduce(x)
-dist.barrier()
-all_past(out, rank, 3, victim=2)
-if rank == 2:
-    os.kill(os.getpid(), signal.SIGKILL)
-recs = []
-try:
-    work = dist.all_reduce(x, async_op=True)  # in flight when the peer dies; waited only later
-except dist.DistError as err:  # a slow rank: the loss was known before the call, which fails at once
-    work = err
-for step in range(2):
+
+def _next_op_job(rank, size, out):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # survivors stay to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=20))
+    x = np.ones(64)
+    dist.all_reduce(x)
+    dist.barrier()
+    all_past(out, rank, 3, victim=2)
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    recs = []
     try:
-        if step == 0:
-            if isinstance(work, Exception):
-                raise work
-            work.wait()
-        else:
-            dist.all_reduce(x)
-        recs.append({"type": None})
-    except Exception as err:
-        recs.append({"type": type(err).__name__, "dist": isinstance(err, dist.DistError),
-                     "peer": getattr(err, "rank", None), "msg": str(err)})
-with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump(recs, f)
-"""
+        work = dist.all_reduce(x, async_op=True)  # in flight when the peer dies; waited only later
+    except dist.DistError as err:  # a slow rank: the loss was known before the call, which fails at once
+        work = err
+    for step in range(2):
+        try:
+            if step == 0:
+                if isinstance(work, Exception):
+                    raise work
+                work.wait()
+            else:
+                dist.all_reduce(x)
+            recs.append(record())
+        except Exception as err:
+            recs.append(dict(record(err), dist=isinstance(err, dist.DistError)))
+    return recs
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("engine", ["python", "native"])
 def test_the_next_collective_on_a_broken_group_raises_a_dist_error_naming_the_lost_rank(tmp_path, engine):
-    (tmp_path / "job.py").write_text(textwrap.dedent(_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT="auto", NDIST_ENGINE=engine)
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
-                        str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80, env=env)
-    assert r.returncode != 0, r.stderr[-3000:]
+    out = run_with_victim(_next_op_job, 3, 2, tmp_path, NDIST_TRANSPORT="auto", NDIST_ENGINE=engine)
+    assert out.launcher_exitcode != 0, out
     for rank in (0, 1):
-        assert (tmp_path / f"r{rank}.json").exists(), (rank, r.stderr[-4000:])
-        recs = json.loads((tmp_path / f"r{rank}.json").read_text())
+        recs = out[rank]
+        assert recs is not None, (rank, out)
         for rec in recs:  # the failed op, then the next one on the broken group
             assert rec["type"] in ("DistRankFailureError", "DistNetworkError") and rec["dist"], (rank, recs)
             assert rec["peer"] == 2 and "rank 2" in rec["msg"], (rank, recs)
@@ -77,41 +67,28 @@ def test_the_next_collective_on_a_broken_group_raises_a_dist_error_naming_the_lo
 # point-to-point streams (the p2p relay), and stops calling. Rank 1 then runs a
 # broadcast from rank 0 on the same group: that group has lost a member, so the
 # broadcast cannot complete, and rank 1's backend has been told so.
-_P2P_THEN_COLLECTIVE_JOB = """
-import json, os, signal, sys, time
-from datetime import timedelta
-import numpy as np
-import ndist.distributed as dist
-
-out = sys.argv[1]
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
-dist.init_process_group("socket", timeout=timedelta(seconds=10))
-rank, size = dist.get_rank(), dist.get_world_size()
-x = np.ones(64)
-dist.all_reduce(x)
-dist.send(np.full(4, 1.0), dst=(rank + 1) % size)  # the point-to-point streams are up
-dist.recv(np.zeros(4), src=(rank - 1) % size)
-dist.barrier()
-if rank == 2:
-    with open(os.path.join(out, "killed"), "w") as f:
-        f.write(repr(time.time()))
-    os.kill(os.getpid(), signal.SIGKILL)
-try:
-    if rank == 0:
-        dist.recv(np.zeros(4), src=2)
-    else:
-        time.sleep(1.0)  # rank 0's notice has arrived
-        dist.broadcast(x, src=0)  # waits on rank 0 only
-    rec = {"type": None}
-except dist.DistError as err:
-    rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
-rec["t"] = time.time()
-with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump(rec, f)
-deadline = time.time() + 15  # rank 0 stays (its exit would show rank 1 a lost connection to rank 0)
-while rank == 0 and time.time() < deadline and not os.path.exists(os.path.join(out, "r1.json")):
-    time.sleep(0.01)
-"""
+def _p2p_then_collective_job(rank, size, out):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=10))
+    x = np.ones(64)
+    dist.all_reduce(x)
+    dist.send(np.full(4, 1.0), dst=(rank + 1) % size)  # the point-to-point streams are up
+    dist.recv(np.zeros(4), src=(rank - 1) % size)
+    dist.barrier()
+    if rank == 2:
+        kill_self(out)
+    try:
+        if rank == 0:
+            dist.recv(np.zeros(4), src=2)
+        else:
+            time.sleep(1.0)  # rank 0's notice has arrived
+            dist.broadcast(x, src=0)  # waits on rank 0 only
+        rec = record()
+    except dist.DistError as err:
+        rec = record(err)
+    # rank 0 stays until rank 1 has its record (its exit would show rank 1 a lost connection to rank 0)
+    all_past(os.path.join(out, "recorded"), rank, [1], victim=0, timeout=15)
+    return rec
 
 
 @pytest.mark.timeout(90)
@@ -121,15 +98,12 @@ while rank == 0 and time.time() < deadline and not os.path.exists(os.path.join(o
     ("auto", "native"),
 ])
 def test_a_collective_fails_at_once_on_a_group_whose_p2p_side_heard_a_member_is_lost(tmp_path, transport, engine):
-    (tmp_path / "job.py").write_text(textwrap.dedent(_P2P_THEN_COLLECTIVE_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine)
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
-                        str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80, env=env)
-    assert r.returncode != 0, r.stderr[-3000:]
-    killed = float((tmp_path / "killed").read_text())
-    rec0 = json.loads((tmp_path / "r0.json").read_text())
+    out = run_with_victim(_p2p_then_collective_job, 3, 2, tmp_path, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine)
+    assert out.launcher_exitcode != 0, out
+    killed = killed_at(tmp_path)
+    rec0 = out[0]
     assert rec0["type"] in ("DistRankFailureError", "DistNetworkError") and rec0["peer"] == 2, rec0  # (passes today)
-    rec1 = json.loads((tmp_path / "r1.json").read_text())
+    rec1 = out[1]
     assert rec1["type"] in ("DistRankFailureError", "DistNetworkError") and rec1["peer"] == 2 and "rank 2" in rec1["msg"], rec1
     assert rec1["t"] - killed < 5, rec1  # 1 s + the 1 s sleep on a quiet machine; the group timeout is 10 s
 
@@ -140,66 +114,50 @@ def test_a_collective_fails_at_once_on_a_group_whose_p2p_side_heard_a_member_is_
 # its collective peers at once (ABORT "lost"), and rank 1's broadcast from rank 0 fails.
 # "collective": rank 0 learns of it in an all_reduce; rank 1 waits in a receive from
 # rank 0 (their streams are up): rank 0's point-to-point side relays it.
-_ONE_SIDE_TELLS_THE_OTHER_JOB = """
-import json, os, signal, sys, time
-from datetime import timedelta
-import numpy as np
-import ndist.distributed as dist
-
-out, how = sys.argv[1], sys.argv[2]
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
-dist.init_process_group("socket", timeout=timedelta(seconds=10))
-rank = dist.get_rank()
-x = np.ones(64)
-dist.all_reduce(x)  # the collective mesh is up
-if how == "idle" and rank in (0, 2):  # point-to-point streams between 0 and 2 only
-    dist.send(np.full(4, 1.0), dst=2 - rank)
-    dist.recv(np.zeros(4), src=2 - rank)
-if how == "collective" and rank in (0, 1):  # between 0 and 1 only
-    dist.send(np.full(4, 1.0), dst=1 - rank)
-    dist.recv(np.zeros(4), src=1 - rank)
-dist.barrier()
-if rank == 2:
-    with open(os.path.join(out, "killed"), "w") as f:
-        f.write(repr(time.time()))
-    os.kill(os.getpid(), signal.SIGKILL)
-try:
-    if rank == 0:
-        if how == "idle":
-            dist.recv(np.zeros(4), src=2)
+def _one_side_tells_the_other_job(rank, size, out, how):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=10))
+    x = np.ones(64)
+    dist.all_reduce(x)  # the collective mesh is up
+    if how == "idle" and rank in (0, 2):  # point-to-point streams between 0 and 2 only
+        dist.send(np.full(4, 1.0), dst=2 - rank)
+        dist.recv(np.zeros(4), src=2 - rank)
+    if how == "collective" and rank in (0, 1):  # between 0 and 1 only
+        dist.send(np.full(4, 1.0), dst=1 - rank)
+        dist.recv(np.zeros(4), src=1 - rank)
+    dist.barrier()
+    if rank == 2:
+        kill_self(out)
+    try:
+        if rank == 0:
+            if how == "idle":
+                dist.recv(np.zeros(4), src=2)
+            else:
+                dist.all_reduce(x)
+        elif how == "idle":
+            time.sleep(1.0)  # rank 0's notice has arrived
+            dist.broadcast(x, src=0)  # waits on rank 0 only
         else:
-            dist.all_reduce(x)
-    elif how == "idle":
-        time.sleep(1.0)  # rank 0's notice has arrived
-        dist.broadcast(x, src=0)  # waits on rank 0 only
-    else:
-        dist.recv(np.zeros(4), src=0)
-    rec = {"type": None}
-except dist.DistError as err:
-    rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
-rec["t"] = time.time()
-with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump(rec, f)
-deadline = time.time() + 15  # rank 0 stays (its exit would show rank 1 a lost connection to rank 0)
-while rank == 0 and time.time() < deadline and not os.path.exists(os.path.join(out, "r1.json")):
-    time.sleep(0.01)
-"""
+            dist.recv(np.zeros(4), src=0)
+        rec = record()
+    except dist.DistError as err:
+        rec = record(err)
+    # rank 0 stays until rank 1 has its record (its exit would show rank 1 a lost connection to rank 0)
+    all_past(os.path.join(out, "recorded"), rank, [1], victim=0, timeout=15)
+    return rec
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("how,transport", [("idle", "tcp"), ("idle", "shm"), ("collective", "tcp"),
                                            ("collective", "auto")])
 def test_one_side_of_a_backend_tells_the_other_of_a_lost_member(tmp_path, how, transport):
-    (tmp_path / "job.py").write_text(textwrap.dedent(_ONE_SIDE_TELLS_THE_OTHER_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
-                        str(tmp_path / "job.py"), str(tmp_path), how], capture_output=True, text=True, timeout=80,
-                       env=env)
-    assert r.returncode != 0, r.stderr[-3000:]
-    killed = float((tmp_path / "killed").read_text())
-    rec0 = json.loads((tmp_path / "r0.json").read_text())
+    out = run_with_victim(_one_side_tells_the_other_job, 3, 2, tmp_path, how, NDIST_TRANSPORT=transport,
+                          NDIST_ENGINE="python")
+    assert out.launcher_exitcode != 0, out
+    killed = killed_at(tmp_path)
+    rec0 = out[0]
     assert rec0["type"] in ("DistRankFailureError", "DistNetworkError") and rec0["peer"] == 2, rec0
-    rec1 = json.loads((tmp_path / "r1.json").read_text())
+    rec1 = out[1]
     assert rec1["type"] in ("DistRankFailureError", "DistNetworkError") and rec1["peer"] == 2 and "rank 2" in rec1["msg"], rec1
     assert rec1["t"] - killed < 5, rec1  # (the group timeout is 10 s)
 
@@ -208,58 +166,40 @@ def test_one_side_of_a_backend_tells_the_other_of_a_lost_member(tmp_path, how, t
 # rank 0's death in group [0, 2] and stopped; rank 3 waited on rank 2 in a world
 # collective for the whole group timeout, naming rank 2. A process's other groups that
 # have the dead rank as a member are told too, and tell their peers.
-_OTHER_GROUP_JOB = """
-import json, os, signal, sys, time
-from datetime import timedelta
-import numpy as np
-import ndist.distributed as dist
-from tests.kill_sync import all_past
-
-out = sys.argv[1]
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
-dist.init_process_group("socket", timeout=timedelta(seconds=10))
-rank = dist.get_rank()
-x = np.ones(64)
-dist.all_reduce(x)
-g = dist.new_group([0, 2])
-if rank in (0, 2):
-    dist.all_gather([np.zeros(4), np.zeros(4)], np.ones(4), group=g)  # its mesh is up
-dist.barrier()
-all_past(out, rank, 4, victim=0)
-if rank == 0:
-    with open(os.path.join(out, "killed"), "w") as f:
-        f.write(repr(time.time()))
-    os.kill(os.getpid(), signal.SIGKILL)
-try:
-    if rank == 2:
-        dist.all_gather([np.zeros(4), np.zeros(4)], np.ones(4), group=g)
-    else:
-        time.sleep(1.0)  # rank 2 has failed and stopped calling
-        dist.broadcast(x, src=2)  # (world) waits on rank 2 only
-    rec = {"type": None}
-except dist.DistError as err:
-    rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
-rec["t"] = time.time()
-with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump(rec, f)
-deadline = time.time() + 15  # rank 2 stays (its exit would show the others a lost connection to rank 2)
-while rank == 2 and time.time() < deadline and not all(
-        os.path.exists(os.path.join(out, f"r{r}.json")) for r in (1, 3)):
-    time.sleep(0.01)
-"""
+def _other_group_job(rank, size, out):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=10))
+    x = np.ones(64)
+    dist.all_reduce(x)
+    g = dist.new_group([0, 2])
+    if rank in (0, 2):
+        dist.all_gather([np.zeros(4), np.zeros(4)], np.ones(4), group=g)  # its mesh is up
+    dist.barrier()
+    all_past(out, rank, 4, victim=0)
+    if rank == 0:
+        kill_self(out)
+    try:
+        if rank == 2:
+            dist.all_gather([np.zeros(4), np.zeros(4)], np.ones(4), group=g)
+        else:
+            time.sleep(1.0)  # rank 2 has failed and stopped calling
+            dist.broadcast(x, src=2)  # (world) waits on rank 2 only
+        rec = record()
+    except dist.DistError as err:
+        rec = record(err)
+    # rank 2 stays until the others have their records (its exit would show them a lost connection to rank 2)
+    all_past(os.path.join(out, "recorded"), rank, [1, 3], victim=2, timeout=15)
+    return rec
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
 def test_a_loss_found_in_one_group_reaches_the_processs_other_groups(tmp_path, transport):
-    (tmp_path / "job.py").write_text(textwrap.dedent(_OTHER_GROUP_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "4", "--term-timeout", "30",
-                        str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80, env=env)
-    assert r.returncode != 0, r.stderr[-3000:]
-    killed = float((tmp_path / "killed").read_text())
+    out = run_with_victim(_other_group_job, 4, 0, tmp_path, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
+    assert out.launcher_exitcode != 0, out
+    killed = killed_at(tmp_path)
     for rank in (2, 1, 3):
-        assert (tmp_path / f"r{rank}.json").exists(), (rank, r.stderr[-4000:])
-        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        rec = out[rank]
+        assert rec is not None, (rank, out)
         assert rec["type"] in ("DistRankFailureError", "DistNetworkError") and rec["peer"] == 0 and "rank 0" in rec["msg"], (rank, rec)
         assert rec["t"] - killed < 5, (rank, rec["t"] - killed, rec)  # the group timeout is 10 s

@@ -9,61 +9,34 @@ proof; the runtime fails at once only where it knows: the member runs on this ho
 and its process is gone, or this process already recorded its loss (in another
 group)."""
 
-import json
 import os
-import subprocess
-import sys
-import textwrap
+import signal
+import time
+from datetime import timedelta
 
+import numpy as np
 import pytest
 
+import ndist.distributed as dist
+from tests.kill_sync import all_past, kill_self, killed_at, record, run_with_victim
 
-def _launch(tmp_path, job: str, *args, **env) -> float:
-    """Run ``job`` on 3 ranks under ndistrun (it must fail: a rank is killed); the kill time."""
-    (tmp_path / "job.py").write_text(textwrap.dedent(job))
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
-                        str(tmp_path / "job.py"), str(tmp_path), *map(str, args)],
-                       capture_output=True, text=True, timeout=80, env=dict(os.environ, **env))
-    assert r.returncode != 0, r.stderr[-3000:]
-    assert (tmp_path / "killed").exists(), r.stderr[-3000:]
-    if not (tmp_path / "r.json").exists():  # (the survivor's record: what it printed says why)
-        (tmp_path / "r.json").write_text(json.dumps({"type": "no record", "stderr": r.stderr[-3000:]}))
-    return float((tmp_path / "killed").read_text())
+
+def _launch(tmp_path, job, victim: int, *args, term_timeout: float = 30, **env):
+    """Run ``job`` on 3 ranks under ndistrun (it must fail: ``victim`` is killed); the
+    results by rank (the victim's None) and the kill time."""
+    out = run_with_victim(job, 3, victim, tmp_path, *args, term_timeout=term_timeout, **env)
+    assert out.launcher_exitcode != 0, out
+    assert (tmp_path / "killed").exists(), out
+    return out, killed_at(tmp_path)
 
 
 def _names_at_once(rec: dict, victim: int, killed: float) -> None:
-    # (no record: the launcher's stderr whole, not the dict's shortened repr)
-    assert rec["type"] in ("DistRankFailureError", "DistNetworkError"), rec.get("stderr", rec)
+    assert rec["type"] in ("DistRankFailureError", "DistNetworkError"), rec
     assert rec["peer"] == victim and f"rank {victim}" in rec["msg"], rec
     assert rec["t"] - killed < 5, (rec["t"] - killed, rec)  # the group timeout is 20 s
 
 
-_JOB = """
-import json, os, signal, sys, time
-from datetime import timedelta
-import numpy as np
-import ndist.distributed as dist
-
-out, what, when = sys.argv[1], sys.argv[2], sys.argv[3]
-survivor, victim = int(sys.argv[4]), int(sys.argv[5])
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the survivor stays to report; the launcher SIGKILLs after its grace
-dist.init_process_group("socket", timeout=timedelta(seconds=20))
-rank = dist.get_rank()
-dist.all_reduce(np.ones(8))  # the world group is connected: every rank knows every other's process
-g = dist.new_group(sorted((survivor, victim)))
-if when == "published" and rank == victim:
-    dist.get_engine(g)  # its backend exists (its address is published), nothing is connected
-if rank == victim:
-    with open(os.path.join(out, "victim_pid"), "w") as f:
-        f.write(str(os.getpid()))
-dist.barrier()
-if rank == victim:
-    with open(os.path.join(out, "killed"), "w") as f:
-        f.write(repr(time.time()))
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def gone(pid):  # (a zombie until the launcher reaps it: dead all the same)
+def _gone(pid):  # (a zombie until the launcher reaps it: dead all the same)
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
@@ -71,12 +44,27 @@ def gone(pid):  # (a zombie until the launcher reaps it: dead all the same)
         return True
 
 
-if rank == survivor:
+def _job(rank, size, out, what, when, survivor, victim):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the survivor stays to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=20))
+    dist.all_reduce(np.ones(8))  # the world group is connected: every rank knows every other's process
+    g = dist.new_group(sorted((survivor, victim)))
+    if when == "published" and rank == victim:
+        dist.get_engine(g)  # its backend exists (its address is published), nothing is connected
+    if rank == victim:
+        with open(os.path.join(out, "victim_pid"), "w") as f:
+            f.write(str(os.getpid()))
+    dist.barrier()
+    if rank == victim:
+        kill_self(out)
+    if rank != survivor:
+        return None
     # its op starts once the victim is dead: a send racing the kill may reach it alive (and
     # return, delivered), which is not the case under test
-    pid = int(open(os.path.join(out, "victim_pid")).read())
+    with open(os.path.join(out, "victim_pid")) as f:
+        pid = int(f.read())
     deadline = time.monotonic() + 30
-    while not gone(pid):
+    while not _gone(pid):
         assert time.monotonic() < deadline, "the victim never died"
         time.sleep(0.001)
     try:
@@ -86,13 +74,9 @@ if rank == survivor:
             dist.send(np.ones(4), dst=victim, group=g)
         else:
             dist.recv(np.zeros(4), src=victim, group=g)
-        rec = {"type": None}
+        return record()
     except dist.DistError as err:
-        rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
-    rec["t"] = time.time()
-    with open(os.path.join(out, "r.json"), "w") as f:
-        json.dump(rec, f)
-"""
+        return record(err)
 
 
 @pytest.mark.timeout(90)
@@ -105,8 +89,9 @@ if rank == survivor:
     ("recv", "published", 1, 0, "tcp"),
 ])
 def test_connecting_to_a_dead_member_fails_at_once_naming_it(tmp_path, what, when, survivor, victim, transport):
-    killed = _launch(tmp_path, _JOB, what, when, survivor, victim, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
-    _names_at_once(json.loads((tmp_path / "r.json").read_text()), victim, killed)
+    out, killed = _launch(tmp_path, _job, victim, what, when, survivor, victim, NDIST_TRANSPORT=transport,
+                          NDIST_ENGINE="python")
+    _names_at_once(out[survivor], victim, killed)
 
 
 # Rank 2 dies right after the group is made, before its first collective. Rank 0 waits
@@ -114,51 +99,32 @@ def test_connecting_to_a_dead_member_fails_at_once_naming_it(tmp_path, what, whe
 # both receivers before it sends a byte, cannot open rank 2's (dead) and fails at once. It
 # tells rank 0 (a "lost" notice on their link), so rank 0 fails at once naming rank 2, not
 # at the group timeout, and without the broadcast's data.
-_HALF_BUILT_JOB = """
-import json, os, signal, sys, time
-from datetime import timedelta
-import numpy as np
-import ndist.distributed as dist
-
-out = sys.argv[1]
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
-dist.init_process_group("socket", timeout=timedelta(seconds=20))
-rank = dist.get_rank()
-dist.all_reduce(np.ones(8))  # returned on rank 2: delivered to the others too, over shm as well
-g = dist.new_group([0, 1, 2])
-if rank == 2:
-    with open(os.path.join(out, "killed"), "w") as f:
-        f.write(repr(time.time()))
-    os.kill(os.getpid(), signal.SIGKILL)
-if rank == 1:
-    time.sleep(0.5)  # rank 2 is gone, rank 0 waits
-try:
-    dist.broadcast(np.ones(4), src=1, group=g)
-    rec = {"type": None}
-except dist.DistError as err:
-    rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
-rec["t"] = time.time()
-with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump(rec, f)
-deadline = time.time() + 25  # rank 1 stays (its exit would show rank 0 a lost connection to rank 1)
-while rank == 1 and time.time() < deadline and not os.path.exists(os.path.join(out, "r0.json")):
-    time.sleep(0.01)
-"""
+def _half_built_job(rank, size, out):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=20))
+    dist.all_reduce(np.ones(8))  # returned on rank 2: delivered to the others too, over shm as well
+    g = dist.new_group([0, 1, 2])
+    if rank == 2:
+        kill_self(out)
+    if rank == 1:
+        time.sleep(0.5)  # rank 2 is gone, rank 0 waits
+    try:
+        dist.broadcast(np.ones(4), src=1, group=g)
+        rec = record()
+    except dist.DistError as err:
+        rec = record(err)
+    # rank 1 stays until rank 0 has its record (its exit would show rank 0 a lost connection to rank 1)
+    all_past(os.path.join(out, "recorded"), rank, [0], victim=1, timeout=25)
+    return rec
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
 def test_a_rank_that_cannot_build_a_group_tells_the_members_waiting_on_it(tmp_path, transport):
-    (tmp_path / "job.py").write_text(textwrap.dedent(_HALF_BUILT_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE="python")
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "40",
-                        str(tmp_path / "job.py"), str(tmp_path)], capture_output=True, text=True, timeout=80, env=env)
-    assert r.returncode != 0, r.stderr[-3000:]
-    killed = float((tmp_path / "killed").read_text())
+    out, killed = _launch(tmp_path, _half_built_job, 2, term_timeout=40, NDIST_TRANSPORT=transport,
+                          NDIST_ENGINE="python")
     for rank in (1, 0):
-        path = tmp_path / f"r{rank}.json"
-        assert path.exists(), (rank, r.stderr[-3000:])  # (no record: what the job printed says why)
-        rec = json.loads(path.read_text())
+        rec = out[rank]
         assert rec["type"] in ("DistRankFailureError", "DistNetworkError") and rec["peer"] == 2 and "rank 2" in rec["msg"], (rank, rec)
         assert rec["t"] - killed < 5, (rank, rec["t"] - killed, rec)  # the group timeout is 20 s
 
@@ -168,46 +134,33 @@ def test_a_rank_that_cannot_build_a_group_tells_the_members_waiting_on_it(tmp_pa
 # rank 2's send to rank 3 waited the whole group timeout for that address and raised
 # naming rank 3. While a rank waits for a member's address it now also looks at the
 # group's other members: one known dead fails the wait at once, naming it.
-_SILENT_MEMBER_JOB = """
-import json, os, signal, sys, time
-from datetime import timedelta
-import numpy as np
-import ndist.distributed as dist
-from tests.kill_sync import all_past
-
-out = sys.argv[1]
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
-dist.init_process_group("socket", timeout=timedelta(seconds=20))
-rank = dist.get_rank()
-dist.all_reduce(np.ones(8))  # every rank knows every other's process
-g = dist.new_group([0, 1, 2])
-all_past(os.path.join(out, "past"), rank, 3, victim=0)  # (the victim dies once every rank is past the all_reduce)
-if rank == 0:  # the victim
-    with open(os.path.join(out, "killed"), "w") as f:
-        f.write(repr(time.time()))
-    os.kill(os.getpid(), signal.SIGKILL)
-if rank == 2:  # stops calling: never builds g, never publishes its address there
-    deadline = time.time() + 30  # until rank 1 has reported (not a fixed 30 s: the job ends then)
-    while time.time() < deadline and not os.path.exists(os.path.join(out, "r.json")):
-        time.sleep(0.01)
-    sys.exit(0)
-time.sleep(0.5)  # rank 0 is gone
-try:
-    dist.send(np.ones(4), dst=2, group=g)
-    rec = {"type": None}
-except dist.DistError as err:
-    rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
-rec["t"] = time.time()
-with open(os.path.join(out, "r.json"), "w") as f:
-    json.dump(rec, f)
-"""
+def _silent_member_job(rank, size, out):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=20))
+    dist.all_reduce(np.ones(8))  # every rank knows every other's process
+    g = dist.new_group([0, 1, 2])
+    all_past(os.path.join(out, "past"), rank, 3, victim=0)  # (the victim dies once every rank is past the all_reduce)
+    if rank == 0:  # the victim
+        kill_self(out)
+    if rank == 2:  # stops calling: never builds g, never publishes its address there
+        # until rank 1 has reported (not a fixed 30 s: the job ends then)
+        all_past(os.path.join(out, "recorded"), rank, [1], victim=2, timeout=30)
+        return None
+    time.sleep(0.5)  # rank 0 is gone
+    try:
+        dist.send(np.ones(4), dst=2, group=g)
+        rec = record()
+    except dist.DistError as err:
+        rec = record(err)
+    all_past(os.path.join(out, "recorded"), rank, [1], victim=2)
+    return rec
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("transport", ["tcp", "auto"])
 def test_waiting_for_a_silent_members_address_fails_at_once_when_another_member_is_dead(tmp_path, transport):
-    killed = _launch(tmp_path, _SILENT_MEMBER_JOB, NDIST_TRANSPORT=transport)
-    _names_at_once(json.loads((tmp_path / "r.json").read_text()), 0, killed)
+    out, killed = _launch(tmp_path, _silent_member_job, 0, NDIST_TRANSPORT=transport)
+    _names_at_once(out[1], 0, killed)
 
 
 # Kill trial seed 3185 (auto transport): a member died while the group built its
@@ -215,39 +168,24 @@ def test_waiting_for_a_silent_members_address_fails_at_once_when_another_member_
 # peers' memory it can read; the others waited the group timeout for it. Links now agree
 # on memory access as they open (``_links_wire``): the member dies probing it, in the
 # middle of a link's opening, and the peers fail at once, naming it.
-_CMA_KEY_JOB = """
-import json, os, signal, sys, time
-from datetime import timedelta
-import numpy as np
-import ndist.distributed as dist
-from ndist.collectives.backends.socket.wire import _cma
+def _cma_key_job(rank, size, out):
+    from ndist.collectives.backends.socket.wire import _cma
 
-out = sys.argv[1]
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
-dist.init_process_group("socket", timeout=timedelta(seconds=20))
-rank = dist.get_rank()
-dist.all_reduce(np.ones(8))
-g = dist.new_group([0, 1, 2])
-if rank == 0:  # the victim: dies in g's set-up, probing a peer's memory
-    def die(*args, **kwargs):
-        with open(os.path.join(out, "killed"), "w") as f:
-            f.write(repr(time.time()))
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    _cma.can_read = die
-try:
-    dist.all_reduce(np.ones(4), group=g)
-    rec = {"type": None}
-except dist.DistError as err:
-    rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
-rec["t"] = time.time()
-with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump(rec, f)
-"""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=20))
+    dist.all_reduce(np.ones(8))
+    g = dist.new_group([0, 1, 2])
+    if rank == 0:  # the victim: dies in g's set-up, probing a peer's memory
+        _cma.can_read = lambda *args, **kwargs: kill_self(out)
+    try:
+        dist.all_reduce(np.ones(4), group=g)
+        return record()
+    except dist.DistError as err:
+        return record(err)
 
 
 @pytest.mark.timeout(90)
 def test_a_member_dying_before_it_publishes_its_memory_access_is_named_at_once(tmp_path):
-    killed = _launch(tmp_path, _CMA_KEY_JOB, NDIST_TRANSPORT="auto", NDIST_ENGINE="python")
+    out, killed = _launch(tmp_path, _cma_key_job, 0, NDIST_TRANSPORT="auto", NDIST_ENGINE="python")
     for rank in (1, 2):
-        _names_at_once(json.loads((tmp_path / f"r{rank}.json").read_text()), 0, killed)
+        _names_at_once(out[rank], 0, killed)

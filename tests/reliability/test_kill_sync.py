@@ -9,63 +9,54 @@ half a second late, so rank 0 (which has heard from everyone) returns and dies w
 still waits for rank 1. Without the sync rank 3's barrier raises a ``DistError`` naming
 rank 0; with it rank 3 is past the barrier before rank 0 dies."""
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
+import time
+from datetime import timedelta
 
+import numpy as np
 import pytest
 
-_JOB = """
-import json, os, signal, sys, time
-from datetime import timedelta
-import numpy as np
 import ndist.distributed as dist
-import ndist.collectives.backends.socket.engine._engine as engine
-from tests.kill_sync import all_past
+from tests.kill_sync import all_past, kill_self, run_with_victim
 
-out, sync = sys.argv[1], sys.argv[2] == "sync"
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
-dist.init_process_group("socket", timeout=timedelta(seconds=20))
-rank = dist.get_rank()
-dist.all_reduce(np.ones(4))  # every link is up
-if rank == 1:
-    write = engine.CollectiveStreams._write
 
-    def late_to_3(self, conn):
-        if conn.peer == 3 and conn.out:
-            time.sleep(0.5)
-        return write(self, conn)
+def _job(rank, size, out, sync):
+    import signal
 
-    engine.CollectiveStreams._write = late_to_3
-try:
-    dist.barrier()
-    rec = {"barrier": None}
-except dist.DistError as err:
-    rec = {"barrier": [type(err).__name__, err.rank]}
-if sync:
-    all_past(out, rank, 4, victim=0)
-if rank == 0:
-    os.kill(os.getpid(), signal.SIGKILL)
-with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump(rec, f)
-"""
+    import ndist.collectives.backends.socket.engine._engine as engine
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=20))
+    dist.all_reduce(np.ones(4))  # every link is up
+    if rank == 1:
+        write = engine.CollectiveStreams._write
+
+        def late_to_3(self, conn):
+            if conn.peer == 3 and conn.out:
+                time.sleep(0.5)
+            return write(self, conn)
+
+        engine.CollectiveStreams._write = late_to_3
+    try:
+        dist.barrier()
+        rec = {"barrier": None}
+    except dist.DistError as err:
+        rec = {"barrier": [type(err).__name__, err.rank]}
+    if sync == "sync":
+        all_past(out, rank, 4, victim=0)
+    if rank == 0:
+        kill_self(out)
+    return rec
 
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("sync", ["none", "sync"])
 def test_a_victim_that_waits_for_every_rank_to_be_past_fails_no_barrier(tmp_path, sync):
-    (tmp_path / "job.py").write_text(textwrap.dedent(_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT="tcp", NDIST_ENGINE="python")
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "4", "--term-timeout", "30",
-                        str(tmp_path / "job.py"), str(tmp_path), sync], capture_output=True, text=True, timeout=80,
-                       env=env)
-    assert r.returncode != 0, r.stderr[-3000:]  # rank 0 was killed
+    out = run_with_victim(_job, 4, 0, tmp_path, sync, NDIST_TRANSPORT="tcp", NDIST_ENGINE="python")
+    assert out.launcher_exitcode != 0, out  # rank 0 was killed
     recs = {}
     for rank in (1, 2, 3):
-        assert (tmp_path / f"r{rank}.json").exists(), (rank, r.stderr[-4000:])
-        recs[rank] = json.loads((tmp_path / f"r{rank}.json").read_text())["barrier"]
+        assert out[rank] is not None, (rank, out)
+        recs[rank] = out[rank]["barrier"]
     if sync == "sync":
         assert recs == {1: None, 2: None, 3: None}, recs
     else:  # rank 3 still waited for rank 1's late frame when rank 0 died

@@ -6,62 +6,43 @@ rank."""
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 import time
 from datetime import timedelta
 
 import pytest
 
 from ndist.testing import run_ranks
+from tests.kill_sync import all_past, kill_self, killed_at, run_with_victim, step_until_a_peer_dies
 
-_KILL_JOB = """
-import json, os, signal, sys, time
-import numpy as np
-import ndist.distributed as dist
+def _kill_mid_all_to_all(rank, size, out):
+    import signal
 
-out = sys.argv[1]
-signal.signal(signal.SIGTERM, lambda *a: None)  # stay alive to report; the launcher SIGKILLs after the grace
-dist.init_process_group("socket")
-rank, size = dist.get_rank(), dist.get_world_size()
-x = np.arange(4096 * size, dtype=np.float32)
-y = np.empty_like(x)
-for i in range(100000):
-    if rank == 2 and i == 30:
-        with open(os.path.join(out, "killed"), "w") as f:
-            f.write(repr(time.time()))
-        os.kill(os.getpid(), signal.SIGKILL)
-    try:
-        dist.all_to_all_single(y, x)
-    except dist.DistNetworkError as err:
-        with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-            json.dump({"t": time.time(), "peer": err.rank, "host": err.host, "msg": str(err)}, f)
-        # stay until every survivor has reported: a survivor that exits at once resets its
-        # connections, and a slower survivor may then see that rank vanish first
-        deadline = time.time() + 10
-        while time.time() < deadline and len([n for n in os.listdir(out) if n.startswith("r")]) < size - 1:
-            time.sleep(0.01)
-        sys.exit(3)
-"""
+    import numpy as np
+
+    import ndist.distributed as dist
+
+    signal.signal(signal.SIGTERM, lambda *a: None)  # stay alive to report; the launcher SIGKILLs after the grace
+    dist.init_process_group("socket")
+    x = np.arange(4096 * size, dtype=np.float32)
+    y = np.empty_like(x)
+    return step_until_a_peer_dies(lambda: dist.all_to_all_single(y, x), rank, size, 2, 30, out,
+                                  errors=dist.DistNetworkError)
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("transport", ["tcp", "auto", "shm"])
-def test_sigkill_mid_all_to_all_fails_every_survivor_naming_the_rank_and_ndistrun_exits(tmp_path, transport):
-    job = tmp_path / "job.py"
-    job.write_text(textwrap.dedent(_KILL_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_FLIGHT_RECORDER_DIR=str(tmp_path / "fr"))
+def test_sigkill_mid_all_to_all_fails_every_survivor_naming_the_rank_and_ndistrun_exits(tmp_path, transport, capfd):
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "4", "--term-timeout", "20",
-                        str(job), str(tmp_path)], capture_output=True, text=True, timeout=100, env=env)
+    out = run_with_victim(_kill_mid_all_to_all, 4, 2, tmp_path, term_timeout=20, timeout=100,
+                          NDIST_TRANSPORT=transport, NDIST_FLIGHT_RECORDER_DIR=str(tmp_path / "fr"))
     wall = time.monotonic() - t0
-    assert r.returncode != 0, r.stderr
-    assert "rank 2" in r.stderr.lower() or "rank: 2" in r.stderr.lower(), r.stderr[-3000:]
-    assert "SIGKILL" in r.stderr, r.stderr[-3000:]
-    killed = float((tmp_path / "killed").read_text())
+    stderr = capfd.readouterr().err  # ndistrun's report
+    assert out.launcher_exitcode != 0, stderr
+    assert "rank 2" in stderr.lower() or "rank: 2" in stderr.lower(), stderr[-3000:]
+    assert "SIGKILL" in stderr, stderr[-3000:]
+    killed = killed_at(tmp_path)
     for rank in (0, 1, 3):
-        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        rec = out[rank]
         assert rec["peer"] == 2, rec
         assert rec["host"], rec
         assert "rank 2" in rec["msg"], rec
@@ -221,60 +202,51 @@ def test_destroy_right_after_a_shared_memory_gather_waits_for_the_reader():
 # all_to_all, or for the data of a broadcast from rank 0), without polling rank 1's
 # connection itself: it must learn of the loss from rank 0, not when rank 0 exits
 # (the 1-in-25 shm failure of tools/trials/failure_latency.py under load).
-_SLOW_ACK_JOB = """
-import json, os, signal, sys, time
-import numpy as np
-import ndist.distributed as dist
-from ndist.collectives.backends.socket.engine import _engine
+def _slow_ack_job(rank, size, out, then):
+    import signal
 
-out = sys.argv[1]
-signal.signal(signal.SIGTERM, lambda *a: None)
-dist.init_process_group("socket")
-rank, size = dist.get_rank(), dist.get_world_size()
-x = np.arange(256 * size, dtype=np.float32)
-y = np.empty_like(x)
-dist.all_to_all_single(y, x)  # connections up, segments mapped
-if rank == 0:
-    finish = _engine.CollectiveStreams.finish
-    def slow_finish(self):
-        time.sleep(1.0)  # rank 1 has all its data by now, and dies
-        finish(self)
-    _engine.CollectiveStreams.finish = slow_finish
-try:
-    dist.all_to_all_single(y, x)
-    if rank == 1:
-        with open(os.path.join(out, "killed"), "w") as f:
-            f.write(repr(time.time()))
-        os.kill(os.getpid(), signal.SIGKILL)
-    for _ in range(2):
-        if sys.argv[2] == "all_to_all":
-            dist.all_to_all_single(y, x)
-        else:  # rank 2 waits on rank 0 only
-            dist.broadcast(x, src=0)
-    rec = {"t": time.time(), "peer": None, "msg": "no error"}
-except dist.DistNetworkError as err:
-    rec = {"t": time.time(), "peer": err.rank, "host": err.host, "msg": str(err)}
-with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump(rec, f)
-deadline = time.time() + 20  # stay: exiting would show rank 2 a lost connection
-while time.time() < deadline and not all(os.path.exists(os.path.join(out, f"r{q}.json")) for q in (0, 2)):
-    time.sleep(0.01)
-sys.exit(3)
-"""
+    import numpy as np
+
+    import ndist.distributed as dist
+    from ndist.collectives.backends.socket.engine import _engine
+
+    signal.signal(signal.SIGTERM, lambda *a: None)
+    dist.init_process_group("socket")
+    x = np.arange(256 * size, dtype=np.float32)
+    y = np.empty_like(x)
+    dist.all_to_all_single(y, x)  # connections up, segments mapped
+    if rank == 0:
+        finish = _engine.CollectiveStreams.finish
+
+        def slow_finish(self):
+            time.sleep(1.0)  # rank 1 has all its data by now, and dies
+            finish(self)
+        _engine.CollectiveStreams.finish = slow_finish
+    try:
+        dist.all_to_all_single(y, x)
+        if rank == 1:
+            kill_self(out)
+        for _ in range(2):
+            if then == "all_to_all":
+                dist.all_to_all_single(y, x)
+            else:  # rank 2 waits on rank 0 only
+                dist.broadcast(x, src=0)
+        rec = {"t": time.time(), "peer": None, "msg": "no error"}
+    except dist.DistNetworkError as err:
+        rec = {"t": time.time(), "peer": err.rank, "host": err.host, "msg": str(err)}
+    # stay until the other survivor has its record: exiting would show rank 2 a lost connection
+    all_past(os.path.join(out, "recorded"), rank, (0, 2), victim=(0, 2), timeout=20)
+    return rec
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("transport,then", [("shm", "all_to_all"), ("shm", "broadcast"), ("tcp", "broadcast")])
 def test_a_survivor_waiting_on_another_survivor_learns_of_the_death_from_it(tmp_path, transport, then):
-    job = tmp_path / "job.py"
-    job.write_text(textwrap.dedent(_SLOW_ACK_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT=transport)
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
-                        str(job), str(tmp_path), then], capture_output=True, text=True, timeout=100, env=env)
-    assert r.returncode != 0, r.stderr
-    killed = float((tmp_path / "killed").read_text())
+    out = run_with_victim(_slow_ack_job, 3, 1, tmp_path, then, timeout=100, NDIST_TRANSPORT=transport)
+    assert out.launcher_exitcode != 0, out
+    killed = killed_at(tmp_path)
     for rank in (0, 2):
-        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        rec = out[rank]
         assert rec["peer"] == 1, (rank, rec)
         assert "rank 1" in rec["msg"], rec
         # rank 0 sees the loss after its 1 s delay; rank 2 hears of it from rank 0 at

@@ -15,8 +15,7 @@ import pytest
 
 from ndist.testing import run_ranks
 
-sys.path.insert(0, os.path.dirname(__file__))
-from rank_loss_jobs import run_job  # noqa: E402
+from tests.reliability.rank_loss_jobs import run_job  # noqa: E402
 
 ENGINES = ["native", "python"]
 

@@ -18,7 +18,7 @@ import pytest
 from ndist.runtime._shmfiles import SHM_DIR, job_prefix
 from ndist.runtime.store import TCPStoreServer
 from ndist.testing import run_ranks
-from tmp_folders import tmp_under
+from tests.tmp_folders import tmp_under
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="no /dev/shm")]

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from ndist.testing import run_ranks
-from stopped_ranks import finish, not_heard_from, open_streams, stop_one
+from tests.stopped_ranks import finish, not_heard_from, open_streams, stop_one
 
 A, B, S = 0, 1, 2
 TIMEOUT = 3.0

@@ -5,49 +5,41 @@ Found by tools/trials/kill_trials.py (seed 1, tcp, native engine): with rank 2 o
 killed, a survivor in group [0, 2] raised ``lost point-to-point connection to rank 1``
 with ``.rank == 1``, naming a live rank (global rank 1) instead of the dead one."""
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
+from datetime import timedelta
 
+import numpy as np
 import pytest
 
-_JOB = """
-import json, os, signal, sys
-from datetime import timedelta
-import numpy as np
 import ndist.distributed as dist
-from tests.kill_sync import all_past
+from tests.kill_sync import all_past, kill_self, record, run_with_victim
 
-out, what = sys.argv[1], sys.argv[2]
-me, victim = [int(r) for r in sys.argv[3].split(",")]  # the group: [me, victim]
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # rank 0 stays to report; the launcher SIGKILLs after its grace
-dist.init_process_group("socket", timeout=timedelta(seconds=20))
-rank = dist.get_rank()
-g = dist.new_group([me, victim])  # group rank 1 is global rank `victim`
-if rank in (me, victim):
-    x = np.ones(8)
-    dist.all_reduce(x, group=g)  # the group's mesh is up
-    peer = me + victim - rank
-    dist.send(np.full(4, float(rank)), dst=peer, group=g)  # and its point-to-point streams
-    dist.recv(np.zeros(4), src=peer, group=g)
-dist.barrier()
-all_past(out, rank, 3, victim=victim)
-if rank == victim:
-    os.kill(os.getpid(), signal.SIGKILL)
-if rank == me:
+
+def _job(rank, size, out, what, me, victim):  # the group: [me, victim]
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # rank ``me`` stays to report; the launcher SIGKILLs after its grace
+    dist.init_process_group("socket", timeout=timedelta(seconds=20))
+    g = dist.new_group([me, victim])  # group rank 1 is global rank `victim`
+    if rank in (me, victim):
+        x = np.ones(8)
+        dist.all_reduce(x, group=g)  # the group's mesh is up
+        peer = me + victim - rank
+        dist.send(np.full(4, float(rank)), dst=peer, group=g)  # and its point-to-point streams
+        dist.recv(np.zeros(4), src=peer, group=g)
+    dist.barrier()
+    all_past(out, rank, 3, victim=victim)
+    if rank == victim:
+        kill_self(out)
+    if rank != me:
+        return None
     try:
         if what == "recv":
             dist.recv(np.zeros(4), src=victim, group=g)
         else:
             dist.all_reduce(np.ones(8), group=g)
-        rec = {"type": None}
+        return record()
     except dist.DistError as err:
-        rec = {"type": type(err).__name__, "peer": getattr(err, "rank", None), "msg": str(err)}
-    with open(os.path.join(out, "r.json"), "w") as f:
-        json.dump(rec, f)
-"""
+        return record(err)
 
 
 @pytest.mark.timeout(90)
@@ -57,15 +49,10 @@ if rank == me:
     ("all_reduce", "shm", "python", (1, 2)), ("all_reduce", "auto", "native", (1, 2)), ("recv", "tcp", "python", (1, 2)),
 ])
 def test_a_peer_lost_in_a_subgroup_is_named_by_its_global_rank(tmp_path, what, transport, engine, group):
-    (tmp_path / "job.py").write_text(textwrap.dedent(_JOB))
-    env = dict(os.environ, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine)
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "30",
-                        str(tmp_path / "job.py"), str(tmp_path), what, ",".join(map(str, group))],
-                       capture_output=True, text=True, timeout=80,
-                       env=env)
-    assert r.returncode != 0, r.stderr[-3000:]
-    rec = json.loads((tmp_path / "r.json").read_text())
     me, victim = group
+    out = run_with_victim(_job, 3, victim, tmp_path, what, me, victim, NDIST_TRANSPORT=transport, NDIST_ENGINE=engine)
+    assert out.launcher_exitcode != 0, out
+    rec = out[me]
     assert rec["type"] in ("DistRankFailureError", "DistNetworkError"), rec
     assert rec["peer"] == victim, rec  # global rank 2 died; global rank 1 is its group rank
     assert f"rank {victim}" in rec["msg"], rec

@@ -5,10 +5,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import _runtime_store_backend  # noqa: E402,F401  test-only "storetest" backend
-import ndist.distributed as dist  # noqa: E402
+import ndist.distributed as dist
+from tests.runtime import _runtime_store_backend  # noqa: F401  test-only "storetest" backend
 
 timeout, mode = float(sys.argv[1]), sys.argv[2]
 dist.init_process_group("storetest", timeout=timeout)

@@ -1,14 +1,9 @@
 """Started as if by ``srun``: only SLURM_* variables (+ MASTER_PORT) say who this rank is."""
 
-import os
-import sys
+import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import numpy as np  # noqa: E402
-
-import _runtime_store_backend  # noqa: E402,F401  test-only "storetest" backend
-import ndist.distributed as dist  # noqa: E402
+import ndist.distributed as dist
+from tests.runtime import _runtime_store_backend  # noqa: F401  test-only "storetest" backend
 
 dist.init_process_group("storetest", timeout=60)
 x = np.array([1.0])

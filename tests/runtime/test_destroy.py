@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 def _run_pair(timeout, mode):
     s = socket.socket()
@@ -18,7 +16,7 @@ def _run_pair(timeout, mode):
     s.close()
     base = {k: v for k, v in os.environ.items() if k not in ("NDIST_STORE",)}
     base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", NDIST_SECRET="destroy-test")
-    cmd = [sys.executable, os.path.join(HERE, "_peer_death_script.py"), str(timeout), mode]
+    cmd = [sys.executable, "-m", "tests.runtime._peer_death_script", str(timeout), mode]
     p0 = subprocess.Popen(cmd, env=dict(base, RANK="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     p1 = subprocess.Popen(cmd, env=dict(base, RANK="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-import _runtime_store_backend  # noqa: F401 - registers the "storetest" backend
+from tests.runtime import _runtime_store_backend  # noqa: F401 - registers the "storetest" backend
 import ndist
 from ndist.runtime import HashStore
 from ndist.runtime._device import backend_device_index, parse_device_id

@@ -2,7 +2,7 @@
 
 import pytest
 
-import _runtime_store_backend  # noqa: F401  registers "storetest"
+from tests.runtime import _runtime_store_backend  # noqa: F401  registers "storetest"
 from ndist.runtime import Backend, register_backend
 from ndist.runtime._env import detect, first_host
 from ndist.runtime._group import format_backend, parse_backend

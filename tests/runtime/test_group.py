@@ -7,7 +7,7 @@ import socket
 import numpy as np
 import pytest
 
-import _runtime_store_backend  # noqa: F401  registers "storetest" here and in every rank
+from tests.runtime import _runtime_store_backend  # noqa: F401  registers "storetest" here and in every rank
 import ndist.distributed as dist
 from ndist.runtime import DistTimeoutError, TCPStore
 from ndist.testing import RankFailedError, run_ranks

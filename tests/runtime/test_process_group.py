@@ -4,10 +4,10 @@ from datetime import timedelta
 
 import numpy as np
 
-from backend_driver import Driver
+from tests.backend_driver import Driver
 import pytest
 
-import _runtime_store_backend
+from tests.runtime import _runtime_store_backend
 from ndist.runtime import DistBackendError, HashStore, ProcessGroup, register_backend
 from ndist.runtime import _registry
 

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 STRIP = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "NDIST_STORE")
 
 
@@ -22,7 +21,7 @@ def test_srun_style_environment():
                 SLURM_JOB_NODELIST="localhost", SLURM_STEP_TASKS_PER_NODE="2(x2)", MASTER_PORT=str(port),
                 NDIST_SECRET="slurm-test")
     procs = [
-        subprocess.Popen([sys.executable, os.path.join(HERE, "_slurm_init_script.py")],
+        subprocess.Popen([sys.executable, "-m", "tests.runtime._slurm_init_script"],
                          env=dict(base, SLURM_PROCID=str(r), SLURM_LOCALID=str(r % 2)),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for r in range(4)

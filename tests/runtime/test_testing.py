@@ -8,7 +8,7 @@ import pytest
 from ndist.runtime import DistTimeoutError
 from ndist.testing import RankFailedError, run_ranks
 
-import _runtime_store_backend  # noqa: F401,E402  registers the test-only "storetest" backend
+from tests.runtime import _runtime_store_backend  # noqa: F401,E402  registers the test-only "storetest" backend
 
 
 @pytest.mark.timeout(60)
@@ -131,7 +131,6 @@ def test_ndist_debug_turns_on_rank_logging(capfd):
 
 PARENT = """
 import os, sys, time
-sys.path[:0] = {path!r}
 from ndist.testing import run_ranks
 
 def fn(rank, ws, d):
@@ -149,7 +148,7 @@ def test_ranks_die_with_a_killed_parent(tmp_path):
     import subprocess
     import sys
 
-    parent = subprocess.Popen([sys.executable, "-c", PARENT.format(path=sys.path, d=str(tmp_path))])
+    parent = subprocess.Popen([sys.executable, "-c", PARENT.format(d=str(tmp_path))])
     try:
         deadline = time.monotonic() + 60
         while not all((tmp_path / f"pids.{r}").exists() for r in range(2)):

@@ -10,9 +10,7 @@ its first op raises ``DistRankFailureError`` naming rank 2 at once, where before
 the 10 s group timeout for rank 0's address while rank 0's shrink waited for rank 1."""
 
 import signal
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -67,8 +65,7 @@ dist.destroy_process_group()
 
 @pytest.mark.parametrize("transport,engine", [("tcp", "python"), ("auto", "native")])
 def test_a_torch_group_made_after_a_members_shrink_notice_is_revoked_from_the_start(tmp_path, transport, engine):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-    from rank_loss_jobs import run_job
+    from tests.reliability.rank_loss_jobs import run_job
 
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(_JOB))

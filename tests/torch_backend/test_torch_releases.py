@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch_helpers import run_torch  # noqa: E402
+from tests.torch_backend.torch_helpers import run_torch  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.every_torch_release, pytest.mark.timeout(150)]
 

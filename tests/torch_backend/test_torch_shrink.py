@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from torch_helpers import torchrun_tmp  # noqa: E402
+from tests.torch_backend.torch_helpers import torchrun_tmp  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(240)]
 
@@ -97,8 +97,7 @@ def test_shrink_group_semantics_on_backend_ndist():
     torch's DistNetworkError naming it, then (revoked) with ndist's DistRankFailureError and
     failed_ranks; excluding a live rank is refused on every caller; a subgroup shrinks to the
     right global ranks; the default group shrinks (SHRINK_ABORT) to the new default."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-    from rank_loss_jobs import run_job
+    from tests.reliability.rank_loss_jobs import run_job
 
     ended = run_job(str(Path(__file__).with_name("_shrink_job.py")), 4, timeout=150)
     assert ended[3].code == -signal.SIGKILL

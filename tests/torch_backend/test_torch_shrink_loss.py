@@ -14,7 +14,6 @@
 import signal
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -70,8 +69,7 @@ dist.destroy_process_group()
 
 @pytest.mark.parametrize("when", ["pause", "adopt"])
 def test_a_rank_lost_inside_torch_shrink_group_the_survivors_finish(tmp_path, when):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-    from rank_loss_jobs import run_job
+    from tests.reliability.rank_loss_jobs import run_job
 
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(_JOB))
@@ -131,8 +129,7 @@ dist.destroy_process_group()
 
 
 def test_a_survivor_blocked_in_a_healthy_subgroup_is_released_by_torchs_shrink(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-    from rank_loss_jobs import run_job
+    from tests.reliability.rank_loss_jobs import run_job
 
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(_BLOCKED))

@@ -19,7 +19,6 @@ the group it shrinks first: what is pending on them fails at once, naming them."
 import signal
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -102,8 +101,7 @@ dist.destroy_process_group()
 
 @pytest.mark.parametrize("transport,engine", [("tcp", "python"), ("auto", "native")])
 def test_a_torch_shrink_does_not_wait_for_operations_pending_on_an_excluded_rank(tmp_path, transport, engine):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-    from rank_loss_jobs import run_job
+    from tests.reliability.rank_loss_jobs import run_job
 
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(_JOB))

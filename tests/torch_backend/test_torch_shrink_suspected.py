@@ -14,7 +14,6 @@ docs/torch.md), which must not name rank 0 on rank 1, and must end in one group 
 import signal
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -73,8 +72,7 @@ dist.destroy_process_group()
 @pytest.mark.parametrize("asked", ["3", "get_failed_ranks"])
 @pytest.mark.parametrize("engine", ["native", "python"])
 def test_a_member_suspected_lost_that_calls_torch_shrink_group_is_kept(tmp_path, engine, asked):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-    from rank_loss_jobs import run_job
+    from tests.reliability.rank_loss_jobs import run_job
 
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(_JOB))

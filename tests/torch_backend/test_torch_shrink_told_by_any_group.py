@@ -20,7 +20,6 @@ naming rank 2, and the three finish on a group of three."""
 import signal
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -115,8 +114,7 @@ dist.destroy_process_group()
 
 @pytest.mark.parametrize("transport,engine", [("tcp", "python"), ("auto", "native")])
 def test_a_torch_shrink_begun_on_a_loss_only_a_subgroup_knows_tells_the_others(tmp_path, transport, engine):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-    from rank_loss_jobs import run_job
+    from tests.reliability.rank_loss_jobs import run_job
 
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(_JOB))

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from torch_helpers import torchrun_tmp  # noqa: E402
+from tests.torch_backend.torch_helpers import torchrun_tmp  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(180)]
 

@@ -10,7 +10,7 @@ import uuid
 from datetime import timedelta
 
 from ndist.testing import run_ranks
-from tmp_folders import tmp_under
+from tests.tmp_folders import tmp_under
 
 
 def _entry(rank, world_size, fn, backend, path, args, timeout):

@@ -13,7 +13,7 @@ import numpy as np
 
 from ndist.collectives.backends.socket import SocketBackend
 
-from backend_driver import Driver
+from tests.backend_driver import Driver
 from ndist.runtime import BackendContext, DistNetworkError, HashStore
 
 _ids = itertools.count()

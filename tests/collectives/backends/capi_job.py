@@ -1,20 +1,16 @@
 """A small job over the engine's C interface: ``capi_test.c`` (built here with the system C
 compiler) on the world group, from a thread of its own, then calls through ctypes mixed with
 ``ndist.distributed``'s. Run by hand under valgrind or a sanitizer build (docs/native.md,
-"Memory safety"): ``ndistrun --nproc-per-node 2 python tests/collectives/backends/capi_job.py``."""
+"Memory safety"): ``ndistrun --nproc-per-node 2 -m tests.collectives.backends.capi_job``."""
 
-import os
 import pathlib
-import sys
 import tempfile
 
 import numpy as np
 
 import ndist.collectives as col
 import ndist.distributed as dist
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _capi_ctypes as C  # noqa: E402
+from tests.collectives.backends import _capi_ctypes as C
 
 
 def main() -> None:

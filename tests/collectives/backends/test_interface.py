@@ -12,7 +12,7 @@ import pytest
 
 from ndist.collectives import Call, CollectiveBackend, Op, ReduceOp
 
-from _socket_threads import run_group
+from tests.collectives.backends._socket_threads import run_group
 
 ROOT = pathlib.Path(__file__).resolve().parents[3] / "ndist"
 pytestmark = pytest.mark.timeout(120)

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-import _capi_ctypes as C
+from tests.collectives.backends import _capi_ctypes as C
 
 pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 pytestmark = pytest.mark.timeout(180)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 
-from _socket_threads import check_a_loss_told_to_one_rank_wakes_every_waiter, make_backends, run_threads
+from tests.collectives.backends._socket_threads import check_a_loss_told_to_one_rank_wakes_every_waiter, make_backends, run_threads
 
 pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 pytestmark = pytest.mark.timeout(120)

@@ -20,7 +20,7 @@ from ndist.collectives._reduce_op import ReduceOp, _PremulSum
 from ndist.collectives.backends.socket.wire import _frame
 from ndist.collectives.backends.socket.schedules import _reduce
 
-import _kernels_ctypes
+from tests.collectives.backends import _kernels_ctypes
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 

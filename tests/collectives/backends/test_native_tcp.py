@@ -13,7 +13,7 @@ import pytest
 
 from ndist.runtime import DistError, DistMismatchError, DistNetworkError, DistTimeoutError
 
-from _socket_threads import check_a_loss_told_to_one_rank_wakes_every_waiter, make_backends, run_threads, wait_in_all_reduce
+from tests.collectives.backends._socket_threads import check_a_loss_told_to_one_rank_wakes_every_waiter, make_backends, run_threads, wait_in_all_reduce
 
 pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 pytestmark = pytest.mark.timeout(120)

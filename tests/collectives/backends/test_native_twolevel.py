@@ -16,7 +16,7 @@ import pytest
 from ndist.collectives import ReduceOp
 from ndist.runtime import DistMismatchError, DistNetworkError, DistTimeoutError
 
-from _socket_threads import make_backends, run_threads
+from tests.collectives.backends._socket_threads import make_backends, run_threads
 
 pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 pytestmark = pytest.mark.timeout(120)

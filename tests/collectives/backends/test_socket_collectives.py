@@ -10,7 +10,7 @@ import pytest
 
 from ndist.collectives import ReduceOp
 
-from _socket_threads import run_group
+from tests.collectives.backends._socket_threads import run_group
 
 try:
     import ml_dtypes
@@ -203,7 +203,7 @@ def test_async_ops_complete_in_issue_order(transport):
 
 
 def test_two_groups_async_in_opposite_order_do_not_deadlock():
-    from _socket_threads import make_backends, run_threads
+    from tests.collectives.backends._socket_threads import make_backends, run_threads
 
     ga, gb = make_backends(2), make_backends(2)
     try:
@@ -245,7 +245,7 @@ def test_world_size_one():
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("n", SIZES)
 def test_every_op_in_one_body(transport, n):
-    from _socket_bodies import all_ops
+    from tests.collectives.backends._socket_bodies import all_ops
 
     run_group(n, lambda b: all_ops(b, 5), transport)
 

@@ -12,7 +12,7 @@ import pytest
 
 from ndist.runtime import DistNetworkError
 
-from _socket_threads import make_backends
+from tests.collectives.backends._socket_threads import make_backends
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -31,7 +31,7 @@ def _links(rank, world_size):
     import ndist.collectives  # noqa: F401  registers the socket backend
     from ndist.runtime import destroy_process_group, init_process_group, resolve_group
 
-    from backend_driver import Driver
+    from tests.backend_driver import Driver
 
     from ndist.runtime.store import _tcp as tcp_store
 

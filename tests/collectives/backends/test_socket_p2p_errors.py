@@ -14,7 +14,7 @@ from ndist.collectives import ReduceOp
 from ndist.collectives.backends.socket.native._engine import SLOT
 from ndist.runtime import DistMismatchError, DistNetworkError, DistTimeoutError, _shmfiles
 
-from _socket_threads import make_backends, run_group, run_threads
+from tests.collectives.backends._socket_threads import make_backends, run_group, run_threads
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,7 +22,7 @@ def _backend():
     import ndist.collectives  # noqa: F401  registers the socket backend
     from ndist.runtime import init_process_group, resolve_group
 
-    from backend_driver import Driver
+    from tests.backend_driver import Driver
 
     init_process_group(backend="socket")
     return Driver(resolve_group(None).backend_for("cpu"))
@@ -31,7 +31,7 @@ def _backend():
 def _all_ops(rank, world_size, count):
     from ndist.runtime import destroy_process_group
 
-    from _socket_bodies import all_ops
+    from tests.collectives.backends._socket_bodies import all_ops
 
     b = _backend()
     try:
@@ -51,7 +51,7 @@ def test_every_op_across_processes(transport, n):
 def _small_counts(rank, world_size):
     from ndist.runtime import destroy_process_group
 
-    from _socket_bodies import all_ops
+    from tests.collectives.backends._socket_bodies import all_ops
 
     b = _backend()
     try:
@@ -77,7 +77,7 @@ def _member(rank, size, port, secret, q, transport, die):
     store = TCPStore("127.0.0.1", port, timeout=60, secret=secret)
     ctx = BackendContext(store, rank, size, timedelta(seconds=120), "death", tuple(range(size)), "cpu",
                          SimpleNamespace(transport=transport))
-    from backend_driver import Driver
+    from tests.backend_driver import Driver
 
     b = Driver(SocketBackend(ctx))
     x = np.ones(100_000)
@@ -144,7 +144,7 @@ def _groups_async(rank, world_size):
     from ndist.collectives import ReduceOp
     from ndist.runtime import destroy_process_group, new_group, resolve_group
 
-    from backend_driver import Driver
+    from tests.backend_driver import Driver
 
     world = _backend()
     try:

@@ -16,8 +16,8 @@ from ndist.collectives.backends.socket.engine import _engine
 from ndist.collectives.backends.socket.wire import _ring
 from ndist.collectives._reduce_op import ReduceOp
 
-from _socket_threads import make_backends, run_group, run_threads
-from backend_driver import Driver
+from tests.collectives.backends._socket_threads import make_backends, run_group, run_threads
+from tests.backend_driver import Driver
 
 pytestmark = pytest.mark.skipif(not _ring.available(), reason="shared-memory rings need x86-64 and /dev/shm")
 

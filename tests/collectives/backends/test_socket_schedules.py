@@ -5,15 +5,12 @@ of algorithm, and float results bit-identical on every rank."""
 from __future__ import annotations
 
 import glob
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from ndist.testing import run_ranks
+from tests.kill_sync import run_with_victim, step_until_a_peer_dies
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -26,7 +23,7 @@ def _backend():
     import ndist.collectives  # noqa: F401  registers the socket backend
     from ndist.runtime import init_process_group, resolve_group
 
-    from backend_driver import Driver
+    from tests.backend_driver import Driver
 
     init_process_group(backend="socket")
     return Driver(resolve_group(None).backend_for("cpu"))
@@ -51,7 +48,7 @@ def _spy():
 def _all_ops(rank, world_size, count):
     from ndist.runtime import destroy_process_group
 
-    from _socket_bodies import all_ops
+    from tests.collectives.backends._socket_bodies import all_ops
 
     seen = _spy()
     b = _backend()
@@ -145,45 +142,25 @@ def test_bad_algo_mode_names_the_variable(monkeypatch):
     assert algo_mode() == "sched"
 
 
-_KILL_JOB = """
-import json, os, signal, sys, time
-import numpy as np
-import ndist.distributed as dist
+def _kill_mid_schedule(rank, size, out, op):
+    import signal
 
-out, op = sys.argv[1], sys.argv[2]
-signal.signal(signal.SIGTERM, lambda *a: None)  # stay alive to report; the launcher SIGKILLs after the grace
-dist.init_process_group("socket")
-rank, size = dist.get_rank(), dist.get_world_size()
-x = np.arange(512 * size, dtype=np.float32)
-y = np.empty_like(x)
-for i in range(100000):
-    if rank == 2 and i == 20:
-        os.kill(os.getpid(), signal.SIGKILL)
-    try:
-        if op == "all_reduce":
-            dist.all_reduce(x)
-        else:
-            dist.all_to_all_single(y, x)
-    except dist.DistNetworkError as err:
-        with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-            json.dump({"peer": err.rank, "msg": str(err)}, f)
-        deadline = time.time() + 10
-        while time.time() < deadline and len([n for n in os.listdir(out) if n.startswith("r")]) < size - 1:
-            time.sleep(0.01)
-        sys.exit(3)
-"""
+    import ndist.distributed as dist
+
+    signal.signal(signal.SIGTERM, lambda *a: None)  # stay alive to report; the launcher SIGKILLs after the grace
+    dist.init_process_group("socket")
+    x = np.arange(512 * size, dtype=np.float32)
+    y = np.empty_like(x)
+    step = (lambda: dist.all_reduce(x)) if op == "all_reduce" else (lambda: dist.all_to_all_single(y, x))
+    return step_until_a_peer_dies(step, rank, size, 2, 20, out, errors=dist.DistNetworkError)
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "all_to_all"])
 def test_sigkill_mid_schedule_fails_every_survivor_naming_the_rank(tmp_path, op):
     """Rank 2 of 6 dies mid-schedule: every survivor (most wait on other survivors,
     not on rank 2) gets a DistNetworkError naming rank 2, never a hang."""
-    job = tmp_path / "job.py"
-    job.write_text(_KILL_JOB)
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "6", "--term-timeout", "20",
-                        str(job), str(tmp_path), op], capture_output=True, text=True, timeout=200,
-                       env=dict(os.environ))
-    assert r.returncode != 0, r.stderr
+    out = run_with_victim(_kill_mid_schedule, 6, 2, tmp_path, op, term_timeout=20, timeout=200)
+    assert out.launcher_exitcode != 0, out
     for rank in (0, 1, 3, 4, 5):
-        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        rec = out[rank]
         assert rec["peer"] == 2 and "rank 2" in rec["msg"], rec

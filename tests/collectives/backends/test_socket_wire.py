@@ -11,7 +11,7 @@ from ndist.collectives import ReduceOp
 from ndist.collectives.backends.socket.wire import _frame as F
 from ndist.runtime import _net, _shmfiles
 
-from _socket_threads import make_backends, run_group, run_threads
+from tests.collectives.backends._socket_threads import make_backends, run_group, run_threads
 
 pytestmark = pytest.mark.timeout(60)
 

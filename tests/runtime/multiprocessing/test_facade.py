@@ -12,7 +12,7 @@ import pytest
 
 import ndist.multiprocessing as mp
 
-import _mp_workers as w
+from tests.runtime.multiprocessing import _mp_workers as w
 
 
 def test_every_stdlib_name_is_there():

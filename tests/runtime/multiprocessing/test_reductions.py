@@ -13,7 +13,7 @@ import ndist.multiprocessing as mp
 from ndist.runtime.multiprocessing._reductions import reduce_array
 from ndist.tensor import _shm
 
-import _mp_workers as w
+from tests.runtime.multiprocessing import _mp_workers as w
 
 STRATEGIES = sorted(_shm.get_all_strategies())
 METHODS = [m for m in ("spawn", "fork", "forkserver") if m in multiprocessing.get_all_start_methods()]
@@ -157,9 +157,8 @@ def test_creator_killed_with_sigkill_is_reclaimed_by_spawn(tmp_path):
 
 _PARENT = """
 import os, signal, sys
-sys.path.insert(0, {tests!r})
 import ndist.multiprocessing as mp
-import _mp_workers as w
+from tests.runtime.multiprocessing import _mp_workers as w
 
 if __name__ == "__main__":
     ctx = mp.get_context("spawn")
@@ -181,7 +180,7 @@ def test_parent_reclaims_segments_of_a_killed_child_at_exit(tmp_path):
     import sys
 
     script = tmp_path / "parent.py"
-    script.write_text(_PARENT.format(tests=os.path.dirname(os.path.abspath(__file__))))
+    script.write_text(_PARENT)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100)
     assert out.returncode == 0, out.stderr
     child = int(out.stdout.split()[0])

@@ -10,7 +10,7 @@ import pytest
 
 import ndist.multiprocessing as mp
 
-import _mp_workers as w
+from tests.runtime.multiprocessing import _mp_workers as w
 
 
 @pytest.mark.timeout(120)
@@ -149,9 +149,8 @@ def _alive(pid):
 
 _ORPHANING_PARENT = """
 import os, signal, sys
-sys.path.insert(0, {tests!r})
 import ndist.multiprocessing as mp
-import _mp_workers as w
+from tests.runtime.multiprocessing import _mp_workers as w
 
 if __name__ == "__main__":
     ctx = mp.spawn(w.sleep_for, args=(300,), nprocs=1, join=False)
@@ -166,7 +165,7 @@ def test_children_die_with_their_parent(tmp_path):
     import subprocess
 
     script = tmp_path / "parent.py"
-    script.write_text(_ORPHANING_PARENT.format(tests=os.path.dirname(os.path.abspath(__file__))))
+    script.write_text(_ORPHANING_PARENT)
     # (the SIGKILLed parent cannot remove its error files' folder: TMPDIR is the test's)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100,
                           env={**os.environ, "TMPDIR": str(tmp_path)})

@@ -8,7 +8,7 @@ import pytest
 
 import ndist.multiprocessing as mp
 
-import _mp_workers as w
+from tests.runtime.multiprocessing import _mp_workers as w
 
 Tensor = getattr(__import__("ndist.tensor", fromlist=["x"]), "Tensor", None)
 pytestmark = pytest.mark.skipif(Tensor is None, reason="the tensor layer has not landed in this checkout")

@@ -11,7 +11,6 @@ import pytest
 import ndist.collectives  # noqa: F401  registers the built-in backends
 from ndist.runtime import registered_backends
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
 
 # Not marked "mpi": pytest-mpi would skip it outside mpiexec; this test starts mpiexec itself.
@@ -22,7 +21,7 @@ def _mpiexec(n, backend):
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "NDIST_STORE", "NDIST_SECRET")}
     proc = subprocess.run(
-        [MPIEXEC, "-n", str(n), sys.executable, os.path.join(HERE, "_mpi_init_script.py"), backend],
+        [MPIEXEC, "-n", str(n), sys.executable, "-m", "tests.mpi_backend._mpi_init_script", backend],
         env=env, capture_output=True, text=True, timeout=150,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -3,7 +3,7 @@
 The watchdog only needs events with ``done`` / ``synchronize()``; here they are
 threading.Events, so completion, timeouts (abort + fail every pending work)
 and asynchronous NCCL errors are checked without a GPU. The CUDA side is
-covered by tests/gpu.
+covered by the GPU tests beside this file.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The public API over the mpi backend, inside one MPI job of any size:
 the whole conformance suite, async Work progress and the error cases."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/collectives: conformance
-
-import conformance  # noqa: E402
+from tests.collectives import conformance
 
 pytestmark = [pytest.mark.mpi(min_size=1), pytest.mark.timeout(240)]
 
@@ -52,7 +47,7 @@ def test_async_all_to_all_single_returns_mpi_work(dist):
 def test_error_cases_keep_the_group_usable(dist, comm):
     if comm.size != 2:
         pytest.skip("the error cases' messages are written for 2 ranks (run by tests/collectives/test_errors.py)")
-    import error_cases
+    from tests.collectives import error_cases
 
     failed = {k: v for k, v in error_cases.run_cases(dist).items() if v}
     assert not failed, failed

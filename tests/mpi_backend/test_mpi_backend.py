@@ -15,7 +15,7 @@ def _backend(comm, ranks=None, name="world"):
     from ndist.collectives.backends.mpi._backend import MPIBackend
 
     ranks = tuple(range(comm.size)) if ranks is None else tuple(ranks)
-    from backend_driver import Driver
+    from tests.backend_driver import Driver
 
     ctx = BackendContext(None, ranks.index(comm.rank), len(ranks), timedelta(seconds=30), name, ranks, "cpu")
     return Driver(MPIBackend(ctx))

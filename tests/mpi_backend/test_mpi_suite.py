@@ -1,4 +1,4 @@
-"""Run the tests marked ``mpi`` (the MPI backend suites in tests/collectives/backends) under
+"""Run the tests marked ``mpi`` (the MPI backend suites beside this file) under
 mpiexec (pytest-mpi) at several world sizes, from the plain pytest run."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-MPI_TESTS = sorted((ROOT / "tests" / "collectives" / "backends").glob("test_mpi_*.py"))
+ROOT = Path(__file__).resolve().parents[2]
+#: the files of tests marked ``mpi``: they run inside the MPI job
+MPI_TESTS = sorted(p for p in Path(__file__).parent.glob("test_*.py")
+                   if p.name != Path(__file__).name and "pytest.mark.mpi(" in p.read_text())
 
 
 def mpiexec() -> str | None:

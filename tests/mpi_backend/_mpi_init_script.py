@@ -1,15 +1,12 @@
 """Run under ``mpiexec -n N``: init_process_group() with nothing but the MPI launcher's
 environment (no MASTER_ADDR, no RANK), then a collective and a subgroup."""
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import _runtime_store_backend  # noqa: E402,F401  registers the test-only "storetest" backend
-import ndist.distributed as dist  # noqa: E402
+import ndist.distributed as dist
+from tests.runtime import _runtime_store_backend  # noqa: F401  registers the test-only "storetest" backend
 
 backend = None if sys.argv[1] == "default" else sys.argv[1]
 dist.init_process_group(backend, timeout=60)

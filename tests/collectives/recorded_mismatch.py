@@ -1,3 +1,0 @@
-"""``entry`` = ``recorded.mismatch_entry``: a module mpiexec can import by name."""
-
-from recorded import mismatch_entry as entry  # noqa: F401
