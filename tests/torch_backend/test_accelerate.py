@@ -50,7 +50,8 @@ def test_reduce_gather_and_ddp_training_on_ndist_equal_gloo(tmp_path):
     torch.manual_seed(0)
     first = torch.nn.Linear(4, 8)  # the model's first layer before training
     for rank in range(2):
-        (backend, reduced, mean, gathered, weights), (_, g_reduced, g_mean, g_gathered, g_weights) = ours[rank], gloo[rank]
+        backend, reduced, mean, gathered, weights = ours[rank]
+        _, g_reduced, g_mean, g_gathered, g_weights = gloo[rank]
         assert backend == "ndist"
         assert torch.equal(reduced, g_reduced) and torch.equal(mean, g_mean), (reduced, g_reduced, mean, g_mean)
         assert gathered.tolist() == g_gathered.tolist() == [0.5, 0.5, 1.5, 1.5]
