@@ -40,7 +40,7 @@ from ..runtime import (DistBackendError, DistError, DistMismatchError, DistNetwo
                        DistStoreError, DistTimeoutError)
 from ._work import NdistWork, as_torch_error
 
-__all__ = ["COMPILED_ENV", "MODES", "DEFAULT", "mode", "load", "loaded", "wrap", "wrap_group", "backend_group",
+__all__ = ["COMPILED_ENV", "MODES", "DEFAULT", "mode", "load", "loaded", "wrap", "wrap_group", "as_group", "backend_group",
            "python_group", "build_directory", "engine_handle", "failed_work", "raise_engine_error"]
 
 log = logging.getLogger("ndist.torch")
@@ -172,6 +172,13 @@ def wrap(pg: Any, dist_opts: Any) -> Any:
     if module is None:
         return None
     return module.create_backend(pg, dist_opts.group_rank, dist_opts.group_size)
+
+
+def as_group(store: Any, rank: int, size: int, backend: Any) -> Any:
+    """torch's group for a compiled ``backend`` that is the group's only one: a torch
+    ``ProcessGroup`` whose ``getBackendName()`` is ``"ndist"`` (torch's own group of a custom C++
+    backend says ``"custom"``, which DDP's logging reports), the backend registered for cpu."""
+    return _module.create_group(store, rank, size, backend)
 
 
 def wrap_group(pg: Any) -> Any:

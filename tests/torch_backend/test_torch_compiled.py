@@ -290,11 +290,13 @@ def _bad_then_usable(rank, world):
     except ValueError as err:
         errors.append(str(err))
     dist.all_reduce(t)
-    return errors, t.tolist(), ops.engine_calls()
+    world = dist.group.WORLD
+    return errors, t.tolist(), ops.engine_calls(), (type(world).__name__, world.name())
 
 
 def test_bad_arguments_raise_and_the_group_stays_usable(compiled, tmp_path):
-    for errors, t, calls in run_torch(_bad_then_usable, 2, "ndist", tmp_path):
+    for errors, t, calls, group in run_torch(_bad_then_usable, 2, "ndist", tmp_path):
+        assert group == ("NdistProcessGroup", "ndist"), group  # (DDP's logging reads the name)
         assert len(errors) == 2, errors
         assert "BAND" in errors[0] and "float32" in errors[0], errors
         assert "op: expected one of 'sum'" in errors[1] and "got 'mean'" in errors[1], errors

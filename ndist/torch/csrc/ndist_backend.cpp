@@ -460,6 +460,21 @@ class NdistBackend : public c10d::Backend {
   std::atomic<uint64_t> engine_calls_{0};
 };
 
+// The torch group of a group whose only backend is ndist's: torch's ProcessGroup with the backend
+// for the CPU, named "ndist" (a custom backend's group calls itself "custom" otherwise, and DDP's
+// logging reports that name).
+class NdistProcessGroup : public c10d::ProcessGroup {
+ public:
+  NdistProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    const c10::intrusive_ptr<c10d::Backend>& backend)
+      : c10d::ProcessGroup(store, rank, size) {
+    setBackend(c10::DeviceType::CPU, BackendType::CUSTOM, backend);
+    setDefaultBackend(BackendType::CUSTOM);
+  }
+
+  const std::string getBackendName() const override { return "ndist"; }
+};
+
 static c10::intrusive_ptr<c10d::Backend> create_backend(py::object group, int rank, int size) {
   return c10::make_intrusive<NdistBackend>(std::move(group), rank, size);
 }
@@ -640,6 +655,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "ndist's compiled torch backend and custom ops (built by ndist.torch._compiled)";
   m.def("create_backend", &ndist_torch::create_backend, py::arg("group"), py::arg("rank"), py::arg("size"),
         "A c10d Backend over the Python ProcessGroupNdist ``group``.");
+  py::class_<ndist_torch::NdistProcessGroup, c10d::ProcessGroup, c10::intrusive_ptr<ndist_torch::NdistProcessGroup>>(
+      m, "NdistProcessGroup", "torch's group of a group on ndist's compiled backend alone, named \"ndist\".");
+  m.def(
+      "create_group",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+         const c10::intrusive_ptr<c10d::Backend>& backend) -> c10::intrusive_ptr<c10d::ProcessGroup> {
+        return c10::make_intrusive<ndist_torch::NdistProcessGroup>(store, rank, size, backend);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("backend"),
+      "A torch ProcessGroup named \"ndist\" with ``backend`` for the CPU.");
   m.def(
       "engine_calls",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) -> int64_t {
