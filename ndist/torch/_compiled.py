@@ -8,9 +8,9 @@ later processes import the cached module (without torch's check, which would has
 and run ninja in every process). While it compiles, one WARNING on ``ndist.torch``
 says so (shown without any logging set up: a first group then takes a minute or two). Where
 it cannot be built (no C++ compiler, no ninja, no torch headers), the Python backend serves,
-after one WARNING. torch's build lock (``<build dir>/lock``, which a build killed midway
-leaves behind, and on which torch's next build would wait forever) is handled under a lock
-of ndist's own (``flock`` on ``<build dir>.ndist-lock``, released by the kernel when its
+after one WARNING. torch 2.13's build lock (``<build dir>/lock``, which a build killed
+midway leaves behind, and on which torch's next build would wait forever; 2.14 locks it with
+an advisory lock instead) is handled under a lock of ndist's own (``flock`` on ``<build dir>.ndist-lock``, released by the kernel when its
 holder dies): whoever holds it finds no live build behind torch's lock file, and removes it.
 
 ``$NDIST_TORCH_COMPILED`` picks: ``auto`` (the default: the compiled backend where it
@@ -152,9 +152,15 @@ def _import(name: str, library: str) -> Any:
 
 
 def _remove_stale_lock(directory: str) -> None:
-    """Remove torch's build lock (``FileBaton``'s ``lock``) in ``directory``, under ndist's
-    lock: every build there runs under that lock, so none is alive behind this file (a build
-    killed midway left it, and torch's next build would wait on it forever)."""
+    """Remove torch's build lock (``FileBaton``'s ``lock``, torch 2.13) in ``directory``, under
+    ndist's lock: every build there runs under that lock, so none is alive behind this file (a
+    build killed midway left it, and torch's next build would wait on it forever). torch 2.14
+    locks that file with an advisory lock instead (its ``FileLock``), which the kernel
+    releases: the file stays, and is no sign of a killed build."""
+    from torch.utils import cpp_extension
+
+    if not hasattr(cpp_extension, "FileBaton"):
+        return
     stale = os.path.join(directory, "lock")
     try:
         os.unlink(stale)

@@ -109,8 +109,14 @@ def test_the_compile_message_shows_and_a_stale_lock_is_removed(torch_compiled_bu
                          capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0 and "LOADED True" in out.stdout, out.stdout + out.stderr
     assert out.stderr.count(f"compiling ndist's torch backend {name} for torch") == 1, out.stderr
-    assert f"removed {directory / 'lock'}, left by a build" in out.stderr, out.stderr
-    assert not (directory / "lock").exists() and (directory / f"{name}.so").exists()
+    assert (directory / f"{name}.so").exists()
+    from torch.utils import cpp_extension
+
+    if hasattr(cpp_extension, "FileBaton"):  # torch 2.13: a lock file whose existence blocks
+        assert f"removed {directory / 'lock'}, left by a build" in out.stderr, out.stderr
+        assert not (directory / "lock").exists()
+    else:  # torch 2.14: an advisory lock (its FileLock), the file no sign of a killed build
+        assert "removed" not in out.stderr, out.stderr
 
 
 def _shrink_compiled(rank, world):
