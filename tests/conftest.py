@@ -282,7 +282,7 @@ def torch_compiled_build():
 def _torch_compiled_built_first(request):
     """Runs the build before the first torch test of a session that has any (unless the
     compiled backend is switched off); the test itself fails if it does not build."""
-    if os.environ.get("NDIST_TORCH_COMPILED", "auto").strip() == "0":  # (default auto: ndist/torch/_compiled.py)
+    if os.environ.get("NDIST_TORCH_COMPILED", "0").strip() == "0":  # (the default: ndist/torch/_compiled.py)
         return
     if not any(item.get_closest_marker("torch") is not None for item in request.session.items):
         return

@@ -1,6 +1,6 @@
 """FSDP2 (``fully_shard``) and DTensor tensor parallelism on backend "ndist", against Gloo, at 2
-ranks: on the default backend (the compiled one where it builds: tests/conftest.py builds it
-first) on every supported torch release. One rank body runs both (one start of torch per
+ranks, on the compiled backend (built once per run: tests/conftest.py), on every supported
+torch release. One rank body runs both (one start of torch per
 backend): FSDP2's all-gathers and reduce-scatters (async, with its own streams of work) and
 DTensor's functional collectives (``ColwiseParallel`` / ``RowwiseParallel``, the all-reduce of
 the row-parallel layer and the redistributions of its gradients)."""
@@ -54,18 +54,15 @@ def _fsdp_and_dtensor(rank, world):
     return out, ops.engine_calls()
 
 
-def test_fsdp2_and_dtensor_equal_gloo(tmp_path):
-    """Bitwise equal to Gloo (2 ranks: a sum of two is the same in any order), and on the
-    compiled backend where the run has it (``engine_calls`` >= 0)."""
-    import os
-
+def test_fsdp2_and_dtensor_equal_gloo(tmp_path, torch_compiled_build, monkeypatch):
+    """Bitwise equal to Gloo (2 ranks: a sum of two is the same in any order), on the compiled
+    backend (``engine_calls`` >= 0)."""
+    monkeypatch.setenv("NDIST_TORCH_COMPILED", "1")
     ours = run_torch(_fsdp_and_dtensor, 2, "ndist", tmp_path, timeout=240)
     gloo = run_torch(_fsdp_and_dtensor, 2, "gloo", tmp_path, timeout=240)
-    compiled = os.environ.get("NDIST_TORCH_COMPILED", "auto") != "0"
     for rank in range(2):
         (results, calls), (expected, _) = ours[rank], gloo[rank]
-        if compiled:
-            assert calls >= 0, "backend 'ndist' ran on the Python backend, not the compiled one"
+        assert calls >= 0, "backend 'ndist' ran on the Python backend, not the compiled one"
         for key, value in expected.items():
             got = results[key]
             if isinstance(value, list):
