@@ -91,3 +91,40 @@ def test_the_committed_headers_keep_no_output_paths():
         with open(os.path.join(PERF, "results", name), encoding="utf-8") as f:
             text = f.read()
         assert not re.search(r"--(json|markdown|plot) \S|/work/|/home/|/root/", text), name
+
+
+def _torch_ds_output(nproc: int, times: dict) -> str:
+    """ndist-bench -q's output for all_reduce with the libraries of ``times`` ({lib: {size: us}})."""
+    lines = ["# ndist-bench: all_reduce", f"# command: ndist-bench all_reduce --nproc {nproc}",
+             f"# nproc: {nproc} per library  datatype: float32  redop: sum"]
+    for lib, by_size in times.items():
+        lines.append(f"# all_reduce -- {lib} -- nproc {nproc}")
+        for size, us in by_size.items():
+            lines.append(f"{size:>12} {size // 4:>13}   float32     sum      -1 {us:>10.2f}     1.00     1.00       0")
+        lines.append("# Wrong values         : 0 OK")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_torch_and_deepspeed_table_renders_from_its_results(tmp_path):
+    """torch_deepspeed.json (collect.py from `ndist-bench --compare torch:ndist,torch:ndist-op,deepspeed`)
+    fills the table and the two targets; the committed page says "not measured yet" until it exists."""
+    assert "not measured yet" in render.render()
+    results = tmp_path / "results"
+    results.mkdir()
+    for name in os.listdir(os.path.join(PERF, "results")):
+        (results / name).write_text(open(os.path.join(PERF, "results", name), encoding="utf-8").read())
+    runs = []
+    for nproc, slow in ((2, 1.0), (4, 1.5)):
+        path = tmp_path / f"n{nproc}.txt"
+        path.write_text(_torch_ds_output(nproc, {
+            "ndist[socket]": {4096: 2.0, 16 << 20: 1000.0}, "torch:ndist": {4096: 2.2 * slow, 16 << 20: 1100.0},
+            "torch:ndist-op": {4096: 2.1, 16 << 20: 1000.0}, "deepspeed": {4096: 3.5, 16 << 20: 1300.0}}))
+        runs.append(str(path))
+    data = collect.collect("torch_deepspeed", runs, date="2026-01-01", time="00:00-00:10", commit="abc",
+                           conditions="a test")
+    (results / "torch_deepspeed.json").write_text(json.dumps(data))
+    text = render.render(str(results))
+    assert "| custom op / DeepSpeed | 0.60 | 0.77 |" in text, text
+    assert "| torch on \"ndist\" / ndist | 1.10 | 1.10 |" in text and "| torch on \"ndist\" / ndist | 1.65 | 1.10 |" in text
+    assert "compiled backend, ≤ 1.2x ndist's own API from 4 KiB, 2 and 4 ranks | **not met**; above: 4 ranks 4K 1.65x |" in text
+    assert "`inference_all_reduce`, 4 KiB–16 MiB, 2 and 4 ranks | **met**; above: none |" in text

@@ -4,9 +4,12 @@ generated from (``docs/perf/render.py``).
     python docs/perf/collect.py one_host --date 2026-11-28 --time 12:34-12:42 --commit 38c5a74 \\
         --conditions "nothing else on the machine" docs/perf/s11_n2.txt docs/perf/s11_n4.txt
 
-KIND is ``one_host``, ``across_hosts``, ``torch`` or ``deepspeed``; the files are what
-``ndist-bench -q`` (the first, third and fourth) or ``benchmarks/multihost.py --compare``
-(the second) printed. The output is ``docs/perf/results/KIND.json``: per run, the header
+KIND is ``one_host``, ``across_hosts``, ``torch``, ``deepspeed`` or ``torch_deepspeed``; the
+files are what ``ndist-bench -q`` (all but the second) or ``benchmarks/multihost.py --compare``
+(the second) printed. ``torch_deepspeed`` takes one run per rank count of
+``ndist-bench all_reduce -b 4K -e 16M -f 4 --rounds 5 -q --compare torch:ndist,torch:ndist-op,deepspeed``
+(ndist's own API, torch on "ndist" with its compiled backend, ndist's custom op and
+DeepSpeed's ``inference_all_reduce``, interleaved). The output is ``docs/perf/results/KIND.json``: per run, the header
 lines that describe it and every library's µs per call by op and size, plus the date, time,
 commit and conditions given here (the text output does not know them). The raw text stays
 under docs/perf/ as well, and ``docs/perf/README.md`` indexes it.
@@ -22,12 +25,13 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-KINDS = ("one_host", "across_hosts", "torch", "deepspeed")
+KINDS = ("one_host", "across_hosts", "torch", "deepspeed", "torch_deepspeed")
 TITLES = {
     "one_host": "One host: ndist against MPICH and Gloo",
     "across_hosts": "Across hosts (network namespaces): ndist against MPICH and Gloo",
     "torch": "Through torch: torch.distributed on backend \"ndist\" against Gloo",
     "deepspeed": "DeepSpeed's shared-memory all_reduce",
+    "torch_deepspeed": "torch on \"ndist\" (compiled) and ndist's custom op against DeepSpeed's inference_all_reduce",
 }
 # the header lines worth keeping: how the run was made and on what, not the ranks' process ids
 _KEEP = ("# ndist-bench", "# command:", "# host:", "# nproc:", "# load average", "# multihost",

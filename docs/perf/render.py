@@ -23,11 +23,20 @@ END = "<!-- results: end -->"
 
 NDIST, MPI_BACKEND, MPICH, GLOO = "ndist[socket]", "ndist[mpi]", "mpi4py", "torch"
 TORCH_NDIST, DEEPSPEED = "torch:ndist", "deepspeed"
+TORCH_OP = "torch:ndist-op"
+#: how torch_deepspeed.json is made (docs/perf/collect.py)
+TORCH_DS_RUN = ("ndist-bench all_reduce -b 4K -e 16M -f 4 --rounds 5 -q --nproc N "
+                "--compare torch:ndist,torch:ndist-op,deepspeed")
 
 
 def load(name: str, results: str = RESULTS) -> dict:
     with open(os.path.join(results, f"{name}.json"), encoding="utf-8") as f:
         return json.load(f)
+
+
+def load_optional(name: str, results: str = RESULTS) -> dict | None:
+    """``load``, or None where the results file is not there yet (a target not measured)."""
+    return load(name, results) if os.path.exists(os.path.join(results, f"{name}.json")) else None
 
 
 def size_label(size: int) -> str:
@@ -153,6 +162,49 @@ def deepspeed(data: dict) -> list[str]:
     return out
 
 
+def torch_vs_deepspeed(data: dict | None) -> list[str]:
+    """all_reduce: ndist's own API, torch on "ndist" (its compiled backend), ndist's custom op
+    and DeepSpeed's ``inference_all_reduce``, per rank count (``torch_deepspeed.json``)."""
+    out = ["### torch on \"ndist\", the custom op and DeepSpeed", ""]
+    if data is None:
+        return out + ["Not measured yet (it needs a quiet machine): one interleaved run per rank count "
+                      f"(2 and 4) of `{TORCH_DS_RUN}`, collected with "
+                      "`python docs/perf/collect.py torch_deepspeed ...`, fills this table."]
+    out += [f"{_when(data)}; {data['conditions']}. all_reduce, µs per call, and the two targets' ratios:", ""]
+    for run in data["runs"]:
+        ar = run["times_us"]["all_reduce"]
+        sizes = _sizes([run])
+        out += [f"{run['nproc']} ranks (raw output: `{run['source']}`):", "",
+                "| | " + " | ".join(size_label(s) for s in sizes) + " |", "|---|" + "---|" * len(sizes)]
+        for label, lib in (("ndist, µs", NDIST), ("torch on \"ndist\" (compiled), µs", TORCH_NDIST),
+                           ("custom op, µs", TORCH_OP), ("DeepSpeed, µs", DEEPSPEED)):
+            out.append(f"| {label} | " + " | ".join(_us(ar[str(s)][lib]) for s in sizes) + " |")
+        for label, num, den in (("torch on \"ndist\" / ndist", TORCH_NDIST, NDIST),
+                                ("custom op / DeepSpeed", TORCH_OP, DEEPSPEED)):
+            out.append(f"| {label} | " + " | ".join(_ratio(ar[str(s)][num] / ar[str(s)][den]) for s in sizes)
+                       + " |")
+        out.append("")
+    return out[:-1]
+
+
+def _torch_ds_targets(data: dict | None) -> list[str]:
+    rows = (("torch on \"ndist\", compiled backend, ≤ 1.2x ndist's own API from 4 KiB, 2 and 4 ranks",
+             TORCH_NDIST, NDIST, 1.2),
+            ("the custom op ≤ 0.8x DeepSpeed's `inference_all_reduce`, 4 KiB–16 MiB, 2 and 4 ranks",
+             TORCH_OP, DEEPSPEED, 0.8))
+    out = []
+    for label, num, den, limit in rows:
+        if data is None:
+            out.append(f"| {label} | not measured yet |")
+            continue
+        cells = [(run["nproc"], int(s), libs[num] / libs[den]) for run in data["runs"]
+                 for s, libs in run["times_us"]["all_reduce"].items() if num in libs and den in libs]
+        met = all(r <= limit for _, _, r in cells)
+        over = ", ".join(f"{n} ranks {size_label(s)} {r:.2f}x" for n, s, r in cells if r > limit) or "none"
+        out.append(f"| {label} | **{'met' if met else 'not met'}**; above: {over} |")
+    return out
+
+
 def gpu(data: dict) -> list[str]:
     enq, staging = data["runs"]
     out = ["### The GPU", "", data["note"], "",
@@ -172,7 +224,7 @@ def gpu(data: dict) -> list[str]:
     return out
 
 
-def targets(one_host: dict, across: dict, torch: dict, gpu_data: dict) -> list[str]:
+def targets(one_host: dict, across: dict, torch: dict, gpu_data: dict, torch_ds: dict | None = None) -> list[str]:
     out = ["### The targets against these results", "",
            "| target | where it stands |", "|---|---|"]
     for label, runs in (("one host", one_host["runs"]), ("across hosts", across["runs"])):
@@ -200,6 +252,7 @@ def targets(one_host: dict, across: dict, torch: dict, gpu_data: dict) -> list[s
     out.append(f"| torch's layer ≤ 1.10x ndist called directly, from 64 KiB | "
                f"**{'met' if all(r <= 1.10 for _, _, r in layer) else 'not met'}**; above: "
                f"{_misses(layer, 1.10)} |")
+    out += _torch_ds_targets(torch_ds)
     over = gpu_data["runs"][0]["measures_us"]["over the raw cupy.cuda.nccl call (target < 10)"]
     out.append(f"| the `nccl` backend's host time per 4 KiB call over the raw NCCL call < 10 µs | "
                f"**{'met' if over < 10 else 'not met'}**: {over:.2f} µs |")
@@ -209,8 +262,10 @@ def targets(one_host: dict, across: dict, torch: dict, gpu_data: dict) -> list[s
 def render(results: str = RESULTS) -> str:
     one_host, across = load("one_host", results), load("across_hosts", results)
     torch, ds, g = load("torch", results), load("deepspeed", results), load("gpu", results)
-    lines = (against_mpich_and_gloo(one_host, across) + [""] + targets(one_host, across, torch, g)
-             + [""] + through_torch(torch) + [""] + deepspeed(ds) + [""] + gpu(g))
+    torch_ds = load_optional("torch_deepspeed", results)
+    lines = (against_mpich_and_gloo(one_host, across) + [""] + targets(one_host, across, torch, g, torch_ds)
+             + [""] + through_torch(torch) + [""] + deepspeed(ds) + [""] + torch_vs_deepspeed(torch_ds)
+             + [""] + gpu(g))
     return "\n".join(lines) + "\n"
 
 

@@ -307,6 +307,66 @@ class TorchAdapter(_DistApiAdapter):
         self._post(recv, redop)
 
 
+class TorchNdistAdapter(TorchAdapter):
+    """torch.distributed on backend "ndist", its compiled backend (``torch:ndist``: the C++
+    ``c10d::Backend`` over ndist's engine; the run fails where it cannot be built) or its Python
+    one (``torch:ndist-python``, the reference), picked through ``$NDIST_TORCH_COMPILED`` in the
+    ranks' environment."""
+
+    _COMPILED = "1"
+
+    @classmethod
+    def environment(cls, nproc, tag):
+        return {"NDIST_TORCH_COMPILED": cls._COMPILED}
+
+    def __init__(self, rank, size, rendezvous, timeout=300.0):
+        super().__init__(rank, size, rendezvous, timeout=timeout, backend="ndist")
+        self.name = _NDIST_TORCH_NAMES[type(self)]
+
+
+class TorchNdistPythonAdapter(TorchNdistAdapter):
+    """``torch:ndist-python``: backend "ndist" on its Python backend (``ProcessGroupNdist``)."""
+
+    _COMPILED = "0"
+
+
+class TorchNdistOpAdapter(TorchNdistAdapter):
+    """``torch:ndist-op``: ndist's torch custom ops (``torch.ops.ndist.all_reduce_``,
+    ``broadcast_``, ``all_gather_into``: docs/torch.md, "Custom ops"), the drop-in for
+    DeepSpeed's ``torch.ops.deepspeed.inference_all_reduce_``, on a backend-"ndist" group on
+    the compiled backend; the ops go to ndist's engine without torch.distributed's layer."""
+
+    _REDOPS = {"sum": "sum", "prod": "product", "max": "max", "min": "min", "avg": "avg"}
+
+    @classmethod
+    def not_offered(cls, op, dtype, redop):
+        if op not in ("all_reduce", "broadcast", "all_gather"):
+            return f"ndist's custom ops are all_reduce_, broadcast_ and all_gather_into (no {op})"
+        return None
+
+    def __init__(self, rank, size, rendezvous, timeout=300.0):
+        super().__init__(rank, size, rendezvous, timeout=timeout)
+        import ndist.torch.ops as ops
+
+        if not ops.load():
+            raise RuntimeError("torch:ndist-op: ndist's compiled torch module could not be built (see the warning)")
+        self._name = self.dist.group.WORLD.group_name
+        self._ops_ns = self.torch.ops.ndist
+
+    def all_reduce(self, send, redop):
+        self._ops_ns.all_reduce_(send, self._name, self._REDOPS[redop])
+
+    def broadcast(self, send, root):
+        self._ops_ns.broadcast_(send, root, self._name)
+
+    def all_gather(self, send, recv):
+        self._ops_ns.all_gather_into(recv, send, self._name)
+
+
+_NDIST_TORCH_NAMES = {TorchNdistAdapter: "torch:ndist", TorchNdistPythonAdapter: "torch:ndist-python",
+                      TorchNdistOpAdapter: "torch:ndist-op"}
+
+
 # ------------------------------------------------------------------------ ndist
 
 
@@ -471,7 +531,8 @@ class DeepSpeedAdapter(Adapter):
         self.dist.destroy_process_group()
 
 
-_CLASSES = {"mpi4py": Mpi4pyAdapter, "torch": TorchAdapter, "torch:ndist": TorchAdapter,
+_CLASSES = {"mpi4py": Mpi4pyAdapter, "torch": TorchAdapter, "torch:ndist": TorchNdistAdapter,
+            "torch:ndist-python": TorchNdistPythonAdapter, "torch:ndist-op": TorchNdistOpAdapter,
             "deepspeed": DeepSpeedAdapter}
 
 
@@ -495,13 +556,14 @@ def make_adapter(lib: str, rank: int, size: int, rendezvous, timeout: float) -> 
         return Mpi4pyAdapter(rank, size, rendezvous)
     if lib == "torch":
         return TorchAdapter(rank, size, rendezvous, timeout=timeout)
-    if lib == "torch:ndist":
-        return TorchAdapter(rank, size, rendezvous, timeout=timeout, backend="ndist")
+    if lib in ("torch:ndist", "torch:ndist-python", "torch:ndist-op"):
+        return _CLASSES[lib](rank, size, rendezvous, timeout=timeout)
     if lib == "deepspeed":
         return DeepSpeedAdapter(rank, size, rendezvous, timeout=timeout)
     if lib.startswith("ndist[") and lib.endswith("]"):
         return NdistAdapter(rank, size, rendezvous, backend=lib[6:-1], timeout=timeout)
-    raise ValueError(f"library: expected mpi4py, torch, torch:ndist, deepspeed or ndist[<backend>]; got {lib!r}")
+    raise ValueError(f"library: expected mpi4py, torch, torch:ndist, torch:ndist-python, torch:ndist-op, deepspeed "
+                     f"or ndist[<backend>]; got {lib!r}")
 
 
 def library_versions(lib: str) -> dict:
@@ -525,10 +587,14 @@ def library_versions(lib: str) -> dict:
 
         out["deepspeed"] = deepspeed.__version__
         out["op"] = "inference_all_reduce (shm)"
-    if lib.startswith("ndist") or lib == "torch:ndist":
+    if lib.startswith("ndist") or lib.startswith("torch:ndist"):
         import ndist
 
         out["ndist"] = ndist.__version__
+    if lib.startswith("torch:ndist"):
+        import ndist.torch.ops as ops
+
+        out["torch backend"] = "compiled" if ops.engine_calls() >= 0 else "python"
     if lib.startswith("ndist"):
         import ndist.distributed as dist
 

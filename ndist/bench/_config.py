@@ -14,8 +14,10 @@ __all__ = ["BenchConfig", "parse_size", "size_sweep", "build_parser", "parse_arg
 # Comparators accepted by --compare, and the ndist backends accepted by --backend.
 # ``torch`` is torch.distributed on Gloo, ``torch:ndist`` torch.distributed on backend "ndist"
 # (ndist.torch): the same torch calls, so the pair shows what going through torch costs.
+# ``torch:ndist`` runs its compiled backend, ``torch:ndist-python`` its Python one, ``torch:ndist-op``
+# ndist's torch custom ops (torch.ops.ndist.*: all_reduce, broadcast, all_gather).
 # ``deepspeed`` is DeepSpeed's shared-memory all_reduce (CPU tensor parallelism): all_reduce only.
-LIBRARIES = ("mpi4py", "torch", "torch:ndist", "deepspeed")
+LIBRARIES = ("mpi4py", "torch", "torch:ndist", "torch:ndist-python", "torch:ndist-op", "deepspeed")
 NDIST_BACKENDS = ("socket", "mpi")
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -134,12 +136,16 @@ examples:
                                                      torch.distributed on Gloo and on backend "ndist"
   ndist-bench all_reduce -b 4K -e 16M -f 4 --compare mpi4py,torch,deepspeed
                                                      with DeepSpeed's shared-memory all_reduce too
+  ndist-bench all_reduce -b 4K -e 16M -f 4 --compare torch:ndist,torch:ndist-op,deepspeed
+                                                     torch on "ndist" (compiled), ndist's custom op
+                                                     and DeepSpeed's inference_all_reduce
 
 Columns as nccl-tests: time per iteration, algbw = size / time, busbw = algbw
 scaled by the op's traffic factor (all_reduce: 2(n-1)/n), #wrong = elements
 that failed the check. The ranks run on this machine only. The mpi backend and
 mpi4py need mpi4py and an mpiexec (the mpich wheel's, next to python, or on
-PATH); torch and torch:ndist need torch installed, deepspeed needs DeepSpeed
+PATH); torch and torch:ndist* need torch installed (torch:ndist and
+torch:ndist-op a C++ compiler: ndist's compiled torch module), deepspeed needs DeepSpeed
 (it runs all_reduce with sum on float32, float16 and bfloat16 only; other ops
 are printed as not offered).
 Exit status: 0; 1 when a result was wrong; 2 for bad arguments or a library
@@ -176,7 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ndist backend(s): socket, mpi, comma separated (default socket); 'none' runs only --compare")
     p.add_argument("--compare", type=_list_arg("compare", LIBRARIES), default=(),
                    help="also run raw mpi4py (MPICH), torch.distributed on Gloo (torch) and/or on backend "
-                        "\"ndist\" (torch:ndist), DeepSpeed's shared-memory all_reduce (deepspeed), comma separated")
+                        "\"ndist\" (torch:ndist: its compiled backend; torch:ndist-python: its Python backend; "
+                        "torch:ndist-op: ndist's torch custom ops), DeepSpeed's shared-memory all_reduce "
+                        "(deepspeed), comma separated")
     p.add_argument("--rounds", type=_positive("rounds"), default=1,
                    help="measure each size this many times per library, interleaved (see --stat)")
     p.add_argument("--stat", choices=("median", "min"), default="median",

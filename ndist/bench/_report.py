@@ -120,9 +120,10 @@ def format_table(rows: list[Row], title: str = "") -> str:
 
 
 def _subjects(libs: tuple[str, ...]) -> list[str]:
-    """ndist's runs, and torch on backend "ndist" (``torch:ndist``: it is compared with
-    Gloo; ndist's own runs are compared with it, which shows what torch's layer costs)."""
-    nd = [lib for lib in libs if lib.startswith("ndist") or lib == "torch:ndist"]
+    """ndist's runs, and torch on backend "ndist" (``torch:ndist``, ``torch:ndist-python``,
+    ``torch:ndist-op``: each is compared with Gloo and DeepSpeed; ndist's own runs and the other
+    two are compared with ``torch:ndist``, which shows what torch's layer costs)."""
+    nd = [lib for lib in libs if lib.startswith("ndist") or lib.startswith("torch:ndist")]
     return nd or list(libs[:1])
 
 

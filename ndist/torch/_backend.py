@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import warnings
 from dataclasses import InitVar, dataclass
@@ -110,7 +111,22 @@ def create(dist_opts: Any, pg_options: Any = None) -> Any:
     # compiled backend (issue 43): the C++ c10d::Backend over pg where it builds and
     # $NDIST_TORCH_COMPILED allows, else pg itself (ndist/torch/_compiled.py)
     compiled = _compiled.wrap(pg, dist_opts)
-    return pg if compiled is None else compiled
+    if compiled is None:
+        return pg
+    if _only_backend(sys._getframe(1)):  # the group itself, named "ndist" (torch takes a ProcessGroup as is)
+        return _compiled.as_group(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, compiled)
+    return compiled  # ("cpu:ndist,cuda:nccl": a backend of torch's group, beside the other device's)
+
+
+def _only_backend(caller: Any) -> bool:
+    """Whether torch's ``_new_process_group_helper`` (``caller``, the frame that called
+    ``create``) makes a group whose every device is on backend "ndist" (its ``backend_config``);
+    False where that cannot be told (torch then builds its own group around the backend)."""
+    config = caller.f_locals.get("backend_config")
+    try:
+        return set(config.get_device_backend_map().values()) == {BACKEND_NAME}
+    except AttributeError:
+        return False
 
 
 def register() -> None:

@@ -4,13 +4,17 @@
 ``torch.utils.cpp_extension.load`` the first time it is needed, once per torch version,
 ndist version, Python and source (the module's name carries their hash), into
 ``$TORCH_EXTENSIONS_DIR`` (else torch's per-user cache, ``~/.cache/torch_extensions``);
-later processes load the cached module. While it compiles, one INFO message on
-``ndist.torch`` says so. Where it cannot be built (no C++ compiler, no ninja, no torch
-headers), the Python backend serves, after one WARNING.
+later processes import the cached module (without torch's check, which would hash the sources
+and run ninja in every process). While it compiles, one WARNING on ``ndist.torch``
+says so (shown without any logging set up: a first group then takes a minute or two). Where
+it cannot be built (no C++ compiler, no ninja, no torch headers), the Python backend serves,
+after one WARNING. torch 2.13's build lock (``<build dir>/lock``, which a build killed
+midway leaves behind, and on which torch's next build would wait forever; 2.14 locks it with
+an advisory lock instead) is handled under a lock of ndist's own (``flock`` on ``<build dir>.ndist-lock``, released by the kernel when its
+holder dies): whoever holds it finds no live build behind torch's lock file, and removes it.
 
-``$NDIST_TORCH_COMPILED`` picks: ``0`` (the default for now: the Python backend only;
-``shrink_group`` needs it), ``auto`` (the compiled backend where it builds), ``1`` (it
-must: a failed build raises).
+``$NDIST_TORCH_COMPILED`` picks: ``auto`` (the compiled backend where it builds), ``1`` (it
+must: a failed build raises), ``0`` (the default for now, ``DEFAULT``: the Python backend only).
 
 The C++ side calls back into this module (with the GIL) for what stays Python:
 ``engine_handle`` (the engine's handle of a group, once it has one), ``failed_work`` and
@@ -19,7 +23,9 @@ The C++ side calls back into this module (with the GIL) for what stays Python:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import importlib.util
 import logging
 import os
 import sys
@@ -34,15 +40,16 @@ from ..runtime import (DistBackendError, DistError, DistMismatchError, DistNetwo
                        DistStoreError, DistTimeoutError)
 from ._work import NdistWork, as_torch_error
 
-__all__ = ["COMPILED_ENV", "MODES", "DEFAULT", "mode", "load", "loaded", "wrap", "backend_group", "python_group",
-           "engine_handle", "failed_work", "raise_engine_error"]
+__all__ = ["COMPILED_ENV", "MODES", "DEFAULT", "mode", "load", "loaded", "wrap", "wrap_group", "as_group", "backend_group",
+           "python_group", "build_directory", "engine_handle", "failed_work", "raise_engine_error"]
 
 log = logging.getLogger("ndist.torch")
 
 #: picks the backend torch gets: ``auto``, ``1`` or ``0``
 COMPILED_ENV = "NDIST_TORCH_COMPILED"
 MODES = ("auto", "1", "0")
-#: the Python backend until the compiled one serves ``shrink_group`` too (docs/torch.md)
+#: the Python backend until the compiled one survives docs/torch.md's shrink_group recipe (DDP, a
+#: rank killed, shrink_group, DDP again: its survivors segfault on the compiled backend)
 DEFAULT = "0"
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "ndist_backend.cpp")
@@ -118,11 +125,50 @@ def _build() -> Any:
     name = _name()
     directory = build_directory(name)
     os.makedirs(directory, exist_ok=True)
-    if not os.path.exists(os.path.join(directory, f"{name}.so")):
-        log.info("compiling ndist's torch backend %s for torch %s into %s (once per torch and ndist version)",
-                 name, torch.__version__, directory)
-    return cpp_extension.load(name=name, sources=[_SOURCE], extra_include_paths=[engine_include_dir()],
-                              extra_cflags=["-O2"], build_directory=directory, verbose=False)
+    library = os.path.join(directory, f"{name}.so")
+    with open(directory + ".ndist-lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # (one build or load at a time; released when this process dies)
+        _remove_stale_lock(directory)
+        if os.path.exists(library):
+            # built before (the name is the hash of all it depends on): imported as is, without
+            # torch's check, which hashes the sources and runs ninja again in every process
+            try:
+                return _import(name, library)
+            except ImportError as exc:  # a link killed midway: built again
+                log.warning("%s could not be loaded (%s); building it again", library, exc)
+                os.unlink(library)
+        log.warning("compiling ndist's torch backend %s for torch %s into %s (once per torch and ndist "
+                    "version: a minute or two)", name, torch.__version__, directory)
+        return cpp_extension.load(name=name, sources=[_SOURCE], extra_include_paths=[engine_include_dir()],
+                                  extra_cflags=["-O2"], build_directory=directory, verbose=False)
+
+
+def _import(name: str, library: str) -> Any:
+    """The extension module ``name`` from ``library`` (what cpp_extension.load ends with)."""
+    spec = importlib.util.spec_from_file_location(name, library)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{library}: not an extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _remove_stale_lock(directory: str) -> None:
+    """Remove torch's build lock (``FileBaton``'s ``lock``, torch 2.13) in ``directory``, under
+    ndist's lock: every build there runs under that lock, so none is alive behind this file (a
+    build killed midway left it, and torch's next build would wait on it forever). torch 2.14
+    locks that file with an advisory lock instead (its ``FileLock``), which the kernel
+    releases: the file stays, and is no sign of a killed build."""
+    from torch.utils import cpp_extension
+
+    if not hasattr(cpp_extension, "FileBaton"):
+        return
+    stale = os.path.join(directory, "lock")
+    try:
+        os.unlink(stale)
+    except FileNotFoundError:
+        return
+    log.warning("removed %s, left by a build of ndist's torch backend that did not finish", stale)
 
 
 def wrap(pg: Any, dist_opts: Any) -> Any:
@@ -134,6 +180,19 @@ def wrap(pg: Any, dist_opts: Any) -> Any:
     if module is None:
         return None
     return module.create_backend(pg, dist_opts.group_rank, dist_opts.group_size)
+
+
+def as_group(store: Any, rank: int, size: int, backend: Any) -> Any:
+    """torch's group for a compiled ``backend`` that is the group's only one: a torch
+    ``ProcessGroup`` whose ``getBackendName()`` is ``"ndist"`` (torch's own group of a custom C++
+    backend says ``"custom"``, which DDP's logging reports), the backend registered for cpu."""
+    return _module.create_group(store, rank, size, backend)
+
+
+def wrap_group(pg: Any) -> Any:
+    """A compiled backend over the Python group ``pg`` (the module is loaded: ``pg`` is a
+    compiled backend's shrunk group)."""
+    return _module.create_backend(pg, pg.rank(), pg.size())
 
 
 def backend_group(backend: Any) -> Any:
@@ -179,11 +238,19 @@ _CLASSES = {cls.__name__: cls for cls in (DistError, DistBackendError, DistNetwo
                                           DistStoreError, DistTimeoutError, DistMismatchError)}
 
 
-def _engine_error(type_name: str, rank: int, message: str) -> BaseException:
-    """ndist's exception for an engine failure (``ndist_error``'s class name, rank, message)."""
+def _engine_error(type_name: str, rank: int, message: str, pg: Any = None) -> BaseException:
+    """ndist's exception for an engine failure (``ndist_error``'s class name, rank, message) on
+    the Python group ``pg``: a ``DistRankFailureError`` takes the lost members (``failed_ranks``,
+    ``hosts``, ``causes``) from the group's record, as the Python path's does."""
     if type_name == "KeyboardInterrupt":
         return KeyboardInterrupt(message)
     cls = _CLASSES.get(type_name, DistBackendError)
+    if cls is DistRankFailureError and pg is not None:
+        known = pg.ndist_group.failure()
+        if known is not None:
+            return DistRankFailureError(message, failed_ranks=known.failed_ranks, hosts=known.hosts,
+                                        causes=known.causes, rank=rank if rank >= 0 else known.rank,
+                                        host=known.host)
     if issubclass(cls, DistNetworkError):
         return cls(message, rank=rank if rank >= 0 else None)
     return cls(message)
@@ -191,11 +258,11 @@ def _engine_error(type_name: str, rank: int, message: str) -> BaseException:
 
 def failed_work(pg: Any, outputs: list, op: str, type_name: str, rank: int, message: str) -> NdistWork:
     """The failed Work the Python backend returns for the same failure (``wait()`` raises it)."""
-    return NdistWork((), list(outputs), pg._nd_timeout, op, error=_engine_error(type_name, rank, message))
+    return NdistWork((), list(outputs), pg._nd_timeout, op, error=_engine_error(type_name, rank, message, pg))
 
 
-def raise_engine_error(type_name: str, rank: int, message: str) -> None:
-    """Raise torch's error for an engine failure (a custom op's): what ``wait()`` raises on the
-    Python backend."""
-    raise as_torch_error(_engine_error(type_name, rank, message))
+def raise_engine_error(type_name: str, rank: int, message: str, pg: Any = None) -> None:
+    """Raise torch's error for an engine failure (a custom op's on the Python group ``pg``):
+    what ``wait()`` raises on the Python backend."""
+    raise as_torch_error(_engine_error(type_name, rank, message, pg))
 

@@ -111,6 +111,17 @@ class StoreForTorch(tdist.Store):
     def multi_set(self, keys: Sequence[str], values) -> None:
         self._call(self._nd_store.multi_set, list(keys), list(values))
 
+    def clone(self) -> "StoreForTorch":
+        """Another ``StoreForTorch`` over the same ndist store (torch's ``Store.clone``: its
+        ``shrink_group`` clones the old group's store for the new group). ndist's store
+        clients are safe to share between threads; the clone keeps the same timeout, and is
+        held for the process as every store handed to torch is (``_handed``)."""
+        twin = StoreForTorch(self._nd_store, keep=self._nd_keep)
+        twin.set_timeout(self.timeout)
+        with _lock:
+            _handed.append(twin)
+        return twin
+
 
 class HealState:
     """The job's store and this process's count of grows (``_grow``): kept by the first

@@ -22,7 +22,14 @@ Here the torch group is the backend (``ProcessGroupNdist`` is a Python
   ``Backend`` (``ProcessGroupNdist`` is a ``ProcessGroup``: ``_group``'s module doc).
   ``_finalize_shrunk_group`` is wrapped: a ``ProcessGroup`` returned by ``shrink`` is
   named, registered and used as the new group, as ``init_process_group`` uses a Python
-  group; anything else goes to torch's own function unchanged.
+  group; anything else goes to torch's own function, with the excluded ranks as global
+  ranks (torch's step mistakes group ranks for global ones);
+* on the compiled backend (``_compiled``: torch's group is torch's own, with a C++
+  ``Backend``) torch finds ``supports_shrinking`` and ``shrink`` on the backend's own
+  Python class (torch 2.13's ``Backend`` binds neither); its ``shrink`` is
+  ``shrink_compiled``: ``shrink`` above, then a compiled backend over the new group, which
+  torch's own last step registers (it clones the store: ``ndist://``'s ``StoreForTorch``
+  offers ``clone``).
 
 Errors cross to torch as its own (``as_torch_error``): a lost member is
 ``torch.distributed.DistNetworkError`` whose ``__cause__`` is ndist's
@@ -46,7 +53,7 @@ from ..runtime.store import PrefixStore
 from . import _compiled, _watch
 from ._work import as_torch_error
 
-__all__ = ["backend_for", "get_failed_ranks", "shrink", "supports_shrinking", "install"]
+__all__ = ["backend_for", "get_failed_ranks", "shrink", "shrink_compiled", "supports_shrinking", "install"]
 
 log = logging.getLogger("ndist.torch.shrink")
 
@@ -129,6 +136,13 @@ def shrink(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: An
     return new
 
 
+def shrink_compiled(pg: Any, ranks_to_exclude: Any, shrink_flags: int = 0, pg_options: Any = None) -> Any:
+    """The compiled backend's ``shrink`` (csrc/ndist_backend.cpp): ``shrink`` of its Python group
+    ``pg``, and a compiled backend over the result."""
+    new = shrink(pg, ranks_to_exclude, shrink_flags, pg_options)
+    return _compiled.wrap_group(new)
+
+
 def _lost(nd: NdistGroup, kept_global: tuple) -> dict:
     """The members of ``kept_global`` whose process the member watch saw go (died during
     the agreement): global rank -> (host, cause). Not one a connection failure made ``nd``
@@ -139,17 +153,28 @@ def _lost(nd: NdistGroup, kept_global: tuple) -> dict:
 
 
 def _finalize_shrunk_group(original: Any, group_info: dict, excluded_ranks_set: set, new_backend: Any) -> Any:
-    """torch's last step of ``shrink_group``, for a Python group returned by ``shrink``.
+    """torch's last step of ``shrink_group``, for what backend "ndist" returned from ``shrink``.
 
-    The same steps as torch 2.13's and 2.14's ``_finalize_shrunk_group`` (destroy the other groups
-    when the default one shrinks, destroy the old group, make and register the new one)
-    except two: the new group is ``new_backend`` itself (see the module doc), and its
-    ranks are the old group's global ranks less the *group* ranks excluded (torch's
-    drops the global ranks that equal them, wrong for any group whose group ranks are
-    not its global ranks: a subgroup, or a default group shrunk before)."""
+    A compiled backend (a C++ ``Backend``) goes through torch's own step, which builds a new
+    torch group over a clone of the old group's store and registers it as its cpu backend,
+    with two changes: the member watch is told first when the default group shrinks, and the
+    excluded ranks are passed as global ranks (torch's step drops the *global* ranks equal to
+    the *group* ranks it is given, wrong for any group whose group ranks are not its global
+    ranks: a subgroup, or a default group shrunk before).
+
+    A Python group (``ProcessGroupNdist``): the same steps as torch 2.13's and 2.14's
+    (destroy the other groups when the default one shrinks, destroy the old group, make and
+    register the new one) except that the new group is ``new_backend`` itself (see the module
+    doc), with the ranks as above. Anything else goes to torch's function unchanged."""
+    target, is_default = group_info["process_group"], group_info["is_default_group"]
+    compiled = _compiled.backend_group(new_backend)
+    if compiled is not None:
+        ranks = c10d.get_process_group_ranks(target)
+        if is_default:  # (first: destroying the old default group must not end the member watch)
+            _watch.default_shrunk(compiled.ndist_group)
+        return original(group_info, {ranks[i] for i in excluded_ranks_set}, new_backend)
     if not isinstance(new_backend, tdist.ProcessGroup):
         return original(group_info, excluded_ranks_set, new_backend)
-    target, is_default = group_info["process_group"], group_info["is_default_group"]
     if is_default:
         # (first: destroying the old default group below must not end the member watch)
         _watch.default_shrunk(new_backend.ndist_group)

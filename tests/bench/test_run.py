@@ -157,7 +157,7 @@ def test_failing_rank_is_reported_with_its_traceback():
     with pytest.raises(BenchError) as e:
         g.start()
     msg = str(e.value)
-    assert "nosuchlib: rank" in msg and "library: expected mpi4py, torch, torch:ndist, deepspeed or ndist[<backend>]" in msg
+    assert "nosuchlib: rank" in msg and "library: expected mpi4py, torch, torch:ndist, torch:ndist-python, torch:ndist-op, deepspeed " in msg
     assert all(p.poll() is not None for p in g.procs)  # nothing left running
 
 

@@ -21,6 +21,7 @@ def say(name, value):
 torch.set_num_threads(1)
 dist.init_process_group("ndist", init_method="ndist://", timeout=timedelta(seconds=60))
 me = dist.get_rank()
+say("backend", type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__)  # compiled or Python
 sub = dist.new_group([1, 2, 3])  # rank 3 is rank 2 of sub
 dist.barrier()
 all_past(dist.distributed_c10d._get_default_store(), me, 4, victim=3)
@@ -55,7 +56,7 @@ new = dist.shrink_group([3], shrink_flags=dist.distributed_c10d.SHRINK_ABORT)  #
 x = torch.tensor([float(me + 1)])
 dist.all_reduce(x)
 say("default", f"{new is dist.group.WORLD} {dist.get_rank()}/{dist.get_world_size()} sum={x.item():g} "
-    f"backend={dist.get_backend()}")
+    f"backend={dist.get_backend()} {type(new._get_backend(torch.device('cpu'))).__name__}")
 objs = [None] * dist.get_world_size()
 dist.all_gather_object(objs, me)
 say("objects", objs)

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
-from torch_helpers import run_torch  # noqa: E402
+from tests.torch_backend.torch_helpers import run_torch  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
-from torch_helpers import shm_files  # noqa: E402
+from tests.torch_backend.torch_helpers import shm_files  # noqa: E402
 
 from ndist.testing import run_ranks  # noqa: E402
 

@@ -92,19 +92,27 @@ def test_recipe_under_torchrun(tmp_path):
 
 
 @pytest.mark.every_torch_release
-def test_shrink_group_semantics_on_backend_ndist():
+@pytest.mark.parametrize("compiled", ["1", "0"], ids=["compiled", "python"])
+def test_shrink_group_semantics_on_backend_ndist(compiled, request):
     """4 ranks (the test hosts the store), global rank 3 SIGKILLed: the blocking op raises
     torch's DistNetworkError naming it, then (revoked) with ndist's DistRankFailureError and
     failed_ranks; excluding a live rank is refused on every caller; a subgroup shrinks to the
-    right global ranks; the default group shrinks (SHRINK_ABORT) to the new default."""
+    right global ranks; the default group shrinks (SHRINK_ABORT) to the new default. On the
+    compiled backend (torch's own last step, over a clone of the ``ndist://`` store) and on the
+    Python one (the group itself becomes the new group)."""
     from tests.reliability.rank_loss_jobs import run_job
 
-    ended = run_job(str(Path(__file__).with_name("_shrink_job.py")), 4, timeout=150)
+    if compiled == "1":
+        request.getfixturevalue("torch_compiled_build")
+    kind = "NdistBackend" if compiled == "1" else "ProcessGroupNdist"
+    ended = run_job(str(Path(__file__).with_name("_shrink_job.py")), 4, timeout=150,
+                    env={"NDIST_TORCH_COMPILED": compiled})
     assert ended[3].code == -signal.SIGKILL
     for rank in range(3):
         e = ended[rank]
         assert e.code == 0, (e.out + e.err)[-4000:]
         lines = dict(line.split(" ", 1) for line in e.out.splitlines())
+        assert lines["backend"] == kind, e.out
         # mid-op, a lost connection (DistNetworkError); once the group knows, DistRankFailureError
         assert lines["first"] in ("DistNetworkError cause=DistNetworkError mentions3=True",
                                   "DistNetworkError cause=DistRankFailureError mentions3=True"), e.out
@@ -113,7 +121,7 @@ def test_shrink_group_semantics_on_backend_ndist():
         assert lines["alive"] == "ValueError 4", e.out
         if rank in (1, 2):
             assert lines["sub"] == f"{rank - 1}/2 [1, 2] sum=3", e.out
-        assert lines["default"] == f"True {rank}/3 sum=6 backend=ndist", e.out
+        assert lines["default"] == f"True {rank}/3 sum=6 backend=ndist {kind}", e.out
         assert lines["objects"] == "[0, 1, 2]", e.out
         assert lines["done"] == str(rank), e.out
 

@@ -5,11 +5,14 @@
 //
 // * NdistBackend, a c10d::Backend over a Python ProcessGroupNdist (``py_``): allreduce,
 //   broadcast, _allgather_base, _reduce_scatter_base, alltoall_base (even splits) and barrier
-//   on dense contiguous CPU tensors call the native engine through its C interface
-//   (ndist_engine.h) and return a completed Work; every other op, and every call the C
-//   interface does not cover (no handle: two levels, the Python engine, the mpi backend, a group that
-//   has not run a collective yet; coalescing; PREMUL_SUM; other layouts), calls the Python
-//   group's method of the same name, so torch sees one backend.
+//   called blocking (``opts.asyncOp`` false: torch waits at once) on dense contiguous CPU
+//   tensors call ndist's engine through its C interface (ndist_engine.h) on the caller's
+//   thread and return a completed Work; every other op, and every call the C interface does
+//   not cover (async_op=True, DDP's buckets and the functional collectives, which the Python
+//   group runs in the background; no handle: two levels, the Python engine, the mpi backend, a group
+//   that has not run a collective yet; coalescing; PREMUL_SUM; other layouts), calls the
+//   Python group's method of the same name, so torch sees one backend. torch.distributed's
+//   shrink_group shrinks the Python group and wraps the result in a new NdistBackend.
 // * torch.ops.ndist.all_reduce_ / broadcast_ / all_gather_into, found by torch's group name,
 //   for inference code that calls collectives inside a model (DeepSpeed's
 //   inference_all_reduce_), with Meta kernels so torch.compile(fullgraph=True) traces them.
@@ -227,7 +230,8 @@ class NdistBackend : public c10d::Backend {
                                            const c10d::AllreduceOptions& opts) override {
     ndist_group h = handle();
     int dt, op;
-    if (h != 0 && tensors.size() == 1 && (dt = engine_dtype(tensors[0])) != 0 && (op = redop_code(opts.reduceOp)) != 0) {
+    if (h != 0 && !opts.asyncOp && tensors.size() == 1 && (dt = engine_dtype(tensors[0])) != 0 &&
+        (op = redop_code(opts.reduceOp)) != 0) {
       ndist_error err;
       int st = g_api->all_reduce(h, tensors[0].data_ptr(), tensors[0].numel(), dt, op, &err);
       return finish(st, err, tensors, c10d::OpType::ALLREDUCE, "allreduce");
@@ -239,7 +243,8 @@ class NdistBackend : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts) override {
     ndist_group h = handle();
     int dt;
-    if (h != 0 && tensors.size() == 1 && opts.rootTensor == 0 && (dt = engine_dtype(tensors[0])) != 0) {
+    if (h != 0 && !opts.asyncOp && tensors.size() == 1 && opts.rootTensor == 0 &&
+        (dt = engine_dtype(tensors[0])) != 0) {
       ndist_error err;
       int st = g_api->broadcast(h, tensors[0].data_ptr(), tensors[0].numel(), dt, static_cast<int>(opts.rootRank), &err);
       return finish(st, err, tensors, c10d::OpType::BROADCAST, "broadcast");
@@ -251,7 +256,7 @@ class NdistBackend : public c10d::Backend {
                                                  const c10d::AllgatherOptions& opts) override {
     ndist_group h = handle();
     int dt;
-    if (h != 0 && (dt = engine_dtype(input)) != 0 && engine_dtype(output) == dt &&
+    if (h != 0 && !opts.asyncOp && (dt = engine_dtype(input)) != 0 && engine_dtype(output) == dt &&
         output.numel() == input.numel() * getSize()) {
       ndist_error err;
       int st = g_api->all_gather(h, output.data_ptr(), input.data_ptr(), input.numel(), dt, &err);
@@ -266,7 +271,7 @@ class NdistBackend : public c10d::Backend {
                                                       const c10d::ReduceScatterOptions& opts) override {
     ndist_group h = handle();
     int dt, op;
-    if (h != 0 && (dt = engine_dtype(input)) != 0 && engine_dtype(output) == dt &&
+    if (h != 0 && !opts.asyncOp && (dt = engine_dtype(input)) != 0 && engine_dtype(output) == dt &&
         input.numel() == output.numel() * getSize() && (op = redop_code(opts.reduceOp)) != 0) {
       ndist_error err;
       int st = g_api->reduce_scatter(h, output.data_ptr(), input.data_ptr(), output.numel(), dt, op, &err);
@@ -283,7 +288,8 @@ class NdistBackend : public c10d::Backend {
                                                const c10d::AllToAllOptions& opts) override {
     ndist_group h = handle();
     int dt;
-    if (h != 0 && outputSplitSizes.empty() && inputSplitSizes.empty() && (dt = engine_dtype(input)) != 0 &&
+    if (h != 0 && !opts.asyncOp && outputSplitSizes.empty() && inputSplitSizes.empty() &&
+        (dt = engine_dtype(input)) != 0 &&
         engine_dtype(output) == dt && output.numel() == input.numel() && input.numel() % getSize() == 0) {
       ndist_error err;
       int st = g_api->all_to_all(h, output.data_ptr(), input.data_ptr(), input.numel(), dt, &err);
@@ -296,7 +302,7 @@ class NdistBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     ndist_group h = handle();
-    if (h != 0) {
+    if (h != 0 && !opts.asyncOp) {
       ndist_error err;
       int st = g_api->barrier(h, &err);
       std::vector<at::Tensor> none;
@@ -374,9 +380,26 @@ class NdistBackend : public c10d::Backend {
     return held(py_.attr("end_coalescing")(py::none()), {});
   }
 
-  // torch.distributed.shrink_group is the Python backend's only (NDIST_TORCH_COMPILED=0): torch
-  // builds the shrunk group of a C++ backend through Store::clone, which ndist's store lacks.
-  bool supportsShrinking() const override { return false; }
+  // torch.distributed.shrink_group: the Python group shrinks (ndist/torch/_shrink.py: the
+  // survivors' agreement through the group's store) and the new group gets a backend like this
+  // one. torch reaches them from Python (the NdistBackend class below: torch 2.13's Backend
+  // binds neither); a compiled backend is only made for the socket engine, which shrinks.
+  bool supportsShrinking() const override { return true; }
+
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& /*opts_override*/) override {
+    py::gil_scoped_acquire gil;
+    // (C++ callers have torch's Backend::Options; ndist's are Python: the group's own then)
+    return shrink_py(ranks_to_exclude, shrink_flags, py::none());
+  }
+
+  // The shrunk group's backend (the GIL held): ``ndist.torch._shrink.shrink_compiled``.
+  c10::intrusive_ptr<c10d::Backend> shrink_py(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+                                              py::object pg_options) {
+    py::object out = py::module_::import("ndist.torch._shrink")
+                         .attr("shrink_compiled")(py_, ranks_to_exclude, shrink_flags, pg_options);
+    return out.cast<c10::intrusive_ptr<c10d::Backend>>();
+  }
 
   void shutdown() override {
     py::gil_scoped_acquire gil;
@@ -437,6 +460,21 @@ class NdistBackend : public c10d::Backend {
   std::atomic<uint64_t> engine_calls_{0};
 };
 
+// The torch group of a group whose only backend is ndist's: torch's ProcessGroup with the backend
+// for the CPU, named "ndist" (a custom backend's group calls itself "custom" otherwise, and DDP's
+// logging reports that name).
+class NdistProcessGroup : public c10d::ProcessGroup {
+ public:
+  NdistProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    const c10::intrusive_ptr<c10d::Backend>& backend)
+      : c10d::ProcessGroup(store, rank, size) {
+    setBackend(c10::DeviceType::CPU, BackendType::CUSTOM, backend);
+    setDefaultBackend(BackendType::CUSTOM);
+  }
+
+  const std::string getBackendName() const override { return "ndist"; }
+};
+
 static c10::intrusive_ptr<c10d::Backend> create_backend(py::object group, int rank, int size) {
   return c10::make_intrusive<NdistBackend>(std::move(group), rank, size);
 }
@@ -457,10 +495,10 @@ static NdistBackend* ndist_backend_of(const c10::intrusive_ptr<c10d::ProcessGrou
 
 // An engine failure as the Python backend raises it from wait(): torch's DistNetworkError /
 // DistBackendError naming the peer (ndist/torch/_compiled.py, raise_engine_error).
-[[noreturn]] static void raise_engine_error(const ndist_error& err) {
+[[noreturn]] static void raise_engine_error(const ndist_error& err, NdistBackend* nb) {
   if (err.status == NDIST_E_ARGUMENT) throw_argument(err);
   py::gil_scoped_acquire gil;
-  helpers().attr("raise_engine_error")(err.type, err.rank, err.message);
+  helpers().attr("raise_engine_error")(err.type, err.rank, err.message, nb->python_group());
   throw std::logic_error("raise_engine_error returned");  // not reached: it raises
 }
 
@@ -509,7 +547,7 @@ at::Tensor& all_reduce_(at::Tensor& t, c10::string_view group_name, c10::string_
   ndist_group h = nb != nullptr ? nb->handle() : 0;
   if (h != 0 && dt != 0) {
     ndist_error err;
-    if (g_api->all_reduce(h, t.data_ptr(), t.numel(), dt, code, &err) != NDIST_OK) raise_engine_error(err);
+    if (g_api->all_reduce(h, t.data_ptr(), t.numel(), dt, code, &err) != NDIST_OK) raise_engine_error(err, nb);
     nb->count_engine_call();
     return t;
   }
@@ -535,7 +573,7 @@ at::Tensor& broadcast_(at::Tensor& t, int64_t src, c10::string_view group_name) 
   if (h != 0 && dt != 0) {
     ndist_error err;
     if (g_api->broadcast(h, t.data_ptr(), t.numel(), dt, static_cast<int>(src), &err) != NDIST_OK)
-      raise_engine_error(err);
+      raise_engine_error(err, nb);
     nb->count_engine_call();
     return t;
   }
@@ -563,7 +601,7 @@ at::Tensor& all_gather_into(at::Tensor& out, const at::Tensor& t, c10::string_vi
   ndist_group h = nb != nullptr ? nb->handle() : 0;
   if (h != 0 && dt != 0 && engine_dtype(out) == dt) {
     ndist_error err;
-    if (g_api->all_gather(h, out.data_ptr(), t.data_ptr(), t.numel(), dt, &err) != NDIST_OK) raise_engine_error(err);
+    if (g_api->all_gather(h, out.data_ptr(), t.data_ptr(), t.numel(), dt, &err) != NDIST_OK) raise_engine_error(err, nb);
     nb->count_engine_call();
     return out;
   }
@@ -602,9 +640,31 @@ TORCH_LIBRARY_IMPL(ndist, Meta, m) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::module_::import("torch.distributed");  // torch's Backend and Work types, for the casts
   ndist_torch::load_api();
+  // The backend's own Python class (torch hands it out from ``group._get_backend(device)``):
+  // what torch's shrink_group asks of a backend in Python, which torch 2.13's Backend lacks.
+  py::class_<ndist_torch::NdistBackend, c10d::Backend, c10::intrusive_ptr<ndist_torch::NdistBackend>>(
+      m, "NdistBackend", "ndist's compiled c10d Backend (docs/torch.md, \"The compiled backend\").")
+      .def_property_readonly("supports_shrinking",
+                             [](const ndist_torch::NdistBackend& b) { return b.supportsShrinking(); })
+      .def(
+          "shrink",
+          [](ndist_torch::NdistBackend& b, const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+             py::object pg_options) { return b.shrink_py(ranks_to_exclude, shrink_flags, std::move(pg_options)); },
+          py::arg("ranks_to_exclude"), py::arg("shrink_flags") = 0, py::arg("pg_options") = py::none(),
+          "The backend of this group less ``ranks_to_exclude`` (torch.distributed.shrink_group).");
   m.doc() = "ndist's compiled torch backend and custom ops (built by ndist.torch._compiled)";
   m.def("create_backend", &ndist_torch::create_backend, py::arg("group"), py::arg("rank"), py::arg("size"),
         "A c10d Backend over the Python ProcessGroupNdist ``group``.");
+  py::class_<ndist_torch::NdistProcessGroup, c10d::ProcessGroup, c10::intrusive_ptr<ndist_torch::NdistProcessGroup>>(
+      m, "NdistProcessGroup", "torch's group of a group on ndist's compiled backend alone, named \"ndist\".");
+  m.def(
+      "create_group",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+         const c10::intrusive_ptr<c10d::Backend>& backend) -> c10::intrusive_ptr<c10d::ProcessGroup> {
+        return c10::make_intrusive<ndist_torch::NdistProcessGroup>(store, rank, size, backend);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("backend"),
+      "A torch ProcessGroup named \"ndist\" with ``backend`` for the CPU.");
   m.def(
       "engine_calls",
       [](const c10::intrusive_ptr<c10d::Backend>& backend) -> int64_t {
