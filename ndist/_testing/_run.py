@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping
 from ..runtime import DistError, DistTimeoutError, _shmfiles
 from ..runtime.store import TCPStore, TCPStoreServer
 
-__all__ = ["run_ranks", "RankFailedError", "Results"]
+__all__ = ["run_ranks", "RankFailedError", "Results", "kill_tree"]
 
 log = logging.getLogger("ndist.runtime.testing")
 
@@ -149,9 +149,11 @@ def _tree(pid: int) -> list[int]:
     return tree
 
 
-def _kill_descendants(pid: int) -> None:
+def kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and every process below it, the deepest first (a launcher cannot
-    start a replacement for a rank once the rank is gone before it)."""
+    start a replacement for a rank once the rank is gone before it). A launcher's ranks in
+    sessions of their own (Hydra's proxies and ranks, ``ndistrun``'s) are reached too: the
+    tree is walked through /proc."""
     for p in reversed(_tree(pid)):
         try:
             os.kill(p, signal.SIGKILL)
@@ -297,7 +299,7 @@ def run_ranks(
         # is still ours: kill each whole tree, finished or not, then reap.
         for p in procs:
             if command is not None and p.returncode is None:
-                _kill_descendants(p.pid)  # the launcher's ranks, in sessions of their own
+                kill_tree(p.pid)  # the launcher's ranks, in sessions of their own
             _kill_tree(p)
         for p in procs:
             try:

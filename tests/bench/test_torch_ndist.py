@@ -39,7 +39,7 @@ def test_the_python_backend_and_the_custom_op_as_columns(capsys, torch_compiled_
     out = capsys.readouterr().out
     assert rc == 0, out
     for lib in ("torch:ndist", "torch:ndist-python", "torch:ndist-op"):
-        rows = _table(out, lib, "all_reduce")
+        rows = table(out, lib, "all_reduce")
         assert [int(r[0]) for r in rows] == [1024, 2048] and all(r[-1] == "0" for r in rows), (lib, rows)
     header = {}
     for line in out.splitlines():  # (the Libraries lines come before the Using ranks ones)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from ndist.testing import kill_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the files of tests marked ``mpi``: they run inside the MPI job
@@ -21,30 +22,6 @@ MPI_TESTS = sorted(p for p in Path(__file__).parent.glob("test_*.py")
 def mpiexec() -> str | None:
     local = Path(sys.executable).parent / "mpiexec"
     return str(local) if local.exists() else shutil.which("mpiexec")
-
-
-def _kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and every process below it. Hydra's proxies and the ranks each run in
-    a session of their own, so a process group would not reach them: the tree is walked."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    todo, tree = [pid], []
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo.extend(children.get(p, []))
-    for p in reversed(tree):  # the ranks first: mpiexec cannot start anything after them
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.mark.timeout(420)
@@ -61,7 +38,7 @@ def test_mpi_suite(nprocs):
     try:
         out, err = proc.communicate(timeout=400)
     except subprocess.TimeoutExpired:
-        _kill_tree(proc.pid)
+        kill_tree(proc.pid)  # (Hydra's proxies and ranks run in sessions of their own)
         out, err = proc.communicate()
         pytest.fail(f"{' '.join(cmd)} did not end within 400 s (killed, with its proxies and ranks)\n"
                     f"{out[-6000:]}\n{err[-3000:]}")
