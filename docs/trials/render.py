@@ -38,7 +38,8 @@ def load(name: str, results: str = RESULTS) -> dict:
 
 
 def _s(x: float) -> str:
-    return f"{x:.3f}"
+    v = round(x, 3)
+    return f"{v if v != 0 else 0.0:.3f}"  # (never "-0.000": a spawn inside the 10 ms tick)
 
 
 def _med_worst(xs: list[float]) -> str:
@@ -130,8 +131,8 @@ def render(results: str = RESULTS) -> str:
     heal, preinit = load("heal", results), load("preinit", results)
     loads = [b["load"] for b in heal["batches"]] + [preinit["load"]]
     lines = [BEGIN, *render_heal(heal), "", *render_preinit(preinit), "",
-             "Load: the shared 2-core VM, with the other helpers' builds and tests running; 1-min load average "
-             "at the end of each batch: " + ", ".join(f"{x:.1f}" for x in loads) + ".", END]
+             "Load: the 2-core VM's 1-min load average at the end of each batch, the trials' own "
+             "processes included: " + ", ".join(f"{x:.1f}" for x in loads) + ".", END]
     return "\n".join(lines)
 
 
@@ -156,8 +157,8 @@ def collect(a) -> None:
             "code": a.code, "date": now, "batches": batches, "trials": trials, "startup": startup}
     with open(a.preinit, encoding="utf-8") as f:
         got = json.load(f)
-    preinit = {"command": "python tools/trials/preinit_trials.py --trials 50 --seed 460000", "code": a.code,
-               "date": now, "load": a.preinit_load, "trials": [{k: r.get(k) for k in PREINIT_KEYS} for r in got]}
+    preinit = {"command": "python tools/trials/preinit_trials.py --trials 50 --seed "
+                          f"{min(r['seed'] for r in got)}", "code": a.code, "date": now, "load": a.preinit_load, "trials": [{k: r.get(k) for k in PREINIT_KEYS} for r in got]}
     os.makedirs(RESULTS, exist_ok=True)
     for name, data in (("heal", heal), ("preinit", preinit)):
         with open(os.path.join(RESULTS, f"{name}.json"), "w", encoding="utf-8") as f:
