@@ -107,7 +107,7 @@ class MPIBackend(CollectiveBackend):
         # when MPI reduces the dtype as it is, else None. Their buffer specs give no count
         # where mpi4py derives it from the buffer (as raw mpi4py calls do). Counted with
         # callgrind (benchmarks/mpi_overhead.py): they read the call record's fields by
-        # name (a few ns each more than by index: docs/architecture.md, "Call"), and
+        # name (a few ns each more than by index: docs/architecture.md, "The collectives layer", `Call`), and
         # call the communicator's methods bound once, loaded
         # as attributes (``f = self._x; f(...)``: a method call on an instance attribute
         # is not specialised by CPython 3.11).

@@ -623,7 +623,7 @@ class SocketBackend(CollectiveBackend):
     # The thin lane (``_inline``): a blocking op on the native engine with nothing running
     # or queued runs here, on the caller's thread, with no closure, Work or executor job;
     # numbered, described and failing as through ``_submit``. The record's fields are
-    # read by name (a few ns each more than by index: docs/architecture.md, "Call").
+    # read by name (a few ns each more than by index: docs/architecture.md, "The collectives layer", `Call`).
     def all_reduce(self, call: Call, *, blocking: bool = False) -> Work:
         buf, op, scale = call.out, call.redop, call.scale
         if self.size == 1:
