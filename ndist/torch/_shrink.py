@@ -172,7 +172,14 @@ def _finalize_shrunk_group(original: Any, group_info: dict, excluded_ranks_set: 
         ranks = c10d.get_process_group_ranks(target)
         if is_default:  # (first: destroying the old default group must not end the member watch)
             _watch.default_shrunk(compiled.ndist_group)
-        return original(group_info, {ranks[i] for i in excluded_ranks_set}, new_backend)
+        new_pg = original(group_info, {ranks[i] for i in excluded_ranks_set}, new_backend)
+        # torch registers the new backend as GLOO on a CPU device, and DDP's C++ logger then
+        # treats a GLOO group's backend as ProcessGroupGloo (gloo_num_threads): a SIGSEGV on
+        # our backend. Registered as what it is, a custom backend, the group names it so.
+        cpu = torch.device("cpu")
+        new_pg._register_backend(cpu, tdist.ProcessGroup.BackendType.CUSTOM, new_backend)
+        new_pg._set_default_backend(tdist.ProcessGroup.BackendType.CUSTOM)
+        return new_pg
     if not isinstance(new_backend, tdist.ProcessGroup):
         return original(group_info, excluded_ranks_set, new_backend)
     if is_default:

@@ -39,8 +39,8 @@ def _script(tmp_path) -> Path:
     return path
 
 
-def _run(argv, cwd, timeout=200):
-    env = {k: v for k, v in os.environ.items() if k not in STRIP}
+def _run(argv, cwd, timeout=200, env=None):
+    env = {**{k: v for k, v in os.environ.items() if k not in STRIP}, **(env or {})}
     env["TMPDIR"] = torchrun_tmp(cwd)  # (torchrun keeps its log folder)
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -70,11 +70,16 @@ def test_recipe_under_ndistrun_continue_prints_what_the_page_shows(tmp_path):
     assert re.search(r"rank 2 .*killed by SIGKILL", err), err[-3000:]
 
 
-def test_recipe_under_ndistrun_survives_losing_rank_0(tmp_path):
-    """The lost rank is rank 0 (whose weights DDP broadcast): the new rank 0 is old rank 1."""
+@pytest.mark.parametrize("compiled", ["0", "1"], ids=["python", "compiled"])
+def test_recipe_under_ndistrun_survives_losing_rank_0(tmp_path, compiled, request):
+    """The lost rank is rank 0 (whose weights DDP broadcast): the new rank 0 is old rank 1. On
+    the compiled backend too: torch registers a shrunk group's C++ backend as GLOO, and DDP's
+    logger then took ours for ProcessGroupGloo (every survivor died of SIGSEGV in DDP())."""
+    if compiled == "1":
+        request.getfixturevalue("torch_compiled_build")
     script = _script(tmp_path)
     rc, out, err = _run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "4", "--on-failure", "continue",
-                         str(script), "2", "0", "ndist://"], tmp_path)
+                         str(script), "2", "0", "ndist://"], tmp_path, env={"NDIST_TORCH_COMPILED": compiled})
     assert rc == 0, (out + err)[-4000:]
     assert _finished(out) == [f"rank {r} of 3: 8 steps, weights equal True" for r in (1, 2, 3)], (out + err)[-4000:]
 
