@@ -43,12 +43,14 @@ from ._shrink import check_backends
 from ._world import _world, resolve_group
 from .store import PrefixStore
 
-__all__ = ["grow_group"]
+__all__ = ["grow_group", "check_timeout"]
 
 log = logging.getLogger("ndist.runtime.grow")
 
 
-def _check_timeout(timeout: Any, default: timedelta) -> float:
+def check_timeout(timeout: Any, default: timedelta) -> float:
+    """``grow_group``'s ``timeout`` (ndist's and torch's) in seconds: a ``timedelta``, seconds or
+    None (``default``); a clear error for anything else, or a duration not positive and finite."""
     if timeout is None:
         return default.total_seconds()
     if isinstance(timeout, timedelta):
@@ -72,7 +74,7 @@ def grow_group(timeout: Any = None) -> list[int]:
     ready. Other groups are destroyed, as by ``shrink_group`` on the default group."""
     with _world.lock:
         pg = resolve_group(None)
-        seconds = _check_timeout(timeout, pg.timeout)
+        seconds = check_timeout(timeout, pg.timeout)
         pg.require_member("grow_group")
         check_backends(pg, "grow_group")
         if _world.heal is None or _world.watch is None:

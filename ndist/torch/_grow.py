@@ -43,6 +43,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from ..runtime import DistRankFailureError
 from ..runtime import DistTimeoutError
+from ..runtime._grow import check_timeout
 from ..runtime._heal import admit, lost_error, propose, read_queue
 from ..runtime.store import PrefixStore
 from . import _compiled, _rendezvous
@@ -55,21 +56,6 @@ __all__ = ["grow_group", "joined_running_job"]
 log = logging.getLogger("ndist.torch.grow")
 
 _POLL_S = 0.05
-
-
-def _check_timeout(timeout: Any, default: timedelta) -> timedelta:
-    if timeout is None:
-        return default
-    if isinstance(timeout, timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise TypeError(f"timeout: expected datetime.timedelta, seconds (int or float) or None, got "
-                        f"{type(timeout).__name__} {timeout!r}")
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"timeout: expected a positive, finite duration, got {timeout!r}")
-    return timedelta(seconds=seconds)
 
 
 def _hold(store: Any, g: int, me: int, size: int, timeout: float, what: str) -> dict:
@@ -123,7 +109,7 @@ def grow_group(timeout: Any = None, pg_options: Any = None) -> list[int]:
     if nd is None or tdist.get_backend() != BACKEND_NAME:
         raise ValueError(f"grow_group: expected a default group on backend {BACKEND_NAME!r}, got backend "
                          f"{tdist.get_backend()!r}")
-    seconds = _check_timeout(timeout, nd.timeout)
+    seconds = timedelta(seconds=check_timeout(timeout, nd.timeout))
     state = _rendezvous.heal_state()
     if state is None:
         raise ValueError("grow_group: expected a job launched by ndistrun (--on-failure replace) whose default group "
