@@ -136,6 +136,16 @@ def remove_orphan_hydra_files(before: set) -> list:
 
 
 MPI_LIBRARIES = ("mpi4py", "ndist[mpi]")
+
+
+def bound_like_ndistrun(lib: str) -> bool:
+    """Whether ndist-bench places ``lib``'s ranks as ``ndistrun --bind-to`` would: ndist's own
+    ranks (not under mpiexec) and torch on backend "ndist" (``torch:ndist*``: ndist's engine
+    under torch, launched by ndistrun in docs/torch.md's recipes), so that the torch layer's
+    cost is measured at the same placement as ndist's own API. The others run as their
+    launchers' defaults place them (mpiexec: Hydra binds nothing; torchrun and DeepSpeed's
+    launcher bind nothing)."""
+    return (lib.startswith("ndist[") and lib not in MPI_LIBRARIES) or lib.startswith("torch:ndist")
 #: how long a killed MPI job's ``mpiexec`` gets to end its ranks itself after SIGTERM
 MPIEXEC_TERM_S = 3.0
 

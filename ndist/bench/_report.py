@@ -10,7 +10,7 @@ import shlex
 import socket
 import sys
 
-from ._launch import MPI_LIBRARIES
+from ._launch import bound_like_ndistrun
 from ._runner import Row, RunResult
 
 __all__ = ["machine_info", "format_header", "format_table", "format_absent", "format_ratios", "ratio_rows",
@@ -54,8 +54,9 @@ def _load(t) -> str:
 
 
 def _binding(res: RunResult) -> str:
-    """How ndist's own ranks were placed: ``--bind-to core`` (each on CPUs of its own) or ``none``."""
-    own = [lib for lib in res.config.libraries if lib.startswith("ndist[") and lib not in MPI_LIBRARIES]
+    """How ndist's ranks (``bound_like_ndistrun``) were placed: ``--bind-to core`` (each on CPUs
+    of its own) or ``none``."""
+    own = [lib for lib in res.config.libraries if bound_like_ndistrun(lib)]
     cpus = [info.get("cpus") for lib in own for info in res.ranks.get(lib, {}).values()]
     if not cpus:
         return ""

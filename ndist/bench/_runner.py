@@ -21,7 +21,7 @@ import sys
 from ..launch._binding import plan
 from ._adapters import not_offered
 from ._config import BenchConfig
-from ._launch import MPI_LIBRARIES, RankGroup, find_mpiexec
+from ._launch import MPI_LIBRARIES, RankGroup, bound_like_ndistrun, find_mpiexec
 from ._ops import OPS, bandwidths, layout, resolve_dtype
 
 __all__ = ["Row", "RunResult", "run_bench", "check_available"]
@@ -85,11 +85,6 @@ def check_available(libs) -> None:
                              "or leave it out of --compare)")
 
 
-def _ndist_own(lib: str) -> bool:
-    """ndist's ranks that ndist-bench starts itself (not under mpiexec): bound as ndistrun binds."""
-    return lib.startswith("ndist[") and lib not in MPI_LIBRARIES
-
-
 def _supported(lib: str, dtype: str) -> str | None:
     """Why ``lib`` cannot run ``dtype`` (None: it can)."""
     if lib in MPI_LIBRARIES and dtype == "bfloat16":
@@ -115,8 +110,8 @@ def run_bench(cfg: BenchConfig, progress=None, start=None) -> RunResult:
             if why:
                 absent.setdefault(lib, {})[op] = why
                 log.info("ndist-bench: %s has no %s: %s", lib, op, why)
-    # ndist's own ranks are bound as ndistrun binds them (--bind-to); the others run as their
-    # launchers' defaults do (mpiexec: Hydra binds nothing; torchrun binds nothing)
+    # ndist's ranks (its own API and torch on "ndist") are bound as ndistrun binds them
+    # (--bind-to); the others run as their launchers' defaults do (bound_like_ndistrun)
     cpus = plan(cfg.bind_to, cfg.nproc)[1]
     load_start = _loadavg()
     groups: dict[str, RankGroup] = {}
@@ -126,7 +121,7 @@ def run_bench(cfg: BenchConfig, progress=None, start=None) -> RunResult:
         for lib in libs:
             if len(absent.get(lib, ())) < len(cfg.ops):  # nothing to run: not started
                 groups[lib] = (start(lib) if start is not None
-                               else RankGroup(lib, cfg.nproc, cfg.timeout, cpus=cpus if _ndist_own(lib) else ())
+                               else RankGroup(lib, cfg.nproc, cfg.timeout, cpus=cpus if bound_like_ndistrun(lib) else ())
                                .start())
         step = 0
         for op in cfg.ops:

@@ -1,5 +1,5 @@
-"""ndist-bench binds ndist's own ranks as ndistrun does (--bind-to core|none); the other
-libraries run unbound, as their launchers' defaults do."""
+"""ndist-bench binds ndist's ranks (its own API, and torch on backend "ndist") as ndistrun does
+(--bind-to core|none); the other libraries run unbound, as their launchers' defaults do."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ def _bench(*args):
                            "-w", "1", "-q", *args], capture_output=True, text=True, timeout=100)
 
 
-def _ranks(out: str) -> dict:
+def _ranks(out: str, lib: str = "ndist[socket]") -> dict:
     return {int(r): [int(c) for c in cpus.split(",")]
-            for r, cpus in re.findall(r"^#  ndist\[socket\] Rank +(\d+) Pid +\d+ on \S+ CPUs ([\d,]+)$", out, re.M)}
+            for r, cpus in re.findall(rf"^#  {re.escape(lib)} +Rank +(\d+) Pid +\d+ on \S+ CPUs ([\d,]+)$", out, re.M)}
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable CPUs")
@@ -37,6 +37,18 @@ def test_ndist_ranks_are_bound_by_default(args):
     else:
         assert ranks[0] and ranks[1] and not set(ranks[0]) & set(ranks[1])
         assert set(ranks[0]) | set(ranks[1]) <= set(CPUS) and "ndist's ranks: --bind-to core (CPUs of their own)" in r.stdout
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable CPUs")
+def test_torch_on_ndist_is_placed_as_ndist_and_gloo_is_not():
+    pytest.importorskip("torch")
+    r = _bench("--compare", "torch,torch:ndist-python")
+    assert r.returncode == 0, r.stderr
+    ours, gloo = _ranks(r.stdout, "torch:ndist-python"), _ranks(r.stdout, "torch")
+    assert sorted(ours) == sorted(gloo) == [0, 1], r.stdout
+    assert ours[0] and ours[1] and not set(ours[0]) & set(ours[1]), r.stdout
+    assert gloo[0] == gloo[1] == CPUS, r.stdout
 
 
 @pytest.mark.parametrize("args, words", [
