@@ -107,12 +107,13 @@ def _torch_ds_output(nproc: int, times: dict) -> str:
 
 def test_the_torch_and_deepspeed_table_renders_from_its_results(tmp_path):
     """torch_deepspeed.json (collect.py from `ndist-bench --compare torch:ndist,torch:ndist-op,deepspeed`)
-    fills the table and the two targets; the committed page says "not measured yet" until it exists."""
-    assert "not measured yet" in render.render()
+    fills the table and the two targets; without it the page says "not measured yet"."""
     results = tmp_path / "results"
     results.mkdir()
     for name in os.listdir(os.path.join(PERF, "results")):
-        (results / name).write_text(open(os.path.join(PERF, "results", name), encoding="utf-8").read())
+        if name != "torch_deepspeed.json":
+            (results / name).write_text(open(os.path.join(PERF, "results", name), encoding="utf-8").read())
+    assert "not measured yet" in render.render(str(results))
     runs = []
     for nproc, slow in ((2, 1.0), (4, 1.5)):
         path = tmp_path / f"n{nproc}.txt"
