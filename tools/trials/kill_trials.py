@@ -415,6 +415,22 @@ def _kill_leftovers(token: str, res: dict) -> None:
                 pass
 
 
+def _end_trial(proc, log, t0: float, a, token: str, res: dict) -> str:
+    """The end every trial shares: wait for the job up to ``a.hard_timeout`` from ``t0`` (past
+    it, a hang: its session is killed), its wall time, the leftovers check; the job's output."""
+    try:
+        proc.wait(timeout=max(1.0, a.hard_timeout - (time.monotonic() - t0)))
+    except subprocess.TimeoutExpired:
+        res["fails"].append("hang")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    res["wall"] = time.monotonic() - t0
+    time.sleep(0.2)
+    _kill_leftovers(token, res)
+    log.seek(0)
+    return log.read()
+
+
 def _names(rec_err: dict, victim: int) -> bool:
     if rec_err.get("peer") == victim:
         return True
@@ -452,27 +468,17 @@ def run_trial(n: int, seed: int, transport: str, engine: str, mode: str, a) -> d
         with open(out / "log", "w+") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             killed_at = None
-            try:
-                if mode in ("timer", "stop"):
-                    pidf = [out / f"pid{r}" for r in range(WORLD)]
-                    while not all(p.exists() for p in pidf) and proc.poll() is None \
-                            and time.monotonic() - t0 < a.hard_timeout:
-                        time.sleep(0.01)
-                    if proc.poll() is None and all(p.exists() for p in pidf):
-                        time.sleep(delay)
-                        pid = int(pidf[victim].read_text())
-                        killed_at = time.time()
-                        os.kill(pid, signal.SIGSTOP if stop else signal.SIGKILL)
-                proc.wait(timeout=max(1.0, a.hard_timeout - (time.monotonic() - t0)))
-            except subprocess.TimeoutExpired:
-                res["fails"].append("hang")
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            res["wall"] = time.monotonic() - t0
-            time.sleep(0.2)
-            _kill_leftovers(token, res)
-            log.seek(0)
-            text = log.read()
+            if mode in ("timer", "stop"):
+                pidf = [out / f"pid{r}" for r in range(WORLD)]
+                while not all(p.exists() for p in pidf) and proc.poll() is None \
+                        and time.monotonic() - t0 < a.hard_timeout:
+                    time.sleep(0.01)
+                if proc.poll() is None and all(p.exists() for p in pidf):
+                    time.sleep(delay)
+                    pid = int(pidf[victim].read_text())
+                    killed_at = time.time()
+                    os.kill(pid, signal.SIGSTOP if stop else signal.SIGKILL)
+            text = _end_trial(proc, log, t0, a, token, res)
         res["rc"] = proc.returncode
         if mode == "op" and (out / "killed").exists():
             killed_at = float((out / "killed").read_text())
@@ -581,29 +587,19 @@ def run_continue_trial(n: int, seed: int, transport: str, engine: str, a) -> dic
         t0 = time.monotonic()
         with open(out / "log", "w+") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            try:
-                timed = [r for r, w in d["when"].items() if w == "timer"]
-                if timed:
-                    pidf = [out / f"pid{r}" for r in range(size)]
-                    while not all(p.exists() for p in pidf) and proc.poll() is None \
-                            and time.monotonic() - t0 < a.hard_timeout:
-                        time.sleep(0.01)
-                    if proc.poll() is None and all(p.exists() for p in pidf):
-                        time.sleep(d["delay"])
-                        pids = [int(pidf[r].read_text()) for r in timed]
-                        for r, pid in zip(timed, pids):
-                            (out / f"killed{r}").write_text(repr(time.time()))
-                            os.kill(pid, signal.SIGKILL)
-                proc.wait(timeout=max(1.0, a.hard_timeout - (time.monotonic() - t0)))
-            except subprocess.TimeoutExpired:
-                res["fails"].append("hang")
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            res["wall"] = time.monotonic() - t0
-            time.sleep(0.2)
-            _kill_leftovers(token, res)
-            log.seek(0)
-            text = log.read()
+            timed = [r for r, w in d["when"].items() if w == "timer"]
+            if timed:
+                pidf = [out / f"pid{r}" for r in range(size)]
+                while not all(p.exists() for p in pidf) and proc.poll() is None \
+                        and time.monotonic() - t0 < a.hard_timeout:
+                    time.sleep(0.01)
+                if proc.poll() is None and all(p.exists() for p in pidf):
+                    time.sleep(d["delay"])
+                    pids = [int(pidf[r].read_text()) for r in timed]
+                    for r, pid in zip(timed, pids):
+                        (out / f"killed{r}").write_text(repr(time.time()))
+                        os.kill(pid, signal.SIGKILL)
+            text = _end_trial(proc, log, t0, a, token, res)
         res["rc"] = proc.returncode
         kills = {r: float((out / f"killed{r}").read_text()) for r in victims if (out / f"killed{r}").exists()}
         if len(kills) != len(victims):
@@ -723,20 +719,10 @@ def run_heal_trial(n: int, seed: int, transport: str, engine: str, a) -> dict:
     secret = None
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            while secret is None and proc.poll() is None and time.monotonic() - t0 < a.hard_timeout:
-                secret = _secret_of(token)
-                time.sleep(0.01)
-            proc.wait(timeout=max(1.0, a.hard_timeout - (time.monotonic() - t0)))
-        except subprocess.TimeoutExpired:
-            res["fails"].append("hang")
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        res["wall"] = time.monotonic() - t0
-        time.sleep(0.2)
-        _kill_leftovers(token, res)
-        log.seek(0)
-        text = log.read()
+        while secret is None and proc.poll() is None and time.monotonic() - t0 < a.hard_timeout:
+            secret = _secret_of(token)
+            time.sleep(0.01)
+        text = _end_trial(proc, log, t0, a, token, res)
     recs = _read_records(out)
     for f in out.iterdir():
         f.unlink()
