@@ -22,26 +22,13 @@ import time
 from datetime import timedelta
 
 from ..runtime import DistTimeoutError, resolve_group
+from ..runtime._timeout import check_timeout
 from . import _check
 
 __all__ = ["monitored_barrier"]
 
 _OK = b"ok"
 _FAILED = b"failed:"
-
-
-def _seconds(timeout, pg) -> float:
-    if timeout is None:
-        timeout = pg.timeout
-    if isinstance(timeout, timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise TypeError(f"timeout: expected a datetime.timedelta, seconds or None, got {type(timeout).__name__}")
-    if seconds <= 0:
-        raise ValueError(f"timeout: expected a positive duration, got {timeout!r}")
-    return seconds
 
 
 _SLICE_S = 0.1  # between two looks at whether the group lost a member
@@ -73,7 +60,7 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
 
         member_group(group)
         return None
-    seconds = _seconds(timeout, pg)
+    seconds = check_timeout(timeout, pg.timeout).total_seconds()
     _check.check_bool("wait_all_ranks", wait_all_ranks)
     me, size = pg.rank(), pg.size()
     if size == 1:

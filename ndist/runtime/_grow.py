@@ -33,36 +33,19 @@ place; its ``init_process_group`` queues it in the job's store and waits (``_hea
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import Any
 
 from ._errors import DistRankFailureError
 from ._group import ProcessGroup
 from ._heal import admit, await_ready, joiner_info, lost_error, newcomer_rank, propose, read_queue, ready
 from ._shrink import check_backends
+from ._timeout import check_timeout
 from ._world import _world, resolve_group
 from .store import PrefixStore
 
-__all__ = ["grow_group", "check_timeout"]
+__all__ = ["grow_group"]
 
 log = logging.getLogger("ndist.runtime.grow")
-
-
-def check_timeout(timeout: Any, default: timedelta) -> float:
-    """``grow_group``'s ``timeout`` (ndist's and torch's) in seconds: a ``timedelta``, seconds or
-    None (``default``); a clear error for anything else, or a duration not positive and finite."""
-    if timeout is None:
-        return default.total_seconds()
-    if isinstance(timeout, timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise TypeError(f"timeout: expected datetime.timedelta, seconds (int or float) or None, got "
-                        f"{type(timeout).__name__} {timeout!r}")
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"timeout: expected a positive, finite duration, got {timeout!r}")
-    return seconds
 
 
 def grow_group(timeout: Any = None) -> list[int]:
@@ -74,7 +57,7 @@ def grow_group(timeout: Any = None) -> list[int]:
     ready. Other groups are destroyed, as by ``shrink_group`` on the default group."""
     with _world.lock:
         pg = resolve_group(None)
-        seconds = check_timeout(timeout, pg.timeout)
+        seconds = check_timeout(timeout, pg.timeout).total_seconds()
         pg.require_member("grow_group")
         check_backends(pg, "grow_group")
         if _world.heal is None or _world.watch is None:

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any, Sequence
 
 from ._group import ProcessGroup, parse_backend
+from ._timeout import check_timeout
 from .store import PrefixStore
 
 __all__ = ["split_group"]
@@ -63,7 +64,7 @@ def split_group(
     ``None`` when no split does. ``split_ranks`` lists **group ranks of the parent**;
     every member of the parent calls this with the same ``split_ranks``.
     ``backend`` keeps a subset of the parent's per-device backends (names must match)."""
-    from ._world import _check_timeout, _world, resolve_group
+    from ._world import _world, resolve_group
 
     with _world.lock:
         parent = resolve_group(parent_pg)
@@ -77,7 +78,7 @@ def split_group(
                     raise ValueError(f"backend: {dev}:{name} is not a backend of the parent group "
                                      f"(it has {parent.backend_name()!r})")
             mapping = wanted
-        timeout = _check_timeout(timeout, parent.timeout)
+        timeout = check_timeout(timeout, parent.timeout)
         count = getattr(parent, "_split_calls", 0) + 1
         parent._split_calls = count  # every member calls split_group on the parent in the same order
         if _counts["init"] != _world.init_count:

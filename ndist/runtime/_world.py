@@ -22,6 +22,7 @@ from ._group import ProcessGroup, parse_backend, require_available
 from ._heal import await_admission, await_ready, heal_store, listeners_alive, newcomer_rank, ready, register
 from ._registry import get_backend_spec, is_registered
 from ._rendezvous import Rendezvous, join, rendezvous
+from ._timeout import check_timeout
 from .store import HashStore, PrefixStore, Store
 
 if TYPE_CHECKING:
@@ -245,21 +246,6 @@ def resolve_group(grp: Any = None) -> ProcessGroup:
 
 
 # ------------------------------------------------------------------ helpers
-def _check_timeout(timeout: Any, default: timedelta) -> timedelta:
-    if timeout is None:
-        return default
-    if isinstance(timeout, timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-        timeout = timedelta(seconds=seconds)
-    else:
-        raise TypeError(f"timeout: expected datetime.timedelta (or seconds), got {type(timeout).__name__}")
-    if seconds <= 0:
-        raise ValueError(f"timeout: expected a positive duration, got {timeout!r}")
-    return timeout
-
-
 def _check_int(name: str, value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name}: expected int, got {type(value).__name__}")
@@ -303,7 +289,7 @@ def init_process_group(
     with _world.lock:
         if _world.default is not None:
             raise RuntimeError("trying to initialize the default process group twice!")
-        timeout = _check_timeout(timeout, default_pg_timeout)
+        timeout = check_timeout(timeout, default_pg_timeout)
         world_size, rank = _check_int("world_size", world_size), _check_int("rank", rank)
         if not isinstance(group_name, str):
             raise TypeError(f"group_name: expected str, got {type(group_name).__name__}")
@@ -546,7 +532,7 @@ def new_group(
             if not members:
                 raise ValueError("ranks: expected at least one rank, got []")
             members.sort()
-        timeout = _check_timeout(timeout, world.timeout)
+        timeout = check_timeout(timeout, world.timeout)
         mapping = world.backend_names if backend is None else parse_backend(backend)
         if backend is not None:
             require_available(mapping, "new_group")

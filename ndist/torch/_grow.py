@@ -43,7 +43,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from ..runtime import DistRankFailureError
 from ..runtime import DistTimeoutError
-from ..runtime._grow import check_timeout
+from ..runtime._timeout import check_timeout
 from ..runtime._heal import admit, lost_error, propose, read_queue
 from ..runtime.store import PrefixStore
 from . import _compiled, _rendezvous
@@ -109,7 +109,7 @@ def grow_group(timeout: Any = None, pg_options: Any = None) -> list[int]:
     if nd is None or tdist.get_backend() != BACKEND_NAME:
         raise ValueError(f"grow_group: expected a default group on backend {BACKEND_NAME!r}, got backend "
                          f"{tdist.get_backend()!r}")
-    seconds = timedelta(seconds=check_timeout(timeout, nd.timeout))
+    seconds = check_timeout(timeout, nd.timeout)
     state = _rendezvous.heal_state()
     if state is None:
         raise ValueError("grow_group: expected a job launched by ndistrun (--on-failure replace) whose default group "

@@ -271,7 +271,7 @@ def _(d, r, n):
     d.broadcast_object_list((1, 2), src=0)
 
 
-@bad("monitored_barrier-timeout", ValueError, r"timeout: expected a positive duration, got -1")
+@bad("monitored_barrier-timeout", ValueError, r"timeout: expected a positive, finite duration, got -1")
 def _(d, r, n):
     d.monitored_barrier(timeout=-1)
 

@@ -61,7 +61,9 @@ def test_device_without_backend_and_unavailable_backend(monkeypatch):
 
 
 @pytest.mark.parametrize("kwargs,exc,pattern", [
-    (dict(timeout=-1), ValueError, "timeout: expected a positive duration"),
+    (dict(timeout=-1), ValueError, "timeout: expected a positive, finite duration, got -1"),
+    (dict(timeout=float("nan")), ValueError, "timeout: expected a positive, finite duration, got nan"),
+    (dict(timeout=float("inf")), ValueError, "timeout: expected a positive, finite duration, got inf"),
     (dict(timeout="10"), TypeError, "timeout: expected datetime.timedelta"),
     (dict(world_size="2"), TypeError, "world_size: expected int, got str"),
     (dict(rank=1.0), TypeError, "rank: expected int, got float"),
