@@ -284,8 +284,8 @@ class TorchAdapter(_DistApiAdapter):
         return self._last_split[1]
 
     def _post(self, ten, redop):
-        if redop == "avg":
-            ten.div_(self.size)
+        if redop == "avg":  # integers truncate, as ndist's AVG does
+            ten.div_(self.size, rounding_mode=None if ten.is_floating_point() else "trunc")
 
     def all_reduce(self, send, redop):
         self.dist.all_reduce(send, op=self._ops[redop])

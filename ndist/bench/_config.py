@@ -227,8 +227,6 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
             p.error(f"nproc: {o} needs at least {OPS[o].min_ranks} ranks; got {a.nproc}")
     if a.root >= a.nproc:
         p.error(f"root: expected a rank in 0..{a.nproc - 1}; got {a.root}")
-    if a.op == "avg" and dt.kind not in "f" and dt.name != "bfloat16":
-        p.error(f"op: avg needs a floating-point datatype; got {dt.name}")
     if a.iters < 1:
         p.error(f"iters: expected >= 1; got {a.iters}")
     if a.rounds < 1:

@@ -173,8 +173,11 @@ def _reduce(arrays: list[np.ndarray], redop: str) -> np.ndarray:
             np.minimum(acc, a, out=acc)
         else:
             raise ValueError(f"op: expected one of {', '.join(REDOPS)}; got {redop!r}")
-    if redop == "avg":
-        acc /= len(arrays)
+    if redop == "avg":  # integers: sum, then division truncating toward zero (as ndist and NCCL)
+        if acc.dtype.kind in "iu":
+            acc = (np.sign(acc) * (np.abs(acc) // len(arrays))).astype(acc.dtype)
+        else:
+            acc /= len(arrays)
     return acc
 
 

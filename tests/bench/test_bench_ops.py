@@ -78,6 +78,8 @@ def _reference(op, inputs, redop, root, n):
         for a in arrs[1:]:
             ufunc(out, a, out=out)
         if redop == "avg":
+            if out.dtype.kind in "iu":  # truncating toward zero, as ndist's AVG on integers
+                return np.array([int(int(v) / n) for v in out], out.dtype)
             out /= n
         return out
 
@@ -107,7 +109,7 @@ def _reference(op, inputs, redop, root, n):
     ("float32", "sum"), ("int8", "prod"),
     pytest.param("bfloat16", "max", marks=pytest.mark.skipif(
         importlib.util.find_spec("ml_dtypes") is None, reason="bfloat16 needs ml_dtypes")),
-    ("float16", "avg"), ("uint64", "min"), ("float64", "prod")])
+    ("float16", "avg"), ("uint64", "min"), ("float64", "prod"), ("int32", "avg"), ("uint8", "avg")])
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_expected_matches_reference(op, dtype, redop, n):
     dt = resolve_dtype(dtype)

@@ -68,6 +68,19 @@ def test_tiny_run_every_library(flags, lib, capsys):
     assert "# load average (1/5/15 min): " in out
 
 
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("flags, lib", LIBS)
+def test_integer_avg_truncates_on_every_library(flags, lib):
+    """AVG on int32 at 3 ranks: each library's result (ndist's AVG; SUM then a truncating divide
+    where there is no AVG) is checked against the sum divided with truncation (a sum that 3
+    does not divide shows the rounding)."""
+    res = run_bench(parse_args(["all_reduce", "reduce", "-b", "12", "-e", "3K", "-f", "16", "-n", "2", "-w", "1",
+                                "--nproc", "3", "-r", "1", "-o", "avg", "-d", "int32", *flags]))
+    rows = [r for r in res.rows if r.lib == lib]
+    assert {r.op for r in rows} == {"all_reduce", "reduce"} and len(rows) == 6, res.rows
+    assert all(r.wrong == 0 and r.redop == "avg" for r in rows), rows
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(not HAVE_MPI, reason="mpi4py / mpiexec not installed")
 def test_every_op_checks_out_on_mpi4py():
