@@ -1,4 +1,5 @@
-"""docs/performance.md's results section cannot drift from its data.
+"""docs/performance.md's results section cannot drift from its data (the checks every
+rendered page has are in test_rendered_pages.py).
 
 The section between the markers is what ``docs/perf/render.py`` makes of the committed
 ``docs/perf/results/*.json``, and each of those files is what ``docs/perf/collect.py`` makes
@@ -13,34 +14,14 @@ import re
 
 import pytest
 
-from tests import rendered_page
+from tests.docs_scripts import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PERF = os.path.join(ROOT, "docs", "perf")
 
 
-render = rendered_page.load_script(os.path.join("docs", "perf"), "render")
-collect = rendered_page.load_script(os.path.join("docs", "perf"), "collect")
-
-
-def test_the_results_section_is_what_the_data_renders():
-    rendered_page.check_the_section_is_what_the_data_renders(
-        render, "docs/performance.md differs from docs/perf/results: run python docs/perf/render.py")
-
-
-def _edit_a_cell(page: str) -> str:
-    row = next(line for line in page.splitlines() if line.startswith("| 1 host x 2 | all_reduce |"))
-    cells = row.split("|")
-    cells[3] = " 9.99 (9.99) "                      # the 4 KiB cell
-    return page.replace(row, "|".join(cells), 1)
-
-
-def test_the_check_notices_an_edited_cell():
-    rendered_page.check_the_check_notices(render, _edit_a_cell)
-
-
-def test_render_check_exits_0_on_the_committed_page():
-    rendered_page.check_render_check_exits_0(render)
+render = load_script(os.path.join("docs", "perf"), "render")
+collect = load_script(os.path.join("docs", "perf"), "collect")
 
 
 def test_a_page_without_the_markers_is_refused():
