@@ -24,25 +24,11 @@ def all_ops(b, count=3):
         b.reduce(z, src, ReduceOp.PRODUCT, blocking=True).wait()
         import math
         assert (z == (math.factorial(n) if r == src else r + 1)).all()
-        outs = [np.empty(count + i, np.int16) for i in range(n)] if r == src else None
-        b.gather(outs, np.full(count + r, r, np.int16), src, blocking=True).wait()
-        if r == src:
-            assert all((outs[i] == i).all() for i in range(n))
-        ins = [np.full(count + i, i, np.uint8) for i in range(n)] if r == src else None
-        o = np.empty(count + r, np.uint8)
-        b.scatter(o, ins, src, blocking=True).wait()
-        assert (o == r).all()
+        gather_scatter(b, src, count)
     outs = [np.empty(count + i, np.float64) for i in range(n)]
     b.all_gather(outs, np.full(count + r, r, np.float64), blocking=True).wait()
     assert all((outs[i] == i).all() for i in range(n))
-    ins = [np.full((r + j) % 3 * count, 10 * r + j, np.int64) for j in range(n)]
-    outs = [np.empty((i + r) % 3 * count, np.int64) for i in range(n)]
-    b.all_to_all(outs, ins, blocking=True).wait()
-    assert all((outs[i] == 10 * i + r).all() for i in range(n))
-    ins = [np.full(count + j, r + 1, np.int64) for j in range(n)]
-    out = np.empty(count + r, np.int64)
-    b.reduce_scatter(out, ins, ReduceOp.SUM, blocking=True).wait()
-    assert (out == n * (n + 1) // 2).all()
+    uneven_exchanges(b, count, np.int64, 10)
     # p2p ring, isend/irecv in opposite orders on even and odd ranks
     nxt, prv = (r + 1) % n, (r - 1) % n
     got = np.empty(count, np.int32)
@@ -55,3 +41,32 @@ def all_ops(b, count=3):
     assert (got == prv).all() and ws[0 if r % 2 else 1].result() == [prv]
     b.barrier(blocking=True).wait()
     return True
+
+
+def gather_scatter(b, root, count, base=0):
+    """gather to ``root`` (rank i gives count+i int16 of value i), then scatter from it (count+i
+    uint8 of value ``base * root + i`` to rank i); asserts on this rank."""
+    n, r = b.size, b.rank
+    outs = [np.empty(count + i, np.int16) for i in range(n)] if r == root else None
+    b.gather(outs, np.full(count + r, r, np.int16), root, blocking=True).wait()
+    if r == root:
+        assert all((outs[i] == i).all() for i in range(n))
+    ins = [np.full(count + i, base * root + i, np.uint8) for i in range(n)] if r == root else None
+    out = np.empty(count + r, np.uint8)
+    b.scatter(out, ins, root, blocking=True).wait()
+    assert (out == base * root + r).all()
+
+
+def uneven_exchanges(b, count, dtype, scale):
+    """all_to_all where rank i sends (i + j) % 3 * count elements of ``dtype`` (value
+    ``scale * i + j``) to rank j, zero sizes included, then reduce_scatter with uneven blocks
+    (count+i int64 to rank i); asserts on this rank."""
+    n, r = b.size, b.rank
+    ins = [np.full((r + j) % 3 * count, scale * r + j, dtype) for j in range(n)]
+    outs = [np.empty((i + r) % 3 * count, dtype) for i in range(n)]
+    b.all_to_all(outs, ins, blocking=True).wait()
+    assert all((outs[i] == scale * i + r).all() for i in range(n))
+    ins = [np.full(count + j, r + 1, np.int64) for j in range(n)]
+    out = np.empty(count + r, np.int64)
+    b.reduce_scatter(out, ins, ReduceOp.SUM, blocking=True).wait()
+    assert (out == n * (n + 1) // 2).all()
