@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import time
+from datetime import timedelta
+
 import numpy as np
 
 from ndist.collectives import ReduceOp
@@ -70,3 +74,36 @@ def uneven_exchanges(b, count, dtype, scale):
     out = np.empty(count + r, np.int64)
     b.reduce_scatter(out, ins, ReduceOp.SUM, blocking=True).wait()
     assert (out == n * (n + 1) // 2).all()
+
+
+def broadcast_to_a_dead_receiver(rank, n, folder, count, late=0.0):
+    """Rank 2 of 3 SIGKILLs itself (``tests.kill_sync``) after a first broadcast of ``count``
+    float32 from rank 0 and a barrier, and never joins the next broadcasts; rank 1 calls them
+    ``late`` seconds after. Run by ``run_with_victim(..., victim=2)``: rank 0 returns what it
+    got, ``first`` / ``next``: the error (type, message, rank) of the root's next broadcast or
+    of the one after (``"no error"``), ``first_s`` / ``next_s``: how long each took."""
+    import ndist.distributed as dist
+    from tests.kill_sync import all_past, kill_self
+
+    signal.signal(signal.SIGTERM, lambda *a: None)  # stay to report (till the launcher's term-timeout)
+    dist.init_process_group("socket", timeout=timedelta(seconds=20))
+    x = np.ones(count, np.float32)
+    dist.broadcast(x, src=0)
+    dist.barrier()
+    all_past(folder, rank, n, victim=2)
+    if rank == 2:
+        kill_self(folder)  # never joins the next broadcast
+    if rank == 1:
+        time.sleep(late)
+    rec = {"first": None, "next": None}
+    t0 = time.monotonic()
+    try:
+        dist.broadcast(x, src=0)
+        rec["first_s"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        dist.broadcast(x, src=0)
+        rec["next"] = "no error"
+    except dist.DistError as err:
+        rec["next" if "first_s" in rec else "first"] = [type(err).__name__, str(err), err.rank]
+    rec["next_s"] = time.monotonic() - t0
+    return rec
