@@ -7,16 +7,14 @@ processes for the socket backend (and its transports), ``mpiexec`` for mpi.
 from __future__ import annotations
 
 import functools
-import shutil
 import traceback
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ndist.testing import run_ranks
+from tests.mpi_jobs import mpiexec
 
 
 @dataclass(frozen=True)
@@ -46,11 +44,6 @@ BACKENDS = {
     # CUDA tensors: every op on the GPU backend (skips without CuPy and a GPU)
     "nccl": BackendEntry("cpu:socket,cuda:nccl", device="cuda"),
 }
-
-
-def mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
 
 
 def unavailable(name: str, world_size: int = 1) -> str | None:

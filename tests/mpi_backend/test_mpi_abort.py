@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.mpi_jobs import mpiexec, run_script
 
 SCRIPT = textwrap.dedent("""
     import numpy as np
@@ -28,15 +23,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
-
-
 @pytest.mark.timeout(90)
 def test_unhandled_exception_aborts_every_rank(tmp_path):
-    exe = _mpiexec()
-    if exe is None:
+    if mpiexec() is None:
         pytest.skip("mpiexec not found")
     pytest.importorskip("mpi4py")
     script = tmp_path / "fail.py"
@@ -47,8 +36,7 @@ def test_unhandled_exception_aborts_every_rank(tmp_path):
     segments, topology = mpich_segments(), hydra_files()
     start = time.monotonic()
     try:
-        proc = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
-                              timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        proc = run_script(script, 2, timeout=60)
     finally:  # an aborted MPICH job leaves its segment in /dev/shm (unlinked at MPI_Finalize), and
         # its mpiexec its topology file in /tmp
         remove_orphan_mpich_segments(segments)
