@@ -23,6 +23,17 @@ def mpiexec() -> str | None:
     return str(local) if local.exists() else shutil.which("mpiexec")
 
 
+def script_job(folder, text: str, n: int, timeout: float, env=None) -> subprocess.CompletedProcess:
+    """``text`` written to ``folder/job.py`` and run by ``run_script``; skips the test without
+    mpiexec or mpi4py."""
+    if mpiexec() is None:
+        pytest.skip("mpiexec not found")
+    pytest.importorskip("mpi4py")
+    script = Path(folder) / "job.py"
+    script.write_text(text)
+    return run_script(script, n, timeout, env)
+
+
 def run_script(script, n: int, timeout: float, env=None, cwd=None) -> subprocess.CompletedProcess:
     """``mpiexec -n <n> python <script>``, this checkout on ``PYTHONPATH`` (``env`` added),
     its output captured; skips the test without mpiexec."""

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from tests.mpi_jobs import AS_ROOT, mpiexec, run_script
+from tests.mpi_jobs import AS_ROOT, script_job
 
 
 def _gpu_count():
@@ -49,11 +49,6 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.timeout(180)
 def test_cupy_arrays_over_mpi(tmp_path):
-    if mpiexec() is None:
-        pytest.skip("mpiexec not found")
-    pytest.importorskip("mpi4py")
-    script = tmp_path / "cupy_mpi.py"
-    script.write_text(SCRIPT)
-    proc = run_script(script, 2, timeout=150, env=AS_ROOT)
+    proc = script_job(tmp_path, SCRIPT, 2, timeout=150, env=AS_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("ok ") == 2

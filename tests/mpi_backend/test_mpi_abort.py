@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.mpi_jobs import mpiexec, run_script
+from tests.mpi_jobs import script_job
 
 SCRIPT = textwrap.dedent("""
     import numpy as np
@@ -25,18 +25,13 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.timeout(90)
 def test_unhandled_exception_aborts_every_rank(tmp_path):
-    if mpiexec() is None:
-        pytest.skip("mpiexec not found")
-    pytest.importorskip("mpi4py")
-    script = tmp_path / "fail.py"
-    script.write_text(SCRIPT)
     from ndist.bench._launch import (hydra_files, hydra_files_left, mpich_segments, remove_orphan_hydra_files,
                                     remove_orphan_mpich_segments)
 
     segments, topology = mpich_segments(), hydra_files()
     start = time.monotonic()
     try:
-        proc = run_script(script, 2, timeout=60)
+        proc = script_job(tmp_path, SCRIPT, 2, timeout=60)
     finally:  # an aborted MPICH job leaves its segment in /dev/shm (unlinked at MPI_Finalize), and
         # its mpiexec its topology file in /tmp
         remove_orphan_mpich_segments(segments)
