@@ -107,3 +107,17 @@ def broadcast_to_a_dead_receiver(rank, n, folder, count, late=0.0):
         rec["next" if "first_s" in rec else "first"] = [type(err).__name__, str(err), err.rank]
     rec["next_s"] = time.monotonic() - t0
     return rec
+
+
+def op_buffers(rank, size, k, base):
+    """Buffers for each single-buffer op on this rank: ``full`` (k * size float32,
+    ``arange + base * rank``), ``out`` (its size), ``part`` (k of ``rank``), ``part_out`` (k);
+    for an uneven all_to_all_single, the split sizes ``ins`` (rank + 1 + q to rank q) and
+    ``outs`` (q + 1 + rank from rank q) and their buffers ``uin`` and ``uout``."""
+    n = k * size
+    full = np.arange(n, dtype=np.float32) + base * rank
+    out, part, part_out = np.empty(n, np.float32), np.full(k, rank, np.float32), np.empty(k, np.float32)
+    ins = [rank + 1 + q for q in range(size)]
+    outs = [q + 1 + rank for q in range(size)]
+    uin, uout = np.full(sum(ins), rank, np.float32), np.empty(sum(outs), np.float32)
+    return full, out, part, part_out, ins, outs, uin, uout
