@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ndist.tensor import _shm
+from tests.sharing import strategy_set
 
 
 def shm_names(pid):
@@ -21,18 +22,14 @@ def shm_names(pid):
 
 @pytest.fixture(params=sorted(_shm.get_all_strategies()))
 def strategy(request):
-    old = _shm.get_strategy()
-    _shm.set_strategy(request.param)
-    yield request.param
-    _shm.set_strategy(old)
+    with strategy_set(request.param):
+        yield request.param
 
 
 @pytest.fixture
 def file_system():
-    old = _shm.get_strategy()
-    _shm.set_strategy("file_system")
-    yield
-    _shm.set_strategy(old)
+    with strategy_set("file_system"):
+        yield
     gc.collect()
 
 

@@ -9,6 +9,7 @@ import pytest
 import ndist.multiprocessing as mp
 
 from tests.runtime.multiprocessing import _mp_workers as w
+from tests.sharing import strategy_set
 
 Tensor = getattr(__import__("ndist.tensor", fromlist=["x"]), "Tensor", None)
 pytestmark = pytest.mark.skipif(Tensor is None, reason="the tensor layer has not landed in this checkout")
@@ -18,10 +19,8 @@ METHODS = [m for m in ("spawn", "fork", "forkserver") if m in mp.get_all_start_m
 
 @pytest.fixture(params=sorted(mp.get_all_sharing_strategies()))
 def strategy(request):
-    old = mp.get_sharing_strategy()
-    mp.set_sharing_strategy(request.param)
-    yield request.param
-    mp.set_sharing_strategy(old)
+    with strategy_set(request.param):
+        yield request.param
     gc.collect()
 
 
