@@ -12,25 +12,12 @@ import numpy as np
 import pytest
 
 from ndist.tensor import _shm
-from tests.sharing import strategy_set
+from tests.sharing import file_system, strategy  # noqa: F401 - fixtures
 
 
 def shm_names(pid):
     prefix = f"ndist_mp_{pid}_"
     return sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
-
-
-@pytest.fixture(params=sorted(_shm.get_all_strategies()))
-def strategy(request):
-    with strategy_set(request.param):
-        yield request.param
-
-
-@pytest.fixture
-def file_system():
-    with strategy_set("file_system"):
-        yield
-    gc.collect()
 
 
 def test_strategies():

@@ -14,22 +14,9 @@ from ndist.runtime.multiprocessing._reductions import reduce_array
 from ndist.tensor import _shm
 
 from tests.runtime.multiprocessing import _mp_workers as w
-from tests.sharing import strategy_set
+from tests.sharing import file_system, strategy  # noqa: F401 - fixtures
 
-STRATEGIES = sorted(_shm.get_all_strategies())
 METHODS = [m for m in ("spawn", "fork", "forkserver") if m in multiprocessing.get_all_start_methods()]
-
-
-@pytest.fixture(params=STRATEGIES)
-def strategy(request):
-    with strategy_set(request.param):
-        yield request.param
-
-
-@pytest.fixture
-def file_system():
-    with strategy_set("file_system"):
-        yield
 
 
 def _join(p):
