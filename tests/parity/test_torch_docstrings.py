@@ -383,11 +383,6 @@ def _broadcast_object_list(rank, ws):
     return [repr(objects)]
 
 
-@pytest.mark.timeout(150)
-def test_broadcast_object_list():
-    check(run(_broadcast_object_list, 3), [["['foo', 12, {1: 2}]"]] * 3)
-
-
 def _all_gather_object(rank, ws):
     import ndist.distributed as dist
 
@@ -397,11 +392,6 @@ def _all_gather_object(rank, ws):
     return [repr(output)]
 
 
-@pytest.mark.timeout(150)
-def test_all_gather_object():
-    check(run(_all_gather_object, 3), [["['foo', 12, {1: 2}]"]] * 3)
-
-
 def _gather_object(rank, ws):
     import ndist.distributed as dist
 
@@ -409,11 +399,6 @@ def _gather_object(rank, ws):
     output = [None for _ in gather_objects]
     dist.gather_object(gather_objects[dist.get_rank()], output if dist.get_rank() == 0 else None, dst=0)
     return [repr(output)] if rank == 0 else []
-
-
-@pytest.mark.timeout(150)
-def test_gather_object():
-    check(run(_gather_object, 3), [["['foo', 12, {1: 2}]"], [], []])
 
 
 def _scatter_object_list(rank, ws):
@@ -429,9 +414,15 @@ def _scatter_object_list(rank, ws):
 
 
 @pytest.mark.timeout(150)
-def test_scatter_object_list():
+@pytest.mark.parametrize("body, want", [
+    (_broadcast_object_list, [["['foo', 12, {1: 2}]"]] * 3),
+    (_all_gather_object, [["['foo', 12, {1: 2}]"]] * 3),
+    (_gather_object, [["['foo', 12, {1: 2}]"], [], []]),
     # the docstring shows rank 2 ([{1: 2}]); rank i gets objects[i]
-    check(run(_scatter_object_list, 3), [["['foo']"], ["[12]"], ["[{1: 2}]"]])
+    (_scatter_object_list, [["['foo']"], ["[12]"], ["[{1: 2}]"]]),
+], ids=["broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list"])
+def test_object_collective(body, want):
+    check(run(body, 3), want)
 
 
 def _send_recv_object_list(rank, ws, barrier):
