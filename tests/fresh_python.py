@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 
 
 def prints(code: str, timeout: float | None = None) -> str:
@@ -12,3 +13,20 @@ def prints(code: str, timeout: float | None = None) -> str:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
+
+
+def without(*modules: str) -> str:
+    """Source to run first in a fresh interpreter: a meta-path finder under which importing any
+    of ``modules`` (or a submodule) raises ``ModuleNotFoundError``, as on a machine without
+    them; nothing of ndist is patched."""
+    return textwrap.dedent(f"""
+        import sys
+
+        class _Without:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {modules!r}:
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+                return None
+
+        sys.meta_path.insert(0, _Without())
+    """)
