@@ -26,6 +26,7 @@ import pytest
 
 from ndist.collectives.backends.socket.native._engine import extension as native_extension
 from ndist.testing import make_hosts, namespaces, run_ranks
+from tests.collectives.backends._socket_bodies import record_schedules
 
 HOSTS = 3
 
@@ -37,17 +38,9 @@ def _netns() -> int:
 
 def _collectives(rank, n):
     import ndist.distributed as dist
-    from ndist.collectives.backends.socket.engine import _scheduled as schedule_run
     from ndist.runtime import resolve_group
 
-    seen = []
-    run = schedule_run.Scheduled.run
-
-    def spy(self, sch, *a, **k):
-        seen.append(sch.algo)
-        return run(self, sch, *a, **k)
-
-    schedule_run.Scheduled.run = spy
+    seen = record_schedules()
     dist.init_process_group("socket", timeout=timedelta(seconds=30))
     mesh = resolve_group(None).backend_for("cpu")._mesh
     w = np.full(7, rank + 1, np.int32)

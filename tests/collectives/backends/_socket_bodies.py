@@ -121,3 +121,19 @@ def op_buffers(rank, size, k, base):
     outs = [q + 1 + rank for q in range(size)]
     uin, uout = np.full(sum(ins), rank, np.float32), np.empty(sum(outs), np.float32)
     return full, out, part, part_out, ins, outs, uin, uout
+
+
+def record_schedules() -> list:
+    """The algorithm of every schedule this rank runs from now on, appended to the list
+    returned (instrumentation only: the real executor still runs)."""
+    from ndist.collectives.backends.socket.engine import _scheduled
+
+    seen = []
+    run = _scheduled.Scheduled.run
+
+    def recorded(self, sch, *args, **kwargs):
+        seen.append(sch.algo)
+        return run(self, sch, *args, **kwargs)
+
+    _scheduled.Scheduled.run = recorded
+    return seen
