@@ -215,6 +215,12 @@ _EVEN_OUT = ["[tensor([0]), tensor([4]), tensor([8]), tensor([12])]",
              "[tensor([3]), tensor([7]), tensor([11]), tensor([15])]"]
 
 
+def _scatter_loop(dist, scatter_list, gather_list, rank, world_size):
+    """The docstrings' "Essentially, it is similar to following operation": a scatter from every rank."""
+    for i in range(world_size):
+        dist.scatter(gather_list[i], scatter_list if i == rank else [], src=i)
+
+
 def _all_to_all_even(rank, world_size, via_scatter):
     import ndist
     import ndist.distributed as dist
@@ -224,10 +230,7 @@ def _all_to_all_even(rank, world_size, via_scatter):
     shown = [repr(input)]
     output = list(ndist.empty([4], dtype=ndist.int64).chunk(4))
     if via_scatter:  # "Essentially, it is similar to following operation"
-        scatter_list = input
-        gather_list = output
-        for i in range(world_size):
-            dist.scatter(gather_list[i], scatter_list if i == rank else [], src=i)
+        _scatter_loop(dist, input, output, rank, world_size)
     else:
         dist.all_to_all(output, input)
     return shown + [repr(output)]
@@ -312,10 +315,7 @@ def _all_to_all_single_even(rank, world_size, via_scatter):
     shown = [repr(input)]
     output = ndist.empty([4], dtype=ndist.int64)
     if via_scatter:
-        scatter_list = list(input.chunk(world_size))
-        gather_list = list(output.chunk(world_size))
-        for i in range(world_size):
-            dist.scatter(gather_list[i], scatter_list if i == rank else [], src=i)
+        _scatter_loop(dist, list(input.chunk(world_size)), list(output.chunk(world_size)), rank, world_size)
     else:
         dist.all_to_all_single(output, input)
     return shown + [repr(output)]
