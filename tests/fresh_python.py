@@ -16,15 +16,15 @@ def prints(code: str, timeout: float | None = None) -> str:
 
 
 def without(*modules: str) -> str:
-    """Source to run first in a fresh interpreter: a meta-path finder under which importing any
-    of ``modules`` (or a submodule) raises ``ModuleNotFoundError``, as on a machine without
-    them; nothing of ndist is patched."""
+    """Source to run first in a fresh interpreter (``-c``, or a ``sitecustomize.py``): a
+    meta-path finder under which importing any of ``modules`` (dotted names; a submodule too)
+    raises ``ModuleNotFoundError``, as on a machine without them; nothing of ndist is patched."""
     return textwrap.dedent(f"""
         import sys
 
         class _Without:
             def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {modules!r}:
+                if any(name == m or name.startswith(m + ".") for m in {modules!r}):
                     raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
                 return None
 
