@@ -534,30 +534,36 @@ def test_new_subgroups_by_enumeration():
 
 
 # ---------------------------------------------------------- monitored_barrier
-def _monitored_barrier(rank, ws, part):
+def _monitored_barrier(rank, ws, part, folder):
+    import os
     import time
     from datetime import timedelta
 
     import ndist.distributed as dist
 
     timeout = timedelta(seconds=2)  # the docstring uses the default (30 min)
-    calls = dist.get_rank() != 1 if part == 1 else dist.get_rank() == 0
-    if not calls:
-        time.sleep(6)
+    callers = [r for r in range(ws) if (r != 1 if part == 1 else r == 0)]
+    if rank not in callers:  # stays (in the group, not in the barrier) until every caller is out
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(os.path.join(folder, f"{part}-{r}")) for r in callers):
+            assert time.monotonic() < deadline, "the callers did not come out of monitored_barrier"
+            time.sleep(0.05)
         return []
     try:
         dist.monitored_barrier(timeout=timeout, wait_all_ranks=part == 2)
         return ["passed"]
     except dist.DistTimeoutError as err:
         return [repr(str(err).split(": ", 1)[1])]
+    finally:
+        open(os.path.join(folder, f"{part}-{rank}"), "w").close()
 
 
 @pytest.mark.timeout(150)
-def test_monitored_barrier():
-    out = run(_monitored_barrier, 3, 1)
+def test_monitored_barrier(tmp_path):
+    out = run(_monitored_barrier, 3, 1, str(tmp_path))
     assert "Rank 1 failed to pass monitoredBarrier" in out[0][0], out  # "rank 1 did not call into"
     assert "Rank 1 failed" in out[2][0], out
-    out = run(_monitored_barrier, 3, 2)
+    out = run(_monitored_barrier, 3, 2, str(tmp_path))
     assert "Ranks 1, 2 failed to pass monitoredBarrier" in out[0][0], out  # "ranks 1, 2, ... world_size - 1"
 
 
