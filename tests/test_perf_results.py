@@ -1,4 +1,5 @@
-"""docs/performance.md's results section cannot drift from its data.
+"""docs/performance.md's results section cannot drift from its data (the checks every
+rendered page has are in test_rendered_pages.py).
 
 The section between the markers is what ``docs/perf/render.py`` makes of the committed
 ``docs/perf/results/*.json``, and each of those files is what ``docs/perf/collect.py`` makes
@@ -7,56 +8,20 @@ of the raw text output it names (the GPU's file is entered by hand and has no ra
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
+
+from tests.docs_scripts import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PERF = os.path.join(ROOT, "docs", "perf")
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"perf_{name}", os.path.join(PERF, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-render = _script("render")
-collect = _script("collect")
-
-
-def _page() -> str:
-    with open(render.PAGE, encoding="utf-8") as f:
-        return f.read()
-
-
-def test_the_results_section_is_what_the_data_renders():
-    page = _page()
-    assert render.BEGIN in page and render.END in page
-    assert render.splice(page, render.render()) == page, \
-        "docs/performance.md differs from docs/perf/results: run python docs/perf/render.py"
-
-
-def test_the_check_notices_an_edited_cell():
-    page = _page()
-    row = next(line for line in page.splitlines() if line.startswith("| 1 host x 2 | all_reduce |"))
-    cells = row.split("|")
-    cells[3] = " 9.99 (9.99) "                      # the 4 KiB cell
-    edited = page.replace(row, "|".join(cells), 1)
-    assert edited != page
-    assert render.splice(edited, render.render()) != edited
-
-
-def test_render_check_exits_0_on_the_committed_page():
-    proc = subprocess.run([sys.executable, os.path.join(PERF, "render.py"), "--check"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
+render = load_script(os.path.join("docs", "perf"), "render")
+collect = load_script(os.path.join("docs", "perf"), "collect")
 
 
 def test_a_page_without_the_markers_is_refused():

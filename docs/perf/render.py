@@ -5,7 +5,7 @@ docs/perf/results/*.json (written by ``docs/perf/collect.py``; the GPU's by hand
     python docs/perf/render.py --check   # exit 1 if the page differs from the data
 
 Everything between ``BEGIN`` and ``END`` below is generated: the tables, the counts of cells
-that meet each target, the dates and commits. ``tests/test_perf_results.py`` fails when the
+that meet each target, the dates and commits. ``tests/test_rendered_pages.py`` fails when the
 page and the data disagree.
 """
 

@@ -8,7 +8,7 @@ docs/trials/results/*.json (the harnesses' ``--json`` output, gathered by ``coll
 
 ``collect`` keeps, per trial, what the figures need (no log text, no local path): the draw
 (seed, transport, engine, victim, moment, second loss), the failures, and the times.
-Everything between ``BEGIN`` and ``END`` is generated; ``tests/test_trial_results.py`` fails
+Everything between ``BEGIN`` and ``END`` is generated; ``tests/test_rendered_pages.py`` fails
 when the page and the data disagree.
 """
 

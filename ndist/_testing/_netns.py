@@ -13,6 +13,7 @@ tests and by ``benchmarks/multihost.py``, ``multihost_cpu.py`` and ``link_floor.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -27,7 +28,9 @@ from pathlib import Path
 _IMPORT_ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["Hosts", "make_hosts", "namespaces", "skip_unless_mpich_hosts", "free_port_in", "node_commands",
-           "launch_nodes", "wait_launchers", "ndist_env", "outputs"]
+           "launch_nodes", "wait_launchers", "ndist_env", "outputs", "inside"]
+
+_CLONE_NEWNET = 0x40000000
 
 
 def sh(*args, check=True):
@@ -175,6 +178,31 @@ def make_hosts(count: int, skip):
         yield hosts
     finally:
         _kill_and_delete(made)
+
+
+@contextlib.contextmanager
+def inside(ns: str):
+    """The calling thread inside network namespace ``ns`` (``setns``), back in its own on exit:
+    a socket it makes meanwhile belongs to ``ns`` for good (``run_ranks`` hosts its store
+    there, where every host reaches it). Other threads stay where they are."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
+        try:
+            if libc.setns(target, _CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"cannot enter network namespace {ns}: {os.strerror(err)}")
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            if libc.setns(own, _CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"cannot leave network namespace {ns}: {os.strerror(err)}")
+    finally:
+        os.close(own)
 
 
 def free_port_in(ns: str, addr: str = "10.77.0.1") -> int:

@@ -17,10 +17,16 @@ With ``launcher`` the ranks are started by a launcher instead (``ndistrun``,
 ``world_size`` copies of the same entry point, each of which takes its rank from
 the launcher's environment and its function from this run's store (named in
 ``NDIST_TESTING_STORE``, so that it never meets the launcher's own store).
+
+With ``hosts`` (network namespaces of ``make_hosts``) ``ndistrun --nnodes H`` runs in every
+namespace, and the store is hosted in the first one, on its address, where every host reaches
+it: this process's calling thread enters that namespace for the run (``_netns.inside``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import logging
 import os
@@ -35,6 +41,7 @@ from typing import Any, Callable, Mapping
 
 from ..runtime import DistError, DistTimeoutError, _shmfiles
 from ..runtime.store import TCPStore, TCPStoreServer
+from . import _netns
 
 __all__ = ["run_ranks", "RankFailedError", "Results", "kill_tree"]
 
@@ -51,9 +58,14 @@ _LAUNCHER_VARS = ("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "HYDRA_", "HYDI_", "SLU
 
 class Results(list):
     """Every rank's result, by rank; ``launcher_exitcode``: the exit status of the launcher
-    that started the ranks (negative: killed by that signal), None without one."""
+    that started the ranks (negative: killed by that signal; with ``hosts``: the first host's),
+    None without one; ``launcher_exitcodes``: every launcher's, by host (``[]`` without one);
+    ``shm_left``: the names of the files the job left in ``/dev/shm`` (``run_ranks`` removed
+    them)."""
 
     launcher_exitcode: int | None = None
+    launcher_exitcodes: list = []
+    shm_left: list = []
 
 
 class RankFailedError(DistError):
@@ -195,6 +207,33 @@ def _check_args(fn, world_size, timeout, env, args):
                 raise TypeError(f"env: expected str keys and values, got {k!r}: {v!r}")
 
 
+def _check_hosts(hosts, per_host, world_size, launcher) -> list[int] | None:
+    """The number of ranks on each host (None without ``hosts``)."""
+    if hosts is None:
+        if per_host is not None:
+            raise ValueError(f"per_host: expected None without hosts, got {per_host!r}")
+        return None
+    if not isinstance(hosts, _netns.Hosts):
+        raise TypeError(f"hosts: expected the Hosts of ndist.testing.make_hosts, got {type(hosts).__name__}")
+    if not hosts.ns:
+        raise ValueError(f"hosts: expected at least one namespace, got {hosts.ns!r}")
+    if launcher not in ("spawn", "ndistrun"):
+        raise ValueError(f"launcher: expected 'ndistrun' (or the default) with hosts, got {launcher!r}")
+    count = len(hosts.ns)
+    if per_host is None:
+        if world_size % count:
+            raise ValueError(f"world_size: expected a multiple of the {count} hosts (or per_host), got {world_size}")
+        return [world_size // count] * count
+    if isinstance(per_host, (str, bytes)) or not hasattr(per_host, "__iter__"):
+        raise TypeError(f"per_host: expected a sequence of ints, got {type(per_host).__name__}")
+    per_host = list(per_host)
+    if (len(per_host) != count or sum(per_host) != world_size
+            or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in per_host)):
+        raise ValueError(f"per_host: expected {count} positive ints summing to world_size {world_size}, "
+                         f"got {per_host!r}")
+    return per_host
+
+
 def run_ranks(
     fn: Callable[..., Any],
     world_size: int,
@@ -208,6 +247,8 @@ def run_ranks(
     may_die: Any = (),
     launcher: str = "spawn",
     launcher_options: Any = (),
+    hosts: _netns.Hosts | None = None,
+    per_host: Any = None,
 ) -> Results:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` fresh processes; return
     the results by rank (a list; ``.launcher_exitcode``: see ``launcher``).
@@ -230,6 +271,11 @@ def run_ranks(
     ``launcher_options``: the launcher's own options (``["--on-failure", "continue"]``). A
     launcher's temporary files (ndistrun's job folder, torchrun's logs) go to a folder of
     this run, removed at the end.
+
+    ``hosts``: the ``Hosts`` of ``make_hosts`` (network namespaces): ``ndistrun --nnodes H``
+    in each (``node_commands``; ``launcher_options`` are added to every one), ``per_host``
+    ranks on each (default: ``world_size`` split evenly), ranks numbered host by host. Every
+    launcher's exit status is in ``.launcher_exitcodes``.
     """
     _check_args(fn, world_size, timeout, env, args)
     if isinstance(may_die, (str, bytes)) or not hasattr(may_die, "__iter__"):
@@ -246,35 +292,54 @@ def run_ranks(
         raise TypeError(f"launcher_options: expected a sequence of str, got {launcher_options!r}")
     if launcher_options and launcher == "spawn":
         raise ValueError(f"launcher_options: expected none with launcher 'spawn', got {list(launcher_options)}")
-    command = None if launcher == "spawn" else _launcher_command(launcher, world_size, launcher_options)
+    counts = _check_hosts(hosts, per_host, world_size, launcher)
+    if counts is not None:
+        launcher = "ndistrun"
+    command = None if launcher == "spawn" or counts else _launcher_command(launcher, world_size, launcher_options)
     import cloudpickle  # lazy: only tests need it
 
     payload = cloudpickle.dumps((fn, tuple(args), init, backend, float(timeout), launcher))
     secret = secrets.token_hex(32)
-    server = TCPStoreServer("127.0.0.1", 0, secret)
+    with _netns.inside(hosts.ns[0]) if counts else contextlib.nullcontext():
+        return _start_and_collect(payload, secret, world_size, timeout, env, transport, may_die, command, hosts,
+                                  counts, tuple(launcher_options))
+
+
+def _start_and_collect(payload, secret, world_size, timeout, env, transport, may_die, command, hosts, counts,
+                       options) -> Results:
+    addr = hosts.addr[0] if counts else "127.0.0.1"
+    server = TCPStoreServer(addr, 0, secret)
     procs: list[subprocess.Popen] = []
     launcher_tmp = None
+    results = None
     try:
-        store = TCPStore("127.0.0.1", server.port, timeout=max(30.0, timeout), secret=secret)
+        store = TCPStore(addr, server.port, timeout=max(30.0, timeout), secret=secret)
         store.set(PREFIX + "payload", payload)
         store.set(PREFIX + "sys_path", json.dumps(sys.path))
         base = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARS)}
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             base.pop(k, None)
         base.update(env or {})
-        base.update({STORE_VAR: f"127.0.0.1:{server.port}", SECRET_VAR: secret})
+        base.update({STORE_VAR: f"{addr}:{server.port}", SECRET_VAR: secret})
         if transport is not None:
             base["NDIST_TRANSPORT"] = transport
-        if command is not None:
+        if command is not None or counts:
             for k in ("NDIST_STORE", "NDIST_SECRET"):  # (an enclosing job's)
                 base.pop(k, None)
             launcher_tmp = tempfile.mkdtemp(prefix="ndist-testing-")
             base["TMPDIR"] = launcher_tmp
-            procs.append(subprocess.Popen(command, env=base, start_new_session=True, stdin=subprocess.DEVNULL))
+            if counts:  # one job across the hosts: one secret, this checkout's ndist on every host
+                path = os.pathsep.join(p for p in (str(_netns._IMPORT_ROOT), base.get("PYTHONPATH", "")) if p)
+                base.update(NDIST_SECRET=secret, PYTHONPATH=path)
+                commands = _netns.node_commands(hosts, counts, list(_RANK_MAIN), _netns._LAUNCH_EXTRA + options)
+            else:
+                commands = [command]
+            for cmd in commands:
+                procs.append(subprocess.Popen(cmd, env=base, start_new_session=True, stdin=subprocess.DEVNULL))
             results = Results(_collect(store, procs, timeout, may_die, world_size))
-            _wait_exited(procs, 30)  # the launcher ends once its ranks have
-            if _exited(procs[0]):
-                results.launcher_exitcode = _exit_code(procs[0])
+            _wait_exited(procs, 30)  # the launchers end once their ranks have
+            results.launcher_exitcodes = [_exit_code(p) if _exited(p) else None for p in procs]
+            results.launcher_exitcode = results.launcher_exitcodes[0]
             return results
         base.update(
             MASTER_ADDR="127.0.0.1",
@@ -298,7 +363,7 @@ def run_ranks(
         # Not reaped yet, so every rank's pid (= its session and process group id)
         # is still ours: kill each whole tree, finished or not, then reap.
         for p in procs:
-            if command is not None and p.returncode is None:
+            if (command is not None or counts) and p.returncode is None:
                 kill_tree(p.pid)  # the launcher's ranks, in sessions of their own
             _kill_tree(p)
         for p in procs:
@@ -310,14 +375,18 @@ def run_ranks(
         if launcher_tmp is not None:
             shutil.rmtree(launcher_tmp, ignore_errors=True)
         # the secret is this run's alone: whatever the ranks left in /dev/shm is ours
-        _shmfiles.unlink_prefix(_shmfiles.job_prefix(secret) + "-")
+        prefix = _shmfiles.job_prefix(secret) + "-"
+        left = sorted(os.path.basename(f) for f in glob.glob(os.path.join(_shmfiles.SHM_DIR, glob.escape(prefix) + "*")))
+        _shmfiles.unlink_prefix(prefix)
+        if results is not None:
+            results.shm_left = left
     return results
 
 
 def _collect(store: TCPStore, procs: list[subprocess.Popen], timeout: float, may_die=frozenset(),
              world_size: int | None = None) -> list[Any]:
     """Every rank's result. ``procs``: one process per rank, or (``world_size`` given) the
-    one launcher of every rank."""
+    launchers of every rank (one, or one per host)."""
     import cloudpickle
 
     launched = world_size is not None
@@ -346,8 +415,8 @@ def _collect(store: TCPStore, procs: list[subprocess.Popen], timeout: float, may
                         exc_obj = None
                 raise RankFailedError(rank, message, tb, exception=exc_obj) from exc_obj
             results[rank] = outcome[1]
-        if launched and _exited(procs[0]) and len(results) < world_size:
-            # the launcher is gone: a report on its way still arrives, for a moment
+        if launched and all(_exited(p) for p in procs) and len(results) < world_size:
+            # the launchers are gone: a report on its way still arrives, for a moment
             ended_at = time.monotonic() if ended_at is None else ended_at
             if time.monotonic() - ended_at > 1.0:
                 for rank in range(world_size):
@@ -355,7 +424,7 @@ def _collect(store: TCPStore, procs: list[subprocess.Popen], timeout: float, may
                         results[rank] = None
                 missing = [r for r in range(world_size) if r not in results]
                 if missing:
-                    code = _exit_code(procs[0])
+                    code = next((c for c in map(_exit_code, procs) if c != 0), 0)
                     raise RankFailedError(missing[0], f"ranks {missing} ended without reporting a result (their "
                                                       f"launcher {_describe_exit(code, '')})", exitcode=code)
         for rank, p in enumerate(() if launched else procs):

@@ -9,20 +9,11 @@ import textwrap
 import pytest
 
 from ndist.bench import Row, RunResult, parse_args
+from tests.fresh_python import without
 
 pytestmark = pytest.mark.timeout(120)
 
-HIDE_MATPLOTLIB = textwrap.dedent("""
-    import sys
-
-    class _NoMatplotlib:
-        def find_spec(self, name, path=None, target=None):
-            if name == "matplotlib" or name.startswith("matplotlib."):
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, _NoMatplotlib())
-""")
+HIDE_MATPLOTLIB = without("matplotlib")
 
 
 def test_plot_without_matplotlib_is_refused_before_any_rank_starts(tmp_path):

@@ -6,12 +6,15 @@ processes for the socket backend (and its transports), ``mpiexec`` for mpi.
 
 from __future__ import annotations
 
-import shutil
-import sys
+import functools
+import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
+
+import numpy as np
+import pytest
 
 from ndist.testing import run_ranks
+from tests.mpi_jobs import mpiexec
 
 
 @dataclass(frozen=True)
@@ -41,11 +44,6 @@ BACKENDS = {
     # CUDA tensors: every op on the GPU backend (skips without CuPy and a GPU)
     "nccl": BackendEntry("cpu:socket,cuda:nccl", device="cuda"),
 }
-
-
-def mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
 
 
 def unavailable(name: str, world_size: int = 1) -> str | None:
@@ -80,3 +78,39 @@ def launch(name: str, module, world_size: int, timeout: float, env: dict | None 
     launcher = "mpiexec" if entry.launcher == "mpiexec" else "spawn"
     return list(run_ranks(module.entry, world_size, args=(entry.device,), backend=entry.backend, timeout=timeout,
                           env={**entry.env, **(env or {})}, launcher=launcher))
+
+
+@functools.lru_cache(maxsize=None)
+def case_results(name: str, module, ids: tuple, world_size: int = 2, timeout: float = 200) -> dict:
+    """``{case id: None, or what went wrong on which rank}`` for a cases module whose ``entry``
+    returns ``{case id: None or a problem}`` on every rank (one launch per backend and module,
+    cached); a launch that fails is every case's problem."""
+    try:
+        per_rank = launch(name, module, world_size, timeout)
+    except BaseException as err:  # noqa: BLE001
+        return {i: f"launch failed: {type(err).__name__}: {err}" for i in ids}
+    return {i: "\n".join(f"rank {r}: {res[i]}" for r, res in enumerate(per_rank) if res[i]) or None for i in ids}
+
+
+def check_case(name: str, module, ids, case_id: str) -> None:
+    """The test of one case of a cases module on backend entry ``name``: skipped where the
+    entry cannot run here, failed with what went wrong on which rank."""
+    reason = unavailable(name)
+    if reason:
+        pytest.skip(reason)
+    problem = case_results(name, module, tuple(ids))[case_id]
+    assert problem is None, problem
+
+
+def usable_after(dist, problem: str | None) -> str | None:
+    """``problem`` (a case's, or None), with what went wrong in an all_reduce on the same group
+    after it: a case must leave the group usable. Run by the cases modules' ranks."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    t = np.full(3, float(rank + 1))
+    try:
+        dist.all_reduce(t)
+        if not np.array_equal(t, np.full(3, size * (size + 1) / 2)):
+            problem = (problem or "") + f"; the next all_reduce gave {t}"
+    except Exception:  # noqa: BLE001
+        problem = (problem or "") + f"; the next all_reduce failed:\n{traceback.format_exc()}"
+    return problem

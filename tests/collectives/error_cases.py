@@ -13,6 +13,8 @@ import traceback
 
 import numpy as np
 
+from tests.collectives.collective_launch import usable_after
+
 CASES: list = []
 
 
@@ -27,49 +29,38 @@ def bad(case_id: str, exc: type, pattern: str):
 Z = np.zeros
 
 
-@bad("split-sum", ValueError, r"input_split_sizes: sizes \[1, 2\] sum to 3, but dim 0 of input has 4 rows")
-def _(d, r, n):
-    d.all_to_all_single(Z(4), Z(4), input_split_sizes=[1, 2])
+def _single(case_id: str, exc: type, pattern: str, out, inp, **splits) -> None:
+    """A case of ``all_to_all_single(Z(out), Z(inp), **splits)``; a split given as a function
+    of the rank is that rank's."""
+
+    def call(d, r, n):
+        d.all_to_all_single(Z(out), Z(inp), **{k: v(r) if callable(v) else v for k, v in splits.items()})
+
+    bad(case_id, exc, pattern)(call)
 
 
-@bad("output-split-sum", ValueError, r"output_split_sizes: sizes \[3, 3\] sum to 6, but dim 0 of output has 4 rows")
-def _(d, r, n):
-    d.all_to_all_single(Z(4), Z(4), output_split_sizes=[3, 3])
-
-
-@bad("split-negative", ValueError, r"input_split_sizes\[0\]: expected a size >= 0, got -1")
-def _(d, r, n):
-    d.all_to_all_single(Z(4), Z(4), input_split_sizes=[-1, 5])
-
-
-@bad("split-length", ValueError, r"input_split_sizes: expected 2 sizes \(the group size\), got 1: \[4\]")
-def _(d, r, n):
-    d.all_to_all_single(Z(4), Z(4), input_split_sizes=[4])
-
-
-@bad("split-type", TypeError, r"input_split_sizes\[0\]: expected an int, got float")
-def _(d, r, n):
-    d.all_to_all_single(Z(4), Z(4), input_split_sizes=[1.5, 2.5])
-
-
-@bad("split-indivisible", ValueError, r"input_split_sizes: not given, so dim 0 of input \(3\) must divide evenly by the group size 2")
-def _(d, r, n):
-    d.all_to_all_single(Z(4), Z(3), output_split_sizes=[2, 2])
-
-
-@bad("split-self-mismatch", ValueError, r"output_split_sizes\[\d\]: expected \d \(input_split_sizes\[\d\]")
-def _(d, r, n):
-    d.all_to_all_single(Z(4), Z(4), output_split_sizes=[1, 3] if r == 0 else [3, 1], input_split_sizes=[2, 2])
-
-
-@bad("single-0d", ValueError, r"output: expected a tensor with at least one dimension, got a 0-d tensor")
-def _(d, r, n):
-    d.all_to_all_single(Z(()), Z(()))
-
-
-@bad("single-trailing-shape", ValueError, r"output: expected trailing dimensions \(3,\) \(those of input\), got shape \(2, 2\)")
-def _(d, r, n):
-    d.all_to_all_single(Z((2, 2)), Z((2, 3)))
+for _case in [
+    ("split-sum", ValueError, r"input_split_sizes: sizes \[1, 2\] sum to 3, but dim 0 of input has 4 rows",
+     4, 4, dict(input_split_sizes=[1, 2])),
+    ("output-split-sum", ValueError, r"output_split_sizes: sizes \[3, 3\] sum to 6, but dim 0 of output has 4 rows",
+     4, 4, dict(output_split_sizes=[3, 3])),
+    ("split-negative", ValueError, r"input_split_sizes\[0\]: expected a size >= 0, got -1",
+     4, 4, dict(input_split_sizes=[-1, 5])),
+    ("split-length", ValueError, r"input_split_sizes: expected 2 sizes \(the group size\), got 1: \[4\]",
+     4, 4, dict(input_split_sizes=[4])),
+    ("split-type", TypeError, r"input_split_sizes\[0\]: expected an int, got float",
+     4, 4, dict(input_split_sizes=[1.5, 2.5])),
+    ("split-indivisible", ValueError,
+     r"input_split_sizes: not given, so dim 0 of input \(3\) must divide evenly by the group size 2",
+     4, 3, dict(output_split_sizes=[2, 2])),
+    ("split-self-mismatch", ValueError, r"output_split_sizes\[\d\]: expected \d \(input_split_sizes\[\d\]",
+     4, 4, dict(output_split_sizes=lambda r: [1, 3] if r == 0 else [3, 1], input_split_sizes=[2, 2])),
+    ("single-0d", ValueError, r"output: expected a tensor with at least one dimension, got a 0-d tensor",
+     (), (), {}),
+    ("single-trailing-shape", ValueError,
+     r"output: expected trailing dimensions \(3,\) \(those of input\), got shape \(2, 2\)", (2, 2), (2, 3), {}),
+]:
+    _single(*_case[:5], **_case[5])
 
 
 @bad("all_to_all-list-length", ValueError, r"output_tensor_list: expected a list of 2 tensors \(the group size\), got 1")
@@ -156,29 +147,23 @@ def _(d, r, n):
     d.reduce(Z(1))
 
 
-@bad("max-on-complex", ValueError, r"op: MAX is not defined on complex tensors \(dtype complex128\)")
-def _(d, r, n):
-    d.all_reduce(Z(2, np.complex128), d.ReduceOp.MAX)
+def _op_on(case_id: str, pattern: str, dtype, op: str) -> None:
+    """A case of ``all_reduce(Z(2, dtype), ReduceOp.<op>)``: an op the dtype does not have."""
+
+    def call(d, r, n):
+        d.all_reduce(Z(2, dtype), getattr(d.ReduceOp, op))
+
+    bad(case_id, ValueError, pattern)(call)
 
 
-@bad("band-on-float", ValueError, r"op: BAND needs an integer or bool tensor, got dtype float32")
-def _(d, r, n):
-    d.all_reduce(Z(2, np.float32), d.ReduceOp.BAND)
-
-
-@bad("bxor-on-float16", ValueError, r"op: BXOR needs an integer or bool tensor, got dtype float16")
-def _(d, r, n):
-    d.all_reduce(Z(2, np.float16), d.ReduceOp.BXOR)
-
-
-@bad("avg-on-bool", ValueError, r"op: AVG needs an integer, floating-point or complex tensor, got dtype bool")
-def _(d, r, n):
-    d.all_reduce(Z(2, np.bool_), d.ReduceOp.AVG)
-
-
-@bad("premul-without-factor", ValueError, r"op: ReduceOp.PREMUL_SUM needs its factor")
-def _(d, r, n):
-    d.all_reduce(Z(2), d.ReduceOp.PREMUL_SUM)
+for _case in [
+    ("max-on-complex", r"op: MAX is not defined on complex tensors \(dtype complex128\)", np.complex128, "MAX"),
+    ("band-on-float", r"op: BAND needs an integer or bool tensor, got dtype float32", np.float32, "BAND"),
+    ("bxor-on-float16", r"op: BXOR needs an integer or bool tensor, got dtype float16", np.float16, "BXOR"),
+    ("avg-on-bool", r"op: AVG needs an integer, floating-point or complex tensor, got dtype bool", np.bool_, "AVG"),
+    ("premul-without-factor", r"op: ReduceOp.PREMUL_SUM needs its factor", np.float64, "PREMUL_SUM"),
+]:
+    _op_on(*_case)
 
 
 @bad("premul-factor-type", TypeError, r"op: PREMUL_SUM factor: expected a number or a one-element tensor, got str")
@@ -389,14 +374,7 @@ def run_cases(dist) -> dict:
             problem = f"raised the wrong type (expected {exc.__name__}):\n{traceback.format_exc()}"
         else:
             problem = f"did not raise {exc.__name__}"
-        t = np.full(3, float(rank + 1))
-        try:
-            dist.all_reduce(t)
-            if not np.array_equal(t, np.full(3, size * (size + 1) / 2)):
-                problem = (problem or "") + f"; the next all_reduce gave {t}"
-        except Exception:  # noqa: BLE001
-            problem = (problem or "") + f"; the next all_reduce failed:\n{traceback.format_exc()}"
-        results[case_id] = problem
+        results[case_id] = usable_after(dist, problem)
     return results
 
 

@@ -15,6 +15,19 @@ def case(fn):
     return fn
 
 
+class DLPackOnly:
+    """A producer that only speaks DLPack (of the array or tensor it wraps)."""
+
+    def __init__(self, arr):
+        self._arr = arr
+
+    def __dlpack__(self, **kwargs):
+        return self._arr.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._arr.__dlpack_device__()
+
+
 @case
 def torch_all_reduce_in_place(dist, torch, rank, size):
     for dtype in (torch.int64, torch.float32, torch.bfloat16, torch.complex64, torch.bool, torch.float16):
@@ -71,16 +84,6 @@ def irecv_into_strided_torch_tensor(dist, torch, rank, size):
 
 @case
 def dlpack_and_mixed_sources(dist, torch, rank, size):
-    class DLPackOnly:
-        def __init__(self, t):
-            self.t = t
-
-        def __dlpack__(self, **kw):
-            return self.t.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            return self.t.__dlpack_device__()
-
     t = torch.full((2,), float(rank + 1), dtype=torch.float64)
     dist.all_reduce(DLPackOnly(t))
     assert t.tolist() == [float(sum(range(1, size + 1)))] * 2

@@ -16,6 +16,8 @@ import traceback
 
 import numpy as np
 
+from tests.collectives.collective_launch import usable_after
+
 CASES: list = []
 
 
@@ -372,14 +374,7 @@ def run_cases(dist) -> dict:
             problem = None
         except Exception:  # noqa: BLE001
             problem = traceback.format_exc()
-        t = np.full(3, float(rank + 1))
-        try:
-            dist.all_reduce(t)
-            if not np.array_equal(t, np.full(3, size * (size + 1) / 2)):
-                problem = (problem or "") + f"; the next all_reduce gave {t}"
-        except Exception:  # noqa: BLE001
-            problem = (problem or "") + f"; the next all_reduce failed:\n{traceback.format_exc()}"
-        results[fn.__name__] = problem
+        results[fn.__name__] = usable_after(dist, problem)
     return results
 
 

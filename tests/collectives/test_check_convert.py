@@ -9,6 +9,8 @@ from ndist.collectives import ReduceOp, _make_nccl_premul_sum
 from ndist.collectives import _check
 from ndist.collectives._convert import as_array, contiguous_input, contiguous_output
 
+from tests.collectives.interop_cases import DLPackOnly
+
 
 def test_split_sizes_default_and_explicit():
     assert _check.split_sizes("s", None, 6, 3, "input") == [2, 2, 2]
@@ -97,26 +99,13 @@ def test_as_array_is_zero_copy():
     view = as_array(ArrayInterface(base), "t")
     view[0] = 42
     assert base[0] == 42
-    dl = as_array(_DLPackOnly(base), "t")
+    dl = as_array(DLPackOnly(base), "t")
     dl[1] = 7
     assert base[1] == 7
     with pytest.raises(TypeError, match="t: expected a tensor .* got list"):
         as_array([1, 2], "t")
     with pytest.raises(TypeError, match="t: expected a tensor .* got object"):
         as_array(object(), "t")
-
-
-class _DLPackOnly:
-    """A producer that only speaks DLPack."""
-
-    def __init__(self, arr):
-        self._arr = arr
-
-    def __dlpack__(self, **kwargs):
-        return self._arr.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self._arr.__dlpack_device__()
 
 
 def test_ndist_tensor_is_its_array():

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 from tests.collectives import interop_cases
-from tests.collectives.collective_launch import launch, unavailable
+from tests.collectives.collective_launch import check_case
 
 IDS = [fn.__name__ for fn in interop_cases.CASES]
-
-
-@functools.lru_cache(maxsize=None)
-def _results(backend: str) -> dict:
-    try:
-        per_rank = launch(backend, interop_cases, 2, 200)
-    except BaseException as err:  # noqa: BLE001
-        return {i: f"launch failed: {type(err).__name__}: {err}" for i in IDS}
-    return {i: "\n".join(f"rank {r}: {res[i]}" for r, res in enumerate(per_rank) if res[i]) or None for i in IDS}
 
 
 @pytest.mark.timeout(230)
@@ -27,7 +16,4 @@ def _results(backend: str) -> dict:
 @pytest.mark.torch
 def test_interop(backend, case_id):
     pytest.importorskip("torch")
-    reason = unavailable(backend)
-    if reason:
-        pytest.skip(reason)
-    assert _results(backend)[case_id] is None, _results(backend)[case_id]
+    check_case(backend, interop_cases, IDS, case_id)

@@ -3,28 +3,17 @@ anything, and the group stays usable (on 2 ranks, per backend)."""
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 
 import pytest
 
 from tests.collectives import error_cases
-from tests.collectives.collective_launch import launch, unavailable
+from tests.collectives.collective_launch import check_case
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 BACKENDS = ("socket", "mpi")
 IDS = [case[0] for case in error_cases.CASES]
-
-
-@functools.lru_cache(maxsize=None)
-def _results(backend: str) -> dict:
-    try:
-        per_rank = launch(backend, error_cases, 2, 200)
-    except BaseException as err:  # noqa: BLE001
-        return {i: f"launch failed: {type(err).__name__}: {err}" for i in IDS}
-    return {i: "\n".join(f"rank {r}: {res[i]}" for r, res in enumerate(per_rank) if res[i]) or None
-            for i in IDS}
 
 
 def test_there_are_at_least_30_cases():
@@ -40,7 +29,4 @@ def test_documented(case_id):
 @pytest.mark.parametrize("case_id", IDS)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bad_call(backend, case_id):
-    reason = unavailable(backend)
-    if reason:
-        pytest.skip(reason)
-    assert _results(backend)[case_id] is None, _results(backend)[case_id]
+    check_case(backend, error_cases, IDS, case_id)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ndist.testing import run_ranks
+from tests.collectives.backends._socket_bodies import op_buffers
 
 crun = pytest.importorskip("ndist.collectives._crun", reason="the compiled extensions are not built")
 
@@ -40,11 +41,7 @@ def _both_twins(rank, size):
     from ndist.collectives import _api, _common
 
     n = 4 * size
-    full = np.arange(n, dtype=np.float32) + 10 * rank
-    out, part, part_out = np.empty(n, np.float32), np.full(4, rank, np.float32), np.empty(4, np.float32)
-    ins = [rank + 1 + q for q in range(size)]
-    outs = [q + 1 + rank for q in range(size)]
-    uin, uout = np.full(sum(ins), rank, np.float32), np.empty(sum(outs), np.float32)
+    full, out, part, part_out, ins, outs, uin, uout = op_buffers(rank, size, 4, 10)
     halves = []
     dist.barrier()
     for twin in (_common.run_fields, _common._run_fields_py):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.mpi_jobs import run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "seed_all_to_all.py"
@@ -61,11 +61,6 @@ tensor([30, 31, 32, 33, 34, 35, 36]) # Rank 3
 _ITEM = re.compile(r"(?:\[tensor|tensor\(|\[\d)[^#\n]*# Rank \d")
 
 
-def _mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
-
-
 def _check_output(stdout: str) -> None:
     # What the example printed, without a launcher's per-rank prefix ("[rank0]: "), if any. A
     # launcher forwards each rank's stream separately, so two ranks' lines can arrive glued
@@ -80,11 +75,7 @@ def _check_output(stdout: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_seed_example_under_mpiexec():
-    mpiexec = _mpiexec()
-    if mpiexec is None:
-        pytest.skip("mpiexec not found")
-    proc = subprocess.run([mpiexec, "-n", "4", sys.executable, str(EXAMPLE)], capture_output=True, text=True,
-                          timeout=100, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    proc = run_script(EXAMPLE, 4, timeout=100, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     _check_output(proc.stdout)
 

@@ -11,8 +11,6 @@ tests/gpu/test_staging_cupy.py.
 from __future__ import annotations
 
 import itertools
-import threading
-import traceback
 from datetime import timedelta
 
 import numpy as np
@@ -26,6 +24,7 @@ from ndist.runtime import DistMismatchError  # noqa: E402
 from ndist.collectives._staging import HostArrays, HostStagingBackend  # noqa: E402
 
 from tests.backend_driver import Driver  # noqa: E402
+from tests.backend_threads import run_backends  # noqa: E402
 from ndist.runtime import BackendContext, HashStore, get_backend_spec  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,34 +34,7 @@ _ids = itertools.count()
 def _run_threads(n, name, make, fn, timeout):
     """``fn(backend)`` on ``n`` ranks (threads), each with the staging backend ``make(ctx)``
     builds over the real socket backend; returns the results by rank."""
-    store = HashStore()
-    backends: list = [None] * n
-    results: list = [None] * n
-    errors: list = [None] * n
-
-    def target(r):
-        try:
-            ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
-                                 global_ranks=tuple(range(n)), device="cpu")
-            backends[r] = make(ctx)
-            results[r] = fn(backends[r])
-        except BaseException:  # noqa: BLE001 - reported below with the rank
-            errors[r] = traceback.format_exc()
-
-    threads = [threading.Thread(target=target, args=(r,), daemon=True) for r in range(n)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout * 2)
-        assert not any(t.is_alive() for t in threads), "a rank hung"
-        for r, err in enumerate(errors):
-            assert err is None, f"rank {r} failed:\n{err}"
-        return results
-    finally:
-        for b in backends:
-            if b is not None:
-                b.close()
+    return run_backends(n, make, fn, timeout=timeout, join=2, name=name)
 
 
 def run_staged(n, fn, timeout=30.0):

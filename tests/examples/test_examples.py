@@ -5,20 +5,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.mpi_jobs import mpiexec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-
-
-def _mpiexec():
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
 
 
 def _run(cmd, timeout=120, env=None, stderr=False):
@@ -83,9 +78,9 @@ def test_ring_pipeline(nproc):
 
 @pytest.mark.timeout(180)
 def test_fft2d_under_mpiexec_uses_the_mpi_backend():
-    if _mpiexec() is None:
+    if mpiexec() is None:
         pytest.skip("mpiexec not found (pip install mpich)")
-    out = _run([_mpiexec(), "-n", "4", sys.executable, str(EXAMPLES / "fft2d.py")])
+    out = _run([mpiexec(), "-n", "4", sys.executable, str(EXAMPLES / "fft2d.py")])
     assert "on 4 ranks (mpi backend)" in out and out.strip().endswith("OK")
 
 

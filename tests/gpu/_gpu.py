@@ -82,3 +82,24 @@ def single_rank_ctx(name: str, timeout: float = 60.0, options=None):
 
     return BackendContext(store=HashStore(), rank=0, size=1, timeout=timedelta(seconds=timeout), group_name=name,
                           global_ranks=(0,), device="cuda", options=options)
+
+
+def single_rank_nccl(name: str, options=None):
+    """The nccl backend of a one-rank group named ``name`` (a ``Driver``)."""
+    from ndist.runtime import get_backend_spec
+    from tests.backend_driver import Driver
+
+    return Driver(get_backend_spec("nccl").create(single_rank_ctx(name, options=options)))
+
+
+def nccl_fixture(name: str, scope: str = "function"):
+    """A fixture (assign it to a module-level name) that gives ``single_rank_nccl(name)`` and
+    closes it after."""
+
+    @pytest.fixture(scope=scope)
+    def fixture():
+        backend = single_rank_nccl(name)
+        yield backend
+        backend.close()
+
+    return fixture

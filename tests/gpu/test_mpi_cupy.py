@@ -3,27 +3,17 @@ the mixed-device check. Skips without CuPy, a GPU or mpiexec."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.mpi_jobs import AS_ROOT, script_job
 
 
 def _gpu_count():
     from tests.gpu._gpu import gpu_count  # fails the run on a GPU that cannot be used
 
     return gpu_count()
-
-
-def _mpiexec():
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_gpu_count() == 0, reason="needs CuPy and a CUDA GPU")]
@@ -57,20 +47,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-# Open MPI's mpiexec refuses to run as root unless told (the GPU machines run as root);
-# MPICH's ignores these
-_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-
-
 @pytest.mark.timeout(180)
 def test_cupy_arrays_over_mpi(tmp_path):
-    exe = _mpiexec()
-    if exe is None:
-        pytest.skip("mpiexec not found")
-    pytest.importorskip("mpi4py")
-    script = tmp_path / "cupy_mpi.py"
-    script.write_text(SCRIPT)
-    proc = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=150, env={**os.environ, "PYTHONPATH": str(ROOT), **_AS_ROOT})
+    proc = script_job(tmp_path, SCRIPT, 2, timeout=150, env=AS_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("ok ") == 2

@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gpu._gpu import require_gpu, single_rank_ctx
+from tests.gpu._gpu import nccl_fixture, require_gpu
 
 cp = require_gpu(nccl=True)
 
-from tests.backend_driver import Driver  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
 from ndist.collectives._backend import DONE  # noqa: E402
-from ndist.runtime import get_backend_spec  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(120)]
 
 
-@pytest.fixture
-def be():
-    backend = Driver(get_backend_spec("nccl").create(single_rank_ctx("gpu-enqueue")))
-    yield backend
-    backend.close()
+be = nccl_fixture("gpu-enqueue")
 
 
 def test_a_blocking_call_returns_done_and_its_result_is_on_the_stream(be):

@@ -4,24 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gpu._gpu import require_gpu, single_rank_ctx
+from tests.gpu._gpu import nccl_fixture, require_gpu
 
 cp = require_gpu(nccl=True)
 
-from tests.backend_driver import Driver  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
 from ndist.collectives._backend import DONE  # noqa: E402
 from ndist.collectives.backends.nccl._work import CapturedWork  # noqa: E402
-from ndist.runtime import DistCaptureError, get_backend_spec  # noqa: E402
+from ndist.runtime import DistCaptureError  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(120)]
 
 
-@pytest.fixture
-def be():
-    backend = Driver(get_backend_spec("nccl").create(single_rank_ctx("gpu-graph")))
-    yield backend
-    backend.close()
+be = nccl_fixture("gpu-graph")
 
 
 def _capture(stream, fn):

@@ -7,10 +7,6 @@ Ranks are threads of one process, each with its own device and communicator
 
 from __future__ import annotations
 
-import threading
-import traceback
-from datetime import timedelta
-
 import numpy as np
 import pytest
 
@@ -19,47 +15,23 @@ from tests.gpu._gpu import require_gpu
 cp = require_gpu(min_devices=2, nccl=True)
 
 from tests.backend_driver import Driver  # noqa: E402
+from tests.backend_threads import run_backends  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
-from ndist.runtime import (BackendContext, DistBackendError, DistTimeoutError, HashStore,  # noqa: E402
-                           get_backend_spec)
+from ndist.runtime import DistBackendError, DistTimeoutError, get_backend_spec  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 N = 2
 
 
 def run_nccl(fn, n=N, timeout=60.0):
-    store = HashStore()
-    results: list = [None] * n
-    errors: list = [None] * n
-    backends: list = [None] * n
+    def on_device(be):
+        out = fn(be)
+        cp.cuda.get_current_stream().synchronize()
+        return out
 
-    def target(r):
-        try:
-            with cp.cuda.Device(r):
-                ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout),
-                                     group_name="multi", global_ranks=tuple(range(n)), device="cuda",
-                                     options={"device_id": r})
-                backends[r] = Driver(get_backend_spec("nccl").create(ctx))
-                results[r] = fn(backends[r])
-                cp.cuda.get_current_stream().synchronize()
-        except BaseException:  # noqa: BLE001
-            errors[r] = traceback.format_exc()
-
-    threads = [threading.Thread(target=target, args=(r,), daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout * 3)
-    try:
-        assert not any(t.is_alive() for t in threads), "a rank hung"
-        for r, err in enumerate(errors):
-            assert err is None, f"rank {r} failed:\n{err}"
-        return results
-    finally:
-        for r, b in enumerate(backends):
-            if b is not None:
-                with cp.cuda.Device(r):
-                    b.close()
+    return run_backends(n, lambda ctx: Driver(get_backend_spec("nccl").create(ctx)), on_device, device="cuda",
+                        options=lambda r: {"device_id": r}, on_rank=cp.cuda.Device, timeout=timeout, join=3,
+                        name="multi")
 
 
 def host(x):

@@ -9,11 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.gpu._gpu import require_gpu, single_rank_ctx
+from tests.gpu._gpu import nccl_fixture, require_gpu, single_rank_nccl
 
 cp = require_gpu(nccl=True)
 
-from tests.backend_driver import Driver  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
 from ndist.runtime import DistBackendError, get_backend_spec  # noqa: E402
 
@@ -24,11 +23,7 @@ NUMERIC = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint
            "float64"]
 
 
-@pytest.fixture(scope="module")
-def be():
-    backend = Driver(get_backend_spec("nccl").create(single_rank_ctx("gpu-single")))
-    yield backend
-    backend.close()
+be = nccl_fixture("gpu-single", scope="module")
 
 
 def _data(dtype, n=1000, seed=0):
@@ -246,7 +241,7 @@ def test_then_write_back_is_stream_ordered(be):
 
 
 def test_options_select_the_device():
-    backend = Driver(get_backend_spec("nccl").create(single_rank_ctx("gpu-options", options={"device_id": 0})))
+    backend = single_rank_nccl("gpu-options", options={"device_id": 0})
     try:
         x = cp.ones(4, dtype=cp.float32)
         backend.all_reduce(x, ReduceOp.SUM).synchronize()
@@ -256,7 +251,7 @@ def test_options_select_the_device():
 
 
 def test_closed_backend_refuses_ops():
-    backend = Driver(get_backend_spec("nccl").create(single_rank_ctx("gpu-closed")))
+    backend = single_rank_nccl("gpu-closed")
     backend.close()
     backend.close()  # idempotent
     with pytest.raises(DistBackendError, match="closed"):
@@ -264,7 +259,7 @@ def test_closed_backend_refuses_ops():
 
 
 def test_close_inside_an_open_coalescing_block_fails_its_works():
-    backend = Driver(get_backend_spec("nccl").create(single_rank_ctx("gpu-close-in-block")))
+    backend = single_rank_nccl("gpu-close-in-block")
     a, got = cp.arange(3, dtype=cp.float32), cp.zeros(3, dtype=cp.float32)
     with backend.coalescing():
         ws = backend.send(a, 0, tag=1)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import threading
-import traceback
-from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -16,44 +13,18 @@ cp = require_gpu()
 pytest.importorskip("ndist.collectives.backends.socket")
 
 from tests.backend_driver import Driver  # noqa: E402
+from tests.backend_threads import run_backends  # noqa: E402
 from ndist.collectives import ReduceOp  # noqa: E402
 from ndist.collectives._staging import HostStagingBackend  # noqa: E402
-from ndist.runtime import BackendContext, HashStore, get_backend_spec  # noqa: E402
+from ndist.runtime import get_backend_spec  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 _ids = itertools.count()
 
 
 def run_staged(n, fn, timeout=60.0):
-    store = HashStore()
-    name = f"cupy-staging{next(_ids)}"
-    results: list = [None] * n
-    errors: list = [None] * n
-    backends: list = [None] * n
-
-    def target(r):
-        try:
-            ctx = BackendContext(store=store, rank=r, size=n, timeout=timedelta(seconds=timeout), group_name=name,
-                                 global_ranks=tuple(range(n)), device="cuda")
-            backends[r] = Driver(get_backend_spec("socket").create(ctx))  # (it stages CUDA arrays itself)
-            results[r] = fn(backends[r])
-        except BaseException:  # noqa: BLE001
-            errors[r] = traceback.format_exc()
-
-    threads = [threading.Thread(target=target, args=(r,), daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout * 3)
-    try:
-        assert not any(t.is_alive() for t in threads), "a rank hung"
-        for r, err in enumerate(errors):
-            assert err is None, f"rank {r} failed:\n{err}"
-        return results
-    finally:
-        for b in backends:
-            if b is not None:
-                b.close()
+    return run_backends(n, lambda ctx: Driver(get_backend_spec("socket").create(ctx)), fn,  # (it stages CUDA arrays itself)
+                        device="cuda", timeout=timeout, join=3, name=f"cupy-staging{next(_ids)}")
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])

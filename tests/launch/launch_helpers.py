@@ -1,6 +1,14 @@
 """Process helpers for the launcher tests (/proc based, no psutil)."""
 
+import socket
 import time
+
+
+def free_port() -> int:
+    """A port free on loopback now (a node's ``--master-port``)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def alive(pid: int) -> bool:

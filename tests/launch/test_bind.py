@@ -3,7 +3,6 @@
 import json
 import os
 import secrets
-import socket
 
 import pytest
 
@@ -99,20 +98,8 @@ def test_bad_values_stop_the_launcher_before_any_rank(launcher, args, words):
 @needs_2_cpus
 def test_every_node_binds_its_own_ranks(launcher):
     launcher.script(RECORD)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "NDIST_SECRET": secrets.token_hex(32)}
-    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30,
-              "--nproc-per-node", 2]
-    n1 = launcher.popen(*common, "--node-rank", 1, "--bind-to", "none", "job.py", env=env)
-    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=env)
-    try:
-        err0 = n0.communicate(timeout=60)[1]
-        err1 = n1.communicate(timeout=60)[1]
-    finally:
-        n0.kill()
-        n1.kill()
+    n0, n1 = launcher.nodes("--nproc-per-node", 2, each=((), ("--bind-to", "none")), first=1)
+    (_, err0), (_, err1) = launcher.communicate([n0, n1])
     assert n0.returncode == 0 and n1.returncode == 0, (err0, err1)
     seen = _seen(launcher, 4)
     assert [s["bind_to"] for s in seen] == ["core", "core", "none", "none"]

@@ -5,9 +5,7 @@ The survivors here only sleep and exit 0: collectives on the world group after a
 shrink_group (issue 29), which is not what these tests are about."""
 
 import os
-import secrets
 import signal
-import socket
 import time
 
 import pytest
@@ -186,23 +184,9 @@ def test_signal_after_a_loss_still_stops_every_rank(launcher):
 # ---------------------------------------------------------------- two nodes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _two_nodes(launcher, env, *extra, per_node=(2, 2), timeout=60):
-    port = _free_port()
-    env = {**env, "NDIST_SECRET": secrets.token_hex(32)}
-    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30]
-    procs = [launcher.popen(*common, "--node-rank", n, "--nproc-per-node", per_node[n], *extra[n], "job.py", env=env)
-             for n in (0, 1)]
-    try:
-        outs = [p.communicate(timeout=timeout) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
+    procs = launcher.nodes(env=env, each=[("--nproc-per-node", per_node[n], *extra[n]) for n in (0, 1)])
+    outs = launcher.communicate(procs, timeout=timeout)
     return [p.returncode for p in procs], outs
 
 
@@ -256,15 +240,10 @@ def test_two_nodes_a_vanished_agent_loses_its_ranks(launcher, min_nproc, status)
     # Node 1's agent is SIGKILLed (its ranks die with it): node 0 counts node 1's ranks as lost.
     # Its own 2 ranks finish: enough for --min-nproc 2; for 3, the job fails (no rank to blame: 1).
     launcher.script(JOB)
-    port = _free_port()
-    env = {**_env("9:kill", 3), "NDIST_SECRET": secrets.token_hex(32)}
-    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30,
-              "--nproc-per-node", 2, "--on-failure", "continue", "--min-nproc", min_nproc]
-    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=env)
-    n1 = launcher.popen_to_kill(*common, "--node-rank", 1, "job.py", env=env)
+    n0, n1 = launcher.nodes("--nproc-per-node", 2, "--on-failure", "continue", "--min-nproc", min_nproc,
+                            env=_env("9:kill", 3), to_kill=(1,))
     try:
-        wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"pid-{r}")) for r in range(4)), 30,
-                 "every rank")
+        launcher.wait_files("pid-", range(4), 30, "every rank")
         n1.kill()
         started = time.monotonic()
         out0, err0 = n0.communicate(timeout=60)

@@ -11,8 +11,6 @@ A loss (an op or the grow) is shrunk, and the heal goes on."""
 
 import os
 import re
-import secrets
-import socket
 
 import pytest
 
@@ -162,25 +160,11 @@ def test_a_survivor_lost_in_the_grow_is_named_and_both_slots_are_healed(launcher
     assert "replaced rank 0 (replacement 1" in summary and "replaced rank 2 (replacement 1" in summary, summary
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_a_replacement_joins_across_two_nodes(launcher):
     # rank 3 (node 1) dies: node 1's agent starts its replacement; both nodes' survivors admit it
     launcher.script(JOB)
-    port = _free_port()
-    env = {**_env(3), "NDIST_SECRET": secrets.token_hex(32)}
-    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30,
-              "--nproc-per-node", 2, "--on-failure", "replace"]
-    procs = [launcher.popen(*common, "--node-rank", n, "job.py", env=env) for n in (0, 1)]
-    try:
-        outs = [p.communicate(timeout=100) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
+    procs = launcher.nodes("--nproc-per-node", 2, "--on-failure", "replace", env=_env(3))
+    outs = launcher.communicate(procs, timeout=100)
     assert [p.returncode for p in procs] == [0, 0], outs
     text = "".join(o for o, _ in outs)
     assert "[rank3]:slot 3 replacement 1 init: rank 3 of 4, joined True" in outs[1][0], outs

@@ -1,15 +1,10 @@
 """Once all of a node's ranks have failed, its launcher exits within the group
 timeout plus a few seconds, whatever --rdzv-timeout says (issue 14, item 8)."""
 
-import os
-import secrets
 import signal
-import socket
 import time
 
 import pytest
-
-from tests.launch.launch_helpers import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,23 +24,11 @@ while True:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_node_0_does_not_wait_the_rendezvous_timeout_for_a_dead_node(launcher):
     launcher.script(JOB)
-    port, secret = _free_port(), secrets.token_hex(32)
-    env = {**os.environ, "NDIST_SECRET": secret}
-    common = ["--nnodes", 2, "--nproc-per-node", 1, "--master-addr", "127.0.0.1", "--master-port", port,
-              "--rdzv-timeout", 300, "--term-timeout", 2]
-    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=env)
-    n1 = launcher.popen_to_kill(*common, "--node-rank", 1, "job.py", env=env)
+    n0, n1 = launcher.nodes("--nproc-per-node", 1, "--term-timeout", 2, rdzv_timeout=300, to_kill=(1,))
     try:
-        wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"up-{r}")) for r in (0, 1)), 60,
-                 "both nodes' ranks")
+        launcher.wait_files("up-", (0, 1), 60, "both nodes' ranks")
         killed = time.monotonic()
         n1.send_signal(signal.SIGKILL)  # node 1's launcher, and (PR_SET_PDEATHSIG) its rank, are gone
         try:

@@ -3,9 +3,10 @@
 import json
 import os
 import secrets
-import socket
 
 import pytest
+
+from tests.launch.launch_helpers import free_port
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -22,12 +23,6 @@ with open(f"seen-{rank}.json", "w") as f:
                "node": os.environ["NODE_RANK"], "master": os.environ["MASTER_ADDR"],
                "master_port": os.environ["MASTER_PORT"]}, f)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_ranks_share_the_launchers_store(launcher):
@@ -56,29 +51,22 @@ sys.exit("joined without the secret")
     assert "refused:" in r.stdout
 
 
-def _env(secret):
-    return {**os.environ, "NDIST_SECRET": secret}
+#: a rank that says it is up, then waits to be stopped
+UP_AND_WAIT = "import os, time; open(f'up-{os.environ[\"RANK\"]}', 'w').close(); time.sleep(60)\n"
 
 
 def test_two_nodes_rendezvous(launcher):
     launcher.script(USE_STORE)
-    port, secret = _free_port(), secrets.token_hex(32)
-    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30]
-    n1 = launcher.popen(*common, "--node-rank", 1, "--nproc-per-node", 1, "job.py", env=_env(secret))
-    n0 = launcher.popen(*common, "--node-rank", 0, "--nproc-per-node", 2, "job.py", env=_env(secret))
-    try:
-        out0, err0 = n0.communicate(timeout=60)
-        out1, err1 = n1.communicate(timeout=60)
-    finally:
-        n0.kill()
-        n1.kill()
+    n0, n1 = launcher.nodes(each=(("--nproc-per-node", 2), ("--nproc-per-node", 1)), first=1)
+    (out0, err0), (out1, err1) = launcher.communicate([n0, n1])
     assert n0.returncode == 0 and n1.returncode == 0, (err0, err1)
     seen = [json.loads(open(os.path.join(launcher.cwd, f"seen-{r}.json")).read()) for r in range(3)]
     assert all(s["world"] == 3 for s in seen)
     assert seen[0]["local"] == ["0", "1", "0"]  # node 0 has ranks 0, 1; node 1 has rank 2
     assert [s["node"] for s in seen] == ["0", "0", "1"]
     # every rank of both nodes gets node 0's one free port for rank 0's own store (torch's env://)
-    assert len({s["master_port"] for s in seen}) == 1 and int(seen[0]["master_port"]) != port
+    assert len({s["master_port"] for s in seen}) == 1
+    assert int(seen[0]["master_port"]) != int(n0.args[n0.args.index("--master-port") + 1])
 
 
 def test_failure_on_one_node_stops_the_other(launcher):
@@ -89,17 +77,8 @@ if os.environ["RANK"] == "2":
     raise OSError("disk on fire")
 time.sleep(120)
 """)
-    port, secret = _free_port(), secrets.token_hex(32)
-    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30,
-              "--nproc-per-node", 2]
-    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=_env(secret))
-    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=_env(secret))
-    try:
-        out0, err0 = n0.communicate(timeout=60)
-        out1, err1 = n1.communicate(timeout=60)
-    finally:
-        n0.kill()
-        n1.kill()
+    n0, n1 = launcher.nodes("--nproc-per-node", 2)
+    (out0, err0), (out1, err1) = launcher.communicate([n0, n1])
     assert n1.returncode == 1 and n0.returncode == 1, (err0, err1)
     for err in (err0, err1):  # both agents name the rank that failed, on node 1
         assert "rank       : 2 (local rank 0)" in err and "OSError: disk on fire" in err
@@ -108,17 +87,13 @@ time.sleep(120)
 def test_node_rank_taken_twice_is_an_error(launcher):
     import signal
 
-    from tests.launch.launch_helpers import wait_for
-
-    launcher.script("import os, time; open(f'up-{os.environ[\"RANK\"]}', 'w').close(); time.sleep(60)\n")
-    port, secret = _free_port(), secrets.token_hex(32)
-    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30]
-    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=_env(secret))
-    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=_env(secret))
+    launcher.script(UP_AND_WAIT)
+    common, env = job = launcher.node_job()
+    n0, n1 = launcher.nodes(job=job)
     try:
-        wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"up-{r}")) for r in (0, 1)), 30, "both nodes")
-        dup = launcher.run(*common, "--node-rank", 1, "job.py", env=_env(secret), timeout=30)
-        host_too = launcher.run(*common, "--node-rank", 0, "job.py", env=_env(secret), timeout=30)
+        launcher.wait_files("up-", (0, 1), 30, "both nodes")
+        dup = launcher.run(*common, "--node-rank", 1, "job.py", env=env, timeout=30)
+        host_too = launcher.run(*common, "--node-rank", 0, "job.py", env=env, timeout=30)
     finally:
         for p in (n0, n1):
             p.send_signal(signal.SIGTERM)
@@ -133,18 +108,12 @@ def test_node_rank_taken_twice_is_an_error(launcher):
 def test_interrupting_one_node_stops_the_job(launcher):
     import signal
 
-    from tests.launch.launch_helpers import wait_for
-
-    launcher.script("import os, time; open(f'up-{os.environ[\"RANK\"]}', 'w').close(); time.sleep(60)\n")
-    port, secret = _free_port(), secrets.token_hex(32)
-    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30]
-    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=_env(secret))
-    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=_env(secret))
+    launcher.script(UP_AND_WAIT)
+    n0, n1 = launcher.nodes()
     try:
-        wait_for(lambda: all(os.path.exists(os.path.join(launcher.cwd, f"up-{r}")) for r in (0, 1)), 30, "both nodes")
+        launcher.wait_files("up-", (0, 1), 30, "both nodes")
         n1.send_signal(signal.SIGINT)
-        err0 = n0.communicate(timeout=30)[1]
-        err1 = n1.communicate(timeout=30)[1]
+        (_, err0), (_, err1) = launcher.communicate([n0, n1], timeout=30)
     finally:
         n0.kill()
         n1.kill()
@@ -154,9 +123,9 @@ def test_interrupting_one_node_stops_the_job(launcher):
 
 def test_rendezvous_timeout_names_missing_nodes(launcher):
     launcher.script("open('ran', 'w').close()\n")
-    port = _free_port()
+    port = free_port()
     r = launcher.run("--nnodes", 3, "--master-port", port, "--rdzv-timeout", 0.5, "job.py",
-                     env=_env(secrets.token_hex(32)), timeout=30)
+                     env={**os.environ, "NDIST_SECRET": secrets.token_hex(32)}, timeout=30)
     assert r.returncode == 2
     assert "rendezvous timed out after 0.5 s: nodes [1, 2] of 3 did not join" in r.stderr
     assert not os.path.exists(os.path.join(launcher.cwd, "ran"))
@@ -180,17 +149,8 @@ if k == "0":
     time.sleep(60)  # stopped by the launchers
 open(f"done-{rank}", "w").close()
 """)
-    port, secret = _free_port(), secrets.token_hex(32)
-    common = ["--nnodes", 2, "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-timeout", 30,
-              "--nproc-per-node", 2, "--max-restarts", 1]
-    n0 = launcher.popen(*common, "--node-rank", 0, "job.py", env=_env(secret))
-    n1 = launcher.popen(*common, "--node-rank", 1, "job.py", env=_env(secret))
-    try:
-        err0 = n0.communicate(timeout=60)[1]
-        err1 = n1.communicate(timeout=60)[1]
-    finally:
-        n0.kill()
-        n1.kill()
+    n0, n1 = launcher.nodes("--nproc-per-node", 2, "--max-restarts", 1)
+    (_, err0), (_, err1) = launcher.communicate([n0, n1])
     assert n0.returncode == 0 and n1.returncode == 0, (err0, err1)
     for err in (err0, err1):
         assert "rank 2 failed (exit code 3); restarting the worker group (restart 1 of 1)" in err

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.mpi_jobs import script_job
 
 SCRIPT = textwrap.dedent("""
     import numpy as np
@@ -28,27 +23,15 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
-
-
 @pytest.mark.timeout(90)
 def test_unhandled_exception_aborts_every_rank(tmp_path):
-    exe = _mpiexec()
-    if exe is None:
-        pytest.skip("mpiexec not found")
-    pytest.importorskip("mpi4py")
-    script = tmp_path / "fail.py"
-    script.write_text(SCRIPT)
     from ndist.bench._launch import (hydra_files, hydra_files_left, mpich_segments, remove_orphan_hydra_files,
                                     remove_orphan_mpich_segments)
 
     segments, topology = mpich_segments(), hydra_files()
     start = time.monotonic()
     try:
-        proc = subprocess.run([exe, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
-                              timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        proc = script_job(tmp_path, SCRIPT, 2, timeout=60)
     finally:  # an aborted MPICH job leaves its segment in /dev/shm (unlinked at MPI_Finalize), and
         # its mpiexec its topology file in /tmp
         remove_orphan_mpich_segments(segments)

@@ -4,7 +4,6 @@ mpiexec (pytest-mpi) at several world sizes, from the plain pytest run."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,16 +11,12 @@ from pathlib import Path
 import pytest
 
 from ndist.testing import kill_tree
+from tests.mpi_jobs import mpiexec
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the files of tests marked ``mpi``: they run inside the MPI job
 MPI_TESTS = sorted(p for p in Path(__file__).parent.glob("test_*.py")
                    if p.name != Path(__file__).name and "pytest.mark.mpi(" in p.read_text())
-
-
-def mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.exists() else shutil.which("mpiexec")
 
 
 @pytest.mark.timeout(420)

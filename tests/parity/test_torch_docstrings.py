@@ -215,6 +215,12 @@ _EVEN_OUT = ["[tensor([0]), tensor([4]), tensor([8]), tensor([12])]",
              "[tensor([3]), tensor([7]), tensor([11]), tensor([15])]"]
 
 
+def _scatter_loop(dist, scatter_list, gather_list, rank, world_size):
+    """The docstrings' "Essentially, it is similar to following operation": a scatter from every rank."""
+    for i in range(world_size):
+        dist.scatter(gather_list[i], scatter_list if i == rank else [], src=i)
+
+
 def _all_to_all_even(rank, world_size, via_scatter):
     import ndist
     import ndist.distributed as dist
@@ -224,10 +230,7 @@ def _all_to_all_even(rank, world_size, via_scatter):
     shown = [repr(input)]
     output = list(ndist.empty([4], dtype=ndist.int64).chunk(4))
     if via_scatter:  # "Essentially, it is similar to following operation"
-        scatter_list = input
-        gather_list = output
-        for i in range(world_size):
-            dist.scatter(gather_list[i], scatter_list if i == rank else [], src=i)
+        _scatter_loop(dist, input, output, rank, world_size)
     else:
         dist.all_to_all(output, input)
     return shown + [repr(output)]
@@ -312,10 +315,7 @@ def _all_to_all_single_even(rank, world_size, via_scatter):
     shown = [repr(input)]
     output = ndist.empty([4], dtype=ndist.int64)
     if via_scatter:
-        scatter_list = list(input.chunk(world_size))
-        gather_list = list(output.chunk(world_size))
-        for i in range(world_size):
-            dist.scatter(gather_list[i], scatter_list if i == rank else [], src=i)
+        _scatter_loop(dist, list(input.chunk(world_size)), list(output.chunk(world_size)), rank, world_size)
     else:
         dist.all_to_all_single(output, input)
     return shown + [repr(output)]
@@ -383,11 +383,6 @@ def _broadcast_object_list(rank, ws):
     return [repr(objects)]
 
 
-@pytest.mark.timeout(150)
-def test_broadcast_object_list():
-    check(run(_broadcast_object_list, 3), [["['foo', 12, {1: 2}]"]] * 3)
-
-
 def _all_gather_object(rank, ws):
     import ndist.distributed as dist
 
@@ -397,11 +392,6 @@ def _all_gather_object(rank, ws):
     return [repr(output)]
 
 
-@pytest.mark.timeout(150)
-def test_all_gather_object():
-    check(run(_all_gather_object, 3), [["['foo', 12, {1: 2}]"]] * 3)
-
-
 def _gather_object(rank, ws):
     import ndist.distributed as dist
 
@@ -409,11 +399,6 @@ def _gather_object(rank, ws):
     output = [None for _ in gather_objects]
     dist.gather_object(gather_objects[dist.get_rank()], output if dist.get_rank() == 0 else None, dst=0)
     return [repr(output)] if rank == 0 else []
-
-
-@pytest.mark.timeout(150)
-def test_gather_object():
-    check(run(_gather_object, 3), [["['foo', 12, {1: 2}]"], [], []])
 
 
 def _scatter_object_list(rank, ws):
@@ -429,9 +414,15 @@ def _scatter_object_list(rank, ws):
 
 
 @pytest.mark.timeout(150)
-def test_scatter_object_list():
+@pytest.mark.parametrize("body, want", [
+    (_broadcast_object_list, [["['foo', 12, {1: 2}]"]] * 3),
+    (_all_gather_object, [["['foo', 12, {1: 2}]"]] * 3),
+    (_gather_object, [["['foo', 12, {1: 2}]"], [], []]),
     # the docstring shows rank 2 ([{1: 2}]); rank i gets objects[i]
-    check(run(_scatter_object_list, 3), [["['foo']"], ["[12]"], ["[{1: 2}]"]])
+    (_scatter_object_list, [["['foo']"], ["[12]"], ["[{1: 2}]"]]),
+], ids=["broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list"])
+def test_object_collective(body, want):
+    check(run(body, 3), want)
 
 
 def _send_recv_object_list(rank, ws, barrier):
@@ -543,30 +534,36 @@ def test_new_subgroups_by_enumeration():
 
 
 # ---------------------------------------------------------- monitored_barrier
-def _monitored_barrier(rank, ws, part):
+def _monitored_barrier(rank, ws, part, folder):
+    import os
     import time
     from datetime import timedelta
 
     import ndist.distributed as dist
 
     timeout = timedelta(seconds=2)  # the docstring uses the default (30 min)
-    calls = dist.get_rank() != 1 if part == 1 else dist.get_rank() == 0
-    if not calls:
-        time.sleep(6)
+    callers = [r for r in range(ws) if (r != 1 if part == 1 else r == 0)]
+    if rank not in callers:  # stays (in the group, not in the barrier) until every caller is out
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(os.path.join(folder, f"{part}-{r}")) for r in callers):
+            assert time.monotonic() < deadline, "the callers did not come out of monitored_barrier"
+            time.sleep(0.05)
         return []
     try:
         dist.monitored_barrier(timeout=timeout, wait_all_ranks=part == 2)
         return ["passed"]
     except dist.DistTimeoutError as err:
         return [repr(str(err).split(": ", 1)[1])]
+    finally:
+        open(os.path.join(folder, f"{part}-{rank}"), "w").close()
 
 
 @pytest.mark.timeout(150)
-def test_monitored_barrier():
-    out = run(_monitored_barrier, 3, 1)
+def test_monitored_barrier(tmp_path):
+    out = run(_monitored_barrier, 3, 1, str(tmp_path))
     assert "Rank 1 failed to pass monitoredBarrier" in out[0][0], out  # "rank 1 did not call into"
     assert "Rank 1 failed" in out[2][0], out
-    out = run(_monitored_barrier, 3, 2)
+    out = run(_monitored_barrier, 3, 2, str(tmp_path))
     assert "Ranks 1, 2 failed to pass monitoredBarrier" in out[0][0], out  # "ranks 1, 2, ... world_size - 1"
 
 

@@ -79,22 +79,20 @@ class StoreBackend(CollectiveBackend):
             buf[...] = self._get(base, buf)
         return Work.completed("broadcast", self.seq)
 
-    def all_gather(self, call, *, blocking=False):
-        outputs, inp = call.outputs, call.inp
-        base = self._next("all_gather")
+    def _collect(self, op, outputs, inp, here):
+        """Every rank puts ``inp``; where ``here``, ``outputs[i]`` gets rank i's."""
+        base = self._next(op)
         self._put(f"{base}/{self.rank}", inp)
-        for i, out in enumerate(outputs):
-            out[...] = self._get(f"{base}/{i}", out)
-        return Work.completed("all_gather", self.seq)
-
-    def gather(self, call, *, blocking=False):
-        outputs, inp, dst = call.outputs, call.inp, call.root
-        base = self._next("gather")
-        self._put(f"{base}/{self.rank}", inp)
-        if self.rank == dst:
+        if here:
             for i, out in enumerate(outputs):
                 out[...] = self._get(f"{base}/{i}", out)
-        return Work.completed("gather", self.seq)
+        return Work.completed(op, self.seq)
+
+    def all_gather(self, call, *, blocking=False):
+        return self._collect("all_gather", call.outputs, call.inp, True)
+
+    def gather(self, call, *, blocking=False):
+        return self._collect("gather", call.outputs, call.inp, self.rank == call.root)
 
     def scatter(self, call, *, blocking=False):
         out, inputs, src = call.out, call.inputs, call.root

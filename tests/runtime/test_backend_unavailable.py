@@ -14,17 +14,9 @@ from pathlib import Path
 
 import pytest
 
-HIDE_MPI4PY = textwrap.dedent("""
-    import sys
+from tests.fresh_python import without
 
-    class _NoMpi4py:
-        def find_spec(self, name, path=None, target=None):
-            if name == "mpi4py" or name.startswith("mpi4py."):
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, _NoMpi4py())
-""")
+HIDE_MPI4PY = without("mpi4py")
 
 _JOB_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "NDIST_STORE", "NDIST_DEBUG")
 

@@ -3,6 +3,7 @@
 import pytest
 
 from tests.runtime import _runtime_store_backend  # noqa: F401  registers "storetest"
+from tests.fresh_python import prints
 from ndist.runtime import Backend, register_backend
 from ndist.runtime._env import detect, first_host
 from ndist.runtime._group import format_backend, parse_backend
@@ -123,9 +124,6 @@ def test_backend_names_class():
 def test_builtin_backend_lookup_does_not_scan_installed_plugins():
     # Scanning the installed distributions for ``ndist.backends`` entry points costs every
     # rank tens of milliseconds at start-up; a built-in name never needs it, an unknown one does.
-    import subprocess
-    import sys
-
     code = (
         "import sys\n"
         "from ndist.runtime import _registry\nfrom ndist.runtime._group import parse_backend\n"
@@ -139,5 +137,4 @@ def test_builtin_backend_lookup_does_not_scan_installed_plugins():
         "assert _registry._entry_points_loaded, 'an unknown name must look at the plugins'\n"
         "print('ok')\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert prints(code, timeout=50) == "ok"

@@ -4,6 +4,7 @@ import threading
 import pytest
 
 from ndist.runtime._net import AuthenticationError, client_handshake, recv_exact, send_all, server_handshake
+from tests.fresh_python import prints
 
 
 def _pair_with_server(secret_server, secret_client):
@@ -55,9 +56,6 @@ def test_wrong_secret_is_refused_on_both_sides():
 def test_connect_by_name_does_not_load_the_idna_codec():
     # getaddrinfo on a str host imports encodings.idna (+ stringprep, unicodedata), a few
     # milliseconds of every rank's start-up; connect passes an ASCII name as bytes.
-    import subprocess
-    import sys
-
     code = (
         "import socket, sys, time\n"
         "from ndist.runtime._net import connect\n"
@@ -68,5 +66,4 @@ def test_connect_by_name_does_not_load_the_idna_codec():
         "assert 'encodings.idna' not in sys.modules, 'idna codec loaded'\n"
         "print('ok')\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert prints(code, timeout=50) == "ok"

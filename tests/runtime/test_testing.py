@@ -79,12 +79,18 @@ def test_hard_timeout_kills_every_rank_and_its_children(tmp_path):
     pids = []
     for r in range(3):
         pids += [int(x) for x in (tmp_path / f"pids.{r}").read_text().split()]
-    deadline = time.monotonic() + 10
+    alive = _still_alive(pids, 10)
+    assert not alive, f"survivors: {alive}"
+
+
+def _still_alive(pids, seconds):
+    """Those of ``pids`` still alive after up to ``seconds`` of waiting for them to go."""
+    deadline = time.monotonic() + seconds
     alive = pids
     while alive and time.monotonic() < deadline:
         alive = [p for p in pids if _alive(p)]
         time.sleep(0.05)
-    assert not alive, f"survivors: {alive}"
+    return alive
 
 
 def _alive(pid):
@@ -159,9 +165,5 @@ def test_ranks_die_with_a_killed_parent(tmp_path):
     finally:
         parent.kill()  # SIGKILL: run_ranks gets no chance to clean up
         parent.wait()
-    deadline = time.monotonic() + 20
-    alive = pids
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in pids if _alive(p)]
-        time.sleep(0.05)
+    alive = _still_alive(pids, 20)
     assert not alive, f"orphans: {alive}"

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 import ndist
+from tests.fresh_python import prints
 
 
 def test_tensor_infers_torch_dtypes():
@@ -160,9 +161,6 @@ def test_requires_grad_is_refused_not_ignored():
 @pytest.mark.timeout(60)
 def test_importing_ndist_does_not_import_numpy_random():
     # numpy.random costs every rank ~5 ms at import; the generators make theirs on first use.
-    import subprocess
-    import sys
-
     code = (
         "import sys, ndist\n"
         "t = ndist.ones(2)\n"
@@ -172,5 +170,4 @@ def test_importing_ndist_does_not_import_numpy_random():
         "assert (a == b).all(), (a, b)\n"
         "print('ok')\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert prints(code, timeout=50) == "ok"

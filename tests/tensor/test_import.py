@@ -1,7 +1,6 @@
-import subprocess
-import sys
-
 import pytest
+
+from tests.fresh_python import prints
 
 CODE = r"""
 import sys, time
@@ -20,16 +19,14 @@ print(dt, ",".join(heavy))
 def test_import_is_light():
     # The 0.3 s import-time target is measured by benchmarks/import_time.py, not asserted
     # here: wall-clock assertions are flaky on a shared machine.
-    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True)
-    heavy = out.stdout.split()[1:]
+    heavy = prints(CODE).split()[1:]
     assert heavy == [], f"import ndist imported {heavy}"
 
 
 @pytest.mark.timeout(60)
 def test_lazy_submodules_load_on_access():
     code = "import ndist, sys; ndist.cuda.is_available(); print('ndist.cuda' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "True"
+    assert prints(code) == "True"
 
 
 def test_top_level_names():
@@ -53,8 +50,7 @@ def test_tensor_is_both_the_package_and_the_factory():
             "assert isinstance(t, Tensor) and shm.__name__ == 'ndist.tensor._shm'\n"
             "from ndist import tensor\n"
             "print(repr(tensor([1.5])))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "tensor([1.5000])"
+    assert prints(code) == "tensor([1.5000])"
 
 
 @pytest.mark.timeout(60)
@@ -66,8 +62,7 @@ def test_star_import_keeps_builtins_and_stays_lazy():
             "import ndist\n"
             "assert ndist.int is ndist.int32 and ndist.max(ndist.tensor([1, 5])).item() == 5\n"
             "print(sorted(m for m in ('ndist.distributed', 'ndist.launch', 'mpi4py') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert prints(code) == "[]"
 
 
 def test_distributed_does_not_load_the_tensor_layer():
@@ -75,5 +70,4 @@ def test_distributed_does_not_load_the_tensor_layer():
     ml_dtypes (~60 ms): a CPU program with NumPy arrays never needs them."""
     code = ("import sys, ndist.distributed; "
             "print(sorted(m for m in ('ndist.tensor', 'ml_dtypes', 'cupy', 'torch') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "[]", out.stderr
+    assert prints(code, timeout=60) == "[]"

@@ -12,28 +12,12 @@ import numpy as np
 import pytest
 
 from ndist.tensor import _shm
+from tests.sharing import file_system, strategy  # noqa: F401 - fixtures
 
 
 def shm_names(pid):
     prefix = f"ndist_mp_{pid}_"
     return sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
-
-
-@pytest.fixture(params=sorted(_shm.get_all_strategies()))
-def strategy(request):
-    old = _shm.get_strategy()
-    _shm.set_strategy(request.param)
-    yield request.param
-    _shm.set_strategy(old)
-
-
-@pytest.fixture
-def file_system():
-    old = _shm.get_strategy()
-    _shm.set_strategy("file_system")
-    yield
-    _shm.set_strategy(old)
-    gc.collect()
 
 
 def test_strategies():

@@ -178,17 +178,26 @@ def test_shellcheck_finds_nothing():
     assert proc.returncode == 0, proc.stdout
 
 
+def _run_with_python(tmp_path, name: str, wrapper_text: str, parts: str):
+    """The script forced to run ``parts`` with ``PYTHON`` a bash wrapper (``wrapper_text``,
+    after its ``#!``) named ``name``: ``(proc, tmp, token, out, wrapper)``."""
+    wrapper = tmp_path / name
+    wrapper.write_text(f"#!/bin/bash\n{wrapper_text}")
+    wrapper.chmod(0o755)
+    out = tmp_path / "out"
+    proc, tmp, token = _run(tmp_path, [str(out)], {"NDIST_GPU_CHECK_FORCE": "1", "NDIST_GPU_CHECK_PARTS": parts,
+                                                   "PYTHON": str(wrapper)}, timeout=100)
+    return proc, tmp, token, out, wrapper
+
+
 @needs_bash
 @needs_no_gpu
 @pytest.mark.timeout(120)
 def test_a_process_a_part_leaves_running_is_killed_and_reported(tmp_path):
     # an interpreter that leaves a sleeper behind, in the part's process group, before it runs
-    wrapper = tmp_path / "python-leaving-a-process"
-    wrapper.write_text(f"#!/bin/bash\n(sleep 300 >/dev/null 2>&1 &)\nexec {sys.executable} \"$@\"\n")
-    wrapper.chmod(0o755)
-    out = tmp_path / "out"
-    proc, tmp, token = _run(tmp_path, [str(out)], {"NDIST_GPU_CHECK_FORCE": "1", "NDIST_GPU_CHECK_PARTS": "nccl_bench",
-                                                   "PYTHON": str(wrapper)}, timeout=100)
+    proc, tmp, token, out, _ = _run_with_python(
+        tmp_path, "python-leaving-a-process", f"(sleep 300 >/dev/null 2>&1 &)\nexec {sys.executable} \"$@\"\n",
+        "nccl_bench")
     assert proc.returncode == 1
     row = next(line for line in (out / "report.md").read_text().splitlines() if line.startswith("| nccl_bench "))
     assert "skipped:" in row and "left 1 process(es) running (killed)" in row
@@ -201,12 +210,8 @@ def test_a_process_a_part_leaves_running_is_killed_and_reported(tmp_path):
 @pytest.mark.timeout(120)
 def test_a_missing_pytest_is_reported_as_such(tmp_path):
     # -S: no site-packages, so this interpreter has no pytest
-    wrapper = tmp_path / "python-without-pytest"
-    wrapper.write_text(f"#!/bin/bash\nexec {sys.executable} -S \"$@\"\n")
-    wrapper.chmod(0o755)
-    out = tmp_path / "out"
-    proc, tmp, _ = _run(tmp_path, [str(out)], {"NDIST_GPU_CHECK_FORCE": "1", "NDIST_GPU_CHECK_PARTS": "seed,ipc",
-                                               "PYTHON": str(wrapper)}, timeout=100)
+    proc, tmp, _, out, wrapper = _run_with_python(tmp_path, "python-without-pytest",
+                                                  f"exec {sys.executable} -S \"$@\"\n", "seed,ipc")
     assert proc.returncode == 1
     rows = [line for line in (out / "report.md").read_text().splitlines() if line.startswith(("| seed ", "| ipc "))]
     assert len(rows) == 2

@@ -9,17 +9,14 @@ at return."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 import time
 
 import numpy as np
 import pytest
 
 from ndist.testing import run_ranks
+from tests.collectives.backends._socket_bodies import broadcast_to_a_dead_receiver
+from tests.kill_sync import run_with_victim
 
 pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 
@@ -113,50 +110,14 @@ def test_a_mismatch_is_raised_by_the_root_at_its_next_op(case):
         assert after1 is not None and after1[2] in (0, None) and "rank 0" in after1[1], res
 
 
-_DEAD_JOB = """
-import json, os, signal, sys, time
-from datetime import timedelta
-import numpy as np
-import ndist.distributed as dist
-from tests.kill_sync import all_past
-
-out = sys.argv[1]
-signal.signal(signal.SIGTERM, lambda *a: None)  # rank 0 stays to report (8 s: its term-timeout, then SIGKILL)
-dist.init_process_group("socket", timeout=timedelta(seconds=20))
-rank = dist.get_rank()
-x = np.ones(1024, np.float32)
-dist.broadcast(x, src=0)
-dist.barrier()
-all_past(out, rank, 3, victim=2)
-if rank == 2:
-    os.kill(os.getpid(), signal.SIGKILL)  # never joins the next broadcast
-if rank == 1:
-    time.sleep(0.5)  # rank 2 is gone by the time the root calls
-rec = {"first": None, "next": None}
-t0 = time.monotonic()
-try:
-    dist.broadcast(x, src=0)  # the root posts and returns
-    rec["first_s"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    dist.broadcast(x, src=0)  # its next op waits for every receiver of the first: names rank 2
-    rec["next"] = "no error"
-except dist.DistError as err:
-    rec["next" if "first_s" in rec else "first"] = [type(err).__name__, str(err), err.rank]
-rec["next_s"] = time.monotonic() - t0
-with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump(rec, f)
-"""
-
-
 @pytest.mark.timeout(120)
 def test_a_dead_receiver_is_named_by_the_root_at_its_next_op(tmp_path):
-    job = tmp_path / "job.py"
-    job.write_text(textwrap.dedent(_DEAD_JOB))
-    env = dict(os.environ, NDIST_ENGINE="native")
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "8",
-                        str(job), str(tmp_path)], capture_output=True, text=True, timeout=100, env=env)
-    assert r.returncode != 0, r.stderr
-    rec = json.loads((tmp_path / "r0.json").read_text())
+    # rank 1 calls 0.5 s late: rank 2 is gone by the time the root calls; the root posts
+    # and returns, and its next op waits for every receiver of the first: names rank 2
+    res = run_with_victim(broadcast_to_a_dead_receiver, 3, 2, tmp_path, 1024, 0.5, term_timeout=8, timeout=100,
+                          NDIST_ENGINE="native")
+    assert res.launcher_exitcode != 0, res
+    rec = res[0]
     # the root's own broadcast may already fail (its backend heard of the loss elsewhere):
     # either way it names rank 2, within 1 s of the op that raises (2 s: a loaded machine)
     err = rec["first"] or rec["next"]

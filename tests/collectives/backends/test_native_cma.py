@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from ndist.testing import run_ranks
+from tests.collectives.backends._socket_bodies import broadcast_to_a_dead_receiver
+from tests.kill_sync import run_with_victim
 
 pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 
@@ -217,52 +219,17 @@ def test_a_broadcast_root_no_receiver_may_read_goes_through_the_slots():
     assert [r[1] for r in res] == [1, 2, 1], res
 
 
-_DEAD_RECEIVER = """
-import json, os, signal, sys, time
-from datetime import timedelta
-import numpy as np
-import ndist.distributed as dist
-from tests.kill_sync import all_past
-
-out = sys.argv[1]
-signal.signal(signal.SIGTERM, lambda *a: None)  # rank 0 stays to report
-dist.init_process_group("socket", timeout=timedelta(seconds=20))
-rank = dist.get_rank()
-x = np.ones(1 << 20, np.float32)  # 4 MiB: by address
-dist.broadcast(x, src=0)
-dist.barrier()
-all_past(out, rank, 3, victim=2)
-if rank == 2:
-    os.kill(os.getpid(), signal.SIGKILL)  # never joins the next broadcast
-rec = {"err": None}
-t0 = time.monotonic()
-try:
-    dist.broadcast(x, src=0)  # the root waits for its receivers: names rank 2 in this call
-except dist.DistError as err:
-    rec["err"] = [type(err).__name__, str(err), err.rank]
-rec["s"] = time.monotonic() - t0
-with open(os.path.join(out, f"r{rank}.json"), "w") as f:
-    json.dump(rec, f)
-"""
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores (2 receivers)")
 def test_a_dead_receiver_of_a_broadcast_by_address_is_named_by_the_root(tmp_path):
-    import json
-    import subprocess
-    import sys
-    import textwrap
-
-    job = tmp_path / "job.py"
-    job.write_text(textwrap.dedent(_DEAD_RECEIVER))
-    env = dict(os.environ, NDIST_ENGINE="native")
-    r = subprocess.run([sys.executable, "-m", "ndist.launch", "--nproc-per-node", "3", "--term-timeout", "8",
-                        str(job), str(tmp_path)], capture_output=True, text=True, timeout=100, env=env)
-    assert r.returncode != 0, r.stderr
-    rec = json.loads((tmp_path / "r0.json").read_text())
-    assert rec["err"] and rec["err"][0] in ("DistRankFailureError", "DistNetworkError") and rec["err"][2] == 2, rec
-    assert "rank 2" in rec["err"][1] and rec["s"] < 2.0, rec
+    # 4 MiB: by address; the root waits for its receivers: names rank 2 in this call
+    res = run_with_victim(broadcast_to_a_dead_receiver, 3, 2, tmp_path, 1 << 20, term_timeout=8, timeout=100,
+                          NDIST_ENGINE="native")
+    assert res.launcher_exitcode != 0, res
+    rec = res[0]
+    err = rec["first"]
+    assert err and err[0] in ("DistRankFailureError", "DistNetworkError") and err[2] == 2, rec
+    assert "rank 2" in err[1] and rec["next_s"] < 2.0, rec
 
 
 # --- all_gather by address: where the ranks are no more than the cores, a rank whose peers

@@ -13,12 +13,12 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import textwrap
 
 import numpy as np
 import pytest
 
 from ndist.testing import run_ranks
+from tests.fresh_python import without
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -69,15 +69,7 @@ def test_bad_engine_name_is_a_value_error(monkeypatch):
 
 
 # An interpreter where importing the extensions fails, as on a machine where they were not built.
-_BLOCK = textwrap.dedent("""
-    import sys
-    class _NoNative:
-        def find_spec(self, name, path=None, target=None):
-            if name in ("ndist.collectives.backends.socket.native._cnative", "ndist.collectives._crun"):
-                raise ImportError("blocked by the test: no compiled extension")
-            return None
-    sys.meta_path.insert(0, _NoNative())
-""")
+_BLOCK = without("ndist.collectives.backends.socket.native._cnative", "ndist.collectives._crun")
 
 
 @pytest.fixture

@@ -266,14 +266,20 @@ def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_ran
         _close(backends)
 
 
+def _rank_0_waiting_while(backends, act):
+    """What rank 0 got (``wait_in_all_reduce``) from an all_reduce that rank 1 never joins,
+    ``act()`` done 0.3 s into its wait."""
+    got, (t,) = wait_in_all_reduce(backends, (0,))
+    time.sleep(0.3)
+    act()
+    t.join(30)
+    return got[0]
+
+
 def test_a_rank_that_closes_fails_a_peer_waiting_on_it_naming_it(native_tcp):
     backends = _group(2, timeout=60.0)
     try:
-        got, (t,) = wait_in_all_reduce(backends, (0,))
-        time.sleep(0.3)
-        backends[1].close()
-        t.join(30)
-        _kind, rank, msg, _waited = got[0]
+        _kind, rank, msg, _waited = got = _rank_0_waiting_while(backends, backends[1].close)
         assert rank == 1 and "closed the group" in msg, got
     finally:
         _close(backends)
@@ -283,16 +289,15 @@ def test_a_peer_whose_stream_ends_is_named(native_tcp):
     # rank 1's side of its link ends without its close notice (as when its host goes away)
     import socket
 
-    backends = _group(2, timeout=60.0)
-    try:
-        got, (t,) = wait_in_all_reduce(backends, (0,))
-        time.sleep(0.3)
+    def end_rank_1s_stream():
         fd = backends[1].backend._native.g.fds()[0]
         sock = socket.socket(fileno=fd)  # (a socket object over the group's descriptor, to shut it down)
         sock.shutdown(socket.SHUT_RDWR)
         sock.detach()
-        t.join(30)
-        _kind, rank, msg, _waited = got[0]
+
+    backends = _group(2, timeout=60.0)
+    try:
+        _kind, rank, msg, _waited = got = _rank_0_waiting_while(backends, end_rank_1s_stream)
         assert rank == 1 and "lost connection to rank 1" in msg and "all_reduce" in msg, got
     finally:
         _close(backends)

@@ -10,6 +10,7 @@ import pytest
 
 from ndist.collectives import ReduceOp
 
+from tests.collectives.backends._socket_bodies import gather_scatter, uneven_exchanges
 from tests.collectives.backends._socket_threads import run_group
 
 try:
@@ -158,24 +159,9 @@ def test_data_movement(transport, n, count):
         assert all((outs[i] == i).all() for i in range(n))
         # gather / scatter, uneven, every root
         for root in range(n):
-            outs = [np.empty(count + i, np.int16) for i in range(n)] if r == root else None
-            b.gather(outs, np.full(count + r, r, np.int16), root, blocking=True).wait()
-            if r == root:
-                assert all((outs[i] == i).all() for i in range(n))
-            ins = [np.full(count + i, 10 * root + i, np.uint8) for i in range(n)] if r == root else None
-            out = np.empty(count + r, np.uint8)
-            b.scatter(out, ins, root, blocking=True).wait()
-            assert (out == 10 * root + r).all()
-        # uneven all_to_all with zero sizes: rank i sends (i + j) % 3 * count elements to j
-        ins = [np.full((r + j) % 3 * count, 100 * r + j, np.float32) for j in range(n)]
-        outs = [np.empty((i + r) % 3 * count, np.float32) for i in range(n)]
-        b.all_to_all(outs, ins, blocking=True).wait()
-        assert all((outs[i] == 100 * i + r).all() for i in range(n))
-        # reduce_scatter, uneven blocks
-        ins = [np.full(count + j, r + 1, np.int64) for j in range(n)]
-        out = np.empty(count + r, np.int64)
-        b.reduce_scatter(out, ins, ReduceOp.SUM, blocking=True).wait()
-        assert (out == n * (n + 1) // 2).all()
+            gather_scatter(b, root, count, base=10)
+        # uneven all_to_all with zero sizes, then reduce_scatter with uneven blocks
+        uneven_exchanges(b, count, np.float32, 100)
         b.barrier(blocking=True).wait()
     run_group(n, fn, transport)
 
@@ -251,6 +237,24 @@ def test_every_op_in_one_body(transport, n):
 
 
 @pytest.fixture
+def cma_reads(monkeypatch):
+    """The sizes of the reads of peers' memory (process_vm_readv), in order; skips where
+    there is none."""
+    from ndist.collectives.backends.socket.wire import _cma
+
+    if not _cma.available():
+        pytest.skip("process_vm_readv is not available here")
+    reads = []
+    real = _cma.read_into
+
+    def counting(pid, addr, dest):
+        reads.append(dest.nbytes)
+        real(pid, addr, dest)
+    monkeypatch.setattr(_cma, "read_into", counting)
+    return reads
+
+
+@pytest.fixture
 def many_cores(monkeypatch):
     """Pretend every rank has a core (pipelined algorithms are used on one host)."""
     import os
@@ -298,21 +302,12 @@ def test_all_to_all_large_messages_in_pieces(transport, many_cores):
     run_group(n, fn, transport)
 
 
-def test_all_to_all_large_messages_read_from_the_senders_memory(monkeypatch):
+def test_all_to_all_large_messages_read_from_the_senders_memory(cma_reads):
     """auto transport: messages >= CMA_MIN are read by the receiver straight from the
     sender's input (process_vm_readv), smaller ones go through shm or inline."""
-    from ndist.collectives.backends.socket.wire import _cma
     from ndist.collectives.backends.socket.engine._algorithms import CMA_MIN
 
-    if not _cma.available():
-        pytest.skip("process_vm_readv is not available here")
-    reads = []
-    real = _cma.read_into
-
-    def counting(pid, addr, dest):
-        reads.append(dest.nbytes)
-        real(pid, addr, dest)
-    monkeypatch.setattr(_cma, "read_into", counting)
+    reads = cma_reads
     n = 3
 
     def size(i, j):  # bytes rank i sends to rank j
@@ -380,22 +375,13 @@ def test_transport_shm_does_not_read_peer_memory():
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_large_all_reduce_reads_slices_from_peer_memory(n, many_cores, monkeypatch):
+def test_large_all_reduce_reads_slices_from_peer_memory(n, many_cores, cma_reads, monkeypatch):
     """auto transport: rs+ag reads peers' slices straight from their buffers, in
     several pipelined chunks; ranks >= 2 reduce into scratch (rank order kept)."""
     from ndist.collectives.backends.socket import _backend
-    from ndist.collectives.backends.socket.wire import _cma
 
-    if not _cma.available():
-        pytest.skip("process_vm_readv is not available here")
     monkeypatch.setattr(_backend, "CHUNK", 256 << 10)
-    reads = []
-    real = _cma.read_into
-
-    def counting(pid, addr, dest):
-        reads.append(dest.nbytes)
-        real(pid, addr, dest)
-    monkeypatch.setattr(_cma, "read_into", counting)
+    reads = cma_reads
     count = 300_001
 
     def fn(b):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ndist.testing import run_ranks
+from tests.collectives.backends._socket_bodies import op_buffers
 
 pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
 
@@ -40,11 +41,7 @@ def _lane(rank, size):
     import ndist.distributed as dist
 
     n = 8 * size
-    full = np.arange(n, dtype=np.float32) + 100 * rank
-    out, part, part_out = np.empty(n, np.float32), np.full(8, rank, np.float32), np.empty(8, np.float32)
-    ins = [rank + 1 + q for q in range(size)]
-    outs = [q + 1 + rank for q in range(size)]
-    uin, uout = np.full(sum(ins), rank, np.float32), np.empty(sum(outs), np.float32)
+    full, out, part, part_out, ins, outs, uin, uout = op_buffers(rank, size, 8, 100)
     dist.barrier()  # the group's first collective: the engine is up
     calls = {
         "all_reduce": lambda: dist.all_reduce(full),

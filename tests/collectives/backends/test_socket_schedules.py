@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ndist.testing import run_ranks
+from tests.collectives.backends._socket_bodies import record_schedules
 from tests.kill_sync import run_with_victim, step_until_a_peer_dies
 
 pytestmark = pytest.mark.timeout(240)
@@ -29,28 +30,12 @@ def _backend():
     return Driver(resolve_group(None).backend_for("cpu"))
 
 
-def _spy():
-    """Record the algorithm of every schedule this rank runs (instrumentation only:
-    the real executor still runs)."""
-    from ndist.collectives.backends.socket.engine import _scheduled as _run
-
-    seen = []
-    run = _run.Scheduled.run
-
-    def recorded(self, sch, *args, **kwargs):
-        seen.append(sch.algo)
-        return run(self, sch, *args, **kwargs)
-
-    _run.Scheduled.run = recorded
-    return seen
-
-
 def _all_ops(rank, world_size, count):
     from ndist.runtime import destroy_process_group
 
     from tests.collectives.backends._socket_bodies import all_ops
 
-    seen = _spy()
+    seen = record_schedules()
     b = _backend()
     try:
         return all_ops(b, count) and (b._prefix, sorted(set(seen)))
@@ -82,7 +67,7 @@ def test_forced_direct_on_five_ranks_runs_no_schedule():
 def _float_sums(rank, world_size):
     import ndist.distributed as dist
 
-    seen = _spy()
+    seen = record_schedules()
     out = []
     for count in (1001, 300_001):  # recursive doubling; ring / rabenseifner
         x = np.random.default_rng(rank).standard_normal(count).astype(np.float32)
@@ -105,7 +90,7 @@ def _a2a_algos(rank, world_size):
     import ndist.distributed as dist
     from ndist.collectives.backends.socket.schedules._schedule import A2A_BRUCK_MAX
 
-    seen = _spy()
+    seen = record_schedules()
     n, out = world_size, []
     for per in (5, A2A_BRUCK_MAX // 4 + 1):  # int32 elements per block: Bruck's, then above it
         x = np.arange(n * per, dtype=np.int32) + rank * 1_000_000  # block j goes to rank j

@@ -14,17 +14,9 @@ from ndist.runtime.multiprocessing._reductions import reduce_array
 from ndist.tensor import _shm
 
 from tests.runtime.multiprocessing import _mp_workers as w
+from tests.sharing import file_system, strategy  # noqa: F401 - fixtures
 
-STRATEGIES = sorted(_shm.get_all_strategies())
 METHODS = [m for m in ("spawn", "fork", "forkserver") if m in multiprocessing.get_all_start_methods()]
-
-
-@pytest.fixture(params=STRATEGIES)
-def strategy(request):
-    old = _shm.get_strategy()
-    _shm.set_strategy(request.param)
-    yield request.param
-    _shm.set_strategy(old)
 
 
 def _join(p):
@@ -123,26 +115,21 @@ def test_numpy_arrays_keep_copy_semantics():
 
 
 @pytest.mark.timeout(120)
-def test_receiver_killed_with_sigkill_leaks_nothing():
-    old = _shm.get_strategy()
-    _shm.set_strategy("file_system")
-    try:
-        ctx = mp.get_context("spawn")
-        arr = _shm.share_array(np.full(64, 7.0))
-        q, ready = ctx.Queue(), ctx.Queue()
-        p = ctx.Process(target=w.map_then_wait, args=(q, ready))
-        p.start()
-        q.put(reduce_array(arr))
-        assert ready.get(timeout=60) == 7
-        os.kill(p.pid, signal.SIGKILL)
-        p.join(60)
-        assert p.exitcode == -signal.SIGKILL
-        assert len(w.shm_names(os.getpid())) == 1
-        del arr
-        gc.collect()
-        assert w.shm_names(os.getpid()) == []
-    finally:
-        _shm.set_strategy(old)
+def test_receiver_killed_with_sigkill_leaks_nothing(file_system):
+    ctx = mp.get_context("spawn")
+    arr = _shm.share_array(np.full(64, 7.0))
+    q, ready = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=w.map_then_wait, args=(q, ready))
+    p.start()
+    q.put(reduce_array(arr))
+    assert ready.get(timeout=60) == 7
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(60)
+    assert p.exitcode == -signal.SIGKILL
+    assert len(w.shm_names(os.getpid())) == 1
+    del arr
+    gc.collect()
+    assert w.shm_names(os.getpid()) == []
 
 
 @pytest.mark.timeout(120)
@@ -207,24 +194,19 @@ def test_sender_may_drop_its_reference_before_receivers_open(strategy):
 
 
 @pytest.mark.timeout(180)
-def test_concurrent_holders_open_and_drop_without_losing_or_leaking_the_segment():
-    old = _shm.get_strategy()
-    _shm.set_strategy("file_system")
-    try:
-        ctx = mp.get_context("spawn")
-        q, done = ctx.Queue(), ctx.Queue()
-        arr = _shm.share_array(np.arange(50.0))
-        nprocs, rounds = 3, 15
-        for _ in range(nprocs * rounds):
-            q.put(reduce_array(arr))
-        procs = [ctx.Process(target=w.open_drop_repeatedly, args=(q, done, rounds, 1225.0)) for _ in range(nprocs)]
-        for p in procs:
-            p.start()
-        del arr  # the creator lets go while the others race
-        gc.collect()
-        assert [done.get(timeout=120) for _ in procs] == [rounds] * nprocs
-        for p in procs:
-            _join(p)
-        assert w.shm_names(os.getpid()) == []
-    finally:
-        _shm.set_strategy(old)
+def test_concurrent_holders_open_and_drop_without_losing_or_leaking_the_segment(file_system):
+    ctx = mp.get_context("spawn")
+    q, done = ctx.Queue(), ctx.Queue()
+    arr = _shm.share_array(np.arange(50.0))
+    nprocs, rounds = 3, 15
+    for _ in range(nprocs * rounds):
+        q.put(reduce_array(arr))
+    procs = [ctx.Process(target=w.open_drop_repeatedly, args=(q, done, rounds, 1225.0)) for _ in range(nprocs)]
+    for p in procs:
+        p.start()
+    del arr  # the creator lets go while the others race
+    gc.collect()
+    assert [done.get(timeout=120) for _ in procs] == [rounds] * nprocs
+    for p in procs:
+        _join(p)
+    assert w.shm_names(os.getpid()) == []

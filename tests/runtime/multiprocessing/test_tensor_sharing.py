@@ -9,20 +9,12 @@ import pytest
 import ndist.multiprocessing as mp
 
 from tests.runtime.multiprocessing import _mp_workers as w
+from tests.sharing import strategy  # noqa: F401 - a fixture
 
 Tensor = getattr(__import__("ndist.tensor", fromlist=["x"]), "Tensor", None)
 pytestmark = pytest.mark.skipif(Tensor is None, reason="the tensor layer has not landed in this checkout")
 
 METHODS = [m for m in ("spawn", "fork", "forkserver") if m in mp.get_all_start_methods()]
-
-
-@pytest.fixture(params=sorted(mp.get_all_sharing_strategies()))
-def strategy(request):
-    old = mp.get_sharing_strategy()
-    mp.set_sharing_strategy(request.param)
-    yield request.param
-    mp.set_sharing_strategy(old)
-    gc.collect()
 
 
 @pytest.mark.timeout(120)
