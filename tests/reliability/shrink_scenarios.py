@@ -9,6 +9,7 @@ A rank body takes ``(rank, size, api, ...)`` with ``api`` the API's name, and bu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -54,6 +55,15 @@ class Api:
             self.dist.init_process_group("ndist", init_method="ndist://", timeout=timedelta(seconds=timeout))
         else:
             self.dist.init_process_group("socket", timeout=timedelta(seconds=timeout))
+
+    @contextlib.contextmanager
+    def joined(self, timeout: float):
+        """In the job's default group (group timeout ``timeout`` seconds), destroyed at the end."""
+        self.init(timeout)
+        try:
+            yield self.dist
+        finally:
+            self.dist.destroy_process_group()
 
     @property
     def store(self):
@@ -148,6 +158,12 @@ class Api:
                    shrink_sum=time.monotonic() - t0)
         return out
 
+    def finish(self, rank: int, out: dict, exclude=None) -> dict:
+        """``shrink_and_sum`` into ``out``, then a barrier on the new group: ``out``."""
+        self.shrink_and_sum(rank, exclude, out)
+        self.dist.barrier()
+        return out
+
 
 def wait_for(cond, what: str, timeout: float = 30.0) -> None:
     """Until ``cond()``; an AssertionError saying ``what`` after ``timeout`` seconds."""
@@ -183,8 +199,7 @@ def group_after_notice(rank, size, api, make, folder):
     (``make``: "new_group" or "split_group") after rank 0's notice came, and runs an op on it."""
     api = Api(api)
     dist = api.dist
-    api.init(10.0)
-    try:
+    with api.joined(10.0):
         store = api.store
         dist.barrier()
         all_past(folder, rank, 3, victim=2)
@@ -201,11 +216,7 @@ def group_after_notice(rank, size, api, make, folder):
             time.sleep(1.0)  # rank 0's notice (on the member watch) came meanwhile
             g = dist.new_group([0, 1]) if make == "new_group" else dist.split_group(split_ranks=[[0, 1]])
             api.timed(out, lambda: dist.all_reduce(api.ones(4), group=g))
-        api.shrink_and_sum(rank, [2] if api.torch else None, out)  # (torch's takes a list: no None)
-        dist.barrier()
-        return out
-    finally:
-        dist.destroy_process_group()
+        return api.finish(rank, out, [2] if api.torch else None)  # (torch's takes a list: no None)
 
 
 def check_group_after_notice(res) -> None:
@@ -214,8 +225,7 @@ def check_group_after_notice(res) -> None:
     assert sub["kind"] == "DistRankFailureError" and sub["rank"] == 2, res[1]
     assert "rank 0" in sub["msg"] and "shrink_group" in sub["msg"], sub["msg"]
     assert res[1]["took"] < 3.0, res[1]  # (the group timeout is 10 s)
-    for rank in (0, 1):
-        assert res[rank]["size"] == 2 and res[rank]["sum"] == 3.0, (rank, res[rank])
+    check_survivors(res, (0, 1), 2, 3.0)
 
 
 # ---------------------------------------- a member suspected lost that calls shrink_group is kept
@@ -225,8 +235,7 @@ def keeps_suspected(rank, size, api, asked):
     ``[3]`` or "get_failed_ranks"; ndist: ``shrink_group()``)."""
     api = Api(api)
     dist = api.dist
-    api.init(30.0)
-    try:
+    with api.joined(30.0):
         store = api.store
         g = api.ndist_group()
         out = api.lib.empty(4, dtype=api.lib.float32)
@@ -250,8 +259,6 @@ def keeps_suspected(rank, size, api, asked):
         except ValueError as err:
             rec["refused"] = str(err)
         return rec
-    finally:
-        dist.destroy_process_group()
 
 
 def check_keeps_suspected(res, api) -> None:
@@ -273,8 +280,7 @@ def told_by_any_group(rank, size, api, hold_s):
     its other groups too)."""
     api = Api(api)
     dist = api.dist
-    api.init(10.0)
-    try:
+    with api.joined(10.0):
         store = api.store
         sub01 = dist.new_group([0, 1])
         sub123 = dist.new_group([1, 2, 3])
@@ -310,11 +316,7 @@ def told_by_any_group(rank, size, api, hold_s):
                 out["world_knew"] = ([sorted(api.watch_lost()), sorted(api.ndist_group().lost_members())] if api.torch
                                      else [api.failed_ranks()])
                 learnt.set()
-        api.shrink_and_sum(rank, [2] if api.torch else None, out)
-        dist.barrier()
-        return out
-    finally:
-        dist.destroy_process_group()
+        return api.finish(rank, out, [2] if api.torch else None)
 
 
 def _hold_numbering(learnt, hold_s) -> None:
@@ -391,8 +393,7 @@ def pending_on_excluded(rank, size, api, timeout_s, hold_s):
                 die()
 
         _watch.start = started
-    api.init(timeout_s)
-    try:
+    with api.joined(timeout_s):
         store = got["store"] if api.torch else api.store
         out, pending = {}, []
         if rank == 2:  # the watch cannot tell rank 3's loss until asked
@@ -422,8 +423,6 @@ def pending_on_excluded(rank, size, api, timeout_s, hold_s):
         out["pending"] = [api.attempt(w.wait) for w in pending]  # failed at the shrink, naming rank 3
         dist.barrier()
         return out
-    finally:
-        dist.destroy_process_group()
 
 
 def check_pending_on_excluded(res, api, timeout_s) -> None:
@@ -447,8 +446,7 @@ def blocked_subgroup(rank, size, api, how, folder):
     "linked"; a ``recv``, "recv") that rank 0 never joins."""
     api = Api(api)
     dist = api.dist
-    api.init(20.0)
-    try:
+    with api.joined(20.0):
         x = api.ones(4)
         dist.all_reduce(x)
         sub = dist.new_group([0, 1])
@@ -476,8 +474,6 @@ def blocked_subgroup(rank, size, api, how, folder):
             out["sub_destroyed"] = sub.destroyed
         dist.barrier()
         return out
-    finally:
-        dist.destroy_process_group()
 
 
 def check_blocked_subgroup(res, api) -> None:
@@ -518,8 +514,7 @@ def lost_during_shrink(rank, size, api, when):
 
     api = Api(api)
     dist = api.dist
-    api.init(30.0 if api.torch else 120.0)
-    try:
+    with api.joined(30.0 if api.torch else 120.0):
         lose(api, rank, size, 3)
         if rank == 2:  # lost inside the agreement
             def dies(*a, **k):
@@ -542,8 +537,6 @@ def lost_during_shrink(rank, size, api, when):
                 shrinks += 1
         return {"size": dist.get_world_size(), "rank": dist.get_rank(), "sum": float(y[0]), "shrinks": shrinks,
                 "seconds": time.monotonic() - t0}
-    finally:
-        dist.destroy_process_group()
 
 
 def check_lost_during_shrink(res, api) -> None:

@@ -45,8 +45,7 @@ def _job(rank, size):
         _watch.MemberWatch._adopt = late_adopt
         _watch.MemberWatch.tell = tell_then_connect
     api = Api("ndist")
-    api.init(_TIMEOUT_S)
-    try:
+    with api.joined(_TIMEOUT_S):
         store = api.store
         sub = dist.new_group([0, 1])
         dist.barrier()
@@ -60,11 +59,7 @@ def _job(rank, size):
         if rank == 0:
             wait_for(lambda: 2 in dist.get_failed_ranks(), "rank 2's loss was never seen")  # (the member watch)
             out["told before connecting"] = not told.is_set()
-        api.shrink_and_sum(rank, None, out)
-        dist.barrier()
-        return out
-    finally:
-        dist.destroy_process_group()
+        return api.finish(rank, out)
 
 
 @pytest.mark.timeout(120)

@@ -30,8 +30,7 @@ def _job(rank, size, folder):
     from tests.reliability.shrink_scenarios import Api, die
 
     api = Api("ndist")
-    api.init(15.0)
-    try:
+    with api.joined(15.0):
         x = api.ones(4)
         dist.all_reduce(x)
         sub = dist.new_group([0, 1])
@@ -57,11 +56,7 @@ def _job(rank, size, folder):
             api.timed(out, lambda: dist.recv(api.lib.zeros(4, dtype=api.lib.float32), src=0, group=sub))
         else:
             out["world"] = api.until_loss(x)["failed"]
-        api.shrink_and_sum(rank, None, out)
-        dist.barrier()
-        return out
-    finally:
-        dist.destroy_process_group()
+        return api.finish(rank, out)
 
 
 @pytest.mark.timeout(120)

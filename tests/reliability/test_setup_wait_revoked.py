@@ -31,8 +31,7 @@ def _job(rank, size):
     register_backend("staged-socket",
                      lambda ctx: HostStagingBackend(get_backend_spec("socket").create(ctx), HostArrays()))
     api = Api("ndist")
-    api.init(_TIMEOUT_S)
-    try:
+    with api.joined(_TIMEOUT_S):
         store = api.store
         sub = dist.new_group([0, 1], backend="staged-socket")
         out = {}
@@ -47,11 +46,7 @@ def _job(rank, size):
             out["took"] = time.time() - float(store.get("revoked/killed"))
         if rank == 1:
             wait_for(lambda: 2 in api.watch_lost(), "rank 2's loss was never told")
-        api.shrink_and_sum(rank, None, out)
-        dist.barrier()
-        return out
-    finally:
-        dist.destroy_process_group()
+        return api.finish(rank, out)
 
 
 @pytest.mark.timeout(120)
