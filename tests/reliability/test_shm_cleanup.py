@@ -264,6 +264,15 @@ def _reports(tmp_path, n: int, timeout: float = 90):
     return out
 
 
+def _end(proc, pids) -> None:
+    """The killed job's launcher ``proc`` (its own session) and its ranks ``pids`` are gone."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    _wait_gone(pids, 5)
+    proc.stderr.close()
+
+
 def _wait_gone(pids, timeout: float = 30) -> list:
     """The pids still alive after ``timeout`` (killed then, so the test leaves none)."""
     deadline = time.monotonic() + timeout
@@ -321,11 +330,7 @@ def test_no_job_file_left_when_a_launched_job_is_killed(tmp_path, engine, kill, 
         proc.wait(timeout=30)
         assert _wait_gone(pids) == [], "the ranks outlived their killed launcher"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        _wait_gone(pids, 5)
-        proc.stderr.close()
+        _end(proc, pids)
     assert _left(job) == []
 
 
@@ -386,11 +391,7 @@ def test_no_job_file_left_when_torchrun_stops_stuck_ranks(tmp_path, engine, shm_
         proc.wait(timeout=90)
         assert _wait_gone(pids) == []
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        _wait_gone(pids, 5)
-        proc.stderr.close()
+        _end(proc, pids)
     assert _left(job) == []
 
 
