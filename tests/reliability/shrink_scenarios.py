@@ -21,9 +21,6 @@ from datetime import timedelta
 from ndist.testing import run_ranks
 from tests.kill_sync import all_past
 
-APIS = ("ndist", "torch")
-
-
 class Api:
     """The calls the scenarios make, on ``ndist.distributed`` or on ``torch.distributed``
     (whose functions have the same names)."""
