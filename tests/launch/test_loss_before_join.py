@@ -8,8 +8,6 @@ continue``, and with ``stop`` for a rank that exited 0 (counted as finished). Ea
 the time from the loss to the end generously (< 10 s: a loaded 2-core machine), checks that
 no rank is left and no /dev/shm file of the job."""
 
-import glob
-import json
 import os
 import secrets
 import socket
@@ -19,55 +17,15 @@ import time
 
 import pytest
 
-from tests.launch.launch_helpers import wait_dead
-from ndist.runtime._shmfiles import job_prefix
 from ndist.testing import launch_nodes, make_hosts, ndist_env, outputs, wait_launchers
+from tests.reliability.before_join import JOB, nothing_left, read
 
 pytestmark = pytest.mark.timeout(120)
-
-# VICTIM (a rank) waits until every other rank waits in init_process_group (its claim is in the
-# job's store: the join's keys, ndist/runtime/_ended.py), then ends as HOW says: "exit0" or "kill"
-# (SIGKILL). The others call init_process_group and record what it raised, and when.
-JOB = """
-import json, os, signal, sys, time
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-d = os.path.dirname(os.path.abspath(__file__))
-
-def put(name, value):
-    with open(os.path.join(d, name + ".tmp"), "w") as f:
-        f.write(json.dumps(value))
-    os.replace(os.path.join(d, name + ".tmp"), os.path.join(d, name))
-
-put(f"pid-{rank}", os.getpid())
-put(f"secret-{rank}", os.environ["NDIST_SECRET"])
-if rank == int(os.environ["VICTIM"]):
-    from ndist.runtime.store import TCPStore
-    host, _, port = os.environ["NDIST_STORE"].rpartition(":")
-    TCPStore(host, int(port), timeout=60).wait([f"ndist/0/0/init/rank/{r}" for r in range(world) if r != rank])
-    put("lost-at", time.time())
-    if os.environ["HOW"] == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    sys.exit(0)
-import ndist.distributed as dist
-try:
-    dist.init_process_group("socket", timeout=120)
-except dist.DistError as err:
-    put(f"error-{rank}", {"at": time.time(), "type": type(err).__name__, "message": str(err),
-                          "failed_ranks": getattr(err, "failed_ranks", None), "causes": getattr(err, "causes", None)})
-    raise
-put(f"joined-{rank}", True)
-dist.destroy_process_group()
-"""
 
 # HOW: the cause the others' error names, how it says the rank ended, the summary's "exit" line, the status
 EXIT = {"exit0": ("exited", "exit code 0", "exit code 0", 1),
         "kill": ("died", "killed by SIGKILL", "killed by SIGKILL (exit status 137)", 137)}
 LABEL = ", before it joined the group (init_process_group)"
-
-
-def _read(d, name):
-    with open(os.path.join(d, name)) as f:
-        return json.load(f)
 
 
 def _summary(err):
@@ -96,15 +54,6 @@ def _run(procs, timeout=90):
     return outs, time.time()
 
 
-def _nothing_left(d, ranks, secret=None):
-    """No rank of ``ranks`` alive (those that recorded their pid), no /dev/shm file of the job
-    (``secret``: the job's; by default the one a rank recorded)."""
-    wait_dead([_read(d, f"pid-{r}") for r in ranks if os.path.exists(os.path.join(d, f"pid-{r}"))], timeout=5)
-    if secret is None:
-        secret = next(_read(d, f"secret-{r}") for r in ranks if os.path.exists(os.path.join(d, f"secret-{r}")))
-    assert glob.glob(f"/dev/shm/{job_prefix(secret)}*") == []
-
-
 @pytest.mark.parametrize("how", ["exit0", "kill"])
 def test_stop_names_a_rank_lost_before_it_joined(launcher, how):
     cause, said, exit_line, status = EXIT[how]
@@ -112,7 +61,7 @@ def test_stop_names_a_rank_lost_before_it_joined(launcher, how):
     p = launcher.popen_to_kill("--nproc-per-node", 4, "job.py", env={**os.environ, "VICTIM": "2", "HOW": how})
     ((out, err),), ended = _run([p])
     d = launcher.cwd
-    took = ended - _read(d, "lost-at")
+    took = ended - read(d, "lost-at")
     assert took < 10, took
     assert p.returncode == status, err
     s = _summary(err)
@@ -124,12 +73,12 @@ def test_stop_names_a_rank_lost_before_it_joined(launcher, how):
         # recorded it); after a kill the launcher stops them at once, maybe before they raise
         assert ("rank 2 (local rank 2) exited with exit code 0 before it joined the group (init_process_group), "
                 "and other ranks waited for it there: it counts as failed") in err
-        errors = [_read(d, f"error-{r}") for r in (0, 1, 3) if os.path.exists(os.path.join(d, f"error-{r}"))]
+        errors = [read(d, f"error-{r}") for r in (0, 1, 3) if os.path.exists(os.path.join(d, f"error-{r}"))]
         assert errors
         for e in errors:
             assert (e["type"], e["failed_ranks"], e["causes"]) == ("DistRankFailureError", [2], [cause]), e
             assert f"rank 2 ({socket.gethostname()}) exited before it joined the group (exit code 0" in e["message"]
-    _nothing_left(d, range(4))
+    nothing_left(d, range(4))
 
 
 @pytest.mark.parametrize("how", ["exit0", "kill"])
@@ -140,9 +89,9 @@ def test_continue_the_others_init_raises_naming_the_rank(launcher, how):
                        env={**os.environ, "VICTIM": "2", "HOW": how})
     ((out, err),), ended = _run([p])
     d = launcher.cwd
-    lost_at = _read(d, "lost-at")
+    lost_at = read(d, "lost-at")
     for r in (0, 1, 3):
-        e = _read(d, f"error-{r}")
+        e = read(d, f"error-{r}")
         assert (e["type"], e["failed_ranks"], e["causes"]) == ("DistRankFailureError", [2], [cause]), e
         assert (f"init_process_group on rank {r}: rank 2 ({socket.gethostname()}) {cause} before it joined the "
                 f"group ({said}, seen by the launcher)") in e["message"], e
@@ -154,7 +103,7 @@ def test_continue_the_others_init_raises_naming_the_rank(launcher, how):
     assert "4 of 4 ranks lost: fewer than --min-nproc 1 could still finish" in s, s
     assert "root cause (first rank to fail):\n  rank       : 2 (local rank 2)" in s and exit_line + LABEL in s, s
     assert s.count("DistRankFailureError") == 3, s
-    _nothing_left(d, range(4))
+    nothing_left(d, range(4))
 
 
 def test_a_rank_that_joined_then_exited_0_is_not_blamed(launcher):
@@ -226,10 +175,10 @@ def test_two_nodes_continue_a_rank_killed_before_it_joined(launcher):
                        argv)
     outs, ended = _run(procs)
     d = launcher.cwd
-    lost_at = _read(d, "lost-at")
+    lost_at = read(d, "lost-at")
     assert ended - lost_at < 10
     for r in (0, 1, 3):  # on both nodes
-        e = _read(d, f"error-{r}")
+        e = read(d, f"error-{r}")
         assert (e["type"], e["failed_ranks"], e["causes"]) == ("DistRankFailureError", [2], ["died"]), e
         assert e["at"] - lost_at < 10, (r, e["at"] - lost_at)
     assert [p.returncode for p in procs] == [137, 137], outs
@@ -237,7 +186,7 @@ def test_two_nodes_continue_a_rank_killed_before_it_joined(launcher):
         s = _summary(err)
         assert "root cause (first rank to fail):\n  rank       : 2 (local rank 0)" in s, s
         assert "killed by SIGKILL (exit status 137)" + LABEL in s, s
-    _nothing_left(d, range(4))
+    nothing_left(d, range(4))
 
 
 def test_two_nodes_a_rank_that_never_starts_on_one_node(launcher):
@@ -267,7 +216,7 @@ def test_two_nodes_a_rank_that_never_starts_on_one_node(launcher):
             s0 = _summary(outs[0][1])
             assert "root cause (first rank to fail):\n  rank       : 2 (local rank 0)" in s0 and "exit code 127" in s0
             for r in (0, 1):
-                e = _read(launcher.cwd, f"error-{r}")
+                e = read(launcher.cwd, f"error-{r}")
                 assert (e["type"], e["failed_ranks"], e["causes"]) == ("DistRankFailureError", [2], ["exited"]), e
                 assert "rank 2 (" in e["message"] and "(exit code 127, seen by the launcher)" in e["message"], e
         else:
@@ -275,7 +224,7 @@ def test_two_nodes_a_rank_that_never_starts_on_one_node(launcher):
             # its summary's root cause, or its ranks' errors under "other failures" / on stderr, name it
             assert "exit code 127" in outs[0][1], outs[0][1]
             assert "rank       : 2 (local rank 0)" in outs[0][1] or "rank 2 (" in outs[0][1], outs[0][1]
-        _nothing_left(launcher.cwd, range(2), secret)  # (with "stop", node 0's ranks may be stopped before they
+        nothing_left(launcher.cwd, range(2), secret)  # (with "stop", node 0's ranks may be stopped before they
         # record anything: the launchers kill their process groups)
 
 
@@ -313,16 +262,16 @@ def test_two_hosts_stop_a_rank_that_exited_0_before_it_joined(tmp_path):
         ended = time.time()
         outs = outputs(tmp_path, 2)
     d = str(tmp_path)
-    took = ended - _read(d, "lost-at")
+    took = ended - read(d, "lost-at")
     assert took < 10, took
     assert codes == [1, 1], (codes, [e[-3000:] for _, e in outs])
     s = _summary(outs[1][1])
     assert "root cause (first rank to fail):\n  rank       : 2 (local rank 0)" in s, s
     assert "exit code 0" + LABEL in s, s
-    errors = [_read(d, f"error-{r}") for r in (0, 1, 3) if os.path.exists(os.path.join(d, f"error-{r}"))]
+    errors = [read(d, f"error-{r}") for r in (0, 1, 3) if os.path.exists(os.path.join(d, f"error-{r}"))]
     assert errors
     for e in errors:
         assert (e["type"], e["failed_ranks"], e["causes"]) == ("DistRankFailureError", [2], ["exited"]), e
         assert "exited before it joined the group (exit code 0, seen by the launcher)" in e["message"], e
     assert "rank 2 (" in outs[0][1] and "exited before it joined the group (exit code 0" in outs[0][1]
-    _nothing_left(d, range(4), secret)
+    nothing_left(d, range(4), secret)

@@ -14,58 +14,44 @@ in rank 0's mesh, rank 2 dies."""
 import pytest
 
 from ndist.testing import run_ranks
+from tests.reliability.shrink_scenarios import check_survivors
 
 
 def _job(rank, size):
-    import os
-    import signal
     import time
     from datetime import timedelta
 
     import numpy as np
 
     import ndist.distributed as dist
-    from ndist.runtime._world import _world
+    from tests.reliability.shrink_scenarios import Api, die, wait_for
 
-    store = _world.job_store
-    pg = _world.default
+    api = Api("ndist")
+    store = api.store
     inp = np.arange(3, dtype=np.float64)
     out = np.empty(3, dtype=np.float64)
     got = None
     if rank == 0:
-        mesh = pg.backend_for("cpu")._mesh
-        deadline = time.monotonic() + 30
-        while 1 not in mesh._coll:  # rank 1's link, accepted and waiting for this rank's engine
-            assert time.monotonic() < deadline, "rank 1's collective link never came"
-            time.sleep(0.01)
-        buf = np.empty(3, dtype=np.float64)
-        w = dist.irecv(buf, src=1)  # rank 1 sends nothing: the loss must fail it
+        mesh = api.ndist_group().backend_for("cpu")._mesh
+        # rank 1's link, accepted and waiting for this rank's engine
+        wait_for(lambda: 1 in mesh._coll, "rank 1's collective link never came")
+        w = dist.irecv(np.empty(3, dtype=np.float64), src=1)  # rank 1 sends nothing: the loss must fail it
         store.set("ctfix/die", "1")
-        try:
-            w.wait(timedelta(seconds=5))
-            got = "no error"
-        except dist.DistError as err:
-            got = (type(err).__name__, getattr(err, "failed_ranks", None))
+        got = api.attempt(lambda: w.wait(timedelta(seconds=5)))
     elif rank == 2:
         dist.all_to_all_single(out, inp, async_op=True)
         store.wait(["ctfix/die"])
         time.sleep(0.2)  # (rank 1's dial of rank 2 done too)
-        os.kill(os.getpid(), signal.SIGKILL)
+        die()
     else:
-        try:
-            dist.all_to_all_single(out, inp)
-            got = "no error"
-        except dist.DistError as err:
-            got = (type(err).__name__, getattr(err, "failed_ranks", None))
+        got = api.attempt(lambda: dist.all_to_all_single(out, inp))
     time.sleep(0.5)  # (a link dropped unannounced would be recorded as a loss by now)
-    failed = dist.get_failed_ranks()
+    rec = {"got": got, "failed": dist.get_failed_ranks()}
     try:
-        dist.shrink_group()
+        return api.shrink_and_sum(rank, None, rec)
     except ValueError as err:
-        return got, failed, f"refused: {err}"
-    y = np.full(4, float(rank + 1))
-    dist.all_reduce(y)
-    return got, failed, (dist.get_world_size(), float(y[0]))
+        rec["refused"] = str(err)
+        return rec
 
 
 @pytest.mark.timeout(120)
@@ -73,5 +59,8 @@ def _job(rank, size):
 def test_a_link_waiting_in_the_mesh_gets_the_lost_notice(engine):
     # (tcp: a same-host group runs on the native engine otherwise, which opens no links)
     res = run_ranks(_job, 3, timeout=90, may_die=[2], transport="tcp", env={"NDIST_ENGINE": engine})
-    assert res[0][0] == res[1][0] == ("DistRankFailureError", [2]), res
-    assert res[0][1:] == res[1][1:] == ([2], (2, 3.0)), res
+    for rank in (0, 1):
+        got = res[rank]["got"]
+        assert (got["kind"], got["failed"]) == ("DistRankFailureError", [2]), res
+        assert res[rank]["failed"] == [2] and "refused" not in res[rank], res
+    check_survivors(res, (0, 1), 2, 3.0)

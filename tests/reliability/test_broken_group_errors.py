@@ -20,6 +20,7 @@ import pytest
 
 import ndist.distributed as dist
 from tests.kill_sync import all_past, kill_self, killed_at, record, run_with_victim
+from tests.reliability.survivor_records import record_of
 
 
 def _next_op_job(rank, size, out):
@@ -77,15 +78,11 @@ def _p2p_then_collective_job(rank, size, out):
     dist.barrier()
     if rank == 2:
         kill_self(out)
-    try:
-        if rank == 0:
-            dist.recv(np.zeros(4), src=2)
-        else:
-            time.sleep(1.0)  # rank 0's notice has arrived
-            dist.broadcast(x, src=0)  # waits on rank 0 only
-        rec = record()
-    except dist.DistError as err:
-        rec = record(err)
+    if rank == 0:
+        rec = record_of(lambda: dist.recv(np.zeros(4), src=2))
+    else:
+        time.sleep(1.0)  # rank 0's notice has arrived
+        rec = record_of(lambda: dist.broadcast(x, src=0))  # waits on rank 0 only
     # rank 0 stays until rank 1 has its record (its exit would show rank 1 a lost connection to rank 0)
     all_past(os.path.join(out, "recorded"), rank, [1], victim=0, timeout=15)
     return rec
@@ -128,20 +125,13 @@ def _one_side_tells_the_other_job(rank, size, out, how):
     dist.barrier()
     if rank == 2:
         kill_self(out)
-    try:
-        if rank == 0:
-            if how == "idle":
-                dist.recv(np.zeros(4), src=2)
-            else:
-                dist.all_reduce(x)
-        elif how == "idle":
-            time.sleep(1.0)  # rank 0's notice has arrived
-            dist.broadcast(x, src=0)  # waits on rank 0 only
-        else:
-            dist.recv(np.zeros(4), src=0)
-        rec = record()
-    except dist.DistError as err:
-        rec = record(err)
+    if rank == 0:
+        rec = record_of(lambda: dist.recv(np.zeros(4), src=2) if how == "idle" else dist.all_reduce(x))
+    elif how == "idle":
+        time.sleep(1.0)  # rank 0's notice has arrived
+        rec = record_of(lambda: dist.broadcast(x, src=0))  # waits on rank 0 only
+    else:
+        rec = record_of(lambda: dist.recv(np.zeros(4), src=0))
     # rank 0 stays until rank 1 has its record (its exit would show rank 1 a lost connection to rank 0)
     all_past(os.path.join(out, "recorded"), rank, [1], victim=0, timeout=15)
     return rec
@@ -178,15 +168,11 @@ def _other_group_job(rank, size, out):
     all_past(out, rank, 4, victim=0)
     if rank == 0:
         kill_self(out)
-    try:
-        if rank == 2:
-            dist.all_gather([np.zeros(4), np.zeros(4)], np.ones(4), group=g)
-        else:
-            time.sleep(1.0)  # rank 2 has failed and stopped calling
-            dist.broadcast(x, src=2)  # (world) waits on rank 2 only
-        rec = record()
-    except dist.DistError as err:
-        rec = record(err)
+    if rank == 2:
+        rec = record_of(lambda: dist.all_gather([np.zeros(4), np.zeros(4)], np.ones(4), group=g))
+    else:
+        time.sleep(1.0)  # rank 2 has failed and stopped calling
+        rec = record_of(lambda: dist.broadcast(x, src=2))  # (world) waits on rank 2 only
     # rank 2 stays until the others have their records (its exit would show them a lost connection to rank 2)
     all_past(os.path.join(out, "recorded"), rank, [1, 3], victim=2, timeout=15)
     return rec

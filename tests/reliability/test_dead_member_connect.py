@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import ndist.distributed as dist
-from tests.kill_sync import all_past, kill_self, killed_at, record, run_with_victim
+from tests.kill_sync import all_past, kill_self, killed_at, run_with_victim
+from tests.reliability.survivor_records import record_of
 
 
 def _launch(tmp_path, job, victim: int, *args, term_timeout: float = 30, **env):
@@ -67,16 +68,11 @@ def _job(rank, size, out, what, when, survivor, victim):
     while not _gone(pid):
         assert time.monotonic() < deadline, "the victim never died"
         time.sleep(0.001)
-    try:
-        if what == "all_reduce":
-            dist.all_reduce(np.ones(4), group=g)
-        elif what == "send":
-            dist.send(np.ones(4), dst=victim, group=g)
-        else:
-            dist.recv(np.zeros(4), src=victim, group=g)
-        return record()
-    except dist.DistError as err:
-        return record(err)
+    if what == "all_reduce":
+        return record_of(lambda: dist.all_reduce(np.ones(4), group=g))
+    if what == "send":
+        return record_of(lambda: dist.send(np.ones(4), dst=victim, group=g))
+    return record_of(lambda: dist.recv(np.zeros(4), src=victim, group=g))
 
 
 @pytest.mark.timeout(90)
@@ -108,11 +104,7 @@ def _half_built_job(rank, size, out):
         kill_self(out)
     if rank == 1:
         time.sleep(0.5)  # rank 2 is gone, rank 0 waits
-    try:
-        dist.broadcast(np.ones(4), src=1, group=g)
-        rec = record()
-    except dist.DistError as err:
-        rec = record(err)
+    rec = record_of(lambda: dist.broadcast(np.ones(4), src=1, group=g))
     # rank 1 stays until rank 0 has its record (its exit would show rank 0 a lost connection to rank 1)
     all_past(os.path.join(out, "recorded"), rank, [0], victim=1, timeout=25)
     return rec
@@ -147,11 +139,7 @@ def _silent_member_job(rank, size, out):
         all_past(os.path.join(out, "recorded"), rank, [1], victim=2, timeout=30)
         return None
     time.sleep(0.5)  # rank 0 is gone
-    try:
-        dist.send(np.ones(4), dst=2, group=g)
-        rec = record()
-    except dist.DistError as err:
-        rec = record(err)
+    rec = record_of(lambda: dist.send(np.ones(4), dst=2, group=g))
     all_past(os.path.join(out, "recorded"), rank, [1], victim=2)
     return rec
 
@@ -177,11 +165,7 @@ def _cma_key_job(rank, size, out):
     g = dist.new_group([0, 1, 2])
     if rank == 0:  # the victim: dies in g's set-up, probing a peer's memory
         _cma.can_read = lambda *args, **kwargs: kill_self(out)
-    try:
-        dist.all_reduce(np.ones(4), group=g)
-        return record()
-    except dist.DistError as err:
-        return record(err)
+    return record_of(lambda: dist.all_reduce(np.ones(4), group=g))
 
 
 @pytest.mark.timeout(90)

@@ -16,22 +16,17 @@ first op of subgroup [0, 1], which rank 0 never joins. Rank 1's op must raise th
 import pytest
 
 from ndist.testing import run_ranks
+from tests.reliability.shrink_scenarios import check_survivors
 
 _TIMEOUT_S = 10.0
 
 
 def _job(rank, size):
-    import os
-    import signal
     import threading
-    import time
-    from datetime import timedelta
-
-    import numpy as np
 
     import ndist.distributed as dist
     from ndist.runtime import _watch
-    from ndist.runtime._world import _world
+    from tests.reliability.shrink_scenarios import Api, die, wait_for
 
     if rank == 0:  # the watch connection to rank 1 is taken only once a notice was told
         told = threading.Event()
@@ -49,38 +44,22 @@ def _job(rank, size):
 
         _watch.MemberWatch._adopt = late_adopt
         _watch.MemberWatch.tell = tell_then_connect
-    dist.init_process_group("socket", timeout=timedelta(seconds=_TIMEOUT_S))
-    try:
-        store = _world.job_store
+    api = Api("ndist")
+    with api.joined(_TIMEOUT_S):
+        store = api.store
         sub = dist.new_group([0, 1])
         dist.barrier()
         out = {}
         if rank == 2:
             store.wait(["late/waiting"])
-            os.kill(os.getpid(), signal.SIGKILL)
+            die()
         if rank == 1:  # waits for rank 0, which goes to shrink_group instead
             store.set("late/waiting", "1")
-            t0 = time.monotonic()
-            try:
-                dist.all_reduce(np.ones(4, dtype=np.float32), group=sub)
-                out["sub"] = "no error"
-            except dist.DistError as err:
-                out["sub"] = (type(err).__name__, err.rank, str(err))
-            out["took"] = time.monotonic() - t0
+            api.timed(out, lambda: dist.all_reduce(api.ones(4), group=sub))
         if rank == 0:
-            deadline = time.monotonic() + 30
-            while 2 not in dist.get_failed_ranks():  # the member watch saw it go
-                assert time.monotonic() < deadline, "rank 2's loss was never seen"
-                time.sleep(0.01)
+            wait_for(lambda: 2 in dist.get_failed_ranks(), "rank 2's loss was never seen")  # (the member watch)
             out["told before connecting"] = not told.is_set()
-        dist.shrink_group()
-        y = np.full(4, float(rank + 1), dtype=np.float32)
-        dist.all_reduce(y)
-        out.update(size=dist.get_world_size(), sum=float(y[0]))
-        dist.barrier()
-        return out
-    finally:
-        dist.destroy_process_group()
+        return api.finish(rank, out)
 
 
 @pytest.mark.timeout(120)
@@ -90,9 +69,8 @@ def test_a_notice_told_before_a_watch_connection_was_made_reaches_that_peer(tran
                     env={"NDIST_ENGINE": engine})
     assert res[2] is None
     assert res[0]["told before connecting"], res[0]  # the case: no connection to rank 1 at the notice
-    kind, named, message = res[1]["sub"]
-    assert kind == "DistRankFailureError" and named == 2, res[1]
-    assert "rank 0" in message and "shrink_group" in message, message
+    sub = res[1]["sub"]
+    assert sub["kind"] == "DistRankFailureError" and sub["rank"] == 2, res[1]
+    assert "rank 0" in sub["msg"] and "shrink_group" in sub["msg"], sub["msg"]
     assert res[1]["took"] < 5.0, res[1]  # (the group timeout is 10 s)
-    for rank in (0, 1):
-        assert res[rank]["size"] == 2 and res[rank]["sum"] == 3.0, (rank, res[rank])
+    check_survivors(res, (0, 1), 2, 3.0)

@@ -20,13 +20,17 @@ from ndist.testing import RankFailedError, run_ranks
 # one run of each pattern; rank 0 (and in the ring every rank) sends, then leaves
 
 
-def _send_destroy(rank, size, i):
-    if rank == 0:
-        dist.send(np.arange(8, dtype=np.float32) + i, dst=1)
-    else:
-        x = np.zeros(8, np.float32)
-        dist.recv(x, src=0)
-        assert (x == np.arange(8) + i).all(), x
+def _one_way(send, dtype, n):
+    """Rank 0 ``send``s ``n`` numbers of ``dtype`` to rank 1, which checks them."""
+    def body(rank, size, i):
+        if rank == 0:
+            send(np.arange(n, dtype=dtype) + i, dst=1)
+        else:
+            x = np.zeros(n, dtype)
+            dist.recv(x, src=0)
+            assert (x == np.arange(n) + i).all(), x
+
+    return body
 
 
 def _objects(rank, size, i):  # torch's send_object_list docstring example
@@ -47,16 +51,8 @@ def _batch(rank, size, i):  # torch's batch_isend_irecv docstring example (a rin
     assert (recv == (rank - 1) % size + 10.0 * i).all(), recv
 
 
-def _isend(rank, size, i):  # no wait, no destroy: the interpreter's exit flushes it
-    if rank == 0:
-        dist.isend(np.arange(1000, dtype=np.int64) + i, dst=1)
-    else:
-        x = np.zeros(1000, np.int64)
-        dist.recv(x, src=0)
-        assert (x == np.arange(1000) + i).all(), x
-
-
-_PATTERNS = {"send_destroy": _send_destroy, "objects": _objects, "batch": _batch, "isend": _isend}
+_PATTERNS = {"send_destroy": _one_way(dist.send, np.float32, 8), "objects": _objects, "batch": _batch,
+             "isend": _one_way(dist.isend, np.int64, 1000)}  # isend: no wait, no destroy: the exit flushes it
 
 
 def _exit_job(rank, size, pattern, then):

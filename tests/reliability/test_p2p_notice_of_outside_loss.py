@@ -17,26 +17,21 @@ the group was not revoked."""
 import pytest
 
 from ndist.testing import run_ranks
+from tests.reliability.shrink_scenarios import check_survivors
 
 _DELAY_S = 3.0
 
 
 def _job(rank, size, folder):
-    import os
-    import signal
     import threading
-    import time
-    from datetime import timedelta
-
-    import numpy as np
 
     import ndist.distributed as dist
-    from ndist.runtime._world import _world
     from tests.kill_sync import all_past
+    from tests.reliability.shrink_scenarios import Api, die
 
-    dist.init_process_group("socket", timeout=timedelta(seconds=15))
-    try:
-        x = np.ones(4, dtype=np.float32)
+    api = Api("ndist")
+    with api.joined(15.0):
+        x = api.ones(4)
         dist.all_reduce(x)
         sub = dist.new_group([0, 1])
         if rank == 0:  # point-to-point streams both ways on [0, 1]
@@ -45,7 +40,7 @@ def _job(rank, size, folder):
         elif rank == 1:
             dist.recv(x, src=0, group=sub)
             dist.send(x, dst=0, group=sub)
-            watch = _world.watch
+            watch = api.watch()
             told = watch.on_notice
 
             def late(sender, notice):  # the member watch's notice comes late
@@ -55,31 +50,13 @@ def _job(rank, size, folder):
         dist.barrier()
         all_past(folder, rank, 4, victim=3)
         if rank == 3:
-            os.kill(os.getpid(), signal.SIGKILL)
+            die()
         out = {}
         if rank == 1:  # waits on rank 0, which goes to the shrink
-            t0 = time.monotonic()
-            try:
-                dist.recv(np.zeros(4, dtype=np.float32), src=0, group=sub)
-                out["sub"] = "no error"
-            except dist.DistError as err:
-                out["sub"] = (type(err).__name__, getattr(err, "failed_ranks", None), getattr(err, "rank", None),
-                              str(err))
-            out["took"] = time.monotonic() - t0
+            api.timed(out, lambda: dist.recv(api.lib.zeros(4, dtype=api.lib.float32), src=0, group=sub))
         else:
-            try:
-                while True:
-                    dist.all_reduce(x)
-            except dist.DistRankFailureError as err:
-                out["world"] = err.failed_ranks
-        dist.shrink_group()
-        y = np.full(4, float(rank + 1), dtype=np.float32)
-        dist.all_reduce(y)
-        out.update(size=dist.get_world_size(), rank=dist.get_rank(), sum=float(y[0]))
-        dist.barrier()
-        return out
-    finally:
-        dist.destroy_process_group()
+            out["world"] = api.until_loss(x)["failed"]
+        return api.finish(rank, out)
 
 
 @pytest.mark.timeout(120)
@@ -87,10 +64,8 @@ def _job(rank, size, folder):
 def test_a_receive_ended_by_a_peers_notice_of_an_outside_loss_names_it(tmp_path, engine):
     res = run_ranks(_job, 4, args=(str(tmp_path),), init=False, timeout=90, may_die=[3], env={"NDIST_ENGINE": engine})
     assert res[3] is None
-    kind, failed, named, message = res[1]["sub"]
-    assert kind == "DistRankFailureError" and failed == [] and named == 3, res[1]
-    assert "rank 3" in message and "rank None" not in message, message
+    sub = res[1]["sub"]
+    assert (sub["kind"], sub["failed"], sub["rank"]) == ("DistRankFailureError", [], 3), res[1]
+    assert "rank 3" in sub["msg"] and "rank None" not in sub["msg"], sub["msg"]
     assert res[1]["took"] < _DELAY_S, res[1]  # the subgroup's notice, not the watch's late one
-    for rank in (0, 1, 2):
-        r = res[rank]
-        assert r["size"] == 3 and r["rank"] == rank and r["sum"] == 6.0, (rank, r)
+    check_survivors(res, (0, 1, 2), 3, 6.0)

@@ -16,6 +16,7 @@ import pytest
 from ndist.testing import run_ranks
 
 from tests.reliability.rank_loss_jobs import run_job  # noqa: E402
+from tests.reliability.shrink_scenarios import check_lost_during_shrink, lost_during_shrink, run
 
 ENGINES = ["native", "python"]
 
@@ -260,51 +261,9 @@ def test_bad_shrink_arguments_are_refused_and_nothing_changes():
         assert out["after"] == (4.0, 4)
 
 
-def _lost_during_shrink_job(rank, size):
-    import os
-    import signal
-
-    import numpy as np
-
-    import ndist.distributed as dist
-    from ndist.runtime._world import _world
-    from tests.kill_sync import all_past
-
-    x = np.ones(4, dtype=np.float32)
-    dist.all_reduce(x)
-    all_past(_world.job_store, rank, size, victim=3)
-    if rank == 3:
-        os.kill(os.getpid(), signal.SIGKILL)
-    try:
-        while True:
-            dist.all_reduce(x)
-    except dist.DistRankFailureError:
-        pass
-    if rank == 2:  # lost during the agreement: once it posted what it saw, at its first pause or decision
-        import types
-
-        import ndist.runtime._shrink as shrink
-
-        def die(*a, **k):
-            os.kill(os.getpid(), signal.SIGKILL)
-
-        shrink.time = types.SimpleNamespace(monotonic=shrink.time.monotonic, sleep=die)
-        shrink._adopt = die
-    shrinks = 1
-    dist.shrink_group()
-    while True:  # a survivor that learns of rank 2 only on the shrunk group shrinks that one
-        y = np.full(4, float(rank + 1), dtype=np.float32)
-        try:
-            dist.all_reduce(y)
-            break
-        except dist.DistRankFailureError:
-            dist.shrink_group()
-            shrinks += 1
-    return dist.get_world_size(), float(y[0]), shrinks
-
-
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_loss_during_the_shrink_makes_the_agreement_repeat(engine):
-    res = run_ranks(_lost_during_shrink_job, 4, timeout=120, may_die=[2, 3], env={"NDIST_ENGINE": engine})
-    assert res[0][:2] == (2, 3.0) and res[1][:2] == (2, 3.0), res
+    # rank 2 dies once it posted what it saw, at its first pause or as it adopts the decision
+    res = run(lost_during_shrink, "ndist", 4, "pause", victims=[2, 3], engine=engine, timeout=120)
+    check_lost_during_shrink(res, "ndist")

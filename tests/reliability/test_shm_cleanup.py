@@ -18,6 +18,7 @@ import pytest
 from ndist.runtime._shmfiles import SHM_DIR, job_prefix
 from ndist.runtime.store import TCPStoreServer
 from ndist.testing import run_ranks
+from tests.launch.launch_helpers import alive
 from tests.tmp_folders import tmp_under
 
 pytestmark = [pytest.mark.timeout(120),
@@ -121,7 +122,8 @@ def test_no_job_file_left_when_ranks_end_without_destroy(tmp_path, mode):
             os.unlink(path)
 
 
-_LAUNCHED = """
+# the start of the launched jobs below: segments and rings made and used
+_WARM = """
 import os, signal, sys, time
 from datetime import timedelta
 import numpy as np
@@ -132,7 +134,17 @@ rank = dist.get_rank()
 for _ in range(3):
     dist.all_reduce(np.ones(1 << 16))
     dist.all_reduce(np.ones(4))
-with open(f"secret{rank}", "w") as f:
+"""
+
+def _no_job_files(secret) -> None:
+    """No file of the job of ``secret`` is left (those left are removed)."""
+    leftovers = _job_files(secret)
+    for path in leftovers:
+        os.unlink(path)
+    assert leftovers == []
+
+
+_LAUNCHED = _WARM + """with open(f"secret{rank}", "w") as f:
     f.write(os.environ["NDIST_SECRET"])
 dist.barrier()
 if rank == 1:
@@ -154,10 +166,7 @@ def test_launcher_removes_the_job_files_after_a_teardown(tmp_path, sigterm, fail
                         "job.py", sigterm, failure], cwd=tmp_path, capture_output=True, text=True, timeout=90)
     assert r.returncode == (1 if failure == "raise" else 128 + signal.SIGKILL), r.stderr
     secret = (tmp_path / "secret0").read_text()
-    leftovers = _job_files(secret)
-    for path in leftovers:
-        os.unlink(path)
-    assert leftovers == []
+    _no_job_files(secret)
 
 
 def _sweep_on_init(rank, size):
@@ -185,18 +194,7 @@ def test_init_sweeps_rings_and_segments_of_dead_owners(transport):
     assert run_ranks(_sweep_on_init, 2, init=False, transport=transport, timeout=60) == [[], []]
 
 
-_WAITING = """
-import os, signal, sys, time
-from datetime import timedelta
-import numpy as np
-import ndist.distributed as dist
-
-dist.init_process_group("socket", timeout=timedelta(seconds=30))
-rank = dist.get_rank()
-for _ in range(3):
-    dist.all_reduce(np.ones(1 << 16))
-    dist.all_reduce(np.ones(4))
-if rank == 0:
+_WAITING = _WARM + """if rank == 0:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the launcher's SIGKILL ends it
 from ndist.runtime._shmfiles import held, job_prefix
 with open(f"files{rank}", "w") as f:
@@ -223,10 +221,7 @@ def test_a_launcher_stopped_by_sigterm_removes_the_job_files(tmp_path):
             proc.kill()
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGTERM, err
-    leftovers = _job_files(secret)
-    for path in leftovers:
-        os.unlink(path)
-    assert leftovers == []
+    _no_job_files(secret)
 
 
 # ---------------------------------------------------------------- killed jobs (issue 29, item 7)
@@ -260,14 +255,6 @@ while True:  # collectives over shared memory until killed
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def _reports(tmp_path, n: int, timeout: float = 90):
     _wait_files(tmp_path, [f"job{r}" for r in range(n)], timeout=timeout, written=True)
     out = []
@@ -277,12 +264,21 @@ def _reports(tmp_path, n: int, timeout: float = 90):
     return out
 
 
+def _end(proc, pids) -> None:
+    """The killed job's launcher ``proc`` (its own session) and its ranks ``pids`` are gone."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    _wait_gone(pids, 5)
+    proc.stderr.close()
+
+
 def _wait_gone(pids, timeout: float = 30) -> list:
     """The pids still alive after ``timeout`` (killed then, so the test leaves none)."""
     deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = [p for p in pids if _alive(p)]
+    left = [p for p in pids if alive(p)]
     for p in left:
         os.kill(p, signal.SIGKILL)
     return left
@@ -334,11 +330,7 @@ def test_no_job_file_left_when_a_launched_job_is_killed(tmp_path, engine, kill, 
         proc.wait(timeout=30)
         assert _wait_gone(pids) == [], "the ranks outlived their killed launcher"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        _wait_gone(pids, 5)
-        proc.stderr.close()
+        _end(proc, pids)
     assert _left(job) == []
 
 
@@ -399,11 +391,7 @@ def test_no_job_file_left_when_torchrun_stops_stuck_ranks(tmp_path, engine, shm_
         proc.wait(timeout=90)
         assert _wait_gone(pids) == []
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        _wait_gone(pids, 5)
-        proc.stderr.close()
+        _end(proc, pids)
     assert _left(job) == []
 
 

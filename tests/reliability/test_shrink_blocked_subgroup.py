@@ -16,82 +16,12 @@ address), or the subgroup has links (an op ran on it before), or rank 1 waits in
 
 import pytest
 
-from ndist.testing import run_ranks
-
-
-def _job(rank, size, how, folder):
-    import os
-    import signal
-    import time
-    from datetime import timedelta
-
-    import numpy as np
-
-    import ndist.distributed as dist
-    from tests.kill_sync import all_past
-
-    dist.init_process_group("socket", timeout=timedelta(seconds=15))
-    try:
-        x = np.ones(4, dtype=np.float32)
-        dist.all_reduce(x)
-        sub = dist.new_group([0, 1])
-        if how != "first" and rank in (0, 1):
-            dist.all_reduce(x, group=sub)  # the subgroup's links exist
-        dist.barrier()
-        all_past(folder, rank, 4, victim=3)
-        if rank == 3:
-            os.kill(os.getpid(), signal.SIGKILL)
-        out = {}
-        if rank == 1:  # waits in [0, 1]; rank 0 never joins
-            t0 = time.monotonic()
-            try:
-                if how == "recv":
-                    dist.recv(np.zeros(4, dtype=np.float32), src=0, group=sub)
-                else:
-                    dist.all_reduce(np.ones(4, dtype=np.float32), group=sub)
-                out["sub"] = "no error"
-            except dist.DistError as err:
-                out["sub"] = (type(err).__name__, getattr(err, "failed_ranks", None), err.rank, str(err))
-            out["took"] = time.monotonic() - t0
-            try:  # revoked: the next op on it fails at once too
-                dist.all_reduce(np.ones(4, dtype=np.float32), group=sub)
-                out["again"] = "no error"
-            except dist.DistRankFailureError as err:
-                out["again"] = err.rank
-        else:
-            try:
-                while True:
-                    dist.all_reduce(x)
-            except dist.DistRankFailureError as err:
-                out["world"] = err.failed_ranks
-            if rank == 0:
-                time.sleep(0.5)  # rank 1 is blocked in the subgroup by now
-        t1 = time.monotonic()
-        dist.shrink_group()
-        y = np.full(4, float(rank + 1), dtype=np.float32)
-        dist.all_reduce(y)
-        out.update(shrink=time.monotonic() - t1, size=dist.get_world_size(), rank=dist.get_rank(), sum=float(y[0]),
-                   sub_destroyed=sub.destroyed)
-        dist.barrier()
-        return out
-    finally:
-        dist.destroy_process_group()
+from tests.reliability.shrink_scenarios import blocked_subgroup, check_blocked_subgroup, run
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("engine,how", [("native", "first"), ("native", "linked"), ("python", "first"),
                                         ("python", "linked"), ("python", "recv")])
 def test_a_survivor_blocked_in_a_healthy_subgroup_is_released_by_the_shrink(tmp_path, engine, how):
-    res = run_ranks(_job, 4, args=(how, str(tmp_path)), init=False, timeout=90, may_die=[3], env={"NDIST_ENGINE": engine})
-    assert res[3] is None
-    got = res[1]
-    kind, failed, named, message = got["sub"]
-    assert kind == "DistRankFailureError" and failed == [] and named == 3, got
-    assert "rank 3" in message and "shrink_group" in message, message
-    assert got["took"] < 3.0, got  # (rank 0 goes to the shrink 0.5 s after the loss)
-    assert got["again"] == 3, got
-    for rank, new_rank in ((0, 0), (1, 1), (2, 2)):
-        r = res[rank]
-        assert r["size"] == 3 and r["rank"] == new_rank and r["sum"] == 6.0 and r["sub_destroyed"], (rank, r)
-        assert r["shrink"] < 5.0, (rank, r)
-    assert res[0]["world"] == [3] and res[2]["world"] == [3], res
+    res = run(blocked_subgroup, "ndist", 4, how, str(tmp_path), victims=[3], engine=engine)
+    check_blocked_subgroup(res, "ndist")

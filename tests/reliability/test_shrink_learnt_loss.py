@@ -23,18 +23,9 @@ def _job(rank, size):
     import ndist.distributed as dist
     import ndist.runtime._shrink as shrink
     from ndist.runtime._world import _world
-    from tests.kill_sync import all_past
+    from tests.reliability.shrink_scenarios import Api, lose
 
-    x = np.ones(4, dtype=np.float32)
-    dist.all_reduce(x)
-    all_past(_world.job_store, rank, size, victim=3)
-    if rank == 3:
-        os.kill(os.getpid(), signal.SIGKILL)
-    try:
-        while True:
-            dist.all_reduce(x)
-    except dist.DistRankFailureError:
-        pass
+    lose(Api("ndist"), rank, size, 3)
     if rank == 1:  # its own watch tells it of rank 2's loss only 1 s late
         watch = _world.watch
         told = watch.on_loss
@@ -59,14 +50,13 @@ def _job(rank, size):
         dist.shrink_group()
     except ValueError as err:
         return f"refused: {err}"
-    while True:
+    while True:  # a survivor that learns of rank 2 only on the shrunk group shrinks that one
         y = np.full(4, float(rank + 1), dtype=np.float32)
         try:
             dist.all_reduce(y)
-            break
+            return dist.get_world_size(), float(y[0])
         except dist.DistRankFailureError:
             dist.shrink_group()
-    return dist.get_world_size(), float(y[0])
 
 
 @pytest.mark.timeout(120)

@@ -13,10 +13,8 @@ from datetime import timedelta
 import pytest
 
 from ndist.testing import run_ranks
+from tests.reliability.stopped_groups import A, B, S, TIMEOUT, join_with_bs
 from tests.stopped_ranks import finish, not_heard_from
-
-A, B, S = 0, 1, 2
-TIMEOUT = 3.0
 
 
 def _across(rank, size, folder, case, late):
@@ -186,14 +184,7 @@ def _stale_notice(rank, size):
     op: A's timeout there names B, not the rank of B's old notice."""
     import numpy as np
 
-    import ndist.distributed as dist
-
-    dist.init_process_group("socket", timeout=timedelta(seconds=TIMEOUT))
-    bs = dist.new_group([B, S])
-    x = np.full(8, rank + 1.0)
-    dist.all_reduce(x)
-    if rank in (B, S):
-        dist.all_reduce(x, group=bs)
+    dist, bs, x = join_with_bs(rank)
     dist.barrier()
     first = None
     if rank == B:

@@ -6,28 +6,18 @@ raised ``all_gather (#21) did not complete within 3 s; running ...; ranks not he
 [2]`` 0.3 s before its own error, which named the stopped rank, could."""
 
 import time
-from datetime import timedelta
 
 import pytest
 
 from ndist.testing import run_ranks
+from tests.reliability.stopped_groups import A, B, S, TIMEOUT, join_with_bs
 from tests.stopped_ranks import finish, not_heard_from, open_streams, stop_one
-
-A, B, S = 0, 1, 2
-TIMEOUT = 3.0
 
 
 def _wait_outcome(rank, size, folder, queued):
     import numpy as np
 
-    import ndist.distributed as dist
-
-    dist.init_process_group("socket", timeout=timedelta(seconds=TIMEOUT))
-    bs = dist.new_group([B, S])
-    x = np.full(8, rank + 1.0)
-    dist.all_reduce(x)
-    if rank in (B, S):
-        dist.all_reduce(x, group=bs)
+    dist, bs, x = join_with_bs(rank)
     open_streams(dist, rank, ((A, B), (B, A)))  # point-to-point streams up
     pids = stop_one(dist, rank, size, S)  # (a survivor continues S once all have raised)
     if rank == S:

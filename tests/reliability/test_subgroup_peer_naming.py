@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import ndist.distributed as dist
-from tests.kill_sync import all_past, kill_self, record, run_with_victim
+from tests.kill_sync import all_past, kill_self, run_with_victim
+from tests.reliability.survivor_records import record_of
 
 
 def _job(rank, size, out, what, me, victim):  # the group: [me, victim]
@@ -32,14 +33,9 @@ def _job(rank, size, out, what, me, victim):  # the group: [me, victim]
         kill_self(out)
     if rank != me:
         return None
-    try:
-        if what == "recv":
-            dist.recv(np.zeros(4), src=victim, group=g)
-        else:
-            dist.all_reduce(np.ones(8), group=g)
-        return record()
-    except dist.DistError as err:
-        return record(err)
+    if what == "recv":
+        return record_of(lambda: dist.recv(np.zeros(4), src=victim, group=g))
+    return record_of(lambda: dist.all_reduce(np.ones(8), group=g))
 
 
 @pytest.mark.timeout(90)

@@ -9,21 +9,29 @@ import pytest
 from ndist.testing import run_ranks
 
 
+def _timed_out(works, timeout: float) -> list:
+    """What each of ``works`` says when its ``wait(timeout)`` times out (one that completes
+    says nothing)."""
+    import ndist.distributed as dist
+
+    msgs = []
+    for work in works:
+        try:
+            work.wait(timeout=timeout)
+        except dist.DistTimeoutError as err:
+            msgs.append(str(err))
+    return msgs
+
+
 def _first_op(rank, size):
     import ndist.distributed as dist
 
     msgs = []
     if rank == 0:
         first = dist.all_reduce(np.ones(4), async_op=True)  # the group's very first op
-        try:
-            first.wait(timeout=0.001)
-        except dist.DistTimeoutError as err:
-            msgs.append(str(err))
+        msgs += _timed_out([first], 0.001)
         second = dist.all_reduce(np.ones(4), async_op=True)
-        try:
-            second.wait(timeout=0.001)
-        except dist.DistTimeoutError as err:
-            msgs.append(str(err))
+        msgs += _timed_out([second], 0.001)
         dist.send(np.zeros(1), dst=1)  # now rank 1 joins
         first.wait()
         second.wait()
@@ -52,11 +60,7 @@ def _late_peer_waits(rank, size):
         second = dist.all_reduce(np.ones(4), async_op=True)  # queued behind the first
         y = np.zeros(4)
         rec = dist.irecv(y, src=1, tag=5)
-        for work in (second, rec):
-            try:
-                work.wait(timeout=0.5)
-            except dist.DistTimeoutError as err:
-                msgs.append(str(err))
+        msgs = _timed_out((second, rec), 0.5)
         dist.send(np.zeros(1), dst=1)  # now rank 1 joins
         first.wait()
         second.wait()
@@ -87,10 +91,7 @@ def _any_source_wait(rank, size):
     msg = ""
     if rank == 0:
         rec = dist.irecv(np.zeros(2), tag=3)  # any source
-        try:
-            rec.wait(timeout=0.3)
-        except dist.DistTimeoutError as err:
-            msg = str(err)
+        msg = "".join(_timed_out([rec], 0.3))
         dist.send(np.zeros(1), dst=1)
         rec.wait()
     else:
@@ -114,11 +115,7 @@ def _subgroup_waits(rank, size):
         first = dist.all_reduce(np.ones(4), group=g, async_op=True)
         second = dist.all_reduce(np.ones(4), group=g, async_op=True)
         rec = dist.irecv(np.zeros(4), src=2, group=g, tag=1)
-        for work in (first, second, rec):
-            try:
-                work.wait(timeout=0.5)
-            except dist.DistTimeoutError as err:
-                msgs.append(str(err))
+        msgs = _timed_out((first, second, rec), 0.5)
         dist.send(np.zeros(1), dst=2)
         first.wait()
         second.wait()

@@ -86,6 +86,29 @@ def _await_published(store, rank: int, proc: subprocess.Popen) -> None:
         raise AssertionError("the member did not stop")
 
 
+def _start_watches(store, ranks, size: int, watches: list):
+    """A watch for each of ``ranks`` (of ``size``), added to ``watches``, published, then
+    started: their ``_Losses`` by rank, and when they started."""
+    losses = {rank: _Losses() for rank in ranks}
+    for rank in ranks:
+        watches.append(MemberWatch(store, rank, size, _SECRET, 30.0, losses[rank]))
+        watches[-1].publish()
+    t0 = time.monotonic()
+    for w in watches:
+        w.start()
+    return losses, t0
+
+
+def _named_at_once(losses, t0: float, dead: int, why: str = "") -> None:
+    """Every watch of ``losses`` named ``dead`` as died, within 2 s of ``t0``."""
+    for rank, lost in losses.items():
+        got = lost.wait_for(dead, 10.0)
+        assert got is not None, f"rank {rank}'s watch never named rank {dead}{why}"
+        cause, detail, at = got
+        assert cause == DIED, (rank, got)
+        assert at - t0 < 2.0, (rank, at - t0, detail)
+
+
 @pytest.mark.timeout(60)
 def test_a_dead_member_whose_port_another_listener_took_is_named():
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, secret=_SECRET, timeout=30)
@@ -98,19 +121,9 @@ def test_a_dead_member_whose_port_another_listener_took_is_named():
         port = json.loads(store.get("addr/2"))["port"]
         # a listener of the job takes the dead member's port, speaking the job's handshake
         taker = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, secret=_SECRET, timeout=30)
-        losses = [_Losses(), _Losses()]
+        losses, t0 = _start_watches(store, (0, 1), 3, watches)
+        _named_at_once(losses, t0, 2, " (its port answered for it)")
         for rank in (0, 1):
-            watches.append(MemberWatch(store, rank, 3, _SECRET, 30.0, losses[rank]))
-            watches[-1].publish()
-        t0 = time.monotonic()
-        for w in watches:
-            w.start()
-        for rank in (0, 1):
-            got = losses[rank].wait_for(2, 10.0)
-            assert got is not None, f"rank {rank}'s watch never named rank 2 (its port answered for it)"
-            cause, detail, at = got
-            assert cause == DIED, (rank, got)
-            assert at - t0 < 2.0, (rank, at - t0, detail)
             assert 1 - rank not in losses[rank].got, (rank, losses[rank].got)  # the live one is not lost
     finally:
         for w in watches:
@@ -134,20 +147,10 @@ def test_a_stopped_lower_rank_does_not_hold_back_the_verdict_on_a_dead_higher_on
         _await_published(store, 1, stopped)
         _await_published(store, 3, dead)
         assert dead.wait(30) == -signal.SIGKILL
-        losses = {0: _Losses(), 2: _Losses()}
-        for rank in (0, 2):
-            watches.append(MemberWatch(store, rank, 4, _SECRET, 30.0, losses[rank]))
-            watches[-1].publish()
-        t0 = time.monotonic()
-        for w in watches:
-            w.start()
         # rank 2 dials ranks 0 and 1; rank 1 is stopped and never answers its handshake
+        losses, t0 = _start_watches(store, (0, 2), 4, watches)
+        _named_at_once(losses, t0, 3)
         for rank in (0, 2):
-            got = losses[rank].wait_for(3, 10.0)
-            assert got is not None, f"rank {rank}'s watch never named rank 3"
-            cause, detail, at = got
-            assert cause == DIED, (rank, got)
-            assert at - t0 < 2.0, (rank, at - t0, detail)
             assert 1 not in losses[rank].got, (rank, losses[rank].got)  # stopped is not lost
     finally:
         for w in watches:

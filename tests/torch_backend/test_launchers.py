@@ -14,30 +14,22 @@ import pytest
 
 pytest.importorskip("torch")
 
+from tests.torch_backend.torch_helpers import clean_env, run_command  # noqa: E402
+
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(180)]
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launcher_job.py")
 MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-STRIP = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NDIST_STORE",
-         "NDIST_SECRET")
 
 
 def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if k not in STRIP and not k.startswith(("SLURM_", "PMI_", "OMPI_"))}
-    env.update(extra)
-    return env
+    env = {k: v for k, v in clean_env().items() if not k.startswith(("SLURM_", "PMI_", "OMPI_"))}
+    return {**env, **extra}
 
 
 def _run(argv, env, timeout=150):
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, (out + err)[-4000:]
+    rc, out, err = run_command(argv, env, timeout=timeout)
+    assert rc == 0, (out + err)[-4000:]
     return out
 
 

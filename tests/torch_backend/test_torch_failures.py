@@ -1,92 +1,61 @@
 """Failures on backend "ndist" reach the torch program as exceptions naming the
 peer: a rank SIGKILLed in the middle of DDP training, a bad argument."""
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.torch_backend.torch_helpers import run_torch, shm_files  # noqa: E402
+from tests.kill_sync import kill_self, killed_at  # noqa: E402
+from tests.torch_backend.torch_helpers import run_torch, run_torch_with_victim  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-_DDP_KILL = """
-import json, os, signal, sys, threading, time
-from datetime import timedelta
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-import ndist.torch
-from ndist.collectives.backends.socket.wire._segment import job_prefix
-from ndist.runtime import _net
-
-rank, size, folder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-torch.set_num_threads(1)
-dist.init_process_group("ndist", init_method="file://" + os.path.join(folder, "store"), rank=rank,
-                        world_size=size, timeout=timedelta(seconds=GROUP_TIMEOUT))
-if rank == 0:
-    with open(os.path.join(folder, "prefix"), "w") as f:
-        f.write(job_prefix(_net.job_secret()))
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                            torch.nn.ReLU(), torch.nn.Linear(256, 8))
-ddp = DDP(model, bucket_cap_mb=0.1)
-opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-x, y = torch.randn(32, 64), torch.randn(32, 8)
-for step in range(1000):
-    if rank == size - 1 and step == 20:
-        # die in the middle of a backward pass: while the reducer's all-reduces are in flight
-        def die():
-            time.sleep(0.002)
-            with open(os.path.join(folder, "killed"), "w") as f:
-                f.write(repr(time.time()))
-            os.kill(os.getpid(), signal.SIGKILL)
-        threading.Thread(target=die, daemon=True).start()
-    try:
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(ddp(x), y).backward()
-        opt.step()
-    except Exception as err:
-        with open(os.path.join(folder, f"r{rank}.json"), "w") as f:
-            json.dump({"t": time.time(), "type": type(err).__name__, "msg": str(err), "step": step}, f)
-        sys.exit(3)
-"""
-
 GROUP_TIMEOUT = 60
+
+
+def _ddp_killed(rank, size, folder):
+    """DDP training; the last rank dies in the middle of a backward pass of step 20 (while the
+    reducer's all-reduces are in flight); a survivor returns what its step raised."""
+    import threading
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    ddp = DDP(model, bucket_cap_mb=0.1)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randn(32, 8)
+    for step in range(1000):
+        if rank == size - 1 and step == 20:
+            def die():
+                time.sleep(0.002)
+                kill_self(folder)
+
+            threading.Thread(target=die, daemon=True).start()
+        try:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
+            opt.step()
+        except Exception as err:
+            return {"t": time.time(), "type": type(err).__name__, "msg": str(err), "step": step}
+    return "no error in 1000 steps"
 
 
 @pytest.mark.timeout(180)
 def test_sigkilled_rank_mid_ddp_fails_survivors_naming_it(tmp_path):
     size = 3
-    script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(_DDP_KILL).replace("GROUP_TIMEOUT", str(GROUP_TIMEOUT)))
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(LOCAL_WORLD_SIZE=str(size), WORLD_SIZE=str(size))
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(size), str(tmp_path)],
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), start_new_session=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(size)]
-    try:
-        logs = [p.communicate(timeout=GROUP_TIMEOUT + 60)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    assert procs[-1].returncode == -signal.SIGKILL, logs[-1][-3000:]
-    killed = float((tmp_path / "killed").read_text())
+    res = run_torch_with_victim(_ddp_killed, size, "ndist", tmp_path, size - 1, args=(str(tmp_path),),
+                                timeout=GROUP_TIMEOUT + 60, group_timeout=GROUP_TIMEOUT)
+    assert res[-1] is None, res
+    killed = killed_at(tmp_path)
     for rank in range(size - 1):
-        assert procs[rank].returncode == 3, logs[rank][-3000:]
-        rec = json.loads((tmp_path / f"r{rank}.json").read_text())
+        rec = res[rank]
+        assert isinstance(rec, dict), (rank, rec)
         assert f"rank {size - 1}" in rec["msg"], rec
         assert rec["t"] - killed < GROUP_TIMEOUT, rec
-    assert shm_files((tmp_path / "prefix").read_text()) == []
 
 
 def _bad_arguments(rank, n):

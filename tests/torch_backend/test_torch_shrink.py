@@ -8,21 +8,19 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
-from tests.torch_backend.torch_helpers import torchrun_tmp  # noqa: E402
+from ndist.testing import run_ranks  # noqa: E402
+from tests.torch_backend.torch_helpers import clean_env, run_command, torchrun_tmp  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(240)]
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "torch.md"
-STRIP = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NDIST_STORE",
-         "NDIST_SECRET")
 
 
 def _section() -> str:
@@ -40,17 +38,7 @@ def _script(tmp_path) -> Path:
 
 
 def _run(argv, cwd, timeout=200, env=None):
-    env = {**{k: v for k, v in os.environ.items() if k not in STRIP}, **(env or {})}
-    env["TMPDIR"] = torchrun_tmp(cwd)  # (torchrun keeps its log folder)
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode, out, err
+    return run_command(argv, clean_env(**(env or {}), TMPDIR=torchrun_tmp(cwd)), cwd=cwd, timeout=timeout)
 
 
 def _finished(out: str) -> list[str]:
@@ -96,6 +84,61 @@ def test_recipe_under_torchrun(tmp_path):
     assert re.search(r"local_rank\s*:\s*1\b", err) and "SIGKILL" in err, err[-3000:]
 
 
+def _semantics(rank, size):
+    """4 ranks on backend "ndist" (``ndist://``: the test hosts the store), global rank 3 dies;
+    what each survivor sees, by check (``name -> value``, as text)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    import ndist.torch
+    from ndist.runtime import DistRankFailureError
+    from tests.kill_sync import all_past
+
+    said = {}
+    torch.set_num_threads(1)
+    dist.init_process_group("ndist", init_method="ndist://", timeout=timedelta(seconds=60))
+    me = dist.get_rank()
+    said["backend"] = type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__  # compiled or Python
+    sub = dist.new_group([1, 2, 3])  # rank 3 is rank 2 of sub
+    dist.barrier()
+    all_past(dist.distributed_c10d._get_default_store(), me, 4, victim=3)
+    if me == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t = torch.ones(2)
+    try:
+        dist.all_reduce(t)  # blocking: the lost member's error
+    except dist.DistNetworkError as err:
+        said["first"] = f"{type(err).__name__} cause={type(err.__cause__).__name__} mentions3={'rank 3' in str(err)}"
+    try:
+        dist.all_reduce(t)  # the group is revoked: the same error at once, with the ranks
+    except dist.DistNetworkError as err:
+        said["revoked"] = f"{type(err).__name__} {isinstance(err.__cause__, DistRankFailureError)} {err.failed_ranks}"
+    said["failed"] = str(ndist.torch.get_failed_ranks())
+    # a rank that is alive cannot be excluded: every caller gets ValueError, nothing changes
+    try:
+        dist.shrink_group([3] if me == 1 else [1, 3])
+        said["alive"] = "shrunk"
+    except ValueError:
+        said["alive"] = f"ValueError {dist.get_world_size()}"
+    if me in (1, 2):  # a group other than the default: ranks 1, 2 shrink sub without rank 3
+        small = dist.shrink_group([2], group=sub)
+        s = torch.tensor([float(me)])
+        dist.all_reduce(s, group=small)
+        said["sub"] = f"{small.rank()}/{small.size()} {dist.get_process_group_ranks(small)} sum={s.item():g}"
+    new = dist.shrink_group([3], shrink_flags=dist.distributed_c10d.SHRINK_ABORT)  # the default group: the new default
+    x = torch.tensor([float(me + 1)])
+    dist.all_reduce(x)
+    said["default"] = (f"{new is dist.group.WORLD} {dist.get_rank()}/{dist.get_world_size()} sum={x.item():g} "
+                       f"backend={dist.get_backend()} {type(new._get_backend(torch.device('cpu'))).__name__}")
+    objs = [None] * dist.get_world_size()
+    dist.all_gather_object(objs, me)
+    said["objects"] = str(objs)
+    dist.destroy_process_group()
+    said["done"] = str(me)
+    return said
+
+
 @pytest.mark.every_torch_release
 @pytest.mark.parametrize("compiled", ["1", "0"], ids=["compiled", "python"])
 def test_shrink_group_semantics_on_backend_ndist(compiled, request):
@@ -105,30 +148,25 @@ def test_shrink_group_semantics_on_backend_ndist(compiled, request):
     right global ranks; the default group shrinks (SHRINK_ABORT) to the new default. On the
     compiled backend (torch's own last step, over a clone of the ``ndist://`` store) and on the
     Python one (the group itself becomes the new group)."""
-    from tests.reliability.rank_loss_jobs import run_job
-
     if compiled == "1":
         request.getfixturevalue("torch_compiled_build")
     kind = "NdistBackend" if compiled == "1" else "ProcessGroupNdist"
-    ended = run_job(str(Path(__file__).with_name("_shrink_job.py")), 4, timeout=150,
-                    env={"NDIST_TORCH_COMPILED": compiled})
-    assert ended[3].code == -signal.SIGKILL
+    res = run_ranks(_semantics, 4, init=False, timeout=150, may_die=[3], env={"NDIST_TORCH_COMPILED": compiled})
+    assert res[3] is None, res
     for rank in range(3):
-        e = ended[rank]
-        assert e.code == 0, (e.out + e.err)[-4000:]
-        lines = dict(line.split(" ", 1) for line in e.out.splitlines())
-        assert lines["backend"] == kind, e.out
+        lines = res[rank]
+        assert lines["backend"] == kind, lines
         # mid-op, a lost connection (DistNetworkError); once the group knows, DistRankFailureError
         assert lines["first"] in ("DistNetworkError cause=DistNetworkError mentions3=True",
-                                  "DistNetworkError cause=DistRankFailureError mentions3=True"), e.out
-        assert lines["revoked"] == "DistNetworkError True [3]", e.out
-        assert lines["failed"] == "[3]", e.out
-        assert lines["alive"] == "ValueError 4", e.out
+                                  "DistNetworkError cause=DistRankFailureError mentions3=True"), lines
+        assert lines["revoked"] == "DistNetworkError True [3]", lines
+        assert lines["failed"] == "[3]", lines
+        assert lines["alive"] == "ValueError 4", lines
         if rank in (1, 2):
-            assert lines["sub"] == f"{rank - 1}/2 [1, 2] sum=3", e.out
-        assert lines["default"] == f"True {rank}/3 sum=6 backend=ndist {kind}", e.out
-        assert lines["objects"] == "[0, 1, 2]", e.out
-        assert lines["done"] == str(rank), e.out
+            assert lines["sub"] == f"{rank - 1}/2 [1, 2] sum=3", lines
+        assert lines["default"] == f"True {rank}/3 sum=6 backend=ndist {kind}", lines
+        assert lines["objects"] == "[0, 1, 2]", lines
+        assert lines["done"] == str(rank), lines
 
 
 _MPI_JOB = """

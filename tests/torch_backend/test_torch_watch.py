@@ -21,12 +21,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.torch_backend.torch_helpers import torchrun_tmp  # noqa: E402
+from tests.torch_backend.torch_helpers import clean_env, torchrun_tmp  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(180)]
-
-STRIP = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NDIST_STORE",
-         "NDIST_SECRET")
 
 _JOB = """
 import os, signal, sys, time
@@ -83,8 +80,7 @@ def _workers(agent: int) -> list[int]:
 def test_a_member_gone_before_the_first_collective_is_named_at_once_under_torchrun(tmp_path, how, cause):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(_JOB))
-    env = {k: v for k, v in os.environ.items() if k not in STRIP}
-    env["TMPDIR"] = torchrun_tmp(tmp_path)
+    env = clean_env(TMPDIR=torchrun_tmp(tmp_path))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))), env.get("PYTHONPATH")]))
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",

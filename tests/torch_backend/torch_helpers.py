@@ -1,11 +1,15 @@
 """Running torch programs on real ranks: ``run_torch`` starts ``world_size``
 processes (``ndist.testing.run_ranks``), each of which joins a torch process
 group on ``backend`` through a FileStore in the test's temporary folder (no
-port), runs ``fn(rank, world_size, *args)`` and destroys the group."""
+port), runs ``fn(rank, world_size, *args)`` and destroys the group;
+``run_torch_with_victim`` runs a job one rank of which dies."""
 
 from __future__ import annotations
 
 import os
+import secrets
+import signal
+import subprocess
 import uuid
 from datetime import timedelta
 
@@ -13,7 +17,7 @@ from ndist.testing import run_ranks
 from tests.tmp_folders import tmp_under
 
 
-def _entry(rank, world_size, fn, backend, path, args, timeout):
+def _entry(rank, world_size, fn, backend, path, args, timeout, destroy=True, secret=None):
     import torch
     import torch.distributed as dist
 
@@ -21,9 +25,13 @@ def _entry(rank, world_size, fn, backend, path, args, timeout):
     from ndist.collectives.backends.socket.wire._segment import job_prefix
     from ndist.runtime import _net
 
+    if secret is not None:  # the job's own: its shared-memory files are not the run's (run_ranks removes those)
+        os.environ["NDIST_SECRET"] = secret
     torch.set_num_threads(1)
     dist.init_process_group(backend, init_method=f"file://{path}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout))
+    if not destroy:
+        return job_prefix(_net.job_secret()), fn(rank, world_size, *args)
     try:
         result = fn(rank, world_size, *args)
     finally:
@@ -44,6 +52,51 @@ def run_torch(fn, world_size: int, backend: str, tmp_path, *, args: tuple = (), 
     prefix = out[0][0]
     assert shm_files(prefix) == [], f"shared memory left behind by {backend}: {shm_files(prefix)}"
     return [r for _, r in out]
+
+
+def run_torch_with_victim(fn, world_size: int, backend: str, tmp_path, victim: int, *, args: tuple = (),
+                          timeout: float = 180, group_timeout: float = 60, env=None) -> list:
+    """``fn``'s results by rank (the victim's: None) on a job whose rank ``victim`` dies; the
+    survivors end without destroying their group, as a program that failed does. Asserts that
+    the job left no shared memory once every rank is gone (the job has a secret of its own:
+    ``run_ranks`` removes the run's files when it ends)."""
+    from ndist.runtime._shmfiles import SHM_DIR, job_prefix
+
+    secret = secrets.token_hex(16)
+    path = os.path.join(str(tmp_path), f"store-{backend}-{uuid.uuid4().hex[:8]}")
+    try:
+        out = run_ranks(_entry, world_size, args=(fn, backend, path, tuple(args), group_timeout, False, secret),
+                        init=False, timeout=timeout, may_die=[victim], env=env)
+    finally:
+        left = shm_files(job_prefix(secret))
+        for name in left:
+            os.unlink(os.path.join(SHM_DIR, name))
+    assert left == [], f"shared memory left behind by {backend}: {left}"
+    return [None if o is None else o[1] for o in out]
+
+
+#: a launcher's variables, left out of the environment of a launcher or a program a test starts
+STRIP = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NDIST_STORE",
+         "NDIST_SECRET")
+
+
+def clean_env(**extra) -> dict:
+    """This process's environment without ``STRIP``'s variables, plus ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if k not in STRIP}, **extra}
+
+
+def run_command(argv, env, cwd=None, timeout: float = 150):
+    """Run ``argv`` (a launcher, a program) in a session of its own: ``(returncode, stdout,
+    stderr)``; past ``timeout`` seconds it is killed, with everything it started."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, out, err
 
 
 def torchrun_tmp(cwd) -> str:
