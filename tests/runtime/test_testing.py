@@ -167,3 +167,23 @@ def test_ranks_die_with_a_killed_parent(tmp_path):
         parent.wait()
     alive = _still_alive(pids, 20)
     assert not alive, f"orphans: {alive}"
+
+
+def _leave_a_segment(rank, world_size):
+    from ndist.runtime import _net, _shmfiles
+
+    name = f"{_shmfiles.job_prefix(_net.job_secret())}-left-by-{rank}"
+    if rank == 1:
+        with open(os.path.join(_shmfiles.SHM_DIR, name), "wb") as f:
+            f.write(b"x")
+    return name
+
+
+@pytest.mark.timeout(60)
+def test_shm_left_names_what_the_ranks_left_and_the_files_are_gone():
+    """``Results.shm_left``: the job's /dev/shm files found once every rank is gone (run_ranks
+    removes them; a test asserts on the list, since the folder is clean by then)."""
+    out = run_ranks(_leave_a_segment, 2, timeout=30)
+    assert out.shm_left == [out[1]], out.shm_left
+    assert not os.path.exists(os.path.join("/dev/shm", out[1]))
+    assert run_ranks(_leave_a_segment, 1, timeout=30).shm_left == []

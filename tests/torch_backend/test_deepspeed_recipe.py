@@ -13,7 +13,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
-from tests.torch_backend.torch_helpers import shm_files  # noqa: E402
 
 from ndist.testing import run_ranks  # noqa: E402
 
@@ -79,6 +78,7 @@ def test_comm_ops_and_zero_1_2_3_on_ndist_equal_gloo(tmp_path):
     env = {"DS_ACCELERATOR": "cpu"}
     ours = run_ranks(_deepspeed, 2, args=(str(tmp_path / "ndist"), "ndist"), init=False, timeout=540, env=env)
     gloo = run_ranks(_deepspeed, 2, args=(str(tmp_path / "gloo"), "gloo"), init=False, timeout=300, env=env)
+    assert ours.shm_left == []  # (what run_ranks found and removed once the ranks were gone)
     torch.manual_seed(0)
     first = torch.nn.Linear(4, 8)  # the model's first layer before training
     for (prefix, ops, weights), (_, gloo_ops, gloo_weights) in zip(ours, gloo):
@@ -91,4 +91,3 @@ def test_comm_ops_and_zero_1_2_3_on_ndist_equal_gloo(tmp_path):
                 assert torch.equal(a, b), stage  # the ranks agree
                 assert torch.equal(a, c), (stage, (a - c).abs().max())  # and agree with Gloo's, bit for bit
             assert not torch.equal(weights[stage][0], first.weight)  # the steps trained it
-        assert shm_files(prefix) == []

@@ -11,7 +11,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchft")
 
-from tests.torch_backend.torch_helpers import shm_files  # noqa: E402
 
 from ndist.testing import run_ranks  # noqa: E402
 
@@ -68,7 +67,7 @@ def test_configure_allreduce_reconfigure_on_a_tcp_store(tmp_path):
     (prefix0, seen0), (prefix1, seen1) = out
     assert seen0 == [(2, 3.0, 5), (2, 1.0), (1, 5.0)]  # int AVG: (4 + 7) / 2 toward zero
     assert seen1 == [(2, 3.0, 5), (2, 1.0)]  # quorum 2's rank 0 is replica 1: its value broadcast
-    assert shm_files(prefix0) == [] and shm_files(prefix1) == []
+    assert out.shm_left == [] and prefix0 == prefix1  # (what run_ranks found once the ranks were gone)
 
 
 def test_options_are_checked():
@@ -131,9 +130,9 @@ def _train(kind):
 
 def test_manager_ddp_two_replicas_weights_equal_to_gloo():
     ours, gloo = _train("ndist"), _train("gloo")
+    assert ours.shm_left == []  # (what run_ranks found and removed once the ranks were gone)
     for (prefix, weights, quorum), (_, gloo_weights, _) in zip(ours, gloo):
         assert quorum == (2, 4)  # both replicas took part in every step
         for a, b, c in zip(weights, ours[0][1], gloo_weights):
             assert torch.equal(a, b)  # the replicas agree
             assert torch.equal(a, c), (a - c).abs().max()  # and agree with Gloo's, bit for bit
-        assert shm_files(prefix) == []

@@ -49,8 +49,8 @@ def run_torch(fn, world_size: int, backend: str, tmp_path, *, args: tuple = (), 
     path = os.path.join(str(tmp_path), f"store-{backend}-{uuid.uuid4().hex[:8]}")
     out = run_ranks(_entry, world_size, args=(fn, backend, path, tuple(args), group_timeout), init=False,
                     timeout=timeout)
-    prefix = out[0][0]
-    assert shm_files(prefix) == [], f"shared memory left behind by {backend}: {shm_files(prefix)}"
+    # (run_ranks removes the run's files once its ranks are gone, and says which it found)
+    assert out.shm_left == [], f"shared memory left behind by {backend}: {out.shm_left}"
     return [r for _, r in out]
 
 
