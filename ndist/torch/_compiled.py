@@ -13,8 +13,8 @@ midway leaves behind, and on which torch's next build would wait forever; 2.14 l
 an advisory lock instead) is handled under a lock of ndist's own (``flock`` on ``<build dir>.ndist-lock``, released by the kernel when its
 holder dies): whoever holds it finds no live build behind torch's lock file, and removes it.
 
-``$NDIST_TORCH_COMPILED`` picks: ``auto`` (the compiled backend where it builds), ``1`` (it
-must: a failed build raises), ``0`` (the default for now, ``DEFAULT``: the Python backend only).
+``$NDIST_TORCH_COMPILED`` picks: ``auto`` (the default, ``DEFAULT``: the compiled backend where
+it builds), ``1`` (it must: a failed build raises), ``0`` (the Python backend only).
 
 The C++ side calls back into this module (with the GIL) for what stays Python:
 ``engine_handle`` (the engine's handle of a group, once it has one), ``failed_work`` and
@@ -48,9 +48,8 @@ log = logging.getLogger("ndist.torch")
 #: picks the backend torch gets: ``auto``, ``1`` or ``0``
 COMPILED_ENV = "NDIST_TORCH_COMPILED"
 MODES = ("auto", "1", "0")
-#: the Python backend until the compiled one survives docs/torch.md's shrink_group recipe (DDP, a
-#: rank killed, shrink_group, DDP again: its survivors segfault on the compiled backend)
-DEFAULT = "0"
+#: the compiled backend where it builds, else the Python backend after one WARNING
+DEFAULT = "auto"
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "ndist_backend.cpp")
 _lock = threading.Lock()

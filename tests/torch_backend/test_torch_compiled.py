@@ -83,11 +83,11 @@ def test_forced_without_a_compiler_raises(torch_compiled_build, tmp_path):
     assert "RuntimeError: NDIST_TORCH_COMPILED=1: ndist's compiled torch backend could not be built" in out.stderr
 
 
-def test_unset_the_switch_means_the_python_backend(monkeypatch):
+def test_unset_the_switch_means_the_compiled_backend_where_it_builds(monkeypatch):
     from ndist.torch import _compiled
 
     monkeypatch.delenv("NDIST_TORCH_COMPILED", raising=False)
-    assert _compiled.mode() == "0"
+    assert _compiled.mode() == "auto"
 
 
 def test_the_compile_message_shows_and_a_stale_lock_is_removed(torch_compiled_build, tmp_path):
