@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 import ndist.torch
 from ndist.torch import _watch
+from ndist.torch._compiled import python_group  # (the Python group under either backend)
 
 TIMEOUT_S, HOLD_S = float(sys.argv[1]), float(sys.argv[2])
 torch.set_num_threads(1)
@@ -54,7 +55,7 @@ def started(store, *args):  # the default group's store (ndist's form), and rank
 _watch.start = started
 dist.init_process_group("ndist", init_method="ndist://", timeout=timedelta(seconds=TIMEOUT_S))
 store = got["store"]
-nd = dist.distributed_c10d._get_default_group().ndist_group
+nd = python_group(dist.distributed_c10d._get_default_group()).ndist_group
 pending = []
 if me == 2:  # the watch's thread is held back from telling the loss
     asked = threading.Event()

@@ -28,12 +28,13 @@ import torch
 import torch.distributed as dist
 import ndist.torch
 from ndist.torch import _watch
+from ndist.torch._compiled import python_group  # (the Python group under either backend)
 
 torch.set_num_threads(1)
 dist.init_process_group("ndist", init_method="ndist://", timeout=timedelta(seconds=30))
 me = dist.get_rank()
 store = dist.distributed_c10d._get_default_store()
-nd = dist.distributed_c10d._get_default_group().ndist_group
+nd = python_group(dist.distributed_c10d._get_default_group()).ndist_group
 out = torch.empty(4)
 dist.all_to_all_single(out, torch.arange(4.0))  # every pair linked
 if me == 0:

@@ -36,13 +36,14 @@ import torch
 import torch.distributed as dist
 import ndist.torch
 from ndist.torch import _watch
+from ndist.torch._compiled import python_group  # (the Python group under either backend)
 
 HOLD_S = float(sys.argv[1])
 torch.set_num_threads(1)
 dist.init_process_group("ndist", init_method="ndist://", timeout=timedelta(seconds=10))
 me = dist.get_rank()
 store = dist.distributed_c10d._get_default_store()
-nd = dist.distributed_c10d._get_default_group().ndist_group
+nd = python_group(dist.distributed_c10d._get_default_group()).ndist_group
 sub01 = dist.new_group([0, 1])
 sub123 = dist.new_group([1, 2, 3])
 x = torch.ones(4)
@@ -62,7 +63,7 @@ if me == 1:  # the watch's thread is held back from telling the loss
     # ... and so is the subgroup backend's telling of this process's other groups (the default
     # group's backend among them) of a loss it found: it runs after the subgroup's waiters are
     # failed, so the op raises first (on its own thread here, as when another thread found it)
-    failure = sub123.ndist_group.backend_for("cpu").failure
+    failure = python_group(sub123).ndist_group.backend_for("cpu").failure
     spread = failure._spread
 
     def spread_later(*args):
