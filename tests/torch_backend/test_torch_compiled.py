@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -93,8 +94,9 @@ def test_unset_the_switch_means_the_compiled_backend_where_it_builds(monkeypatch
 def test_the_compile_message_shows_and_a_stale_lock_is_removed(torch_compiled_build, tmp_path):
     """A build is announced where a user sees it (a WARNING: Python's last-resort handler prints
     it with no logging configured); a build killed midway leaves torch's lock file behind, and
-    the next build removes it instead of waiting on it forever. (The session's build folder less
-    its module: only the link runs again.)"""
+    the next build removes it instead of waiting on it forever; its ninja and compilers, which
+    do not hold ndist's lock, may still run in the folder, and the next build waits for them
+    first. (The session's build folder less its module: only the link runs again.)"""
     import shutil
 
     from ndist.torch import _compiled
@@ -104,9 +106,26 @@ def test_the_compile_message_shows_and_a_stale_lock_is_removed(torch_compiled_bu
     shutil.copytree(_compiled.build_directory(name), directory)
     (directory / f"{name}.so").unlink()
     (directory / "lock").touch()  # what a killed build leaves (torch's FileBaton)
+    # a process still working in the folder, as a killed build's compiler does
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], cwd=directory)
     env = dict(os.environ, NDIST_TORCH_COMPILED="1", TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
-    out = subprocess.run([sys.executable, "-c", "import ndist.torch.ops as o; print('LOADED', o.load())"],
-                         capture_output=True, text=True, timeout=600, env=env)
+    loader = subprocess.Popen([sys.executable, "-c", "import ndist.torch.ops as o; print('LOADED', o.load())"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    said = []
+    try:
+        for line in loader.stderr:  # (until it says it waits; to its end if it never does)
+            said.append(line)
+            if "waiting for" in line:
+                break
+        assert f"waiting for {leftover.pid} (python" in said[-1], said
+        assert f" left running in {directory} by a build" in said[-1], said
+        time.sleep(0.5)
+        assert loader.poll() is None and not (directory / f"{name}.so").exists()  # it waits, builds nothing
+    finally:
+        leftover.kill()
+        leftover.wait()
+        stdout, stderr = loader.communicate(timeout=600)
+    out = subprocess.CompletedProcess(loader.args, loader.returncode, stdout, "".join(said) + stderr)
     assert out.returncode == 0 and "LOADED True" in out.stdout, out.stdout + out.stderr
     assert out.stderr.count(f"compiling ndist's torch backend {name} for torch") == 1, out.stderr
     assert (directory / f"{name}.so").exists()
