@@ -246,11 +246,10 @@ def comm():
 
 
 # ---------------------------------------------------------------- torch's compiled backend
-# Backend "ndist" uses its compiled backend where $NDIST_TORCH_COMPILED asks for it
-# (ndist/torch/_compiled.py); tests/torch_backend/test_torch_compiled.py does. It is built once
-# per run into the run's TORCH_EXTENSIONS_DIR (a minute or two on 2 cores), by the first test
-# that needs it, or before the first test marked ``torch`` when the run sets
-# NDIST_TORCH_COMPILED to auto or 1, so no rank process compiles it within a test's timeout.
+# Backend "ndist" uses its compiled backend unless $NDIST_TORCH_COMPILED=0 switches it off
+# (ndist/torch/_compiled.py). It is built once per run into the run's TORCH_EXTENSIONS_DIR (a
+# minute or two on 2 cores) before the first test marked ``torch`` (unless the run sets
+# NDIST_TORCH_COMPILED=0), so no rank process compiles it within a test's timeout.
 _BUILD = """
 import logging, os, sys
 logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
@@ -283,7 +282,7 @@ def torch_compiled_build():
 def _torch_compiled_built_first(request):
     """Runs the build before the first torch test of a session that has any (unless the
     compiled backend is switched off); the test itself fails if it does not build."""
-    if os.environ.get("NDIST_TORCH_COMPILED", "0").strip() == "0":  # (the default: ndist/torch/_compiled.py)
+    if os.environ.get("NDIST_TORCH_COMPILED", "auto").strip() == "0":  # (unset: auto, ndist/torch/_compiled.py)
         return
     if not any(item.get_closest_marker("torch") is not None for item in request.session.items):
         return

@@ -12,9 +12,12 @@ after one WARNING. torch 2.13's build lock (``<build dir>/lock``, which a build 
 midway leaves behind, and on which torch's next build would wait forever; 2.14 locks it with
 an advisory lock instead) is handled under a lock of ndist's own (``flock`` on ``<build dir>.ndist-lock``, released by the kernel when its
 holder dies): whoever holds it finds no live build behind torch's lock file, and removes it.
+A killed build's ninja and compilers do not hold that lock (torch starts ninja with its file
+descriptors closed) and may still run in the folder: the next build waits for them first
+(``_wait_for_leftovers``).
 
-``$NDIST_TORCH_COMPILED`` picks: ``auto`` (the compiled backend where it builds), ``1`` (it
-must: a failed build raises), ``0`` (the default for now, ``DEFAULT``: the Python backend only).
+``$NDIST_TORCH_COMPILED`` picks: ``auto`` (the default, ``DEFAULT``: the compiled backend where
+it builds), ``1`` (it must: a failed build raises), ``0`` (the Python backend only).
 
 The C++ side calls back into this module (with the GIL) for what stays Python:
 ``engine_handle`` (the engine's handle of a group, once it has one), ``failed_work`` and
@@ -30,6 +33,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 import torch
@@ -48,9 +52,11 @@ log = logging.getLogger("ndist.torch")
 #: picks the backend torch gets: ``auto``, ``1`` or ``0``
 COMPILED_ENV = "NDIST_TORCH_COMPILED"
 MODES = ("auto", "1", "0")
-#: the Python backend until the compiled one survives docs/torch.md's shrink_group recipe (DDP, a
-#: rank killed, shrink_group, DDP again: its survivors segfault on the compiled backend)
-DEFAULT = "0"
+#: the compiled backend where it builds, else the Python backend after one WARNING
+DEFAULT = "auto"
+
+#: how long a build waits for the processes a killed build left running in its folder
+LEFTOVER_WAIT_S = 600.0
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "ndist_backend.cpp")
 _lock = threading.Lock()
@@ -128,7 +134,6 @@ def _build() -> Any:
     library = os.path.join(directory, f"{name}.so")
     with open(directory + ".ndist-lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # (one build or load at a time; released when this process dies)
-        _remove_stale_lock(directory)
         if os.path.exists(library):
             # built before (the name is the hash of all it depends on): imported as is, without
             # torch's check, which hashes the sources and runs ninja again in every process
@@ -137,6 +142,8 @@ def _build() -> Any:
             except ImportError as exc:  # a link killed midway: built again
                 log.warning("%s could not be loaded (%s); building it again", library, exc)
                 os.unlink(library)
+        _wait_for_leftovers(directory)
+        _remove_stale_lock(directory)
         log.warning("compiling ndist's torch backend %s for torch %s into %s (once per torch and ndist "
                     "version: a minute or two)", name, torch.__version__, directory)
         return cpp_extension.load(name=name, sources=[_SOURCE], extra_include_paths=[engine_include_dir()],
@@ -153,10 +160,63 @@ def _import(name: str, library: str) -> Any:
     return module
 
 
+def _workers(directory: str) -> list:
+    """The processes that work in ``directory`` now, as ``"pid (name)"``: their working
+    directory is it or under it (torch runs ninja there, and ninja its compilers and linker),
+    this process and its ancestors left out (a user may start Python from there)."""
+    real = os.path.realpath(directory)
+    mine, pid = set(), os.getpid()
+    while pid > 1 and pid not in mine:  # (this process and its ancestors)
+        mine.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:  # no /proc: nothing to tell
+        return []
+    found = []
+    for pid in pids:
+        if pid in mine:
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            with open(f"/proc/{pid}/comm") as f:
+                name = f.read().strip()
+        except OSError:  # gone, or not ours to read
+            continue
+        if cwd == real or cwd.startswith(real + os.sep):
+            found.append(f"{pid} ({name})")
+    return found
+
+
+def _wait_for_leftovers(directory: str, timeout: float = LEFTOVER_WAIT_S) -> None:
+    """Wait, under ndist's lock, until no process works in ``directory``: no build of ours is
+    alive there, but one killed midway leaves its ninja and compilers running (torch starts
+    ninja with the other file descriptors closed, so they do not hold ndist's lock), and a build
+    beside them would compile and link into the same files. RuntimeError naming them after
+    ``timeout`` seconds (under ``auto``: the Python backend, after the one warning)."""
+    left = _workers(directory)
+    if not left:
+        return
+    log.warning("waiting for %s, left running in %s by a build of ndist's torch backend that did not finish",
+                ", ".join(left), directory)
+    deadline = time.monotonic() + timeout
+    while left:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{directory}: {', '.join(left)} still work there after {timeout:.0f} s "
+                               "(left by a build of ndist's torch backend that did not finish?)")
+        time.sleep(0.2)
+        left = _workers(directory)
+
+
 def _remove_stale_lock(directory: str) -> None:
     """Remove torch's build lock (``FileBaton``'s ``lock``, torch 2.13) in ``directory``, under
-    ndist's lock: every build there runs under that lock, so none is alive behind this file (a
-    build killed midway left it, and torch's next build would wait on it forever). torch 2.14
+    ndist's lock and once no process works there (``_wait_for_leftovers``): every build there
+    runs under that lock, so none is alive behind this file (a build killed midway left it, and
+    torch's next build would wait on it forever). torch 2.14
     locks that file with an advisory lock instead (its ``FileLock``), which the kernel
     releases: the file stays, and is no sign of a killed build."""
     from torch.utils import cpp_extension

@@ -73,8 +73,10 @@ class Api:
 
     def ndist_group(self):
         """ndist's ProcessGroup behind the default group."""
-        if self.torch:
-            return self.dist.distributed_c10d._get_default_group().ndist_group
+        if self.torch:  # (the Python group under either torch backend, compiled or Python)
+            from ndist.torch._compiled import python_group
+
+            return python_group(self.dist.distributed_c10d._get_default_group()).ndist_group
         from ndist.runtime._world import _world
 
         return _world.default
@@ -349,7 +351,9 @@ def _hold_torch_tellers(api, sub, learnt, hold_s) -> None:
     its own thread here, as when another thread found it)."""
     watch = api.watch()
     watch.on_loss = _later(watch.on_loss, learnt, hold_s)
-    failure = sub.ndist_group.backend_for("cpu").failure
+    from ndist.torch._compiled import python_group
+
+    failure = python_group(sub).ndist_group.backend_for("cpu").failure
     spread = _later(failure._spread, learnt, hold_s)
     failure._spread = lambda *args: threading.Thread(target=spread, args=args, daemon=True).start()
 

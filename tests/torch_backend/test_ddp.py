@@ -1,5 +1,8 @@
 """DDP on backend "ndist": the same parameters as on Gloo after 5 SGD steps."""
 
+import os
+import shutil
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -30,19 +33,19 @@ def _train(rank, world_size, steps):
         opt.zero_grad()
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
-    return [p.detach().clone() for p in model.parameters()], len(calls) + _engine_calls() - before
+    return [p.detach().clone() for p in model.parameters()], len(calls) + _engine_calls() - before, _engine_calls(raw=True)
 
 
-def _engine_calls():
+def _engine_calls(raw=False):
     """The all-reduces the compiled backend ran through the engine, not through ``ProcessGroupNdist``
-    (docs/torch.md, "The compiled backend"): 0 on the Python backend."""
+    (docs/torch.md, "The compiled backend"): 0 on the Python backend (``raw``: -1 there)."""
     import torch.distributed as dist
 
     if dist.get_backend() != "ndist":
         return 0
     from ndist.torch.ops import engine_calls
 
-    return max(engine_calls(), 0)
+    return engine_calls() if raw else max(engine_calls(), 0)
 
 
 def _count_allreduce():
@@ -69,9 +72,15 @@ def _params(tmp_path, backend, n):
 
 @pytest.mark.every_torch_release
 def test_ddp_two_ranks_bitwise_equal_to_gloo(tmp_path):
+    """On the default backend: the compiled one, unless $NDIST_TORCH_COMPILED=0 asks for the
+    Python one or no C++ compiler builds it (docs/torch.md, "The compiled backend")."""
     ours = _params(tmp_path, "ndist", 2)
     gloo = _params(tmp_path, "gloo", 2)
+    compiled = (os.environ.get("NDIST_TORCH_COMPILED", "auto").strip() != "0"
+                and shutil.which(os.environ.get("CXX", "c++")) is not None)
     for rank in range(2):
+        # the compiled backend served (DDP's buckets: async, the Python lane); -1: the Python backend
+        assert (ours[rank][2] >= 0) == compiled, ours[rank][2]
         assert len(ours[rank][0]) == 8
         assert ours[rank][1] >= 3, ours[rank][1]  # several gradient buckets in the last step
         for a, b in zip(ours[rank][0], gloo[rank][0]):

@@ -4,6 +4,8 @@ Lightning averages a logged value with ``ReduceOp.AVG`` on every backend but one
 "gloo" (where it sums and divides itself), and that includes the int64 count of samples
 behind the mean: the integer AVG of docs/collectives.md. The group is made before the
 Trainer (through a FileStore: no port), which Lightning's DDPStrategy then uses as it is.
+It runs on both of backend "ndist"'s backends (docs/torch.md, "The compiled backend"): the
+compiled one (the default) does the integer AVG in the engine, the Python one in ndist's API.
 """
 
 import pytest
@@ -24,7 +26,7 @@ def _fit(rank, world_size, root):
     from lightning.pytorch.strategies import DDPStrategy
     from torch.utils.data import DataLoader, TensorDataset
 
-    from ndist.torch import ProcessGroupNdist
+    import ndist.torch.ops as ops
 
     class Given(ClusterEnvironment):
         """The ranks run_torch started, in the group it made (Lightning starts nothing)."""
@@ -81,16 +83,21 @@ def _fit(rank, world_size, root):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    seen = []  # (dtype, op) of every all_reduce the Trainer sends to backend "ndist"
+    # (dtype, op, by) of every blocking all_reduce Lightning sends to backend "ndist" (through
+    # torch.distributed.all_reduce, its _sync_ddp's call); by: "engine" where the compiled
+    # backend ran it in the engine, else "python" (the Python backend: engine_calls is -1)
+    seen = []
     if dist.get_backend() == "ndist":
-        original = ProcessGroupNdist.allreduce
+        original = dist.all_reduce
 
-        def recorded(self, tensors, opts=None):
-            avg = opts is not None and opts.reduceOp == dist.ReduceOp.AVG
-            seen.append((str(tensors[0].dtype), "AVG" if avg else "other"))
-            return original(self, tensors, opts)
+        def recorded(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+            before = ops.engine_calls(group)
+            work = original(tensor, op=op, group=group, async_op=async_op)
+            by = "engine" if before >= 0 and ops.engine_calls(group) > before else "python"
+            seen.append((str(tensor.dtype), "AVG" if op == dist.ReduceOp.AVG else "other", by))
+            return work
 
-        ProcessGroupNdist.allreduce = recorded
+        dist.all_reduce = recorded
     gen = torch.Generator().manual_seed(1)
     data = TensorDataset(torch.randn(16, 4, generator=gen), torch.randn(16, 1, generator=gen))
     trainer = pl.Trainer(
@@ -103,12 +110,14 @@ def _fit(rank, world_size, root):
     return float(trainer.callback_metrics["val_loss"]), seen
 
 
-def test_lightning_log_sync_dist_on_ndist_equals_gloo(tmp_path):
-    ours = run_torch(_fit, 2, "ndist", tmp_path, args=(str(tmp_path / "ndist"),), timeout=240)
+def test_lightning_log_sync_dist_on_ndist_equals_gloo(tmp_path, monkeypatch):
     gloo = run_torch(_fit, 2, "gloo", tmp_path, args=(str(tmp_path / "gloo"),), timeout=240)
-    for rank in range(2):
-        loss, seen = ours[rank]
-        # the int64 sample count went through backend "ndist" as an integer AVG
-        assert ("torch.int64", "AVG") in seen, seen
-        # 8 samples per rank on each: Lightning's own SUM-and-divide on Gloo gives the same mean
-        assert loss == gloo[rank][0] == ours[0][0]
+    for compiled, by in (("auto", "engine"), ("0", "python")):  # the default, then the Python backend
+        monkeypatch.setenv("NDIST_TORCH_COMPILED", compiled)
+        ours = run_torch(_fit, 2, "ndist", tmp_path, args=(str(tmp_path / f"ndist{compiled}"),), timeout=240)
+        for rank in range(2):
+            loss, seen = ours[rank]
+            # the int64 sample count went through backend "ndist" as an integer AVG
+            assert ("torch.int64", "AVG", by) in seen, (compiled, seen)
+            # 8 samples per rank on each: Lightning's own SUM-and-divide on Gloo gives the same mean
+            assert loss == gloo[rank][0] == ours[0][0], compiled

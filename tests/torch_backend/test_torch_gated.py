@@ -95,16 +95,19 @@ def _barrier_timeout(rank, n, seconds):
     full = dist.new_group(list(range(n)), timeout=timedelta(seconds=seconds))
     sub = dist.new_group([1, 2], timeout=timedelta(seconds=seconds))
     res = {}
+    # only each group's first rank enters its barrier (rank 0 the full group's, rank 1 the
+    # subgroup's, at the same time): it must time out
     for name, group, first in (("full", full, 0), ("sub", sub, 1)):
-        if rank == first:  # only the group's first rank enters the barrier: it must time out
+        if rank == first:
             t0 = time.monotonic()
             try:
                 dist.barrier(group=group)
                 res[name] = None
             except Exception as exc:  # noqa: BLE001 - what torch raises is the point
                 res[name] = (type(exc).__name__, str(exc), time.monotonic() - t0)
-        # the others wait here, group alive, until it has timed out (torch's test waits likewise)
-        time.sleep(seconds + 2)
+            break
+    # every rank waits here, groups alive, until both have timed out (torch's test waits likewise)
+    time.sleep(seconds + 2)
     return res
 
 
