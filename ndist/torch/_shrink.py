@@ -60,9 +60,12 @@ log = logging.getLogger("ndist.torch.shrink")
 #: ndist backends whose groups can be rebuilt from the group's store alone
 _SHRINKABLE_BACKENDS = ("socket",)
 #: ``get_failed_ranks``: how long a member the group recorded lost, not (yet) told of by the
-#: watch, is given for the watch's verdict: while its watch connection stays open (alive),
-#: and in all (the values an op's error uses, ``collectives/_common.py``)
-_VERDICT_GRACE_S, _VERDICT_WAIT_S = 0.2, 1.0
+#: watch, is given for the watch's verdict: while its watch connection stays open (alive:
+#: an op's error uses the same grace, ``collectives/_common.py``), and in all once that
+#: connection has closed. The verdict is then on its way, and its wait ends as soon as it is
+#: told; an answer without it would be ``[]``, which ``shrink_group`` refuses, so the bound
+#: is longer than an op's 1 s (under load, telling the loss to every group can take longer).
+_VERDICT_GRACE_S, _VERDICT_WAIT_S = 0.2, 10.0
 
 
 def supports_shrinking(pg: Any) -> bool:
