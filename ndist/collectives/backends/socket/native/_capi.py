@@ -1,6 +1,7 @@
 """The Python half of the engine's C interface (``ndist_engine.h``, ``capi.c``; docs/native.md,
-"The C interface"): a group's handle, and the bookkeeping every call through the table runs
-with the GIL, before and after the op.
+"The C interface"): a group's handle, and the bookkeeping of the calls through the table that
+the group's C core (``clane.c``, ``_fast.core``) does not take, with the GIL, before and after
+the op; and ``failure``, the core's hook when an op it ran failed.
 
 The bookkeeping is the Python path's own, step for step (the repeated call: ``run_fields`` of
 the public layer, then the socket backend's thin lane, ``SocketBackend._inline``), so calls

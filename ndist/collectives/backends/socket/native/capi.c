@@ -2,17 +2,21 @@
  * functions exported as ``_cnative._C_API``, the group handles, and the calls.
  *
  * A handle names an entry of one process-wide table: the group's compiled group (a same-host
- * ``Group``, or a ``TcpGroup`` across hosts) and its two bookkeeping hooks (``native/_capi.py``: ``begin`` numbers and records the call and
- * claims the group's lane; ``end`` finishes AVG, maps a failure to the Python path's error and
- * records the outcome). A handle is (generation << 32) | (index + 1): closing an entry
+ * ``Group``, or a ``TcpGroup`` across hosts), its C core (a ``FastLane``, clane.c: the
+ * bookkeeping FastLane's own methods run, with its failure hook) and its two Python hooks
+ * (``native/_capi.py``: ``begin`` numbers and records the call and claims the group's lane;
+ * ``end`` finishes AVG, maps a failure to the Python path's error and records the outcome). A handle is (generation << 32) | (index + 1): closing an entry
  * (``capi_close``, when the group is destroyed) bumps nothing in flight, it marks the entry
  * closed; a call that holds it (``users``) finishes, and the last one drops the references.
  * A closed or reused entry's old handle no longer matches its generation: NDIST_E_CLOSED.
  *
  * A call: its arguments are checked without the GIL (NDIST_E_ARGUMENT: nothing numbered, nothing
- * sent); then, with the GIL, ``begin``; the op itself with the GIL released, in the same engine
- * code the groups' Python methods run (``nd_shm_run`` / ``nd_tcp_run``, engines.h); then, with the
- * GIL, ``end``. The caller needs no GIL and no Python thread state (PyGILState_Ensure makes one). */
+ * sent); then, with the GIL, the C core takes it when it can (``nd_lane_call``: claim, number,
+ * record, the op without the GIL, AVG, the end; no Python-level call unless the op fails, then
+ * the failure hook). What it does not take (engines.h, ND_LANE_NOT_TAKEN) runs ``begin``, the op
+ * with the GIL released, in the same engine code the groups' Python methods run (``nd_shm_run``
+ * / ``nd_tcp_run``, engines.h), then ``end``. The caller needs no GIL and no Python thread state
+ * (PyGILState_Ensure makes one). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
