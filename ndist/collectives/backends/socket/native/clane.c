@@ -408,8 +408,11 @@ static void avg_finish(char *buf, Py_ssize_t count, int code, int n)
  * recorder's entry (or NULL), ``*seq`` the lane's number, and the claim is still held: the
  * caller's hook maps the failure, ends the claim and records it (``_fast.py``'s ``failure``,
  * ``_capi.py``'s ``Handle.failure``). ``root_obj``: the record's root (a group rank) or NULL. */
-static int core(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
-                PyObject *root_obj, int redop, PyObject **entry_p, PyObject **seq_p, PyObject **exc_p)
+/* (inlined into both callers: a FastLane method's call costs what it did as one function) */
+static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in,
+                                                      Py_ssize_t count_out, PyObject *descr, PyObject *root_obj,
+                                                      int redop, PyObject **entry_p, PyObject **seq_p,
+                                                      PyObject **exc_p)
 {
     PyObject *entry = NULL, *seq = NULL;
     if (!(seq = PyIter_Next(f->seqs))) {
