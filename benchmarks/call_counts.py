@@ -34,6 +34,10 @@ Configs (``--configs``):
   here with the system C compiler) calls the table's function N times without the
   GIL, from one ``map`` step, so no Python runs per call but the C interface's own.
   Ops: all but ``all_to_all_single_uneven`` (the table has no split sizes).
+* ``torch2``: ``torch.distributed`` on backend ``"ndist"`` with the compiled backend
+  (``NDIST_TORCH_COMPILED=1``, built or taken from ``$TORCH_EXTENSIONS_DIR``), the same
+  n = 2 and buffers as torch tensors: ``all_reduce``, ``broadcast``, ``all_to_all_single``.
+  Slow under callgrind (torch's import alone takes minutes).
 
 The ``all_to_all_single_uneven`` op passes split sizes (rank r sends r + 1 + q
 elements to rank q; raw: ``Alltoallv``). ``--worker`` runs one config's loop (what
@@ -56,7 +60,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
        "all_to_all_single_uneven")
-CONFIGS = ("socket2", "capi2", "api", "mpi", "raw")
+CONFIGS = ("socket2", "capi2", "torch2", "api", "mpi", "raw")
+TORCH_OPS = ("all_reduce", "broadcast", "all_to_all_single")
 WAIT_FN = "wait_ge"
 # the C interface's loop (capi2): ``n`` calls of op ``op`` (CAPI_OPS), err NULL
 CAPI_OPS = {"all_reduce": 0, "broadcast": 1, "all_to_all_single": 2, "all_gather_into_tensor": 3,
@@ -91,6 +96,9 @@ def _socket_worker(args) -> None:
         os.environ.setdefault("NDIST_SECRET", env["NDIST_SECRET"])  # (a benchmark script, not the library)
         peer = subprocess.Popen([sys.executable, __file__, "--worker", args.worker, "--rank", "1", "--init", path,
                                  "--op", args.op, "--loop", str(args.loop), "--bytes", str(args.bytes)], env=env)
+    if args.worker == "torch2":
+        _torch_worker(args, path, peer)
+        return
     import ndist.distributed as dist
 
     dist.init_process_group("socket", init_method=f"file://{path}", rank=args.rank, world_size=2)
@@ -112,6 +120,38 @@ def _socket_worker(args) -> None:
         dist.destroy_process_group()
         if peer is not None:
             peer.wait(timeout=120)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _torch_worker(args, path: str, peer) -> None:
+    """One rank of torch.distributed on backend "ndist", compiled (NDIST_TORCH_COMPILED=1)."""
+    import torch
+    import torch.distributed as tdist
+
+    import ndist.torch  # noqa: F401  (registers the backend "ndist")
+
+    tdist.init_process_group("ndist", init_method=f"file://{path}", rank=args.rank, world_size=2)
+    try:
+        n = args.bytes // 4 // 2 * 2
+        full, out = torch.ones(n), torch.empty(n)
+        fn = {"all_reduce": lambda: tdist.all_reduce(full), "broadcast": lambda: tdist.broadcast(full, 0),
+              "all_to_all_single": lambda: tdist.all_to_all_single(out, full)}[args.op]
+        for _ in range(20):
+            fn()
+        deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
+        from ndist.torch import ops
+
+        calls = ops.engine_calls()
+        if calls < args.loop:  # (the Python backend, or ops that left the engine: not what is counted)
+            raise RuntimeError(f"torch2: expected {args.loop} calls on the compiled backend's engine, got {calls}")
+        tdist.barrier()
+    finally:
+        tdist.destroy_process_group()
+        if peer is not None:
+            peer.wait(timeout=600)
             try:
                 os.unlink(path)
             except OSError:
@@ -179,6 +219,8 @@ def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
     cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--collect-atstart=no",
            "--toggle-collect=map_next", f"--callgrind-out-file={out}.%p", *_command(config, op, loop, nbytes)]
     env = dict(os.environ, PYTHONHASHSEED="0")
+    if config == "torch2":
+        env["NDIST_TORCH_COMPILED"] = "1"  # (a build that fails raises: no Python backend counted instead)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if res.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-3000:]}")
@@ -188,7 +230,7 @@ def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
     text = files[0].read_text(errors="replace")
     m = re.search(r"^totals:\s+(\d+)", text, re.M) or re.search(r"^summary:\s+(\d+)", text, re.M)
     total = int(m.group(1))
-    if config in ("socket2", "capi2"):
+    if config in ("socket2", "capi2", "torch2"):
         total -= _inclusive(files[0], WAIT_FN)
     for f in files:
         f.unlink()
@@ -214,7 +256,7 @@ def main() -> None:
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--loop", type=int, default=500, help="N: each count runs N and 2N calls")
     parser.add_argument("--bytes", type=int, default=4096)
-    parser.add_argument("--worker", choices=("socket2", "capi2"), help="(internal) run one loop, no callgrind")
+    parser.add_argument("--worker", choices=("socket2", "capi2", "torch2"), help="(internal) run one loop, no callgrind")
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--init", default="")
     parser.add_argument("--op", default="all_reduce", choices=OPS)
@@ -225,10 +267,11 @@ def main() -> None:
     configs, ops = args.configs.split(","), args.ops.split(",")
     bad = [c for c in configs if c not in CONFIGS] + [o for o in ops if o not in OPS]
     bad += [f"capi2 with {o}" for o in ops if "capi2" in configs and o not in CAPI_OPS]
+    bad += [f"torch2 with {o}" for o in ops if "torch2" in configs and o not in TORCH_OPS]
     if bad:  # before any worker starts under callgrind
         parser.error(f"--configs, --ops: expected names of {', '.join(CONFIGS)} and {', '.join(OPS)}; got {bad}")
-    print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2 "
-          f"and capi2 without {WAIT_FN}")
+    print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2, "
+          f"capi2 and torch2 without {WAIT_FN}")
     print(f"{'op':<26}" + "".join(f"{c:>10}" for c in configs))
     with tempfile.TemporaryDirectory(prefix="ndist-cg-") as folder:
         for op in ops:

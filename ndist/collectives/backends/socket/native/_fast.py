@@ -1,5 +1,7 @@
 """The Python half of the repeated call in one C call (``clane.c``'s ``FastLane``; docs/architecture.md,
 "One call, by hand"): what a group's FastLane is made of, and the two hooks it calls back.
+``core`` makes the same object for the engine's C interface (``capi.c``'s ``nd_lane_call``: the
+bookkeeping of a table call in C), with no Python lane behind it.
 
 * ``describe(dtype)``, once per dtype: its wire code, element size, the reduce ops C may run on
   it (those the public layer's plain check takes, ``_check.PLAIN_OPS``, with a native kernel,
