@@ -5,7 +5,8 @@
  * ``Group``, or a ``TcpGroup`` across hosts), its C core (a ``FastLane``, clane.c: the
  * bookkeeping FastLane's own methods run, with its failure hook) and its two Python hooks
  * (``native/_capi.py``: ``begin`` numbers and records the call and claims the group's lane;
- * ``end`` finishes AVG, maps a failure to the Python path's error and records the outcome). A handle is (generation << 32) | (index + 1): closing an entry
+ * ``end`` finishes AVG, maps a failure to the Python path's error and records the outcome).
+ * A handle is (generation << 32) | (index + 1): closing an entry
  * (``capi_close``, when the group is destroyed) bumps nothing in flight, it marks the entry
  * closed; a call that holds it (``users``) finishes, and the last one drops the references.
  * A closed or reused entry's old handle no longer matches its generation: NDIST_E_CLOSED.
