@@ -29,6 +29,15 @@ Configs (``--configs``):
   inlined: ``nm`` lists it, and ``objdump -d`` shows its callers call it). What
   is left is the Python of the call, the argument handling of the C call, and the
   engine's own copy / reduce of 4 KiB, the same work whoever arrives first.
+* ``capi2``: the same group, each call through the engine's C interface
+  (``ndist_engine.h``) as the compiled torch backend makes it: a small C loop (built
+  here with the system C compiler) calls the table's function N times without the
+  GIL, from one ``map`` step, so no Python runs per call but the C interface's own.
+  Ops: all but ``all_to_all_single_uneven`` (the table has no split sizes).
+* ``torch2``: ``torch.distributed`` on backend ``"ndist"`` with the compiled backend
+  (``NDIST_TORCH_COMPILED=1``, built or taken from ``$TORCH_EXTENSIONS_DIR``), the same
+  n = 2 and buffers as torch tensors: ``all_reduce``, ``broadcast``, ``all_to_all_single``.
+  Slow under callgrind (torch's import alone takes minutes).
 
 The ``all_to_all_single_uneven`` op passes split sizes (rank r sends r + 1 + q
 elements to rank q; raw: ``Alltoallv``). ``--worker`` runs one config's loop (what
@@ -51,8 +60,28 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
        "all_to_all_single_uneven")
-CONFIGS = ("socket2", "api", "mpi", "raw")
+CONFIGS = ("socket2", "capi2", "torch2", "api", "mpi", "raw")
+TORCH_OPS = ("all_reduce", "broadcast", "all_to_all_single")
 WAIT_FN = "wait_ge"
+# the C interface's loop (capi2): ``n`` calls of op ``op`` (CAPI_OPS), err NULL
+CAPI_OPS = {"all_reduce": 0, "broadcast": 1, "all_to_all_single": 2, "all_gather_into_tensor": 3,
+            "reduce_scatter_tensor": 4}
+CAPI_LOOP = r"""
+#include "ndist_engine.h"
+int cc_loop(const ndist_engine_api *api, ndist_group g, int op, void *out, const void *in, size_t count, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int st = op == 0   ? api->all_reduce(g, out, count, NDIST_FLOAT32, NDIST_SUM, NULL)
+                 : op == 1 ? api->broadcast(g, out, count, NDIST_FLOAT32, 0, NULL)
+                 : op == 2 ? api->all_to_all(g, out, in, count, NDIST_FLOAT32, NULL)
+                 : op == 3 ? api->all_gather(g, out, in, count, NDIST_FLOAT32, NULL)
+                           : api->reduce_scatter(g, out, in, count, NDIST_FLOAT32, NDIST_SUM, NULL);
+        if (st)
+            return st;
+    }
+    return 0;
+}
+"""
 
 
 # ----------------------------------------------------------------- workers
@@ -65,8 +94,11 @@ def _socket_worker(args) -> None:
         env = dict(os.environ)
         env.setdefault("NDIST_SECRET", secrets.token_hex(16))
         os.environ.setdefault("NDIST_SECRET", env["NDIST_SECRET"])  # (a benchmark script, not the library)
-        peer = subprocess.Popen([sys.executable, __file__, "--worker", "socket2", "--rank", "1", "--init", path,
+        peer = subprocess.Popen([sys.executable, __file__, "--worker", args.worker, "--rank", "1", "--init", path,
                                  "--op", args.op, "--loop", str(args.loop), "--bytes", str(args.bytes)], env=env)
+    if args.worker == "torch2":
+        _torch_worker(args, path, peer)
+        return
     import ndist.distributed as dist
 
     dist.init_process_group("socket", init_method=f"file://{path}", rank=args.rank, world_size=2)
@@ -74,10 +106,15 @@ def _socket_worker(args) -> None:
         # benchmarks/mpi_overhead.py, beside this script (sys.path[0]): the same buffers and closures
         from mpi_overhead import ndist_calls
 
-        fn = ndist_calls(dist, args.rank, 2, args.bytes)[args.op]
-        for _ in range(20):
-            fn()
-        deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
+        if args.worker == "capi2":
+            loop = _capi_loop(dist, args.rank, 2, args.bytes, args.op)
+            loop(20)
+            deque(map(lambda _: loop(args.loop), repeat(None, 1)), 0)
+        else:
+            fn = ndist_calls(dist, args.rank, 2, args.bytes)[args.op]
+            for _ in range(20):
+                fn()
+            deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -89,6 +126,80 @@ def _socket_worker(args) -> None:
                 pass
 
 
+def _torch_worker(args, path: str, peer) -> None:
+    """One rank of torch.distributed on backend "ndist", compiled (NDIST_TORCH_COMPILED=1)."""
+    import torch
+    import torch.distributed as tdist
+
+    import ndist.torch  # noqa: F401  (registers the backend "ndist")
+
+    tdist.init_process_group("ndist", init_method=f"file://{path}", rank=args.rank, world_size=2)
+    try:
+        n = args.bytes // 4 // 2 * 2
+        full, out = torch.ones(n), torch.empty(n)
+        fn = {"all_reduce": lambda: tdist.all_reduce(full), "broadcast": lambda: tdist.broadcast(full, 0),
+              "all_to_all_single": lambda: tdist.all_to_all_single(out, full)}[args.op]
+        for _ in range(20):
+            fn()
+        deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
+        from ndist.torch import ops
+
+        calls = ops.engine_calls()
+        if calls < args.loop:  # (the Python backend, or ops that left the engine: not what is counted)
+            raise RuntimeError(f"torch2: expected {args.loop} calls on the compiled backend's engine, got {calls}")
+        tdist.barrier()
+    finally:
+        tdist.destroy_process_group()
+        if peer is not None:
+            peer.wait(timeout=600)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _capi_loop(dist, rank: int, size: int, nbytes: int, op: str):
+    """``loop(n)``: ``n`` calls of ``op`` through the engine's C interface, from C (CAPI_LOOP,
+    compiled here), on ``mpi_overhead._buffers``' arrays; the GIL is released around it."""
+    import ctypes
+    import shutil
+
+    import ndist.collectives as col
+    from ndist.collectives.backends.socket.native import _cnative
+    from mpi_overhead import _buffers
+
+    b = _buffers(rank, size, nbytes)
+    out, inp = {"all_reduce": (b["full"], None), "broadcast": (b["full"], None),
+                "all_to_all_single": (b["out"], b["full"]), "all_gather_into_tensor": (b["out"], b["part"]),
+                "reduce_scatter_tensor": (b["part_out"], b["full"])}[op]
+    count = (inp if op == "all_gather_into_tensor" else out).size
+    folder = tempfile.mkdtemp(prefix="ndist-cc-capi-")
+    try:
+        src, lib = os.path.join(folder, "loop.c"), os.path.join(folder, "loop.so")
+        Path(src).write_text(CAPI_LOOP)
+        cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
+        subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-I{col.engine_include_dir()}", src, "-o", lib], check=True)
+        fn = ctypes.CDLL(lib).cc_loop
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    api = get(_cnative._C_API, b"ndist.collectives.backends.socket.native._cnative._C_API")
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                   ctypes.c_int]
+    dist.barrier()  # the group's set-up, before its handle
+    h, code = col.engine_handle(), CAPI_OPS[op]
+    po, pi = out.ctypes.data, None if inp is None else inp.ctypes.data
+
+    def loop(n: int, _keep=(out, inp)) -> None:  # (the arrays live as long as the loop)
+        st = fn(api, h, code, po, pi, count, n)
+        if st:
+            raise RuntimeError(f"{op} through the C interface: status {st}")
+
+    return loop
+
+
 # ----------------------------------------------------------------- driver
 def _command(config: str, op: str, loop: int, nbytes: int) -> list[str]:
     py = sys.executable
@@ -98,7 +209,7 @@ def _command(config: str, op: str, loop: int, nbytes: int) -> list[str]:
     if config in ("mpi", "raw"):
         return [py, str(HERE / "mpi_overhead.py"), "--loop", str(loop), "--op", op, "--bytes", str(nbytes),
                 "--side", "ndist" if config == "mpi" else "raw"]
-    return [py, __file__, "--worker", "socket2", "--rank", "0", "--op", op, "--loop", str(loop),
+    return [py, __file__, "--worker", config, "--rank", "0", "--op", op, "--loop", str(loop),
             "--bytes", str(nbytes)]
 
 
@@ -108,6 +219,8 @@ def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
     cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--collect-atstart=no",
            "--toggle-collect=map_next", f"--callgrind-out-file={out}.%p", *_command(config, op, loop, nbytes)]
     env = dict(os.environ, PYTHONHASHSEED="0")
+    if config == "torch2":
+        env["NDIST_TORCH_COMPILED"] = "1"  # (a build that fails raises: no Python backend counted instead)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if res.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-3000:]}")
@@ -117,7 +230,7 @@ def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
     text = files[0].read_text(errors="replace")
     m = re.search(r"^totals:\s+(\d+)", text, re.M) or re.search(r"^summary:\s+(\d+)", text, re.M)
     total = int(m.group(1))
-    if config == "socket2":
+    if config in ("socket2", "capi2", "torch2"):
         total -= _inclusive(files[0], WAIT_FN)
     for f in files:
         f.unlink()
@@ -143,7 +256,7 @@ def main() -> None:
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--loop", type=int, default=500, help="N: each count runs N and 2N calls")
     parser.add_argument("--bytes", type=int, default=4096)
-    parser.add_argument("--worker", choices=("socket2",), help="(internal) run one loop, no callgrind")
+    parser.add_argument("--worker", choices=("socket2", "capi2", "torch2"), help="(internal) run one loop, no callgrind")
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--init", default="")
     parser.add_argument("--op", default="all_reduce", choices=OPS)
@@ -153,10 +266,12 @@ def main() -> None:
         return
     configs, ops = args.configs.split(","), args.ops.split(",")
     bad = [c for c in configs if c not in CONFIGS] + [o for o in ops if o not in OPS]
+    bad += [f"capi2 with {o}" for o in ops if "capi2" in configs and o not in CAPI_OPS]
+    bad += [f"torch2 with {o}" for o in ops if "torch2" in configs and o not in TORCH_OPS]
     if bad:  # before any worker starts under callgrind
         parser.error(f"--configs, --ops: expected names of {', '.join(CONFIGS)} and {', '.join(OPS)}; got {bad}")
-    print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2 "
-          f"without {WAIT_FN}")
+    print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2, "
+          f"capi2 and torch2 without {WAIT_FN}")
     print(f"{'op':<26}" + "".join(f"{c:>10}" for c in configs))
     with tempfile.TemporaryDirectory(prefix="ndist-cg-") as folder:
         for op in ops:

@@ -475,3 +475,69 @@ def test_a_signal_on_the_main_thread_interrupts_a_call():
     assert err is not None and err[0] == 7 and err[3] == "KeyboardInterrupt" and err[2] == 0, err  # INTERRUPTED
     assert took < 5, took
     assert again is not None and again[0] == 5, again  # the interrupt broke the group: NDIST_E_BROKEN
+
+
+# ------------------------------------------------------------------ the C core
+def _python_calls_per_table_call(rank, size):
+    """The ndist functions a call through the table runs on this thread (``sys.setprofile``),
+    after a first call (a dtype's first sight asks ``describe`` once): every function of the
+    table on the group's C core, then calls the core does not take (AVG on float16, finished by
+    NumPy; a zero count), which go through ``_capi.py``'s hooks."""
+    import sys as _sys
+
+    import ndist
+
+    package = os.path.dirname(ndist.__file__) + os.sep
+    eng = C.Engine(_handle(), gil=True)  # (the caller's thread holds the GIL: its profile hook sees any frame)
+    calls: list = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(package):
+            calls.append(frame.f_code.co_name)
+
+    def seen(fn):
+        assert fn() is None
+        calls.clear()
+        _sys.setprofile(profile)
+        try:
+            errs = [fn() for _ in range(3)]
+        finally:
+            _sys.setprofile(None)
+        assert errs == [None] * 3, errs
+        return sorted(set(calls))
+
+    x = np.arange(1024, dtype=np.float32) + rank
+    i64 = np.arange(8, dtype=np.int64) * (rank + 1)
+    g_in, g_out = np.full(4, rank, np.int32), np.empty(4 * size, np.int32)
+    r_in, r_out = np.arange(3 * size, dtype=np.float64) + rank, np.empty(3, np.float64)
+    a_in, a_out = np.arange(2 * size, dtype=np.int64), np.empty(2 * size, np.int64)
+    core = {
+        "all_reduce": seen(lambda: eng.all_reduce(x)),
+        "all_reduce AVG int64": seen(lambda: eng.all_reduce(i64, "AVG")),
+        "broadcast": seen(lambda: eng.broadcast(i64, size - 1)),
+        "all_gather": seen(lambda: eng.all_gather(g_out, g_in)),
+        "reduce_scatter MAX": seen(lambda: eng.reduce_scatter(r_out, r_in, "MAX")),
+        "all_to_all": seen(lambda: eng.all_to_all(a_out, a_in)),
+        "barrier": seen(eng.barrier),
+    }
+    h16 = np.ones(8, np.float16)
+    hooks = {
+        "all_reduce AVG float16": seen(lambda: eng.all_reduce(h16, "AVG")),
+        "all_reduce of 0": seen(lambda: eng.all_reduce(x[:0])),
+    }
+    return core, hooks, h16.tolist(), _records()[-3:]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_call_the_c_core_takes_runs_no_python(engine):
+    """A call through the table on a one-level native group runs its bookkeeping in C (the
+    group's C core, ``clane.c``, as FastLane's methods do): no Python frame on success. What the
+    core does not finish goes through the Python hooks (``begin`` / ``end``), numbered and
+    recorded alike."""
+    res = run(_python_calls_per_table_call, 2, env=ENGINES[engine])
+    for core, hooks, h16, recs in res:
+        assert core == {k: [] for k in core}, core
+        assert {k: "begin" in v and "end" in v for k, v in hooks.items()} == {k: True for k in hooks}, hooks
+        assert h16 == [1.0] * 8
+        assert [r[1:] for r in recs] == [("all_reduce", "float32", 0, 0, None, "completed")] * 3, recs
+    assert res[0][3] == res[1][3]

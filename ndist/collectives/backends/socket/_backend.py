@@ -456,7 +456,8 @@ class SocketBackend(CollectiveBackend):
                 raise ValueError(f"group {name!r}: expected a group on the native engine in one level (shared "
                                  f"memory, or TCP direct), got one on the {self.engine} engine" +
                                  (f" ({type(nat.g).__name__})" if nat is not None else ""))
-            self._capi = _capi.Handle(self, nat, book, failed, reduce_op, check_signature, t_done)
+            lane = _fast.core(self, nat, self._exec, book, failed)  # (None under DETAIL)
+            self._capi = _capi.Handle(self, nat, book, failed, reduce_op, check_signature, t_done, lane)
         return self._capi.value
 
     def fast_lane(self, plain, failed):

@@ -1,6 +1,7 @@
 """The Python half of the engine's C interface (``ndist_engine.h``, ``capi.c``; docs/native.md,
-"The C interface"): a group's handle, and the bookkeeping every call through the table runs
-with the GIL, before and after the op.
+"The C interface"): a group's handle, and the bookkeeping of the calls through the table that
+the group's C core (``clane.c``, ``_fast.core``) does not take, with the GIL, before and after
+the op; and ``failure``, the core's hook when an op it ran failed.
 
 The bookkeeping is the Python path's own, step for step (the repeated call: ``run_fields`` of
 the public layer, then the socket backend's thin lane, ``SocketBackend._inline``), so calls
@@ -63,6 +64,17 @@ def _dtype(code: int) -> np.dtype:
         return np.dtype(getattr(ml_dtypes, name))
 
 
+def _dtype_or_none(code: int):
+    """NumPy's dtype of wire code ``code`` for the C core's record, None where there is none
+    (code 0, or ml_dtypes' dtypes without ml_dtypes: the hooks take those calls)."""
+    if code == 0:
+        return None
+    try:
+        return _dtype(code)
+    except (ValueError, TypeError):
+        return None
+
+
 def classify(exc: BaseException, usable: bool, status: int | None = None) -> tuple:
     """The error tuple of ``exc`` (what the Python path raises for the call)."""
     if status is None:
@@ -94,13 +106,17 @@ class Handle:
     recorder); ``failed``, ``reduce_op``, ``check_signature``, ``t_done``: the public layer's
     ``_failed``, ``_check.reduce_op``, ``_debug.check_signature`` and ``_debug.T_DONE``."""
 
-    def __init__(self, backend, nat, book, failed, reduce_op, check_signature, t_done: int) -> None:
+    def __init__(self, backend, nat, book, failed, reduce_op, check_signature, t_done: int, lane=None) -> None:
         self.backend, self.nat = backend, nat
         self.book, self.failed, self.reduce_op = book, failed, reduce_op
         self.check_signature, self.t_done = check_signature, t_done
         self.size = nat.size
         self._dtypes: dict = {}
-        self.value = nat.mod.capi_open(nat.g, self.begin, self.end, RSAG_MIN)
+        if lane is None:
+            self.value = nat.mod.capi_open(nat.g, self.begin, self.end, RSAG_MIN)
+        else:  # the group's C core takes what it can (no Python-level call), the hooks the rest
+            self.value = nat.mod.capi_open(nat.g, self.begin, self.end, RSAG_MIN, lane, self.failure,
+                                           tuple(_dtype_or_none(c) for c in range(len(F._DTYPES))))
 
     def close(self) -> None:
         """Calls on the handle return NDIST_E_CLOSED from now on (one in flight finishes)."""
@@ -165,6 +181,17 @@ class Handle:
             if entry is not None:
                 entry[self.t_done] = time.time()
             return None
+        return self._error(exc, entry, seq, None)
+
+    def failure(self, err, entry, seq):
+        """The C core's failure hook (``capi.c``'s ``run_core``: the op failed, the claim still
+        held): what ``end`` does with a failure."""
+        try:
+            exc = self.backend.native_failure(self.nat, err)
+        except BaseException as e:  # noqa: BLE001
+            exc = e
+        finally:
+            self.backend.leave_lane()
         return self._error(exc, entry, seq, None)
 
     # ------------------------------------------------------------ failures

@@ -1,5 +1,7 @@
 """The Python half of the repeated call in one C call (``clane.c``'s ``FastLane``; docs/architecture.md,
 "One call, by hand"): what a group's FastLane is made of, and the two hooks it calls back.
+``core`` makes the same object for the engine's C interface (``capi.c``'s ``nd_lane_call``: the
+bookkeeping of a table call in C), with no Python lane behind it.
 
 * ``describe(dtype)``, once per dtype: its wire code, element size, the reduce ops C may run on
   it (those the public layer's plain check takes, ``_check.PLAIN_OPS``, with a native kernel,
@@ -22,7 +24,7 @@ from ...._reduce_op import ReduceOp
 from ..wire import _frame as F
 from ._engine import RSAG_MIN
 
-__all__ = ["make"]
+__all__ = ["make", "core"]
 
 _AVG = F.redop_code(ReduceOp.AVG)
 _AVG_CODES = frozenset(F.dtype_code(np.dtype(t)) for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32",
@@ -66,16 +68,29 @@ def make(backend, nat, ex, plain, failed):
     behind the group's Python lane ``plain`` (a ``PlainLane``: its ``lane`` gives the counter,
     the recorder and the global -> group rank map); ``failed`` is the public layer's. None
     where the group's steps are not one C group's (two levels) or NDIST_DEBUG is DETAIL."""
+    lane = plain.lane
+    return _new(backend, nat, ex, lane.book, dict(lane.group_rank), plain, failed)
+
+
+def core(backend, nat, ex, book, failed):
+    """The group's C core for the engine's C interface (``capi.c``, ``nd_lane_call``): a
+    ``FastLane`` with no Python lane behind it (its methods answer False for what they do
+    not take), over the public layer's lane book ``book`` (counter, recorder append, DETAIL,
+    group, recorder). None where ``make`` gives none."""
+    return _new(backend, nat, ex, book, {}, None, failed)
+
+
+def _new(backend, nat, ex, book, group_rank, plain, failed):
     mod = nat.mod
-    if plain.lane.detail:  # NDIST_DEBUG=DETAIL: the signature check runs in Python (run_fields)
+    seqs, record, detail, _pg, rec = book
+    if detail:  # NDIST_DEBUG=DETAIL: the signature check runs in Python (run_fields)
         return None
     if not isinstance(nat.g, (mod.Group, mod.TcpGroup)) or not isinstance(ex.state, mod.LaneState):
         return None
-    lane = plain.lane
     probe = np.empty(3, np.float32)
-    hooks = _Hooks(backend, nat, ex, lane.rec, failed)
-    return mod.FastLane(ex.state, nat.g, ex, backend, nat, lane.seqs, lane.book[1], plain, hooks.failure,
-                        hooks.describe, np.ndarray, dict(lane.group_rank), _REDOPS,
+    hooks = _Hooks(backend, nat, ex, rec, failed)
+    return mod.FastLane(ex.state, nat.g, ex, backend, nat, seqs, record, plain, hooks.failure,
+                        hooks.describe, np.ndarray, group_rank, _REDOPS,
                         (Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_TO_ALL_SINGLE, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM,
                          Op.BARRIER), RSAG_MIN,
                         T_DONE, probe, probe.__array_interface__["data"][0])

@@ -2,17 +2,22 @@
  * functions exported as ``_cnative._C_API``, the group handles, and the calls.
  *
  * A handle names an entry of one process-wide table: the group's compiled group (a same-host
- * ``Group``, or a ``TcpGroup`` across hosts) and its two bookkeeping hooks (``native/_capi.py``: ``begin`` numbers and records the call and
- * claims the group's lane; ``end`` finishes AVG, maps a failure to the Python path's error and
- * records the outcome). A handle is (generation << 32) | (index + 1): closing an entry
+ * ``Group``, or a ``TcpGroup`` across hosts), its C core (a ``FastLane``, clane.c: the
+ * bookkeeping FastLane's own methods run, with its failure hook) and its two Python hooks
+ * (``native/_capi.py``: ``begin`` numbers and records the call and claims the group's lane;
+ * ``end`` finishes AVG, maps a failure to the Python path's error and records the outcome).
+ * A handle is (generation << 32) | (index + 1): closing an entry
  * (``capi_close``, when the group is destroyed) bumps nothing in flight, it marks the entry
  * closed; a call that holds it (``users``) finishes, and the last one drops the references.
  * A closed or reused entry's old handle no longer matches its generation: NDIST_E_CLOSED.
  *
  * A call: its arguments are checked without the GIL (NDIST_E_ARGUMENT: nothing numbered, nothing
- * sent); then, with the GIL, ``begin``; the op itself with the GIL released, in the same engine
- * code the groups' Python methods run (``nd_shm_run`` / ``nd_tcp_run``, engines.h); then, with the
- * GIL, ``end``. The caller needs no GIL and no Python thread state (PyGILState_Ensure makes one). */
+ * sent); then, with the GIL, the C core takes it when it can (``nd_lane_call``: claim, number,
+ * record, the op without the GIL, AVG, the end; no Python-level call unless the op fails, then
+ * the failure hook). What it does not take (engines.h, ND_LANE_NOT_TAKEN) runs ``begin``, the op
+ * with the GIL released, in the same engine code the groups' Python methods run (``nd_shm_run``
+ * / ``nd_tcp_run``, engines.h), then ``end``. The caller needs no GIL and no Python thread state
+ * (PyGILState_Ensure makes one). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -38,6 +43,9 @@ typedef struct {
     PyObject *group;    /* the Group or TcpGroup (owned while open or in use) */
     int tcp;            /* 1: a TcpGroup */
     PyObject *begin, *end;
+    PyObject *lane;     /* the group's C core (a FastLane: clane.c), or NULL: every call takes begin / end */
+    PyObject *fail;     /* the core's failure hook: (err, entry, seq) -> the error tuple */
+    PyObject *dtypes;   /* NumPy's dtype of each dtype code (None: none), for the core's record */
     Py_ssize_t rsag_min; /* all_reduce above this many bytes: reduce-scatter + all-gather (_engine.RSAG_MIN) */
     int rank, size;
 } Entry;
@@ -50,7 +58,7 @@ static uint32_t nentries;
 typedef struct {
     uint32_t index;
     int tcp;
-    PyObject *group, *begin, *end;
+    PyObject *group, *begin, *end, *lane, *fail, *dtypes;
     Py_ssize_t rsag_min;
     int rank, size;
 } Held_;
@@ -79,7 +87,8 @@ static int acquire(ndist_group h, Held_ *out, ndist_error *err)
         Entry *e = &entries[index - 1];
         if (e->open && e->gen == gen) {
             e->users++;
-            *out = (Held_){index - 1, e->tcp, e->group, e->begin, e->end, e->rsag_min, e->rank, e->size};
+            *out = (Held_){index - 1, e->tcp, e->group, e->begin, e->end, e->lane, e->fail, e->dtypes, e->rsag_min,
+                           e->rank, e->size};
             ok = 1;
         }
     }
@@ -94,27 +103,34 @@ static int acquire(ndist_group h, Held_ *out, ndist_error *err)
 }
 
 /* an entry's references, once closed and unused: dropped by the caller with the GIL */
+#define NREFS 6
 static void take_refs(Entry *e, PyObject **refs)
 {
     refs[0] = e->group;
     refs[1] = e->begin;
     refs[2] = e->end;
-    e->group = e->begin = e->end = NULL;
+    refs[3] = e->lane;
+    refs[4] = e->fail;
+    refs[5] = e->dtypes;
+    e->group = e->begin = e->end = e->lane = e->fail = e->dtypes = NULL;
 }
 
 static void drop_refs(PyObject **refs)
 {
-    if (!refs[0] && !refs[1] && !refs[2])
+    int any = 0;
+    for (int i = 0; i < NREFS; i++)
+        any |= refs[i] != NULL;
+    if (!any)
         return;
     PyGILState_STATE st = PyGILState_Ensure();
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NREFS; i++)
         Py_XDECREF(refs[i]);
     PyGILState_Release(st);
 }
 
 static void release(uint32_t index)
 {
-    PyObject *refs[3] = {NULL, NULL, NULL};
+    PyObject *refs[NREFS] = {NULL};
     pthread_mutex_lock(&lock);
     Entry *e = &entries[index];
     if (--e->users == 0 && !e->open)
@@ -165,6 +181,36 @@ static PyObject *view(const void *p, Py_ssize_t n, int writable)
     if (!p) /* (a zero-count buffer may be NULL) */
         Py_RETURN_NONE;
     return PyMemoryView_FromMemory((char *)p, n, writable ? PyBUF_WRITE : PyBUF_READ);
+}
+
+/* with the GIL: the call on the group's C core (clane.c's ``nd_lane_call``: the bookkeeping
+ * FastLane's methods do, no Python-level call unless the op fails), or -1: not taken (the
+ * Python hooks take it, ``run_locked``) */
+static int run_core(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, ndist_error *err)
+{
+    PyObject *descr = NULL;
+    if (op->op != OP_BARRIER && (descr = PyTuple_GET_ITEM(h->dtypes, op->dtype)) == Py_None)
+        return -1;
+    PyObject *entry = NULL, *seq = NULL, *exc = NULL;
+    int rc = nd_lane_call(h->lane, op, count_in, count_out, descr, &entry, &seq, &exc);
+    if (rc == ND_LANE_NOT_TAKEN)
+        return -1;
+    if (rc == 0)
+        return NDIST_OK;
+    if (rc < 0)
+        return err_from_exc(err, "ndist engine");
+    /* the op failed: the hook maps it as ``end`` does, ends the claim and records it */
+    int status;
+    PyObject *res = PyObject_CallFunctionObjArgs(h->fail, exc ? exc : Py_None, entry ? entry : Py_None, seq, NULL);
+    if (!res)
+        status = err_from_exc(err, "ndist engine (failure)");
+    else if ((status = err_from(res, err)) < 0)
+        status = err_from_exc(err, "ndist engine (failure)");
+    Py_XDECREF(res);
+    Py_XDECREF(exc);
+    Py_XDECREF(entry);
+    Py_XDECREF(seq);
+    return status;
 }
 
 /* with the GIL: begin, the op without the GIL, end */
@@ -324,7 +370,9 @@ static int call(ndist_group g, int opc, void *out, const void *in, size_t count,
         }
     }
     PyGILState_STATE st = PyGILState_Ensure();
-    status = run_locked(&h, &op, cin, cout, err);
+    status = h.lane ? run_core(&h, &op, cin, cout, err) : -1;
+    if (status < 0)
+        status = run_locked(&h, &op, cin, cout, err);
     PyGILState_Release(st);
 done:
     release(h.index);
@@ -382,14 +430,22 @@ static const ndist_engine_api API = {
 };
 
 /* ------------------------------------------------------------------ Python side */
-/* capi_open(group, begin, end, rsag_min) -> handle: a new entry for ``group``, a same-host Group or a
- * TcpGroup (one with a view, a two-level group's, runs no op: ND_SHM_BROKEN) */
+/* capi_open(group, begin, end, rsag_min, lane=None, fail=None, dtypes=None) -> handle: a new entry
+ * for ``group``, a same-host Group or a TcpGroup (one with a view, a two-level group's, runs no op:
+ * ND_SHM_BROKEN). ``lane``: the group's C core (a FastLane), which runs what it takes with no
+ * Python-level call; ``fail`` its failure hook, ``dtypes`` NumPy's dtype of each code. */
 static PyObject *capi_open(PyObject *mod, PyObject *args)
 {
-    PyObject *group, *begin, *end;
+    PyObject *group, *begin, *end, *lane = Py_None, *fail = Py_None, *dtypes = Py_None;
     Py_ssize_t rsag_min;
-    if (!PyArg_ParseTuple(args, "OOOn:capi_open", &group, &begin, &end, &rsag_min))
+    if (!PyArg_ParseTuple(args, "OOOn|OOO:capi_open", &group, &begin, &end, &rsag_min, &lane, &fail, &dtypes))
         return NULL;
+    if (lane != Py_None && (!nd_lane_is(lane) || !PyCallable_Check(fail) || !PyTuple_Check(dtypes) ||
+                            PyTuple_GET_SIZE(dtypes) != NDTYPES)) {
+        PyErr_Format(PyExc_TypeError, "capi_open: lane: expected a FastLane with a callable fail and a tuple of "
+                     "%d dtypes, got %s", NDTYPES, Py_TYPE(lane)->tp_name);
+        return NULL;
+    }
     int tcp = nd_tcp_is(group);
     if (!tcp && !nd_shm_is(group)) {
         PyErr_Format(PyExc_TypeError, "capi_open: group: expected a _cnative.Group or TcpGroup, got %s",
@@ -421,6 +477,9 @@ static PyObject *capi_open(PyObject *mod, PyObject *args)
     e->group = Py_NewRef(group);
     e->begin = Py_NewRef(begin);
     e->end = Py_NewRef(end);
+    e->lane = lane == Py_None ? NULL : Py_NewRef(lane);
+    e->fail = lane == Py_None ? NULL : Py_NewRef(fail);
+    e->dtypes = lane == Py_None ? NULL : Py_NewRef(dtypes);
     e->rsag_min = rsag_min;
     e->tcp = tcp;
     if (tcp)
@@ -439,7 +498,7 @@ static PyObject *capi_close(PyObject *mod, PyObject *arg)
     if (h == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
     uint32_t index = (uint32_t)(h & 0xffffffffu), gen = (uint32_t)(h >> 32);
-    PyObject *refs[3] = {NULL, NULL, NULL};
+    PyObject *refs[NREFS] = {NULL};
     pthread_mutex_lock(&lock);
     if (index >= 1 && index <= nentries && entries[index - 1].gen == gen && entries[index - 1].open) {
         Entry *e = &entries[index - 1];
@@ -448,14 +507,15 @@ static PyObject *capi_close(PyObject *mod, PyObject *arg)
             take_refs(e, refs);
     }
     pthread_mutex_unlock(&lock);
-    for (int i = 0; i < 3; i++) /* (the GIL is held) */
+    for (int i = 0; i < NREFS; i++) /* (the GIL is held) */
         Py_XDECREF(refs[i]);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef capi_methods[] = {
     {"capi_open", capi_open, METH_VARARGS,
-     "capi_open(group, begin, end, rsag_min) -> handle: a C interface handle for a Group or TcpGroup"},
+     "capi_open(group, begin, end, rsag_min, lane=None, fail=None, dtypes=None) -> handle: a C interface "
+     "handle for a Group or TcpGroup"},
     {"capi_close", capi_close, METH_O, "capi_close(handle): calls on it return NDIST_E_CLOSED from now on"},
     {NULL, NULL, 0, NULL},
 };

@@ -317,6 +317,8 @@ static PyObject *now_obj(void)
 /* The plain lane's method ``name`` with the call's own arguments */
 static PyObject *delegate(FastLane *f, const char *name, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (f->plain == Py_None) /* (the C interface's core: no Python lane; the general path takes it) */
+        Py_RETURN_FALSE;
     PyObject *m = PyObject_GetAttrString(f->plain, name);
     if (!m)
         return NULL;
@@ -398,10 +400,19 @@ static void avg_finish(char *buf, Py_ssize_t count, int code, int n)
     }
 }
 
-/* One claimed op: recorded, run without the GIL, ended. Returns Py_True, or NULL (the
- * failure hook's error). ``root_obj``: the record's root (a group rank) or NULL. */
-static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
-                     PyObject *root_obj, int redop)
+/* The C core of one claimed op (``claim`` took the flag), shared by FastLane's methods (``run``)
+ * and the C interface (``nd_lane_call``, for capi.c): numbered, recorded, run without the GIL,
+ * AVG finished, the claim ended, the entry's end time. With the GIL.
+ * 0: done. -1: a Python error set (before the op: the claim ended; after it: the op ran). 1: the
+ * op failed: ``*exc`` holds the group's exception (a new reference, or NULL), ``*entry`` the
+ * recorder's entry (or NULL), ``*seq`` the lane's number, and the claim is still held: the
+ * caller's hook maps the failure, ends the claim and records it (``_fast.py``'s ``failure``,
+ * ``_capi.py``'s ``Handle.failure``). ``root_obj``: the record's root (a group rank) or NULL. */
+/* (inlined into both callers: a FastLane method's call costs what it did as one function) */
+static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in,
+                                                      Py_ssize_t count_out, PyObject *descr, PyObject *root_obj,
+                                                      int redop, PyObject **entry_p, PyObject **seq_p,
+                                                      PyObject **exc_p)
 {
     PyObject *entry = NULL, *seq = NULL;
     if (!(seq = PyIter_Next(f->seqs))) {
@@ -447,7 +458,7 @@ static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ss
     PyThreadState *save = PyEval_SaveThread();
     int rc = f->tcp ? nd_tcp_run(f->group, op, &save) : nd_shm_run(f->group, op, &save);
     PyEval_RestoreThread(save);
-    if (rc) { /* the group's method's error, for the hook to map; it ends the claim and raises */
+    if (rc) { /* the group's method's error, for the caller's hook to map */
         if (f->tcp)
             nd_tcp_raise(f->group, rc);
         else
@@ -459,16 +470,8 @@ static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ss
             PyException_SetTraceback(value, tb);
         Py_XDECREF(type);
         Py_XDECREF(tb);
-        PyObject *r = PyObject_CallFunctionObjArgs(f->failure, value ? value : Py_None, entry ? entry : Py_None,
-                                                   seq, NULL);
-        Py_XDECREF(value);
-        Py_XDECREF(r); /* (it raises: r is NULL) */
-        Py_XDECREF(entry);
-        Py_DECREF(seq);
-        if (r) {
-            PyErr_SetString(PyExc_RuntimeError, "FastLane: the failure hook returned");
-        }
-        return NULL;
+        *exc_p = value, *entry_p = entry, *seq_p = seq;
+        return 1;
     }
     if (redop == 5) /* AVG */
         avg_finish(op->out, count_out, op->dtype, f->size);
@@ -482,7 +485,7 @@ static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ss
     }
     Py_XDECREF(entry);
     Py_DECREF(seq);
-    Py_RETURN_TRUE;
+    return 0;
 
 early: /* before the op: nothing ran; the claim ends (its error kept) */
     {
@@ -495,7 +498,79 @@ early: /* before the op: nothing ran; the claim ends (its error kept) */
 after:
     Py_XDECREF(entry);
     Py_XDECREF(seq);
+    return -1;
+}
+
+/* One claimed op of a FastLane method: ``core``; a failure goes to the hook ``failure(err,
+ * entry, seq)``, which ends the claim and raises what the Python path raises. Returns Py_True,
+ * or NULL with that error set. */
+static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
+                     PyObject *root_obj, int redop)
+{
+    PyObject *entry = NULL, *seq = NULL, *exc = NULL;
+    int rc = core(f, kind, op, count_in, count_out, descr, root_obj, redop, &entry, &seq, &exc);
+    if (rc == 0)
+        Py_RETURN_TRUE;
+    if (rc < 0)
+        return NULL;
+    PyObject *r = PyObject_CallFunctionObjArgs(f->failure, exc ? exc : Py_None, entry ? entry : Py_None, seq, NULL);
+    Py_XDECREF(exc);
+    Py_XDECREF(entry);
+    Py_DECREF(seq);
+    if (r) { /* (it raises) */
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_RuntimeError, "FastLane: the failure hook returned");
+    }
     return NULL;
+}
+
+/* capi.c's call on the group's C core (engines.h) */
+int nd_lane_call(PyObject *lane, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
+                 PyObject **entry, PyObject **seq, PyObject **exc)
+{
+    FastLane *f = (FastLane *)lane;
+    int kind;
+    switch (op->op) {
+    case OP_ALL_REDUCE: kind = K_ALL_REDUCE; break;
+    case OP_BROADCAST: kind = K_BROADCAST; break;
+    case OP_ALL_TO_ALL: kind = K_ALL_TO_ALL; break;
+    case OP_ALL_GATHER: kind = K_ALL_GATHER; break;
+    case OP_REDUCE_SCATTER: kind = K_REDUCE_SCATTER; break;
+    case OP_BARRIER: kind = K_BARRIER; break;
+    default: return ND_LANE_NOT_TAKEN;
+    }
+    int redop = 0;
+    if (kind != K_BARRIER) {
+        /* what FastLane's methods take: a dtype ``describe`` knows, a reduce op it may finish here,
+         * at least one element; the rest (the Python hooks check and run it) is not taken */
+        if (!descr || descr == Py_None || op->outbytes == 0)
+            return ND_LANE_NOT_TAKEN;
+        DInfo *d = dinfo(f, descr);
+        if (!d)
+            return -1;
+        if (d->code != op->dtype || !d->plain)
+            return ND_LANE_NOT_TAKEN;
+        if (kind == K_ALL_REDUCE || kind == K_REDUCE_SCATTER) {
+            redop = op->redop;
+            if (redop < 1 || redop >= NREDOPS || !(d->mask & (1 << redop)))
+                return ND_LANE_NOT_TAKEN;
+        }
+    }
+    int c = claim(f);
+    if (c <= 0)
+        return c < 0 ? -1 : ND_LANE_NOT_TAKEN;
+    PyObject *root_obj = NULL;
+    if (kind == K_BROADCAST && !(root_obj = PyLong_FromLong(op->root))) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (leave(f) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return -1;
+    }
+    int rc = core(f, kind, op, count_in, count_out, descr, root_obj, redop, entry, seq, exc);
+    Py_XDECREF(root_obj);
+    return rc;
 }
 
 /* all_reduce(tensor, op) */
@@ -739,6 +814,8 @@ static PyTypeObject FastLaneType = {
     .tp_methods = FastLane_methods,
     .tp_doc = "A group's repeated blocking collectives in one C call (see the module source).",
 };
+
+int nd_lane_is(PyObject *o) { return Py_TYPE(o) == &FastLaneType; }
 
 int nd_lane_add(PyObject *m)
 {

@@ -53,5 +53,19 @@ int nd_tcp_is(PyObject *o);
 int nd_capi_add(PyObject *m);
 /* clane.c: add ``LaneState`` and ``FastLane`` (the repeated call in one C call) to ``m`` */
 int nd_lane_add(PyObject *m);
+/* ``o`` is a FastLane */
+int nd_lane_is(PyObject *o);
+/* With the GIL: a C interface call (capi.c) on FastLane ``lane``, the group's C core, with the
+ * bookkeeping FastLane's own methods do (claim, number, record, the op without the GIL, AVG's
+ * finish, the end). ``descr``: op->dtype's NumPy dtype (NULL for a barrier); ``count_in`` /
+ * ``count_out``: the record's counts. ND_LANE_NOT_TAKEN: nothing done (a dtype or reduce op
+ * the core does not finish, no element, a busy, closed or broken group, a queued job): the
+ * Python hooks take the call. 0: done. -1: a Python error set. 1: the op failed, the claim
+ * still held: ``*exc`` (the group's exception), ``*entry`` (the recorder's entry or NULL) and
+ * ``*seq`` (the lane's number), new references, go to the caller's failure hook, which ends
+ * the claim. */
+#define ND_LANE_NOT_TAKEN (-2)
+int nd_lane_call(PyObject *lane, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
+                 PyObject **entry, PyObject **seq, PyObject **exc);
 
 #endif

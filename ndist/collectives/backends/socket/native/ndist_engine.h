@@ -16,8 +16,9 @@
  * The functions may be called without the GIL, from any thread. Each call is numbered and
  * recorded in the group's flight recorder and claims the group's lane as the Python path's
  * repeated call does, so calls through this table and through ``ndist.distributed`` mix on one
- * group in any order; that bookkeeping still runs in Python, so a call takes the GIL twice,
- * briefly (before and after the operation), and runs the operation itself without it.
+ * group in any order; that bookkeeping touches Python objects (the counter, the recorder), so a
+ * call holds the GIL briefly before and after the operation, and runs the operation itself
+ * without it.
  *
  * Buffers are pointers to ``count`` elements of ``dtype`` (contiguous); ``count`` is the
  * per-rank element count named at each function. ``root`` is a rank of the group (0 .. size-1).
