@@ -19,6 +19,8 @@ Configs (``--configs``):
   return at once (``api_overhead.py --loop``);
 * ``mpi`` / ``raw``: ndist's mpi backend / mpi4py directly, world size 1 without
   ``mpiexec`` (``mpi_overhead.py --loop``): at one rank nothing is communicated;
+* ``socket2-torch``: ``socket2`` with torch CPU tensors (``torch.from_numpy`` of the same
+  buffers) passed to ndist's own API instead of NumPy arrays;
 * ``socket2``: the socket backend's native engine at n = 2 on this host. Rank 0
   runs under callgrind and starts rank 1 (plain Python, not under callgrind). A
   rank that arrives first spins in the C engine's ``wait_ge`` (how long depends on
@@ -51,7 +53,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
        "all_to_all_single_uneven")
-CONFIGS = ("socket2", "api", "mpi", "raw")
+CONFIGS = ("socket2", "socket2-torch", "api", "mpi", "raw")
 WAIT_FN = "wait_ge"
 
 
@@ -66,7 +68,8 @@ def _socket_worker(args) -> None:
         env.setdefault("NDIST_SECRET", secrets.token_hex(16))
         os.environ.setdefault("NDIST_SECRET", env["NDIST_SECRET"])  # (a benchmark script, not the library)
         peer = subprocess.Popen([sys.executable, __file__, "--worker", "socket2", "--rank", "1", "--init", path,
-                                 "--op", args.op, "--loop", str(args.loop), "--bytes", str(args.bytes)], env=env)
+                                 "--op", args.op, "--loop", str(args.loop), "--bytes", str(args.bytes),
+                                 "--tensors", args.tensors], env=env)
     import ndist.distributed as dist
 
     dist.init_process_group("socket", init_method=f"file://{path}", rank=args.rank, world_size=2)
@@ -74,7 +77,12 @@ def _socket_worker(args) -> None:
         # benchmarks/mpi_overhead.py, beside this script (sys.path[0]): the same buffers and closures
         from mpi_overhead import ndist_calls
 
-        fn = ndist_calls(dist, args.rank, 2, args.bytes)[args.op]
+        wrap = None
+        if args.tensors == "torch":
+            import torch
+
+            wrap = torch.from_numpy
+        fn = ndist_calls(dist, args.rank, 2, args.bytes, wrap)[args.op]
         for _ in range(20):
             fn()
         deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
@@ -99,7 +107,7 @@ def _command(config: str, op: str, loop: int, nbytes: int) -> list[str]:
         return [py, str(HERE / "mpi_overhead.py"), "--loop", str(loop), "--op", op, "--bytes", str(nbytes),
                 "--side", "ndist" if config == "mpi" else "raw"]
     return [py, __file__, "--worker", "socket2", "--rank", "0", "--op", op, "--loop", str(loop),
-            "--bytes", str(nbytes)]
+            "--bytes", str(nbytes), "--tensors", "torch" if config == "socket2-torch" else "numpy"]
 
 
 def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
@@ -117,7 +125,7 @@ def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
     text = files[0].read_text(errors="replace")
     m = re.search(r"^totals:\s+(\d+)", text, re.M) or re.search(r"^summary:\s+(\d+)", text, re.M)
     total = int(m.group(1))
-    if config == "socket2":
+    if config.startswith("socket2"):
         total -= _inclusive(files[0], WAIT_FN)
     for f in files:
         f.unlink()
@@ -147,6 +155,7 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--init", default="")
     parser.add_argument("--op", default="all_reduce", choices=OPS)
+    parser.add_argument("--tensors", default="numpy", choices=("numpy", "torch"), help="(internal) socket2's arrays")
     args = parser.parse_args()
     if args.worker:
         _socket_worker(args)
@@ -157,7 +166,8 @@ def main() -> None:
         parser.error(f"--configs, --ops: expected names of {', '.join(CONFIGS)} and {', '.join(OPS)}; got {bad}")
     print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2 "
           f"without {WAIT_FN}")
-    print(f"{'op':<26}" + "".join(f"{c:>10}" for c in configs))
+    widths = [max(10, len(c) + 1) for c in configs]
+    print(f"{'op':<26}" + "".join(f"{c:>{w}}" for c, w in zip(configs, widths)))
     with tempfile.TemporaryDirectory(prefix="ndist-cg-") as folder:
         for op in ops:
             row = []
@@ -165,7 +175,7 @@ def main() -> None:
                 a = _count(config, op, args.loop, args.bytes, folder)
                 b = _count(config, op, 2 * args.loop, args.bytes, folder)
                 row.append((b - a) / args.loop)
-            print(f"{op:<26}" + "".join(f"{v:>10,.0f}" for v in row), flush=True)
+            print(f"{op:<26}" + "".join(f"{v:>{w},.0f}" for v, w in zip(row, widths)), flush=True)
 
 
 if __name__ == "__main__":

@@ -670,7 +670,16 @@ static int read_other(FastLane *f, PyObject *t, Arg *a)
         }
         return r;
     }
-    case A_DLPACK: { /* as np.from_dlpack asks: __dlpack__(dl_device=None, copy=None, max_version=(1, 0)) */
+    case A_DLPACK: { /* as _convert.as_array asks: __dlpack_device__() first (CPU: 1, else another library's
+                      * path), then as np.from_dlpack: __dlpack__(dl_device=None, copy=None, max_version=(1, 0)) */
+        PyObject *dev = PyObject_CallMethodNoArgs(t, s_dlpack_device);
+        if (!dev)
+            return refused();
+        int cpu = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) >= 1 && PyLong_Check(PyTuple_GET_ITEM(dev, 0)) &&
+                  PyLong_AsLong(PyTuple_GET_ITEM(dev, 0)) == DL_CPU;
+        Py_DECREF(dev);
+        if (!cpu)
+            return PyErr_Occurred() ? refused() : 0;
         PyObject *argv[4] = {t, PyTuple_GET_ITEM(dl_args_tail, 0), PyTuple_GET_ITEM(dl_args_tail, 1),
                              PyTuple_GET_ITEM(dl_args_tail, 2)};
         PyObject *cap = PyObject_VectorcallMethod(s_dlpack, argv, 1, dl_kwnames);
