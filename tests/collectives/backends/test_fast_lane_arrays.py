@@ -40,6 +40,10 @@ class Exported:
         return self.device
 
 
+class Sub(np.ndarray):
+    pass
+
+
 def _one_c_call(fn) -> bool:
     """``fn()`` ran no Python function of ndist's but in the public functions' file."""
     import ndist
@@ -139,6 +143,9 @@ def _other_arrays(rank, size):
     strided = Exported(np.ones(2 * K, np.float32)[::2])
     got["strided dlpack"] = (_error(lambda: dist.all_reduce(strided)), strided.arr.tolist())
     got["ndist.Tensor strided"] = _one_c_call(lambda: dist.all_reduce(ndist.ones(2 * K)[::2]))
+    sub = np.arange(K, dtype=np.float32).view(Sub)  # an ndarray subclass: NumPy's layout too
+    dist.all_reduce(sub)
+    got["ndarray subclass"] = (_one_c_call(lambda: dist.all_reduce(sub)), sub.tolist())
 
     def exported():
         arr = np.ones(K, np.float32)
@@ -164,6 +171,7 @@ def test_ndist_tensors_and_dlpack_arrays_run_in_one_c_call_with_the_python_engin
                 assert result == ref[kind][op][0], (rank, kind, op, result, ref[kind][op][0])
                 assert not ref[kind][op][1]  # (the Python engine has no C lane)
         assert got["ndist.Tensor strided"] is False, got
+        assert got["ndarray subclass"] == (True, ref["ndarray subclass"][1]), (got, ref)
         for case in ("read-only dlpack", "legacy dlpack", "other device", "strided dlpack"):
             assert got[case] == ref[case], (case, got[case], ref[case])
         assert "expected a writable tensor" in got["read-only dlpack"], got
