@@ -555,8 +555,11 @@ static int dl_arg(FastLane *f, Arg *a, PyObject *cap, int torch)
     a->hold = cap;
     if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
         DlVersioned *v = PyCapsule_GetPointer(cap, "dltensor_versioned");
-        if (PyCapsule_SetName(cap, "used_dltensor_versioned") < 0)
-            return refused(); /* (cannot fail on a valid capsule) */
+        if (PyCapsule_SetName(cap, "used_dltensor_versioned") < 0) { /* (not on a valid capsule) */
+            int r = refused();
+            release_arg(a);
+            return r;
+        }
         a->managed = v, a->versioned = 1;
         if (v->version.major != 1) /* another layout: only the deleter may be used */
             goto no;
@@ -566,8 +569,11 @@ static int dl_arg(FastLane *f, Arg *a, PyObject *cap, int torch)
         writable = torch || !(v->flags & DL_READ_ONLY);
     } else if (PyCapsule_IsValid(cap, "dltensor")) {
         DlManaged *m = PyCapsule_GetPointer(cap, "dltensor");
-        if (PyCapsule_SetName(cap, "used_dltensor") < 0)
-            return refused();
+        if (PyCapsule_SetName(cap, "used_dltensor") < 0) { /* (not on a valid capsule) */
+            int r = refused();
+            release_arg(a);
+            return r;
+        }
         a->managed = m, a->versioned = 0;
         dt = &m->dl_tensor;
         writable = torch;
