@@ -19,6 +19,8 @@ Configs (``--configs``):
   return at once (``api_overhead.py --loop``);
 * ``mpi`` / ``raw``: ndist's mpi backend / mpi4py directly, world size 1 without
   ``mpiexec`` (``mpi_overhead.py --loop``): at one rank nothing is communicated;
+* ``socket2-torch``: ``socket2`` with torch CPU tensors (``torch.from_numpy`` of the same
+  buffers) passed to ndist's own API instead of NumPy arrays;
 * ``socket2``: the socket backend's native engine at n = 2 on this host. Rank 0
   runs under callgrind and starts rank 1 (plain Python, not under callgrind). A
   rank that arrives first spins in the C engine's ``wait_ge`` (how long depends on
@@ -60,7 +62,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
        "all_to_all_single_uneven")
-CONFIGS = ("socket2", "capi2", "torch2", "api", "mpi", "raw")
+CONFIGS = ("socket2", "socket2-torch", "capi2", "torch2", "api", "mpi", "raw")
+WORKERS = ("socket2", "socket2-torch", "capi2", "torch2")
 TORCH_OPS = ("all_reduce", "broadcast", "all_to_all_single")
 WAIT_FN = "wait_ge"
 # the C interface's loop (capi2): ``n`` calls of op ``op`` (CAPI_OPS), err NULL
@@ -111,7 +114,12 @@ def _socket_worker(args) -> None:
             loop(20)
             deque(map(lambda _: loop(args.loop), repeat(None, 1)), 0)
         else:
-            fn = ndist_calls(dist, args.rank, 2, args.bytes)[args.op]
+            wrap = None
+            if args.worker == "socket2-torch":
+                import torch
+
+                wrap = torch.from_numpy
+            fn = ndist_calls(dist, args.rank, 2, args.bytes, wrap)[args.op]
             for _ in range(20):
                 fn()
             deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
@@ -230,7 +238,7 @@ def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
     text = files[0].read_text(errors="replace")
     m = re.search(r"^totals:\s+(\d+)", text, re.M) or re.search(r"^summary:\s+(\d+)", text, re.M)
     total = int(m.group(1))
-    if config in ("socket2", "capi2", "torch2"):
+    if config in WORKERS:
         total -= _inclusive(files[0], WAIT_FN)
     for f in files:
         f.unlink()
@@ -256,7 +264,7 @@ def main() -> None:
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--loop", type=int, default=500, help="N: each count runs N and 2N calls")
     parser.add_argument("--bytes", type=int, default=4096)
-    parser.add_argument("--worker", choices=("socket2", "capi2", "torch2"), help="(internal) run one loop, no callgrind")
+    parser.add_argument("--worker", choices=WORKERS, help="(internal) run one loop, no callgrind")
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--init", default="")
     parser.add_argument("--op", default="all_reduce", choices=OPS)
@@ -272,7 +280,8 @@ def main() -> None:
         parser.error(f"--configs, --ops: expected names of {', '.join(CONFIGS)} and {', '.join(OPS)}; got {bad}")
     print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2, "
           f"capi2 and torch2 without {WAIT_FN}")
-    print(f"{'op':<26}" + "".join(f"{c:>10}" for c in configs))
+    widths = [max(10, len(c) + 1) for c in configs]
+    print(f"{'op':<26}" + "".join(f"{c:>{w}}" for c, w in zip(configs, widths)))
     with tempfile.TemporaryDirectory(prefix="ndist-cg-") as folder:
         for op in ops:
             row = []
@@ -280,7 +289,7 @@ def main() -> None:
                 a = _count(config, op, args.loop, args.bytes, folder)
                 b = _count(config, op, 2 * args.loop, args.bytes, folder)
                 row.append((b - a) / args.loop)
-            print(f"{op:<26}" + "".join(f"{v:>10,.0f}" for v in row), flush=True)
+            print(f"{op:<26}" + "".join(f"{v:>{w},.0f}" for v, w in zip(row, widths)), flush=True)
 
 
 if __name__ == "__main__":

@@ -43,9 +43,12 @@ def _buffers(rank: int, size: int, nbytes: int) -> dict:
                 uin=np.ones(sum(ins), np.float32), uout=np.empty(sum(outs), np.float32))
 
 
-def ndist_calls(dist, rank: int, size: int, nbytes: int) -> dict:
-    """The one-op closures of ndist's public API on ``_buffers`` (also call_counts.py's)."""
+def ndist_calls(dist, rank: int, size: int, nbytes: int, wrap=None) -> dict:
+    """The one-op closures of ndist's public API on ``_buffers`` (also call_counts.py's);
+    ``wrap`` turns each array into what the calls pass (call_counts.py: ``torch.from_numpy``)."""
     b = _buffers(rank, size, nbytes)
+    if wrap is not None:
+        b = {key: wrap(v) if isinstance(v, np.ndarray) else v for key, v in b.items()}
     full, out, part, part_out = b["full"], b["out"], b["part"], b["part_out"]
     uin, uout, ins, outs = b["uin"], b["uout"], b["ins"], b["outs"]
     return {

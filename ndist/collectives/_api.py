@@ -53,12 +53,16 @@ def _rows_to_elements(splits: list[int], shape) -> list[int]:
 
 
 def _submit(pg, method, call: Call, async_op, post=None, outputs=None):
-    """``submit``, then the group's fast lane once its CPU lane exists."""
+    """``submit``, then the group's fast lane once its CPU lane exists (and its compiled lane
+    once the backend offers it)."""
     r = submit(pg, method, call, async_op, post, outputs)
-    if pg.fast is None:
+    fast = pg.fast
+    if fast is None:
         lane = pg.lanes.get("cpu")
         if lane is not None:
             pg.fast = PlainLane(lane)
+    elif type(fast) is PlainLane and fast.pending:  # (the compiled lane may take what this one does not)
+        fast.upgrade()
     return r
 
 

@@ -118,6 +118,13 @@ class PlainLane:
         #: the backend may offer a compiled lane (``fast_lane``) once its engine is chosen
         self.pending = hasattr(lane.backend, "fast_lane")
 
+    def upgrade(self) -> None:
+        """Ask for the compiled lane now: the public layer's general path asks after a call it
+        ran, so a program none of whose calls this lane takes (torch tensors, other DLPack
+        arrays, which the compiled lane reads itself) gets the compiled lane too."""
+        if self.pending:
+            self._upgrade()
+
     def _upgrade(self) -> None:
         lane = self.lane
         fast = lane.backend.fast_lane(self, _failed)

@@ -29,6 +29,11 @@ __all__ = ["make", "core"]
 _AVG = F.redop_code(ReduceOp.AVG)
 _AVG_CODES = frozenset(F.dtype_code(np.dtype(t)) for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32",
                                                              "int64", "float32", "float64"))
+# DLPack's dtype codes (dlpack.h: kDLInt, kDLUInt, kDLFloat, kDLComplex, kDLBool) and bits -> the dtype
+# ``np.from_dlpack`` and ``torch.Tensor.numpy()`` give: what FastLane reads a DLPack tensor as
+_DLPACK_DTYPES = tuple((code, np.dtype(name).itemsize * 8, np.dtype(name)) for code, names in (
+    (0, ("int8", "int16", "int32", "int64")), (1, ("uint8", "uint16", "uint32", "uint64")),
+    (2, ("float16", "float32", "float64")), (5, ("complex64", "complex128")), (6, ("bool",))) for name in names)
 # ReduceOp members by wire code (index 0 and PREMUL_SUM's code: None, never run in C)
 _REDOPS = tuple(next((op for op in ReduceOp if op is not ReduceOp.PREMUL_SUM and F.redop_code(op) == code), None)
                 for code in range(9))
@@ -89,8 +94,10 @@ def _new(backend, nat, ex, book, group_rank, plain, failed):
         return None
     probe = np.empty(3, np.float32)
     hooks = _Hooks(backend, nat, ex, rec, failed)
-    return mod.FastLane(ex.state, nat.g, ex, backend, nat, seqs, record, plain, hooks.failure,
+    fast = mod.FastLane(ex.state, nat.g, ex, backend, nat, seqs, record, plain, hooks.failure,
                         hooks.describe, np.ndarray, group_rank, _REDOPS,
                         (Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_TO_ALL_SINGLE, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM,
                          Op.BARRIER), RSAG_MIN,
                         T_DONE, probe, probe.__array_interface__["data"][0])
+    fast.dlpack_dtypes(_DLPACK_DTYPES)  # torch tensors and other DLPack arrays, read in C too
+    return fast

@@ -31,7 +31,14 @@
  *
  * NumPy arrays are read through NumPy's stable object layout (``PyArrayObject_fields``: data,
  * nd, dimensions, strides, base, descr, flags; the same fields NumPy's own inline accessors
- * read), checked once against a probe array when a FastLane is made. */
+ * read), checked once against a probe array when a FastLane is made. ``read_arg`` reads every
+ * buffer argument of the six ops: a ``numpy.ndarray`` (first, through that layout), an
+ * ``ndist.Tensor`` over one (one attribute read, ``_data``), a torch CPU tensor (``torch.Tensor``
+ * or ``torch.nn.Parameter``: a DLPack export by torch's own C function, no Python frame, and
+ * ``is_neg()``) and any other object with ``__dlpack__`` (a versioned DLPack capsule, asked as
+ * ``np.from_dlpack`` asks it). What the Python path would refuse, stage or copy (not CPU memory,
+ * not C-contiguous, read-only where the op writes, a dtype NumPy gives another meaning) is
+ * handed to the Python lane unchanged. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -107,6 +114,40 @@ typedef struct {
 #define NP_WRITEABLE 0x0400
 #define NP_CARRAY (NP_C_CONTIGUOUS | NP_ALIGNED | NP_WRITEABLE)
 
+/* ------------------------------------------------------------------ DLPack's layout (dlpack.h, v1) */
+typedef struct {
+    void *data;
+    struct {
+        int32_t device_type, device_id;
+    } device;
+    int32_t ndim;
+    struct {
+        uint8_t code, bits;
+        uint16_t lanes;
+    } dtype;
+    int64_t *shape, *strides;
+    uint64_t byte_offset;
+} DlTensor;
+typedef struct DlManaged { /* "dltensor" */
+    DlTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DlManaged *);
+} DlManaged;
+typedef struct DlVersioned { /* "dltensor_versioned" */
+    struct {
+        uint32_t major, minor;
+    } version;
+    void *manager_ctx;
+    void (*deleter)(struct DlVersioned *);
+    uint64_t flags;
+    DlTensor dl_tensor;
+} DlVersioned;
+#define DL_CPU 1
+#define DL_COMPLEX 5
+#define DL_READ_ONLY 1ULL
+#define NDLTYPES 16 /* DLPack (code, bits) -> the NumPy dtype ``np.from_dlpack`` / ``Tensor.numpy()`` give */
+#define NTYPES 8    /* argument types remembered by the lane (besides numpy.ndarray) */
+
 /* ------------------------------------------------------------------ FastLane */
 /* the ops it runs, in the order of ``rec_ops`` and KIND_NAMES */
 enum { K_ALL_REDUCE, K_BROADCAST, K_ALL_TO_ALL, K_ALL_GATHER, K_REDUCE_SCATTER, K_BARRIER, NKINDS };
@@ -140,6 +181,21 @@ typedef struct {
     PyObject *redops[NREDOPS]; /* ReduceOp members by wire code */
     PyObject *rec_ops[NKINDS]; /* the record's op of each kind (K_*) */
     PyObject *cpu;          /* "cpu" */
+    /* the readers of other array types (``read_arg``): DLPack dtypes; the argument types seen, by
+     * address and version tag (no reference: a type freed and another made at its address has
+     * another tag); torch's DLPack export (``torch._C``'s, looked up once a torch tensor came) */
+    struct {
+        int key; /* code << 8 | bits */
+        PyObject *descr;
+    } dl[NDLTYPES];
+    int ndl;
+    struct {
+        PyTypeObject *type;
+        unsigned int tag;
+        int kind;
+    } types[NTYPES];
+    int ntypes;
+    PyObject *torch_export;
     Py_ssize_t rsag_min;
     int t_done;
     DInfo cache[NCACHE];
@@ -173,6 +229,9 @@ static int FastLane_traverse(FastLane *f, visitproc visit, void *arg)
         Py_VISIT(f->rec_ops[i]);
     for (int i = 0; i < f->ncache; i++)
         Py_VISIT(f->cache[i].descr);
+    for (int i = 0; i < f->ndl; i++)
+        Py_VISIT(f->dl[i].descr);
+    Py_VISIT(f->torch_export);
     return 0;
 }
 
@@ -199,6 +258,11 @@ static int FastLane_clear(FastLane *f)
     for (int i = 0; i < f->ncache; i++)
         Py_CLEAR(f->cache[i].descr);
     f->ncache = 0;
+    for (int i = 0; i < f->ndl; i++)
+        Py_CLEAR(f->dl[i].descr);
+    f->ndl = 0;
+    f->ntypes = 0;
+    Py_CLEAR(f->torch_export);
     return 0;
 }
 
@@ -325,6 +389,331 @@ static PyObject *delegate(FastLane *f, const char *name, PyObject *const *args, 
     PyObject *r = PyObject_Vectorcall(m, args, nargs, NULL);
     Py_DECREF(m);
     return r;
+}
+
+/* ------------------------------------------------------------------ the arguments */
+/* One buffer argument as the ops read it (``read_arg``): its memory, its NumPy dtype (borrowed: the
+ * array's, or the one ``np.from_dlpack`` / ``Tensor.numpy()`` give), its shape, NumPy's flags
+ * (NP_C_CONTIGUOUS, NP_ALIGNED, NP_WRITEABLE, as the Python path's view would have them) and
+ * what ``release_arg`` ends after the call: a reference (an ndist.Tensor's array, a DLPack
+ * capsule) and a DLPack tensor (its deleter). Nothing outlives the call. */
+typedef struct {
+    char *data;
+    PyObject *descr;
+    int nd, flags;
+    const Py_ssize_t *np_dims; /* NumPy's dimensions, or NULL and */
+    const int64_t *dl_dims;    /* DLPack's */
+    Py_ssize_t count;
+    PyObject *hold;
+    void *managed;
+    int versioned, dl_code;
+} Arg;
+
+enum { A_NONE, A_NUMPY, A_NDIST, A_TORCH, A_DLPACK }; /* how an argument type is read */
+
+static PyObject *s_data, *s_is_neg, *s_is_conj, *s_dlpack, *s_dlpack_device, *s_module, *s_Tensor, *s_nn,
+    *s_Parameter, *s_C, *s_to_dlpack_v, *s_to_dlpack, *s_ndist_tensor, *s_torch, *s_cupy, *dl_kwnames, *dl_args_tail;
+
+static inline Py_ssize_t arg_dim(const Arg *a, int k)
+{
+    return a->np_dims ? a->np_dims[k] : (Py_ssize_t)a->dl_dims[k];
+}
+
+static inline void numpy_arg(Arg *a, PyObject *t)
+{
+    NpArray *p = (NpArray *)t;
+    Py_ssize_t count = 1;
+    for (int i = 0; i < p->nd; i++)
+        count *= p->dimensions[i];
+    a->data = p->data, a->descr = p->descr, a->nd = p->nd, a->flags = p->flags, a->np_dims = p->dimensions;
+    a->count = count;
+}
+
+/* an argument's memory let go: the DLPack tensor's deleter, then the reference (an error being
+ * raised is kept: a deleter may run Python code) */
+static void release_arg(Arg *a)
+{
+    if (!a->managed && !a->hold)
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (a->managed) {
+        if (a->versioned) {
+            DlVersioned *v = a->managed;
+            if (v->deleter)
+                v->deleter(v);
+        } else {
+            DlManaged *m = a->managed;
+            if (m->deleter)
+                m->deleter(m);
+        }
+        a->managed = NULL;
+    }
+    Py_CLEAR(a->hold);
+    PyErr_Restore(type, value, tb);
+}
+
+/* an exception of the array's own (export refused, no such attribute): 0, the Python path raises
+ * its own; anything else (KeyboardInterrupt, MemoryError...): -1 */
+static int refused(void)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+        return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* ``tp``'s attribute ``name`` is ``want`` (errors: not) */
+static int type_attr_is(PyObject *owner, PyObject *name, PyObject *want)
+{
+    PyObject *v = PyObject_GetAttr(owner, name);
+    if (!v) {
+        PyErr_Clear();
+        return 0;
+    }
+    int is = v == want;
+    Py_DECREF(v);
+    return is;
+}
+
+/* how ``_convert.as_array`` would read an instance of ``tp``, as far as this lane takes it: the
+ * order of its tests (ndarray, ndist.Tensor, a torch module's, a CuPy module's, a builtin,
+ * ``__dlpack__`` and ``__dlpack_device__``). Never imports: a module not loaded has no instances. */
+static int classify(FastLane *f, PyTypeObject *tp)
+{
+    if (PyType_IsSubtype(tp, (PyTypeObject *)f->ndarray))
+        return A_NUMPY;
+    PyObject *m = PyImport_GetModule(s_ndist_tensor);
+    if (m) {
+        PyObject *T = PyObject_GetAttr(m, s_Tensor);
+        Py_DECREF(m);
+        if (!T)
+            return refused() < 0 ? -1 : A_NONE;
+        int exact = (PyObject *)tp == T, sub = PyType_Check(T) && PyType_IsSubtype(tp, (PyTypeObject *)T);
+        Py_DECREF(T);
+        if (exact)
+            return A_NDIST;
+        if (sub) /* (a subclass: the Python lane) */
+            return A_NONE;
+    } else if (PyErr_Occurred())
+        return -1;
+    PyObject *mod = PyObject_GetAttr((PyObject *)tp, s_module);
+    if (!mod)
+        return refused() < 0 ? -1 : A_NONE;
+    int torch = 0, cupy = 0;
+    if (PyUnicode_Check(mod)) {
+        torch = PyUnicode_Tailmatch(mod, s_torch, 0, PY_SSIZE_T_MAX, -1) == 1;
+        cupy = PyUnicode_Tailmatch(mod, s_cupy, 0, PY_SSIZE_T_MAX, -1) == 1;
+    }
+    Py_DECREF(mod);
+    if (PyErr_Occurred())
+        return -1;
+    if (torch) { /* torch.Tensor and torch.nn.Parameter; another subclass may dispatch: the Python lane */
+        PyObject *tm = PyImport_GetModule(s_torch);
+        if (!tm)
+            return PyErr_Occurred() ? -1 : A_NONE;
+        int kind = A_NONE;
+        PyObject *nn = PyObject_GetAttr(tm, s_nn);
+        if (!nn)
+            PyErr_Clear();
+        if (type_attr_is(tm, s_Tensor, (PyObject *)tp) || (nn && type_attr_is(nn, s_Parameter, (PyObject *)tp)))
+            kind = A_TORCH;
+        Py_XDECREF(nn);
+        if (kind == A_TORCH && !f->torch_export) { /* torch._C's export: the versioned one where it exists */
+            PyObject *c = PyObject_GetAttr(tm, s_C);
+            if (c) {
+                f->torch_export = PyObject_GetAttr(c, s_to_dlpack_v);
+                if (!f->torch_export) {
+                    PyErr_Clear();
+                    f->torch_export = PyObject_GetAttr(c, s_to_dlpack);
+                }
+                Py_DECREF(c);
+            }
+            if (!f->torch_export) {
+                PyErr_Clear();
+                kind = A_NONE;
+            }
+        }
+        Py_DECREF(tm);
+        return kind;
+    }
+    if (cupy || PyType_FastSubclass(tp, Py_TPFLAGS_LIST_SUBCLASS | Py_TPFLAGS_TUPLE_SUBCLASS |
+                                            Py_TPFLAGS_DICT_SUBCLASS | Py_TPFLAGS_UNICODE_SUBCLASS |
+                                            Py_TPFLAGS_BYTES_SUBCLASS | Py_TPFLAGS_LONG_SUBCLASS) ||
+        PyType_IsSubtype(tp, &PyFloat_Type) || PyType_IsSubtype(tp, &PyComplex_Type))
+        return A_NONE;
+    int has = PyObject_HasAttr((PyObject *)tp, s_dlpack) && PyObject_HasAttr((PyObject *)tp, s_dlpack_device);
+    return has ? A_DLPACK : A_NONE;
+}
+
+/* a DLPack capsule's tensor into ``a`` (the capsule consumed: renamed, its deleter called by
+ * ``release_arg``); ``torch``: writable whatever the capsule (``Tensor.numpy()``'s view is),
+ * else as ``np.from_dlpack``: a versioned capsule's read-only flag, a legacy one read-only.
+ * 1: read; 0: not this lane's (released) */
+static int dl_arg(FastLane *f, Arg *a, PyObject *cap, int torch)
+{
+    DlTensor *dt;
+    int writable;
+    a->hold = cap;
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        DlVersioned *v = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        if (PyCapsule_SetName(cap, "used_dltensor_versioned") < 0) { /* (not on a valid capsule) */
+            int r = refused();
+            release_arg(a);
+            return r;
+        }
+        a->managed = v, a->versioned = 1;
+        if (v->version.major != 1) /* another layout: only the deleter may be used */
+            goto no;
+        if (v->flags & ~DL_READ_ONLY) /* a copy (IS_COPIED), a padded sub-byte type, a flag not known */
+            goto no;
+        dt = &v->dl_tensor;
+        writable = torch || !(v->flags & DL_READ_ONLY);
+    } else if (PyCapsule_IsValid(cap, "dltensor")) {
+        DlManaged *m = PyCapsule_GetPointer(cap, "dltensor");
+        if (PyCapsule_SetName(cap, "used_dltensor") < 0) { /* (not on a valid capsule) */
+            int r = refused();
+            release_arg(a);
+            return r;
+        }
+        a->managed = m, a->versioned = 0;
+        dt = &m->dl_tensor;
+        writable = torch;
+    } else
+        goto no;
+    if (dt->device.device_type != DL_CPU || dt->dtype.lanes != 1 || dt->ndim < 0)
+        goto no;
+    int key = dt->dtype.code << 8 | dt->dtype.bits;
+    a->descr = NULL;
+    for (int i = 0; i < f->ndl; i++)
+        if (f->dl[i].key == key) {
+            a->descr = f->dl[i].descr;
+            break;
+        }
+    if (!a->descr)
+        goto no;
+    Py_ssize_t count = 1, want = 1;
+    int contiguous = 1;
+    for (int k = dt->ndim - 1; k >= 0; k--) { /* NumPy's C-contiguity: dimensions of 1 have any stride */
+        int64_t n = dt->shape[k];
+        if (dt->strides && n != 1 && dt->strides[k] != want)
+            contiguous = 0;
+        want *= n;
+        count *= n;
+    }
+    int esize = dt->dtype.bits / 8, align = dt->dtype.code == DL_COMPLEX ? esize / 2 : esize;
+    a->data = (char *)dt->data + dt->byte_offset;
+    a->nd = dt->ndim, a->np_dims = NULL, a->dl_dims = dt->shape, a->count = count, a->dl_code = dt->dtype.code;
+    a->flags = (contiguous ? NP_C_CONTIGUOUS : 0) | (writable ? NP_WRITEABLE : 0) |
+               (align > 0 && (uintptr_t)a->data % align == 0 ? NP_ALIGNED : 0);
+    return 1;
+no:
+    release_arg(a);
+    return 0;
+}
+
+/* ``t`` read into ``a`` (zeroed by the caller): 1; 0: the Python lane takes it (nothing held);
+ * -1: an error. */
+static int read_other(FastLane *f, PyObject *t, Arg *a)
+{
+    PyTypeObject *tp = Py_TYPE(t);
+    int kind = -1, slot = -1;
+    for (int i = 0; i < f->ntypes; i++)
+        if (f->types[i].type == tp) {
+            slot = i;
+            if (PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) && tp->tp_version_tag == f->types[i].tag)
+                kind = f->types[i].kind;
+            break;
+        }
+    if (kind < 0) {
+        if ((kind = classify(f, tp)) < 0)
+            return -1;
+        if (slot < 0 && f->ntypes < NTYPES)
+            slot = f->ntypes++;
+        if (slot >= 0) {
+            if (PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
+                f->types[slot].type = tp, f->types[slot].tag = tp->tp_version_tag, f->types[slot].kind = kind;
+            else
+                f->types[slot].type = NULL;
+        }
+    }
+    switch (kind) {
+    case A_NUMPY:
+        numpy_arg(a, t);
+        return 1;
+    case A_NDIST: { /* its array, held for the call */
+        PyObject *d = PyObject_GetAttr(t, s_data);
+        if (!d)
+            return refused();
+        if ((PyObject *)Py_TYPE(d) != f->ndarray) {
+            Py_DECREF(d);
+            return 0;
+        }
+        numpy_arg(a, d);
+        a->hold = d;
+        return 1;
+    }
+    case A_TORCH: { /* torch._C's export (no Python frame), then the bits Tensor.numpy() refuses */
+        PyObject *neg = PyObject_CallMethodNoArgs(t, s_is_neg);
+        if (!neg)
+            return refused();
+        Py_DECREF(neg);
+        if (neg != Py_False)
+            return 0;
+        PyObject *cap = PyObject_CallOneArg(f->torch_export, t);
+        if (!cap)
+            return refused();
+        int r = dl_arg(f, a, cap, 1);
+        if (r > 0 && a->dl_code == DL_COMPLEX) { /* a conjugate view: Tensor.numpy() refuses it */
+            PyObject *conj = PyObject_CallMethodNoArgs(t, s_is_conj);
+            if (!conj) {
+                release_arg(a);
+                return refused();
+            }
+            Py_DECREF(conj);
+            if (conj != Py_False) {
+                release_arg(a);
+                return 0;
+            }
+        }
+        return r;
+    }
+    case A_DLPACK: { /* as _convert.as_array asks: __dlpack_device__() first (CPU: 1, else another library's
+                      * path), then as np.from_dlpack: __dlpack__(dl_device=None, copy=None, max_version=(1, 0)) */
+        PyObject *dev = PyObject_CallMethodNoArgs(t, s_dlpack_device);
+        if (!dev)
+            return refused();
+        int cpu = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) >= 1 && PyLong_Check(PyTuple_GET_ITEM(dev, 0)) &&
+                  PyLong_AsLong(PyTuple_GET_ITEM(dev, 0)) == DL_CPU;
+        Py_DECREF(dev);
+        if (!cpu)
+            return PyErr_Occurred() ? refused() : 0;
+        PyObject *argv[4] = {t, PyTuple_GET_ITEM(dl_args_tail, 0), PyTuple_GET_ITEM(dl_args_tail, 1),
+                             PyTuple_GET_ITEM(dl_args_tail, 2)};
+        PyObject *cap = PyObject_VectorcallMethod(s_dlpack, argv, 1, dl_kwnames);
+        if (!cap)
+            return refused();
+        return dl_arg(f, a, cap, 0);
+    }
+    }
+    return 0;
+}
+
+/* one buffer argument, ``numpy.ndarray`` first */
+static inline int read_arg(FastLane *f, PyObject *t, Arg *a)
+{
+    if ((PyObject *)Py_TYPE(t) == f->ndarray) {
+        numpy_arg(a, t);
+        return 1;
+    }
+    return read_other(f, t, a);
+}
+
+/* the Python lane, once the argument is let go */
+static PyObject *pass_on(FastLane *f, Arg *a, const char *name, PyObject *const *args, Py_ssize_t nargs)
+{
+    release_arg(a);
+    return delegate(f, name, args, nargs);
 }
 
 /* the busy flag, when the backend is open, nothing is queued and the group has no failure:
@@ -580,10 +969,13 @@ static PyObject *FastLane_all_reduce(FastLane *f, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_TypeError, "FastLane.all_reduce(tensor, op)");
         return NULL;
     }
-    PyObject *t = args[0], *opo = args[1];
-    NpArray *a = (NpArray *)t;
-    if ((PyObject *)Py_TYPE(t) != f->ndarray || (a->flags & NP_CARRAY) != NP_CARRAY)
-        return delegate(f, "all_reduce", args, nargs);
+    PyObject *opo = args[1];
+    Arg a = {0};
+    int k = read_arg(f, args[0], &a);
+    if (k < 0)
+        return NULL;
+    if (!k || (a.flags & NP_CARRAY) != NP_CARRAY)
+        return pass_on(f, &a, "all_reduce", args, nargs);
     int redop = 0;
     for (int r = 1; r < NREDOPS; r++)
         if (f->redops[r] == opo) {
@@ -591,21 +983,28 @@ static PyObject *FastLane_all_reduce(FastLane *f, PyObject *const *args, Py_ssiz
             break;
         }
     if (!redop)
-        return delegate(f, "all_reduce", args, nargs);
-    DInfo *d = dinfo(f, a->descr);
-    if (!d)
+        return pass_on(f, &a, "all_reduce", args, nargs);
+    DInfo *d = dinfo(f, a.descr);
+    if (!d) {
+        release_arg(&a);
         return NULL;
-    Py_ssize_t count = 1;
-    for (int i = 0; i < a->nd; i++)
-        count *= a->dimensions[i];
+    }
+    Py_ssize_t count = a.count;
     if (!d->code || !(d->mask & (1 << redop)) || count == 0)
-        return delegate(f, "all_reduce", args, nargs);
+        return pass_on(f, &a, "all_reduce", args, nargs);
     int c = claim(f);
-    if (c <= 0)
-        return c < 0 ? NULL : delegate(f, "all_reduce", args, nargs);
+    if (c <= 0) {
+        if (c < 0) {
+            release_arg(&a);
+            return NULL;
+        }
+        return pass_on(f, &a, "all_reduce", args, nargs);
+    }
     Py_ssize_t nbytes = count * d->esize;
-    NdOp op = {OP_ALL_REDUCE, d->code, redop, -1, nbytes > f->rsag_min, d->esize, NULL, a->data, nbytes, NULL, 0};
-    return run(f, K_ALL_REDUCE, &op, count, count, a->descr, NULL, redop);
+    NdOp op = {OP_ALL_REDUCE, d->code, redop, -1, nbytes > f->rsag_min, d->esize, NULL, a.data, nbytes, NULL, 0};
+    PyObject *r = run(f, K_ALL_REDUCE, &op, count, count, a.descr, NULL, redop);
+    release_arg(&a);
+    return r;
 }
 
 /* broadcast(tensor, src, group_src) */
@@ -615,30 +1014,75 @@ static PyObject *FastLane_broadcast(FastLane *f, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "FastLane.broadcast(tensor, src, group_src)");
         return NULL;
     }
-    PyObject *t = args[0], *src = args[1];
-    NpArray *a = (NpArray *)t;
-    if ((PyObject *)Py_TYPE(t) != f->ndarray || (a->flags & NP_CARRAY) != NP_CARRAY || !PyLong_CheckExact(src) ||
-        args[2] != Py_None)
-        return delegate(f, "broadcast", args, nargs);
-    PyObject *root = PyDict_GetItemWithError(f->group_rank, src); /* borrowed */
-    if (!root)
-        return PyErr_Occurred() ? NULL : delegate(f, "broadcast", args, nargs);
-    DInfo *d = dinfo(f, a->descr);
-    if (!d)
+    PyObject *src = args[1];
+    Arg a = {0};
+    int k = read_arg(f, args[0], &a);
+    if (k < 0)
         return NULL;
-    Py_ssize_t count = 1;
-    for (int i = 0; i < a->nd; i++)
-        count *= a->dimensions[i];
+    if (!k || (a.flags & NP_CARRAY) != NP_CARRAY || !PyLong_CheckExact(src) || args[2] != Py_None)
+        return pass_on(f, &a, "broadcast", args, nargs);
+    PyObject *root = PyDict_GetItemWithError(f->group_rank, src); /* borrowed */
+    if (!root) {
+        if (PyErr_Occurred()) {
+            release_arg(&a);
+            return NULL;
+        }
+        return pass_on(f, &a, "broadcast", args, nargs);
+    }
+    DInfo *d = dinfo(f, a.descr);
+    if (!d) {
+        release_arg(&a);
+        return NULL;
+    }
+    Py_ssize_t count = a.count;
     if (!d->code || !d->plain || count == 0)
-        return delegate(f, "broadcast", args, nargs);
+        return pass_on(f, &a, "broadcast", args, nargs);
     int c = claim(f);
-    if (c <= 0)
-        return c < 0 ? NULL : delegate(f, "broadcast", args, nargs);
+    if (c <= 0) {
+        if (c < 0) {
+            release_arg(&a);
+            return NULL;
+        }
+        return pass_on(f, &a, "broadcast", args, nargs);
+    }
     Py_ssize_t nbytes = count * d->esize;
-    NdOp op = {OP_BROADCAST, d->code, 0, (int)PyLong_AsLong(root), 0, d->esize, NULL, a->data, nbytes, NULL, 0};
+    NdOp op = {OP_BROADCAST, d->code, 0, (int)PyLong_AsLong(root), 0, d->esize, NULL, a.data, nbytes, NULL, 0};
     Py_INCREF(root);
-    PyObject *r = run(f, K_BROADCAST, &op, count, count, a->descr, root, 0);
+    PyObject *r = run(f, K_BROADCAST, &op, count, count, a.descr, root, 0);
     Py_DECREF(root);
+    release_arg(&a);
+    return r;
+}
+
+/* an output and an input as the two-buffer ops take them (read into ``o`` and ``i``, zeroed by
+ * the caller, released by it whatever the answer): ``out`` writable, C-contiguous and aligned,
+ * ``in`` C-contiguous, one dtype (the same object), neither empty, the two byte ranges apart
+ * (np.may_share_memory's bounds); 1, 0: not, -1: an error */
+static int two(FastLane *f, PyObject *ot, PyObject *it, Arg *o, Arg *i, DInfo **dp)
+{
+    int k = read_arg(f, ot, o);
+    if (k <= 0)
+        return k;
+    if ((o->flags & NP_CARRAY) != NP_CARRAY || (k = read_arg(f, it, i)) <= 0)
+        return k < 0 ? -1 : 0;
+    if (!(i->flags & NP_C_CONTIGUOUS) || o->descr != i->descr || o->count == 0 || i->count == 0)
+        return 0;
+    DInfo *d = dinfo(f, o->descr);
+    if (!d)
+        return -1;
+    if (!d->code || !d->plain)
+        return 0;
+    if (o->data < i->data + i->count * d->esize && i->data < o->data + o->count * d->esize)
+        return 0;
+    *dp = d;
+    return 1;
+}
+
+/* the end of a two-buffer op: both arguments let go, ``r`` returned */
+static PyObject *two_done(Arg *o, Arg *i, PyObject *r)
+{
+    release_arg(i);
+    release_arg(o);
     return r;
 }
 
@@ -650,61 +1094,31 @@ static PyObject *FastLane_all_to_all_single(FastLane *f, PyObject *const *args, 
                                          "input_split_sizes)");
         return NULL;
     }
-    PyObject *ot = args[0], *it = args[1];
-    NpArray *o = (NpArray *)ot, *i = (NpArray *)it;
-    if ((PyObject *)Py_TYPE(ot) != f->ndarray || (PyObject *)Py_TYPE(it) != f->ndarray || args[2] != Py_None ||
-        args[3] != Py_None || (o->flags & NP_CARRAY) != NP_CARRAY || !(i->flags & NP_C_CONTIGUOUS) ||
-        o->descr != i->descr || o->nd != i->nd || o->nd < 1 || o == i)
+    if (args[2] != Py_None || args[3] != Py_None || args[0] == args[1])
         return delegate(f, "all_to_all_single", args, nargs);
-    Py_ssize_t count = 1;
-    for (int k = 0; k < o->nd; k++) {
-        if (o->dimensions[k] != i->dimensions[k])
-            return delegate(f, "all_to_all_single", args, nargs);
-        count *= o->dimensions[k];
-    }
-    if (count == 0 || o->dimensions[0] % f->size)
-        return delegate(f, "all_to_all_single", args, nargs);
-    DInfo *d = dinfo(f, o->descr);
-    if (!d)
-        return NULL;
-    if (!d->code || !d->plain)
-        return delegate(f, "all_to_all_single", args, nargs);
-    Py_ssize_t nbytes = count * d->esize;
-    /* np.may_share_memory's bounds: the two byte ranges apart */
-    if (o->data < i->data + nbytes && i->data < o->data + nbytes)
-        return delegate(f, "all_to_all_single", args, nargs);
+    Arg o = {0}, i = {0};
+    DInfo *d;
+    int t = two(f, args[0], args[1], &o, &i, &d);
+    if (t < 0)
+        return two_done(&o, &i, NULL);
+    if (t == 0 || o.nd != i.nd || o.nd < 1)
+        goto pass;
+    for (int k = 0; k < o.nd; k++)
+        if (arg_dim(&o, k) != arg_dim(&i, k))
+            goto pass;
+    if (arg_dim(&o, 0) % f->size)
+        goto pass;
     int c = claim(f);
-    if (c <= 0)
-        return c < 0 ? NULL : delegate(f, "all_to_all_single", args, nargs);
-    NdOp op = {OP_ALL_TO_ALL, d->code, 0, -1, 0, d->esize, NULL, o->data, nbytes, i->data, nbytes};
-    return run(f, K_ALL_TO_ALL, &op, count, count, o->descr, NULL, 0);
-}
-
-/* an output and an input as the two-buffer ops take them: both exact NumPy arrays, ``out``
- * writable, C-contiguous and aligned, ``in`` C-contiguous, one dtype (the same object), the two
- * byte ranges apart (np.may_share_memory's bounds); their sizes in ``*nout`` / ``*nin``; 0: not */
-static int two(FastLane *f, PyObject *ot, PyObject *it, Py_ssize_t *nout, Py_ssize_t *nin, DInfo **dp)
-{
-    NpArray *o = (NpArray *)ot, *i = (NpArray *)it;
-    if ((PyObject *)Py_TYPE(ot) != f->ndarray || (PyObject *)Py_TYPE(it) != f->ndarray ||
-        (o->flags & NP_CARRAY) != NP_CARRAY || !(i->flags & NP_C_CONTIGUOUS) || o->descr != i->descr)
-        return 0;
-    Py_ssize_t co = 1, ci = 1;
-    for (int k = 0; k < o->nd; k++)
-        co *= o->dimensions[k];
-    for (int k = 0; k < i->nd; k++)
-        ci *= i->dimensions[k];
-    if (co == 0 || ci == 0)
-        return 0;
-    DInfo *d = dinfo(f, o->descr);
-    if (!d)
-        return -1;
-    if (!d->code || !d->plain)
-        return 0;
-    if (o->data < i->data + ci * d->esize && i->data < o->data + co * d->esize)
-        return 0;
-    *nout = co, *nin = ci, *dp = d;
-    return 1;
+    if (c < 0)
+        return two_done(&o, &i, NULL);
+    if (c == 0)
+        goto pass;
+    Py_ssize_t nbytes = o.count * d->esize;
+    NdOp op = {OP_ALL_TO_ALL, d->code, 0, -1, 0, d->esize, NULL, o.data, nbytes, i.data, nbytes};
+    return two_done(&o, &i, run(f, K_ALL_TO_ALL, &op, o.count, o.count, o.descr, NULL, 0));
+pass:
+    two_done(&o, &i, NULL);
+    return delegate(f, "all_to_all_single", args, nargs);
 }
 
 /* all_gather_into(output, input): output holds size x input */
@@ -714,19 +1128,24 @@ static PyObject *FastLane_all_gather_into(FastLane *f, PyObject *const *args, Py
         PyErr_SetString(PyExc_TypeError, "FastLane.all_gather_into(output, input)");
         return NULL;
     }
-    Py_ssize_t co, ci;
+    Arg o = {0}, i = {0};
     DInfo *d;
-    int t = two(f, args[0], args[1], &co, &ci, &d);
-    if (t <= 0)
-        return t < 0 ? NULL : delegate(f, "all_gather_into", args, nargs);
-    if (co != ci * f->size)
-        return delegate(f, "all_gather_into", args, nargs);
+    int t = two(f, args[0], args[1], &o, &i, &d);
+    if (t < 0)
+        return two_done(&o, &i, NULL);
+    if (t == 0 || o.count != i.count * f->size)
+        goto pass;
     int c = claim(f);
-    if (c <= 0)
-        return c < 0 ? NULL : delegate(f, "all_gather_into", args, nargs);
-    NpArray *o = (NpArray *)args[0], *i = (NpArray *)args[1];
-    NdOp op = {OP_ALL_GATHER, d->code, 0, -1, 0, d->esize, NULL, o->data, co * d->esize, i->data, ci * d->esize};
-    return run(f, K_ALL_GATHER, &op, ci, co, o->descr, NULL, 0);
+    if (c < 0)
+        return two_done(&o, &i, NULL);
+    if (c == 0)
+        goto pass;
+    NdOp op = {OP_ALL_GATHER, d->code, 0, -1, 0, d->esize, NULL, o.data, o.count * d->esize, i.data,
+               i.count * d->esize};
+    return two_done(&o, &i, run(f, K_ALL_GATHER, &op, i.count, o.count, o.descr, NULL, 0));
+pass:
+    two_done(&o, &i, NULL);
+    return delegate(f, "all_gather_into", args, nargs);
 }
 
 /* reduce_scatter_from(output, input, op): input holds size x output */
@@ -744,20 +1163,24 @@ static PyObject *FastLane_reduce_scatter_from(FastLane *f, PyObject *const *args
         }
     if (!redop)
         return delegate(f, "reduce_scatter_from", args, nargs);
-    Py_ssize_t co, ci;
+    Arg o = {0}, i = {0};
     DInfo *d;
-    int t = two(f, args[0], args[1], &co, &ci, &d);
-    if (t <= 0)
-        return t < 0 ? NULL : delegate(f, "reduce_scatter_from", args, nargs);
-    if (ci != co * f->size || !(d->mask & (1 << redop)))
-        return delegate(f, "reduce_scatter_from", args, nargs);
+    int t = two(f, args[0], args[1], &o, &i, &d);
+    if (t < 0)
+        return two_done(&o, &i, NULL);
+    if (t == 0 || i.count != o.count * f->size || !(d->mask & (1 << redop)))
+        goto pass;
     int c = claim(f);
-    if (c <= 0)
-        return c < 0 ? NULL : delegate(f, "reduce_scatter_from", args, nargs);
-    NpArray *o = (NpArray *)args[0], *i = (NpArray *)args[1];
-    NdOp op = {OP_REDUCE_SCATTER, d->code, redop, -1, 0, d->esize, NULL, o->data, co * d->esize, i->data,
-               ci * d->esize};
-    return run(f, K_REDUCE_SCATTER, &op, ci, co, o->descr, NULL, redop);
+    if (c < 0)
+        return two_done(&o, &i, NULL);
+    if (c == 0)
+        goto pass;
+    NdOp op = {OP_REDUCE_SCATTER, d->code, redop, -1, 0, d->esize, NULL, o.data, o.count * d->esize, i.data,
+               i.count * d->esize};
+    return two_done(&o, &i, run(f, K_REDUCE_SCATTER, &op, i.count, o.count, o.descr, NULL, redop));
+pass:
+    two_done(&o, &i, NULL);
+    return delegate(f, "reduce_scatter_from", args, nargs);
 }
 
 /* barrier() */
@@ -772,6 +1195,28 @@ static PyObject *FastLane_barrier(FastLane *f, PyObject *const *args, Py_ssize_t
         return c < 0 ? NULL : delegate(f, "barrier", args, nargs);
     NdOp op = {OP_BARRIER, 0, 0, -1, 0, 0, NULL, NULL, 0, NULL, 0};
     return run(f, K_BARRIER, &op, 0, 0, NULL, NULL, 0);
+}
+
+/* dlpack_dtypes(((code, bits, dtype), ...)): the NumPy dtype each DLPack (code, bits) is read as
+ * (``native/_fast.py``: those ``np.from_dlpack`` gives); none: only NumPy arrays and ndist.Tensors */
+static PyObject *FastLane_dlpack_dtypes(FastLane *f, PyObject *table)
+{
+    if (!PyTuple_Check(table) || PyTuple_GET_SIZE(table) > NDLTYPES) {
+        PyErr_Format(PyExc_TypeError, "FastLane.dlpack_dtypes: expected a tuple of at most %d entries", NDLTYPES);
+        return NULL;
+    }
+    for (int i = 0; i < f->ndl; i++)
+        Py_CLEAR(f->dl[i].descr);
+    f->ndl = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(table); i++) {
+        int code, bits;
+        PyObject *descr;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(table, i), "iiO:dlpack_dtypes", &code, &bits, &descr))
+            return NULL;
+        f->dl[f->ndl].key = code << 8 | bits;
+        f->dl[f->ndl++].descr = Py_NewRef(descr);
+    }
+    Py_RETURN_NONE;
 }
 
 static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_to_all", "all_gather", "reduce_scatter",
@@ -799,6 +1244,8 @@ static PyMethodDef FastLane_methods[] = {
      "reduce_scatter_from(output, input, op) -> bool"},
     {"barrier", (PyCFunction)(void (*)(void))FastLane_barrier, METH_FASTCALL, "barrier() -> bool"},
     {"current", (PyCFunction)FastLane_current, METH_NOARGS, "current() -> the running op's description tuple"},
+    {"dlpack_dtypes", (PyCFunction)FastLane_dlpack_dtypes, METH_O,
+     "dlpack_dtypes(((code, bits, dtype), ...)): the NumPy dtype of each DLPack dtype read"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -821,6 +1268,20 @@ int nd_lane_add(PyObject *m)
 {
     if (!(s_closed = PyUnicode_InternFromString("_closed")) || !(s_broken = PyUnicode_InternFromString("broken")) ||
         !(s_op = PyUnicode_InternFromString("op")))
+        return -1;
+    if (!(s_data = PyUnicode_InternFromString("_data")) || !(s_is_neg = PyUnicode_InternFromString("is_neg")) ||
+        !(s_is_conj = PyUnicode_InternFromString("is_conj")) ||
+        !(s_dlpack = PyUnicode_InternFromString("__dlpack__")) ||
+        !(s_dlpack_device = PyUnicode_InternFromString("__dlpack_device__")) ||
+        !(s_module = PyUnicode_InternFromString("__module__")) || !(s_Tensor = PyUnicode_InternFromString("Tensor")) ||
+        !(s_nn = PyUnicode_InternFromString("nn")) || !(s_Parameter = PyUnicode_InternFromString("Parameter")) ||
+        !(s_C = PyUnicode_InternFromString("_C")) ||
+        !(s_to_dlpack_v = PyUnicode_InternFromString("_to_dlpack_versioned")) ||
+        !(s_to_dlpack = PyUnicode_InternFromString("_to_dlpack")) ||
+        !(s_ndist_tensor = PyUnicode_InternFromString("ndist.tensor")) ||
+        !(s_torch = PyUnicode_InternFromString("torch")) || !(s_cupy = PyUnicode_InternFromString("cupy")) ||
+        !(dl_kwnames = Py_BuildValue("(sss)", "dl_device", "copy", "max_version")) ||
+        !(dl_args_tail = Py_BuildValue("(OO(ii))", Py_None, Py_None, 1, 0)))
         return -1;
     if (PyType_Ready(&LaneStateType) < 0 || PyType_Ready(&FastLaneType) < 0)
         return -1;
