@@ -263,8 +263,10 @@ print("LOADED", ops.load())
 
 @pytest.fixture(scope="session")
 def torch_compiled_build():
-    """Build ndist's compiled torch backend (or load the run's): ``(built, log)``, ``built``
-    whether this build found no cached module. Skips where there is no C++ compiler."""
+    """Build ndist's compiled torch backend (or load the run's): ``(no_cache_yet, log)``,
+    ``no_cache_yet`` whether this process found no cached module when it started (another
+    pytest worker may then build it first, under the build's lock). Skips where there is no
+    C++ compiler."""
     pytest.importorskip("torch")
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         pytest.skip("no C++ compiler: ndist's compiled torch backend cannot be built")

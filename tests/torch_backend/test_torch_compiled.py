@@ -39,9 +39,11 @@ def _python_backend(monkeypatch):
 
 # ------------------------------------------------------------------- the build and its cache
 def test_the_build_logs_once_and_a_second_process_loads_the_cache(compiled):
-    built_here, log = compiled
-    # the session's build said it compiled exactly when there was no cached module yet
-    assert (log.count("compiling ndist's torch backend") == 1) == built_here, log
+    no_cache_yet, log = compiled
+    # the session's build said it compiled at most once, and only where there was no cached
+    # module yet (with none, another worker's build under the same lock may have made it)
+    said = log.count("compiling ndist's torch backend")
+    assert said <= 1 and (said == 0 or no_cache_yet), log
     assert "LOADED True" in log, log
     out = subprocess.run([sys.executable, "-c", _LOG_SETUP + "import ndist.torch.ops as o; print('LOADED', o.load())"],
                          capture_output=True, text=True, timeout=300)
