@@ -19,7 +19,11 @@
  * Memory ordering is C11 atomics only (release stores / acquire loads of ``post`` and
  * ``done``), so the protocol holds on weakly ordered CPUs (aarch64) as on x86-64.
  * Waiting spins for ``spin_us`` (0 when ranks outnumber cores), then sleeps on the
- * peer's ``bell`` futex; a writer bumps its bell after every store and wakes it only
+ * peer's ``bell`` futex. A sleep the peer ended within ``SPIN_GROW_MAX_S`` doubles this rank's
+ * spin (up to ``SPIN_CAP`` x ``spin_us``): the spin was just too short, and the wake-up cost
+ * more than spinning on would have (on a VM, a halted vCPU's: hundreds of µs, so ranks that
+ * share cores could settle into sleeping on every call); a longer sleep (a peer that is
+ * really late) sets it back to ``spin_us``; a writer bumps its bell after every store and wakes it only
  * when someone sleeps on it (seq_cst on both sides: no lost wake-up). A sleeping
  * waiter looks every 20 ms at the peer's state word (closed / failed, with the
  * root-cause rank) and its own state (closed from another thread), and every 100 ms at
@@ -113,6 +117,7 @@ typedef struct {
     Py_ssize_t data_off;  /* data's offset in a slot */
     double timeout;
     double spin_us;
+    double spin_now_us;   /* this rank's spin now: spin_us, longer after sleeps its peer ended soon (wait_ge) */
     uint64_t piece;
     int broken;
     uint64_t op_first;    /* the current op's first piece */
@@ -260,6 +265,21 @@ static void post_stall(Group *g, int code, PyThreadState **save)
 
 /* Wait until peer's word (0 post, 1 done) >= v. Runs without the GIL; *save is the
  * thread state, restored briefly to look at Python signals on the main thread. */
+/* after a wait that went past its spin (at ``slept_at``) and ended: a peer that came within
+ * SPIN_GROW_MAX_S doubles the spin (up to SPIN_CAP x spin_us), a later one sets it back */
+#define SPIN_GROW_MAX_S 2e-3
+#define SPIN_CAP 10.0
+static inline void spin_learn(Group *g, double slept_at)
+{
+    if (g->spin_us <= 0)
+        return;
+    if (now_s() - slept_at < SPIN_GROW_MAX_S) {
+        double s = g->spin_now_us * 2;
+        g->spin_now_us = s < SPIN_CAP * g->spin_us ? s : SPIN_CAP * g->spin_us;
+    } else
+        g->spin_now_us = g->spin_us;
+}
+
 static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, PyThreadState **save)
 {
     ctl_t *c = CTL(g, peer);
@@ -272,7 +292,7 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
          * core (the scheduler put both here) or is late runs, and this rank stays
          * runnable, so it is not a futex wake-up (on a VM, a halted vCPU: hundreds of µs)
          * behind when the peer posts. A yield with nothing else to run is ~1 µs. */
-        double until = now_s() + g->spin_us * 1e-6;
+        double until = now_s() + g->spin_now_us * 1e-6;
         for (;;) {
             for (int i = 0; i < 64; i++) {
                 if (atomic_load_explicit(w, memory_order_acquire) >= v)
@@ -290,7 +310,7 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
                 return E_OK;
         }
     }
-    double next_check = 0;
+    double next_check = 0, slept_at = g->spin_us > 0 ? now_s() : 0;
     /* the watched TCP group is asked from 100 ms into the sleep on: not on a wait's first
      * look, which the hot loops of small two-level calls make at every wait that sleeps */
     double news_at = g->watch ? now_s() + 0.1 : 0;
@@ -299,6 +319,7 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
         uint32_t b = atomic_load(&c->bell);
         if (atomic_load_explicit(w, memory_order_acquire) >= v) {
             atomic_fetch_sub(&c->sleepers, 1);
+            spin_learn(g, slept_at);
             return E_OK;
         }
         uint32_t st = atomic_load(&c->state);
@@ -308,6 +329,7 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
         if (atomic_load_explicit(w, memory_order_acquire) >= v) {
             if (g->in_grace) /* the peer came after all: withdraw this rank's notice */
                 atomic_store(&me->stall_piece, 0);
+            spin_learn(g, slept_at);
             return E_OK;
         }
         g->err_peer = peer;
@@ -1270,6 +1292,7 @@ static int Group_init(Group *g, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "iiOnOdd", kws, &g->rank, &g->size, &maps, &g->slot, &pids,
                                      &g->timeout, &g->spin_us))
         return -1;
+    g->spin_now_us = g->spin_us;
     if (g->size < 1 || g->rank < 0 || g->rank >= g->size || g->slot < ALIGN || g->slot % ALIGN) {
         PyErr_Format(PyExc_ValueError, "Group: bad geometry rank=%d size=%d slot=%zd", g->rank, g->size, g->slot);
         return -1;
@@ -1608,6 +1631,9 @@ static PyMemberDef Group_members[] = {
     {"op_start", T_DOUBLE, offsetof(Group, op_start), READONLY,
      "when the latest op began (CLOCK_MONOTONIC seconds, as time.monotonic())"},
     {"timeout", T_DOUBLE, offsetof(Group, timeout), READONLY, "an op's timeout in seconds"},
+    {"spin_us", T_DOUBLE, offsetof(Group, spin_us), READONLY, "how long a wait spins before it sleeps, at first (µs)"},
+    {"spin_now_us", T_DOUBLE, offsetof(Group, spin_now_us), READONLY,
+     "how long this rank's next wait spins (µs): spin_us, doubled after each sleep a peer ended within 2 ms, up to 10 x"},
     {"cma_min", T_PYSSIZET, offsetof(Group, cma_min), 0,
      "all_to_all blocks of at least this many bytes go by address to peers that can read them (0: never)"},
     {"bcast_min", T_PYSSIZET, offsetof(Group, bcast_min), 0,
