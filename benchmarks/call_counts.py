@@ -35,7 +35,7 @@ Configs (``--configs``):
   (``ndist_engine.h``) as the compiled torch backend makes it: a small C loop (built
   here with the system C compiler) calls the table's function N times without the
   GIL, from one ``map`` step, so no Python runs per call but the C interface's own.
-  Ops: all but ``all_to_all_single_uneven`` (the table has no split sizes).
+  Every op (``all_to_all_single_uneven``: the table's ``all_to_all_v``).
 * ``torch2``: ``torch.distributed`` on backend ``"ndist"`` with the compiled backend
   (``NDIST_TORCH_COMPILED=1``, built or taken from ``$TORCH_EXTENSIONS_DIR``), the same
   n = 2 and buffers as torch tensors: ``all_reduce``, ``broadcast``, ``all_to_all_single``.
@@ -68,17 +68,20 @@ TORCH_OPS = ("all_reduce", "broadcast", "all_to_all_single")
 WAIT_FN = "wait_ge"
 # the C interface's loop (capi2): ``n`` calls of op ``op`` (CAPI_OPS), err NULL
 CAPI_OPS = {"all_reduce": 0, "broadcast": 1, "all_to_all_single": 2, "all_gather_into_tensor": 3,
-            "reduce_scatter_tensor": 4}
+            "reduce_scatter_tensor": 4, "all_to_all_single_uneven": 5}
 CAPI_LOOP = r"""
+#include <stdint.h>
 #include "ndist_engine.h"
-int cc_loop(const ndist_engine_api *api, ndist_group g, int op, void *out, const void *in, size_t count, int n)
+int cc_loop(const ndist_engine_api *api, ndist_group g, int op, void *out, const void *in, size_t count, int n,
+            const int64_t *oc, const int64_t *ic, size_t in_count)
 {
     for (int i = 0; i < n; i++) {
         int st = op == 0   ? api->all_reduce(g, out, count, NDIST_FLOAT32, NDIST_SUM, NULL)
                  : op == 1 ? api->broadcast(g, out, count, NDIST_FLOAT32, 0, NULL)
                  : op == 2 ? api->all_to_all(g, out, in, count, NDIST_FLOAT32, NULL)
                  : op == 3 ? api->all_gather(g, out, in, count, NDIST_FLOAT32, NULL)
-                           : api->reduce_scatter(g, out, in, count, NDIST_FLOAT32, NDIST_SUM, NULL);
+                 : op == 4 ? api->reduce_scatter(g, out, in, count, NDIST_FLOAT32, NDIST_SUM, NULL)
+                           : api->all_to_all_v(g, out, count, oc, in, in_count, ic, NDIST_FLOAT32, NULL);
         if (st)
             return st;
     }
@@ -176,11 +179,15 @@ def _capi_loop(dist, rank: int, size: int, nbytes: int, op: str):
     from ndist.collectives.backends.socket.native import _cnative
     from mpi_overhead import _buffers
 
+    import numpy as np
+
     b = _buffers(rank, size, nbytes)
     out, inp = {"all_reduce": (b["full"], None), "broadcast": (b["full"], None),
                 "all_to_all_single": (b["out"], b["full"]), "all_gather_into_tensor": (b["out"], b["part"]),
-                "reduce_scatter_tensor": (b["part_out"], b["full"])}[op]
+                "reduce_scatter_tensor": (b["part_out"], b["full"]),
+                "all_to_all_single_uneven": (b["uout"], b["uin"])}[op]
     count = (inp if op == "all_gather_into_tensor" else out).size
+    oc, ic = np.array(b["outs"], np.int64), np.array(b["ins"], np.int64)  # (all_to_all_v's split sizes)
     folder = tempfile.mkdtemp(prefix="ndist-cc-capi-")
     try:
         src, lib = os.path.join(folder, "loop.c"), os.path.join(folder, "loop.so")
@@ -195,13 +202,14 @@ def _capi_loop(dist, rank: int, size: int, nbytes: int, op: str):
     api = get(_cnative._C_API, b"ndist.collectives.backends.socket.native._cnative._C_API")
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                   ctypes.c_int]
+                   ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     dist.barrier()  # the group's set-up, before its handle
     h, code = col.engine_handle(), CAPI_OPS[op]
     po, pi = out.ctypes.data, None if inp is None else inp.ctypes.data
+    poc, pic, in_count = oc.ctypes.data, ic.ctypes.data, 0 if inp is None else inp.size
 
-    def loop(n: int, _keep=(out, inp)) -> None:  # (the arrays live as long as the loop)
-        st = fn(api, h, code, po, pi, count, n)
+    def loop(n: int, _keep=(out, inp, oc, ic)) -> None:  # (the arrays live as long as the loop)
+        st = fn(api, h, code, po, pi, count, n, poc, pic, in_count)
         if st:
             raise RuntimeError(f"{op} through the C interface: status {st}")
 

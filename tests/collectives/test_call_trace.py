@@ -15,7 +15,7 @@ from tests.collectives.collective_launch import launch, unavailable
 DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 LIMIT = {"socket, native engine": 8, "mpi": 6}
 #: the ops whose repeated call is one C call on the native engine (the public function's file alone)
-ONE_CALL = ("all_reduce", "all_to_all_single even", "all_gather_into_tensor")
+ONE_CALL = ("all_reduce", "all_to_all_single even", "all_to_all_single uneven", "all_gather_into_tensor")
 CASES = [("socket, native engine", "socket", {"NDIST_ENGINE": "native"}),
          ("socket, Python engine", "socket", {"NDIST_ENGINE": "python"}),
          ("mpi", "mpi", {"NDIST_ENGINE": "auto"})]  # (auto: the C bookkeeping, whatever the outer run forces)

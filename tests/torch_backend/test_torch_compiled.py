@@ -253,6 +253,12 @@ def _every_op(rank, world):
         a2a = torch.empty(1200, dtype=dtype)
         dist.all_to_all_single(a2a, base)
         out[f"alltoall-{name}"] = a2a
+        # split sizes (rows of 3): rank r sends 2q + r + 1 rows to rank q
+        isz, osz = [2 * q + rank + 1 for q in range(world)], [2 * rank + q + 1 for q in range(world)]
+        v_in = base[: 3 * sum(isz)].reshape(-1, 3).contiguous()
+        v_out = torch.empty(sum(osz), 3, dtype=dtype)
+        dist.all_to_all_single(v_out, v_in, osz, isz)
+        out[f"alltoallv-{name}"] = v_out
     dist.barrier()
     calls = ops.engine_calls()
     # the Python group's ops under the compiled backend (not counted): a list form, a rooted

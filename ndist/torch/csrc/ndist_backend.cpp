@@ -4,7 +4,8 @@
 // once per torch version, ndist version and source; cached). Two things:
 //
 // * NdistBackend, a c10d::Backend over a Python ProcessGroupNdist (``py_``): allreduce,
-//   broadcast, _allgather_base, _reduce_scatter_base, alltoall_base (even splits) and barrier
+//   broadcast, _allgather_base, _reduce_scatter_base, alltoall_base (even, and with split sizes
+//   through the table's all_to_all_v where the module has it) and barrier
 //   called blocking (``opts.asyncOp`` false: torch waits at once) on dense contiguous CPU
 //   tensors call ndist's engine through its C interface (ndist_engine.h) on the caller's
 //   thread and return a completed Work; every other op, and every call the C interface does
@@ -29,6 +30,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <cstddef>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -297,8 +299,48 @@ class NdistBackend : public c10d::Backend {
       std::vector<at::Tensor> outs{output};
       return finish(st, err, outs, c10d::OpType::ALLTOALL_BASE, "all_to_all_single");
     }
+    // split sizes (rows of dim 0; an empty list: even rows): the table's all_to_all_v where the module
+    // has it, with counts in elements, when the sizes are what the Python group takes (else it raises)
+    std::vector<int64_t> counts;
+    if (h != 0 && !opts.asyncOp && has_all_to_all_v() && (dt = engine_dtype(input)) != 0 &&
+        engine_dtype(output) == dt && output.dim() == input.dim() && input.dim() >= 1 &&
+        output.sizes().slice(1) == input.sizes().slice(1) &&
+        split_counts(outputSplitSizes, output, counts) && split_counts(inputSplitSizes, input, counts) &&
+        counts[getRank()] == counts[getSize() + getRank()]) {
+      ndist_error err;
+      int st = g_api->all_to_all_v(h, output.data_ptr(), output.numel(), counts.data(), input.data_ptr(),
+                                   input.numel(), counts.data() + getSize(), dt, &err);
+      std::vector<at::Tensor> outs{output};
+      return finish(st, err, outs, c10d::OpType::ALLTOALL_BASE, "all_to_all_single");
+    }
     std::vector<at::Tensor> outs{output};
     return fallback(outs, "alltoall_base", output, input, outputSplitSizes, inputSplitSizes, opts);
+  }
+
+  // The table has all_to_all_v (appended after the first release: ``size`` says).
+  static bool has_all_to_all_v() {
+    return g_api->size >= offsetof(ndist_engine_api, all_to_all_v) + sizeof g_api->all_to_all_v;
+  }
+
+  // ``splits`` (rows of ``t``'s dim 0; empty: getSize() equal parts) as element counts appended to
+  // ``counts``: false where the Python group would refuse them (a size, a negative or a sum that
+  // does not match), so that it raises its own error.
+  bool split_counts(const std::vector<int64_t>& splits, const at::Tensor& t, std::vector<int64_t>& counts) const {
+    int n = getSize();
+    int64_t rows = t.size(0), row = rows ? t.numel() / rows : 0;
+    if (splits.empty()) {
+      if (rows % n) return false;
+      counts.insert(counts.end(), n, rows / n * row);
+      return true;
+    }
+    if (static_cast<int64_t>(splits.size()) != n) return false;
+    int64_t total = 0;
+    for (int64_t s : splits) {
+      if (s < 0 || s > rows - total) return false;
+      total += s;
+      counts.push_back(s * row);
+    }
+    return total == rows;
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {

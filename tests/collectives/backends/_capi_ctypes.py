@@ -48,7 +48,8 @@ def _api_type(gil: bool):
                     ("all_gather", F(i, G, p, p, n, i, E)),
                     ("reduce_scatter", F(i, G, p, p, n, i, i, E)),
                     ("all_to_all", F(i, G, p, p, n, i, E)),
-                    ("barrier", F(i, G, E))]
+                    ("barrier", F(i, G, E)),
+                    ("all_to_all_v", F(i, G, p, n, p, p, n, p, i, E))]
 
     return Api
 
@@ -98,6 +99,15 @@ class Engine:
 
     def barrier(self):
         return self._run(self.api.barrier)
+
+    def all_to_all_v(self, out, out_counts, inp, in_counts, dtype=None):
+        """``out_counts`` / ``in_counts``: lists of element counts (or None: a NULL pointer)"""
+        oc = None if out_counts is None else np.ascontiguousarray(out_counts, np.int64)
+        ic = None if in_counts is None else np.ascontiguousarray(in_counts, np.int64)
+        return self._run(self.api.all_to_all_v, out.ctypes.data if out is not None else None,
+                         0 if out is None else out.size, None if oc is None else oc.ctypes.data,
+                         inp.ctypes.data if inp is not None else None, 0 if inp is None else inp.size,
+                         None if ic is None else ic.ctypes.data, dtype or DTYPES[(inp if inp is not None else out).dtype])
 
 
 def compiler() -> str | None:

@@ -37,6 +37,12 @@ def main() -> None:
         y = np.empty_like(x)
         assert eng.all_to_all(y, x) is None
         assert all((y[q * (nb // 4):(q + 1) * (nb // 4)] == 10 * q + r).all() for q in range(n))
+        isz = [(nb // 4) * (q + 1) // n for q in range(n)]  # rank r sends (q + 1) / n of a block to q
+        osz = [(nb // 4) * (r + 1) // n] * n
+        u = np.concatenate([np.full(s, 10 * r + q, np.int32) for q, s in enumerate(isz)])
+        v = np.empty(sum(osz), np.int32)
+        assert eng.all_to_all_v(v, osz, u, isz) is None
+        assert v.tolist() == [10 * q + r for q in range(n) for _ in range(osz[q])]
         o = np.empty(nb // 4, np.float32)
         assert eng.reduce_scatter(o, np.full(nb // 4 * n, r + 1, np.float32)) is None
         assert (o == sum(range(1, n + 1))).all()

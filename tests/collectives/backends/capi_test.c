@@ -9,6 +9,7 @@
  * with -DCAPI_TEST_MAIN it is also a program that embeds CPython, sets a group up through
  * ndist and runs the same test (``main`` below). */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +148,48 @@ static int selftest(Job *j)
         for (size_t i = 0; i < blk; i++)
             CHECK(u8b[q * blk + i] == (uint8_t)(7 * q + 3 * r + i), "all_to_all from %d [%zu] = %d", q, i,
                   u8b[q * blk + i]);
+    /* all_to_all_v (when the module's table has it): rank r sends (q + 2r) % 4 elements to rank q
+     * (some blocks empty), element i of them 1000r + 10q + i; packed in rank order both ways */
+    int has_v = api->size >= offsetof(ndist_engine_api, all_to_all_v) + sizeof api->all_to_all_v;
+    if (has_v) {
+        CHECK(n <= 64, "all_to_all_v: the test takes at most 64 ranks, got %d", n);
+        int64_t oc[64], ic[64];
+        size_t ototal = 0, itotal = 0;
+        for (int q = 0; q < n; q++) {
+            ic[q] = (q + 2 * r) % 4, oc[q] = (r + 2 * q) % 4;
+            itotal += (size_t)ic[q], ototal += (size_t)oc[q];
+        }
+        size_t k = 0;
+        for (int q = 0; q < n; q++)
+            for (int64_t i = 0; i < ic[q]; i++)
+                i32b[k++] = 1000 * r + 10 * q + (int32_t)i;
+        for (size_t i = 0; i < ototal; i++)
+            i32[i] = -1;
+        OK(api->all_to_all_v(g, i32, ototal, oc, i32b, itotal, ic, NDIST_INT32, &e));
+        k = 0;
+        for (int q = 0; q < n; q++)
+            for (int64_t i = 0; i < oc[q]; i++, k++)
+                CHECK(i32[k] == 1000 * q + 10 * r + i, "all_to_all_v from %d [%lld] = %d", q, (long long)i, i32[k]);
+        /* bad arguments: refused before anything is numbered or sent */
+        ic[0] = -1;
+        REFUSED(NDIST_E_ARGUMENT, api->all_to_all_v(g, i32, ototal, oc, i32b, itotal, ic, NDIST_INT32, &e));
+        ic[0] = (2 * r) % 4;
+        REFUSED(NDIST_E_ARGUMENT, api->all_to_all_v(g, i32, ototal, oc, i32b, itotal + 1, ic, NDIST_INT32, &e));
+        REFUSED(NDIST_E_ARGUMENT, api->all_to_all_v(g, i32, ototal, oc, i32b, itotal, NULL, NDIST_INT32, &e));
+        REFUSED(NDIST_E_ARGUMENT, api->all_to_all_v(g, NULL, ototal, oc, i32b, itotal, ic, NDIST_INT32, &e));
+        REFUSED(NDIST_E_ARGUMENT, api->all_to_all_v(g, i32, ototal, oc, i32b, itotal, ic, 0, &e));
+        REFUSED(NDIST_E_ARGUMENT, api->all_to_all_v(g, i32b, ototal, oc, i32b, itotal, ic, NDIST_INT32, &e));
+        ic[0] = INT64_MAX;
+        REFUSED(NDIST_E_ARGUMENT, api->all_to_all_v(g, i32, ototal, oc, i32b, itotal, ic, NDIST_INT32, &e));
+        ic[0] = (2 * r) % 4;
+        oc[r]++; /* what this rank receives from itself is not what it sends itself */
+        REFUSED(NDIST_E_ARGUMENT, api->all_to_all_v(g, i32, ototal + 1, oc, i32b, itotal, ic, NDIST_INT32, &e));
+        oc[r]--;
+        /* no element anywhere: NULL buffers are fine */
+        for (int q = 0; q < n; q++)
+            oc[q] = ic[q] = 0;
+        OK(api->all_to_all_v(g, NULL, 0, oc, NULL, 0, ic, NDIST_INT8, &e));
+    }
     OK(api->barrier(g, &e));
     /* no element: NULL buffers are fine */
     OK(api->all_reduce(g, NULL, 0, NDIST_FLOAT32, NDIST_AVG, &e));

@@ -1,5 +1,5 @@
 """A small job over the repeated call in one C call (``_cnative.FastLane``, native/clane.c), with
-checks: every op it runs, at 16 B to 3 MiB, three calls each (the first makes the lane); run by
+checks: every op it runs (all_to_all_single even and with split sizes), at 16 B to 3 MiB, three calls each (the first makes the lane); run by
 hand under valgrind or a sanitizer build (docs/native.md, "Memory safety")."""
 
 import numpy as np
@@ -28,6 +28,14 @@ def main() -> None:
             x, y = np.full(rows, r, np.int32), np.empty(rows, np.int32)
             dist.all_to_all_single(y, x)
             assert np.array_equal(y, np.repeat(np.arange(n, dtype=np.int32), rows // n))
+            # split sizes: rank r sends rank q (q + 1) / n of an even block, in rows of 2 (the last
+            # rank's blocks the largest)
+            k = max(rows // n // 2, 1)
+            isz, osz = [k * (q + 1) // n for q in range(n)], [k * (r + 1) // n] * n
+            ux = np.concatenate([np.full((s, 2), 10 * r + q, np.int32) for q, s in enumerate(isz)])
+            uy = np.empty((sum(osz), 2), np.int32)
+            dist.all_to_all_single(uy, ux, osz, isz)
+            assert np.array_equal(uy, np.concatenate([np.full((osz[q], 2), 10 * q + r, np.int32) for q in range(n)]))
             part, full = np.full(rows // n, r, np.float32), np.empty(rows, np.float32)
             dist.all_gather_into_tensor(full, part)
             assert np.array_equal(full, np.repeat(np.arange(n, dtype=np.float32), rows // n))

@@ -41,6 +41,12 @@ def _records():
             for e in dist.flight_recorder()]
 
 
+def _alike(records):
+    """``_records()`` as every rank's must agree: all_to_all's counts left out (with split sizes
+    each rank sends and receives its own)"""
+    return [r[:3] + r[5:] if r[1] == "all_to_all_single" else r for r in records]
+
+
 # ------------------------------------------------------------------ the header
 def test_the_header_agrees_with_the_module():
     from ndist.collectives.backends.socket.native import _capi, _cnative
@@ -97,7 +103,7 @@ def test_the_c_program_passes_on_real_ranks(tmp_path, n, engine):
         assert rc == 0, (rank, why)
         assert kind == {"shm": "Group", "tcp": "TcpGroup"}[engine]
     # every call was numbered and recorded alike on every rank (the refused ones not at all)
-    assert all(r[2] == res[0][2] for r in res), [r[2] for r in res]
+    assert all(_alike(r[2]) == _alike(res[0][2]) for r in res), [r[2] for r in res]
     seqs = [s for s, *_ in res[0][2]]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
     assert all(e[-1] == "completed" for e in res[0][2]), res[0][2]
@@ -240,6 +246,15 @@ def _mixed(rank, size):
             assert eng.all_to_all(a_out, a_in) is None
         else:
             dist.all_to_all_single(a_out, a_in)
+        # split sizes: rank r sends q + r + 1 elements of 100 r + q to rank q
+        isz, osz = [q + rank + 1 for q in range(size)], [rank + q + 1 for q in range(size)]
+        v_in = np.concatenate([np.full(s, 100 * rank + q, np.int32) for q, s in enumerate(isz)])
+        v_out = np.empty(sum(osz), np.int32)
+        if (k + rank) % 3 == 1:
+            assert eng.all_to_all_v(v_out, osz, v_in, isz) is None
+        else:
+            dist.all_to_all_single(v_out, v_in, osz, isz)
+        assert v_out.tolist() == [100 * q + rank for q, s in enumerate(osz) for _ in range(s)], v_out
         sums.append((g_out.tolist(), r_out.tolist(), sorted(a_out.tolist())[:1]))
     backend = dist.group.WORLD.backend_for("cpu")
     return sums, _records(), backend._exec.seq
@@ -260,10 +275,13 @@ def test_calls_mix_with_ndist_distributed_in_any_order(engine):
             assert r == [float(sum(3 * rank + i + q for q in range(n))) for i in range(3)]
             assert a == [2 * rank]
     # numbered alike on every rank: the flight recorder's entries and the backend's sequence number
-    assert all(r[1] == res[0][1] for r in res), [r[1] for r in res]
+    assert all(_alike(r[1]) == _alike(res[0][1]) for r in res), [r[1] for r in res]
     assert all(r[2] == res[0][2] for r in res)
+    for rank, (_, recs, _) in enumerate(res):  # the table's all_to_all_v recorded as the Python path's call
+        v = sum(q + rank + 1 for q in range(n))
+        assert sorted({e[3:5] for e in recs if e[1] == "all_to_all_single"}) == sorted({(2 * n, 2 * n), (v, v)})
     seqs = [e[0] for e in res[0][1]]
-    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) == 1 + 8 * 5, res[0][1]
+    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) == 1 + 8 * 6, res[0][1]
 
 
 # ------------------------------------------------------------------ errors
@@ -275,8 +293,13 @@ def _one_sided_bad_arguments(rank, size):
     errs = []
     if rank == 0:
         x = np.ones(size * 4, np.float32)
+        sizes = [4] * size
         errs = [eng.all_reduce(x, "SUM", dtype=99), eng.all_reduce(x, "BAND"), eng.broadcast(x, size),
-                eng.all_to_all(np.empty_like(x), x, count=x.size - 1)]
+                eng.all_to_all(np.empty_like(x), x, count=x.size - 1),
+                eng.all_to_all_v(np.empty_like(x), sizes, x, [5, -1] + sizes[2:]),
+                eng.all_to_all_v(np.empty_like(x), sizes, x, [3, 5] + sizes[2:]),
+                eng.all_to_all_v(np.empty_like(x), sizes, x, [4, 3] + sizes[2:]),
+                eng.all_to_all_v(np.empty_like(x), sizes, x, None)]
     y = np.full(4, float(rank))
     assert eng.all_reduce(y) is None
     dist.all_reduce(y)
@@ -286,11 +309,15 @@ def _one_sided_bad_arguments(rank, size):
 def test_a_bad_argument_is_refused_before_anything_is_sent_and_the_group_goes_on():
     res = run(_one_sided_bad_arguments, 2)
     errs = res[0][0]
-    assert [e[0] for e in errs] == [1] * 4 and all(e[2] == 1 for e in errs), errs  # NDIST_E_ARGUMENT, usable
+    assert [e[0] for e in errs] == [1] * 8 and all(e[2] == 1 for e in errs), errs  # NDIST_E_ARGUMENT, usable
     assert errs[0][3] == "ValueError" and "dtype: expected a dtype code in [1, 17]" in errs[0][4] and "99" in errs[0][4]
     assert errs[1][3] == "ValueError" and "BAND needs an integer or bool tensor" in errs[1][4], errs[1]
     assert "root: expected a group rank in [0, 2), got 2" in errs[2][4], errs[2]
     assert "count: expected a multiple of the group size 2, got 7" in errs[3][4], errs[3]
+    assert "all_to_all_v: in_counts[1]: expected a count >= 0, got -1" in errs[4][4], errs[4]
+    assert "all_to_all_v: out_counts[0]: expected 3 (in_counts[0], what this rank sends itself), got 4" in errs[5][4]
+    assert "all_to_all_v: in_counts: counts sum to 7, but the buffer has 8 elements" in errs[6][4], errs[6]
+    assert "all_to_all_v: in_counts: expected 2 counts, got a NULL pointer" in errs[7][4], errs[7]
     assert res[0][1] == res[1][1] == [2.0] * 4
     assert res[0][2] == res[1][2]  # nothing numbered for the refused calls
 
@@ -518,6 +545,8 @@ def _python_calls_per_table_call(rank, size):
         "all_gather": seen(lambda: eng.all_gather(g_out, g_in)),
         "reduce_scatter MAX": seen(lambda: eng.reduce_scatter(r_out, r_in, "MAX")),
         "all_to_all": seen(lambda: eng.all_to_all(a_out, a_in)),
+        "all_to_all_v": seen(lambda: eng.all_to_all_v(a_out[:2 + 2 * rank], [1, 3] if rank else [1, 1],
+                                                      a_in[:2 + 2 * rank], [1, 3] if rank else [1, 1])),
         "barrier": seen(eng.barrier),
     }
     h16 = np.ones(8, np.float16)

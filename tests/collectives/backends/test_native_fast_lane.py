@@ -140,9 +140,9 @@ def _handed_on(rank, size):
     v = np.ones(16, np.float32)[::2]  # not contiguous: the general path (staged)
     dist.all_reduce(v)
     got["strided"] = v.tolist()
-    ins, outs = [q + 1 for q in range(size)], [rank + 1] * size  # split sizes: the Python lane
+    ins, outs = [q + 1 for q in range(size)], [rank + 1] * size  # NumPy ints as split sizes: the general path
     uin, uout = np.full(sum(ins), rank, np.float32), np.empty(sum(outs), np.float32)
-    dist.all_to_all_single(uout, uin, outs, ins)
+    dist.all_to_all_single(uout, uin, outs, [np.int64(s) for s in ins])
     got["uneven"] = uout.tolist()
     try:
         dist.all_reduce(np.ones(4, np.float32), op=dist.ReduceOp.BAND)  # refused as on the Python path
@@ -153,11 +153,73 @@ def _handed_on(rank, size):
     return got, _fast_kind()
 
 
+def _uneven(rank, size):
+    """all_to_all_single with split sizes: in C (lists of ints) on one rank while the other takes
+    the Python path (NumPy ints, which FastLane and the Python lane hand on), in turn; then bad
+    sizes, refused by the general path as before."""
+    import sys
+
+    import ndist
+    import ndist.distributed as dist
+
+    dist.barrier()
+    for _ in range(2):  # the C lane from the second (int64 described there: no Python in later calls)
+        dist.all_reduce(np.ones(4, np.int64))
+    isz, osz = [2 * q + rank + 1 for q in range(size)], [2 * rank + q + 1 for q in range(size)]
+    inp = np.concatenate([np.full((s, 3), 10 * rank + q, np.int64) for q, s in enumerate(isz)])
+    want = np.concatenate([np.full((s, 3), 10 * q + rank, np.int64) for q, s in enumerate(osz)])
+    package = ndist.__file__.rsplit("/", 1)[0] + "/"
+    got, frames = [], []
+    for k in range(4):
+        out = np.zeros_like(want)
+        python = k % size == rank  # this rank takes the Python path this time
+        calls: list = []
+        sys.setprofile(lambda fr, ev, _: calls.append(fr.f_code.co_name)
+                       if ev == "call" and fr.f_code.co_filename.startswith(package) else None)
+        try:
+            dist.all_to_all_single(out, inp, osz, [np.int64(s) for s in isz] if python else tuple(isz))
+        finally:
+            sys.setprofile(None)
+        got.append(np.array_equal(out, want))
+        frames.append((python, sorted(set(calls) - {"all_to_all_single"})))
+    errors = []
+    for bad in ([-1] + isz[1:], isz[:-1] + [isz[-1] + 1], [True] + isz[1:], isz + [0]):
+        try:
+            dist.all_to_all_single(np.zeros_like(want), inp, osz, bad)
+        except (ValueError, TypeError) as err:
+            errors.append(f"{type(err).__name__}: {err}")
+    after = np.zeros_like(want)
+    dist.all_to_all_single(after, inp, osz, isz)
+    keys = ("op", "dtype", "count_in", "count_out", "root", "state")
+    recs = [tuple(e[k] for k in keys) for e in dist.flight_recorder()[-5:]]
+    return got, frames, errors, np.array_equal(after, want), recs, _fast_kind()
+
+
+def _handed_on_and_uneven(rank, size):
+    return _handed_on(rank, size), _uneven(rank, size)
+
+
 @pytest.mark.timeout(120)
-def test_what_the_c_lane_does_not_take_goes_on_unchanged():
-    for got, kind in run_ranks(_handed_on, 2, timeout=100, env=NATIVE):
+def test_the_c_lane_runs_uneven_all_to_all_and_hands_on_the_rest_unchanged():
+    """(one job for both: what FastLane hands on, then the uneven all_to_all it runs)"""
+    n = 2
+    res = run_ranks(_handed_on_and_uneven, n, timeout=100, env=NATIVE)
+    for got, kind in (r[0] for r in res):
         assert kind == "FastLane", kind
         assert got["tensor"] == [2.0] * 8 and got["strided"] == [2.0] * 8, got
         assert "band" in got, got
         assert got["uneven"] == np.repeat(np.arange(2), 2 * [got["uneven"].count(0.0)]).tolist(), got
         assert got["after"] == [8.0] * 8, got
+    for rank, (got, frames, errors, after, recs, kind) in enumerate(r[1] for r in res):
+        assert kind == "FastLane", kind
+        assert got == [True] * 4 and after, (rank, got, after)
+        for python, calls in frames:  # the C call runs no Python function; the Python path does
+            assert bool(calls) == python, (rank, python, calls)
+        assert [e.split(":")[0] for e in errors] == ["ValueError", "ValueError", "TypeError", "ValueError"], errors
+        assert "input_split_sizes[0]: expected a size >= 0, got -1" in errors[0], errors
+        assert "input_split_sizes: sizes" in errors[1] and "sum to" in errors[1], errors
+        assert "input_split_sizes[0]: expected an int, got bool" in errors[2], errors
+        assert f"input_split_sizes: expected {n} sizes (the group size)" in errors[3], errors
+        # recorded alike by both paths and on both ranks: the input's and output's element counts
+        count_in, count_out = 3 * sum(2 * q + rank + 1 for q in range(n)), 3 * sum(2 * rank + q + 1 for q in range(n))
+        assert recs == [("all_to_all_single", "int64", count_in, count_out, None, "completed")] * 5, recs

@@ -126,7 +126,9 @@ class Handle:
         return self.nat.broken is None and not self.nat.g.broken and not self.backend.closed
 
     # ------------------------------------------------------------ the hooks
-    def begin(self, op: int, dcode: int, count_in: int, count_out: int, root: int, redop: int, out, inp):
+    def begin(self, op: int, dcode: int, count_in: int, count_out: int, root: int, redop: int, out, inp,
+              out_counts=None, in_counts=None):
+        """(``out_counts`` / ``in_counts``: ``all_to_all_v``'s split sizes in elements, else None)"""
         record_op, name = _OPS[op]
         try:  # what the public layer checks first: nothing numbered yet
             dtype = self._dtypes.get(dcode)
@@ -147,7 +149,8 @@ class Handle:
         nat = self.nat
         try:
             if detail:
-                self.check_signature(pg, seq, self._call(record_op, dtype, out, inp, root_r, rop))
+                self.check_signature(pg, seq, self._call(record_op, dtype, out, inp, root_r, rop, out_counts,
+                                                         in_counts))
             bseq = self.backend.claim_lane()
         except BaseException as exc:  # noqa: BLE001 - recorded, and told to the caller
             return self._refused(exc, entry, seq)
@@ -213,7 +216,7 @@ class Handle:
             status = CLOSED
         return classify(exc, self._usable(), status)
 
-    def _call(self, record_op, dtype, out, inp, root, rop) -> Call:
+    def _call(self, record_op, dtype, out, inp, root, rop, out_splits=None, in_splits=None) -> Call:
         """The ``Call`` the Python path records (NDIST_DEBUG=DETAIL compares it across ranks)."""
         def arr(v):
             return np.empty(0, dtype) if v is None else np.frombuffer(v, dtype)
@@ -222,4 +225,5 @@ class Handle:
             return Call(Op.BARRIER, "cpu")
         if record_op in (Op.ALL_REDUCE, Op.BROADCAST):
             return Call(record_op, "cpu", dtype, out=arr(out), root=root, redop=rop)
-        return Call(record_op, "cpu", dtype, out=arr(out), inp=arr(inp), redop=rop)
+        return Call(record_op, "cpu", dtype, out=arr(out), inp=arr(inp), out_splits=out_splits, in_splits=in_splits,
+                    redop=rop)

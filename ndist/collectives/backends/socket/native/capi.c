@@ -213,6 +213,21 @@ static int run_core(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_ou
     return status;
 }
 
+/* a list of ``n`` counts (a new reference), or NULL with an error set */
+static PyObject *counts_list(const Py_ssize_t *c, int n)
+{
+    PyObject *l = PyList_New(n);
+    for (int q = 0; l && q < n; q++) {
+        PyObject *v = PyLong_FromSsize_t(c[q]);
+        if (!v) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, q, v);
+    }
+    return l;
+}
+
 /* with the GIL: begin, the op without the GIL, end */
 static int run_locked(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, ndist_error *err)
 {
@@ -223,8 +238,13 @@ static int run_locked(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_
         status = err_from_exc(err, "ndist engine");
         goto out;
     }
-    b = PyObject_CallFunction(h->begin, "iinniiOO", op->op, op->dtype, count_in, count_out, op->root, op->redop,
-                              outv, inv);
+    if (op->out_counts) { /* split sizes (elements): the record's per-rank counts (DETAIL compares them) */
+        b = PyObject_CallFunction(h->begin, "iinniiOONN", op->op, op->dtype, count_in, count_out, op->root,
+                                  op->redop, outv, inv, counts_list(op->out_counts, h->size),
+                                  counts_list(op->in_counts, h->size));
+    } else
+        b = PyObject_CallFunction(h->begin, "iinniiOO", op->op, op->dtype, count_in, count_out, op->root,
+                                  op->redop, outv, inv);
     if (!b) {
         status = err_from_exc(err, "ndist engine (begin)");
         goto out;
@@ -424,9 +444,93 @@ static int c_barrier(ndist_group g, ndist_error *err)
     return call(g, OP_BARRIER, NULL, NULL, 0, 0, 0, -1, err);
 }
 
+/* ``name`` (in_counts / out_counts): ``n`` counts of at most ``max`` elements in all, none negative,
+ * summing to ``total``, into ``c``; NDIST_OK or NDIST_E_ARGUMENT */
+static int counts_of(const int64_t *counts, const char *name, int n, size_t total, Py_ssize_t max, Py_ssize_t *c,
+                     ndist_error *err)
+{
+    if (!counts)
+        return bad(err, "all_to_all_v: %s: expected %d counts, got a NULL pointer", name, n);
+    Py_ssize_t sum = 0;
+    for (int q = 0; q < n; q++) {
+        if (counts[q] < 0)
+            return bad(err, "all_to_all_v: %s[%d]: expected a count >= 0, got %lld", name, q, (long long)counts[q]);
+        if (counts[q] > max - sum)
+            return bad(err, "all_to_all_v: %s: expected at most %zd elements in all, got %lld more at [%d] after %zd",
+                       name, max, (long long)counts[q], q, sum);
+        c[q] = (Py_ssize_t)counts[q];
+        sum += c[q];
+    }
+    if ((size_t)sum != total)
+        return bad(err, "all_to_all_v: %s: counts sum to %zd, but the buffer has %zu elements", name, sum, total);
+    return NDIST_OK;
+}
+
+static int c_all_to_all_v(ndist_group g, void *out, size_t out_count, const int64_t *out_counts, const void *in,
+                          size_t in_count, const int64_t *in_counts, int dtype, ndist_error *err)
+{
+    Held_ h;
+    int status = acquire(g, &h, err);
+    if (status)
+        return status;
+    int n = h.size, r = h.rank;
+    Py_ssize_t *c = NULL;
+    NdOp op = {OP_ALL_TO_ALL, dtype, 0, -1, 0, 0, NULL, out, 0, in, 0, NULL, NULL};
+    if (dtype < 1 || dtype >= NDTYPES) {
+        status = bad(err, "all_to_all_v: dtype: expected a dtype code in [1, %d] (ndist_engine.h), got %d",
+                     NDTYPES - 1, dtype);
+        goto done;
+    }
+    op.esize = ESIZES[dtype];
+    Py_ssize_t max = PY_SSIZE_T_MAX / op.esize;
+    if (out_count > (size_t)max || in_count > (size_t)max) {
+        status = bad(err, "all_to_all_v: expected at most %zd elements a buffer, got out_count %zu, in_count %zu",
+                     max, out_count, in_count);
+        goto done;
+    }
+    if (!(c = malloc(2 * (size_t)n * sizeof *c))) {
+        set_err(err, NDIST_E_INTERNAL, "MemoryError", -1, 1, "all_to_all_v: no memory for %d counts", 2 * n);
+        status = NDIST_E_INTERNAL;
+        goto done;
+    }
+    if ((status = counts_of(out_counts, "out_counts", n, out_count, max, c, err)) ||
+        (status = counts_of(in_counts, "in_counts", n, in_count, max, c + n, err)))
+        goto done;
+    if (c[r] != c[n + r]) {
+        status = bad(err, "all_to_all_v: out_counts[%d]: expected %zd (in_counts[%d], what this rank sends itself), "
+                     "got %zd", r, c[n + r], r, c[r]);
+        goto done;
+    }
+    if ((out_count && !out) || (in_count && !in)) {
+        status = bad(err, "all_to_all_v: expected buffers for %zu and %zu elements (out, in), got a NULL pointer",
+                     out_count, in_count);
+        goto done;
+    }
+    op.outbytes = (Py_ssize_t)out_count * op.esize;
+    op.inbytes = (Py_ssize_t)in_count * op.esize;
+    if (!out_count) /* no element: the engine copies 0 bytes, never from or to NULL */
+        op.out = empty;
+    if (!in_count)
+        op.in = empty;
+    if (overlap(op.out, op.outbytes, op.in, op.inbytes)) {
+        status = bad(err, "all_to_all_v: in: expected a buffer apart from out, got one that overlaps it");
+        goto done;
+    }
+    op.out_counts = c, op.in_counts = c + n;
+    PyGILState_STATE st = PyGILState_Ensure();
+    status = h.lane ? run_core(&h, &op, (Py_ssize_t)in_count, (Py_ssize_t)out_count, err) : -1;
+    if (status < 0)
+        status = run_locked(&h, &op, (Py_ssize_t)in_count, (Py_ssize_t)out_count, err);
+    PyGILState_Release(st);
+done:
+    free(c);
+    release(h.index);
+    return status;
+}
+
 static const ndist_engine_api API = {
     NDIST_ENGINE_API_VERSION, (uint32_t)sizeof(ndist_engine_api), c_group_info, c_all_reduce, c_broadcast,
-    c_all_gather, c_reduce_scatter, c_all_to_all, c_barrier,
+    c_all_gather, c_reduce_scatter, c_all_to_all, c_barrier, c_all_to_all_v,
 };
 
 /* ------------------------------------------------------------------ Python side */

@@ -20,9 +20,10 @@
  *   time. A failure calls the Python hook ``failure(err, entry, seq)`` (``native/_fast.py``),
  *   which maps it to the typed error, ends the claim and records it, as the Python path does.
  *
- * The ops: all_reduce, broadcast, all_to_all_single (even), all_gather_into_tensor,
- * reduce_scatter_tensor and barrier. Anything else (another array type, a flag, a dtype or op
- * the engine has no kernel for, a busy or broken group, split sizes) is handed, unchanged, to the group's Python lane
+ * The ops: all_reduce, broadcast, all_to_all_single (even, and with split sizes as lists or
+ * tuples of Python ints), all_gather_into_tensor, reduce_scatter_tensor and barrier. Anything
+ * else (another array type, a flag, a dtype or op the engine has no kernel for, a busy or broken
+ * group, split sizes of another kind) is handed, unchanged, to the group's Python lane
  * (``plain``, a ``collectives/_plain.py`` ``PlainLane``), whose methods return what these
  * return: True when the call ran, False when the public function's general path must take it.
  * Created by ``native/_fast.py`` only where NDIST_DEBUG is not DETAIL (DETAIL's signature check
@@ -1086,7 +1087,34 @@ static PyObject *two_done(Arg *o, Arg *i, PyObject *r)
     return r;
 }
 
-/* all_to_all_single(output, input, output_split_sizes, input_split_sizes): the even form */
+/* Split sizes as the Python lane takes them (``_plain._splits``): a list or tuple (exactly) of
+ * ``n`` Python ints (exactly ``int``), none negative, that sum to ``rows``; into ``c`` as element
+ * counts (each times ``row``, the elements of a row). 1: taken; 0: not (the Python lane, then the
+ * general path, check them and raise their own errors). Nothing of the caller's list is kept. */
+static int splits(PyObject *s, Py_ssize_t rows, Py_ssize_t row, int n, Py_ssize_t *c)
+{
+    if ((!PyList_CheckExact(s) && !PyTuple_CheckExact(s)) || PySequence_Fast_GET_SIZE(s) != n)
+        return 0;
+    PyObject **items = PySequence_Fast_ITEMS(s);
+    Py_ssize_t total = 0;
+    for (int q = 0; q < n; q++) {
+        if (!PyLong_CheckExact(items[q]))
+            return 0;
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(items[q], &overflow); /* (an exact int: no error) */
+        if (overflow || v < 0 || v > rows - total)
+            return 0;
+        total += (Py_ssize_t)v;
+        c[q] = (Py_ssize_t)v * row;
+    }
+    return total == rows;
+}
+
+#define NSPLITS 64 /* split sizes of groups up to this many ranks on the stack */
+
+/* all_to_all_single(output, input, output_split_sizes, input_split_sizes): the even form (no
+ * split sizes), and the uneven one (both given, as the Python lane takes them: ``splits``; the
+ * trailing dimensions alike; what this rank sends itself is what it receives from itself) */
 static PyObject *FastLane_all_to_all_single(FastLane *f, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -1094,31 +1122,55 @@ static PyObject *FastLane_all_to_all_single(FastLane *f, PyObject *const *args, 
                                          "input_split_sizes)");
         return NULL;
     }
-    if (args[2] != Py_None || args[3] != Py_None || args[0] == args[1])
+    int even = args[2] == Py_None && args[3] == Py_None;
+    if (args[0] == args[1] || (!even && (args[2] == Py_None || args[3] == Py_None)))
         return delegate(f, "all_to_all_single", args, nargs);
     Arg o = {0}, i = {0};
     DInfo *d;
+    Py_ssize_t stack[2 * NSPLITS], *counts = NULL;
+    int n = f->size;
     int t = two(f, args[0], args[1], &o, &i, &d);
     if (t < 0)
         return two_done(&o, &i, NULL);
     if (t == 0 || o.nd != i.nd || o.nd < 1)
         goto pass;
-    for (int k = 0; k < o.nd; k++)
+    for (int k = even ? 0 : 1; k < o.nd; k++)
         if (arg_dim(&o, k) != arg_dim(&i, k))
             goto pass;
-    if (arg_dim(&o, 0) % f->size)
+    if (even && arg_dim(&o, 0) % n)
         goto pass;
+    if (!even) { /* element counts: this rank's blocks of output, then of input */
+        counts = n <= NSPLITS ? stack : PyMem_Malloc(2 * (size_t)n * sizeof(Py_ssize_t));
+        if (!counts) {
+            two_done(&o, &i, NULL);
+            return PyErr_NoMemory();
+        }
+        Py_ssize_t orows = arg_dim(&o, 0), irows = arg_dim(&i, 0);
+        Py_ssize_t row = orows ? o.count / orows : 0; /* (rows of 0: no element, two() passed it on) */
+        if (!splits(args[2], orows, row, n, counts) || !splits(args[3], irows, row, n, counts + n) ||
+            counts[f->rank] != counts[n + f->rank])
+            goto pass;
+    }
     int c = claim(f);
     if (c < 0)
-        return two_done(&o, &i, NULL);
+        goto fail;
     if (c == 0)
         goto pass;
-    Py_ssize_t nbytes = o.count * d->esize;
-    NdOp op = {OP_ALL_TO_ALL, d->code, 0, -1, 0, d->esize, NULL, o.data, nbytes, i.data, nbytes};
-    return two_done(&o, &i, run(f, K_ALL_TO_ALL, &op, o.count, o.count, o.descr, NULL, 0));
+    NdOp op = {OP_ALL_TO_ALL, d->code, 0, -1, 0, d->esize, NULL, o.data, o.count * d->esize, i.data,
+               i.count * d->esize, counts, counts ? counts + n : NULL};
+    PyObject *r = run(f, K_ALL_TO_ALL, &op, i.count, o.count, o.descr, NULL, 0);
+    if (counts != stack)
+        PyMem_Free(counts);
+    return two_done(&o, &i, r);
 pass:
+    if (counts != stack)
+        PyMem_Free(counts);
     two_done(&o, &i, NULL);
     return delegate(f, "all_to_all_single", args, nargs);
+fail:
+    if (counts != stack)
+        PyMem_Free(counts);
+    return two_done(&o, &i, NULL);
 }
 
 /* all_gather_into(output, input): output holds size x input */

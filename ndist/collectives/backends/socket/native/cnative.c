@@ -1712,6 +1712,16 @@ static void cut_even(List *l, char *base, Py_ssize_t len, int n)
     }
 }
 
+/* ``n`` blocks of ``counts[q]`` elements of ``esize`` bytes, in order from ``base`` */
+static void cut_counts(List *l, char *base, const Py_ssize_t *counts, Py_ssize_t esize, int n)
+{
+    for (int q = 0; q < n; q++) {
+        l->ptr[q] = base;
+        l->len[q] = counts[q] * esize;
+        base += l->len[q];
+    }
+}
+
 int nd_shm_run(PyObject *o, const NdOp *op, PyThreadState **sv)
 {
     Group *g = (Group *)o;
@@ -1741,8 +1751,13 @@ int nd_shm_run(PyObject *o, const NdOp *op, PyThreadState **sv)
         cut_even(&a, op->out, op->outbytes / n, n);
         rc = run_all_gather(g, &a, (char *)op->in, op->inbytes, op->dtype, dl, sv);
     } else if (op->op == OP_ALL_TO_ALL) {
-        cut_even(&a, op->out, op->outbytes / n, n);
-        cut_even(&b, (char *)op->in, op->inbytes / n, n);
+        if (op->out_counts) { /* split sizes: cut at them */
+            cut_counts(&a, op->out, op->out_counts, op->esize, n);
+            cut_counts(&b, (char *)op->in, op->in_counts, op->esize, n);
+        } else {
+            cut_even(&a, op->out, op->outbytes / n, n);
+            cut_even(&b, (char *)op->in, op->inbytes / n, n);
+        }
         rc = run_all_to_all(g, &a, &b, op->dtype, dl, sv);
     } else {
         cut_even(&b, (char *)op->in, op->inbytes / n, n);

@@ -1377,10 +1377,18 @@ int nd_tcp_run(PyObject *o, const NdOp *op, PyThreadState **sv)
             return ND_SHM_NOMEM;
         }
         a.ptr = ptr, a.len = len, b.ptr = ptr + n, b.len = len + n;
-        for (int q = 0; q < n; q++) {
-            a.ptr[q] = op->out + q * (op->outbytes / n), a.len[q] = op->outbytes / n;
-            b.ptr[q] = (char *)op->in + q * (op->inbytes / n), b.len[q] = op->inbytes / n;
-        }
+        if (op->op == OP_ALL_TO_ALL && op->out_counts) { /* split sizes: cut at them */
+            Py_ssize_t ao = 0, bo = 0;
+            for (int q = 0; q < n; q++) {
+                a.ptr[q] = op->out + ao, a.len[q] = op->out_counts[q] * op->esize;
+                b.ptr[q] = (char *)op->in + bo, b.len[q] = op->in_counts[q] * op->esize;
+                ao += a.len[q], bo += b.len[q];
+            }
+        } else
+            for (int q = 0; q < n; q++) {
+                a.ptr[q] = op->out + q * (op->outbytes / n), a.len[q] = op->outbytes / n;
+                b.ptr[q] = (char *)op->in + q * (op->inbytes / n), b.len[q] = op->inbytes / n;
+            }
     }
     double dl;
     if ((rc = op_begin(g, &dl)) == E_OK) {

@@ -19,6 +19,11 @@ typedef struct {
     Py_ssize_t outbytes;
     const char *in;
     Py_ssize_t inbytes;
+    /* all_to_all with split sizes (the uneven single-buffer form): the elements of each rank's
+     * block, ``size`` counts each; ``out`` and ``in`` are cut at them in order (block q of ``in``
+     * goes to rank q, block q of ``out`` comes from rank q). NULL: ``size`` equal blocks. Checked
+     * by the caller: each >= 0, summing to outbytes / inbytes over esize. */
+    const Py_ssize_t *out_counts, *in_counts;
 } NdOp;
 
 /* ``o`` is a same-host Group */

@@ -96,6 +96,17 @@ typedef struct ndist_engine_api {
      * out comes from rank r (all_to_all_single without split sizes) */
     int (*all_to_all)(ndist_group g, void *out, const void *in, size_t count, int dtype, ndist_error *err);
     int (*barrier)(ndist_group g, ndist_error *err);
+
+    /* Appended after the first release (``size`` says whether a module has it: a caller checks
+     * ``api->size >= offsetof(ndist_engine_api, all_to_all_v) + sizeof api->all_to_all_v``). */
+
+    /* all_to_all_single with split sizes: in holds in_count elements, size blocks packed in rank
+     * order, block q (in_counts[q] elements) going to rank q; out holds out_count elements, block q
+     * (out_counts[q]) coming from rank q. Each array has size counts, none negative, summing to
+     * in_count / out_count; out_counts[rank] == in_counts[rank]. in and out must not overlap; either
+     * may be NULL when its count is 0. */
+    int (*all_to_all_v)(ndist_group g, void *out, size_t out_count, const int64_t *out_counts, const void *in,
+                        size_t in_count, const int64_t *in_counts, int dtype, ndist_error *err);
 } ndist_engine_api;
 
 #ifdef __cplusplus
