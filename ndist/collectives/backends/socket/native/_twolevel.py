@@ -402,11 +402,13 @@ class TwoLevelGroup:
         if not isinstance(outputs, (list, tuple)):
             self.c.all_gather(outputs, inp, code)
             return
-        k = inp.nbytes
-        whole = np.empty(k * len(outputs), np.uint8)
-        self.c.all_gather(whole, inp, code)
-        for r, o in enumerate(outputs):
-            _u8(o)[...] = whole[r * k:(r + 1) * k]
+        lens = [o.nbytes for o in outputs]  # (a list's blocks may differ in size)
+        whole = np.empty(sum(lens), np.uint8)
+        self.c.all_gather(whole, inp, code, lens)
+        off = 0
+        for o, k in zip(outputs, lens):
+            _u8(o)[...] = whole[off:off + k]
+            off += k
 
     # ---------------------------------------------------------- direct ops (the whole TCP group)
     def all_to_all(self, outputs, inputs, code, *counts) -> None:

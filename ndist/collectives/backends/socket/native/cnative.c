@@ -1731,6 +1731,17 @@ int nd_shm_run(PyObject *o, const NdOp *op, PyThreadState **sv)
 
 void nd_shm_set_tag(PyObject *o, int tag) { ((Group *)o)->tag = tag; }
 
+int nd_shm_all_gather(PyObject *o, char **outs, Py_ssize_t *olen, const char *in, Py_ssize_t inbytes, int dtype,
+                      PyThreadState **sv)
+{
+    Group *g = (Group *)o;
+    if (g->broken)
+        return ND_SHM_BROKEN;
+    List a = {outs, olen};
+    double dl = op_begin(g);
+    return run_all_gather(g, &a, (char *)in, inbytes, dtype, dl, sv);
+}
+
 int nd_shm_scatter_to(PyObject *o, int to, char *buf, Py_ssize_t nbytes, int dtype, PyThreadState **sv)
 {
     Group *g = (Group *)o;

@@ -58,6 +58,12 @@ typedef struct {
     size_t spare_len;
     char **bp;        /* 2 * nh: the leaders' exchange blocks */
     Py_ssize_t *bl;
+    int *order;       /* size: the group rank at each place in host order */
+    char **gp;        /* size: all_gather's blocks (the local step's, or the direct step's) */
+    Py_ssize_t *gl;   /* size: each rank's block length */
+    Py_ssize_t *ll;   /* size: the local step's block lengths */
+    Py_ssize_t *goff; /* size: each rank's block offset in the output */
+    Py_ssize_t *toff; /* size: each place's block offset in host order */
 } Two;
 
 static PyTypeObject TwoType;
@@ -219,38 +225,64 @@ static int barrier(Two *t, const NdOp *op, PyThreadState **sv)
     return E_OK;
 }
 
-static int all_gather(Two *t, const NdOp *op, PyThreadState **sv)
+/* ``lens``: each rank's block (NULL: ``size`` equal ones) */
+static int all_gather(Two *t, const NdOp *op, const Py_ssize_t *lens, PyThreadState **sv)
 {
-    int n = t->size, nh = t->nh, me = t->host;
-    Py_ssize_t k = op->outbytes / n;
-    if (op->outbytes < t->gather_min || k == 0)
-        return direct(t, op, sv);
+    int n = t->size, nh = t->nh, me = t->host, first = t->hstart[me];
+    Py_ssize_t total = 0, *len = t->gl, *off = t->goff, *toff = t->toff;
+    for (int r = 0; r < n; r++) {
+        len[r] = lens ? lens[r] : op->outbytes / n;
+        off[r] = total;
+        total += len[r];
+    }
+    if (op->outbytes < t->gather_min || total == 0) {
+        TRY(view(t, 0));
+        for (int r = 0; r < n; r++)
+            t->gp[r] = op->out + off[r];
+        return tcp(t, op, t->gp, len, NULL, NULL, sv);
+    }
     TRY(view(t, 1));
     char *T = op->out; /* every block in host order */
     if (!t->identity) {
-        if (grow(t, (size_t)op->outbytes) < 0)
+        if (grow(t, (size_t)total) < 0)
             return ND_SHM_NOMEM;
         T = t->spare;
     }
-    char *span = T + (Py_ssize_t)t->hstart[me] * k; /* this host's blocks */
-    Py_ssize_t slen = (Py_ssize_t)t->lsize * k;
+    Py_ssize_t at = 0;
+    for (int p = 0; p < n; p++) {
+        toff[p] = at;
+        at += len[t->order[p]];
+    }
+    char *span = T + toff[first]; /* this host's blocks */
+    Py_ssize_t slen = 0;
+    for (int i = 0; i < t->lsize; i++)
+        slen += len[t->order[first + i]];
     NdOp s = *op;
     if (t->local) {
-        s.out = span, s.outbytes = slen;
-        TRY(shm(t, &s, sv));
-    } else if (span != op->in) {
-        memmove(span, op->in, (size_t)k);
+        for (int i = 0; i < t->lsize; i++)
+            t->gp[i] = T + toff[first + i], t->ll[i] = len[t->order[first + i]];
+        t->level = 2;
+        int rc = nd_shm_all_gather(t->local, t->gp, t->ll, op->in, op->inbytes, op->dtype, sv);
+        if (rc) {
+            t->failed_local = 1;
+            return rc;
+        }
+    } else if (span != op->in && len[t->rank]) {
+        memmove(span, op->in, (size_t)len[t->rank]);
     }
     if (t->leader) {
         for (int h = 0; h < nh; h++) {
-            t->bp[h] = T + (Py_ssize_t)t->hstart[h] * k, t->bl[h] = (Py_ssize_t)t->hcount[h] * k;
+            Py_ssize_t hb = 0;
+            for (int i = 0; i < t->hcount[h]; i++)
+                hb += len[t->order[t->hstart[h] + i]];
+            t->bp[h] = T + toff[t->hstart[h]], t->bl[h] = hb;
             t->bp[nh + h] = span, t->bl[nh + h] = slen;
         }
-        s.op = OP_ALL_TO_ALL, s.out = T, s.outbytes = op->outbytes, s.in = span, s.inbytes = slen;
+        s.op = OP_ALL_TO_ALL, s.out = T, s.outbytes = total, s.in = span, s.inbytes = slen;
         TRY(tcp(t, &s, t->bp, t->bl, t->bp + nh, t->bl + nh, sv));
     }
     if (t->local && n > t->lsize) { /* the other hosts' blocks: those before this host's, those after */
-        Py_ssize_t before = (Py_ssize_t)t->hstart[me] * k, after = op->outbytes - before - slen;
+        Py_ssize_t before = toff[first], after = total - before - slen;
         s.op = OP_BROADCAST, s.root = 0;
         if (before) {
             s.out = T, s.outbytes = before;
@@ -263,7 +295,8 @@ static int all_gather(Two *t, const NdOp *op, PyThreadState **sv)
     }
     if (!t->identity)
         for (int r = 0; r < n; r++)
-            memcpy(op->out + (Py_ssize_t)r * k, T + (Py_ssize_t)t->pos[r] * k, (size_t)k);
+            if (len[r])
+                memcpy(op->out + off[r], T + toff[t->pos[r]], (size_t)len[r]);
     return E_OK;
 }
 
@@ -303,10 +336,21 @@ int nd_two_run(PyObject *o, const NdOp *op, PyThreadState **sv)
     case OP_BARRIER:
         return barrier(t, op, sv);
     case OP_ALL_GATHER:
-        return all_gather(t, op, sv);
+        return all_gather(t, op, NULL, sv);
     default: /* all_to_all, reduce_scatter */
         return direct(t, op, sv);
     }
+}
+
+int nd_two_all_gather(PyObject *o, const NdOp *op, const Py_ssize_t *lens, PyThreadState **sv)
+{
+    Two *t = (Two *)o;
+    t->failed_local = -1;
+    t->level = 0;
+    if (!t->tcp)
+        return ND_SHM_BROKEN;
+    set_tag(t, OP_ALL_GATHER << 8);
+    return all_gather(t, op, lens, sv);
 }
 
 PyObject *nd_two_raise(PyObject *o, int rc)
@@ -415,24 +459,73 @@ static PyObject *Two_barrier(Two *t, PyObject *noargs)
 
 static PyObject *Two_all_gather(Two *t, PyObject *args)
 {
-    PyObject *out, *inp;
+    PyObject *out, *inp, *lens = Py_None;
     int dtype;
     Py_buffer bo, bi;
-    if (!PyArg_ParseTuple(args, "OOi", &out, &inp, &dtype) || get_buf(out, &bo, 1) < 0)
+    if (!PyArg_ParseTuple(args, "OOi|O", &out, &inp, &dtype, &lens) || get_buf(out, &bo, 1) < 0)
         return NULL;
     if (get_buf(inp, &bi, 0) < 0) {
         PyBuffer_Release(&bo);
         return NULL;
     }
     PyObject *res = NULL;
-    if (bo.len != bi.len * t->size)
-        PyErr_Format(PyExc_ValueError, "all_gather: expected an output of %zd bytes (%d x the input's), got %zd",
-                     bi.len * t->size, t->size, bo.len);
-    else {
-        NdOp op = {.op = OP_ALL_GATHER, .dtype = dtype, .root = -1, .out = bo.buf, .outbytes = bo.len,
-                   .in = bi.buf, .inbytes = bi.len};
-        res = call(t, &op);
+    Py_ssize_t total = 0;
+    if (lens != Py_None) { /* each rank's block, in bytes */
+        PyObject *fast = PySequence_Fast(lens, "all_gather: lens: expected a sequence of byte counts");
+        if (!fast)
+            goto done;
+        if (PySequence_Fast_GET_SIZE(fast) != t->size) {
+            PyErr_Format(PyExc_ValueError, "all_gather: lens: expected %d byte counts, got %zd", t->size,
+                         PySequence_Fast_GET_SIZE(fast));
+            Py_DECREF(fast);
+            goto done;
+        }
+        for (int r = 0; r < t->size; r++) {
+            Py_ssize_t k = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, r));
+            if (k == -1 && PyErr_Occurred()) {
+                Py_DECREF(fast);
+                goto done;
+            }
+            if (k < 0) {
+                PyErr_Format(PyExc_ValueError, "all_gather: lens[%d]: expected a byte count >= 0, got %zd", r, k);
+                Py_DECREF(fast);
+                goto done;
+            }
+            t->gl[r] = k;
+            total += k;
+        }
+        Py_DECREF(fast);
+        if (t->gl[t->rank] != bi.len) {
+            PyErr_Format(PyExc_ValueError, "all_gather: lens[%d]: expected the input's %zd bytes, got %zd", t->rank,
+                         bi.len, t->gl[t->rank]);
+            goto done;
+        }
+    } else
+        total = bi.len * t->size;
+    if (bo.len != total) {
+        PyErr_Format(PyExc_ValueError, "all_gather: expected an output of %zd bytes, got %zd", total, bo.len);
+        goto done;
     }
+    NdOp op = {.op = OP_ALL_GATHER, .dtype = dtype, .root = -1, .out = bo.buf, .outbytes = bo.len,
+               .in = bi.buf, .inbytes = bi.len};
+    Py_ssize_t *given = NULL;
+    if (lens != Py_None) { /* (all_gather overwrites gl: a copy) */
+        given = PyMem_Malloc((size_t)t->size * sizeof(Py_ssize_t));
+        if (!given) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        memcpy(given, t->gl, (size_t)t->size * sizeof(Py_ssize_t));
+    }
+    PyThreadState *sv = PyEval_SaveThread();
+    int rc = nd_two_all_gather((PyObject *)t, &op, given, &sv);
+    PyEval_RestoreThread(sv);
+    PyMem_Free(given);
+    if (rc)
+        nd_two_raise((PyObject *)t, rc);
+    else
+        res = Py_NewRef(Py_None);
+done:
     PyBuffer_Release(&bi);
     PyBuffer_Release(&bo);
     return res;
@@ -489,8 +582,15 @@ static void Two_free_arrays(Two *t)
     PyMem_Free(t->leaders);
     PyMem_Free(t->bp);
     PyMem_Free(t->bl);
-    t->hosts = t->pos = t->hstart = t->hcount = t->leaders = NULL;
-    t->bp = NULL, t->bl = NULL;
+    PyMem_Free(t->order);
+    PyMem_Free(t->gp);
+    PyMem_Free(t->gl);
+    PyMem_Free(t->ll);
+    PyMem_Free(t->goff);
+    PyMem_Free(t->toff);
+    t->hosts = t->pos = t->hstart = t->hcount = t->leaders = t->order = NULL;
+    t->bp = t->gp = NULL;
+    t->bl = t->gl = t->ll = t->goff = t->toff = NULL;
 }
 
 static void Two_dealloc(Two *t)
@@ -530,7 +630,13 @@ static int Two_init(Two *t, PyObject *args, PyObject *kw)
     }
     t->hosts = PyMem_Calloc((size_t)n, sizeof(int));
     t->pos = PyMem_Calloc((size_t)n, sizeof(int));
-    if (!t->hosts || !t->pos) {
+    t->order = PyMem_Calloc((size_t)n, sizeof(int));
+    t->gp = PyMem_Calloc((size_t)n, sizeof(char *));
+    t->gl = PyMem_Calloc((size_t)n, sizeof(Py_ssize_t));
+    t->ll = PyMem_Calloc((size_t)n, sizeof(Py_ssize_t));
+    t->goff = PyMem_Calloc((size_t)n, sizeof(Py_ssize_t));
+    t->toff = PyMem_Calloc((size_t)n, sizeof(Py_ssize_t));
+    if (!t->hosts || !t->pos || !t->order || !t->gp || !t->gl || !t->ll || !t->goff || !t->toff) {
         PyErr_NoMemory();
         goto bad;
     }
@@ -571,6 +677,7 @@ static int Two_init(Two *t, PyObject *args, PyObject *kw)
     for (int r = 0; r < n; r++) {
         int h = t->hosts[r];
         t->pos[r] = t->hstart[h] + fill[h]++;
+        t->order[t->pos[r]] = r;
         if (t->pos[r] != r)
             t->identity = 0;
     }

@@ -58,6 +58,9 @@ int nd_tcp_is(PyObject *o);
  * look alike are told apart); ``nd_tcp_set_view``: ``map`` (``k`` group ranks, copied) or NULL
  * (every rank), between ops; -1 when out of memory. */
 int nd_shm_scatter_to(PyObject *o, int to, char *buf, Py_ssize_t nbytes, int dtype, PyThreadState **save);
+/* all_gather into ``outs`` (one block per local rank, ``olen`` bytes each: uneven blocks too) */
+int nd_shm_all_gather(PyObject *o, char **outs, Py_ssize_t *olen, const char *in, Py_ssize_t inbytes, int dtype,
+                      PyThreadState **save);
 void nd_shm_set_tag(PyObject *o, int tag);
 int nd_tcp_step(PyObject *o, const NdOp *op, char **outs, Py_ssize_t *olen, char **ins, Py_ssize_t *ilen,
                 PyThreadState **save);
@@ -68,10 +71,12 @@ int nd_tcp_set_view(PyObject *o, const int *map, int k);
  * runs ``op`` (also OP_REDUCE) as its steps on the local Group and the TcpGroup, as nd_shm_run
  * does (E_OK, or the failing step's code: ``nd_two_raise`` raises that step's error mapped by
  * the group's ``failure`` hook, which fails the other group naming the same rank, or
- * ND_SHM_NOMEM). all_gather: one output buffer of ``size`` equal blocks. */
+ * ND_SHM_NOMEM). all_gather: one output buffer of ``size`` equal blocks (``nd_two_all_gather``:
+ * blocks of ``lens[r]`` bytes, in rank order). */
 int nd_two_is(PyObject *o);
 void nd_two_geometry(PyObject *o, int *rank, int *size);
 int nd_two_run(PyObject *o, const NdOp *op, PyThreadState **save);
+int nd_two_all_gather(PyObject *o, const NdOp *op, const Py_ssize_t *lens, PyThreadState **save);
 PyObject *nd_two_raise(PyObject *o, int rc);
 void nd_two_set_seq(PyObject *o, unsigned long long seq);
 /* add ``TwoGroup`` to module ``m`` */
