@@ -43,7 +43,8 @@ def _killed_in_a_call(rank, size, victim):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("victim", [2, 3])  # the second host's leader, its other rank
+@pytest.mark.parametrize("victim", [3])  # (the second host's rank that is no leader: the failure
+# crosses both levels on both hosts: its leader in shared memory, rank 0 over TCP, rank 1 in shared memory)
 def test_a_rank_killed_in_a_two_level_call_is_named_by_every_survivor(victim):
     env = {"NDIST_ENGINE": "native", "NDIST_NATIVE_HOSTS": "2", "NDIST_NATIVE_TWO_LEVEL_MIN": "0"}
     res = run_ranks(_killed_in_a_call, 4, args=(victim,), timeout=90, may_die=[victim], env=env)

@@ -526,10 +526,10 @@ def _python_calls_per_table_call(rank, size):
     return core, hooks, h16.tolist(), _records()[-3:]
 
 
-#: two simulated hosts of 2 ranks (the two-level group, ``ctwo.c``): every call in two levels, or
-#: the test's calls below the minimum (direct on the whole TCP group)
-TWO_LEVELS = {"two": {"NDIST_NATIVE_HOSTS": "2", "NDIST_NATIVE_TWO_LEVEL_MIN": "0"},
-              "two direct": {"NDIST_NATIVE_HOSTS": "2", "NDIST_NATIVE_TWO_LEVEL_MIN": "1048576"}}
+#: two simulated hosts of 2 ranks (the two-level group, ``ctwo.c``), every call in two levels (below
+#: the minimum, direct on the whole TCP group, FastLane's test runs it too:
+#: ``test_socket_lane.py``'s ``test_a_blocking_call_on_a_two_level_group_is_one_c_call``)
+TWO_LEVELS = {"two": {"NDIST_NATIVE_HOSTS": "2", "NDIST_NATIVE_TWO_LEVEL_MIN": "0"}}
 
 
 @pytest.mark.parametrize("engine,n", [(e, 2) for e in ENGINES] + [(e, 4) for e in TWO_LEVELS])
