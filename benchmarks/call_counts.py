@@ -36,6 +36,12 @@ Configs (``--configs``):
   here with the system C compiler) calls the table's function N times without the
   GIL, from one ``map`` step, so no Python runs per call but the C interface's own.
   Every op (``all_to_all_single_uneven``: the table's ``all_to_all_v``).
+* ``socket4two``: the native engine's two levels (``ctwo.c``): n = 4 as 2 simulated hosts of 2
+  (``NDIST_NATIVE_HOSTS=2``), every call in two levels (``NDIST_NATIVE_TWO_LEVEL_MIN=0``):
+  shared memory inside each host, TCP between the hosts' leaders. Rank 0 (a leader) runs
+  under callgrind and starts ranks 1 to 3; ``wait_ge`` is taken out as for ``socket2``. The
+  TCP engine's wait is not a function of its own (``xchg``'s loop): rank 0, slowed by
+  callgrind, is the last to come to every step, so its peers' data is there when it reads.
 * ``torch2``: ``torch.distributed`` on backend ``"ndist"`` with the compiled backend
   (``NDIST_TORCH_COMPILED=1``, built or taken from ``$TORCH_EXTENSIONS_DIR``), the same
   n = 2 and buffers as torch tensors: ``all_reduce``, ``broadcast``, ``all_to_all_single``.
@@ -62,8 +68,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
        "all_to_all_single_uneven")
-CONFIGS = ("socket2", "socket2-torch", "capi2", "torch2", "api", "mpi", "raw")
-WORKERS = ("socket2", "socket2-torch", "capi2", "torch2")
+CONFIGS = ("socket2", "socket2-torch", "capi2", "socket4two", "torch2", "api", "mpi", "raw")
+WORKERS = ("socket2", "socket2-torch", "capi2", "socket4two", "torch2")
+#: each worker config's world size (2 unless named)
+SIZES = {"socket4two": 4}
+#: the environment of a config's ranks beside the caller's
+ENVS = {"socket4two": {"NDIST_NATIVE_HOSTS": "2", "NDIST_NATIVE_TWO_LEVEL_MIN": "0"}}
 TORCH_OPS = ("all_reduce", "broadcast", "all_to_all_single")
 WAIT_FN = "wait_ge"
 # the C interface's loop (capi2): ``n`` calls of op ``op`` (CAPI_OPS), err NULL
@@ -92,22 +102,24 @@ int cc_loop(const ndist_engine_api *api, ndist_group g, int op, void *out, const
 
 # ----------------------------------------------------------------- workers
 def _socket_worker(args) -> None:
-    """One rank of the socket backend at n = 2 (rank 0 starts rank 1)."""
-    peer = None
+    """One rank of the socket backend at n = 2 (``socket4two``: 4; rank 0 starts the others)."""
+    peers = []
     path = args.init
+    size = SIZES.get(args.worker, 2)
     if args.rank == 0:
         path = tempfile.mktemp(prefix="ndist-call-counts-")
-        env = dict(os.environ)
+        env = dict(os.environ, **ENVS.get(args.worker, {}))
         env.setdefault("NDIST_SECRET", secrets.token_hex(16))
         os.environ.setdefault("NDIST_SECRET", env["NDIST_SECRET"])  # (a benchmark script, not the library)
-        peer = subprocess.Popen([sys.executable, __file__, "--worker", args.worker, "--rank", "1", "--init", path,
-                                 "--op", args.op, "--loop", str(args.loop), "--bytes", str(args.bytes)], env=env)
+        peers = [subprocess.Popen([sys.executable, __file__, "--worker", args.worker, "--rank", str(r), "--init", path,
+                                   "--op", args.op, "--loop", str(args.loop), "--bytes", str(args.bytes)], env=env)
+                 for r in range(1, size)]
     if args.worker == "torch2":
-        _torch_worker(args, path, peer)
+        _torch_worker(args, path, peers[0] if peers else None)
         return
     import ndist.distributed as dist
 
-    dist.init_process_group("socket", init_method=f"file://{path}", rank=args.rank, world_size=2)
+    dist.init_process_group("socket", init_method=f"file://{path}", rank=args.rank, world_size=size)
     try:
         # benchmarks/mpi_overhead.py, beside this script (sys.path[0]): the same buffers and closures
         from mpi_overhead import ndist_calls
@@ -122,15 +134,16 @@ def _socket_worker(args) -> None:
                 import torch
 
                 wrap = torch.from_numpy
-            fn = ndist_calls(dist, args.rank, 2, args.bytes, wrap)[args.op]
+            fn = ndist_calls(dist, args.rank, size, args.bytes, wrap)[args.op]
             for _ in range(20):
                 fn()
             deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
         dist.barrier()
     finally:
         dist.destroy_process_group()
-        if peer is not None:
+        for peer in peers:
             peer.wait(timeout=120)
+        if peers:
             try:
                 os.unlink(path)
             except OSError:
@@ -230,11 +243,11 @@ def _command(config: str, op: str, loop: int, nbytes: int) -> list[str]:
 
 
 def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
-    """Instructions collected in the main thread, less ``wait_ge`` for socket2."""
+    """Instructions collected in the main thread, less ``wait_ge`` for the socket workers."""
     out = os.path.join(folder, f"cg-{config}-{op}-{loop}")
     cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--collect-atstart=no",
            "--toggle-collect=map_next", f"--callgrind-out-file={out}.%p", *_command(config, op, loop, nbytes)]
-    env = dict(os.environ, PYTHONHASHSEED="0")
+    env = dict(os.environ, PYTHONHASHSEED="0", **ENVS.get(config, {}))
     if config == "torch2":
         env["NDIST_TORCH_COMPILED"] = "1"  # (a build that fails raises: no Python backend counted instead)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
@@ -287,7 +300,7 @@ def main() -> None:
     if bad:  # before any worker starts under callgrind
         parser.error(f"--configs, --ops: expected names of {', '.join(CONFIGS)} and {', '.join(OPS)}; got {bad}")
     print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2, "
-          f"capi2 and torch2 without {WAIT_FN}")
+          f"capi2, socket4two and torch2 without {WAIT_FN}")
     widths = [max(10, len(c) + 1) for c in configs]
     print(f"{'op':<26}" + "".join(f"{c:>{w}}" for c, w in zip(configs, widths)))
     with tempfile.TemporaryDirectory(prefix="ndist-cg-") as folder:

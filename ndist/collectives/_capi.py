@@ -21,9 +21,10 @@ def engine_handle(group=None) -> int:
     """The handle (an int, ``ndist_group`` in C) of ``group``'s native engine for the C
     interface; the same every time for one group, valid until the group is destroyed (then
     every call on it returns ``NDIST_E_CLOSED``). The group must have run a collective on the
-    CPU (its first call sets it up, on the Python path) and run the native engine in one
-    level: over shared memory (every rank on one host) or over TCP direct (up to 8 ranks
-    across hosts, each alone on its host); otherwise ``ValueError`` says what it runs. A
+    CPU (its first call sets it up, on the Python path) and run the native engine: over shared
+    memory (every rank on one host), over TCP direct (up to 8 ranks across hosts, each alone on
+    its host) or in two levels (shared memory inside each host, TCP among the hosts' leaders);
+    otherwise ``ValueError`` says what it runs. A
     revoked group raises its ``DistRankFailureError``, a destroyed one ``ValueError``."""
     pg = member_group(group, "engine_handle")
     if pg is None:

@@ -5,7 +5,7 @@ Each public function of ``_api.py`` has one body with one fast exit: with ``asyn
 on a group that has a fast lane (``ProcessGroup.fast``, set once a checked CPU collective
 made the group's lane) it asks it first, ``pg.fast.all_reduce(tensor, op)`` and so on, and
 takes its general path only when the answer is False. The fast lane is this ``PlainLane``,
-or, once the group runs the socket backend's native engine in one level, the backend's
+or, once the group runs the socket backend's native engine (one level or two), the backend's
 ``_cnative.FastLane`` (``SocketBackend.fast_lane``), which runs the common case in one C
 call and hands every other case to this lane, unchanged (docs/architecture.md, "One call,
 by hand").

@@ -280,8 +280,8 @@ def python_group(pg: Any) -> Any:
 # ------------------------------------------------------------------ called from C++
 def engine_handle(pg: Any) -> int:
     """The engine's handle of the Python group ``pg``: 0 while it has none yet (no
-    collective ran), -1 if it never will (two levels, the Python engine, a broken or
-    destroyed group: its ops stay the Python group's)."""
+    collective ran), -1 if it never will (the Python engine, a broken or destroyed group:
+    its ops stay the Python group's)."""
     group = pg.ndist_group
     lane = group.lanes.get("cpu")
     if lane is None:

@@ -368,23 +368,24 @@ def test_a_loss_learnt_between_two_steps_of_an_op_is_its_error(monkeypatch):
     """A kill trial across 2 hosts of 2 (continue mode, seeds 510014, 510026, 510030): a
     survivor that is no leader raised ``RuntimeError: native group is broken by an earlier
     failure``, not a DistError. The loss watcher's thread had failed both compiled groups
-    (``mark_lost``) after the op's first step returned and before its second began. Here the
-    hook runs at that moment on rank 1 (the first host's non-leader) of an all_gather: it
-    raises the loss, naming the lost rank."""
+    (``mark_lost``) after the op's first step returned and before its second began. The steps
+    run in C (``ctwo.c``) with the GIL released, so the watcher may still come between two of
+    them; the next step then refuses to run, as every step does on a broken group. Here the
+    loss comes just before rank 1's (the first host's non-leader) all_gather enters C: its
+    first step refuses, and the op raises the loss, naming the lost rank."""
     monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
     backends = _up(4, timeout=20)
     try:
         tl = backends[1].backend._native.g
-        real, done = tl._step, []
+        real, done = tl.all_gather, []
 
-        def step(g, method, *args):
-            out = real(g, method, *args)
-            if not done:  # after the first step: as the watcher's thread would, between two steps
+        def all_gather(*args):
+            if not done:  # as the watcher's thread would, with the op's steps about to run
                 done.append(1)
                 backends[1].backend._native_loss(3, "h3", "lost point-to-point connection to rank 3 (h3)")
-            return out
+            return real(*args)
 
-        monkeypatch.setattr(tl, "_step", step)
+        monkeypatch.setattr(tl, "all_gather", all_gather)
 
         def gather(b):
             outs = [np.zeros(2, np.float32) for _ in range(4)]

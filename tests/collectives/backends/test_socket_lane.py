@@ -69,6 +69,14 @@ def _lane(rank, size):
     return seen, dist.get_engine(), [(e["op"], e["state"]) for e in rec[-3:]], [e["seq"] for e in rec]
 
 
+def _lane_and_group(rank, size):
+    """``_lane``, and the name of the compiled group's class its native engine runs."""
+    from ndist.runtime import resolve_group
+
+    res = _lane(rank, size)
+    return res, type(resolve_group(None).backend_for("cpu")._native.g).__name__
+
+
 def _traced_api(fn):
     """The names of ndist.collectives' Python functions ``fn()`` calls."""
     return _traced(fn, "ndist/collectives/")
@@ -115,20 +123,38 @@ ONE_C_CALL = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatt
 
 @pytest.mark.timeout(120)
 def test_a_blocking_call_on_an_idle_group_takes_the_lane():
-    for seen, engine, last, seqs in run_ranks(_lane, 2, timeout=100, env={"NDIST_ENGINE": "native"}):
-        assert engine == "native"
-        for name, fns in seen.items():
-            if name in ONE_C_CALL:  # the public function's frame, then one C call (native/clane.c)
-                assert fns == set(), (name, sorted(fns))
-                continue
-            assert "_backend.py:_inline" in fns, (name, sorted(fns))
-            # no closure, no Work, no executor job: _submit and run_inline are not called
-            assert not {"_backend.py:_submit", "_executor.py:run_inline", "_executor.py:submit"} & fns, \
-                (name, sorted(fns))
-        # recorded as before: completed, numbered one after the other
-        assert last == [("all_reduce", "completed"), ("all_gather_into", "completed"),
-                        ("all_to_all_single", "completed")], last
-        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+    for res in run_ranks(_lane, 2, timeout=100, env={"NDIST_ENGINE": "native"}):
+        _check_lane(*res)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("two_level_min", ["0", "1048576"])
+def test_a_blocking_call_on_a_two_level_group_is_one_c_call(two_level_min):
+    """A group across hosts with two ranks on each (2 simulated hosts of 2) runs its
+    repeated blocking call in one C call too (``ctwo.c`` behind FastLane), for calls above
+    the two-level minimum (0: every call in two levels) and below it (direct on the whole
+    TCP group)."""
+    env = {"NDIST_ENGINE": "native", "NDIST_NATIVE_HOSTS": "2", "NDIST_NATIVE_TWO_LEVEL_MIN": two_level_min}
+    for res, group in run_ranks(_lane_and_group, 4, timeout=100, env=env):
+        assert group == "TwoLevelGroup"
+        _check_lane(*res)
+
+
+def _check_lane(seen, engine, last, seqs):
+    """What a blocking call on an idle native group takes (``_lane``'s answer on one rank)."""
+    assert engine == "native"
+    for name, fns in seen.items():
+        if name in ONE_C_CALL:  # the public function's frame, then one C call (native/clane.c)
+            assert fns == set(), (name, sorted(fns))
+            continue
+        assert "_backend.py:_inline" in fns, (name, sorted(fns))
+        # no closure, no Work, no executor job: _submit and run_inline are not called
+        assert not {"_backend.py:_submit", "_executor.py:run_inline", "_executor.py:submit"} & fns, \
+            (name, sorted(fns))
+    # recorded as before: completed, numbered one after the other
+    assert last == [("all_reduce", "completed"), ("all_gather_into", "completed"),
+                    ("all_to_all_single", "completed")], last
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
 
 
 def _queued(rank, size):

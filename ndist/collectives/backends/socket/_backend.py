@@ -441,9 +441,9 @@ class SocketBackend(CollectiveBackend):
     def engine_handle(self, book, failed, reduce_op, check_signature, t_done: int) -> int:
         """The engine's C interface handle of this group (``ndist_engine.h``; docs/native.md,
         "The C interface"), made on the first request and closed with the group. The group
-        must have run a collective (its set-up) on the native engine in one level (a same-host
-        ``Group`` or a ``TcpGroup``; not two levels, whose steps are Python's); ``book`` and
-        the rest are the public layer's (``native/_capi.Handle``)."""
+        must have run a collective (its set-up) on the native engine (a same-host ``Group``, a
+        ``TcpGroup`` or two levels); ``book`` and the rest are the public layer's
+        (``native/_capi.Handle``)."""
         if self._capi is None:
             name = self.ctx.group_name
             if self._closed:
@@ -452,10 +452,9 @@ class SocketBackend(CollectiveBackend):
                 raise ValueError(f"group {name!r}: expected a group that ran a collective (its set-up), got one "
                                  f"that has not run any")
             nat = self._native
-            if nat is None or not isinstance(nat.g, (nat.mod.Group, nat.mod.TcpGroup)):
-                raise ValueError(f"group {name!r}: expected a group on the native engine in one level (shared "
-                                 f"memory, or TCP direct), got one on the {self.engine} engine" +
-                                 (f" ({type(nat.g).__name__})" if nat is not None else ""))
+            if nat is None:
+                raise ValueError(f"group {name!r}: expected a group on the native engine, got one on the "
+                                 f"{self.engine} engine")
             lane = _fast.core(self, nat, self._exec, book, failed)  # (None under DETAIL)
             self._capi = _capi.Handle(self, nat, book, failed, reduce_op, check_signature, t_done, lane)
         return self._capi.value
@@ -463,9 +462,9 @@ class SocketBackend(CollectiveBackend):
     def fast_lane(self, plain, failed):
         """The group's repeated call in one C call (``native/_fast.py``, ``_cnative.FastLane``),
         asked by the public layer's Python lane ``plain`` after a call it ran: the FastLane
-        once the group runs the native engine in one level, None while the engine is not
-        chosen yet (ask again later), False for good (the Python engine, two levels, closed,
-        a group of one)."""
+        once the group runs the native engine (one level or two), None while the engine is not
+        chosen yet (ask again later), False for good (the Python engine, closed, a group of
+        one)."""
         if self._closed or self.size == 1:
             return False
         if self._eng is None:

@@ -33,6 +33,7 @@ from ...._reduce_op import ReduceOp
 from ..schedules._reduce import finalize
 from ..wire import _frame as F
 from ._engine import RSAG_MIN
+from ._twolevel import compiled
 
 __all__ = ["Handle", "OK", "ARGUMENT", "PEER_LOST", "TIMEOUT", "MISMATCH", "BROKEN", "CLOSED", "INTERRUPTED",
            "INTERNAL"]
@@ -100,8 +101,8 @@ class Handle:
     """One group's C interface handle: its entry in ``capi.c``'s table and the hooks it calls.
 
     ``backend``: the group's ``SocketBackend`` (its lane: ``claim_lane`` / ``leave_lane``, and
-    ``native_failure``); ``nat``: its ``NativeAlgorithms`` over a same-host ``Group`` or a
-    ``TcpGroup``;
+    ``native_failure``); ``nat``: its ``NativeAlgorithms`` over a same-host ``Group``, a
+    ``TcpGroup`` or a ``TwoLevelGroup`` (its ``TwoGroup`` is the handle's group);
     ``book``: the public layer's lane book (counter, recorder append or None, DETAIL, group,
     recorder); ``failed``, ``reduce_op``, ``check_signature``, ``t_done``: the public layer's
     ``_failed``, ``_check.reduce_op``, ``_debug.check_signature`` and ``_debug.T_DONE``."""
@@ -113,9 +114,9 @@ class Handle:
         self.size = nat.size
         self._dtypes: dict = {}
         if lane is None:
-            self.value = nat.mod.capi_open(nat.g, self.begin, self.end, RSAG_MIN)
+            self.value = nat.mod.capi_open(compiled(nat.g), self.begin, self.end, RSAG_MIN)
         else:  # the group's C core takes what it can (no Python-level call), the hooks the rest
-            self.value = nat.mod.capi_open(nat.g, self.begin, self.end, RSAG_MIN, lane, self.failure,
+            self.value = nat.mod.capi_open(compiled(nat.g), self.begin, self.end, RSAG_MIN, lane, self.failure,
                                            tuple(_dtype_or_none(c) for c in range(len(F._DTYPES))))
 
     def close(self) -> None:

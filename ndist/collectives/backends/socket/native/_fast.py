@@ -23,6 +23,7 @@ from ...._debug import T_DONE
 from ...._reduce_op import ReduceOp
 from ..wire import _frame as F
 from ._engine import RSAG_MIN
+from ._twolevel import compiled
 
 __all__ = ["make", "core"]
 
@@ -72,7 +73,8 @@ def make(backend, nat, ex, plain, failed):
     """A ``FastLane`` for ``backend``'s group on native algorithms ``nat`` (its executor ``ex``),
     behind the group's Python lane ``plain`` (a ``PlainLane``: its ``lane`` gives the counter,
     the recorder and the global -> group rank map); ``failed`` is the public layer's. None
-    where the group's steps are not one C group's (two levels) or NDIST_DEBUG is DETAIL."""
+    where NDIST_DEBUG is DETAIL. Its group is the compiled one: a same-host ``Group``, a
+    ``TcpGroup`` or a two-level group's ``TwoGroup`` (``_twolevel.compiled``)."""
     lane = plain.lane
     return _new(backend, nat, ex, lane.book, dict(lane.group_rank), plain, failed)
 
@@ -90,11 +92,12 @@ def _new(backend, nat, ex, book, group_rank, plain, failed):
     seqs, record, detail, _pg, rec = book
     if detail:  # NDIST_DEBUG=DETAIL: the signature check runs in Python (run_fields)
         return None
-    if not isinstance(nat.g, (mod.Group, mod.TcpGroup)) or not isinstance(ex.state, mod.LaneState):
+    group = compiled(nat.g)
+    if not isinstance(group, (mod.Group, mod.TcpGroup, mod.TwoGroup)) or not isinstance(ex.state, mod.LaneState):
         return None
     probe = np.empty(3, np.float32)
     hooks = _Hooks(backend, nat, ex, rec, failed)
-    fast = mod.FastLane(ex.state, nat.g, ex, backend, nat, seqs, record, plain, hooks.failure,
+    fast = mod.FastLane(ex.state, group, ex, backend, nat, seqs, record, plain, hooks.failure,
                         hooks.describe, np.ndarray, group_rank, _REDOPS,
                         (Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_TO_ALL_SINGLE, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM,
                          Op.BARRIER), RSAG_MIN,

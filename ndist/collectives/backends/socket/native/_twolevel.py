@@ -11,7 +11,11 @@ Each rank holds two compiled groups:
 
 ``TwoLevelGroup`` has the compiled groups' interface in the group's own numbering (the
 methods ``NativeAlgorithms`` calls, ``seq``, ``broken``, ``fail``, ``tell_stalled``, the
-stall callbacks), so the algorithms and the backend use it as they use either group.
+stall callbacks), so the algorithms and the backend use it as they use either group. Its
+ops run in C (``ctwo.c``'s ``TwoGroup``, ``c``: the steps below, one call with the GIL
+released, the same code FastLane and the C interface run); this class keeps the set-up, the
+failure mapping (``_failure``, which C calls only when a step failed), the stall callbacks
+and the list forms of the direct ops.
 
 Each op, as steps on the two groups (``H`` hosts; every rank of a host runs the same steps):
 
@@ -24,9 +28,10 @@ Each op, as steps on the two groups (``H`` hosts; every rank of a host runs the 
   (a non-root's buffer is never written), then, when the root is not its host's leader, a
   shared-memory scatter that gives the root alone the result;
 * ``all_gather``: a shared-memory all_gather of the host's blocks, the leaders' exchange of
-  whole host blocks (an uneven all_to_all among them), then a shared-memory broadcast of the
-  other hosts' blocks. A host's blocks go as they lie in the output when its ranks are
-  consecutive and the output is one buffer (the single-buffer form), else packed;
+  whole host blocks (an uneven all_to_all among them), then shared-memory broadcasts of the
+  other hosts' blocks (those before this host's, those after). The blocks go as they lie in
+  the output when every host's ranks are consecutive, else through a copy in host order; a
+  list of outputs is gathered into one buffer first;
 
 A call smaller than ``two_level_min`` bytes (``NDIST_NATIVE_TWO_LEVEL_MIN``, default 256 KiB;
 all_gather: its output, at least ``ALL_GATHER_MIN``) runs direct on the whole TCP group
@@ -65,7 +70,7 @@ import numpy as np
 from ..wire._links import topology
 from ._engine import env_bytes
 
-__all__ = ["TwoLevelGroup", "HOSTS_ENV", "MIN_ENV", "TWO_LEVEL_MIN", "host_split", "min_bytes"]
+__all__ = ["TwoLevelGroup", "HOSTS_ENV", "MIN_ENV", "TWO_LEVEL_MIN", "compiled", "host_split", "min_bytes"]
 
 #: testing and benchmarking on one machine: ``k`` (hosts of ``k`` consecutive global ranks) or
 #: ``mod:k`` (rank g on host ``g % k``); the native engine then takes that for the hosts
@@ -82,7 +87,6 @@ ALL_GATHER_MIN = 64 << 20
 
 _OP = {"all_reduce": 1, "reduce": 2, "broadcast": 3, "all_gather": 4, "gather": 5, "scatter": 6,
        "all_to_all": 7, "reduce_scatter": 8, "barrier": 9}
-_EMPTY = np.empty(0, np.uint8)
 
 
 def host_split(granks) -> tuple | None:
@@ -116,16 +120,18 @@ def _in_group(mine, code):
     return mine[code] if isinstance(code, int) and 0 <= code < len(mine) else code
 
 
-def _tag(op: str, root: int) -> int:
-    return _OP[op] << 8 | (root + 1) << 16
-
-
 def untag(op: int, root: int) -> tuple:
     """A header's (op, root) as the call it belongs to: a two-level step's tag names the
     call (its op code and root); a header without one is the call itself."""
     if op >> 8:
         return (op >> 8) & 0xFF, (op >> 16) - 1
     return op, root
+
+
+def compiled(g):
+    """The compiled group that runs ``g``'s ops (a NativeAlgorithms' ``g``): a
+    ``TwoLevelGroup``'s ``TwoGroup``, else ``g`` itself."""
+    return g.c if isinstance(g, TwoLevelGroup) else g
 
 
 class TwoLevelGroup:
@@ -152,16 +158,11 @@ class TwoLevelGroup:
         self.mine = self.members[self.host]
         self.lindex = {r: i for i, r in enumerate(self.mine)}
         self.is_leader = rank == self.mine[0]
-        #: the other hosts' ranks, in order (what all_gather's last step carries)
-        self.remote = tuple(r for r in range(self.size) if self.hosts[r] != self.host)
-        self._view = None
-        self._level = None  # the compiled group of the step running (for messages)
         self._on_stall = self._on_deadline = None
         self._warn_after = 0.0
-        self._seq = 0
-        self._tag = None  # the tag both compiled groups carry now (set only when it changes)
-        self._spare = None  # reduce's copy at a leader that is not the root, kept between calls
         self._cell = [tcp, local]  # (what the stall callbacks reach: emptied at close)
+        #: the ops' steps, in C (ctwo.c); the methods NativeAlgorithms calls are its own
+        self.c = mod.TwoGroup(local, tcp, self.hosts, rank, two_level_min, self.gather_min, self._failure)
         sg = mod.STALL_GLOBAL
         lindex, gr, final = self.lindex, self.granks, mod.STALL_FINAL
 
@@ -182,11 +183,10 @@ class TwoLevelGroup:
     # ---------------------------------------------------------- the compiled groups' attributes
     @property
     def seq(self) -> int:
-        return self._seq
+        return self.tcp.seq
 
     @seq.setter
     def seq(self, value: int) -> None:
-        self._seq = value
         self.tcp.seq = value
         if self.local is not None:
             self.local.seq = value
@@ -196,9 +196,14 @@ class TwoLevelGroup:
         return int(bool(self.tcp.broken or (self.local is not None and self.local.broken)))
 
     @property
+    def _level(self):
+        """The compiled group of the step running (or last run), or None."""
+        return (None, self.tcp, self.local)[self.c.level]
+
+    @property
     def op_start(self) -> float:
-        g = self._level if self._level is not None else self.tcp
-        return g.op_start
+        g = self._level
+        return (g if g is not None else self.tcp).op_start
 
     @property
     def timeout(self) -> float:
@@ -289,6 +294,7 @@ class TwoLevelGroup:
         self.tcp.close()
         self.tcp.on_deadline = self.tcp.on_stall = None
         self._cell.clear()
+        self.c.close()
 
     def waiting(self) -> list:
         """The group ranks the running step has not heard from."""
@@ -350,215 +356,69 @@ class TwoLevelGroup:
         op, root = untag(op, root)
         return (op, dtype, root, nbytes, seq, esize)
 
-    def _step(self, g, method, *args):
-        """Run one step on compiled group ``g``; its failure breaks the other group too. A
-        shared-memory step that ended on the TCP group's news (a peer failed that group, or
-        runs this call direct: ``Group.watch``) raises the TCP group's error."""
-        self._level = g
-        try:
-            return method(*args)
-        except self.mod.Error as err:
-            local = g is self.local
-            if local and err.args[0] == "news":
-                try:
-                    self.tcp.raise_news()
-                except self.mod.Error as news:
-                    err, local = news, False
-            err = self._error(err, local)
-            self._spread(err, local)
-            raise err from None
-        except BaseException:  # a signal, NumPy's fallback raised: the step's group is broken
-            other = self.tcp if g is self.local else self.local
+    def _failure(self, err, from_local: bool):
+        """``TwoGroup``'s failure hook: a step failed on the local group (``from_local``) or the
+        TCP group with ``err`` (that group's exception); raise it renumbered to the group's
+        ranks, its calls named by their tags, after failing the other group naming the same
+        rank. A shared-memory step that ended on the TCP group's news (a peer failed that
+        group, or runs this call direct: ``Group.watch``) raises the TCP group's error."""
+        mod = self.mod
+        if not isinstance(err, mod.Error):  # a signal, NumPy's fallback raised: the step's group is broken
+            other = self.tcp if from_local else self.local
             if other is not None:
                 other.fail(-1)
-            raise
+            raise err
+        if from_local and err.args[0] == "news":
+            try:
+                self.tcp.raise_news()
+            except mod.Error as news:
+                err, from_local = news, False
+        err = self._error(err, from_local)
+        self._spread(err, from_local)
+        raise err from None
 
-    def _leaders(self) -> None:
-        """The TCP group's ops run among the leaders; set on every rank of a two-level op, so
-        that a rank that is no leader (outside the view) takes this op's frames sent to it for
-        a mismatch, and a leader those from outside the view (``TcpGroup``'s news)."""
-        if self._view is not self.leaders:
-            self.tcp.view = self.leaders
-            self._view = self.leaders
+    def _direct(self, op: str, root: int, method, *args) -> None:
+        """A direct op's list form: ``method`` of the whole TCP group, tagged with the call."""
+        self.c.direct(_OP[op], root)
+        try:
+            method(*args)
+        except BaseException as err:
+            self._failure(err, False)
 
-    def _everyone(self) -> None:
-        if self._view is not None:
-            self.tcp.view = None
-            self._view = None
-
-    def _tagged(self, op: str, root: int = -1) -> None:
-        t = _tag(op, root)
-        if t != self._tag:
-            self._tag = t
-            self.tcp.tag = t
-            if self.local is not None:
-                self.local.tag = t
-
-    def _copy(self, buf):
-        """``buf``'s contents in a buffer of this group's (grown to the largest call, kept):
-        what reduce's leader that is not the root reduces into (a non-root buffer stays)."""
-        n = buf.nbytes
-        if self._spare is None or self._spare.nbytes < n:
-            self._spare = np.empty(n, np.uint8)
-        work = self._spare[:n].view(buf.dtype).reshape(buf.shape)
-        np.copyto(work, buf)
-        return work
-
-    # ---------------------------------------------------------- two-level ops
+    # ---------------------------------------------------------- two-level ops (their steps: ``c``'s)
     def all_reduce(self, buf, code, rc, es, fb, rsag) -> None:
-        self._tagged("all_reduce")
-        if buf.nbytes < self.two_level_min:
-            self._everyone()
-            self._step(self.tcp, self.tcp.all_reduce, buf, code, rc, es, fb, rsag)
-            return
-        self._leaders()
-        L = self.local
-        if L is not None:
-            self._step(L, L.reduce, buf, code, rc, es, fb, 0)
-        if self.is_leader:
-            self._step(self.tcp, self.tcp.all_reduce, buf, code, rc, es, fb, rsag)
-        if L is not None:
-            self._step(L, L.broadcast, buf, code, 0)
+        self.c.all_reduce(buf, code, rc, es, fb, rsag)
 
     def broadcast(self, buf, code, src) -> None:
-        self._tagged("broadcast", src)
-        if buf.nbytes < self.two_level_min:
-            self._everyone()
-            self._step(self.tcp, self.tcp.broadcast, buf, code, src)
-            return
-        self._leaders()
-        L, hr = self.local, self.hosts[src]
-        if self.host == hr and L is not None:
-            self._step(L, L.broadcast, buf, code, self.lindex[src])
-        if self.is_leader:
-            self._step(self.tcp, self.tcp.broadcast, buf, code, hr)
-        if self.host != hr and L is not None:
-            self._step(L, L.broadcast, buf, code, 0)
+        self.c.broadcast(buf, code, src)
 
     def reduce(self, buf, code, rc, es, fb, root) -> None:
-        self._tagged("reduce", root)
-        if buf.nbytes < self.two_level_min:
-            self._everyone()
-            self._step(self.tcp, self.tcp.reduce, buf, code, rc, es, fb, root)
-            return
-        self._leaders()
-        L, hr = self.local, self.hosts[root]
-        work = self._copy(buf) if self.is_leader and self.rank != root else buf  # (a non-root's buffer stays)
-        if L is not None:
-            self._step(L, L.reduce, work, code, rc, es, fb, 0)
-        if self.is_leader:
-            self._step(self.tcp, self.tcp.reduce, work, code, rc, es, fb, hr)
-        if self.host == hr and L is not None and root != self.mine[0]:  # to the root alone
-            if self.is_leader:
-                ins = [_EMPTY] * len(self.mine)
-                ins[self.lindex[root]] = _u8(work)
-                self._step(L, L.scatter, _EMPTY, ins, code, 0)
-            else:
-                self._step(L, L.scatter, _u8(buf) if self.rank == root else _EMPTY, None, code, 0)
+        self.c.reduce(buf, code, rc, es, fb, root)
 
     def barrier(self) -> None:
-        self._tagged("barrier")
-        if self.two_level_min > 0:  # (no data: the direct one, unless every call goes in two levels)
-            self._everyone()
-            self._step(self.tcp, self.tcp.barrier)
-            return
-        self._leaders()
-        L = self.local
-        if L is not None:
-            self._step(L, L.barrier)
-        if self.is_leader:
-            self._step(self.tcp, self.tcp.barrier)
-        if L is not None:
-            self._step(L, L.barrier)
+        self.c.barrier()
 
     def all_gather(self, outputs, inp, code) -> None:
-        self._tagged("all_gather")
-        n, L = self.size, self.local
-        if isinstance(outputs, (list, tuple)):
-            if sum(o.nbytes for o in outputs) < self.gather_min:
-                self._everyone()
-                self._step(self.tcp, self.tcp.all_gather, outputs, inp, code)
-                return
-            outs, base = [_u8(o) for o in outputs], None
-        else:
-            if outputs.nbytes < self.gather_min:
-                self._everyone()
-                self._step(self.tcp, self.tcp.all_gather, outputs, inp, code)
-                return
-            base = _u8(outputs)
-            k = base.nbytes // n
-            outs = [base[i * k:(i + 1) * k] for i in range(n)]
-        self._leaders()
-        if L is not None:
-            self._step(L, L.all_gather, [outs[m] for m in self.mine], inp, code)
-        else:
-            np.copyto(outs[self.rank], _u8(inp))
-        if self.is_leader:
-            blocks, packed = [], []
-            for h, ranks in enumerate(self.members):
-                span = self._span(base, outs, ranks)
-                if span is None:
-                    span = np.empty(sum(outs[r].nbytes for r in ranks), np.uint8)
-                    packed.append((span, ranks))
-                    if h == self.host:
-                        self._pack(span, outs, ranks)
-                blocks.append(span)
-            self._step(self.tcp, self.tcp.all_to_all, blocks, [blocks[self.host]] * len(blocks), code)
-            for span, ranks in packed:
-                if ranks is not self.mine:
-                    self._unpack(span, outs, ranks)
-        if L is not None and self.remote:
-            span = self._span(base, outs, self.remote)
-            if span is not None:
-                self._step(L, L.broadcast, span, code, 0)
-            else:
-                span = np.empty(sum(outs[r].nbytes for r in self.remote), np.uint8)
-                if self.is_leader:
-                    self._pack(span, outs, self.remote)
-                self._step(L, L.broadcast, span, code, 0)
-                if not self.is_leader:
-                    self._unpack(span, outs, self.remote)
-
-    @staticmethod
-    def _span(base, outs, ranks):
-        """The blocks of ``ranks`` as one view of the output, where they lie in it one after
-        another (the single-buffer form, consecutive ranks); else None."""
-        if base is None or any(b != a + 1 for a, b in zip(ranks, ranks[1:])):
-            return None
-        k = outs[0].nbytes
-        return base[ranks[0] * k:(ranks[-1] + 1) * k]
-
-    @staticmethod
-    def _pack(span, outs, ranks) -> None:
+        if not isinstance(outputs, (list, tuple)):
+            self.c.all_gather(outputs, inp, code)
+            return
+        lens = [o.nbytes for o in outputs]  # (a list's blocks may differ in size)
+        whole = np.empty(sum(lens), np.uint8)
+        self.c.all_gather(whole, inp, code, lens)
         off = 0
-        for r in ranks:
-            span[off:off + outs[r].nbytes] = outs[r]
-            off += outs[r].nbytes
-
-    @staticmethod
-    def _unpack(span, outs, ranks) -> None:
-        off = 0
-        for r in ranks:
-            outs[r][...] = span[off:off + outs[r].nbytes]
-            off += outs[r].nbytes
+        for o, k in zip(outputs, lens):
+            _u8(o)[...] = whole[off:off + k]
+            off += k
 
     # ---------------------------------------------------------- direct ops (the whole TCP group)
     def all_to_all(self, outputs, inputs, code, *counts) -> None:
-        self._tagged("all_to_all")
-        self._everyone()
-        self._step(self.tcp, self.tcp.all_to_all, outputs, inputs, code, *counts)
+        self._direct("all_to_all", -1, self.tcp.all_to_all, outputs, inputs, code, *counts)
 
     def reduce_scatter(self, out, inputs, code, rc, es, fb) -> None:
-        self._tagged("reduce_scatter")
-        self._everyone()
-        self._step(self.tcp, self.tcp.reduce_scatter, out, inputs, code, rc, es, fb)
+        self._direct("reduce_scatter", -1, self.tcp.reduce_scatter, out, inputs, code, rc, es, fb)
 
     def gather(self, outputs, inp, code, dst) -> None:
-        self._tagged("gather", dst)
-        self._everyone()
-        self._step(self.tcp, self.tcp.gather, outputs, inp, code, dst)
+        self._direct("gather", dst, self.tcp.gather, outputs, inp, code, dst)
 
     def scatter(self, out, inputs, code, src) -> None:
-        self._tagged("scatter", src)
-        self._everyone()
-        self._step(self.tcp, self.tcp.scatter, out, inputs, code, src)
+        self._direct("scatter", src, self.tcp.scatter, out, inputs, code, src)

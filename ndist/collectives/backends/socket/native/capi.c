@@ -2,11 +2,11 @@
  * functions exported as ``_cnative._C_API``, the group handles, and the calls.
  *
  * A handle names an entry of one process-wide table: the group's compiled group (a same-host
- * ``Group``, or a ``TcpGroup`` across hosts), its C core (a ``FastLane``, clane.c: the
- * bookkeeping FastLane's own methods run, with its failure hook) and its two Python hooks
- * (``native/_capi.py``: ``begin`` numbers and records the call and claims the group's lane;
- * ``end`` finishes AVG, maps a failure to the Python path's error and records the outcome).
- * A handle is (generation << 32) | (index + 1): closing an entry
+ * ``Group``, a ``TcpGroup`` across hosts, or a two-level group's ``TwoGroup``), its C core (a
+ * ``FastLane``, clane.c: the bookkeeping FastLane's own methods run, with its failure hook) and
+ * its two Python hooks (``native/_capi.py``: ``begin`` numbers and records the call and claims
+ * the group's lane; ``end`` finishes AVG, maps a failure to the Python path's error and records
+ * the outcome). A handle is (generation << 32) | (index + 1): closing an entry
  * (``capi_close``, when the group is destroyed) bumps nothing in flight, it marks the entry
  * closed; a call that holds it (``users``) finishes, and the last one drops the references.
  * A closed or reused entry's old handle no longer matches its generation: NDIST_E_CLOSED.
@@ -16,7 +16,7 @@
  * record, the op without the GIL, AVG, the end; no Python-level call unless the op fails, then
  * the failure hook). What it does not take (engines.h, ND_LANE_NOT_TAKEN) runs ``begin``, the op
  * with the GIL released, in the same engine code the groups' Python methods run (``nd_shm_run``
- * / ``nd_tcp_run``, engines.h), then ``end``. The caller needs no GIL and no Python thread state
+ * / ``nd_tcp_run`` / ``nd_two_run``, engines.h), then ``end``. The caller needs no GIL and no Python thread state
  * (PyGILState_Ensure makes one). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,8 +40,8 @@ typedef struct {
     uint32_t gen;       /* the generation its handles carry */
     int open;           /* 0 once closed (the group destroyed) */
     int users;          /* calls holding it now */
-    PyObject *group;    /* the Group or TcpGroup (owned while open or in use) */
-    int tcp;            /* 1: a TcpGroup */
+    PyObject *group;    /* the Group, TcpGroup or TwoGroup (owned while open or in use) */
+    int kind;           /* G_SHM, G_TCP or G_TWO (engines.h) */
     PyObject *begin, *end;
     PyObject *lane;     /* the group's C core (a FastLane: clane.c), or NULL: every call takes begin / end */
     PyObject *fail;     /* the core's failure hook: (err, entry, seq) -> the error tuple */
@@ -57,7 +57,7 @@ static uint32_t nentries;
 /* the entry's fields a call needs, copied under the lock */
 typedef struct {
     uint32_t index;
-    int tcp;
+    int kind;
     PyObject *group, *begin, *end, *lane, *fail, *dtypes;
     Py_ssize_t rsag_min;
     int rank, size;
@@ -87,7 +87,7 @@ static int acquire(ndist_group h, Held_ *out, ndist_error *err)
         Entry *e = &entries[index - 1];
         if (e->open && e->gen == gen) {
             e->users++;
-            *out = (Held_){index - 1, e->tcp, e->group, e->begin, e->end, e->lane, e->fail, e->dtypes, e->rsag_min,
+            *out = (Held_){index - 1, e->kind, e->group, e->begin, e->end, e->lane, e->fail, e->dtypes, e->rsag_min,
                            e->rank, e->size};
             ok = 1;
         }
@@ -262,13 +262,10 @@ static int run_locked(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_
     PyObject *token = PyTuple_GET_ITEM(b, 0), *fb = PyTuple_GET_ITEM(b, 1);
     op->fallback = fb == Py_None ? NULL : fb;
     PyThreadState *save = PyEval_SaveThread();
-    int rc = h->tcp ? nd_tcp_run(h->group, op, &save) : nd_shm_run(h->group, op, &save);
+    int rc = nd_group_run(h->kind, h->group, op, &save);
     PyEval_RestoreThread(save);
     if (rc) { /* the exception the group's method raises, for end to map */
-        if (h->tcp)
-            nd_tcp_raise(h->group, rc);
-        else
-            nd_shm_raise(h->group, rc);
+        nd_group_raise(h->kind, h->group, rc);
         PyObject *type, *tb;
         PyErr_Fetch(&type, &exc, &tb);
         PyErr_NormalizeException(&type, &exc, &tb);
@@ -535,9 +532,10 @@ static const ndist_engine_api API = {
 
 /* ------------------------------------------------------------------ Python side */
 /* capi_open(group, begin, end, rsag_min, lane=None, fail=None, dtypes=None) -> handle: a new entry
- * for ``group``, a same-host Group or a TcpGroup (one with a view, a two-level group's, runs no op:
- * ND_SHM_BROKEN). ``lane``: the group's C core (a FastLane), which runs what it takes with no
- * Python-level call; ``fail`` its failure hook, ``dtypes`` NumPy's dtype of each code. */
+ * for ``group``, a same-host Group, a TcpGroup (one with a view, a two-level group's, runs no op:
+ * ND_SHM_BROKEN) or a TwoGroup (ctwo.c: a two-level group's ops). ``lane``: the group's C core (a
+ * FastLane), which runs what it takes with no Python-level call; ``fail`` its failure hook,
+ * ``dtypes`` NumPy's dtype of each code. */
 static PyObject *capi_open(PyObject *mod, PyObject *args)
 {
     PyObject *group, *begin, *end, *lane = Py_None, *fail = Py_None, *dtypes = Py_None;
@@ -550,9 +548,9 @@ static PyObject *capi_open(PyObject *mod, PyObject *args)
                      "%d dtypes, got %s", NDTYPES, Py_TYPE(lane)->tp_name);
         return NULL;
     }
-    int tcp = nd_tcp_is(group);
-    if (!tcp && !nd_shm_is(group)) {
-        PyErr_Format(PyExc_TypeError, "capi_open: group: expected a _cnative.Group or TcpGroup, got %s",
+    int kind = nd_tcp_is(group) ? G_TCP : nd_shm_is(group) ? G_SHM : nd_two_is(group) ? G_TWO : -1;
+    if (kind < 0) {
+        PyErr_Format(PyExc_TypeError, "capi_open: group: expected a _cnative.Group, TcpGroup or TwoGroup, got %s",
                      Py_TYPE(group)->tp_name);
         return NULL;
     }
@@ -585,11 +583,8 @@ static PyObject *capi_open(PyObject *mod, PyObject *args)
     e->fail = lane == Py_None ? NULL : Py_NewRef(fail);
     e->dtypes = lane == Py_None ? NULL : Py_NewRef(dtypes);
     e->rsag_min = rsag_min;
-    e->tcp = tcp;
-    if (tcp)
-        nd_tcp_geometry(group, &e->rank, &e->size);
-    else
-        nd_shm_geometry(group, &e->rank, &e->size);
+    e->kind = kind;
+    nd_group_geometry(kind, group, &e->rank, &e->size);
     uint64_t h = ((uint64_t)e->gen << 32) | (i + 1);
     pthread_mutex_unlock(&lock);
     return PyLong_FromUnsignedLongLong(h);

@@ -13,7 +13,7 @@
  *   the record: the lane's sequence number (``itertools.count``), the flight recorder's entry
  *   (a 10-list appended to its ring, as ``run_fields`` writes it), the backend's sequence
  *   number (into the group's headers), the op for messages (``NativeAlgorithms.op``);
- *   the op: the engine's own code (``nd_shm_run`` / ``nd_tcp_run``, engines.h) with the GIL
+ *   the op: the engine's own code (``nd_shm_run`` / ``nd_tcp_run`` / ``nd_two_run``, engines.h) with the GIL
  *   released; AVG's division (floats: x / n in the dtype; integers: the sum truncated toward
  *   zero, ``_intavg.py``);
  *   the end: the flag cleared (the worker woken if a job was queued meanwhile), the entry's end
@@ -27,8 +27,8 @@
  * (``plain``, a ``collectives/_plain.py`` ``PlainLane``), whose methods return what these
  * return: True when the call ran, False when the public function's general path must take it.
  * Created by ``native/_fast.py`` only where NDIST_DEBUG is not DETAIL (DETAIL's signature check
- * runs in Python) and the group runs the native engine in one level (a same-host ``Group`` or a
- * ``TcpGroup`` without a view).
+ * runs in Python) and the group runs the native engine: a same-host ``Group``, a ``TcpGroup``
+ * without a view, or a two-level group's ``TwoGroup`` (ctwo.c).
  *
  * NumPy arrays are read through NumPy's stable object layout (``PyArrayObject_fields``: data,
  * nd, dimensions, strides, base, descr, flags; the same fields NumPy's own inline accessors
@@ -167,8 +167,8 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     LaneState *state;
-    PyObject *group; /* the same-host Group or the TcpGroup */
-    int tcp, rank, size;
+    PyObject *group; /* the same-host Group, the TcpGroup or the TwoGroup */
+    int kind, rank, size; /* kind: G_SHM, G_TCP or G_TWO */
     PyObject *queue;        /* the executor's deque */
     PyObject *wake;         /* Executor.wake */
     PyObject *backend_dict; /* SocketBackend.__dict__ (``_closed``) */
@@ -298,13 +298,16 @@ static int FastLane_init(FastLane *f, PyObject *args, PyObject *kw)
         return -1;
     FastLane_clear(f);
     if (nd_tcp_is(group)) {
-        f->tcp = 1;
+        f->kind = G_TCP;
         nd_tcp_geometry(group, &f->rank, &f->size);
     } else if (nd_shm_is(group)) {
-        f->tcp = 0;
+        f->kind = G_SHM;
         nd_shm_geometry(group, &f->rank, &f->size);
+    } else if (nd_two_is(group)) {
+        f->kind = G_TWO;
+        nd_two_geometry(group, &f->rank, &f->size);
     } else {
-        PyErr_Format(PyExc_TypeError, "FastLane: group: expected a _cnative.Group or TcpGroup, got %s",
+        PyErr_Format(PyExc_TypeError, "FastLane: group: expected a _cnative.Group, TcpGroup or TwoGroup, got %s",
                      Py_TYPE(group)->tp_name);
         return -1;
     }
@@ -833,10 +836,7 @@ static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdO
     }
     /* the backend's number for the op (Executor.claim), the op described for messages */
     unsigned long long bseq = ++f->state->seq;
-    if (f->tcp)
-        nd_tcp_set_seq(f->group, bseq);
-    else
-        nd_shm_set_seq(f->group, bseq);
+    nd_group_set_seq(f->kind, f->group, bseq);
     /* (the count Python's lanes name: all_to_all and all_gather the input's, the others the output's) */
     f->cur_op = kind, f->cur_code = op->dtype;
     f->cur_count = kind == K_ALL_TO_ALL || kind == K_ALL_GATHER ? count_in : count_out;
@@ -846,13 +846,10 @@ static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdO
         goto early;
 
     PyThreadState *save = PyEval_SaveThread();
-    int rc = f->tcp ? nd_tcp_run(f->group, op, &save) : nd_shm_run(f->group, op, &save);
+    int rc = nd_group_run(f->kind, f->group, op, &save);
     PyEval_RestoreThread(save);
     if (rc) { /* the group's method's error, for the caller's hook to map */
-        if (f->tcp)
-            nd_tcp_raise(f->group, rc);
-        else
-            nd_shm_raise(f->group, rc);
+        nd_group_raise(f->kind, f->group, rc);
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         PyErr_NormalizeException(&type, &value, &tb);

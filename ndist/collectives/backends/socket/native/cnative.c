@@ -1729,10 +1729,12 @@ int nd_shm_run(PyObject *o, const NdOp *op, PyThreadState **sv)
         return ND_SHM_BROKEN;
     int n = g->size, rc;
     Red r = {op->dtype, op->redop, op->esize, op->fallback};
-    if (op->op == OP_ALL_REDUCE || op->op == OP_BROADCAST || op->op == OP_BARRIER) {
+    if (op->op == OP_ALL_REDUCE || op->op == OP_REDUCE || op->op == OP_BROADCAST || op->op == OP_BARRIER) {
         double dl = op_begin(g);
         if (op->op == OP_ALL_REDUCE)
             return run_all_reduce(g, op->out, op->outbytes, &r, op->rsag && n > 1, dl, sv);
+        if (op->op == OP_REDUCE)
+            return run_reduce(g, op->out, op->outbytes, &r, op->root, dl, sv);
         if (op->op == OP_BROADCAST)
             return run_broadcast(g, op->out, op->outbytes, op->dtype, op->root, dl, sv);
         return run_barrier(g, dl, sv);
@@ -1763,6 +1765,45 @@ int nd_shm_run(PyObject *o, const NdOp *op, PyThreadState **sv)
         cut_even(&b, (char *)op->in, op->inbytes / n, n);
         rc = run_reduce_scatter(g, op->out, op->outbytes, &b, &r, dl, sv);
     }
+    free(ptr);
+    free(len);
+    return rc;
+}
+
+void nd_shm_set_tag(PyObject *o, int tag) { ((Group *)o)->tag = tag; }
+
+int nd_shm_all_gather(PyObject *o, char **outs, Py_ssize_t *olen, const char *in, Py_ssize_t inbytes, int dtype,
+                      PyThreadState **sv)
+{
+    Group *g = (Group *)o;
+    if (g->broken)
+        return ND_SHM_BROKEN;
+    List a = {outs, olen};
+    double dl = op_begin(g);
+    return run_all_gather(g, &a, (char *)in, inbytes, dtype, dl, sv);
+}
+
+int nd_shm_scatter_to(PyObject *o, int to, char *buf, Py_ssize_t nbytes, int dtype, PyThreadState **sv)
+{
+    Group *g = (Group *)o;
+    if (g->broken)
+        return ND_SHM_BROKEN;
+    int n = g->size, me = g->rank, rc;
+    char **ptr = calloc((size_t)n, sizeof(char *));
+    Py_ssize_t *len = calloc((size_t)n, sizeof(Py_ssize_t));
+    if (!ptr || !len) {
+        free(ptr);
+        free(len);
+        return ND_SHM_NOMEM;
+    }
+    static char none[1]; /* (the empty blocks, and the output of a rank that gets nothing) */
+    List ins = {ptr, len};
+    for (int q = 0; q < n; q++)
+        ptr[q] = none;
+    if (me == 0)
+        ptr[to] = buf, len[to] = nbytes;
+    double dl = op_begin(g);
+    rc = run_scatter(g, me == to ? buf : none, me == to ? nbytes : 0, &ins, dtype, 0, dl, sv);
     free(ptr);
     free(len);
     return rc;
@@ -1846,7 +1887,8 @@ PyMODINIT_FUNC PyInit__cnative(void)
         PyModule_AddObject(m, "Group", (PyObject *)&GroupType) < 0 ||
         PyModule_AddIntConstant(m, "CTL_BYTES", CTL_BYTES) < 0 || PyModule_AddIntConstant(m, "HDR_BYTES", HDR_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "STALL_GLOBAL", STALL_GLOBAL) < 0 ||
-        PyModule_AddIntConstant(m, "STALL_FINAL", STALL_FINAL) < 0 || nd_capi_add(m) < 0 || nd_lane_add(m) < 0) {
+        PyModule_AddIntConstant(m, "STALL_FINAL", STALL_FINAL) < 0 || nd_capi_add(m) < 0 || nd_lane_add(m) < 0 ||
+        nd_two_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1357,18 +1357,67 @@ void nd_tcp_geometry(PyObject *o, int *rank, int *size)
     *size = ((TGroup *)o)->size;
 }
 
-int nd_tcp_run(PyObject *o, const NdOp *op, PyThreadState **sv)
+/* an op's body among the view (its vsize ranks): list ops' blocks in ``a`` (outputs) and ``b``
+ * (inputs), vsize each; a failure keeps the sockets claimed (nd_tcp_raise releases them) */
+static int tcp_body(TGroup *g, const NdOp *op, Held *a, Held *b, PyThreadState **sv)
 {
-    TGroup *g = (TGroup *)o;
-    if (g->broken || g->vrank < 0 || g->vsize != g->size) /* (a two-level group's TcpGroup: not offered) */
-        return ND_SHM_BROKEN;
-    int n = g->size, rc;
+    int n = g->vsize, rc;
     Red r = {op->dtype, op->redop, op->esize, op->fallback};
+    double dl;
+    if ((rc = op_begin(g, &dl)) != E_OK)
+        return rc;
+    if (op->op == OP_ALL_REDUCE) {
+        rc = n > 1 ? run_all_reduce(g, op->out, (size_t)op->outbytes, &r, op->rsag, dl, sv) : E_OK;
+    } else if (op->op == OP_REDUCE) {
+        rc = n > 1 ? run_reduce(g, op->out, (size_t)op->outbytes, &r, op->root, dl, sv) : E_OK;
+    } else if (op->op == OP_BROADCAST) {
+        rc = run_broadcast(g, op->out, (size_t)op->outbytes, op->dtype, op->root, dl, sv);
+    } else if (op->op == OP_BARRIER) {
+        rc = run_barrier(g, dl, sv);
+    } else if (op->op == OP_ALL_GATHER) {
+        TSig s = {OP_ALL_GATHER | g->tag, op->dtype, 0, -1, (uint64_t)op->inbytes, 0, 0, 0};
+        rc = run_exchange(g, &s, a, NULL, op->in, (size_t)op->inbytes, dl, sv);
+    } else if (op->op == OP_ALL_TO_ALL) {
+        TSig s = {OP_ALL_TO_ALL | g->tag, op->dtype, 0, -1, 0, 0, 0, 0};
+        for (int q = 0; q < n; q++) /* (the call's input bytes, for a peer's mismatch message: not compared) */
+            s.sig += (uint64_t)b->len[q];
+        rc = run_exchange(g, &s, a, b, NULL, 0, dl, sv);
+    } else {
+        rc = n > 1 ? run_reduce_scatter(g, op->out, (size_t)op->outbytes, b, &r, dl, sv)
+                   : (memmove(op->out, op->in, (size_t)op->outbytes), E_OK);
+    }
+    if (rc == E_OK) {
+        trim_scratch(g);
+        release(g);
+    }
+    return rc;
+}
+
+/* a list op's blocks: the given ones (``ptr``/``len``, n each), else ``base`` cut at ``counts``
+ * (elements of ``esize`` bytes: all_to_all's split sizes), else in n equal ones */
+static void blocks(Held *h, char **ptr, Py_ssize_t *len, char **given, Py_ssize_t *glen, const char *base,
+                   Py_ssize_t bytes, const Py_ssize_t *counts, Py_ssize_t esize, int n)
+{
+    h->views = NULL, h->ptr = ptr, h->len = len, h->n = n;
+    Py_ssize_t off = 0;
+    for (int q = 0; q < n; q++) {
+        if (given)
+            ptr[q] = given[q], len[q] = glen[q];
+        else if (counts)
+            ptr[q] = (char *)base + off, len[q] = counts[q] * esize, off += len[q];
+        else
+            ptr[q] = (char *)base + q * (bytes / n), len[q] = bytes / n;
+    }
+}
+
+static int tcp_run_in_view(TGroup *g, const NdOp *op, char **outs, Py_ssize_t *olen, char **ins, Py_ssize_t *ilen,
+                           PyThreadState **sv)
+{
+    int n = g->vsize, rc;
+    Held a = {NULL, NULL, NULL, n}, b = {NULL, NULL, NULL, n};
     char **ptr = NULL;
     Py_ssize_t *len = NULL;
-    Held a = {NULL, NULL, NULL, n}, b = {NULL, NULL, NULL, n};
-    int list = op->op == OP_ALL_GATHER || op->op == OP_ALL_TO_ALL || op->op == OP_REDUCE_SCATTER;
-    if (list) { /* one buffer cut in n equal blocks (or this rank's one block) */
+    if (op->op == OP_ALL_GATHER || op->op == OP_ALL_TO_ALL || op->op == OP_REDUCE_SCATTER) {
         ptr = malloc(2 * (size_t)n * sizeof(char *));
         len = malloc(2 * (size_t)n * sizeof(Py_ssize_t));
         if (!ptr || !len) {
@@ -1376,46 +1425,51 @@ int nd_tcp_run(PyObject *o, const NdOp *op, PyThreadState **sv)
             free(len);
             return ND_SHM_NOMEM;
         }
-        a.ptr = ptr, a.len = len, b.ptr = ptr + n, b.len = len + n;
-        if (op->op == OP_ALL_TO_ALL && op->out_counts) { /* split sizes: cut at them */
-            Py_ssize_t ao = 0, bo = 0;
-            for (int q = 0; q < n; q++) {
-                a.ptr[q] = op->out + ao, a.len[q] = op->out_counts[q] * op->esize;
-                b.ptr[q] = (char *)op->in + bo, b.len[q] = op->in_counts[q] * op->esize;
-                ao += a.len[q], bo += b.len[q];
-            }
-        } else
-            for (int q = 0; q < n; q++) {
-                a.ptr[q] = op->out + q * (op->outbytes / n), a.len[q] = op->outbytes / n;
-                b.ptr[q] = (char *)op->in + q * (op->inbytes / n), b.len[q] = op->inbytes / n;
-            }
+        int cut = op->op == OP_ALL_TO_ALL && op->out_counts; /* split sizes */
+        blocks(&a, ptr, len, outs, olen, op->out, op->outbytes, cut ? op->out_counts : NULL, op->esize, n);
+        blocks(&b, ptr + n, len + n, ins, ilen, op->in, op->inbytes, cut ? op->in_counts : NULL, op->esize, n);
     }
-    double dl;
-    if ((rc = op_begin(g, &dl)) == E_OK) {
-        if (op->op == OP_ALL_REDUCE) {
-            rc = n > 1 ? run_all_reduce(g, op->out, (size_t)op->outbytes, &r, op->rsag, dl, sv) : E_OK;
-        } else if (op->op == OP_BROADCAST) {
-            rc = run_broadcast(g, op->out, (size_t)op->outbytes, op->dtype, op->root, dl, sv);
-        } else if (op->op == OP_BARRIER) {
-            rc = run_barrier(g, dl, sv);
-        } else if (op->op == OP_ALL_GATHER) {
-            TSig s = {OP_ALL_GATHER | g->tag, op->dtype, 0, -1, (uint64_t)op->inbytes, 0, 0, 0};
-            rc = run_exchange(g, &s, &a, NULL, op->in, (size_t)op->inbytes, dl, sv);
-        } else if (op->op == OP_ALL_TO_ALL) {
-            TSig s = {OP_ALL_TO_ALL | g->tag, op->dtype, 0, -1, (uint64_t)op->inbytes, 0, 0, 0};
-            rc = run_exchange(g, &s, &a, &b, NULL, 0, dl, sv);
-        } else {
-            rc = n > 1 ? run_reduce_scatter(g, op->out, (size_t)op->outbytes, &b, &r, dl, sv)
-                       : (memmove(op->out, op->in, (size_t)op->outbytes), E_OK);
-        }
-        if (rc == E_OK) {
-            trim_scratch(g);
-            release(g);
-        }
-    }
+    rc = tcp_body(g, op, &a, &b, sv);
     free(ptr);
     free(len);
-    return rc; /* (a failure keeps the sockets claimed: nd_tcp_raise releases them, as DONE does) */
+    return rc;
+}
+
+int nd_tcp_run(PyObject *o, const NdOp *op, PyThreadState **sv)
+{
+    TGroup *g = (TGroup *)o;
+    if (g->broken || g->vrank < 0 || g->vsize != g->size) /* (a two-level group's TcpGroup: nd_tcp_step) */
+        return ND_SHM_BROKEN;
+    return tcp_run_in_view(g, op, NULL, NULL, NULL, NULL, sv);
+}
+
+int nd_tcp_step(PyObject *o, const NdOp *op, char **outs, Py_ssize_t *olen, char **ins, Py_ssize_t *ilen,
+                PyThreadState **sv)
+{
+    TGroup *g = (TGroup *)o;
+    if (g->broken || g->vrank < 0)
+        return ND_SHM_BROKEN;
+    return tcp_run_in_view(g, op, outs, olen, ins, ilen, sv);
+}
+
+void nd_tcp_set_tag(PyObject *o, int tag) { ((TGroup *)o)->tag = tag; }
+
+int nd_tcp_set_view(PyObject *o, const int *map, int k)
+{
+    TGroup *g = (TGroup *)o;
+    int *m = NULL, vrank = -1;
+    if (map) {
+        if (!(m = malloc((size_t)k * sizeof(int))))
+            return -1;
+        for (int i = 0; i < k; i++)
+            if ((m[i] = map[i]) == g->rank)
+                vrank = i;
+    }
+    free(g->vmap);
+    g->vmap = m;
+    g->vsize = map ? k : g->size;
+    g->vrank = map ? vrank : g->rank;
+    return 0;
 }
 
 PyObject *nd_tcp_raise(PyObject *o, int rc)
@@ -1565,7 +1619,7 @@ static void T_dealloc(TGroup *g)
     free(g->scratch);
     PyMem_Free(g->drain);
     free(g->abort_body);
-    PyMem_Free(g->vmap);
+    free(g->vmap);
     Py_CLEAR(g->on_stall);
     Py_CLEAR(g->on_deadline);
     Py_TYPE(g)->tp_free((PyObject *)g);
@@ -1660,7 +1714,7 @@ static int T_set_view(TGroup *g, PyObject *value, void *closure)
         return -1;
     }
     if (value == NULL || value == Py_None) {
-        PyMem_Free(g->vmap);
+        free(g->vmap);
         g->vmap = NULL;
         g->vsize = g->size;
         g->vrank = g->rank;
@@ -1670,7 +1724,7 @@ static int T_set_view(TGroup *g, PyObject *value, void *closure)
     if (!fast)
         return -1;
     Py_ssize_t k = PySequence_Fast_GET_SIZE(fast);
-    int *map = k > 0 && k <= g->size ? PyMem_Malloc((size_t)k * sizeof(int)) : NULL;
+    int *map = k > 0 && k <= g->size ? malloc((size_t)k * sizeof(int)) : NULL;
     int vrank = -1;
     if (!map) {
         Py_DECREF(fast);
@@ -1695,14 +1749,14 @@ static int T_set_view(TGroup *g, PyObject *value, void *closure)
             vrank = (int)i;
     }
     Py_DECREF(fast);
-    PyMem_Free(g->vmap);
+    free(g->vmap);
     g->vmap = map;
     g->vsize = (int)k;
     g->vrank = vrank;
     return 0;
 bad:
     Py_DECREF(fast);
-    PyMem_Free(map);
+    free(map);
     return -1;
 }
 

@@ -53,6 +53,74 @@ void nd_tcp_set_seq(PyObject *o, unsigned long long seq);
 /* ``o`` is a TcpGroup */
 int nd_tcp_is(PyObject *o);
 
+/* A two-level group's steps (ctwo.c), without the GIL. ``nd_shm_run`` also runs OP_REDUCE (to
+ * ``root``); ``nd_shm_scatter_to``: local rank 0's ``buf`` (``nbytes``) to local rank ``to``
+ * alone, into its ``buf`` (the others' ``buf`` unused). ``nd_tcp_step``: ``op`` (also
+ * OP_REDUCE) among the TcpGroup's view (the leaders, or every rank; this rank in it, roots in
+ * its numbering), the list ops' blocks given (``outs``/``olen``, ``ins``/``ilen``: one per rank
+ * of the view) or NULL (the buffer cut in equal blocks); returns as nd_tcp_run. The tag is ORed
+ * into the op code of every frame and header (the call's op and root: two calls whose steps
+ * look alike are told apart); ``nd_tcp_set_view``: ``map`` (``k`` group ranks, copied) or NULL
+ * (every rank), between ops; -1 when out of memory. */
+int nd_shm_scatter_to(PyObject *o, int to, char *buf, Py_ssize_t nbytes, int dtype, PyThreadState **save);
+/* all_gather into ``outs`` (one block per local rank, ``olen`` bytes each: uneven blocks too) */
+int nd_shm_all_gather(PyObject *o, char **outs, Py_ssize_t *olen, const char *in, Py_ssize_t inbytes, int dtype,
+                      PyThreadState **save);
+void nd_shm_set_tag(PyObject *o, int tag);
+int nd_tcp_step(PyObject *o, const NdOp *op, char **outs, Py_ssize_t *olen, char **ins, Py_ssize_t *ilen,
+                PyThreadState **save);
+void nd_tcp_set_tag(PyObject *o, int tag);
+int nd_tcp_set_view(PyObject *o, const int *map, int k);
+
+/* The two-level group (ctwo.c, ``_cnative.TwoGroup``; native/_twolevel.py): ``nd_two_run``
+ * runs ``op`` (also OP_REDUCE) as its steps on the local Group and the TcpGroup, as nd_shm_run
+ * does (E_OK, or the failing step's code: ``nd_two_raise`` raises that step's error mapped by
+ * the group's ``failure`` hook, which fails the other group naming the same rank, or
+ * ND_SHM_NOMEM). all_gather: one output buffer of ``size`` equal blocks (``nd_two_all_gather``:
+ * blocks of ``lens[r]`` bytes, in rank order). */
+int nd_two_is(PyObject *o);
+void nd_two_geometry(PyObject *o, int *rank, int *size);
+int nd_two_run(PyObject *o, const NdOp *op, PyThreadState **save);
+int nd_two_all_gather(PyObject *o, const NdOp *op, const Py_ssize_t *lens, PyThreadState **save);
+PyObject *nd_two_raise(PyObject *o, int rc);
+void nd_two_set_seq(PyObject *o, unsigned long long seq);
+/* add ``TwoGroup`` to module ``m`` */
+int nd_two_add(PyObject *m);
+
+/* A compiled group of any kind, as FastLane (clane.c) and the C interface (capi.c) hold it:
+ * G_SHM a same-host Group, G_TCP a TcpGroup (no view), G_TWO a TwoGroup. */
+enum { G_SHM = 0, G_TCP, G_TWO };
+
+static inline void nd_group_geometry(int kind, PyObject *o, int *rank, int *size)
+{
+    if (kind == G_SHM)
+        nd_shm_geometry(o, rank, size);
+    else if (kind == G_TCP)
+        nd_tcp_geometry(o, rank, size);
+    else
+        nd_two_geometry(o, rank, size);
+}
+
+static inline void nd_group_set_seq(int kind, PyObject *o, unsigned long long seq)
+{
+    if (kind == G_SHM)
+        nd_shm_set_seq(o, seq);
+    else if (kind == G_TCP)
+        nd_tcp_set_seq(o, seq);
+    else
+        nd_two_set_seq(o, seq);
+}
+
+static inline int nd_group_run(int kind, PyObject *o, const NdOp *op, PyThreadState **save)
+{
+    return kind == G_SHM ? nd_shm_run(o, op, save) : kind == G_TCP ? nd_tcp_run(o, op, save) : nd_two_run(o, op, save);
+}
+
+static inline PyObject *nd_group_raise(int kind, PyObject *o, int rc)
+{
+    return kind == G_SHM ? nd_shm_raise(o, rc) : kind == G_TCP ? nd_tcp_raise(o, rc) : nd_two_raise(o, rc);
+}
+
 /* capi.c: add the C interface (``_C_API`` and the handle functions) to module ``m``; 0 or -1
  * with a Python error set */
 int nd_capi_add(PyObject *m);
