@@ -536,6 +536,8 @@ def _python_calls_per_table_call(rank, size):
     g_in, g_out = np.full(4, rank, np.int32), np.empty(4 * size, np.int32)
     r_in, r_out = np.arange(3 * size, dtype=np.float64) + rank, np.empty(3, np.float64)
     a_in, a_out = np.arange(2 * size, dtype=np.int64), np.empty(2 * size, np.int64)
+    v_counts = [rank + 1 + q for q in range(size)]  # (rank r and q exchange r + 1 + q elements each way)
+    v_in, v_out = np.arange(sum(v_counts), dtype=np.int64), np.empty(sum(v_counts), np.int64)
     core = {
         "all_reduce": seen(lambda: eng.all_reduce(x)),
         "all_reduce AVG int64": seen(lambda: eng.all_reduce(i64, "AVG")),
@@ -543,8 +545,7 @@ def _python_calls_per_table_call(rank, size):
         "all_gather": seen(lambda: eng.all_gather(g_out, g_in)),
         "reduce_scatter MAX": seen(lambda: eng.reduce_scatter(r_out, r_in, "MAX")),
         "all_to_all": seen(lambda: eng.all_to_all(a_out, a_in)),
-        "all_to_all_v": seen(lambda: eng.all_to_all_v(a_out[:2 + 2 * rank], [1, 3] if rank else [1, 1],
-                                                      a_in[:2 + 2 * rank], [1, 3] if rank else [1, 1])),
+        "all_to_all_v": seen(lambda: eng.all_to_all_v(v_out, v_counts, v_in, v_counts)),
         "barrier": seen(eng.barrier),
     }
     h16 = np.ones(8, np.float16)

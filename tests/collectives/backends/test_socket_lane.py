@@ -118,7 +118,7 @@ def test_a_repeated_barrier_takes_the_plain_path_and_the_lane():
 
 #: the ops whose repeated blocking call is one C call on the native engine (``_cnative.FastLane``)
 ONE_C_CALL = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
-              "barrier")
+              "all_to_all_single uneven", "barrier")
 
 
 @pytest.mark.timeout(120)
