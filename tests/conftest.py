@@ -292,3 +292,15 @@ def _torch_compiled_built_first(request):
         request.getfixturevalue("torch_compiled_build")
     except (pytest.skip.Exception, pytest.fail.Exception):
         pass  # no compiler or a failed build: the Python backend serves (and the compiled tests say why)
+
+
+# ---------------------------------------------------------------- scheduling under -n
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``-n N`` (``--dist load``): the tests of one cached launch on one worker
+    (tests/launch_scheduling.py); any other ``--dist`` is xdist's own."""
+    if config.getvalue("dist") != "load":
+        return None
+    from tests.launch_scheduling import LaunchScheduling
+
+    return LaunchScheduling(config, log)

@@ -72,6 +72,15 @@ def unavailable(name: str, world_size: int = 1) -> str | None:
     return None
 
 
+def one_launch(group: str, *values, id: str | None = None):
+    """A ``pytest.param`` of ``values`` for the tests that share one cached launch (``group``
+    names it): under ``-n`` all of them run on one xdist worker, which launches the ranks once
+    (tests/launch_scheduling.py). Split across the workers, each worker ran the same launch
+    for its share of the tests. The parameter must be the one nearest the test function (its
+    id comes first in the test's id)."""
+    return pytest.param(*values, id=id, marks=pytest.mark.xdist_group(group))
+
+
 def launch(name: str, module, world_size: int, timeout: float, env: dict | None = None) -> list:
     """Every rank's ``module.entry()`` result, in rank order (``env``: added to the entry's)."""
     entry = BACKENDS[name]

@@ -13,7 +13,7 @@ import functools
 import pytest
 
 from tests.collectives import conformance
-from tests.collectives.collective_launch import BACKENDS, launch, unavailable
+from tests.collectives.collective_launch import BACKENDS, launch, one_launch, unavailable
 
 WORLD_SIZES = (1, 2, 3, 4)
 #: the socket backend's scheduled algorithms (more than four ranks, or forced):
@@ -21,6 +21,10 @@ WORLD_SIZES = (1, 2, 3, 4)
 SCHEDULED = (("socket", 5, "auto"), ("socket", 8, "auto"), ("socket-shm", 5, "auto"), ("socket-tcp", 8, "auto"),
              ("socket", 3, "sched"))
 LAUNCH_TIMEOUT = 240
+#: one launch each, whose combos run on one xdist worker (``one_launch``)
+LAUNCHES = [one_launch(f"conformance-{b}-{n}", b, n, id=f"{b}-{n}") for b in BACKENDS for n in WORLD_SIZES]
+SCHEDULED_LAUNCHES = [one_launch(f"conformance-{b}-{n}-{algo}", b, n, algo, id=f"{b}-{n}-{algo}")
+                      for b, n, algo in SCHEDULED]
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,8 +44,7 @@ def _results(name: str, world_size: int, algo: str | None = None) -> dict:
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("combo", conformance.combos())
-@pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend,world_size", LAUNCHES)
 def test_conformance(backend, world_size, combo):
     reason = unavailable(backend, world_size)
     if reason:
@@ -52,7 +55,7 @@ def test_conformance(backend, world_size, combo):
 
 @pytest.mark.timeout(LAUNCH_TIMEOUT + 30)
 @pytest.mark.parametrize("combo", conformance.combos())
-@pytest.mark.parametrize("backend,world_size,algo", SCHEDULED)
+@pytest.mark.parametrize("backend,world_size,algo", SCHEDULED_LAUNCHES)
 def test_conformance_scheduled(backend, world_size, algo, combo):
     reason = unavailable(backend, world_size)
     if reason:

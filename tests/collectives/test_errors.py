@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.collectives import error_cases
-from tests.collectives.collective_launch import check_case
+from tests.collectives.collective_launch import check_case, one_launch
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 BACKENDS = ("socket", "mpi")
@@ -27,6 +27,6 @@ def test_documented(case_id):
 
 @pytest.mark.timeout(230)
 @pytest.mark.parametrize("case_id", IDS)
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [one_launch(f"error_cases-{b}", b, id=b) for b in BACKENDS])
 def test_bad_call(backend, case_id):
     check_case(backend, error_cases, IDS, case_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.collectives import repeated_cases
-from tests.collectives.collective_launch import check_case
+from tests.collectives.collective_launch import check_case, one_launch
 
 BACKENDS = ("socket", "mpi")
 NAMES = [fn.__name__ for fn in repeated_cases.CASES]
@@ -14,6 +14,6 @@ NAMES = [fn.__name__ for fn in repeated_cases.CASES]
 
 @pytest.mark.timeout(230)
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("backend", BACKENDS, ids=[f"{b}-backend" for b in BACKENDS])
+@pytest.mark.parametrize("backend", [one_launch(f"repeated_cases-{b}", b, id=f"{b}-backend") for b in BACKENDS])
 def test_repeated_call(backend, name):
     check_case(backend, repeated_cases, NAMES, name)

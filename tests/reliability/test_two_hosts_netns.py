@@ -1,7 +1,9 @@
 """Two hosts on one machine: two network namespaces joined by a veth pair
 (10.77.0.1/24 and 10.77.0.2/24, no other traffic), ``ndistrun --nnodes 2`` with
 one launcher per namespace over TCP; then the link is cut mid-run and every rank
-must fail with a typed error and both launchers exit non-zero, never hang.
+must fail with a typed error and both launchers exit non-zero, never hang, and soon:
+neither launcher outlives its failed ranks by more than a few seconds, even with the
+default --rdzv-timeout of 600 s (issue 14, item 8).
 
 Needs root, iproute2 and CAP_NET_ADMIN; skips otherwise (installs nothing)."""
 
@@ -15,21 +17,22 @@ from ndist.testing import outputs
 from tests.reliability.two_hosts import cut, ready, start, stop, two_hosts  # noqa: F401 - the fixture
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
 def test_two_node_job_across_namespaces_then_the_link_is_cut(two_hosts, tmp_path):  # noqa: F811
     (ns_a, ns_b), _ = two_hosts
-    launchers = start(two_hosts, tmp_path, 2, "--rdzv-timeout", "20", "--term-timeout", "5")
+    launchers = start(two_hosts, tmp_path, 2, "--term-timeout", "5")  # --rdzv-timeout: the default, 600 s
     try:
         assert ready(tmp_path, 4, launchers) == {ns_a, ns_b}  # both "hosts" really run ranks
         cut_at = time.time()
         cut(two_hosts)
-        codes = []
+        codes, took = [], []
         for p in launchers:
             try:
-                codes.append(p.wait(timeout=max(1.0, 90 - (time.time() - cut_at))))
+                codes.append(p.wait(timeout=max(1.0, 120 - (time.time() - cut_at))))
+                took.append(time.time() - cut_at)
             except subprocess.TimeoutExpired:
                 codes.append("hang")
-        took = time.time() - cut_at
+                took.append(None)
     finally:
         stop(launchers)
     outs = outputs(tmp_path, 2)
@@ -51,5 +54,7 @@ def test_two_node_job_across_namespaces_then_the_link_is_cut(two_hosts, tmp_path
     timeouts = [e for e in errs.values() if e["type"] == "DistTimeoutError"]
     assert any("not heard from" in e["msg"] or "timed out" in e["msg"] for e in timeouts) or \
         any(e["type"] in ("DistRankFailureError", "DistNetworkError") for e in errs.values()), errs
-    assert took < 60, took  # ranks: group timeout 5 s; node 1: 15 s to report; node 0: --rdzv-timeout 20
+    # ranks: the group timeout (5 s); then node 0: --term-timeout + 10 s, whatever --rdzv-timeout;
+    # node 1: 15 s to give up on the store
+    assert all(t < 40 for t in took), (took, errs_text)
     assert all("finished without an error" not in o[0] for o in outs)

@@ -1,8 +1,8 @@
-"""Two hosts on one machine for tests/reliability/test_two_hosts_netns.py and
-test_two_hosts_linger.py: two network namespaces joined by a veth pair (10.77.0.1/24 and
-10.77.0.2/24, no other traffic), one ``ndistrun --nnodes 2`` per namespace over TCP, running
-``JOB`` (a script: the hosts' launchers do not reach a store on the test's loopback). Needs
-root, iproute2 and CAP_NET_ADMIN; the ``two_hosts`` fixture skips otherwise.
+"""Two hosts on one machine for tests/reliability/test_two_hosts_netns.py: two network
+namespaces joined by a veth pair (10.77.0.1/24 and 10.77.0.2/24, no other traffic), one
+``ndistrun --nnodes 2`` per namespace over TCP, running ``JOB`` (a script: the hosts'
+launchers do not reach a store on the test's loopback). Needs root, iproute2 and
+CAP_NET_ADMIN; the ``two_hosts`` fixture skips otherwise.
 
 ``JOB``: every rank all-to-alls and all-reduces, checking the results, until its group fails;
 after 20 good steps it writes ``ready<rank>`` (its namespace) in the folder it is given; on a
