@@ -52,9 +52,9 @@ def _extensions():
     link = shlex.split(os.environ.get("NDIST_NATIVE_LDFLAGS", ""))
     return [Extension("ndist.collectives.backends.socket.native._cnative",
                       sources=[f"{_NATIVE}/cnative.c", f"{_NATIVE}/ctcp.c", f"{_NATIVE}/common.c", f"{_NATIVE}/capi.c",
-                               f"{_NATIVE}/clane.c", f"{_NATIVE}/ctwo.c"],
+                               f"{_NATIVE}/clane.c", f"{_NATIVE}/ctwo.c", f"{_NATIVE}/crecord.c"],
                       depends=[f"{_NATIVE}/kernels.h", f"{_NATIVE}/cma.h", f"{_NATIVE}/common.h", f"{_NATIVE}/engines.h",
-                               f"{_NATIVE}/ndist_engine.h"],
+                               f"{_NATIVE}/ndist_engine.h", f"{_NATIVE}/crecord.h"],
                       extra_compile_args=flags, extra_link_args=link, optional=True),
             Extension("ndist.collectives._crun", sources=["ndist/collectives/_crun.c"],
                       extra_compile_args=flags, extra_link_args=link, optional=True)]

@@ -55,25 +55,37 @@ class Lane:
     lookup (``pg.lanes[device]``): the group, its backend, its flight recorder, the
     sequence counters and whether ``NDIST_DEBUG=DETAIL`` checks signatures."""
 
-    __slots__ = ("pg", "rank", "size", "group_rank", "backend", "rec", "seqs", "p2p_seqs", "detail", "book",
-                 "all_reduce", "broadcast", "all_gather_into", "reduce_scatter_from", "all_to_all_single")
+    __slots__ = ("pg", "device", "rank", "size", "group_rank", "backend", "rec", "seqs", "p2p_seqs", "detail",
+                 "book", "all_reduce", "broadcast", "all_gather_into", "reduce_scatter_from", "all_to_all_single")
 
     def __init__(self, pg, device: str) -> None:
-        self.pg = pg
+        self.pg, self.device = pg, device
         self.rank, self.size = pg.rank(), pg.size()
         self.group_rank = {r: i for i, r in enumerate(pg.ranks)}  # global rank -> group rank
         self.backend = pg.backend_for(device)
         self.rec = rec = _debug.recorder_for(pg)
-        self.seqs = rec.counter(device)
-        self.p2p_seqs = rec.counter(device + ":p2p")  # p2p numbered apart, as backends do
         self.detail = rec.detail
-        # for ``run_fields``: what it reads, in one tuple (the recorder's append, None without one)
-        self.book = (self.seqs, rec.record if rec.size else None, self.detail, pg, rec)
+        # a backend that records in C (the socket backend's native engine: ``recorder_types``)
+        # hands the recorder its ring and counters first; the group's other lanes hold the old ones
+        offer = getattr(self.backend, "recorder_types", None)
+        types = offer() if offer is not None else None
+        if types is not None and rec.adopt(*types):
+            for other in list(pg.lanes.values()):
+                other.rebook()
+        self.rebook()
         # the backend's methods the repeated-call path calls, bound once
         backend = self.backend
         self.all_reduce, self.broadcast = backend.all_reduce, backend.broadcast
         self.all_gather_into, self.reduce_scatter_from = backend.all_gather_into, backend.reduce_scatter_from
         self.all_to_all_single = backend.all_to_all_single
+
+    def rebook(self) -> None:
+        """Take the recorder's counters and ring (again, after ``FlightRecorder.adopt``)."""
+        rec, device = self.rec, self.device
+        self.seqs = rec.counter(device)
+        self.p2p_seqs = rec.counter(device + ":p2p")  # p2p numbered apart, as backends do
+        # for ``run_fields``: what it reads, in one tuple (the recorder's append, None without one)
+        self.book = (self.seqs, rec.record if rec.size else None, self.detail, self.pg, rec)
 
 
 def lane_for(pg, device: str) -> Lane:

@@ -6,7 +6,10 @@ it off) operations per process group are kept in a ring (op, device, dtype,
 element counts, root, sequence number, state issued / completed / failed,
 timestamps): one small list per operation, appended to a bounded deque and
 updated in place when it ends (its state follows from its fields); no lock
-and nothing formatted on the hot path. When an operation fails with a timeout,
+and nothing formatted on the hot path. Where the socket backend's native
+engine runs, the recorder adopts its C ring and counters (``adopt``): the
+repeated call in C writes its entries there as numbers, and every reader sees
+the same lists in the same order. When an operation fails with a timeout,
 a lost peer or a mismatch (a call refused by a revoked group included), the rings of every group are logged at ERROR and
 written to ``$NDIST_FLIGHT_RECORDER_DIR/rank<global rank>.json`` when that
 variable is set, and in torch's dump format to ``$NDIST_FR_DUMP<global rank>``
@@ -79,16 +82,22 @@ class FlightRecorder:
     atomic under the GIL), so the ring holds them in issue order; each
     operation gets its own entry list, and one pushed out of the ring by later
     operations is simply no longer listed.
+
+    ``adopt`` swaps both for the socket backend's C twins (``_cnative.Ring`` and
+    ``Counter``, native/crecord.c), which C writes without a Python object:
+    ``ring.append`` / ``ring.copy()`` and ``next(counter)`` work as before.
     """
 
     def __init__(self, group_name: str, global_rank: int, size: int) -> None:
         self.group_name = group_name
         self.global_rank = global_rank
         self.size = size
-        self.ring: deque = deque(maxlen=size)
+        #: the entries, oldest first: a ``deque`` or an adopted ring (``append``, ``copy()``, ``len``)
+        self.ring: Any = deque(maxlen=size)
         #: ``record(entry)``: append an entry (the oldest drops out of a full ring)
         self.record = self.ring.append
         self._seqs: dict[str, Any] = {}
+        self._count: Any = itertools.count  # makes a counter from its first number
         # read once per group, like the rest of NDIST_DEBUG (a per-call os.environ lookup
         # cost ~0.8 us, more than recording the op)
         from ..runtime._debug_level import DebugLevel, get_debug_level  # NDIST_DEBUG or set_debug_level()
@@ -98,12 +107,41 @@ class FlightRecorder:
         self.group = None
 
     def counter(self, key: str):
-        """The ``itertools.count`` numbering the operations of ``key`` (a device, or
-        ``"<device>:p2p"``) from 1."""
+        """The iterator numbering the operations of ``key`` (a device, or ``"<device>:p2p"``)
+        from 1: an ``itertools.count``, or the adopted counter type's."""
         c = self._seqs.get(key)
         if c is None:
-            c = self._seqs.setdefault(key, itertools.count(1))
+            c = self._seqs.setdefault(key, self._count(1))
         return c
+
+    def adopt(self, ring_type, counter_type) -> bool:
+        """From now on, entries go to a ``ring_type(maxlen)`` (when the ring has a size) and
+        numbers come from ``counter_type(start)`` counters, which carry on where the old ones
+        stopped, with the entries already recorded carried over in order. True when it
+        switched; False when these are the recorder's types already. The caller refreshes what
+        holds the old ``record`` or counters (``_common.Lane.rebook``)."""
+        if self._count is counter_type:
+            return False
+        for key, old in list(self._seqs.items()):
+            self._seqs[key] = counter_type(next(old))  # (the number the old one would give next)
+        self._count = counter_type
+        if self.size:
+            ring = ring_type(self.size)
+            for entry in self.ring.copy():
+                ring.append(entry)
+            self.ring, self.record = ring, ring.append
+        return True
+
+    def issued(self) -> int:
+        """How many numbers the counters have handed out, all keys together."""
+        total = 0
+        for c in list(self._seqs.values()):
+            last = getattr(c, "last", None)  # an adopted counter: its last number
+            if last is None:  # itertools.count: "count(n)", n the next one
+                text = repr(c)
+                last = int(text[text.index("(") + 1:text.rindex(")")]) - 1
+            total += last
+        return total
 
     def next_seq(self, device: str) -> int:
         return next(self.counter(device))

@@ -60,12 +60,6 @@ _TORCH_DTYPE = {
 }
 
 
-def _issued(counter) -> int:
-    """How many numbers ``counter`` (an ``itertools.count`` from 1) has handed out."""
-    text = repr(counter)  # "count(n)": n is the next one
-    return int(text[text.index("(") + 1:text.rindex(")")]) - 1
-
-
 def _entry_dict(e: list, record_id: int, pg_id: int, pg_name: str, desc: str, group_rank: int,
                 timeout_ms: int | None) -> dict:
     seq, op, device, dtype, count_in, count_out, root, t_issued, t_done, error = e
@@ -103,7 +97,7 @@ def torch_dump(groups: Iterable[tuple[Any, Any]], world: Any = None, version: st
     dropped = 0
     for pg_id, (pg, rec) in enumerate(groups):
         ring = rec.ring.copy()  # (one C call, atomic under the GIL)
-        dropped += sum(_issued(c) for c in rec._seqs.values()) - len(ring)
+        dropped += rec.issued() - len(ring)
         devices = {str(e[2]) for e in ring}
         ranks = list(getattr(pg, "ranks", ()))
         desc = getattr(pg, "group_desc", "") or ("default_pg" if pg is world else "undefined")

@@ -459,6 +459,13 @@ class SocketBackend(CollectiveBackend):
             self._capi = _capi.Handle(self, nat, book, failed, reduce_op, check_signature, t_done, lane)
         return self._capi.value
 
+    def recorder_types(self):
+        """The flight recorder's ring and counter types for this group's recorder
+        (``FlightRecorder.adopt``, asked when the public layer makes the group's lane): the C
+        ones the repeated call in C writes (``native/crecord.c``), or None (the Python
+        engine, nothing built, a group of one: no FastLane)."""
+        return _native.recorder_types(self.ctx.options) if self.size > 1 else None
+
     def fast_lane(self, plain, failed):
         """The group's repeated call in one C call (``native/_fast.py``, ``_cnative.FastLane``),
         asked by the public layer's Python lane ``plain`` after a call it ran: the FastLane

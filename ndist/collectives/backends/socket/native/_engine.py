@@ -174,6 +174,17 @@ def lane_state(options=None):
     return mod.LaneState() if mod is not None else None
 
 
+def recorder_types(options=None):
+    """The flight recorder's ring and counter types in C (``_cnative.Ring``, ``Counter``:
+    crecord.c), which the repeated call in C writes without a Python object; None with
+    ``NDIST_ENGINE=python`` or where nothing was built (``_debug``'s deque and
+    ``itertools.count`` stay)."""
+    if engine_mode(options) == "python":
+        return None
+    mod = _load()
+    return (mod.Ring, mod.Counter) if mod is not None else None
+
+
 def tcp_offer(options=None) -> str:
     """What this rank offers its groups of the native engine over TCP: ``""`` (nothing:
     ``NDIST_NATIVE_TCP=0``, ``NDIST_ENGINE=python``, or the extension not built), ``"auto"``

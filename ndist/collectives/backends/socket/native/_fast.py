@@ -95,9 +95,14 @@ def _new(backend, nat, ex, book, group_rank, plain, failed):
     group = compiled(nat.g)
     if not isinstance(group, (mod.Group, mod.TcpGroup, mod.TwoGroup)) or not isinstance(ex.state, mod.LaneState):
         return None
+    # the lane's counter and the recorder's ring are the C ones (the recorder adopted them when
+    # the public layer made the lane: SocketBackend.recorder_types), which C writes directly
+    ring = rec.ring if record is not None else None
+    if not isinstance(seqs, mod.Counter) or (ring is not None and not isinstance(ring, mod.Ring)):
+        return None
     probe = np.empty(3, np.float32)
     hooks = _Hooks(backend, nat, ex, rec, failed)
-    fast = mod.FastLane(ex.state, group, ex, backend, nat, seqs, record, plain, hooks.failure,
+    fast = mod.FastLane(ex.state, group, ex, backend, nat, seqs, ring, plain, hooks.failure,
                         hooks.describe, np.ndarray, group_rank, _REDOPS,
                         (Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_TO_ALL_SINGLE, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM,
                          Op.BARRIER), RSAG_MIN,

@@ -10,8 +10,9 @@
  *   the claim: the group's executor flag (``LaneState``, test-and-set, with the GIL held, after
  *   checking the backend open and nothing queued), then the group's first failure
  *   (``NativeAlgorithms.broken``: the flag is let go and the Python path raises it);
- *   the record: the lane's sequence number (``itertools.count``), the flight recorder's entry
- *   (a 10-list appended to its ring, as ``run_fields`` writes it), the backend's sequence
+ *   the record: the lane's sequence number and the flight recorder's entry, written in C into the
+ *   group's ``Counter`` and ``Ring`` (crecord.h: no Python object; the entry becomes the 10-list
+ *   ``run_fields`` writes when it is read or its op fails), the backend's sequence
  *   number (into the group's headers), the op for messages (``NativeAlgorithms.op``);
  *   the op: the engine's own code (``nd_shm_run`` / ``nd_tcp_run`` / ``nd_two_run``, engines.h) with the GIL
  *   released; AVG's division (floats: x / n in the dtype; integers: the sum truncated toward
@@ -50,6 +51,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "crecord.h"
 #include "engines.h"
 
 /* ------------------------------------------------------------------ LaneState */
@@ -173,7 +175,9 @@ typedef struct {
     PyObject *wake;         /* Executor.wake */
     PyObject *backend_dict; /* SocketBackend.__dict__ (``_closed``) */
     PyObject *nat_dict;     /* NativeAlgorithms.__dict__ (``broken``, ``op``) */
-    PyObject *seqs, *record; /* the lane's counter; the flight recorder's append, or None */
+    NdCounter *seqs;        /* the lane's counter (crecord.h) */
+    NdRing *ring;           /* the flight recorder's ring (crecord.h), or NULL: no recording */
+    int rec_idx[NKINDS], cpu_idx; /* the record's op of each kind and "cpu" in the ring's objects */
     PyObject *plain;        /* the group's Python lane: every case this one does not take */
     PyObject *failure;      /* failure(err, entry, seq): raises the op's error */
     PyObject *describe;     /* describe(dtype) -> (code, esize, mask, plain) */
@@ -198,7 +202,6 @@ typedef struct {
     int ntypes;
     PyObject *torch_export;
     Py_ssize_t rsag_min;
-    int t_done;
     DInfo cache[NCACHE];
     int ncache;
     /* the running op, for ``NativeAlgorithms.desc`` (``current()``) */
@@ -218,7 +221,7 @@ static int FastLane_traverse(FastLane *f, visitproc visit, void *arg)
     Py_VISIT(f->backend_dict);
     Py_VISIT(f->nat_dict);
     Py_VISIT(f->seqs);
-    Py_VISIT(f->record);
+    Py_VISIT(f->ring);
     Py_VISIT(f->plain);
     Py_VISIT(f->failure);
     Py_VISIT(f->describe);
@@ -245,7 +248,7 @@ static int FastLane_clear(FastLane *f)
     Py_CLEAR(f->backend_dict);
     Py_CLEAR(f->nat_dict);
     Py_CLEAR(f->seqs);
-    Py_CLEAR(f->record);
+    Py_CLEAR(f->ring);
     Py_CLEAR(f->plain);
     Py_CLEAR(f->failure);
     Py_CLEAR(f->describe);
@@ -283,18 +286,20 @@ static int dict_of(PyObject *o, PyObject **out)
     return 0;
 }
 
-/* FastLane(state, group, executor, backend, nat, seqs, record, plain, failure, describe,
- *          ndarray, group_rank, redops, rec_ops, rsag_min, t_done, probe, probe_data) */
+/* FastLane(state, group, executor, backend, nat, seqs, ring, plain, failure, describe,
+ *          ndarray, group_rank, redops, rec_ops, rsag_min, t_done, probe, probe_data): ``seqs`` the
+ * lane's ``Counter``, ``ring`` the flight recorder's ``Ring`` or None (no recording), ``t_done``
+ * _debug.T_DONE (checked against the entry crecord.c makes) */
 static int FastLane_init(FastLane *f, PyObject *args, PyObject *kw)
 {
-    PyObject *state, *group, *executor, *backend, *nat, *seqs, *record, *plain, *failure, *describe, *ndarray,
+    PyObject *state, *group, *executor, *backend, *nat, *seqs, *ring, *plain, *failure, *describe, *ndarray,
         *group_rank, *redops, *rec_ops, *probe;
     Py_ssize_t rsag_min, probe_data;
     int t_done;
-    if (!PyArg_ParseTuple(args, "O!OOOOOOOOOO!O!O!O!niOn:FastLane", &LaneStateType, &state, &group, &executor,
-                          &backend, &nat, &seqs, &record, &plain, &failure, &describe, &PyType_Type, &ndarray,
-                          &PyDict_Type, &group_rank, &PyTuple_Type, &redops, &PyTuple_Type, &rec_ops, &rsag_min,
-                          &t_done, &probe, &probe_data))
+    if (!PyArg_ParseTuple(args, "O!OOOOO!OOOOO!O!O!O!niOn:FastLane", &LaneStateType, &state, &group, &executor,
+                          &backend, &nat, &NdCounterType, &seqs, &ring, &plain, &failure, &describe, &PyType_Type,
+                          &ndarray, &PyDict_Type, &group_rank, &PyTuple_Type, &redops, &PyTuple_Type, &rec_ops,
+                          &rsag_min, &t_done, &probe, &probe_data))
         return -1;
     FastLane_clear(f);
     if (nd_tcp_is(group)) {
@@ -315,8 +320,14 @@ static int FastLane_init(FastLane *f, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_ValueError, "FastLane: redops: expected 9 entries, rec_ops 6");
         return -1;
     }
-    if (!PyCallable_Check(failure) || !PyCallable_Check(describe) || !PyIter_Check(seqs)) {
-        PyErr_SetString(PyExc_TypeError, "FastLane: failure and describe must be callable, seqs an iterator");
+    if (!PyCallable_Check(failure) || !PyCallable_Check(describe) ||
+        (ring != Py_None && Py_TYPE(ring) != &NdRingType)) {
+        PyErr_SetString(PyExc_TypeError, "FastLane: failure and describe must be callable, ring a Ring or None");
+        return -1;
+    }
+    if (t_done != RF_T_DONE) {
+        PyErr_Format(PyExc_ValueError, "FastLane: t_done: expected %d (the entry crecord.c makes), got %d",
+                     RF_T_DONE, t_done);
         return -1;
     }
     /* NumPy's layout, checked on a 1-D float32 array of 3 elements, C-contiguous and writable */
@@ -332,8 +343,8 @@ static int FastLane_init(FastLane *f, PyObject *args, PyObject *kw)
         return -1;
     f->state = (LaneState *)Py_NewRef(state);
     f->group = Py_NewRef(group);
-    f->seqs = Py_NewRef(seqs);
-    f->record = Py_NewRef(record);
+    f->seqs = (NdCounter *)Py_NewRef(seqs);
+    f->ring = ring == Py_None ? NULL : (NdRing *)Py_NewRef(ring);
     f->plain = Py_NewRef(plain);
     f->failure = Py_NewRef(failure);
     f->describe = Py_NewRef(describe);
@@ -345,8 +356,14 @@ static int FastLane_init(FastLane *f, PyObject *args, PyObject *kw)
         f->rec_ops[i] = Py_NewRef(PyTuple_GET_ITEM(rec_ops, i));
     if (!(f->cpu = PyUnicode_InternFromString("cpu")))
         return -1;
+    if (f->ring) {
+        for (int i = 0; i < NKINDS; i++)
+            if ((f->rec_idx[i] = nd_ring_intern(f->ring, f->rec_ops[i])) < 0)
+                return -1;
+        if ((f->cpu_idx = nd_ring_intern(f->ring, f->cpu)) < 0)
+            return -1;
+    }
     f->rsag_min = rsag_min;
-    f->t_done = t_done;
     return 0;
 }
 
@@ -372,14 +389,6 @@ static DInfo *dinfo(FastLane *f, PyObject *descr)
     DInfo *d = &f->cache[f->ncache++];
     *d = (DInfo){Py_NewRef(descr), code, mask, plain, esize};
     return d;
-}
-
-/* time.time() */
-static PyObject *now_obj(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return PyFloat_FromDouble((double)((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec) / 1e9);
 }
 
 /* The plain lane's method ``name`` with the call's own arguments */
@@ -800,40 +809,22 @@ static void avg_finish(char *buf, Py_ssize_t count, int code, int n)
  * op failed: ``*exc`` holds the group's exception (a new reference, or NULL), ``*entry`` the
  * recorder's entry (or NULL), ``*seq`` the lane's number, and the claim is still held: the
  * caller's hook maps the failure, ends the claim and records it (``_fast.py``'s ``failure``,
- * ``_capi.py``'s ``Handle.failure``). ``root_obj``: the record's root (a group rank) or NULL. */
+ * ``_capi.py``'s ``Handle.failure``). The record's root is ``op->root`` (a group rank) for a broadcast. */
 /* (inlined into both callers: a FastLane method's call costs what it did as one function) */
 static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in,
-                                                      Py_ssize_t count_out, PyObject *descr, PyObject *root_obj,
+                                                      Py_ssize_t count_out, PyObject *descr,
                                                       int redop, PyObject **entry_p, PyObject **seq_p,
                                                       PyObject **exc_p)
 {
-    PyObject *entry = NULL, *seq = NULL;
-    if (!(seq = PyIter_Next(f->seqs))) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "FastLane: the sequence counter ended");
+    /* the lane's number and the flight recorder's entry, in C (crecord.h): no Python object */
+    int di = f->ring && descr ? nd_ring_index(f->ring, descr) : 0; /* (a dtype's first sight: interned) */
+    if (di < 0)
         goto early;
-    }
-    if (f->record != Py_None) { /* [seq, op, device, dtype, count_in, count_out, root, time(), None, None] */
-        PyObject *cin = PyLong_FromSsize_t(count_in);
-        PyObject *cout = count_out == count_in ? Py_XNewRef(cin) : PyLong_FromSsize_t(count_out);
-        PyObject *items[10] = {Py_NewRef(seq), Py_NewRef(f->rec_ops[kind]), Py_NewRef(f->cpu),
-                               Py_NewRef(descr ? descr : Py_None), cin, cout,
-                               Py_NewRef(root_obj ? root_obj : Py_None), now_obj(), Py_NewRef(Py_None),
-                               Py_NewRef(Py_None)};
-        int ok = items[4] && items[5] && items[7] && (entry = PyList_New(10)) != NULL;
-        for (int i = 0; i < 10; i++) {
-            if (ok)
-                PyList_SET_ITEM(entry, i, items[i]);
-            else
-                Py_XDECREF(items[i]);
-        }
-        if (!ok)
-            goto early;
-        PyObject *r = PyObject_CallOneArg(f->record, entry);
-        if (!r)
-            goto early;
-        Py_DECREF(r);
-    }
+    unsigned long long seq = nd_counter_next(f->seqs);
+    uint64_t slot = 0;
+    if (f->ring)
+        slot = nd_ring_issue(f->ring, seq, f->rec_idx[kind], f->cpu_idx, di, count_in, count_out,
+                             kind == K_BROADCAST ? op->root : -1);
     /* the backend's number for the op (Executor.claim), the op described for messages */
     unsigned long long bseq = ++f->state->seq;
     nd_group_set_seq(f->kind, f->group, bseq);
@@ -857,21 +848,23 @@ static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdO
             PyException_SetTraceback(value, tb);
         Py_XDECREF(type);
         Py_XDECREF(tb);
-        *exc_p = value, *entry_p = entry, *seq_p = seq;
+        /* the number and the entry as the failure hook takes them (the entry, made a list, stays the
+         * ring's: what the hook marks shows there; NULL when newer entries pushed it out) */
+        PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
+        PyObject *entry = f->ring ? nd_ring_entry(f->ring, slot) : NULL;
+        if (!seq_obj)
+            seq_obj = Py_NewRef(Py_None);
+        if (PyErr_Occurred()) /* (out of memory: the hook still runs, without the entry) */
+            PyErr_Clear();
+        *exc_p = value, *entry_p = entry, *seq_p = seq_obj;
         return 1;
     }
     if (redop == 5) /* AVG */
         avg_finish(op->out, count_out, op->dtype, f->size);
     if (leave(f) < 0)
-        goto after;
-    if (entry) {
-        PyObject *t = now_obj();
-        if (!t)
-            goto after;
-        PyList_SetItem(entry, f->t_done, t);
-    }
-    Py_XDECREF(entry);
-    Py_DECREF(seq);
+        return -1;
+    if (f->ring)
+        nd_ring_done(f->ring, slot);
     return 0;
 
 early: /* before the op: nothing ran; the claim ends (its error kept) */
@@ -882,9 +875,6 @@ early: /* before the op: nothing ran; the claim ends (its error kept) */
             PyErr_Clear();
         PyErr_Restore(type, value, tb);
     }
-after:
-    Py_XDECREF(entry);
-    Py_XDECREF(seq);
     return -1;
 }
 
@@ -892,10 +882,10 @@ after:
  * entry, seq)``, which ends the claim and raises what the Python path raises. Returns Py_True,
  * or NULL with that error set. */
 static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
-                     PyObject *root_obj, int redop)
+                     int redop)
 {
     PyObject *entry = NULL, *seq = NULL, *exc = NULL;
-    int rc = core(f, kind, op, count_in, count_out, descr, root_obj, redop, &entry, &seq, &exc);
+    int rc = core(f, kind, op, count_in, count_out, descr, redop, &entry, &seq, &exc);
     if (rc == 0)
         Py_RETURN_TRUE;
     if (rc < 0)
@@ -946,18 +936,7 @@ int nd_lane_call(PyObject *lane, NdOp *op, Py_ssize_t count_in, Py_ssize_t count
     int c = claim(f);
     if (c <= 0)
         return c < 0 ? -1 : ND_LANE_NOT_TAKEN;
-    PyObject *root_obj = NULL;
-    if (kind == K_BROADCAST && !(root_obj = PyLong_FromLong(op->root))) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if (leave(f) < 0)
-            PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-        return -1;
-    }
-    int rc = core(f, kind, op, count_in, count_out, descr, root_obj, redop, entry, seq, exc);
-    Py_XDECREF(root_obj);
-    return rc;
+    return core(f, kind, op, count_in, count_out, descr, redop, entry, seq, exc);
 }
 
 /* all_reduce(tensor, op) */
@@ -1000,7 +979,7 @@ static PyObject *FastLane_all_reduce(FastLane *f, PyObject *const *args, Py_ssiz
     }
     Py_ssize_t nbytes = count * d->esize;
     NdOp op = {OP_ALL_REDUCE, d->code, redop, -1, nbytes > f->rsag_min, d->esize, NULL, a.data, nbytes, NULL, 0};
-    PyObject *r = run(f, K_ALL_REDUCE, &op, count, count, a.descr, NULL, redop);
+    PyObject *r = run(f, K_ALL_REDUCE, &op, count, count, a.descr, redop);
     release_arg(&a);
     return r;
 }
@@ -1045,9 +1024,7 @@ static PyObject *FastLane_broadcast(FastLane *f, PyObject *const *args, Py_ssize
     }
     Py_ssize_t nbytes = count * d->esize;
     NdOp op = {OP_BROADCAST, d->code, 0, (int)PyLong_AsLong(root), 0, d->esize, NULL, a.data, nbytes, NULL, 0};
-    Py_INCREF(root);
-    PyObject *r = run(f, K_BROADCAST, &op, count, count, a.descr, root, 0);
-    Py_DECREF(root);
+    PyObject *r = run(f, K_BROADCAST, &op, count, count, a.descr, 0);
     release_arg(&a);
     return r;
 }
@@ -1155,7 +1132,7 @@ static PyObject *FastLane_all_to_all_single(FastLane *f, PyObject *const *args, 
         goto pass;
     NdOp op = {OP_ALL_TO_ALL, d->code, 0, -1, 0, d->esize, NULL, o.data, o.count * d->esize, i.data,
                i.count * d->esize, counts, counts ? counts + n : NULL};
-    PyObject *r = run(f, K_ALL_TO_ALL, &op, i.count, o.count, o.descr, NULL, 0);
+    PyObject *r = run(f, K_ALL_TO_ALL, &op, i.count, o.count, o.descr, 0);
     if (counts != stack)
         PyMem_Free(counts);
     return two_done(&o, &i, r);
@@ -1191,7 +1168,7 @@ static PyObject *FastLane_all_gather_into(FastLane *f, PyObject *const *args, Py
         goto pass;
     NdOp op = {OP_ALL_GATHER, d->code, 0, -1, 0, d->esize, NULL, o.data, o.count * d->esize, i.data,
                i.count * d->esize};
-    return two_done(&o, &i, run(f, K_ALL_GATHER, &op, i.count, o.count, o.descr, NULL, 0));
+    return two_done(&o, &i, run(f, K_ALL_GATHER, &op, i.count, o.count, o.descr, 0));
 pass:
     two_done(&o, &i, NULL);
     return delegate(f, "all_gather_into", args, nargs);
@@ -1226,7 +1203,7 @@ static PyObject *FastLane_reduce_scatter_from(FastLane *f, PyObject *const *args
         goto pass;
     NdOp op = {OP_REDUCE_SCATTER, d->code, redop, -1, 0, d->esize, NULL, o.data, o.count * d->esize, i.data,
                i.count * d->esize};
-    return two_done(&o, &i, run(f, K_REDUCE_SCATTER, &op, i.count, o.count, o.descr, NULL, redop));
+    return two_done(&o, &i, run(f, K_REDUCE_SCATTER, &op, i.count, o.count, o.descr, redop));
 pass:
     two_done(&o, &i, NULL);
     return delegate(f, "reduce_scatter_from", args, nargs);
@@ -1243,7 +1220,7 @@ static PyObject *FastLane_barrier(FastLane *f, PyObject *const *args, Py_ssize_t
     if (c <= 0)
         return c < 0 ? NULL : delegate(f, "barrier", args, nargs);
     NdOp op = {OP_BARRIER, 0, 0, -1, 0, 0, NULL, NULL, 0, NULL, 0};
-    return run(f, K_BARRIER, &op, 0, 0, NULL, NULL, 0);
+    return run(f, K_BARRIER, &op, 0, 0, NULL, 0);
 }
 
 /* dlpack_dtypes(((code, bits, dtype), ...)): the NumPy dtype each DLPack (code, bits) is read as

@@ -53,6 +53,7 @@
 #include "cma.h"
 #include "kernels.h"
 #include "common.h"
+#include "crecord.h"
 #include "ctcp.h"
 #include "engines.h"
 
@@ -1888,7 +1889,7 @@ PyMODINIT_FUNC PyInit__cnative(void)
         PyModule_AddIntConstant(m, "CTL_BYTES", CTL_BYTES) < 0 || PyModule_AddIntConstant(m, "HDR_BYTES", HDR_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "STALL_GLOBAL", STALL_GLOBAL) < 0 ||
         PyModule_AddIntConstant(m, "STALL_FINAL", STALL_FINAL) < 0 || nd_capi_add(m) < 0 || nd_lane_add(m) < 0 ||
-        nd_two_add(m) < 0) {
+        nd_two_add(m) < 0 || nd_record_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
