@@ -10,7 +10,7 @@
 //   tensors call ndist's engine through its C interface (ndist_engine.h) on the caller's
 //   thread and return a completed Work; every other op, and every call the C interface does
 //   not cover (async_op=True, DDP's buckets and the functional collectives, which the Python
-//   group runs in the background; no handle: two levels, the Python engine, the mpi backend, a group
+//   group runs in the background; no handle: the Python engine, the mpi backend, a group
 //   that has not run a collective yet; coalescing; PREMUL_SUM; other layouts), calls the
 //   Python group's method of the same name, so torch sees one backend. torch.distributed's
 //   shrink_group shrinks the Python group and wraps the result in a new NdistBackend.
