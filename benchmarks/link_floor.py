@@ -150,7 +150,9 @@ def main(argv=None) -> int:
         exe = build(tmp)
         with make_hosts(2, skip) as hosts:  # on exit: the namespaces and every process in them are gone
             runs = {chunk: measure(args, exe, hosts, chunk) for chunk in chunks}
+            used = hosts.ns[:2]
     sys.stdout.write(f"# command: link_floor.py {' '.join(sys.argv[1:] if argv is None else argv)}\n")
+    sys.stdout.write(f"# namespaces (deleted): {' '.join(used)}\n")
     sys.stdout.write(report(args, runs))
     return 0
 

@@ -382,6 +382,14 @@ class CollectiveBackend(ABC):
         """A block whose operations the backend may issue together. Default: no grouping."""
         return contextlib.nullcontext(self)
 
+    # ------------------------------------------------------------ recording
+    def recorder_types(self):
+        """``(ring type, counter type)`` for the group's flight recorder when the backend
+        numbers and records its calls itself from C (``FlightRecorder.adopt``, asked once when
+        the public layer makes the group's lane), or None (default): the recorder keeps its
+        Python deque and counters."""
+        return None
+
     # -------------------------------------------------------------- lifetime
     @abstractmethod
     def close(self) -> None:

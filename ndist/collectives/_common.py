@@ -67,8 +67,7 @@ class Lane:
         self.detail = rec.detail
         # a backend that records in C (the socket backend's native engine: ``recorder_types``)
         # hands the recorder its ring and counters first; the group's other lanes hold the old ones
-        offer = getattr(self.backend, "recorder_types", None)
-        types = offer() if offer is not None else None
+        types = self.backend.recorder_types()
         if types is not None and rec.adopt(*types):
             for other in list(pg.lanes.values()):
                 other.rebook()
