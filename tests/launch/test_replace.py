@@ -11,15 +11,25 @@ import pytest
 
 pytestmark = pytest.mark.timeout(90)
 
-# rank VICTIM SIGKILLs itself (the first process, or every one with ALWAYS=1) once it runs; the
-# others sleep SURVIVE s; every process that lives prints its rank and the replacement variables
+# rank VICTIM SIGKILLs itself (the first process, or every one with ALWAYS=1) once it runs,
+# noting its pid in victims.txt first; the others wait for VICTIMS such notes when it is set (the
+# victim's processes come and go at the launcher's pace, which a loaded machine slows), then sleep
+# SURVIVE s; every process that lives prints its rank and the replacement variables
 JOB = """
 import os, signal, time
 rank = int(os.environ["RANK"])
 rep = os.environ.get("NDIST_REPLACEMENT")
 if rank == int(os.environ["VICTIM"]) and (rep is None or os.environ.get("ALWAYS")):
     time.sleep(0.2)
+    with open("victims.txt", "a") as f:
+        f.write(f"{os.getpid()}\\n")
     os.kill(os.getpid(), signal.SIGKILL)
+if os.environ.get("VICTIMS"):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if os.path.exists("victims.txt") and len(open("victims.txt").read().split()) >= int(os.environ["VICTIMS"]):
+            break
+        time.sleep(0.05)
 time.sleep(float(os.environ["SURVIVE"]))
 print("done", rank, os.getpid(), os.environ.get("NDIST_REPLACES"), rep)
 """
@@ -54,8 +64,9 @@ def test_a_lost_rank_is_replaced_on_its_node_while_the_others_run_on(launcher):
 
 def test_max_restarts_exhausted_the_rank_is_lost_as_with_continue(launcher):
     launcher.script(JOB)
+    # (the survivors live until the third of rank 2's processes has died, then 2 s more)
     r = launcher.run("--nproc-per-node", 3, "--on-failure", "replace", "--max-restarts", 2, "job.py",
-                     env=_env(2, 6, ALWAYS="1"))
+                     env=_env(2, 2, ALWAYS="1", VICTIMS="3"), timeout=80)
     assert r.returncode == 0, r.stderr
     assert sorted(ln.split()[0] for ln in r.stdout.splitlines()) == ["[rank0]:done", "[rank1]:done"]
     s = _summary(r.stderr)
