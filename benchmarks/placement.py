@@ -10,10 +10,12 @@ CPU". It does so for each placement of ndist's ranks it is given (``--placements
 * ``none``: ``ndistrun --bind-to none``: where the kernel puts them (how ``ndist-bench``
   started them before it bound them as ``ndistrun`` does);
 * ``one-cpu``: ``taskset -c <first CPU> ndistrun --bind-to none``: both on one CPU;
-* ``core``: ``ndistrun --bind-to core`` (its default): each rank on a CPU of its own.
+* ``core``: ``ndistrun --bind-to core`` (its default): each rank on a CPU of its own;
+* ``overload``: ``ndistrun --bind-to core:overload-allowed``: with more ranks than CPUs, one
+  CPU each, shared evenly (ranks 0 and 2 on the first of 2 CPUs, 1 and 3 on the second).
 
 Run: ``python benchmarks/placement.py [--nproc 2] [--op broadcast] [--size 4K] [--rounds 12]
-[--iters 2000] [--warmup 200] [--placements none,one-cpu,core] [--compare mpi4py|none]``.
+[--iters 2000] [--warmup 200] [--placements none,one-cpu,core,overload] [--compare mpi4py|none]``.
 mpi4py and MPICH come with ``pip install -e '.[mpi]'``; ``--compare none`` runs ndist alone.
 Everything comes from ``ndist.bench``'s public names: ``RankGroup`` (its ranks' results carry
 ``cpus``, ``mask`` and ``switches``) and ``rank_command``.
@@ -30,8 +32,9 @@ import sys
 
 from ndist.bench import BenchError, RankGroup, parse_size, rank_command
 
-PLACEMENTS = ("none", "one-cpu", "core")
+PLACEMENTS = ("none", "one-cpu", "core", "overload")
 NDIST = "ndist[socket]"  # the socket backend, as ndist-bench runs it
+BIND = {"none": "none", "one-cpu": "none", "core": "core", "overload": "core:overload-allowed"}
 
 
 def ndist_commands(placement: str, nproc: int):
@@ -39,7 +42,7 @@ def ndist_commands(placement: str, nproc: int):
     def commands(address: str) -> list[list[str]]:
         worker = rank_command(NDIST, "env", nproc, address)
         launch = [sys.executable, "-m", "ndist.launch", "--nproc-per-node", str(nproc),
-                  "--bind-to", "core" if placement == "core" else "none", *worker[1:]]
+                  "--bind-to", BIND[placement], *worker[1:]]
         if placement == "one-cpu":
             launch = ["taskset", "-c", str(min(os.sched_getaffinity(0))), *launch]
         return [launch]

@@ -8,12 +8,14 @@ import os
 import platform
 import shlex
 import socket
+import statistics
 import sys
 
 from ._launch import bound_like_ndistrun
 from ._runner import Row, RunResult
 
 __all__ = ["machine_info", "format_header", "format_table", "format_absent", "format_ratios", "ratio_rows",
+           "format_spread", "spread_rows",
            "format_report", "to_json", "COLUMNS"]
 
 COLUMNS = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
@@ -55,17 +57,23 @@ def _load(t) -> str:
 
 def _binding(res: RunResult) -> str:
     """How ndist's ranks (``bound_like_ndistrun``) were placed: ``--bind-to core`` (each on CPUs
-    of its own) or ``none``."""
+    of its own), ``core:overload-allowed`` (one CPU each, CPUs shared) or ``none``."""
     own = [lib for lib in res.config.libraries if bound_like_ndistrun(lib)]
     cpus = [info.get("cpus") for lib in own for info in res.ranks.get(lib, {}).values()]
     if not cpus:
         return ""
-    # bound: each library's ranks on disjoint CPUs (every library's ranks get the same plan)
+    # every library's ranks get the same plan: look at each library's block of ranks
     per_lib = len(cpus) // len(own)
-    bound = per_lib > 1 and all(c is not None for c in cpus) and all(
-        len({x for c in cpus[k:k + per_lib] for x in c}) == sum(len(c) for c in cpus[k:k + per_lib])
-        for k in range(0, len(cpus), per_lib))
-    return "  ndist's ranks: " + ("--bind-to core (CPUs of their own)" if bound else "--bind-to none (unbound)")
+    blocks = [cpus[k:k + per_lib] for k in range(0, len(cpus), per_lib)]
+    known = per_lib > 1 and all(c is not None for c in cpus)
+    own_cpus = known and all(len({x for c in b for x in c}) == sum(len(c) for c in b) for b in blocks)
+    shared = known and not own_cpus and all(
+        all(len(c) == 1 for c in b) and len({x for c in b for x in c}) < len(b) for b in blocks)
+    if own_cpus:
+        return "  ndist's ranks: --bind-to core (CPUs of their own)"
+    if shared:
+        return "  ndist's ranks: --bind-to core:overload-allowed (one CPU each, shared evenly)"
+    return "  ndist's ranks: --bind-to none (unbound)"
 
 
 def format_header(res: RunResult, argv: list[str] | None = None) -> str:
@@ -172,6 +180,49 @@ def format_ratios(res: RunResult, op: str) -> str:
     return "\n".join(lines)
 
 
+#: a round slower than this many times its cell's median counts as an outlier (issue 42's target)
+SPREAD_LIMIT = 2.0
+
+
+def spread_rows(res: RunResult) -> list[dict]:
+    """Per library (in the run's order): its cells with a round above ``SPREAD_LIMIT`` times the
+    cell's median, each as ``(op, size, median_us, [(round, us), ...])``, and its worst round."""
+    out = []
+    for lib in res.config.libraries:
+        cells, worst = [], None
+        for r in res.rows:
+            if r.lib != lib or len(r.samples_us) < 2:
+                continue
+            med = statistics.median(r.samples_us)
+            if med <= 0:
+                continue
+            slow = [(k, us) for k, us in enumerate(r.samples_us) if us > SPREAD_LIMIT * med]
+            if slow:
+                cells.append((r.op, r.size, med, slow))
+            top = max(r.samples_us) / med
+            if worst is None or top > worst[0]:
+                worst = (top, r.op, r.size)
+        if worst is not None:
+            out.append({"lib": lib, "cells": cells, "worst": worst})
+    return out
+
+
+def format_spread(res: RunResult) -> str:
+    """How far single rounds strayed from their cell's median, per library (with 2 rounds or more)."""
+    rows = spread_rows(res)
+    if not rows:
+        return ""
+    n = sum(1 for r in res.rows if r.lib == rows[0]["lib"])
+    lines = [f"#\n# Round spread (rounds above {SPREAD_LIMIT:g}x their cell's median; round numbers from 0)"]
+    for row in rows:
+        top, op, size = row["worst"]
+        lines.append(f"#  {row['lib']:<22} {len(row['cells'])} of {n} cells; worst round {top:.1f}x ({op} {size} B)")
+        for op, size, med, slow in row["cells"]:
+            lines.append(f"#    {op} {size} B, median {_fmt_time(med).strip()} us: "
+                         + ", ".join(f"round {k} {_fmt_time(us).strip()} us" for k, us in slow))
+    return "\n".join(lines)
+
+
 def format_absent(lib: str, op: str, why: str, nproc: int) -> str:
     """The table of an op ``lib`` has no call for: its title and the reason, no rows."""
     return f"#\n# {op} -- {lib} -- nproc {nproc}\n# not offered: {why}"
@@ -188,6 +239,7 @@ def format_report(res: RunResult, argv: list[str] | None = None) -> str:
             parts.append(format_table(res.rows_for(lib, op), f"{op} -- {lib} -- nproc {res.config.nproc}"))
         if len(res.config.libraries) > 1:
             parts.append(format_ratios(res, op))
+    parts.append(format_spread(res))
     return "\n".join(p for p in parts if p) + "\n"
 
 

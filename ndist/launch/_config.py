@@ -125,10 +125,11 @@ def build_parser(prog: str = "ndistrun") -> argparse.ArgumentParser:
       help="ranks on this node: an int, 'auto' or 'cpu' (the CPUs this process may use). Default 1.")
     a("--nnodes", default="1", metavar="N", help="number of nodes (an int; MIN:MAX only with MIN == MAX). Default 1.")
     a("--node-rank", "--node_rank", default="0", metavar="R", help="rank of this node, 0..NNODES-1. Default 0.")
-    a("--bind-to", "--bind_to", default=None, metavar="core|core:N|none",
+    a("--bind-to", "--bind_to", default=None, metavar="core|core:N|core:overload-allowed|none",
       help="'core': bind each local rank to CPUs of its own, an equal share of whole cores of this launcher's "
-           "affinity mask; 'core:N': N whole cores each; 'none': leave the ranks unbound. Default: core when "
-           "there are at least 2 local ranks and as many usable CPUs, else none.")
+           "affinity mask; 'core:N': N whole cores each; 'core:overload-allowed': as 'core', and with more "
+           "local ranks than CPUs one CPU each, shared evenly; 'none': leave the ranks unbound. Default: core "
+           "when there are at least 2 local ranks and as many usable CPUs, else none.")
     a = p.add_argument_group("rendezvous (multi-node: where node 0's store is)").add_argument
     a("--master-addr", "--master_addr", default=None, metavar="HOST",
       help="host of node 0, where the launcher's store runs (default 127.0.0.1 on one node).")

@@ -1,5 +1,5 @@
 """ndist-bench binds ndist's ranks (its own API, and torch on backend "ndist") as ndistrun does
-(--bind-to core|none); the other libraries run unbound, as their launchers' defaults do."""
+(--bind-to core|core:overload-allowed|none); the other libraries run unbound, as their launchers' defaults do."""
 
 from __future__ import annotations
 
@@ -37,6 +37,18 @@ def test_ndist_ranks_are_bound_by_default(args):
     else:
         assert ranks[0] and ranks[1] and not set(ranks[0]) & set(ranks[1])
         assert set(ranks[0]) | set(ranks[1]) <= set(CPUS) and "ndist's ranks: --bind-to core (CPUs of their own)" in r.stdout
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable CPUs")
+def test_overload_allowed_shares_cpus_and_the_report_says_so():
+    n = len(CPUS) + 1
+    r = _bench("--nproc", str(n), "--bind-to", "core:overload-allowed")
+    assert r.returncode == 0, r.stderr
+    ranks = _ranks(r.stdout)
+    assert sorted(ranks) == list(range(n)) and all(len(c) == 1 for c in ranks.values()), r.stdout
+    load = [sum(c == [cpu] for c in ranks.values()) for cpu in CPUS]
+    assert max(load) - min(load) <= 1, r.stdout
+    assert "ndist's ranks: --bind-to core:overload-allowed (one CPU each, shared evenly)" in r.stdout
 
 
 @pytest.mark.torch

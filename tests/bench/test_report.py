@@ -103,3 +103,22 @@ def test_header_reports_load():
     assert "# load average (1/5/15 min): 1.50/1.00/0.50 at start, 2.00/1.25/0.75 at end" in text
     doc = json.loads(to_json(res, ["ndist-bench"]))
     assert doc["machine"]["load_start"] == [1.5, 1.0, 0.5]
+
+
+def test_round_spread_names_the_cells_with_a_round_above_twice_the_median():
+    def row(lib, size, samples):
+        r = _row(lib, size, sorted(samples)[len(samples) // 2], 1.0)
+        r.samples_us = list(samples)
+        return r
+
+    rows = [row("ndist[socket]", 8, [5.0, 5.2, 11.0, 4.9, 5.1]),  # round 2: 2.16x the median 5.1
+            row("ndist[socket]", 16, [10.0, 19.9, 10.2, 10.1, 9.9]),  # 1.97x: not counted
+            row("mpi4py", 8, [6.0, 6.1, 6.2, 6.0, 30.0]), row("mpi4py", 16, [7.0, 7.0, 7.1, 7.0, 7.0])]
+    text = format_report(_result(["--compare", "mpi4py"], rows))
+    spread = text[text.index("# Round spread"):].splitlines()
+    assert spread[1].split() == ["#", "ndist[socket]", "1", "of", "2", "cells;", "worst", "round", "2.2x",
+                                 "(all_reduce", "8", "B)"]
+    assert spread[2] == "#    all_reduce 8 B, median 5.10 us: round 2 11.00 us"
+    assert spread[3].split()[1:5] == ["mpi4py", "1", "of", "2"] and "round 4 30.00 us" in spread[4]
+    # one round per cell: nothing to compare, no footer
+    assert "Round spread" not in format_report(_result(["--compare", "mpi4py"], [_row("mpi4py", 8, 1.0, 1.0)]))

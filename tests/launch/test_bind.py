@@ -1,4 +1,4 @@
-"""``ndistrun --bind-to core|none``: each local rank on a CPU of its own, from the launcher's mask."""
+"""``ndistrun --bind-to core|core:overload-allowed|none``: each local rank on a CPU of its own, from the launcher's mask."""
 
 import json
 import os
@@ -79,12 +79,14 @@ def test_one_rank_is_not_bound_by_default(launcher):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--nproc-per-node", 2, "--bind-to", "socket"], ["--bind-to", "'core', 'core:N'", "'none'", "'socket'"]),
+    (["--nproc-per-node", 2, "--bind-to", "socket"],
+     ["--bind-to", "'core', 'core:N'", "'core:overload-allowed'", "'none'", "'socket'"]),
     (["--nproc-per-node", 2, "--bind-to", "core:0"], ["--bind-to", "'core:N' (N >= 1", "'core:0'"]),
     (["--nproc-per-node", 2, "--bind-to", "core:%d" % len(CPUS)],
      [f"--bind-to core:{len(CPUS)}", "2 local ranks", "core(s)"]),
     (["--nproc-per-node", len(CPUS) + 1, "--bind-to", "core"],
-     ["--bind-to core", f"{len(CPUS) + 1} local ranks", f"{len(CPUS)} CPU(s)", "--bind-to none"]),
+     ["--bind-to core", f"{len(CPUS) + 1} local ranks", f"{len(CPUS)} CPU(s)", "--bind-to none",
+      "--bind-to core:overload-allowed"]),
 ])
 def test_bad_values_stop_the_launcher_before_any_rank(launcher, args, words):
     launcher.script(RECORD)
@@ -93,6 +95,20 @@ def test_bad_values_stop_the_launcher_before_any_rank(launcher, args, words):
     for w in words:
         assert w in r.stderr
     assert not [f for f in os.listdir(launcher.cwd) if f.startswith("aff-")]
+
+
+@needs_2_cpus
+def test_overload_allowed_shares_the_cpus_evenly(launcher):
+    """More ranks than CPUs: 'core:overload-allowed' binds each rank to one CPU, round-robin, so no
+    CPU carries two ranks more than another (plain 'core' refuses, the default leaves them unbound)."""
+    n = len(CPUS) + 1
+    launcher.script(RECORD)
+    r = launcher.run("--nproc-per-node", n, "--bind-to", "core:overload-allowed", "job.py")
+    assert r.returncode == 0, r.stderr
+    seen = _seen(launcher, n)
+    assert all(len(s["cpus"]) == 1 and s["thread"] == s["cpus"] and s["bind_to"] == "core" for s in seen), seen
+    load = [sum(s["cpus"] == [c] for s in seen) for c in CPUS]
+    assert sum(load) == n and max(load) - min(load) <= 1, load
 
 
 @needs_2_cpus
@@ -119,8 +135,13 @@ def test_plan_spreads_over_physical_cores_first():
     assert plan(None, 1, [3, 9]) == ("none", ())
     assert plan(None, 3, [3, 9]) == ("none", ())
     assert plan("none", 2, [3, 9]) == ("none", ())
-    with pytest.raises(ValueError, match=r"--bind-to core: .* 3 local ranks .* 2 CPU\(s\) \(3,9\)"):
+    with pytest.raises(ValueError, match=r"--bind-to core: .* 3 local ranks .* 2 CPU\(s\) \(3,9\).*core:overload-allowed"):
         plan("core", 3, [3, 9])
+    # overload allowed: a CPU each, round-robin over the spread order; as plain core when ranks fit
+    assert plan("core:overload-allowed", 5, [3, 9]) == ("core", ((3,), (9,), (3,), (9,), (3,)))
+    pairs = {c: (0, c // 2) for c in range(4)}.get  # 0,1 one core; 2,3 another
+    assert plan("core:overload-allowed", 6, [0, 1, 2, 3], pairs) == ("core", ((0,), (2,), (1,), (3,), (0,), (2,)))
+    assert plan("core:overload-allowed", 2, [3, 9]) == plan("core", 2, [3, 9])
 
 
 def test_plan_gives_each_rank_an_equal_share_of_whole_cores():
@@ -136,7 +157,7 @@ def test_plan_gives_each_rank_an_equal_share_of_whole_cores():
         "core", ((0,), (2,), (1,)))
     with pytest.raises(ValueError, match=r"--bind-to core:3: needs 3 core\(s\) for each of the 4 local ranks .* 8 core"):
         plan("core:3", 4, list(range(16)), smt)
-    for bad in ("core:", "core:x", "core:-1", "cores"):
+    for bad in ("core:", "core:x", "core:-1", "cores", "core:overload"):
         with pytest.raises(ValueError, match=r"--bind-to: expected 'core', 'core:N'"):
             plan(bad, 2, [0, 1])
 
