@@ -44,11 +44,12 @@ def shm_files(prefix: str) -> list[str]:
 
 
 def run_torch(fn, world_size: int, backend: str, tmp_path, *, args: tuple = (), timeout: float = 120,
-              group_timeout: float = 60) -> list:
-    """``fn``'s results by rank; asserts that the ranks left no shared memory behind."""
+              group_timeout: float = 60, env=None) -> list:
+    """``fn``'s results by rank (``env``: variables added to the ranks'); asserts that the ranks
+    left no shared memory behind."""
     path = os.path.join(str(tmp_path), f"store-{backend}-{uuid.uuid4().hex[:8]}")
     out = run_ranks(_entry, world_size, args=(fn, backend, path, tuple(args), group_timeout), init=False,
-                    timeout=timeout)
+                    timeout=timeout, env=env)
     # (run_ranks removes the run's files once its ranks are gone, and says which it found)
     assert out.shm_left == [], f"shared memory left behind by {backend}: {out.shm_left}"
     return [r for _, r in out]
