@@ -31,6 +31,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import shlex
 import sys
 import threading
 import time
@@ -79,8 +80,15 @@ def _name() -> str:
     for path in (_SOURCE, os.path.join(engine_include_dir(), "ndist_engine.h")):
         with open(path, "rb") as f:
             h.update(f.read())
-    h.update(f"{torch.__version__}|{_ndist_version}|{sys.version}".encode())
+    h.update(f"{torch.__version__}|{_ndist_version}|{sys.version}|{_flags()}".encode())
     return f"ndist_torch_{h.hexdigest()[:16]}"
+
+
+def _flags() -> tuple[list[str], list[str]]:
+    """Compiler and linker flags added by ``$NDIST_TORCH_CFLAGS`` / ``$NDIST_TORCH_LDFLAGS`` (the
+    sanitizer build in docs/native.md); part of the module's name, so such a build is cached apart."""
+    return (shlex.split(os.environ.get("NDIST_TORCH_CFLAGS", "")),
+            shlex.split(os.environ.get("NDIST_TORCH_LDFLAGS", "")))
 
 
 def build_directory(name: str) -> str:
@@ -146,8 +154,10 @@ def _build() -> Any:
         _remove_stale_lock(directory)
         log.warning("compiling ndist's torch backend %s for torch %s into %s (once per torch and ndist "
                     "version: a minute or two)", name, torch.__version__, directory)
+        cflags, ldflags = _flags()
         return cpp_extension.load(name=name, sources=[_SOURCE], extra_include_paths=[engine_include_dir()],
-                                  extra_cflags=["-O2"], build_directory=directory, verbose=False)
+                                  extra_cflags=["-O2", *cflags], extra_ldflags=ldflags, build_directory=directory,
+                                  verbose=False)
 
 
 def _import(name: str, library: str) -> Any:
