@@ -85,6 +85,23 @@ def test_forced_without_a_compiler_raises(torch_compiled_build, tmp_path):
     assert "RuntimeError: NDIST_TORCH_COMPILED=1: ndist's compiled torch backend could not be built" in out.stderr
 
 
+def test_extra_flags_reach_the_compiler_and_are_cached_apart(torch_compiled_build, tmp_path, monkeypatch):
+    """NDIST_TORCH_CFLAGS (the sanitizer build): another build name, and the flag is the
+    compiler's (a flag it does not know fails the build)."""
+    from ndist.torch import _compiled
+
+    monkeypatch.delenv("NDIST_TORCH_CFLAGS", raising=False)
+    plain = _compiled._name()
+    monkeypatch.setenv("NDIST_TORCH_CFLAGS", "-DNDIST_PROBE=1")
+    assert _compiled._name() != plain and _compiled._flags() == (["-DNDIST_PROBE=1"], [])
+    script = "import ndist.torch.ops as o\no.load()\n"
+    env = dict(os.environ, NDIST_TORCH_COMPILED="1", TORCH_EXTENSIONS_DIR=str(tmp_path),
+               NDIST_TORCH_CFLAGS="-fno-such-flag-for-ndist")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode != 0 and "could not be built" in out.stderr, out.stderr[-2000:]
+    assert "-fno-such-flag-for-ndist" in out.stderr, out.stderr[-2000:]
+
+
 def test_unset_the_switch_means_the_compiled_backend_where_it_builds(monkeypatch):
     from ndist.torch import _compiled
 
