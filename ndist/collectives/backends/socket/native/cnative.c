@@ -265,22 +265,8 @@ static void post_stall(Group *g, int code, PyThreadState **save)
 }
 
 /* Wait until peer's word (0 post, 1 done) >= v. Runs without the GIL; *save is the
- * thread state, restored briefly to look at Python signals on the main thread. */
-/* after a wait that went past its spin (at ``slept_at``) and ended: a peer that came within
- * SPIN_GROW_MAX_S doubles the spin (up to SPIN_CAP x spin_us), a later one sets it back */
-#define SPIN_GROW_MAX_S 2e-3
-#define SPIN_CAP 10.0
-static inline void spin_learn(Group *g, double slept_at)
-{
-    if (g->spin_us <= 0)
-        return;
-    if (now_s() - slept_at < SPIN_GROW_MAX_S) {
-        double s = g->spin_now_us * 2;
-        g->spin_now_us = s < SPIN_CAP * g->spin_us ? s : SPIN_CAP * g->spin_us;
-    } else
-        g->spin_now_us = g->spin_us;
-}
-
+ * thread state, restored briefly to look at Python signals on the main thread. A wait that
+ * went past its spin (at ``slept_at``) and ended teaches the spin (common.h ``spin_learn``). */
 static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, PyThreadState **save)
 {
     ctl_t *c = CTL(g, peer);
@@ -320,7 +306,7 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
         uint32_t b = atomic_load(&c->bell);
         if (atomic_load_explicit(w, memory_order_acquire) >= v) {
             atomic_fetch_sub(&c->sleepers, 1);
-            spin_learn(g, slept_at);
+            spin_learn(&g->spin_now_us, g->spin_us, slept_at);
             return E_OK;
         }
         uint32_t st = atomic_load(&c->state);
@@ -330,7 +316,7 @@ static int wait_ge(Group *g, int peer, int which, uint64_t v, double deadline, P
         if (atomic_load_explicit(w, memory_order_acquire) >= v) {
             if (g->in_grace) /* the peer came after all: withdraw this rank's notice */
                 atomic_store(&me->stall_piece, 0);
-            spin_learn(g, slept_at);
+            spin_learn(&g->spin_now_us, g->spin_us, slept_at);
             return E_OK;
         }
         g->err_peer = peer;

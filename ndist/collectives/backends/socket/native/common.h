@@ -56,6 +56,29 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* ------------------------------------------------------------------ the learnt spin
+ * Both engines' waits spin for a while before they sleep (the same-host engine on a peer's
+ * futex, cnative.c ``wait_ge``; the TCP engine in ``poll``, ctcp.c ``xchg``): ``spin_us`` at
+ * first, ``*spin_now_us`` now. After a wait that slept (from ``slept_at``, a now_s() time) and
+ * ended: a peer that came within SPIN_GROW_MAX_S doubles the spin, up to SPIN_CAP x spin_us
+ * (the spin was just too short, and the wake-up cost more than spinning on would have: on a
+ * VM a halted vCPU's, hundreds of µs, so ranks that share cores could settle into sleeping on
+ * every call); a later one (a peer really late) sets it back to spin_us. No spin (spin_us 0):
+ * nothing is learnt. */
+#define SPIN_GROW_MAX_S 2e-3
+#define SPIN_CAP 10.0
+
+static inline void spin_learn(double *spin_now_us, double spin_us, double slept_at)
+{
+    if (spin_us <= 0)
+        return;
+    if (now_s() - slept_at < SPIN_GROW_MAX_S) {
+        double s = *spin_now_us * 2;
+        *spin_now_us = s < SPIN_CAP * spin_us ? s : SPIN_CAP * spin_us;
+    } else
+        *spin_now_us = spin_us;
+}
+
 /* ------------------------------------------------------------------ reductions */
 typedef struct {
     int dtype, redop;

@@ -28,9 +28,14 @@
  *
  * Progress: all sends and receives of a phase go together on non-blocking sockets
  * (``sendmsg`` of header and payload, ``recv`` into the destination); a rank with nothing
- * to do spins for ``spin_us``, yields for 2 ms, then waits in ``poll`` in 20 ms ticks, at
+ * to do spins for ``spin_now_us``, yields for 2 ms, then waits in ``poll`` in 20 ms ticks, at
  * each of which it looks at its deadline, pending signals (main thread), the stall warning
- * and this group's eventfd, which ``fail`` / ``close`` from another thread write.
+ * and this group's eventfd, which ``fail`` / ``close`` from another thread write. Every
+ * progress (bytes sent or received) starts a new wait: spin, yield, poll again, so a large
+ * phase, which waits on its sockets many times, does not sleep in ``poll`` at each wait once
+ * its first 2 ms are past. A wait that slept in ``poll`` teaches the spin as on one host
+ * (common.h ``spin_learn``: woken within 2 ms, the spin doubles, up to 10 x ``spin_us``;
+ * later, it goes back to ``spin_us``).
  *
  * Every failure breaks the group (every later op raises the first error, as the Python
  * engine's): the rank sends FAIL (CLOSE for a close) to every peer whose stream is at a
@@ -124,6 +129,7 @@ typedef struct {
     Peer *peers;
     int efd;
     double timeout, spin_us;
+    double spin_now_us; /* this rank's spin now: spin_us, longer after polls a peer ended soon (xchg) */
     unsigned long long seq;
     unsigned long long ops;
     int broken;
@@ -603,11 +609,13 @@ static int waited_peer(TGroup *g)
     return -1;
 }
 
-/* Run the phase set up by set_send / set_recv to its end. */
+/* Run the phase set up by set_send / set_recv to its end. A wait (no progress) spins, yields,
+ * then polls; progress starts the next wait afresh (``arm``); a wait that polled (from
+ * ``slept_at``) teaches the spin when progress ends it. */
 static int xchg(TGroup *g, const TSig *s, double deadline, PyThreadState **save)
 {
-    int n = g->size, mm = 0;
-    double t = now_s(), spin_until = t + g->spin_us * 1e-6, yield_until = spin_until + YIELD_S;
+    int n = g->size, mm = 0, arm = 1;
+    double t = 0, spin_until = 0, yield_until = 0, slept_at = 0;
     struct pollfd *pf = alloca((size_t)(n + 1) * sizeof(struct pollfd));
     for (;;) {
         int pending = 0, moved = 0;
@@ -629,6 +637,10 @@ static int xchg(TGroup *g, const TSig *s, double deadline, PyThreadState **save)
             }
             pending |= p->osend | p->irecv;
         }
+        if (moved && slept_at > 0) {
+            spin_learn(&g->spin_now_us, g->spin_us, slept_at);
+            slept_at = 0;
+        }
         if (!pending) {
             if (mm && g->keep) { /* (every peer's op ends with this phase: this rank's too?) */
                 for (int q = 0; q < n && g->keep; q++)
@@ -645,9 +657,16 @@ static int xchg(TGroup *g, const TSig *s, double deadline, PyThreadState **save)
             g->err_peer = g->rank;
             return E_SELF_CLOSED;
         }
-        if (moved)
+        if (moved) {
+            arm = 1;
             continue;
+        }
         t = now_s();
+        if (arm) {
+            arm = 0;
+            spin_until = t + g->spin_now_us * 1e-6;
+            yield_until = spin_until + YIELD_S;
+        }
         if (t < spin_until) {
             for (int i = 0; i < 32; i++)
                 cpu_relax();
@@ -671,6 +690,8 @@ static int xchg(TGroup *g, const TSig *s, double deadline, PyThreadState **save)
         pf[k++].revents = 0;
         double left_ms = ((g->in_grace ? g->grace_end : deadline) - t) * 1e3;
         int wait_ms = left_ms < TICK_MS ? (left_ms > 0 ? (int)left_ms + 1 : 0) : TICK_MS;
+        if (slept_at == 0)
+            slept_at = t;
         int pr = poll(pf, (nfds_t)k, wait_ms);
         if (pr > 0)
             continue; /* (a socket's error or end shows in the next try) */
@@ -1638,6 +1659,7 @@ static int T_init(TGroup *g, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_ValueError, "TcpGroup: expected 0 <= rank < size and a timeout > 0");
         return -1;
     }
+    g->spin_now_us = g->spin_us;
     g->vsize = g->size;
     g->vrank = g->rank;
     PyObject *fast = PySequence_Fast(fds, "fds: expected a list of descriptors");
@@ -1804,6 +1826,9 @@ static PyMemberDef T_members[] = {
     {"op_start", T_DOUBLE, offsetof(TGroup, op_start), READONLY,
      "when the latest op began (CLOCK_MONOTONIC seconds, as time.monotonic())"},
     {"timeout", T_DOUBLE, offsetof(TGroup, timeout), READONLY, "an op's timeout in seconds"},
+    {"spin_us", T_DOUBLE, offsetof(TGroup, spin_us), READONLY, "how long a wait spins before it yields, at first (µs)"},
+    {"spin_now_us", T_DOUBLE, offsetof(TGroup, spin_now_us), READONLY,
+     "how long this rank's next wait spins (µs): spin_us, doubled after each poll a peer ended within 2 ms, up to 10 x"},
     {"on_deadline", T_OBJECT, offsetof(TGroup, on_deadline), 0,
      "on_deadline(code), called with the GIL when an op's deadline passes (and when its notice is refined) "
      "naming code: a group rank, or STALL_GLOBAL + a global rank"},
