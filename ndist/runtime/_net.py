@@ -38,6 +38,7 @@ __all__ = [
     "recv_exact_before",
     "SECRET_ENV",
     "host_identity",
+    "machine_of",
     "pid_namespace",
     "listen_address",
     "is_loopback",
@@ -269,6 +270,14 @@ def host_identity() -> str:
     except OSError:
         netns = ""
     return f"{socket.gethostname()}/{boot}/{netns}"
+
+
+def machine_of(hostid: str) -> str:
+    """The kernel (boot id) of a ``host_identity``: equal for processes that share one machine's
+    CPUs, network namespaces and containers of it included; the whole identity where the boot
+    id could not be read."""
+    parts = hostid.split("/")
+    return parts[1] if len(parts) == 3 and parts[1] else hostid
 
 
 def pid_namespace() -> str:

@@ -84,3 +84,39 @@ def test_over_tcp_a_poll_ended_soon_lengthens_the_spin_and_a_long_one_resets_it(
     assert max(seen) > base, seen  # doubled at least once (200, 400, ... up to 1,000)
     assert max(seen) <= 10 * base, seen
     assert after == base, (seen, after)
+
+
+def test_a_tcp_groups_spin_counts_the_ranks_on_this_machine_only():
+    """A group over TCP spins when its ranks on this machine have a CPU each: ranks on other
+    machines take none of its CPUs (a 64-host job of one rank each spins on an 8-core host);
+    network namespaces and containers of one machine share its kernel's boot id, so they count."""
+    import os
+
+    from ndist.collectives.backends.socket.native._engine import tcp_spins
+    from ndist.runtime._net import host_identity, machine_of
+
+    mine = host_identity()
+    assert machine_of(mine) and machine_of(mine) in mine
+    assert machine_of("a/1b2c/net:[4026531840]") == machine_of("b/1b2c/net:[4026532001]")  # two namespaces
+    assert machine_of("a/1b2c/net:[1]") != machine_of("a/9f8e/net:[1]")  # two machines
+    assert machine_of("a//net:[1]") == "a//net:[1]"  # no boot id: the whole identity
+    cpus = os.cpu_count() or 1
+    assert tcp_spins(1) and tcp_spins(cpus) and not tcp_spins(cpus + 1)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_tcp_group_on_one_machine_spins_when_its_ranks_have_a_cpu_each(monkeypatch, n):
+    pytest.importorskip("ndist.collectives.backends.socket.native._cnative")
+    import os
+
+    monkeypatch.setenv("NDIST_NATIVE_TCP", "1")
+    monkeypatch.delenv("NDIST_NATIVE_SPIN_US", raising=False)
+    backends = make_backends(n, "tcp", engine="native")
+    try:
+        run_threads(backends, lambda b: b.barrier(blocking=True).wait(timeout=30))
+        spins = [b._native.g.spin_us for b in backends]
+    finally:
+        for b in backends:
+            b.close()
+    assert spins == [200.0 if n <= (os.cpu_count() or 1) else 0.0] * n

@@ -398,7 +398,9 @@ class SocketBackend(CollectiveBackend):
                 else:
                     sock.close()
             raise
-        return _native.attach_tcp(mod, socks, self.rank, self.size, self._timeout)
+        here = _net.machine_of(self._mesh.hostid)  # (ranks sharing this machine's CPUs: whether to spin)
+        sharing = 1 + sum(_net.machine_of(self._mesh.peer(p)["hostid"]) == here for p in peers)
+        return _native.attach_tcp(mod, socks, self.rank, self.size, self._timeout, sharing)
 
     def _run_native(self, mod, group, peers) -> None:
         """Run the collectives on native ``group`` (of module ``mod``): the algorithms, the

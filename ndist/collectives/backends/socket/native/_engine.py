@@ -39,7 +39,7 @@ from ..schedules._reduce import ERRVAR, IGNORE_ERRORS, UFUNC, finalize
 from ..wire._segment import SHM_DIR, job_of
 
 __all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "TCP_ENV", "cma_min_bytes", "engine_mode", "module_for",
-           "extension", "tcp_offer", "TCP_MAX_RANKS", "slot_bytes", "spins", "NativeFile", "NativeAlgorithms", "attach", "attach_tcp"]
+           "extension", "tcp_offer", "TCP_MAX_RANKS", "slot_bytes", "spins", "NativeFile", "NativeAlgorithms", "attach", "attach_tcp", "tcp_spins"]
 
 log = logging.getLogger("ndist.collectives.socket")
 
@@ -197,14 +197,22 @@ def tcp_offer(options=None) -> str:
     return "always" if raw == "1" else "auto"
 
 
-def attach_tcp(mod, socks: dict, rank: int, size: int, timeout: float):
+def tcp_spins(sharing: int) -> bool:
+    """Whether the waiters of a group over TCP spin before they sleep: when the group's ranks
+    that run on this machine (``sharing``, this one included; namespaces of one machine count
+    as one) have a CPU each. Ranks on other machines take none of this one's CPUs."""
+    return sharing <= (os.cpu_count() or 1)
+
+
+def attach_tcp(mod, socks: dict, rank: int, size: int, timeout: float, sharing: int | None = None):
     """The C group over the collective links ``socks`` (group rank -> connected socket); it
-    takes their descriptors (closing them with itself), the socket objects are detached."""
+    takes their descriptors (closing them with itself), the socket objects are detached.
+    ``sharing``: the group's ranks on this machine (``tcp_spins``; None: all of them)."""
     fds = [-1] * size
     for p, sock in socks.items():
         fds[p] = sock.detach()
     try:
-        spin = size <= (os.cpu_count() or 1)
+        spin = tcp_spins(size if sharing is None else sharing)
         return mod.TcpGroup(rank, size, fds, timeout, float(os.environ.get(SPIN_ENV, SPIN_US if spin else 0.0)))
     except BaseException:
         for fd in fds:
