@@ -21,6 +21,8 @@ Configs (``--configs``):
   ``mpiexec`` (``mpi_overhead.py --loop``): at one rank nothing is communicated;
 * ``socket2-torch``: ``socket2`` with torch CPU tensors (``torch.from_numpy`` of the same
   buffers) passed to ndist's own API instead of NumPy arrays;
+* ``socket2-memoryview``: ``socket2`` with a ``memoryview`` of each of the same buffers (an
+  object that only exports the buffer protocol);
 * ``socket2``: the socket backend's native engine at n = 2 on this host. Rank 0
   runs under callgrind and starts rank 1 (plain Python, not under callgrind). A
   rank that arrives first spins in the C engine's ``wait_ge`` (how long depends on
@@ -68,8 +70,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
        "all_to_all_single_uneven")
-CONFIGS = ("socket2", "socket2-torch", "capi2", "socket4two", "torch2", "api", "mpi", "raw")
-WORKERS = ("socket2", "socket2-torch", "capi2", "socket4two", "torch2")
+CONFIGS = ("socket2", "socket2-torch", "socket2-memoryview", "capi2", "socket4two", "torch2", "api", "mpi", "raw")
+WORKERS = ("socket2", "socket2-torch", "socket2-memoryview", "capi2", "socket4two", "torch2")
 #: each worker config's world size (2 unless named)
 SIZES = {"socket4two": 4}
 #: the environment of a config's ranks beside the caller's
@@ -134,6 +136,8 @@ def _socket_worker(args) -> None:
                 import torch
 
                 wrap = torch.from_numpy
+            elif args.worker == "socket2-memoryview":
+                wrap = memoryview
             fn = ndist_calls(dist, args.rank, size, args.bytes, wrap)[args.op]
             for _ in range(20):
                 fn()
@@ -299,7 +303,7 @@ def main() -> None:
     bad += [f"torch2 with {o}" for o in ops if "torch2" in configs and o not in TORCH_OPS]
     if bad:  # before any worker starts under callgrind
         parser.error(f"--configs, --ops: expected names of {', '.join(CONFIGS)} and {', '.join(OPS)}; got {bad}")
-    print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2, "
+    print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2*, "
           f"capi2, socket4two and torch2 without {WAIT_FN}")
     widths = [max(10, len(c) + 1) for c in configs]
     print(f"{'op':<26}" + "".join(f"{c:>{w}}" for c, w in zip(configs, widths)))

@@ -91,7 +91,8 @@ def output(obj: Any, name: str):
     if id(arr.dtype) not in _PLAIN:
         dtype_ok(arr, name)
     if isinstance(arr, np.ndarray) and not arr.flags.writeable:
-        raise ValueError(f"{name}: expected a writable tensor, got a read-only array of shape {arr.shape}")
+        what = "array" if isinstance(obj, np.ndarray) else type(obj).__name__
+        raise ValueError(f"{name}: expected a writable tensor, got a read-only {what} of shape {arr.shape}")
     return arr
 
 

@@ -1,5 +1,7 @@
 """Turn what users pass (ndist.Tensor, NumPy, CuPy, torch, anything with
-``__dlpack__`` / the array interface) into arrays over the *same memory*.
+``__dlpack__`` / the array interface, and objects that only export the buffer
+protocol: memoryview, bytearray, bytes, array.array, ctypes arrays, mmap) into
+arrays over the *same memory*.
 
 Nothing here copies except ``contiguous_input`` / ``contiguous_output`` for
 non-contiguous arrays; an output staged that way is written back by a step
@@ -8,11 +10,12 @@ queued in ``post`` (run through ``Work.then`` once the backend finished).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["as_array", "device_type", "contiguous_input", "contiguous_output", "ArrayLike"]
+__all__ = ["as_array", "device_type", "contiguous_input", "contiguous_output", "ArrayLike", "BUFFER_FORMATS"]
 
 ArrayLike = Any
 
@@ -43,7 +46,7 @@ def as_array(obj: ArrayLike, name: str):
         return obj
     if mod.startswith("torch"):
         return _from_torch(obj, name)
-    if isinstance(obj, (list, tuple, dict, str, bytes, int, float, complex, bool)) or obj is None:
+    if isinstance(obj, (list, tuple, dict, str, int, float, complex, bool)) or obj is None:
         raise TypeError(f"{name}: expected a tensor (ndist.Tensor, numpy/cupy array, torch tensor), "
                         f"got {type(obj).__name__}")
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
@@ -60,8 +63,67 @@ def as_array(obj: ArrayLike, name: str):
         return cupy.asarray(obj)
     if hasattr(obj, "__array_interface__") or hasattr(obj, "__array_struct__"):
         return np.asarray(obj)
-    raise TypeError(f"{name}: expected a tensor (ndist.Tensor, numpy/cupy array, torch tensor or an object "
-                    f"with __dlpack__), got {type(obj).__name__}")
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"{name}: expected a tensor (ndist.Tensor, numpy/cupy array, torch tensor or an object "
+                        f"with __dlpack__ or the buffer protocol), got {type(obj).__name__}") from None
+    except (ValueError, BufferError) as err:  # a released memoryview, an exporter that refused
+        raise ValueError(f"{name}: expected a readable buffer, got {type(obj).__name__} ({err})") from None
+    return _from_buffer(view, type(obj).__name__, name)
+
+
+# ------------------------------------------------------------ the buffer protocol
+#: A buffer's struct format character (PEP 3118) -> the NumPy dtype its items are read as
+#: (native sizes). ``'?'`` is bool, ``'Zf'`` / ``'Zd'`` complex. Any other format (a repeat
+#: count, a struct, ``'P'``, ``'s'``, ``'g'``...) is refused. FastLane (native/clane.c) reads
+#: the same table.
+BUFFER_FORMATS = {code: np.dtype(code) for code in ("b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f",
+                                                    "d", "?")}
+BUFFER_FORMATS.update({"Zf": np.dtype(np.complex64), "Zd": np.dtype(np.complex128)})
+_FORMAT_NAMES = ", ".join(BUFFER_FORMATS)
+_LITTLE = sys.byteorder == "little"
+_NATIVE_ORDER = "little-endian" if _LITTLE else "big-endian"
+#: the byte-order prefixes of the other order ('!' is network order, big-endian); '@', '=' and
+#: the machine's own are native
+_FOREIGN_PREFIXES = (">", "!") if _LITTLE else ("<",)
+
+
+def buffer_dtype(fmt: str | None, itemsize: int, what: str, name: str) -> np.dtype:
+    """The dtype of a buffer's items: ``fmt`` (None: bytes, ``'B'``), native byte order; with
+    another prefix than '@' the sizes may be struct's standard ones (``'=l'``: 4 bytes), so the
+    item size decides: the format's kind at ``itemsize`` bytes. TypeError naming ``name`` (and
+    ``what``, the object's type) otherwise."""
+    fmt = "B" if fmt is None else fmt
+    prefix = fmt[:1] if fmt[:1] in "@=<>!" else ""
+    code = fmt[len(prefix):]
+    dt = BUFFER_FORMATS.get(code)
+    if dt is None:
+        raise TypeError(f"{name}: expected a buffer of format {_FORMAT_NAMES} (struct's codes, native byte order), "
+                        f"got format {fmt!r} ({what})")
+    if prefix in _FOREIGN_PREFIXES:
+        raise TypeError(f"{name}: expected native byte order ({_NATIVE_ORDER}), got format {fmt!r} ({what}, "
+                        f"{'big' if _LITTLE else 'little'}-endian)")
+    if dt.itemsize != itemsize:
+        sized = f"{dt.kind}{itemsize}" if dt.kind in "iufc" else None
+        try:
+            dt = np.dtype(sized) if sized else None
+        except TypeError:
+            dt = None
+        if dt is None:
+            raise TypeError(f"{name}: expected items of {BUFFER_FORMATS[code].itemsize} bytes for format {fmt!r}, "
+                            f"got {itemsize}-byte items ({what})")
+    return dt
+
+
+def _from_buffer(view: memoryview, what: str, name: str) -> np.ndarray:
+    """A NumPy array over ``view``'s memory (zero-copy; writable when the buffer is), of the dtype of
+    its format and its shape, any strides."""
+    dt = buffer_dtype(view.format, view.itemsize, what, name)
+    if view.c_contiguous:
+        return np.frombuffer(view, dtype=dt).reshape(view.shape)
+    arr = np.asarray(view)  # (strided: NumPy reads the layout; the dtype is the table's)
+    return arr if arr.dtype == dt else arr.view(dt)
 
 
 def _from_torch(t, name: str):

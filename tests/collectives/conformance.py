@@ -548,3 +548,65 @@ def bad_call_leaves_group_usable(dist):
     t = np.ones(2)
     dist.all_reduce(t)
     assert list(t) == [size, size]
+
+
+def _buffer_objects(n: int, salt: int = 0) -> list:
+    """Objects that only export the buffer protocol, ``n`` elements each, with a NumPy view of
+    their memory: (kind, object, view); filled with ``salt``."""
+    import array
+
+    ba = bytearray(n)
+    mv = memoryview(bytearray(4 * n)).cast("f")
+    aa = array.array("d", bytes(8 * n))
+    made = [("bytearray", ba, np.frombuffer(ba, np.uint8)), ("memoryview", mv, np.frombuffer(mv, np.float32)),
+            ("array.array", aa, np.frombuffer(aa, np.float64))]
+    for _, _, view in made:
+        view[...] = salt
+    return made
+
+
+@misc
+def buffer_protocol_objects(dist):
+    """bytearray (uint8), a memoryview (float32) and array.array (float64): the results land in
+    their own memory, on the one-buffer collectives, a rooted one and point-to-point."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    k = 2
+    ranks = np.arange(size)
+    for j, (kind, obj, view) in enumerate(_buffer_objects(k * size)):
+        view[...] = np.arange(k * size) + rank
+        dist.all_reduce(obj)
+        assert (view == np.arange(k * size) * size + ranks.sum()).all(), (kind, "all_reduce", view)
+        view[...] = rank
+        dist.broadcast(obj, size - 1)
+        assert (view == size - 1).all(), (kind, "broadcast", view)
+        view[...] = rank + 1
+        dist.reduce(obj, 0)
+        assert (view == (ranks.sum() + size if rank == 0 else rank + 1)).all(), (kind, "reduce", view)
+        _, part, pview = _buffer_objects(k, salt=rank)[j]
+        _, out, oview = _buffer_objects(k * size)[j]
+        dist.all_gather_into_tensor(out, part)
+        assert (oview == np.repeat(ranks, k)).all(), (kind, "all_gather_into_tensor", oview)
+        view[...] = np.arange(k * size) + rank
+        dist.reduce_scatter_tensor(part, obj)
+        assert (pview == np.arange(k * rank, k * rank + k) * size + ranks.sum()).all(), (kind, "reduce_scatter", pview)
+        view[...] = np.arange(k * size) + 10 * rank
+        dist.all_to_all_single(out, obj)
+        assert (oview == (10 * np.repeat(ranks, k) + np.tile(np.arange(k * rank, k * rank + k), size))).all(), (
+            kind, "all_to_all_single", oview)
+        # uneven: rank r sends q + 1 elements to rank q (its input: the sum of 1..size elements)
+        _, uin, uview = _buffer_objects(size * (size + 1) // 2, salt=rank)[j]
+        _, uout, uoview = _buffer_objects((rank + 1) * size)[j]
+        dist.all_to_all_single(uout, uin, [rank + 1] * size, [q + 1 for q in range(size)])
+        assert (uoview == np.repeat(ranks, rank + 1)).all(), (kind, "all_to_all_single uneven", uoview)
+        if size > 1:
+            _, got, gview = _buffer_objects(k)[j]
+            work = dist.isend(part, dst=(rank + 1) % size, tag=7)
+            dist.recv(got, src=(rank - 1) % size, tag=7)
+            work.wait()
+            assert (gview == pview_of(rank - 1, size, k)).all(), (kind, "send/recv", gview)
+
+
+def pview_of(rank: int, size: int, k: int) -> np.ndarray:
+    """What ``buffer_protocol_objects``' reduce_scatter left in rank ``rank``'s part (sent on by p2p)."""
+    rank %= size
+    return np.arange(k * rank, k * rank + k) * size + np.arange(size).sum()

@@ -359,6 +359,39 @@ def _(d, r, n):
     d.all_gather([Z(2, np.int32), np.zeros(2, ">i4")], Z(2, np.int32))
 
 
+_FORMATS = r"expected a buffer of format b, B, h, H, i, I, l, L, q, Q, e, f, d, \?, Zf, Zd \(struct's codes, native byte order\)"
+
+
+@bad("buffer-format", TypeError, r"tensor: " + _FORMATS + r", got format 'c' \(memoryview\)")
+def _(d, r, n):
+    d.all_reduce(memoryview(bytearray(4)).cast("c"))
+
+
+@bad("buffer-format-input", TypeError, r"input: " + _FORMATS + r", got format 'P' \(memoryview\)")
+def _(d, r, n):
+    d.all_to_all_single(bytearray(4), memoryview(bytearray(32)).cast("P"))
+
+
+@bad("buffer-big-endian", TypeError, r"tensor: expected native byte order \(little-endian\), got format '>i' \(memoryview, big-endian\)")
+def _(d, r, n):
+    d.broadcast(memoryview(np.zeros(2, ">i4")), src=0)
+
+
+@bad("buffer-read-only-output", ValueError, r"output_tensor: expected a writable tensor, got a read-only bytes of shape \(4,\)")
+def _(d, r, n):
+    d.all_gather_into_tensor(b"abcd", bytearray(2))
+
+
+@bad("buffer-read-only-memoryview", ValueError, r"tensor: expected a writable tensor, got a read-only memoryview of shape \(3,\)")
+def _(d, r, n):
+    d.all_reduce(memoryview(bytearray(3)).toreadonly())
+
+
+@bad("buffer-dtype-mismatch", TypeError, r"input: expected dtype uint8 \(the dtype of output\), got float32")
+def _(d, r, n):
+    d.reduce_scatter_tensor(bytearray(2), memoryview(bytearray(16)).cast("f"))
+
+
 def run_cases(dist) -> dict:
     """``{case_id: None or what went wrong}``, on this rank."""
     rank, size = dist.get_rank(), dist.get_world_size()

@@ -190,3 +190,86 @@ def test_unaliased_copies_only_an_input_overlapping_an_output():
     np.testing.assert_array_equal(copied, [2, 3, 4, 5])
     ins = unaliased([buf[:4], other], [buf[4:], np.zeros(2)])
     assert ins[0].base is buf and ins[1] is other  # disjoint halves of one buffer stay views
+
+
+# ------------------------------------------------------------ the buffer protocol
+def test_buffer_protocol_objects_are_viewed_in_place_with_their_formats_dtype():
+    import array
+    import ctypes
+    import mmap
+
+    ba = bytearray(b"\x01\x02\x03")
+    v = as_array(ba, "t")
+    assert v.dtype == np.uint8 and v.shape == (3,) and v.flags.writeable
+    v[0] = 9
+    assert ba[0] == 9  # the caller's memory
+    arr = array.array("d", [1.0, 2.0])
+    assert as_array(arr, "t").dtype == np.float64
+    as_array(arr, "t")[1] = 5.0
+    assert arr[1] == 5.0
+    m = memoryview(bytearray(24)).cast("i", (2, 3))
+    assert as_array(m, "t").shape == (2, 3) and as_array(m, "t").dtype == np.intc
+    c = (ctypes.c_int32 * 4)(1, 2, 3, 4)  # ctypes' format '<i'
+    as_array(c, "t")[0] = 7
+    assert c[0] == 7 and as_array(c, "t").dtype == np.int32
+    with mmap.mmap(-1, 8) as mm:
+        view = as_array(mm, "t")
+        assert view.dtype == np.uint8 and view.size == 8
+        del view
+    ro = as_array(b"ab", "t")  # bytes: an input only
+    assert ro.dtype == np.uint8 and not ro.flags.writeable
+    for code in ("b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "f", "d", "?"):
+        assert as_array(memoryview(bytearray(8)).cast(code), "t").dtype == np.dtype(code), code
+    half = memoryview(np.zeros(2, np.float16))  # format 'e' (memoryview.cast has no 'e')
+    assert half.format == "e" and as_array(half, "t").dtype == np.float16
+    for dt in (np.complex64, np.complex128):  # formats 'Zf' / 'Zd' (NumPy's export, read as a memoryview)
+        z = memoryview(np.array([1 + 2j], dt))
+        assert z.format == {np.complex64: "Zf", np.complex128: "Zd"}[dt]
+        assert as_array(z, "t").dtype == dt and as_array(z, "t")[0] == 1 + 2j
+
+
+def test_a_strided_memoryview_is_a_strided_view_staged_like_an_array():
+    base = np.arange(8, dtype=np.float32)
+    view = as_array(memoryview(base)[::2], "t")
+    assert view.shape == (4,) and not view.flags.c_contiguous and np.shares_memory(view, base)
+    post: list = []
+    staged = contiguous_output(_check.output(memoryview(base)[::2], "t"), post)
+    staged[...] = -1
+    post[0]()
+    np.testing.assert_array_equal(base, [-1, 1, -1, 3, -1, 5, -1, 7])
+
+
+def test_buffer_format_errors_name_the_argument_the_formats_and_the_format():
+    import array
+
+    with pytest.raises(TypeError, match=r"t: expected a buffer of format b, B, h, H, i, I, l, L, q, Q, e, f, d, \?, "
+                                        r"Zf, Zd \(struct's codes, native byte order\), got format 'c' \(memoryview\)"):
+        _check.tensor(memoryview(bytearray(2)).cast("c"), "t")
+    with pytest.raises(TypeError, match=r"t: expected a buffer of format .* got format '[uw]' \(array\)"):
+        _check.tensor(array.array("u", "ab"), "t")  # (wchar_t: 'w' on Python 3.11)
+    with pytest.raises(TypeError, match=r"t: expected native byte order \(little-endian\), got format '>i' "
+                                        r"\(memoryview, big-endian\)"):
+        _check.tensor(memoryview(np.zeros(2, ">i4")), "t")
+    with pytest.raises(ValueError, match=r"out: expected a writable tensor, got a read-only bytes of shape \(2,\)"):
+        _check.output(b"ab", "out")
+    read_only = memoryview(bytearray(4)).toreadonly()
+    with pytest.raises(ValueError, match=r"out: expected a writable tensor, got a read-only memoryview of shape \(4,"):
+        _check.output(read_only, "out")
+    released = memoryview(bytearray(4))
+    released.release()
+    with pytest.raises(ValueError, match=r"t: expected a readable buffer, got memoryview \(operation forbidden"):
+        _check.tensor(released, "t")
+    with pytest.raises(TypeError, match=r"t: expected a tensor .*or the buffer protocol\), got object"):
+        as_array(object(), "t")
+
+
+def test_buffer_dtype_takes_the_item_size_of_standard_sizes_and_refuses_a_size_with_no_dtype():
+    from ndist.collectives._convert import buffer_dtype
+
+    assert buffer_dtype("=l", 4, "x", "t") == np.int32  # struct's standard size: 4 bytes
+    assert buffer_dtype("<L", 8, "x", "t") == np.uint64  # (ctypes' c_ulong on LP64)
+    assert buffer_dtype("@f", 4, "x", "t") == np.float32 and buffer_dtype(None, 1, "x", "t") == np.uint8
+    with pytest.raises(TypeError, match=r"t: expected items of 4 bytes for format '=f', got 3-byte items \(x\)"):
+        buffer_dtype("=f", 3, "x", "t")
+    with pytest.raises(TypeError, match=r"t: expected native byte order \(little-endian\), got format '!d'"):
+        buffer_dtype("!d", 8, "x", "t")

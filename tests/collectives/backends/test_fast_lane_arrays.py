@@ -1,6 +1,7 @@
 """The repeated call in one C call (``_cnative.FastLane``, native/clane.c's ``read_arg``) with arrays
 other than ``numpy.ndarray``: an ``ndist.Tensor``, an object known only by DLPack (another
-library's array) and, marked ``torch``, torch CPU tensors. Each kind the lane takes runs in one
+library's array), objects that only export the buffer protocol (bytearray, memoryview,
+array.array) and, marked ``torch``, torch CPU tensors. Each kind the lane takes runs in one
 C call (no Python function of ndist's but the public one's file runs: ``sys.setprofile``) with
 the Python engine's results; each kind it does not take (read-only, a legacy DLPack producer,
 another device, a non-contiguous view, an empty tensor, a negative or meta tensor) gets the
@@ -8,6 +9,8 @@ Python path's behaviour and errors; the lane holds nothing of the caller's after
 
 from __future__ import annotations
 
+import array
+import mmap
 import os
 import sys
 import weakref
@@ -63,21 +66,44 @@ def _one_c_call(fn) -> bool:
     return seen == {"collectives/_api.py"}
 
 
-def _every_op(dist, wrap, r, n) -> dict:
-    """The five buffer ops on arrays ``wrap`` makes over NumPy memory (reset before each call),
-    each called twice (the first teaches the lane the type and dtype), the second traced:
-    ``{op: (result, ran in one C call)}``."""
-    full, part = np.empty(K * n, np.float32), np.empty(K, np.float32)
-    out, pout = np.empty(K * n, np.float32), np.empty(K, np.float32)
-    w = {name: wrap(a) for name, a in (("full", full), ("part", part), ("out", out), ("pout", pout))}
+def _wrapping(wrap):
+    """``make`` for ``_every_op``: float32 NumPy memory, passed as ``wrap(array)``."""
+    def make(k):
+        a = np.empty(k, np.float32)
+        return a, wrap(a)
+    return make
+
+
+def _buffer(kind):
+    """``make`` for ``_every_op``: an object of ``kind`` that owns its memory and only exports the
+    buffer protocol, with a NumPy view of that memory (bytearray and mmap: uint8, the others float32)."""
+    def make(k):
+        obj = {"bytearray": lambda: bytearray(k), "array.array": lambda: array.array("f", bytes(4 * k)),
+               "memoryview": lambda: memoryview(bytearray(4 * k)).cast("f"), "mmap": lambda: mmap.mmap(-1, k)}[kind]()
+        return np.frombuffer(obj, np.uint8 if kind in ("bytearray", "mmap") else np.float32), obj
+    return make
+
+
+BUFFERS = ("bytearray", "array.array", "memoryview", "mmap")
+
+
+def _every_op(dist, make, r, n) -> dict:
+    """The six buffer ops (all_to_all_single even and uneven) on objects ``make(k)`` gives with a
+    NumPy view of their memory (reset before each call), each called twice (the first teaches the
+    lane the type and dtype), the second traced: ``{op: (result, ran in one C call)}``."""
+    (full, wf), (part, wp), (out, wo), (pout, wpo) = make(K * n), make(K), make(K * n), make(K)
+    w = {"full": wf, "part": wp, "out": wo, "pout": wpo}
+    splits = [K + n - 1 if q == r else K - 1 for q in range(n)]  # (this rank keeps more than it sends)
 
     def fill(a, base):
-        return lambda: a.__setitem__(slice(None), np.arange(a.size, dtype=np.float32) + base)
+        return lambda: a.__setitem__(slice(None), (np.arange(a.size) + base).astype(a.dtype))
 
     ops = {
         "all_reduce": (fill(full, r), lambda: dist.all_reduce(w["full"]), full),
         "broadcast": (fill(full, 10 * r), lambda: dist.broadcast(w["full"], n - 1), full),
         "all_to_all_single": (fill(full, 100 * r), lambda: dist.all_to_all_single(w["out"], w["full"]), out),
+        "all_to_all_single uneven": (fill(full, 50 * r),
+                                     lambda: dist.all_to_all_single(w["out"], w["full"], splits, splits), out),
         "all_gather_into_tensor": (fill(part, r), lambda: dist.all_gather_into_tensor(w["out"], w["part"]), out),
         "reduce_scatter_tensor": (fill(full, r), lambda: dist.reduce_scatter_tensor(w["pout"], w["full"]), pout),
     }
@@ -130,8 +156,10 @@ def _other_arrays(rank, size):
     dist.all_reduce(a)
     dist.all_reduce(a)  # the group's lane is made
     got = {"kind": type(world.default.fast).__name__}
-    got["ndist.Tensor"] = _every_op(dist, ndist.from_numpy, rank, size)
-    got["dlpack"] = _every_op(dist, Exported, rank, size)
+    got["ndist.Tensor"] = _every_op(dist, _wrapping(ndist.from_numpy), rank, size)
+    got["dlpack"] = _every_op(dist, _wrapping(Exported), rank, size)
+    for kind in BUFFERS:
+        got[kind] = _every_op(dist, _buffer(kind), rank, size)
     # what the lane does not take: the Python path's own errors
     ro = np.ones(K, np.float32)
     ro.flags.writeable = False
@@ -156,6 +184,22 @@ def _other_arrays(rank, size):
         return ndist.from_numpy(arr), arr
 
     got["freed"] = (_gone(_freed_after(dist, exported)), _gone(_freed_after(dist, tensor)))
+    # buffers the lane does not take: the Python path's behaviour and errors
+    got["read-only memoryview"] = _error(lambda: dist.all_reduce(memoryview(bytearray(K)).toreadonly()))
+    got["bytes input"] = _error(lambda: dist.all_gather_into_tensor(bytearray(K * size), bytes(range(K))))
+    got["unknown format"] = _error(lambda: dist.all_reduce(memoryview(bytearray(K)).cast("c")))
+    got["big-endian"] = _error(lambda: dist.all_reduce(memoryview(np.ones(K, ">f4"))))
+    base = np.ones(2 * K, np.float32)
+    got["strided memoryview"] = (_error(lambda: dist.all_reduce(memoryview(base)[::2])), base.tolist())
+    # every buffer let go after the call: a bytearray with an export cannot grow, a memoryview with
+    # one cannot be released (BufferError)
+    ba = bytearray(K)
+    dist.all_reduce(ba)
+    ba.extend(b"\0" * K)
+    mv = memoryview(bytearray(4 * K)).cast("f")
+    dist.all_to_all_single(mv, array.array("f", bytes(4 * K)))
+    mv.release()
+    got["released"] = (len(ba), mv.__repr__().startswith("<released"))
     return got
 
 
@@ -165,7 +209,7 @@ def test_ndist_tensors_and_dlpack_arrays_run_in_one_c_call_with_the_python_engin
     for rank in range(2):
         got, ref = native[rank], python[rank]
         assert got.pop("kind") == "FastLane" and ref.pop("kind") == "PlainLane", (got, ref)
-        for kind in ("ndist.Tensor", "dlpack"):
+        for kind in ("ndist.Tensor", "dlpack") + BUFFERS:
             for op, (result, one) in got[kind].items():
                 assert one, (rank, kind, op)  # the C lane ran it
                 assert result == ref[kind][op][0], (rank, kind, op, result, ref[kind][op][0])
@@ -179,6 +223,15 @@ def test_ndist_tensors_and_dlpack_arrays_run_in_one_c_call_with_the_python_engin
         assert got["other device"][1] == 0, got  # a non-CPU producer is never asked to export by the lane
         assert got["strided dlpack"] == (None, [2.0] * K), got  # (staged by the Python path)
         assert got["freed"] == (True, True), got
+        for case in ("read-only memoryview", "bytes input", "unknown format", "big-endian", "strided memoryview"):
+            assert got[case] == ref[case], (case, got[case], ref[case])
+        assert "tensor: expected a writable tensor, got a read-only memoryview of shape (4,)" in \
+            got["read-only memoryview"], got
+        assert got["bytes input"] is None, got  # read-only is fine for an input
+        assert "got format 'c' (memoryview)" in got["unknown format"], got
+        assert "got format '>f' (memoryview, big-endian)" in got["big-endian"], got
+        assert got["strided memoryview"] == (None, [2.0, 1.0] * K), got  # staged, written back in place
+        assert got["released"] == (2 * K, True), got
 
 
 # ------------------------------------------------------------------ torch tensors
@@ -192,9 +245,9 @@ def _torch_tensors(rank, size):
     warm = torch.ones(8)
     dist.all_reduce(warm)
     dist.all_reduce(warm)
-    got = {"plain": _every_op(dist, torch.from_numpy, rank, size)}
+    got = {"plain": _every_op(dist, _wrapping(torch.from_numpy), rank, size)}
 
-    got["parameter"] = _every_op(dist, lambda arr: torch.nn.Parameter(torch.from_numpy(arr)), rank, size)
+    got["parameter"] = _every_op(dist, _wrapping(lambda arr: torch.nn.Parameter(torch.from_numpy(arr))), rank, size)
     big = torch.arange(20, dtype=torch.float32)
     view = big[4:4 + 2 * K]  # storage offset 4, contiguous
     got["storage offset"] = (_one_c_call(lambda: dist.all_reduce(view)), _one_c_call(lambda: dist.all_reduce(view)),

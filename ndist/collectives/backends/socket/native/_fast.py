@@ -19,6 +19,7 @@ import numpy as np
 
 from ...._backend import Op
 from ...._check import PLAIN_DTYPES, PLAIN_OPS
+from ...._convert import BUFFER_FORMATS
 from ...._debug import T_DONE
 from ...._reduce_op import ReduceOp
 from ..wire import _frame as F
@@ -35,6 +36,8 @@ _AVG_CODES = frozenset(F.dtype_code(np.dtype(t)) for t in ("int8", "uint8", "int
 _DLPACK_DTYPES = tuple((code, np.dtype(name).itemsize * 8, np.dtype(name)) for code, names in (
     (0, ("int8", "int16", "int32", "int64")), (1, ("uint8", "uint16", "uint32", "uint64")),
     (2, ("float16", "float32", "float64")), (5, ("complex64", "complex128")), (6, ("bool",))) for name in names)
+# a buffer's struct format -> the dtype the public layer reads it as (``_convert.BUFFER_FORMATS``)
+_BUFFER_DTYPES = tuple(BUFFER_FORMATS.items())
 # ReduceOp members by wire code (index 0 and PREMUL_SUM's code: None, never run in C)
 _REDOPS = tuple(next((op for op in ReduceOp if op is not ReduceOp.PREMUL_SUM and F.redop_code(op) == code), None)
                 for code in range(9))
@@ -108,4 +111,5 @@ def _new(backend, nat, ex, book, group_rank, plain, failed):
                          Op.BARRIER), RSAG_MIN,
                         T_DONE, probe, probe.__array_interface__["data"][0])
     fast.dlpack_dtypes(_DLPACK_DTYPES)  # torch tensors and other DLPack arrays, read in C too
+    fast.buffer_dtypes(_BUFFER_DTYPES)  # memoryview, bytearray, array.array...: the Python path's table
     return fast

@@ -37,8 +37,10 @@
  * buffer argument of the six ops: a ``numpy.ndarray`` (first, through that layout), an
  * ``ndist.Tensor`` over one (one attribute read, ``_data``), a torch CPU tensor (``torch.Tensor``
  * or ``torch.nn.Parameter``: a DLPack export by torch's own C function, no Python frame, and
- * ``is_neg()``) and any other object with ``__dlpack__`` (a versioned DLPack capsule, asked as
- * ``np.from_dlpack`` asks it). What the Python path would refuse, stage or copy (not CPU memory,
+ * ``is_neg()``), any other object with ``__dlpack__`` (a versioned DLPack capsule, asked as
+ * ``np.from_dlpack`` asks it) and an object that only exports the buffer protocol (a memoryview,
+ * bytearray, array.array...: ``PyObject_GetBuffer`` once per call, the dtype from its struct
+ * format as ``_convert.BUFFER_FORMATS`` maps it). What the Python path would refuse, stage or copy (not CPU memory,
  * not C-contiguous, read-only where the op writes, a dtype NumPy gives another meaning) is
  * handed to the Python lane unchanged. */
 #define PY_SSIZE_T_CLEAN
@@ -149,6 +151,7 @@ typedef struct DlVersioned { /* "dltensor_versioned" */
 #define DL_COMPLEX 5
 #define DL_READ_ONLY 1ULL
 #define NDLTYPES 16 /* DLPack (code, bits) -> the NumPy dtype ``np.from_dlpack`` / ``Tensor.numpy()`` give */
+#define NBFTYPES 16 /* a buffer's struct format -> the NumPy dtype ``_convert.BUFFER_FORMATS`` gives */
 #define NTYPES 8    /* argument types remembered by the lane (besides numpy.ndarray) */
 
 /* ------------------------------------------------------------------ FastLane */
@@ -201,6 +204,14 @@ typedef struct {
     } types[NTYPES];
     int ntypes;
     PyObject *torch_export;
+    /* buffer-protocol formats (``buffer_dtypes``): a format's key (its character; 'Z' and a
+     * character: 0x80 | it) -> 1 + its index in ``bf`` (0: none) */
+    unsigned char bf_index[256];
+    struct {
+        PyObject *descr;
+        Py_ssize_t itemsize;
+    } bf[NBFTYPES];
+    int nbf;
     Py_ssize_t rsag_min;
     DInfo cache[NCACHE];
     int ncache;
@@ -236,6 +247,8 @@ static int FastLane_traverse(FastLane *f, visitproc visit, void *arg)
     for (int i = 0; i < f->ndl; i++)
         Py_VISIT(f->dl[i].descr);
     Py_VISIT(f->torch_export);
+    for (int i = 0; i < f->nbf; i++)
+        Py_VISIT(f->bf[i].descr);
     return 0;
 }
 
@@ -267,6 +280,10 @@ static int FastLane_clear(FastLane *f)
     f->ndl = 0;
     f->ntypes = 0;
     Py_CLEAR(f->torch_export);
+    for (int i = 0; i < f->nbf; i++)
+        Py_CLEAR(f->bf[i].descr);
+    f->nbf = 0;
+    memset(f->bf_index, 0, sizeof f->bf_index);
     return 0;
 }
 
@@ -409,23 +426,26 @@ static PyObject *delegate(FastLane *f, const char *name, PyObject *const *args, 
  * array's, or the one ``np.from_dlpack`` / ``Tensor.numpy()`` give), its shape, NumPy's flags
  * (NP_C_CONTIGUOUS, NP_ALIGNED, NP_WRITEABLE, as the Python path's view would have them) and
  * what ``release_arg`` ends after the call: a reference (an ndist.Tensor's array, a DLPack
- * capsule) and a DLPack tensor (its deleter). Nothing outlives the call. */
+ * capsule), a DLPack tensor (its deleter) and a buffer (``view``, when its ``obj`` is set).
+ * Nothing outlives the call. */
 typedef struct {
     char *data;
     PyObject *descr;
     int nd, flags;
-    const Py_ssize_t *np_dims; /* NumPy's dimensions, or NULL and */
+    const Py_ssize_t *np_dims; /* NumPy's dimensions (or a buffer's shape), or NULL and */
     const int64_t *dl_dims;    /* DLPack's */
     Py_ssize_t count;
     PyObject *hold;
     void *managed;
     int versioned, dl_code;
+    Py_buffer view;
 } Arg;
 
-enum { A_NONE, A_NUMPY, A_NDIST, A_TORCH, A_DLPACK }; /* how an argument type is read */
+enum { A_NONE, A_NUMPY, A_NDIST, A_TORCH, A_DLPACK, A_BUFFER }; /* how an argument type is read */
 
 static PyObject *s_data, *s_is_neg, *s_is_conj, *s_dlpack, *s_dlpack_device, *s_module, *s_Tensor, *s_nn,
-    *s_Parameter, *s_C, *s_to_dlpack_v, *s_to_dlpack, *s_ndist_tensor, *s_torch, *s_cupy, *dl_kwnames, *dl_args_tail;
+    *s_Parameter, *s_C, *s_to_dlpack_v, *s_to_dlpack, *s_ndist_tensor, *s_torch, *s_cupy, *dl_kwnames, *dl_args_tail,
+    *s_array_interface, *s_array_struct, *s_cuda_array_interface;
 
 static inline Py_ssize_t arg_dim(const Arg *a, int k)
 {
@@ -446,7 +466,7 @@ static inline void numpy_arg(Arg *a, PyObject *t)
  * raised is kept: a deleter may run Python code) */
 static void release_arg(Arg *a)
 {
-    if (!a->managed && !a->hold)
+    if (!a->managed && !a->hold && !a->view.obj)
         return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -463,6 +483,8 @@ static void release_arg(Arg *a)
         a->managed = NULL;
     }
     Py_CLEAR(a->hold);
+    if (a->view.obj)
+        PyBuffer_Release(&a->view); /* (sets view.obj to NULL) */
     PyErr_Restore(type, value, tb);
 }
 
@@ -487,6 +509,27 @@ static int type_attr_is(PyObject *owner, PyObject *name, PyObject *want)
     int is = v == want;
     Py_DECREF(v);
     return is;
+}
+
+/* A_BUFFER when ``_convert.as_array`` reads an instance of ``tp`` through the buffer protocol
+ * (classify's last question: no DLPack export): ``tp`` exports it and has neither array
+ * interface, asked of the type, which answers for the instance only when the instance can have
+ * no attribute of its own (no instance dict, the generic attribute lookup): a memoryview, a
+ * bytearray, an array.array, an mmap. Other exporters go to the Python lane. */
+static int buffer_kind(PyTypeObject *tp)
+{
+    if (!tp->tp_as_buffer || !tp->tp_as_buffer->bf_getbuffer || tp->tp_dictoffset != 0 ||
+        tp->tp_getattro != PyObject_GenericGetAttr)
+        return A_NONE;
+#ifdef Py_TPFLAGS_MANAGED_DICT
+    if (PyType_HasFeature(tp, Py_TPFLAGS_MANAGED_DICT))
+        return A_NONE;
+#endif
+    PyObject *o = (PyObject *)tp;
+    if (PyObject_HasAttr(o, s_array_interface) || PyObject_HasAttr(o, s_array_struct) ||
+        PyObject_HasAttr(o, s_cuda_array_interface))
+        return A_NONE;
+    return A_BUFFER;
 }
 
 /* how ``_convert.as_array`` would read an instance of ``tp``, as far as this lane takes it: the
@@ -556,7 +599,7 @@ static int classify(FastLane *f, PyTypeObject *tp)
         PyType_IsSubtype(tp, &PyFloat_Type) || PyType_IsSubtype(tp, &PyComplex_Type))
         return A_NONE;
     int has = PyObject_HasAttr((PyObject *)tp, s_dlpack) && PyObject_HasAttr((PyObject *)tp, s_dlpack_device);
-    return has ? A_DLPACK : A_NONE;
+    return has ? A_DLPACK : buffer_kind(tp);
 }
 
 /* a DLPack capsule's tensor into ``a`` (the capsule consumed: renamed, its deleter called by
@@ -623,6 +666,39 @@ static int dl_arg(FastLane *f, Arg *a, PyObject *cap, int torch)
 no:
     release_arg(a);
     return 0;
+}
+
+/* A buffer-protocol object read into ``a`` as ``_convert._from_buffer`` views it: the buffer
+ * asked once (strides and format, writable or not), held in ``a->view`` until ``release_arg``;
+ * its dtype from its format (``bf``: one character after an optional '@', '=' or the machine's
+ * own order, or 'Z' and one), when the dtype's item size is the buffer's (else the Python path
+ * decides: struct's standard sizes, an exporter's own); C-contiguous by NumPy's rule, aligned
+ * to its element (complex: half of it), writable unless read-only. 1: read; 0: not this lane's
+ * (released) */
+static int buf_arg(FastLane *f, PyObject *t, Arg *a)
+{
+    Py_buffer *v = &a->view;
+    if (PyObject_GetBuffer(t, v, PyBUF_RECORDS_RO) < 0)
+        return refused();
+    const unsigned char *p = (const unsigned char *)(v->format ? v->format : "B");
+    if (*p == '@' || *p == '=' || *p == (PY_LITTLE_ENDIAN ? '<' : '>'))
+        p++;
+    int key = -1, cplx = p[0] == 'Z';
+    if (cplx ? p[1] && p[1] < 0x80 && !p[2] : p[0] && p[0] < 0x80 && !p[1])
+        key = cplx ? 0x80 | p[1] : p[0];
+    int at = key < 0 ? 0 : f->bf_index[key];
+    if (!at || f->bf[at - 1].itemsize != v->itemsize) {
+        release_arg(a);
+        return 0;
+    }
+    Py_ssize_t count = 1, esize = v->itemsize;
+    for (int k = 0; k < v->ndim; k++)
+        count *= v->shape[k];
+    Py_ssize_t align = cplx ? esize / 2 : esize;
+    a->data = v->buf, a->descr = f->bf[at - 1].descr, a->nd = v->ndim, a->np_dims = v->shape, a->count = count;
+    a->flags = (PyBuffer_IsContiguous(v, 'C') ? NP_C_CONTIGUOUS : 0) | (v->readonly ? 0 : NP_WRITEABLE) |
+               (align > 0 && (uintptr_t)a->data % align == 0 ? NP_ALIGNED : 0);
+    return 1;
 }
 
 /* ``t`` read into ``a`` (zeroed by the caller): 1; 0: the Python lane takes it (nothing held);
@@ -708,6 +784,8 @@ static int read_other(FastLane *f, PyObject *t, Arg *a)
             return refused();
         return dl_arg(f, a, cap, 0);
     }
+    case A_BUFFER:
+        return buf_arg(f, t, a);
     }
     return 0;
 }
@@ -1245,6 +1323,44 @@ static PyObject *FastLane_dlpack_dtypes(FastLane *f, PyObject *table)
     Py_RETURN_NONE;
 }
 
+/* buffer_dtypes(((format, dtype), ...)): the NumPy dtype a buffer of each struct format is read as
+ * (``_convert.BUFFER_FORMATS``: one character, or 'Z' and one); none: no buffer is read here */
+static PyObject *FastLane_buffer_dtypes(FastLane *f, PyObject *table)
+{
+    if (!PyTuple_Check(table) || PyTuple_GET_SIZE(table) > NBFTYPES) {
+        PyErr_Format(PyExc_TypeError, "FastLane.buffer_dtypes: expected a tuple of at most %d entries", NBFTYPES);
+        return NULL;
+    }
+    for (int i = 0; i < f->nbf; i++)
+        Py_CLEAR(f->bf[i].descr);
+    f->nbf = 0;
+    memset(f->bf_index, 0, sizeof f->bf_index);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(table); i++) {
+        const char *fmt;
+        PyObject *descr;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(table, i), "sO:buffer_dtypes", &fmt, &descr))
+            return NULL;
+        const unsigned char *p = (const unsigned char *)fmt;
+        int two = p[0] == 'Z';
+        if (!p[0] || p[0] >= 0x80 || (two && (!p[1] || p[1] >= 0x80)) || p[two ? 2 : 1]) {
+            PyErr_Format(PyExc_ValueError, "FastLane.buffer_dtypes: expected a format of one character or 'Z' and "
+                                           "one, got %R", PyTuple_GET_ITEM(PyTuple_GET_ITEM(table, i), 0));
+            return NULL;
+        }
+        PyObject *size = PyObject_GetAttrString(descr, "itemsize");
+        if (!size)
+            return NULL;
+        Py_ssize_t itemsize = PyLong_AsSsize_t(size);
+        Py_DECREF(size);
+        if (itemsize < 0)
+            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "FastLane.buffer_dtypes: bad itemsize");
+        f->bf[f->nbf].descr = Py_NewRef(descr);
+        f->bf[f->nbf].itemsize = itemsize;
+        f->bf_index[two ? 0x80 | p[1] : p[0]] = (unsigned char)++f->nbf;
+    }
+    Py_RETURN_NONE;
+}
+
 static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_to_all", "all_gather", "reduce_scatter",
                                          "barrier"};
 
@@ -1272,6 +1388,8 @@ static PyMethodDef FastLane_methods[] = {
     {"current", (PyCFunction)FastLane_current, METH_NOARGS, "current() -> the running op's description tuple"},
     {"dlpack_dtypes", (PyCFunction)FastLane_dlpack_dtypes, METH_O,
      "dlpack_dtypes(((code, bits, dtype), ...)): the NumPy dtype of each DLPack dtype read"},
+    {"buffer_dtypes", (PyCFunction)FastLane_buffer_dtypes, METH_O,
+     "buffer_dtypes(((format, dtype), ...)): the NumPy dtype of each buffer format read"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1308,6 +1426,10 @@ int nd_lane_add(PyObject *m)
         !(s_torch = PyUnicode_InternFromString("torch")) || !(s_cupy = PyUnicode_InternFromString("cupy")) ||
         !(dl_kwnames = Py_BuildValue("(sss)", "dl_device", "copy", "max_version")) ||
         !(dl_args_tail = Py_BuildValue("(OO(ii))", Py_None, Py_None, 1, 0)))
+        return -1;
+    if (!(s_array_interface = PyUnicode_InternFromString("__array_interface__")) ||
+        !(s_array_struct = PyUnicode_InternFromString("__array_struct__")) ||
+        !(s_cuda_array_interface = PyUnicode_InternFromString("__cuda_array_interface__")))
         return -1;
     if (PyType_Ready(&LaneStateType) < 0 || PyType_Ready(&FastLaneType) < 0)
         return -1;
