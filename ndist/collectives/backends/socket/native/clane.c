@@ -217,7 +217,7 @@ typedef struct {
         int kind;
     } types[NTYPES];
     int ntypes;
-    PyObject *torch_api_cap;
+    PyObject *torch_api_cap, *torch_is_neg;
     const DlExchange *torch_api;
     Py_ssize_t rsag_min;
     DInfo cache[NCACHE];
@@ -254,6 +254,7 @@ static int FastLane_traverse(FastLane *f, visitproc visit, void *arg)
     for (int i = 0; i < f->ndl; i++)
         Py_VISIT(f->dl[i].descr);
     Py_VISIT(f->torch_api_cap);
+    Py_VISIT(f->torch_is_neg);
     return 0;
 }
 
@@ -285,6 +286,7 @@ static int FastLane_clear(FastLane *f)
     f->ndl = 0;
     f->ntypes = 0;
     Py_CLEAR(f->torch_api_cap);
+    Py_CLEAR(f->torch_is_neg);
     f->torch_api = NULL;
     return 0;
 }
@@ -467,8 +469,10 @@ static void release_arg(Arg *a)
 {
     if (!a->managed && !a->hold)
         return;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    int raising = PyErr_Occurred() != NULL; /* (none: nothing to keep, what the deleter leaves is cleared) */
+    if (raising)
+        PyErr_Fetch(&type, &value, &tb);
     if (a->managed) {
         if (a->versioned) {
             DlVersioned *v = a->managed;
@@ -482,7 +486,10 @@ static void release_arg(Arg *a)
         a->managed = NULL;
     }
     Py_CLEAR(a->hold);
-    PyErr_Restore(type, value, tb);
+    if (raising)
+        PyErr_Restore(type, value, tb);
+    else if (PyErr_Occurred())
+        PyErr_Clear();
 }
 
 /* an exception of the array's own (export refused, no such attribute): 0, the Python path raises
@@ -509,11 +516,20 @@ static int type_attr_is(PyObject *owner, PyObject *name, PyObject *want)
 }
 
 /* torch's DLPack exchange table, looked up on the type ``tp`` as DLPack says (each time a torch type
- * is classified: a type whose attribute changed has another version tag) and kept in ``f``: 1;
- * 0: none that this lane reads (no attribute, not a capsule of that name, another major version,
- * no ``managed``), the Python lane; -1: an error */
+ * is classified: a type whose attribute changed has another version tag) and kept in ``f`` with
+ * the type's ``is_neg`` (called as the method it is, without a lookup per call): 1; 0: none that
+ * this lane reads (no attribute, not a capsule of that name, another major version, no
+ * ``managed``, ``is_neg`` not a method descriptor), the Python lane; -1: an error */
 static int torch_table(FastLane *f, PyTypeObject *tp)
 {
+    PyObject *neg = PyObject_GetAttr((PyObject *)tp, s_is_neg);
+    if (!neg)
+        return refused();
+    if (!PyObject_TypeCheck(neg, &PyMethodDescr_Type)) {
+        Py_DECREF(neg);
+        return 0;
+    }
+    Py_XSETREF(f->torch_is_neg, neg);
     PyObject *cap = PyObject_GetAttr((PyObject *)tp, s_exchange);
     if (!cap)
         return refused();
@@ -704,7 +720,7 @@ static int read_other(FastLane *f, PyObject *t, Arg *a)
     }
     case A_TORCH: { /* torch's exchange table (no Python frame, no capsule), then the bits Tensor.numpy()
                      * refuses; writable whatever DLPack says, as Tensor.numpy()'s view is */
-        PyObject *neg = PyObject_CallMethodNoArgs(t, s_is_neg);
+        PyObject *neg = PyObject_Vectorcall(f->torch_is_neg, &t, 1, NULL);
         if (!neg)
             return refused();
         Py_DECREF(neg);
