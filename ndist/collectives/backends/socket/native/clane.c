@@ -146,7 +146,7 @@ typedef struct DlVersioned { /* "dltensor_versioned" */
     DlTensor dl_tensor;
 } DlVersioned;
 /* DLPack's C exchange table (dlpack.h 1.3, ``DLPackExchangeAPI``): a producer's functions, in a capsule
- * "dlpack_exchange_api" that is its type's ``__dlpack_c_exchange_api__`` (torch.Tensor's since torch 2.10);
+ * "dlpack_exchange_api" that is its type's ``__dlpack_c_exchange_api__`` (torch.Tensor's in torch 2.13 and 2.14);
  * the table lives as long as the process. ``dltensor`` fills a caller's DLTensor with the tensor's own
  * data pointer, dtype, device and shape/strides arrays, nothing allocated nor held (NULL where the
  * producer has none); both return 0, or -1 with a Python exception set. */
