@@ -7,11 +7,20 @@ A count of instructions does not depend on the machine's load, so it can be take
 a shared machine where wall-clock times cannot. Each count is
 (I(2N) - I(N)) / N: the same program run under callgrind with N and with 2N calls
 of one op, so start-up, set-up and teardown cancel. Only the calls themselves are
-collected: every worker makes its N calls inside ``map``'s ``next``
-(``deque(map(lambda _: fn(), repeat(None, N)), 0)``) and callgrind runs with
-``--collect-atstart=no --toggle-collect=map_next``; the ~800 instructions of that
-loop and lambda are in every figure, raw mpi4py's too. Only the main thread's file
-(``-01`` of ``--separate-threads=yes``) is read. 4 KiB float32 buffers.
+collected: every program makes its N calls as ``deque(map(lambda _: fn(), repeat(None, N)),
+0)``; the ~800 instructions of that loop and lambda are in every figure, raw mpi4py's too.
+The workers below (``--worker``) mark that loop for callgrind themselves (``MARKS``, compiled
+here with the system C compiler against valgrind's ``callgrind.h``): callgrind runs with
+``--instr-atstart=no --collect-atstart=no`` and the worker starts the instrumentation and
+turns collection on just before the loop and off just after it, in its main thread. The
+other programs (``api``, ``mpi``, ``raw``) run with ``--collect-atstart=no
+--toggle-collect=map_next``: every ``map`` step collected, which is their loop only. (The
+workers did that too until 2026-11-29. ``import torch`` calls ``map`` itself, over tuples,
+lists and generators, while it registers its operators, so ``socket2-torch`` collected ~148 M
+instructions of torch's import in each run beside its calls; (I(2N) - I(N)) / N cancelled
+most of it but not its run-to-run variation, thousands of instructions per call at N = 200.)
+Only the main thread's file (``-01`` of ``--separate-threads=yes``) is read. 4 KiB float32
+buffers.
 
 Configs (``--configs``):
 
@@ -78,6 +87,13 @@ SIZES = {"socket4two": 4}
 ENVS = {"socket4two": {"NDIST_NATIVE_HOSTS": "2", "NDIST_NATIVE_TWO_LEVEL_MIN": "0"}}
 TORCH_OPS = ("all_reduce", "broadcast", "all_to_all_single")
 WAIT_FN = "wait_ge"
+# the workers' marks around their loop (``on()`` ... ``off()``), callgrind's client requests: nothing
+# runs outside valgrind
+MARKS = r"""
+#include <valgrind/callgrind.h>
+void cc_on(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_TOGGLE_COLLECT; }
+void cc_off(void) { CALLGRIND_TOGGLE_COLLECT; }
+"""
 # the C interface's loop (capi2): ``n`` calls of op ``op`` (CAPI_OPS), err NULL
 CAPI_OPS = {"all_reduce": 0, "broadcast": 1, "all_to_all_single": 2, "all_gather_into_tensor": 3,
             "reduce_scatter_tensor": 4, "all_to_all_single_uneven": 5}
@@ -129,7 +145,10 @@ def _socket_worker(args) -> None:
         if args.worker == "capi2":
             loop = _capi_loop(dist, args.rank, 2, args.bytes, args.op)
             loop(20)
+            on, off = _marks(args.marks)
+            on()
             deque(map(lambda _: loop(args.loop), repeat(None, 1)), 0)
+            off()
         else:
             wrap = None
             if args.worker == "socket2-torch":
@@ -141,7 +160,10 @@ def _socket_worker(args) -> None:
             fn = ndist_calls(dist, args.rank, size, args.bytes, wrap)[args.op]
             for _ in range(20):
                 fn()
+            on, off = _marks(args.marks)
+            on()
             deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
+            off()
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -169,7 +191,10 @@ def _torch_worker(args, path: str, peer) -> None:
               "all_to_all_single": lambda: tdist.all_to_all_single(out, full)}[args.op]
         for _ in range(20):
             fn()
+        on, off = _marks(args.marks)
+        on()
         deque(map(lambda _: fn(), repeat(None, args.loop)), 0)
+        off()
         from ndist.torch import ops
 
         calls = ops.engine_calls()
@@ -233,8 +258,32 @@ def _capi_loop(dist, rank: int, size: int, nbytes: int, op: str):
     return loop
 
 
+def _marks(path: str):
+    """``(on, off)``: MARKS' functions from the library ``path``; no-ops without one (ranks not
+    under callgrind)"""
+    if not path:
+        return (lambda: None), (lambda: None)
+    import ctypes
+
+    lib = ctypes.CDLL(path)
+    return lib.cc_on, lib.cc_off
+
+
+def _build_marks(folder: str) -> str:
+    """MARKS compiled into ``folder``: the library's path"""
+    import shutil
+
+    src, lib = os.path.join(folder, "marks.c"), os.path.join(folder, "marks.so")
+    Path(src).write_text(MARKS)
+    cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
+    res = subprocess.run([cc, "-O2", "-shared", "-fPIC", src, "-o", lib], capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"{cc} could not build the callgrind marks (valgrind/callgrind.h):\n{res.stderr}")
+    return lib
+
+
 # ----------------------------------------------------------------- driver
-def _command(config: str, op: str, loop: int, nbytes: int) -> list[str]:
+def _command(config: str, op: str, loop: int, nbytes: int, marks: str = "") -> list[str]:
     py = sys.executable
     if config == "api":
         return [py, str(HERE / "api_overhead.py"), "--loop", str(loop), "--backend", "api", "--op", op,
@@ -243,14 +292,18 @@ def _command(config: str, op: str, loop: int, nbytes: int) -> list[str]:
         return [py, str(HERE / "mpi_overhead.py"), "--loop", str(loop), "--op", op, "--bytes", str(nbytes),
                 "--side", "ndist" if config == "mpi" else "raw"]
     return [py, __file__, "--worker", config, "--rank", "0", "--op", op, "--loop", str(loop),
-            "--bytes", str(nbytes)]
+            "--bytes", str(nbytes), "--marks", marks]
 
 
-def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
-    """Instructions collected in the main thread, less ``wait_ge`` for the socket workers."""
+def _count(config: str, op: str, loop: int, nbytes: int, folder: str, keep: str | None = None,
+           marks: str = "") -> int:
+    """Instructions collected in the main thread, less ``wait_ge`` for the socket workers (their
+    loop marked by ``marks``, MARKS' library); ``keep``: a folder the run's callgrind files are
+    moved to (every thread's), for ``callgrind_annotate``."""
     out = os.path.join(folder, f"cg-{config}-{op}-{loop}")
-    cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--collect-atstart=no",
-           "--toggle-collect=map_next", f"--callgrind-out-file={out}.%p", *_command(config, op, loop, nbytes)]
+    window = ["--instr-atstart=no"] if config in WORKERS else ["--toggle-collect=map_next"]
+    cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--collect-atstart=no", *window,
+           f"--callgrind-out-file={out}.%p", *_command(config, op, loop, nbytes, marks)]
     env = dict(os.environ, PYTHONHASHSEED="0", **ENVS.get(config, {}))
     if config == "torch2":
         env["NDIST_TORCH_COMPILED"] = "1"  # (a build that fails raises: no Python backend counted instead)
@@ -265,10 +318,11 @@ def _count(config: str, op: str, loop: int, nbytes: int, folder: str) -> int:
     total = int(m.group(1))
     if config in WORKERS:
         total -= _inclusive(files[0], WAIT_FN)
-    for f in files:
-        f.unlink()
     for f in Path(folder).glob(Path(out).name + ".*"):
-        f.unlink()
+        if keep:
+            os.replace(f, os.path.join(keep, f.name))
+        else:
+            f.unlink()
     return total
 
 
@@ -289,9 +343,12 @@ def main() -> None:
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--loop", type=int, default=500, help="N: each count runs N and 2N calls")
     parser.add_argument("--bytes", type=int, default=4096)
+    parser.add_argument("--keep", metavar="DIR", help="move every run's callgrind files (one per thread, "
+                        "cg-CONFIG-OP-N.PID-TID) into DIR, an existing folder, to compare them per function")
     parser.add_argument("--worker", choices=WORKERS, help="(internal) run one loop, no callgrind")
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--init", default="")
+    parser.add_argument("--marks", default="", help="(internal) MARKS' library: rank 0's loop is marked")
     parser.add_argument("--op", default="all_reduce", choices=OPS)
     args = parser.parse_args()
     if args.worker:
@@ -303,16 +360,19 @@ def main() -> None:
     bad += [f"torch2 with {o}" for o in ops if "torch2" in configs and o not in TORCH_OPS]
     if bad:  # before any worker starts under callgrind
         parser.error(f"--configs, --ops: expected names of {', '.join(CONFIGS)} and {', '.join(OPS)}; got {bad}")
+    if args.keep and not os.path.isdir(args.keep):
+        parser.error(f"--keep: expected an existing folder, got {args.keep!r}")
     print(f"# instructions per call, (I(2N) - I(N)) / N, N = {args.loop}, {args.bytes} B float32; socket2*, "
           f"capi2, socket4two and torch2 without {WAIT_FN}")
     widths = [max(10, len(c) + 1) for c in configs]
     print(f"{'op':<26}" + "".join(f"{c:>{w}}" for c, w in zip(configs, widths)))
     with tempfile.TemporaryDirectory(prefix="ndist-cg-") as folder:
+        marks = _build_marks(folder) if any(c in WORKERS for c in configs) else ""
         for op in ops:
             row = []
             for config in configs:
-                a = _count(config, op, args.loop, args.bytes, folder)
-                b = _count(config, op, 2 * args.loop, args.bytes, folder)
+                a = _count(config, op, args.loop, args.bytes, folder, args.keep, marks)
+                b = _count(config, op, 2 * args.loop, args.bytes, folder, args.keep, marks)
                 row.append((b - a) / args.loop)
             print(f"{op:<26}" + "".join(f"{v:>{w},.0f}" for v, w in zip(row, widths)), flush=True)
 

@@ -4,8 +4,9 @@ library's array), objects that only export the buffer protocol (bytearray, memor
 array.array) and, marked ``torch``, torch CPU tensors. Each kind the lane takes runs in one
 C call (no Python function of ndist's but the public one's file runs: ``sys.setprofile``) with
 the Python engine's results; each kind it does not take (read-only, a legacy DLPack producer,
-another device, a non-contiguous view, an empty tensor, a negative or meta tensor) gets the
-Python path's behaviour and errors; the lane holds nothing of the caller's after the call."""
+another device, a non-contiguous view, an empty tensor, a negative or meta tensor, a torch
+without DLPack's exchange table) gets the Python path's behaviour and errors; the lane holds
+nothing of the caller's after the call."""
 
 from __future__ import annotations
 
@@ -263,6 +264,20 @@ def _torch_tensors(rank, size):
     got["negative"] = _error(lambda: dist.all_reduce(torch.ones(K)._neg_view()))
     got["meta"] = _error(lambda: dist.all_reduce(torch.empty(K, device="meta")))
     got["conjugate"] = _error(lambda: dist.all_reduce(torch.ones(K, dtype=torch.complex64).conj()))
+    scalar = torch.tensor(float(rank + 1))  # 0-d
+    dist.all_reduce(scalar)
+    got["0-d"] = (_one_c_call(lambda: dist.all_reduce(scalar)), scalar.item())
+    # torch's DLPack exchange table (``Tensor.__dlpack_c_exchange_api__``) is what the lane reads a
+    # torch tensor through: a torch without one, or with another object there, goes to the Python lane
+    table, ones = torch.Tensor.__dlpack_c_exchange_api__, torch.ones(K)
+    try:
+        del torch.Tensor.__dlpack_c_exchange_api__
+        gone = _one_c_call(lambda: dist.all_reduce(ones))
+        torch.Tensor.__dlpack_c_exchange_api__ = None
+        other = _one_c_call(lambda: dist.all_reduce(ones))
+    finally:
+        torch.Tensor.__dlpack_c_exchange_api__ = table
+    got["exchange table"] = (gone, other, _one_c_call(lambda: dist.all_reduce(ones)), ones.tolist())
 
     def tensor():
         t = torch.ones(K)
@@ -290,4 +305,7 @@ def test_torch_tensors_run_in_one_c_call_with_the_python_engines_results():
         assert got["empty"] == (False, []), got
         for case in ("negative", "meta", "conjugate"):
             assert got[case] is not None and got[case] == ref[case], (case, got[case], ref[case])
+        assert got["0-d"] == (True, 3.0 * 2) and ref["0-d"][1] == 3.0 * 2, (got, ref)
+        assert got["exchange table"] == (False, False, True, [8.0] * K), got
+        assert ref["exchange table"][3] == [8.0] * K, ref
         assert got["freed"] is True, got

@@ -36,13 +36,13 @@
  * read), checked once against a probe array when a FastLane is made. ``read_arg`` reads every
  * buffer argument of the six ops: a ``numpy.ndarray`` (first, through that layout), an
  * ``ndist.Tensor`` over one (one attribute read, ``_data``), a torch CPU tensor (``torch.Tensor``
- * or ``torch.nn.Parameter``: a DLPack export by torch's own C function, no Python frame, and
- * ``is_neg()``), any other object with ``__dlpack__`` (a versioned DLPack capsule, asked as
- * ``np.from_dlpack`` asks it) and an object that only exports the buffer protocol (a memoryview,
- * bytearray, array.array...: ``PyObject_GetBuffer`` once per call, the dtype from its struct
- * format as ``_convert.BUFFER_FORMATS`` maps it). What the Python path would refuse, stage or copy (not CPU memory,
- * not C-contiguous, read-only where the op writes, a dtype NumPy gives another meaning) is
- * handed to the Python lane unchanged. */
+ * or ``torch.nn.Parameter``: ``is_neg()``, then an owning DLPack tensor from torch's DLPack C
+ * exchange table, no Python frame, no capsule), any other object with ``__dlpack__`` (a
+ * versioned DLPack capsule, asked as ``np.from_dlpack`` asks it) and an object that only exports
+ * the buffer protocol (a memoryview, bytearray, array.array...: ``PyObject_GetBuffer`` once per
+ * call, the dtype from its struct format as ``_convert.BUFFER_FORMATS`` maps it). What the Python
+ * path would refuse, stage or copy (not CPU memory, not C-contiguous, read-only where the op
+ * writes, a dtype NumPy gives another meaning) is handed to the Python lane unchanged. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -147,6 +147,22 @@ typedef struct DlVersioned { /* "dltensor_versioned" */
     uint64_t flags;
     DlTensor dl_tensor;
 } DlVersioned;
+/* DLPack's C exchange table (dlpack.h 1.3, ``DLPackExchangeAPI``): a producer's functions, in a capsule
+ * "dlpack_exchange_api" that is its type's ``__dlpack_c_exchange_api__`` (torch.Tensor's in torch 2.13 and 2.14);
+ * the table lives as long as the process. ``dltensor`` fills a caller's DLTensor with the tensor's own
+ * data pointer, dtype, device and shape/strides arrays, nothing allocated nor held (NULL where the
+ * producer has none); both return 0, or -1 with a Python exception set. */
+typedef struct DlExchange {
+    struct {
+        uint32_t major, minor;
+    } version;
+    struct DlExchange *prev;
+    void *allocator;
+    int (*managed)(void *obj, DlVersioned **out);
+    void *to_object;
+    int (*dltensor)(void *obj, DlTensor *out);
+    void *stream;
+} DlExchange;
 #define DL_CPU 1
 #define DL_COMPLEX 5
 #define DL_READ_ONLY 1ULL
@@ -191,7 +207,8 @@ typedef struct {
     PyObject *cpu;          /* "cpu" */
     /* the readers of other array types (``read_arg``): DLPack dtypes; the argument types seen, by
      * address and version tag (no reference: a type freed and another made at its address has
-     * another tag); torch's DLPack export (``torch._C``'s, looked up once a torch tensor came) */
+     * another tag); torch's DLPack exchange table (its capsule, held, and the table: from the last
+     * torch type classified) */
     struct {
         int key; /* code << 8 | bits */
         PyObject *descr;
@@ -203,7 +220,8 @@ typedef struct {
         int kind;
     } types[NTYPES];
     int ntypes;
-    PyObject *torch_export;
+    PyObject *torch_api_cap, *torch_is_neg;
+    const DlExchange *torch_api;
     /* buffer-protocol formats (``buffer_dtypes``): a format's key (its character; 'Z' and a
      * character: 0x80 | it) -> 1 + its index in ``bf`` (0: none) */
     unsigned char bf_index[256];
@@ -246,7 +264,8 @@ static int FastLane_traverse(FastLane *f, visitproc visit, void *arg)
         Py_VISIT(f->cache[i].descr);
     for (int i = 0; i < f->ndl; i++)
         Py_VISIT(f->dl[i].descr);
-    Py_VISIT(f->torch_export);
+    Py_VISIT(f->torch_api_cap);
+    Py_VISIT(f->torch_is_neg);
     for (int i = 0; i < f->nbf; i++)
         Py_VISIT(f->bf[i].descr);
     return 0;
@@ -279,7 +298,9 @@ static int FastLane_clear(FastLane *f)
         Py_CLEAR(f->dl[i].descr);
     f->ndl = 0;
     f->ntypes = 0;
-    Py_CLEAR(f->torch_export);
+    Py_CLEAR(f->torch_api_cap);
+    Py_CLEAR(f->torch_is_neg);
+    f->torch_api = NULL;
     for (int i = 0; i < f->nbf; i++)
         Py_CLEAR(f->bf[i].descr);
     f->nbf = 0;
@@ -444,7 +465,7 @@ typedef struct {
 enum { A_NONE, A_NUMPY, A_NDIST, A_TORCH, A_DLPACK, A_BUFFER }; /* how an argument type is read */
 
 static PyObject *s_data, *s_is_neg, *s_is_conj, *s_dlpack, *s_dlpack_device, *s_module, *s_Tensor, *s_nn,
-    *s_Parameter, *s_C, *s_to_dlpack_v, *s_to_dlpack, *s_ndist_tensor, *s_torch, *s_cupy, *dl_kwnames, *dl_args_tail,
+    *s_Parameter, *s_exchange, *s_ndist_tensor, *s_torch, *s_cupy, *dl_kwnames, *dl_args_tail,
     *s_array_interface, *s_array_struct, *s_cuda_array_interface;
 
 static inline Py_ssize_t arg_dim(const Arg *a, int k)
@@ -468,8 +489,10 @@ static void release_arg(Arg *a)
 {
     if (!a->managed && !a->hold && !a->view.obj)
         return;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    int raising = PyErr_Occurred() != NULL; /* (none: nothing to keep, what the deleter leaves is cleared) */
+    if (raising)
+        PyErr_Fetch(&type, &value, &tb);
     if (a->managed) {
         if (a->versioned) {
             DlVersioned *v = a->managed;
@@ -485,7 +508,10 @@ static void release_arg(Arg *a)
     Py_CLEAR(a->hold);
     if (a->view.obj)
         PyBuffer_Release(&a->view); /* (sets view.obj to NULL) */
-    PyErr_Restore(type, value, tb);
+    if (raising)
+        PyErr_Restore(type, value, tb);
+    else if (PyErr_Occurred())
+        PyErr_Clear();
 }
 
 /* an exception of the array's own (export refused, no such attribute): 0, the Python path raises
@@ -532,6 +558,37 @@ static int buffer_kind(PyTypeObject *tp)
     return A_BUFFER;
 }
 
+/* torch's DLPack exchange table, looked up on the type ``tp`` as DLPack says (each time a torch type
+ * is classified: a type whose attribute changed has another version tag) and kept in ``f`` with
+ * the type's ``is_neg`` (called as the method it is, without a lookup per call): 1; 0: none that
+ * this lane reads (no attribute, not a capsule of that name, another major version, no
+ * ``managed``, ``is_neg`` not a method descriptor), the Python lane; -1: an error */
+static int torch_table(FastLane *f, PyTypeObject *tp)
+{
+    PyObject *neg = PyObject_GetAttr((PyObject *)tp, s_is_neg);
+    if (!neg)
+        return refused();
+    if (!PyObject_TypeCheck(neg, &PyMethodDescr_Type)) {
+        Py_DECREF(neg);
+        return 0;
+    }
+    Py_XSETREF(f->torch_is_neg, neg);
+    PyObject *cap = PyObject_GetAttr((PyObject *)tp, s_exchange);
+    if (!cap)
+        return refused();
+    const DlExchange *api = NULL;
+    if (PyCapsule_IsValid(cap, "dlpack_exchange_api"))
+        for (api = PyCapsule_GetPointer(cap, "dlpack_exchange_api"); api && api->version.major > 1; api = api->prev)
+            ;
+    if (!api || api->version.major != 1 || !api->managed) {
+        Py_DECREF(cap);
+        return 0;
+    }
+    Py_XSETREF(f->torch_api_cap, cap);
+    f->torch_api = api;
+    return 1;
+}
+
 /* how ``_convert.as_array`` would read an instance of ``tp``, as far as this lane takes it: the
  * order of its tests (ndarray, ndist.Tensor, a torch module's, a CuPy module's, a builtin,
  * ``__dlpack__`` and ``__dlpack_device__``). Never imports: a module not loaded has no instances. */
@@ -575,22 +632,9 @@ static int classify(FastLane *f, PyTypeObject *tp)
         if (type_attr_is(tm, s_Tensor, (PyObject *)tp) || (nn && type_attr_is(nn, s_Parameter, (PyObject *)tp)))
             kind = A_TORCH;
         Py_XDECREF(nn);
-        if (kind == A_TORCH && !f->torch_export) { /* torch._C's export: the versioned one where it exists */
-            PyObject *c = PyObject_GetAttr(tm, s_C);
-            if (c) {
-                f->torch_export = PyObject_GetAttr(c, s_to_dlpack_v);
-                if (!f->torch_export) {
-                    PyErr_Clear();
-                    f->torch_export = PyObject_GetAttr(c, s_to_dlpack);
-                }
-                Py_DECREF(c);
-            }
-            if (!f->torch_export) {
-                PyErr_Clear();
-                kind = A_NONE;
-            }
-        }
         Py_DECREF(tm);
+        if (kind == A_TORCH && torch_table(f, tp) <= 0) /* (none: the Python lane) */
+            kind = PyErr_Occurred() ? -1 : A_NONE;
         return kind;
     }
     if (cupy || PyType_FastSubclass(tp, Py_TPFLAGS_LIST_SUBCLASS | Py_TPFLAGS_TUPLE_SUBCLASS |
@@ -602,11 +646,43 @@ static int classify(FastLane *f, PyTypeObject *tp)
     return has ? A_DLPACK : buffer_kind(tp);
 }
 
+/* a DLPack tensor ``dt`` into ``a`` as the Python path's view would be (its memory, NumPy dtype,
+ * shape, flags; what holds it is the caller's): 1; 0: not this lane's (another device, a dtype
+ * not in the table, vector lanes) */
+static int dl_view(FastLane *f, Arg *a, const DlTensor *dt, int writable)
+{
+    if (dt->device.device_type != DL_CPU || dt->dtype.lanes != 1 || dt->ndim < 0)
+        return 0;
+    int key = dt->dtype.code << 8 | dt->dtype.bits;
+    a->descr = NULL;
+    for (int i = 0; i < f->ndl; i++)
+        if (f->dl[i].key == key) {
+            a->descr = f->dl[i].descr;
+            break;
+        }
+    if (!a->descr)
+        return 0;
+    Py_ssize_t count = 1, want = 1;
+    int contiguous = 1;
+    for (int k = dt->ndim - 1; k >= 0; k--) { /* NumPy's C-contiguity: dimensions of 1 have any stride */
+        int64_t n = dt->shape[k];
+        if (dt->strides && n != 1 && dt->strides[k] != want)
+            contiguous = 0;
+        want *= n;
+        count *= n;
+    }
+    int esize = dt->dtype.bits / 8, align = dt->dtype.code == DL_COMPLEX ? esize / 2 : esize;
+    a->data = (char *)dt->data + dt->byte_offset;
+    a->nd = dt->ndim, a->np_dims = NULL, a->dl_dims = dt->shape, a->count = count, a->dl_code = dt->dtype.code;
+    a->flags = (contiguous ? NP_C_CONTIGUOUS : 0) | (writable ? NP_WRITEABLE : 0) |
+               (align > 0 && (uintptr_t)a->data % align == 0 ? NP_ALIGNED : 0);
+    return 1;
+}
+
 /* a DLPack capsule's tensor into ``a`` (the capsule consumed: renamed, its deleter called by
- * ``release_arg``); ``torch``: writable whatever the capsule (``Tensor.numpy()``'s view is),
- * else as ``np.from_dlpack``: a versioned capsule's read-only flag, a legacy one read-only.
- * 1: read; 0: not this lane's (released) */
-static int dl_arg(FastLane *f, Arg *a, PyObject *cap, int torch)
+ * ``release_arg``), writable as ``np.from_dlpack`` makes it: a versioned capsule's read-only flag,
+ * a legacy one read-only. 1: read; 0: not this lane's (released) */
+static int dl_arg(FastLane *f, Arg *a, PyObject *cap)
 {
     DlTensor *dt;
     int writable;
@@ -624,7 +700,7 @@ static int dl_arg(FastLane *f, Arg *a, PyObject *cap, int torch)
         if (v->flags & ~DL_READ_ONLY) /* a copy (IS_COPIED), a padded sub-byte type, a flag not known */
             goto no;
         dt = &v->dl_tensor;
-        writable = torch || !(v->flags & DL_READ_ONLY);
+        writable = !(v->flags & DL_READ_ONLY);
     } else if (PyCapsule_IsValid(cap, "dltensor")) {
         DlManaged *m = PyCapsule_GetPointer(cap, "dltensor");
         if (PyCapsule_SetName(cap, "used_dltensor") < 0) { /* (not on a valid capsule) */
@@ -634,35 +710,11 @@ static int dl_arg(FastLane *f, Arg *a, PyObject *cap, int torch)
         }
         a->managed = m, a->versioned = 0;
         dt = &m->dl_tensor;
-        writable = torch;
+        writable = 0;
     } else
         goto no;
-    if (dt->device.device_type != DL_CPU || dt->dtype.lanes != 1 || dt->ndim < 0)
-        goto no;
-    int key = dt->dtype.code << 8 | dt->dtype.bits;
-    a->descr = NULL;
-    for (int i = 0; i < f->ndl; i++)
-        if (f->dl[i].key == key) {
-            a->descr = f->dl[i].descr;
-            break;
-        }
-    if (!a->descr)
-        goto no;
-    Py_ssize_t count = 1, want = 1;
-    int contiguous = 1;
-    for (int k = dt->ndim - 1; k >= 0; k--) { /* NumPy's C-contiguity: dimensions of 1 have any stride */
-        int64_t n = dt->shape[k];
-        if (dt->strides && n != 1 && dt->strides[k] != want)
-            contiguous = 0;
-        want *= n;
-        count *= n;
-    }
-    int esize = dt->dtype.bits / 8, align = dt->dtype.code == DL_COMPLEX ? esize / 2 : esize;
-    a->data = (char *)dt->data + dt->byte_offset;
-    a->nd = dt->ndim, a->np_dims = NULL, a->dl_dims = dt->shape, a->count = count, a->dl_code = dt->dtype.code;
-    a->flags = (contiguous ? NP_C_CONTIGUOUS : 0) | (writable ? NP_WRITEABLE : 0) |
-               (align > 0 && (uintptr_t)a->data % align == 0 ? NP_ALIGNED : 0);
-    return 1;
+    if (dl_view(f, a, dt, writable))
+        return 1;
 no:
     release_arg(a);
     return 0;
@@ -742,17 +794,23 @@ static int read_other(FastLane *f, PyObject *t, Arg *a)
         a->hold = d;
         return 1;
     }
-    case A_TORCH: { /* torch._C's export (no Python frame), then the bits Tensor.numpy() refuses */
-        PyObject *neg = PyObject_CallMethodNoArgs(t, s_is_neg);
+    case A_TORCH: { /* torch's exchange table (no Python frame, no capsule), then the bits Tensor.numpy()
+                     * refuses; writable whatever DLPack says, as Tensor.numpy()'s view is */
+        PyObject *neg = PyObject_Vectorcall(f->torch_is_neg, &t, 1, NULL);
         if (!neg)
             return refused();
         Py_DECREF(neg);
         if (neg != Py_False)
             return 0;
-        PyObject *cap = PyObject_CallOneArg(f->torch_export, t);
-        if (!cap)
+        DlVersioned *v = NULL;
+        if (f->torch_api->managed(t, &v) < 0)
             return refused();
-        int r = dl_arg(f, a, cap, 1);
+        if (!v)
+            return 0;
+        a->managed = v, a->versioned = 1; /* (its deleter: release_arg) */
+        int r = v->version.major == 1 && !(v->flags & ~DL_READ_ONLY) && dl_view(f, a, &v->dl_tensor, 1);
+        if (!r)
+            release_arg(a);
         if (r > 0 && a->dl_code == DL_COMPLEX) { /* a conjugate view: Tensor.numpy() refuses it */
             PyObject *conj = PyObject_CallMethodNoArgs(t, s_is_conj);
             if (!conj) {
@@ -782,7 +840,7 @@ static int read_other(FastLane *f, PyObject *t, Arg *a)
         PyObject *cap = PyObject_VectorcallMethod(s_dlpack, argv, 1, dl_kwnames);
         if (!cap)
             return refused();
-        return dl_arg(f, a, cap, 0);
+        return dl_arg(f, a, cap);
     }
     case A_BUFFER:
         return buf_arg(f, t, a);
@@ -1419,9 +1477,7 @@ int nd_lane_add(PyObject *m)
         !(s_dlpack_device = PyUnicode_InternFromString("__dlpack_device__")) ||
         !(s_module = PyUnicode_InternFromString("__module__")) || !(s_Tensor = PyUnicode_InternFromString("Tensor")) ||
         !(s_nn = PyUnicode_InternFromString("nn")) || !(s_Parameter = PyUnicode_InternFromString("Parameter")) ||
-        !(s_C = PyUnicode_InternFromString("_C")) ||
-        !(s_to_dlpack_v = PyUnicode_InternFromString("_to_dlpack_versioned")) ||
-        !(s_to_dlpack = PyUnicode_InternFromString("_to_dlpack")) ||
+        !(s_exchange = PyUnicode_InternFromString("__dlpack_c_exchange_api__")) ||
         !(s_ndist_tensor = PyUnicode_InternFromString("ndist.tensor")) ||
         !(s_torch = PyUnicode_InternFromString("torch")) || !(s_cupy = PyUnicode_InternFromString("cupy")) ||
         !(dl_kwnames = Py_BuildValue("(sss)", "dl_device", "copy", "max_version")) ||
