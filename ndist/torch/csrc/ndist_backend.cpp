@@ -18,9 +18,9 @@
 //   for inference code that calls collectives inside a model (DeepSpeed's
 //   inference_all_reduce_), with Meta kernels so torch.compile(fullgraph=True) traces them.
 //
-// The engine's C interface holds the GIL briefly before and after the op (its bookkeeping is
-// C: clane.c's core; no Python function runs on success) and runs the op without it; a call
-// into the Python group takes the GIL here.
+// The engine's C interface takes no GIL for a call its C core runs that succeeds (clane.c's
+// core, on C11 atomics; docs/native.md, "Threads and the GIL"), so a Python thread holding the
+// GIL does not hold torch's call up; a call into the Python group takes the GIL here.
 
 #include <torch/extension.h>
 #include <torch/library.h>

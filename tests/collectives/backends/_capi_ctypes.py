@@ -156,3 +156,35 @@ def selftest(library: str, handle: int) -> tuple[int, str]:
     why = ctypes.create_string_buffer(1400)
     rc = fn(table_pointer(), handle, why, len(why))
     return rc, why.value.decode()
+
+
+class Calls:
+    """``capi_test.c``'s ``capi_calls_*`` in the built ``library``: ``calls`` float64 SUM
+    all_reduces of ``count`` ones on the group of ``handle``, from a thread of the library's
+    own, started now; the first at once, the others after ``go()``. ``done()`` counts those that
+    succeeded; both keep the GIL held (``PyDLL``). ``join()`` waits for the thread: (0, "") or
+    (1, why)."""
+
+    def __init__(self, library: str, handle: int, calls: int, count: int) -> None:
+        lib = ctypes.CDLL(library)
+        start, self._join = lib.capi_calls_start, lib.capi_calls_join
+        start.restype, start.argtypes = ctypes.c_void_p, [ctypes.c_void_p, G, ctypes.c_int, ctypes.c_size_t]
+        self._join.restype = ctypes.c_int
+        self._join.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        held = ctypes.PyDLL(library)
+        self._done, self._go = held.capi_calls_done, held.capi_calls_go
+        self._done.restype, self._done.argtypes = ctypes.c_int, [ctypes.c_void_p]
+        self._go.restype, self._go.argtypes = None, [ctypes.c_void_p]
+        self.c = start(table_pointer(), handle, calls, count)
+        assert self.c, "capi_calls_start failed"
+
+    def done(self) -> int:
+        return self._done(self.c)
+
+    def go(self) -> None:
+        self._go(self.c)
+
+    def join(self) -> tuple[int, str]:
+        why = ctypes.create_string_buffer(1400)
+        rc = self._join(self.c, why, len(why))
+        return rc, why.value.decode()

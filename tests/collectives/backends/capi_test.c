@@ -7,8 +7,11 @@
  * Built by tests/collectives/backends/test_native_capi.py with the system C compiler into a
  * shared library (the rank body passes the table, from the capsule, and the group's handle);
  * with -DCAPI_TEST_MAIN it is also a program that embeds CPython, sets a group up through
- * ndist and runs the same test (``main`` below). */
+ * ndist and runs the same test (``main`` below). ``capi_calls_*`` (below) make calls from a thread
+ * while the test's Python thread holds the GIL. */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -238,6 +241,89 @@ int capi_selftest_thread(const ndist_engine_api *api, ndist_group g, char *why, 
     }
     pthread_join(t, &res);
     snprintf(why, whylen, "%s", j.why);
+    return res != NULL;
+}
+
+/* Calls while Python runs: a thread of its own (no Python thread state before its first call) makes
+ * ``calls`` float64 SUM all_reduces of ``count`` ones, each of which must give the group's size
+ * everywhere, the second and later ones once ``capi_calls_go`` was called; ``capi_calls_done``
+ * counts those that did (call both with the GIL held, through ``ctypes.PyDLL``: the count moves
+ * while a Python thread holds the GIL only if the calls need none); ``capi_calls_join`` waits for
+ * the thread: 0, or 1 and ``why``. */
+typedef struct {
+    const ndist_engine_api *api;
+    ndist_group g;
+    int calls;
+    size_t count;
+    atomic_int done, go;
+    pthread_t t;
+    char why[1400];
+} Calls;
+
+static void *calls_main(void *arg)
+{
+    Calls *c = arg;
+    ndist_error e;
+    int n = 0;
+    double *x = malloc(c->count * sizeof *x);
+    if (!x) {
+        snprintf(c->why, sizeof c->why, "out of memory");
+        return (void *)1;
+    }
+    if (c->api->group_info(c->g, NULL, &n, &e) != NDIST_OK) {
+        snprintf(c->why, sizeof c->why, "group_info: %s: %s", e.type, e.message);
+        free(x);
+        return (void *)1;
+    }
+    for (int k = 0; k < c->calls; k++) {
+        for (size_t i = 0; i < c->count; i++)
+            x[i] = 1.0;
+        int s = c->api->all_reduce(c->g, x, c->count, NDIST_FLOAT64, NDIST_SUM, &e);
+        if (s != NDIST_OK) {
+            snprintf(c->why, sizeof c->why, "call %d: status %d (%s): %s", k, s, e.type, e.message);
+            free(x);
+            return (void *)1;
+        }
+        for (size_t i = 0; i < c->count; i++)
+            if (x[i] != (double)n) {
+                snprintf(c->why, sizeof c->why, "call %d: [%zu] = %g, expected %d", k, i, x[i], n);
+                free(x);
+                return (void *)1;
+            }
+        atomic_fetch_add(&c->done, 1);
+        while (!atomic_load(&c->go)) /* (after the first call: until the caller says) */
+            sched_yield();
+    }
+    free(x);
+    return NULL;
+}
+
+void *capi_calls_start(const ndist_engine_api *api, ndist_group g, int calls, size_t count)
+{
+    Calls *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->api = api, c->g = g, c->calls = calls, c->count = count;
+    atomic_init(&c->done, 0);
+    atomic_init(&c->go, 0);
+    if (pthread_create(&c->t, NULL, calls_main, c) != 0) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+int capi_calls_done(void *c) { return atomic_load(&((Calls *)c)->done); }
+
+void capi_calls_go(void *c) { atomic_store(&((Calls *)c)->go, 1); }
+
+int capi_calls_join(void *arg, char *why, size_t whylen)
+{
+    Calls *c = arg;
+    void *res = (void *)1;
+    pthread_join(c->t, &res);
+    snprintf(why, whylen, "%s", c->why);
+    free(c);
     return res != NULL;
 }
 

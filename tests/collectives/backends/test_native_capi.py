@@ -1,5 +1,6 @@
 """The engine's C interface (``native/ndist_engine.h``, ``capi.c``, ``_capi.py``; docs/native.md,
-"The C interface"): the C test program ``capi_test.c`` on real ranks, the table's results
+"The C interface"): the C test program ``capi_test.c`` on real ranks (and its thread's calls
+while a Python thread holds the GIL), the table's results
 against NumPy bit for bit, calls that mix with ``ndist.distributed``'s on one group, and the
 error statuses (bad arguments, a mismatch, a peer killed mid-call, a destroyed group)."""
 
@@ -90,7 +91,87 @@ def _selftest(rank, size, library):
     h = _handle()
     rc, why = C.selftest(library, h)
     dist.barrier()
-    return rc, why, _records(), type(dist.group.WORLD.backend_for("cpu")._native.g).__name__
+    recs = _records()
+    gil = None
+    if size == 2:
+        gil = (_calls_while_python_holds_the_gil(rank, h, library, GIL_CALLS),
+               _queued_while_a_c_call_runs(rank, h, library, os.path.dirname(library)))
+    return rc, why, recs, type(dist.group.WORLD.backend_for("cpu")._native.g).__name__, gil
+
+
+#: the calls rank 0's C thread makes while its main thread holds the GIL
+GIL_CALLS = 100
+
+
+def _queued_while_a_c_call_runs(rank, h, library, folder):
+    """Rank 0's C thread makes a call that waits in the engine for rank 1 (the lane claimed,
+    without the GIL), and its main thread queues an async all_reduce meanwhile (queued: the
+    lane is busy); rank 1 comes once it is queued. The C core's end sees the job and wakes the
+    executor's worker (with the GIL): the job runs after the call, on every rank."""
+    import ndist.distributed as dist
+
+    flag = os.path.join(folder, "queued")
+    x = np.full(64, float(rank + 1))
+    if rank != 0:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        y = np.ones(512)
+        dist.all_reduce(y)  # (the C call's match)
+        dist.all_reduce(x)  # (the async one's)
+        return None
+    state = dist.group.WORLD.backend_for("cpu")._exec.state
+    c = C.Calls(library, h, 1, 512)
+    deadline = time.monotonic() + 60
+    while not state.busy and time.monotonic() < deadline:
+        time.sleep(0.001)
+    busy = state.busy
+    work = dist.all_reduce(x, async_op=True)
+    queued = state.queued
+    with open(flag, "w"):
+        pass
+    done = work.wait(timeout=30)
+    c.go()
+    rc, why = c.join()
+    return busy, queued, done, rc, why, x.tolist()
+
+
+def _calls_while_python_holds_the_gil(rank, h, library, calls):
+    """Rank 0: a C thread of ``capi_test.c``'s makes ``calls`` table calls, after a first one
+    (which takes the GIL: the thread's first call, the dtype's first sight), while the main
+    thread runs Python that never lets the GIL go (a busy loop, with ``sys.setswitchinterval``
+    set past the test's length: no other thread gets the GIL meanwhile; the thread's calls
+    start from inside it, ``go``); the other ranks make the matching calls through
+    ndist.distributed. (held calls or None, status, why, the flight recorder's entries)."""
+    import sys as _sys
+
+    import ndist.distributed as dist
+
+    if rank != 0:
+        size = dist.get_world_size()
+        for _ in range(calls + 1):
+            y = np.ones(512)
+            dist.all_reduce(y)
+            assert (y == size).all(), y
+        dist.barrier()
+        return None, 0, "", _records()
+    c = C.Calls(library, h, calls + 1, 512)
+    deadline = time.monotonic() + 60
+    while c.done() < 1 and time.monotonic() < deadline:  # (the GIL free meanwhile)
+        time.sleep(0.001)
+    interval = _sys.getswitchinterval()
+    _sys.setswitchinterval(1000.0)
+    try:
+        c.go()
+        end = time.monotonic() + 10
+        while c.done() <= calls and time.monotonic() < end:  # (no call here lets the GIL go)
+            pass
+        held = c.done() - 1
+    finally:
+        _sys.setswitchinterval(interval)
+    rc, why = c.join()
+    dist.barrier()
+    return held, rc, why, _records()
 
 
 @needs_cc
@@ -99,7 +180,7 @@ def _selftest(rank, size, library):
 def test_the_c_program_passes_on_real_ranks(tmp_path, n, engine):
     lib = C.build_library(tmp_path)
     res = run(_selftest, n, str(lib), env=ENGINES[engine])
-    for rank, (rc, why, _, kind) in enumerate(res):
+    for rank, (rc, why, _, kind, _) in enumerate(res):
         assert rc == 0, (rank, why)
         assert kind == {"shm": "Group", "tcp": "TcpGroup"}[engine]
     # every call was numbered and recorded alike on every rank (the refused ones not at all)
@@ -107,6 +188,19 @@ def test_the_c_program_passes_on_real_ranks(tmp_path, n, engine):
     seqs = [s for s, *_ in res[0][2]]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
     assert all(e[-1] == "completed" for e in res[0][2]), res[0][2]
+    # then (n = 2) the program's thread again: a call the C core takes needs no GIL (after the
+    # thread's first call and the dtype's first sight), so its calls run while rank 0's main
+    # thread holds the GIL throughout, numbered and recorded as ever (the recorder's 64 entries wrapping)
+    if n != 2:
+        return
+    (held, rc, why, recs), (busy, queued, done, qrc, qwhy, x) = res[0][4]
+    assert qrc == 0, qwhy
+    assert busy and queued == 1 and done and x == [3.0] * 64, (busy, queued, done, x)
+    assert rc == 0, why
+    assert held == GIL_CALLS, f"{held} of {GIL_CALLS} calls ran while the GIL was held"
+    assert all(r[4][0][3] == recs for r in res) and len(recs) == 64  # (the last 63 calls, the barrier)
+    assert [r[1:] for r in recs[:-1]] == [("all_reduce", "float64", 512, 512, None, "completed")] * 63
+    assert recs[-1][1] == "barrier" and [r[0] for r in recs] == list(range(recs[0][0], recs[0][0] + 64))
 
 
 def run(fn, n, *args, **kw):
@@ -352,6 +446,9 @@ def _killed_mid_call(rank, size, folder):
         os.kill(os.getpid(), signal.SIGKILL)
     import ndist.collectives as col
 
+    import ndist.distributed as dist
+
+    state = dist.group.WORLD.backend_for("cpu")._exec.state  # (the C core's claim reads its flags)
     t0 = time.monotonic()
     err = eng.all_reduce(np.ones(1024, np.float32))
     took = time.monotonic() - t0
@@ -359,8 +456,8 @@ def _killed_mid_call(rank, size, folder):
     try:
         col.engine_handle()
     except Exception as exc:  # noqa: BLE001 - a revoked group: its DistRankFailureError
-        return err, took, again, type(exc).__name__
-    return err, took, again, None
+        return err, took, again, type(exc).__name__, state.broken
+    return err, took, again, None, state.broken
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -368,7 +465,8 @@ def _killed_mid_call(rank, size, folder):
 def test_a_peer_killed_mid_call_is_named(tmp_path, n, engine):
     res = run(_killed_mid_call, n, str(tmp_path), may_die=[n - 1], env=ENGINES[engine])
     for rank in range(n - 1):
-        err, took, again, handle = res[rank]
+        err, took, again, handle, broken = res[rank]
+        assert broken  # (so later calls go to the Python path, which raises the first failure again)
         assert err is not None and err[0] == 2, (rank, err)  # NDIST_E_PEER_LOST
         assert err[1] == n - 1 and f"rank {n - 1}" in err[4], err
         assert err[3] in ("DistNetworkError", "DistRankFailureError") and err[2] == 0, err
@@ -391,13 +489,15 @@ def _destroyed(rank, size):
     h = _handle()
     same = col.engine_handle() == h
     eng = C.Engine(h)
+    state = dist.group.WORLD.backend_for("cpu")._exec.state
     dist.destroy_process_group()
-    return before, same, eng.barrier(), eng.all_reduce(np.ones(4))
+    return before, same, eng.barrier(), eng.all_reduce(np.ones(4)), state.closed
 
 
 def test_a_handle_of_a_destroyed_group_is_closed():
     res = run(_destroyed, 2, init=False)
-    for before, same, after, again in res:
+    for before, same, after, again, closed in res:
+        assert closed  # (the C core's claim reads it: native/clane.c, LaneState)
         assert "expected a group that ran a collective on the CPU (its set-up), got one that has not" in before
         assert same
         assert after is not None and after[0] == 6 and after[3] == "DistBackendError", after  # NDIST_E_CLOSED

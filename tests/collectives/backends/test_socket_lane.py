@@ -184,6 +184,34 @@ def test_a_call_behind_queued_work_keeps_the_order():
         assert "_backend.py:_inline" in names or "_backend.py:_submit" in names, sorted(names)
 
 
+def test_the_executor_keeps_the_facts_the_c_claim_reads():
+    """``LaneState`` (native/clane.c) holds what the C core's claim reads without the GIL: the
+    busy flag, the numbers (one atomic add each) and the queue's length, which the executor
+    stores at each append and pop (a job queued behind a claim counts until the worker pops it)."""
+    import threading
+
+    from ndist.collectives.backends.socket._executor import Executor
+    from ndist.collectives.backends.socket.native import _cnative
+    from ndist.runtime import Work
+
+    st = _cnative.LaneState()
+    ex = Executor("t", st)
+    try:
+        assert ex.claim() == 1 and st.busy and st.seq == 1 and st.queued == 0
+        ran = threading.Event()
+        work = ex.submit(Work("job", ex.number()), ran.set, blocking=False)  # (queued: the flag is taken)
+        assert st.queued == 1 and st.seq == 2 and not ran.is_set()
+        ex.leave()
+        assert work.wait(timeout=10) and ran.is_set() and st.queued == 0 and not st.busy
+        assert not st.closed and not st.broken
+        st.closed = st.broken = True
+        assert st.closed and st.broken
+        with pytest.raises(ValueError, match="queued: expected an int in"):
+            st.queued = -1
+    finally:
+        ex.close("test over")
+
+
 def _bad_then_good(rank, size):
     import ndist.distributed as dist
 

@@ -406,7 +406,7 @@ class SocketBackend(CollectiveBackend):
         """Run the collectives on native ``group`` (of module ``mod``): the algorithms, the
         failure hooks, then a set-up barrier."""
         nat = _native.NativeAlgorithms(mod, group, self.rank, self.size, self.ctx.group_name,
-                                       wait_warning_from_env(), self.granks)
+                                       wait_warning_from_env(), self.granks, self._exec.state)
         self._native = self._alg = self._pending.native = nat
         self.failure.hooks.append(self._native_loss)
         self._native.on_stalled = self._stalled
@@ -774,6 +774,7 @@ class SocketBackend(CollectiveBackend):
         if self._closed:
             return
         self._closed = True
+        self._exec.state.closed = True  # (the C core's claim reads this copy: native/clane.c, LaneState)
         self.failure.closed = True  # (closing: peers end their streams too)
         self._p2p.flush()  # what this rank sent is read before its connections close
         ex = self._exec

@@ -9,13 +9,15 @@ The executor also numbers its owner's operations (``number``, ``claim``: the seq
 number every rank's frames and records carry), under the same lock as its queue, so
 the numbers follow the order the operations run in.
 
-Its busy flag and its last sequence number live in a ``state`` object: the native engine's
-``_cnative.LaneState`` (a C struct, so that the repeated call in C, ``_cnative.FastLane``, takes
-the same flag atomically, with the GIL held and without this lock: docs/architecture.md, "One
-call, by hand"), or ``PyState`` where nothing was compiled. Every claim of the flag is one
+Its busy flag, its last sequence number and its queue's length live in a ``state`` object:
+the native engine's ``_cnative.LaneState`` (C11 atomics, so that the repeated call in C,
+``_cnative.FastLane`` and the C interface, takes the same flag and number without this lock
+and without the GIL: docs/architecture.md, "One call, by hand"; native/clane.c's comment says
+why the order holds), or ``PyState`` where nothing was compiled. Every claim of the flag is one
 test-and-set (``state.claim()``), made after checking the queue is empty and the executor
 open; the worker claims it before it pops a job, so a claim that sees the queue empty never
-races a job just popped.
+races a job just popped. ``state.queued`` is stored under the lock after each append and pop
+(C reads it for the queue's length), and every number is one ``state.next()``.
 """
 
 from __future__ import annotations
@@ -34,13 +36,23 @@ log = logging.getLogger("ndist.collectives.socket")
 
 class PyState:
     """The executor's busy flag and sequence number in Python (``_cnative.LaneState``'s
-    twin, where nothing was compiled): claimed only under the executor's lock."""
+    twin, where nothing was compiled): claimed and numbered only under the executor's lock.
+    ``queued``, ``closed`` and ``broken`` are the facts LaneState holds for C, kept here
+    alike (nothing reads them)."""
 
-    __slots__ = ("busy", "seq")
+    __slots__ = ("busy", "seq", "queued", "closed", "broken")
 
     def __init__(self) -> None:
         self.busy = False
         self.seq = 0
+        self.queued = 0
+        self.closed = False
+        self.broken = False
+
+    def next(self) -> int:
+        """The next sequence number."""
+        self.seq += 1
+        return self.seq
 
     def claim(self) -> bool:
         """Take the flag: True, or False when it is taken."""
@@ -75,11 +87,6 @@ class Executor:
         self.current: Work | None = None
 
     @property
-    def queue(self) -> deque:
-        """The queued jobs (the C repeated call reads its length)."""
-        return self._queue
-
-    @property
     def seq(self) -> int:
         """The number of the last operation numbered (``number`` / ``claim``)."""
         return self.state.seq
@@ -92,9 +99,7 @@ class Executor:
         """The next operation's sequence number (an operation that will be queued or run
         with ``run_inline``)."""
         with self._lock:
-            st = self.state
-            st.seq = seq = st.seq + 1
-        return seq
+            return self.state.next()
 
     def claim(self) -> int:
         """The thin lane's entry (``SocketBackend._inline``): when nothing runs or is queued,
@@ -105,8 +110,7 @@ class Executor:
             st = self.state
             if self._queue or self._closed or not st.claim():
                 return 0
-            st.seq = seq = st.seq + 1
-        return seq
+            return st.next()
 
     def idle(self) -> bool:
         """Nothing runs or is queued (a snapshot, without the lock)."""
@@ -142,7 +146,8 @@ class Executor:
         queued: a thread that queued one did so under the lock after seeing the flag
         set, so before this store, and the check of ``_queue`` that follows the store
         sees it; a thread that sees the flag clear runs or queues as on an idle
-        executor. (``_cnative.FastLane`` ends its calls the same way.)"""
+        executor. (The C core, ``native/clane.c``'s ``leave``, ends its calls the same
+        way, without the GIL: it reads ``state.queued`` and calls ``wake``.)"""
         self.state.clear()
         if self._queue:
             with self._lock:
@@ -158,6 +163,7 @@ class Executor:
                 self.current = work
             else:
                 self._queue.append((work, job))
+                self.state.queued = len(self._queue)  # (C's claim reads it: native/clane.c)
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._loop, name=f"ndist-{self.name}", daemon=True)
                     self._thread.start()
@@ -183,6 +189,7 @@ class Executor:
                 if self._closed:
                     return
                 work, job = self._queue.popleft()
+                self.state.queued = len(self._queue)
                 self.current = work
             try:
                 _run(work, job)
@@ -218,6 +225,7 @@ class Executor:
             self._closed = True
             queued = list(self._queue)
             self._queue.clear()
+            self.state.queued = 0
             self._cond.notify_all()
         for work, _ in queued:
             work.fail(DistBackendError(f"{self.name}: {reason}"))

@@ -361,7 +361,7 @@ class NativeAlgorithms:
     """The socket backend's collectives on the native engine (the methods of ``Algorithms``)."""
 
     def __init__(self, mod, group, rank: int, size: int, group_name: str = "", warn_after: float = 0.0,
-                 granks=None) -> None:
+                 granks=None, lane_state=None) -> None:
         self.mod = mod
         self.g = group  # holds buffer exports of every rank's mapping: they live as long as it
         self.rank = rank
@@ -371,11 +371,16 @@ class NativeAlgorithms:
         self.group_name = group_name
         self._red: dict = {}
         self._codes: dict = {}  # dtype -> the C engine's dtype code
-        #: the first failure that broke the group: every later op raises it (as the Python engine's)
-        self.broken: BaseException | None = None
-        #: the running op (name, dtype code, count, seq, root, reduce op), set by the backend per op;
-        #: or the group's ``_cnative.FastLane``, whose ``current()`` is that tuple (``desc``)
+        #: the executor's state (``_cnative.LaneState``), whose ``broken`` flag mirrors ``broken``
+        #: for the C core's claim (native/clane.c), or None
+        self.lane_state = lane_state
+        self._broken: BaseException | None = None
+        #: the running op (name, dtype code, count, seq, root, reduce op) of the Python paths, set
+        #: by the backend per op (``desc``)
         self.op = None
+        #: the group's ``_cnative.FastLane``s (``native/_fast.py``): each describes the last op it
+        #: ran (``current()``, the same tuple), which ``desc`` names when it is the newer
+        self.lanes: list = []
         group.warn_after = warn_after
         group.on_stall = _weakly(self._on_stall) if warn_after > 0 else None
         #: ``on_stalled(global ranks)``: an op passed its deadline (the backend's ``_stalled``:
@@ -493,13 +498,27 @@ class NativeAlgorithms:
     def barrier(self) -> None:
         self.g.barrier()
 
+    @property
+    def broken(self) -> BaseException | None:
+        """The first failure that broke the group: every later op raises it (as the Python
+        engine's). Set, never cleared; the C core's claim reads its flag in ``lane_state``."""
+        return self._broken
+
+    @broken.setter
+    def broken(self, exc: BaseException | None) -> None:
+        self._broken = exc  # (before the flag: a claim that sees the flag finds the error here)
+        if self.lane_state is not None:
+            self.lane_state.broken = exc is not None
+
     def desc(self) -> str:
         """The running op as the Python engine names it (``rank 0: all_reduce float64[4] SUM #2``)."""
         op = self.op
+        for lane in self.lanes:  # an op the C core ran, when it is the newer (every path's number
+            cur = lane.current()  # comes from the one executor, in the order the ops start)
+            if cur is not None and (op is None or cur[3] > op[3]):
+                op = cur
         if op is None:
             return "no collective running"
-        if type(op) is not tuple:  # the group's FastLane: the op it runs now (native/clane.c)
-            op = op.current()
         name, dcode, count, seq, root, redop = op
         g = self.granks  # messages name global ranks
         return F.describe(g[self.rank], F.op_code(name), dcode, count, seq, g[root] if root >= 0 else root,

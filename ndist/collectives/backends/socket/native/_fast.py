@@ -105,11 +105,12 @@ def _new(backend, nat, ex, book, group_rank, plain, failed):
         return None
     probe = np.empty(3, np.float32)
     hooks = _Hooks(backend, nat, ex, rec, failed)
-    fast = mod.FastLane(ex.state, group, ex, backend, nat, seqs, ring, plain, hooks.failure,
+    fast = mod.FastLane(ex.state, group, ex, seqs, ring, plain, hooks.failure,
                         hooks.describe, np.ndarray, group_rank, _REDOPS,
                         (Op.ALL_REDUCE, Op.BROADCAST, Op.ALL_TO_ALL_SINGLE, Op.ALL_GATHER_INTO, Op.REDUCE_SCATTER_FROM,
                          Op.BARRIER), RSAG_MIN,
                         T_DONE, probe, probe.__array_interface__["data"][0])
     fast.dlpack_dtypes(_DLPACK_DTYPES)  # torch tensors and other DLPack arrays, read in C too
     fast.buffer_dtypes(_BUFFER_DTYPES)  # memoryview, bytearray, array.array...: the Python path's table
+    nat.lanes.append(fast)  # (``desc`` names the op it ran last)
     return fast

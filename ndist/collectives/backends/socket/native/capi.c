@@ -12,12 +12,14 @@
  * A closed or reused entry's old handle no longer matches its generation: NDIST_E_CLOSED.
  *
  * A call: its arguments are checked without the GIL (NDIST_E_ARGUMENT: nothing numbered, nothing
- * sent); then, with the GIL, the C core takes it when it can (``nd_lane_call``: claim, number,
- * record, the op without the GIL, AVG, the end; no Python-level call unless the op fails, then
- * the failure hook). What it does not take (engines.h, ND_LANE_NOT_TAKEN) runs ``begin``, the op
- * with the GIL released, in the same engine code the groups' Python methods run (``nd_shm_run``
- * / ``nd_tcp_run`` / ``nd_two_run``, engines.h), then ``end``. The caller needs no GIL and no Python thread state
- * (PyGILState_Ensure makes one). */
+ * sent); then the C core takes it when it can (``nd_lane_call``: claim, number, record, the op,
+ * AVG, the end, on C11 atomics: no GIL on success; the GIL only for a dtype's first sight, for
+ * waking the executor's worker, and when the op fails, for the failure hook). What it does not
+ * take (engines.h, ND_LANE_NOT_TAKEN) runs, with the GIL, ``begin``, the op with the GIL
+ * released, in the same engine code the groups' Python methods run (``nd_shm_run`` /
+ * ``nd_tcp_run`` / ``nd_two_run``, engines.h), then ``end``. The caller needs no GIL and no
+ * Python thread state (``thread_state``: a thread without one gets one on its first call, kept);
+ * one that holds the GIL runs the core with it, released around the op. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -183,33 +185,43 @@ static PyObject *view(const void *p, Py_ssize_t n, int writable)
     return PyMemoryView_FromMemory((char *)p, n, writable ? PyBUF_WRITE : PyBUF_READ);
 }
 
-/* with the GIL: the call on the group's C core (clane.c's ``nd_lane_call``: the bookkeeping
- * FastLane's methods do, no Python-level call unless the op fails), or -1: not taken (the
+/* the call on the group's C core (clane.c's ``nd_lane_call``: the bookkeeping FastLane's methods
+ * do), with the GIL (``ts`` NULL) or without it (``ts``: this thread's state; the GIL is taken here
+ * only when the op failed, for the failure hook, or a Python error came), or -1: not taken (the
  * Python hooks take it, ``run_locked``) */
-static int run_core(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, ndist_error *err)
+static int run_core(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyThreadState *ts,
+                    ndist_error *err)
 {
-    PyObject *descr = NULL;
-    if (op->op != OP_BARRIER && (descr = PyTuple_GET_ITEM(h->dtypes, op->dtype)) == Py_None)
-        return -1;
-    PyObject *entry = NULL, *seq = NULL, *exc = NULL;
-    int rc = nd_lane_call(h->lane, op, count_in, count_out, descr, &entry, &seq, &exc);
+    NdLaneOut out = {0};
+    int rc = nd_lane_call(h->lane, op, count_in, count_out, h->dtypes, ts, &out);
     if (rc == ND_LANE_NOT_TAKEN)
         return -1;
     if (rc == 0)
         return NDIST_OK;
-    if (rc < 0)
-        return err_from_exc(err, "ndist engine");
-    /* the op failed: the hook maps it as ``end`` does, ends the claim and records it */
+    PyGILState_STATE st = PyGILState_UNLOCKED;
+    if (ts)
+        st = PyGILState_Ensure();
     int status;
-    PyObject *res = PyObject_CallFunctionObjArgs(h->fail, exc ? exc : Py_None, entry ? entry : Py_None, seq, NULL);
-    if (!res)
-        status = err_from_exc(err, "ndist engine (failure)");
-    else if ((status = err_from(res, err)) < 0)
-        status = err_from_exc(err, "ndist engine (failure)");
-    Py_XDECREF(res);
-    Py_XDECREF(exc);
-    Py_XDECREF(entry);
-    Py_XDECREF(seq);
+    if (rc < 0) {
+        if (ts)
+            PyErr_Restore(out.err[0], out.err[1], out.err[2]);
+        status = err_from_exc(err, "ndist engine");
+    } else { /* the op failed: the hook maps it as ``end`` does, ends the claim and records it */
+        PyObject *entry, *seq, *exc;
+        nd_lane_failed(h->lane, &out, &exc, &entry, &seq);
+        PyObject *res = PyObject_CallFunctionObjArgs(h->fail, exc ? exc : Py_None, entry ? entry : Py_None, seq,
+                                                     NULL);
+        if (!res)
+            status = err_from_exc(err, "ndist engine (failure)");
+        else if ((status = err_from(res, err)) < 0)
+            status = err_from_exc(err, "ndist engine (failure)");
+        Py_XDECREF(res);
+        Py_XDECREF(exc);
+        Py_XDECREF(entry);
+        Py_XDECREF(seq);
+    }
+    if (ts)
+        PyGILState_Release(st);
     return status;
 }
 
@@ -285,6 +297,39 @@ out:
     Py_XDECREF(b);
     Py_XDECREF(outv);
     Py_XDECREF(inv);
+    return status;
+}
+
+/* This thread's Python thread state when it does not hold the GIL (not current), or NULL when it
+ * holds it. A thread Python never saw gets one on its first call (PyGILState_Ensure's, the GIL
+ * let go at once and the state kept for the thread's life), so that no later call makes one and
+ * the engine can restore it for a moment to call back into Python, as for a Python caller. */
+static PyThreadState *thread_state(void)
+{
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+#if PY_VERSION_HEX >= 0x030D0000
+    PyThreadState *now = PyThreadState_GetUnchecked();
+#else
+    PyThreadState *now = _PyThreadState_UncheckedGet();
+#endif
+    if (ts && ts == now) /* (3.11: the GIL holder's state; 3.12 on: this thread's, when it holds it) */
+        return NULL;
+    if (ts)
+        return ts;
+    (void)PyGILState_Ensure(); /* (its count stays at one: never released, the state stays) */
+    return PyEval_SaveThread();
+}
+
+/* a checked call: on the group's C core when it takes it (with the GIL only where the core needs
+ * it: none on success), else with the GIL through the Python hooks */
+static int dispatch(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, ndist_error *err)
+{
+    int status = h->lane ? run_core(h, op, count_in, count_out, thread_state(), err) : -1;
+    if (status < 0) {
+        PyGILState_STATE st = PyGILState_Ensure();
+        status = run_locked(h, op, count_in, count_out, err);
+        PyGILState_Release(st);
+    }
     return status;
 }
 
@@ -386,11 +431,7 @@ static int call(ndist_group g, int opc, void *out, const void *in, size_t count,
             goto done;
         }
     }
-    PyGILState_STATE st = PyGILState_Ensure();
-    status = h.lane ? run_core(&h, &op, cin, cout, err) : -1;
-    if (status < 0)
-        status = run_locked(&h, &op, cin, cout, err);
-    PyGILState_Release(st);
+    status = dispatch(&h, &op, cin, cout, err);
 done:
     release(h.index);
     return status;
@@ -514,11 +555,7 @@ static int c_all_to_all_v(ndist_group g, void *out, size_t out_count, const int6
         goto done;
     }
     op.out_counts = c, op.in_counts = c + n;
-    PyGILState_STATE st = PyGILState_Ensure();
-    status = h.lane ? run_core(&h, &op, (Py_ssize_t)in_count, (Py_ssize_t)out_count, err) : -1;
-    if (status < 0)
-        status = run_locked(&h, &op, (Py_ssize_t)in_count, (Py_ssize_t)out_count, err);
-    PyGILState_Release(st);
+    status = dispatch(&h, &op, (Py_ssize_t)in_count, (Py_ssize_t)out_count, err);
 done:
     free(c);
     release(h.index);

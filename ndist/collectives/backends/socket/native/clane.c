@@ -7,19 +7,23 @@
  * arrays as the public layer's plain checks take them, see each method) it does, in this order,
  * what the Python path does (``_plain.PlainLane`` -> ``run_fields`` -> ``SocketBackend._inline``):
  *
- *   the claim: the group's executor flag (``LaneState``, test-and-set, with the GIL held, after
- *   checking the backend open and nothing queued), then the group's first failure
- *   (``NativeAlgorithms.broken``: the flag is let go and the Python path raises it);
+ *   the claim: the group's executor flag (``LaneState``, test-and-set, after checking the backend
+ *   open and nothing queued), then the group's first failure (``NativeAlgorithms.broken``: the
+ *   flag is let go and the Python path raises it), all read from LaneState's C11 atomics;
  *   the record: the lane's sequence number and the flight recorder's entry, written in C into the
  *   group's ``Counter`` and ``Ring`` (crecord.h: no Python object; the entry becomes the 10-list
  *   ``run_fields`` writes when it is read or its op fails), the backend's sequence
- *   number (into the group's headers), the op for messages (``NativeAlgorithms.op``);
+ *   number (into the group's headers), the op for messages (the lane's own fields,
+ *   ``current()``, which ``NativeAlgorithms.desc`` reads);
  *   the op: the engine's own code (``nd_shm_run`` / ``nd_tcp_run`` / ``nd_two_run``, engines.h) with the GIL
  *   released; AVG's division (floats: x / n in the dtype; integers: the sum truncated toward
  *   zero, ``_intavg.py``);
- *   the end: the flag cleared (the worker woken if a job was queued meanwhile), the entry's end
- *   time. A failure calls the Python hook ``failure(err, entry, seq)`` (``native/_fast.py``),
+ *   the end: the entry's end time, the flag cleared (the worker woken if a job was queued
+ *   meanwhile). A failure calls the Python hook ``failure(err, entry, seq)`` (``native/_fast.py``),
  *   which maps it to the typed error, ends the claim and records it, as the Python path does.
+ *
+ * That bookkeeping (``core``) touches no Python object, so the C interface (capi.c,
+ * ``nd_lane_call``) runs it without the GIL; FastLane's methods run it with the GIL they hold.
  *
  * The ops: all_reduce, broadcast, all_to_all_single (even, and with split sizes as lists or
  * tuples of Python ints), all_gather_into_tensor, reduce_scatter_tensor and barrier. Anything
@@ -57,10 +61,39 @@
 #include "engines.h"
 
 /* ------------------------------------------------------------------ LaneState */
+/* The executor's state (``_executor.py``) as C11 atomics, so that the C core claims a group's lane
+ * with the GIL or without it (a C interface call holds none), and the facts the claim needs:
+ *
+ *   busy     the executor's flag, taken by test-and-set (``claim``) by every path: Executor.claim,
+ *            run_inline, submit's inline branch, the worker (before it pops a job), the C core;
+ *   seq      the backend's last sequence number (``next``: one atomic add, with or without the GIL);
+ *   queued   the jobs in the executor's queue, stored by the executor (under its lock) after each
+ *            append and pop, and 0 at its close: the queue's length, for C;
+ *   closed   set by ``SocketBackend.close`` with its ``_closed``, never cleared;
+ *   broken   set when ``NativeAlgorithms.broken`` is (its setter), cleared only where it is.
+ *
+ * Why the C core's claim (clane.c's ``claim``: closed, queued, the flag, broken, in that order; all
+ * sequentially consistent) keeps the Python executor's order and errors:
+ *   - a blocking call never overtakes an async op queued before it on the group: the job's
+ *     ``queued`` store happens before its ``submit`` returns, so a later call sees queued > 0 and
+ *     goes to the Python path, which waits behind the job; ``queued`` drops only when the worker
+ *     pops the job, which it does holding the flag, so a call that sees 0 either finds the flag
+ *     taken (the job runs) or comes after the job ended;
+ *   - a job queued while the C core holds the flag is never stranded: the worker tests the flag
+ *     under the executor's lock after the job's ``queued`` store; the core clears the flag, then
+ *     loads ``queued`` (the store before the load, in the one total order of seq_cst
+ *     operations), so either the worker's test sees the flag clear or the core sees the job and
+ *     wakes the worker (``Executor.wake``, with the GIL), which then takes the lock and tests again;
+ *   - after ``close`` (its flag store comes first in ``SocketBackend.close``) or once a failure
+ *     broke the group (the Python attribute is set before the flag), the core takes nothing:
+ *     the Python path runs the call and raises what it raised before (the closed backend's
+ *     error, the first failure again). A close or a failure that comes during the claim is the
+ *     race it was with the GIL: the op runs on the group and fails there as it would have. */
 typedef struct {
     PyObject_HEAD
     atomic_int busy;
-    unsigned long long seq;
+    atomic_int closed, broken, queued;
+    _Atomic unsigned long long seq;
 } LaneState;
 
 static PyObject *LaneState_claim(LaneState *s, PyObject *unused)
@@ -75,19 +108,64 @@ static PyObject *LaneState_clear(LaneState *s, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *LaneState_next(LaneState *s, PyObject *unused)
+{
+    return PyLong_FromUnsignedLongLong(atomic_fetch_add(&s->seq, 1) + 1);
+}
+
 static PyObject *LaneState_busy(LaneState *s, void *unused) { return PyBool_FromLong(atomic_load(&s->busy)); }
+static PyObject *LaneState_seq(LaneState *s, void *unused)
+{
+    return PyLong_FromUnsignedLongLong(atomic_load(&s->seq));
+}
+
+/* the flags' getters and setters (``closure``: the field's offset) */
+static PyObject *LaneState_get(LaneState *s, void *off)
+{
+    return PyBool_FromLong(atomic_load((atomic_int *)((char *)s + (size_t)off)));
+}
+
+static int LaneState_set(LaneState *s, PyObject *v, void *off)
+{
+    int on = v ? PyObject_IsTrue(v) : -1;
+    if (on < 0) {
+        if (!v)
+            PyErr_SetString(PyExc_AttributeError, "LaneState: its flags cannot be deleted");
+        return -1;
+    }
+    atomic_store((atomic_int *)((char *)s + (size_t)off), on);
+    return 0;
+}
+
+static PyObject *LaneState_get_queued(LaneState *s, void *unused) { return PyLong_FromLong(atomic_load(&s->queued)); }
+
+static int LaneState_set_queued(LaneState *s, PyObject *v, void *unused)
+{
+    long n = v ? PyLong_AsLong(v) : -1;
+    if (n < 0 || n > INT32_MAX) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "LaneState.queued: expected an int in [0, %d]", INT32_MAX);
+        return -1;
+    }
+    atomic_store(&s->queued, (int)n);
+    return 0;
+}
 
 static PyMethodDef LaneState_methods[] = {
     {"claim", (PyCFunction)LaneState_claim, METH_NOARGS, "claim() -> bool: take the busy flag (test-and-set)"},
     {"clear", (PyCFunction)LaneState_clear, METH_NOARGS, "clear(): release the busy flag"},
+    {"next", (PyCFunction)LaneState_next, METH_NOARGS, "next() -> int: seq + 1, taken atomically"},
     {NULL, NULL, 0, NULL},
-};
-static PyMemberDef LaneState_members[] = {
-    {"seq", T_ULONGLONG, offsetof(LaneState, seq), 0, "the number of the last operation numbered"},
-    {NULL, 0, 0, 0, NULL},
 };
 static PyGetSetDef LaneState_getset[] = {
     {"busy", (getter)LaneState_busy, NULL, "an operation holds the flag", NULL},
+    {"seq", (getter)LaneState_seq, NULL, "the number of the last operation numbered", NULL},
+    {"closed", (getter)LaneState_get, (setter)LaneState_set, "the backend is closed (SocketBackend.close)",
+     (void *)offsetof(LaneState, closed)},
+    {"broken", (getter)LaneState_get, (setter)LaneState_set, "the group has a first failure (NativeAlgorithms.broken)",
+     (void *)offsetof(LaneState, broken)},
+    {"queued", (getter)LaneState_get_queued, (setter)LaneState_set_queued, "the jobs in the executor's queue",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -97,9 +175,9 @@ static PyTypeObject LaneStateType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
     .tp_methods = LaneState_methods,
-    .tp_members = LaneState_members,
     .tp_getset = LaneState_getset,
-    .tp_doc = "An executor's busy flag and sequence number, taken by Python and by FastLane alike.",
+    .tp_doc = "An executor's busy flag, sequence number, queue length and its backend's closed and broken "
+              "flags, read and written by Python and by C (FastLane, the C interface) alike.",
 };
 
 /* ------------------------------------------------------------------ NumPy's layout */
@@ -185,15 +263,21 @@ typedef struct {
     Py_ssize_t esize;
 } DInfo;
 
+/* What the C interface's calls (``nd_lane_call``, without the GIL) know of a dtype code: learnt
+ * with the GIL on its first sight (``learn``: ``describe`` and the ring's index of the dtype),
+ * then read without it. ``ready``: 0 not yet, CODE_TAKEN (the fields hold), CODE_NOT_TAKEN. */
+#define NCODES 32
+enum { CODE_TAKEN = 1, CODE_NOT_TAKEN };
+typedef struct {
+    atomic_int ready, mask, ridx;
+} CodeInfo;
+
 typedef struct {
     PyObject_HEAD
-    LaneState *state;
+    LaneState *state;       /* the executor's flags (the claim's facts) */
     PyObject *group; /* the same-host Group, the TcpGroup or the TwoGroup */
     int kind, rank, size; /* kind: G_SHM, G_TCP or G_TWO */
-    PyObject *queue;        /* the executor's deque */
     PyObject *wake;         /* Executor.wake */
-    PyObject *backend_dict; /* SocketBackend.__dict__ (``_closed``) */
-    PyObject *nat_dict;     /* NativeAlgorithms.__dict__ (``broken``, ``op``) */
     NdCounter *seqs;        /* the lane's counter (crecord.h) */
     NdRing *ring;           /* the flight recorder's ring (crecord.h), or NULL: no recording */
     int rec_idx[NKINDS], cpu_idx; /* the record's op of each kind and "cpu" in the ring's objects */
@@ -233,22 +317,21 @@ typedef struct {
     Py_ssize_t rsag_min;
     DInfo cache[NCACHE];
     int ncache;
-    /* the running op, for ``NativeAlgorithms.desc`` (``current()``) */
+    CodeInfo codes[NCODES]; /* by dtype code, for the C interface's calls */
+    /* the last op this lane ran, for ``NativeAlgorithms.desc`` (``current()``): written by the
+     * lane's claimant, with or without the GIL, read with it (a seqlock: ``cur_gen`` odd while
+     * written) */
+    atomic_uint cur_gen;
     int cur_op, cur_code, cur_root, cur_redop;
     Py_ssize_t cur_count;
     unsigned long long cur_seq;
 } FastLane;
 
-static PyObject *s_closed, *s_broken, *s_op; /* interned attribute names */
-
 static int FastLane_traverse(FastLane *f, visitproc visit, void *arg)
 {
     Py_VISIT(f->state);
     Py_VISIT(f->group);
-    Py_VISIT(f->queue);
     Py_VISIT(f->wake);
-    Py_VISIT(f->backend_dict);
-    Py_VISIT(f->nat_dict);
     Py_VISIT(f->seqs);
     Py_VISIT(f->ring);
     Py_VISIT(f->plain);
@@ -275,10 +358,7 @@ static int FastLane_clear(FastLane *f)
 {
     Py_CLEAR(f->state);
     Py_CLEAR(f->group);
-    Py_CLEAR(f->queue);
     Py_CLEAR(f->wake);
-    Py_CLEAR(f->backend_dict);
-    Py_CLEAR(f->nat_dict);
     Py_CLEAR(f->seqs);
     Py_CLEAR(f->ring);
     Py_CLEAR(f->plain);
@@ -294,6 +374,8 @@ static int FastLane_clear(FastLane *f)
     for (int i = 0; i < f->ncache; i++)
         Py_CLEAR(f->cache[i].descr);
     f->ncache = 0;
+    for (int i = 0; i < NCODES; i++)
+        atomic_store(&f->codes[i].ready, 0);
     for (int i = 0; i < f->ndl; i++)
         Py_CLEAR(f->dl[i].descr);
     f->ndl = 0;
@@ -315,27 +397,18 @@ static void FastLane_dealloc(FastLane *f)
     Py_TYPE(f)->tp_free((PyObject *)f);
 }
 
-static int dict_of(PyObject *o, PyObject **out)
-{
-    PyObject *d = PyObject_GenericGetDict(o, NULL);
-    if (!d)
-        return -1;
-    *out = d;
-    return 0;
-}
-
-/* FastLane(state, group, executor, backend, nat, seqs, ring, plain, failure, describe,
+/* FastLane(state, group, executor, seqs, ring, plain, failure, describe,
  *          ndarray, group_rank, redops, rec_ops, rsag_min, t_done, probe, probe_data): ``seqs`` the
  * lane's ``Counter``, ``ring`` the flight recorder's ``Ring`` or None (no recording), ``t_done``
  * _debug.T_DONE (checked against the entry crecord.c makes) */
 static int FastLane_init(FastLane *f, PyObject *args, PyObject *kw)
 {
-    PyObject *state, *group, *executor, *backend, *nat, *seqs, *ring, *plain, *failure, *describe, *ndarray,
-        *group_rank, *redops, *rec_ops, *probe;
+    PyObject *state, *group, *executor, *seqs, *ring, *plain, *failure, *describe, *ndarray, *group_rank, *redops,
+        *rec_ops, *probe;
     Py_ssize_t rsag_min, probe_data;
     int t_done;
-    if (!PyArg_ParseTuple(args, "O!OOOOO!OOOOO!O!O!O!niOn:FastLane", &LaneStateType, &state, &group, &executor,
-                          &backend, &nat, &NdCounterType, &seqs, &ring, &plain, &failure, &describe, &PyType_Type,
+    if (!PyArg_ParseTuple(args, "O!OOO!OOOOO!O!O!O!niOn:FastLane", &LaneStateType, &state, &group, &executor,
+                          &NdCounterType, &seqs, &ring, &plain, &failure, &describe, &PyType_Type,
                           &ndarray, &PyDict_Type, &group_rank, &PyTuple_Type, &redops, &PyTuple_Type, &rec_ops,
                           &rsag_min, &t_done, &probe, &probe_data))
         return -1;
@@ -375,9 +448,7 @@ static int FastLane_init(FastLane *f, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_ValueError, "FastLane: NumPy's array layout is not the one this module reads");
         return -1;
     }
-    if (!(f->queue = PyObject_GetAttrString(executor, "queue")) ||
-        !(f->wake = PyObject_GetAttrString(executor, "wake")) || dict_of(backend, &f->backend_dict) < 0 ||
-        dict_of(nat, &f->nat_dict) < 0)
+    if (!(f->wake = PyObject_GetAttrString(executor, "wake")))
         return -1;
     f->state = (LaneState *)Py_NewRef(state);
     f->group = Py_NewRef(group);
@@ -865,40 +936,46 @@ static PyObject *pass_on(FastLane *f, Arg *a, const char *name, PyObject *const 
     return delegate(f, name, args, nargs);
 }
 
-/* the busy flag, when the backend is open, nothing is queued and the group has no failure:
- * 1 (claimed), 0 (not: the Python path takes the call), -1 (an error) */
-static int claim(FastLane *f)
+/* The flag cleared, and the worker woken when a job was queued meanwhile (Executor.leave; LaneState
+ * says why this order): with the GIL (``ts`` NULL) or without it (``ts``: this thread's state; the
+ * GIL is taken for the wake only). 0, or -1: the wake's error, set (with the GIL) or in ``out``. */
+static int leave(FastLane *f, PyThreadState *ts, NdLaneOut *out)
 {
-    PyObject *closed = PyDict_GetItemWithError(f->backend_dict, s_closed);
-    if (closed != Py_False)
-        return PyErr_Occurred() ? -1 : 0;
-    if (PyObject_Length(f->queue) != 0)
-        return PyErr_Occurred() ? -1 : 0;
-    int zero = 0;
-    if (!atomic_compare_exchange_strong(&f->state->busy, &zero, 1))
+    atomic_store(&f->state->busy, 0);
+    if (atomic_load(&f->state->queued) == 0)
         return 0;
-    PyObject *broken = PyDict_GetItemWithError(f->nat_dict, s_broken);
-    if (broken != Py_None) { /* the first failure, raised again by the Python path */
-        atomic_store(&f->state->busy, 0);
-        return PyErr_Occurred() ? -1 : 0;
-    }
+    PyGILState_STATE st = PyGILState_UNLOCKED;
+    if (ts)
+        st = PyGILState_Ensure();
+    PyObject *r = PyObject_CallNoArgs(f->wake);
+    int rc = r ? 0 : -1;
+    Py_XDECREF(r);
+    if (rc && ts)
+        PyErr_Fetch(&out->err[0], &out->err[1], &out->err[2]);
+    if (ts)
+        PyGILState_Release(st);
+    return rc;
+}
+
+/* The busy flag, when the backend is open, nothing is queued and the group has no failure, read
+ * from ``LaneState`` (C11 atomics: no GIL needed; its comment says why this order keeps the
+ * executor's): 1 (claimed), 0 (not: the Python path takes the call), -1 (a broken group's flag let
+ * go, and the wake that needed failed: as ``leave``). */
+static int claim_lane(FastLane *f, PyThreadState *ts, NdLaneOut *out)
+{
+    LaneState *s = f->state;
+    if (atomic_load(&s->closed) || atomic_load(&s->queued) != 0)
+        return 0;
+    int zero = 0;
+    if (!atomic_compare_exchange_strong(&s->busy, &zero, 1))
+        return 0;
+    if (atomic_load(&s->broken)) /* the first failure, raised again by the Python path */
+        return leave(f, ts, out) < 0 ? -1 : 0;
     return 1;
 }
 
-/* the flag cleared, and the worker woken when a job was queued meanwhile (Executor.leave) */
-static int leave(FastLane *f)
-{
-    atomic_store(&f->state->busy, 0);
-    Py_ssize_t q = PyObject_Length(f->queue);
-    if (q > 0) {
-        PyObject *r = PyObject_CallNoArgs(f->wake);
-        if (!r)
-            return -1;
-        Py_DECREF(r);
-    } else if (q < 0)
-        return -1;
-    return 0;
-}
+/* the claim of a FastLane method (with the GIL) */
+static inline int claim(FastLane *f) { return claim_lane(f, NULL, NULL); }
 
 /* AVG's finish on ``count`` elements of wire dtype ``code`` (the codes ``describe`` allows) */
 #define TRUNC_DIV(T)                                                                                           \
@@ -938,94 +1015,111 @@ static void avg_finish(char *buf, Py_ssize_t count, int code, int n)
     }
 }
 
+/* the last op this lane ran, for ``current()`` (the lane's claimant writes it: one writer at a time) */
+static inline void set_current(FastLane *f, int kind, int code, Py_ssize_t count, unsigned long long seq, int root,
+                               int redop)
+{
+    unsigned g = atomic_load_explicit(&f->cur_gen, memory_order_relaxed);
+    atomic_store_explicit(&f->cur_gen, g + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    f->cur_op = kind, f->cur_code = code, f->cur_count = count, f->cur_seq = seq, f->cur_root = root;
+    f->cur_redop = redop;
+    atomic_store_explicit(&f->cur_gen, g + 2, memory_order_release);
+}
+
 /* The C core of one claimed op (``claim`` took the flag), shared by FastLane's methods (``run``)
  * and the C interface (``nd_lane_call``, for capi.c): numbered, recorded, run without the GIL,
- * AVG finished, the claim ended, the entry's end time. With the GIL.
- * 0: done. -1: a Python error set (before the op: the claim ended; after it: the op ran). 1: the
- * op failed: ``*exc`` holds the group's exception (a new reference, or NULL), ``*entry`` the
- * recorder's entry (or NULL), ``*seq`` the lane's number, and the claim is still held: the
- * caller's hook maps the failure, ends the claim and records it (``_fast.py``'s ``failure``,
- * ``_capi.py``'s ``Handle.failure``). The record's root is ``op->root`` (a group rank) for a broadcast. */
+ * AVG finished, the entry's end time, the claim ended. It touches no Python object: the counter,
+ * the ring (crecord.h) and LaneState are C11 atomics, the op described in the lane's own fields
+ * (``current()``), so it runs with the GIL (``ts`` NULL: released around the op) or without it
+ * (``ts``: this thread's state, which the engine restores for a moment to call back into Python,
+ * as it does the caller's; ``leave`` takes the GIL to wake the worker). ``di``: the dtype's index
+ * in the ring's objects (0 for none).
+ * 0: done. -1: the wake failed after the op ran (its error as ``leave`` leaves it). 1: the op
+ * failed: ``out`` holds the engine's code, the entry and the number, and the claim is still held:
+ * the caller takes the GIL, ``nd_lane_failed`` gives the exception, and its hook maps the failure,
+ * ends the claim and records it (``_fast.py``'s ``failure``, ``_capi.py``'s ``Handle.failure``).
+ * The record's root is ``op->root`` (a group rank) for a broadcast. */
 /* (inlined into both callers: a FastLane method's call costs what it did as one function) */
 static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in,
-                                                      Py_ssize_t count_out, PyObject *descr,
-                                                      int redop, PyObject **entry_p, PyObject **seq_p,
-                                                      PyObject **exc_p)
+                                                      Py_ssize_t count_out, int di, int redop, PyThreadState *ts,
+                                                      NdLaneOut *out)
 {
     /* the lane's number and the flight recorder's entry, in C (crecord.h): no Python object */
-    int di = f->ring && descr ? nd_ring_index(f->ring, descr) : 0; /* (a dtype's first sight: interned) */
-    if (di < 0)
-        goto early;
     unsigned long long seq = nd_counter_next(f->seqs);
     uint64_t slot = 0;
     if (f->ring)
         slot = nd_ring_issue(f->ring, seq, f->rec_idx[kind], f->cpu_idx, di, count_in, count_out,
                              kind == K_BROADCAST ? op->root : -1);
     /* the backend's number for the op (Executor.claim), the op described for messages */
-    unsigned long long bseq = ++f->state->seq;
+    unsigned long long bseq = atomic_fetch_add(&f->state->seq, 1) + 1;
     nd_group_set_seq(f->kind, f->group, bseq);
     /* (the count Python's lanes name: all_to_all and all_gather the input's, the others the output's) */
-    f->cur_op = kind, f->cur_code = op->dtype;
-    f->cur_count = kind == K_ALL_TO_ALL || kind == K_ALL_GATHER ? count_in : count_out;
-    f->cur_seq = bseq, f->cur_root = op->root, f->cur_redop = redop;
-    PyObject *cur = PyDict_GetItemWithError(f->nat_dict, s_op); /* (set once: the Python paths overwrite it) */
-    if (cur != (PyObject *)f && (PyErr_Occurred() || PyDict_SetItem(f->nat_dict, s_op, (PyObject *)f) < 0))
-        goto early;
+    set_current(f, kind, op->dtype, kind == K_ALL_TO_ALL || kind == K_ALL_GATHER ? count_in : count_out, bseq,
+                op->root, redop);
 
-    PyThreadState *save = PyEval_SaveThread();
+    PyThreadState *save = ts ? ts : PyEval_SaveThread();
     int rc = nd_group_run(f->kind, f->group, op, &save);
-    PyEval_RestoreThread(save);
-    if (rc) { /* the group's method's error, for the caller's hook to map */
-        nd_group_raise(f->kind, f->group, rc);
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyErr_NormalizeException(&type, &value, &tb);
-        if (value && tb)
-            PyException_SetTraceback(value, tb);
-        Py_XDECREF(type);
-        Py_XDECREF(tb);
-        /* the number and the entry as the failure hook takes them (the entry, made a list, stays the
-         * ring's: what the hook marks shows there; NULL when newer entries pushed it out) */
-        PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
-        PyObject *entry = f->ring ? nd_ring_entry(f->ring, slot) : NULL;
-        if (!seq_obj)
-            seq_obj = Py_NewRef(Py_None);
-        if (PyErr_Occurred()) /* (out of memory: the hook still runs, without the entry) */
-            PyErr_Clear();
-        *exc_p = value, *entry_p = entry, *seq_p = seq_obj;
+    if (!ts)
+        PyEval_RestoreThread(save);
+    if (rc) { /* the group's error, for the caller's hook to map */
+        out->rc = rc, out->slot = slot, out->seq = seq;
         return 1;
     }
     if (redop == 5) /* AVG */
         avg_finish(op->out, count_out, op->dtype, f->size);
-    if (leave(f) < 0)
-        return -1;
     if (f->ring)
         nd_ring_done(f->ring, slot);
-    return 0;
-
-early: /* before the op: nothing ran; the claim ends (its error kept) */
-    {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if (leave(f) < 0)
-            PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-    }
-    return -1;
+    return leave(f, ts, out);
 }
 
-/* One claimed op of a FastLane method: ``core``; a failure goes to the hook ``failure(err,
- * entry, seq)``, which ends the claim and raises what the Python path raises. Returns Py_True,
- * or NULL with that error set. */
+/* With the GIL, after ``core`` returned 1: the group's exception (``*exc``), the recorder's entry
+ * (``*entry``, made a list, which stays the ring's: what the hook marks shows there; NULL when
+ * newer entries pushed it out) and the lane's number (``*seq``), new references, as the failure
+ * hook takes them. */
+void nd_lane_failed(PyObject *lane, const NdLaneOut *out, PyObject **exc_p, PyObject **entry_p, PyObject **seq_p)
+{
+    FastLane *f = (FastLane *)lane;
+    nd_group_raise(f->kind, f->group, out->rc);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value && tb)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    PyObject *seq_obj = PyLong_FromUnsignedLongLong(out->seq);
+    PyObject *entry = f->ring ? nd_ring_entry(f->ring, out->slot) : NULL;
+    if (!seq_obj)
+        seq_obj = Py_NewRef(Py_None);
+    if (PyErr_Occurred()) /* (out of memory: the hook still runs, without the entry) */
+        PyErr_Clear();
+    *exc_p = value, *entry_p = entry, *seq_p = seq_obj;
+}
+
+/* One claimed op of a FastLane method (with the GIL): ``core``; a failure goes to the hook
+ * ``failure(err, entry, seq)``, which ends the claim and raises what the Python path raises.
+ * Returns Py_True, or NULL with that error set. */
 static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
                      int redop)
 {
-    PyObject *entry = NULL, *seq = NULL, *exc = NULL;
-    int rc = core(f, kind, op, count_in, count_out, descr, redop, &entry, &seq, &exc);
+    int di = f->ring && descr ? nd_ring_index(f->ring, descr) : 0; /* (a dtype's first sight: interned) */
+    if (di < 0) { /* before the op: nothing ran; the claim ends (its error kept) */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (leave(f, NULL, NULL) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    NdLaneOut out;
+    int rc = core(f, kind, op, count_in, count_out, di, redop, NULL, &out);
     if (rc == 0)
         Py_RETURN_TRUE;
     if (rc < 0)
         return NULL;
+    PyObject *entry, *seq, *exc;
+    nd_lane_failed((PyObject *)f, &out, &exc, &entry, &seq);
     PyObject *r = PyObject_CallFunctionObjArgs(f->failure, exc ? exc : Py_None, entry ? entry : Py_None, seq, NULL);
     Py_XDECREF(exc);
     Py_XDECREF(entry);
@@ -1037,9 +1131,37 @@ static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ss
     return NULL;
 }
 
-/* capi.c's call on the group's C core (engines.h) */
-int nd_lane_call(PyObject *lane, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
-                 PyObject **entry, PyObject **seq, PyObject **exc)
+/* with the GIL: what the C interface's calls need of dtype code ``code`` (``dtypes``: NumPy's dtype
+ * of each code, None where there is none), learnt once per lane: CODE_TAKEN (a dtype ``describe``
+ * takes, its reduce ops and its index in the ring), CODE_NOT_TAKEN, or -1 with an error set */
+static int learn(FastLane *f, int code, PyObject *dtypes)
+{
+    CodeInfo *c = &f->codes[code];
+    int ready = atomic_load_explicit(&c->ready, memory_order_acquire);
+    if (ready) /* (another thread's first sight, meanwhile) */
+        return ready;
+    PyObject *descr = code < PyTuple_GET_SIZE(dtypes) ? PyTuple_GET_ITEM(dtypes, code) : Py_None;
+    ready = CODE_NOT_TAKEN;
+    if (descr != Py_None) {
+        DInfo *d = dinfo(f, descr);
+        if (!d)
+            return -1;
+        if (d->code == code && d->plain) {
+            int ridx = f->ring ? nd_ring_index(f->ring, descr) : 0;
+            if (ridx < 0)
+                return -1;
+            atomic_store_explicit(&c->mask, d->mask, memory_order_relaxed);
+            atomic_store_explicit(&c->ridx, ridx, memory_order_relaxed);
+            ready = CODE_TAKEN;
+        }
+    }
+    atomic_store_explicit(&c->ready, ready, memory_order_release);
+    return ready;
+}
+
+/* capi.c's call on the group's C core (engines.h), with the GIL (``ts`` NULL) or without */
+int nd_lane_call(PyObject *lane, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *dtypes,
+                 PyThreadState *ts, NdLaneOut *out)
 {
     FastLane *f = (FastLane *)lane;
     int kind;
@@ -1052,27 +1174,40 @@ int nd_lane_call(PyObject *lane, NdOp *op, Py_ssize_t count_in, Py_ssize_t count
     case OP_BARRIER: kind = K_BARRIER; break;
     default: return ND_LANE_NOT_TAKEN;
     }
-    int redop = 0;
+    int redop = 0, di = 0;
     if (kind != K_BARRIER) {
         /* what FastLane's methods take: a dtype ``describe`` knows, a reduce op it may finish here,
          * at least one element; the rest (the Python hooks check and run it) is not taken */
-        if (!descr || descr == Py_None || op->outbytes == 0)
+        if (op->outbytes == 0 || op->dtype < 1 || op->dtype >= NCODES)
             return ND_LANE_NOT_TAKEN;
-        DInfo *d = dinfo(f, descr);
-        if (!d)
-            return -1;
-        if (d->code != op->dtype || !d->plain)
+        CodeInfo *c = &f->codes[op->dtype];
+        int ready = atomic_load_explicit(&c->ready, memory_order_acquire);
+        if (!ready) { /* the code's first sight on this lane: with the GIL */
+            PyGILState_STATE st = PyGILState_UNLOCKED;
+            if (ts)
+                st = PyGILState_Ensure();
+            ready = learn(f, op->dtype, dtypes);
+            if (ready < 0 && ts)
+                PyErr_Fetch(&out->err[0], &out->err[1], &out->err[2]);
+            if (ts)
+                PyGILState_Release(st);
+            if (ready < 0)
+                return -1;
+        }
+        if (ready != CODE_TAKEN)
             return ND_LANE_NOT_TAKEN;
         if (kind == K_ALL_REDUCE || kind == K_REDUCE_SCATTER) {
             redop = op->redop;
-            if (redop < 1 || redop >= NREDOPS || !(d->mask & (1 << redop)))
+            int mask = atomic_load_explicit(&c->mask, memory_order_relaxed);
+            if (redop < 1 || redop >= NREDOPS || !(mask & (1 << redop)))
                 return ND_LANE_NOT_TAKEN;
         }
+        di = atomic_load_explicit(&c->ridx, memory_order_relaxed);
     }
-    int c = claim(f);
+    int c = claim_lane(f, ts, out);
     if (c <= 0)
         return c < 0 ? -1 : ND_LANE_NOT_TAKEN;
-    return core(f, kind, op, count_in, count_out, descr, redop, entry, seq, exc);
+    return core(f, kind, op, count_in, count_out, di, redop, ts, out);
 }
 
 /* all_reduce(tensor, op) */
@@ -1422,13 +1557,28 @@ static PyObject *FastLane_buffer_dtypes(FastLane *f, PyObject *table)
 static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_to_all", "all_gather", "reduce_scatter",
                                          "barrier"};
 
-/* current() -> (name, dtype code, count, seq, root, reduce op): the running op, as
- * NativeAlgorithms.op holds it for the Python paths */
+/* current() -> (name, dtype code, count, seq, root, reduce op): the last op this lane ran (or
+ * runs), as NativeAlgorithms.op holds the Python paths' (``desc`` takes the newer by seq); None
+ * before its first. Read as a seqlock: again when the lane's claimant wrote meanwhile. */
 static PyObject *FastLane_current(FastLane *f, PyObject *unused)
 {
-    PyObject *redop = f->cur_redop > 0 && f->cur_redop < NREDOPS ? f->redops[f->cur_redop] : Py_None;
-    return Py_BuildValue("(sinKiO)", KIND_NAMES[f->cur_op], f->cur_code, f->cur_count, f->cur_seq, f->cur_root,
-                         redop);
+    int op = 0, code = 0, root = 0, redop = 0;
+    Py_ssize_t count = 0;
+    unsigned long long seq = 0;
+    for (unsigned k = 0;; nd_ring_pause(&k)) {
+        unsigned g = atomic_load_explicit(&f->cur_gen, memory_order_acquire);
+        if (g & 1)
+            continue;
+        op = f->cur_op, code = f->cur_code, count = f->cur_count, seq = f->cur_seq, root = f->cur_root;
+        redop = f->cur_redop;
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&f->cur_gen, memory_order_relaxed) == g)
+            break;
+    }
+    if (!seq)
+        Py_RETURN_NONE;
+    PyObject *r = redop > 0 && redop < NREDOPS ? f->redops[redop] : Py_None;
+    return Py_BuildValue("(sinKiO)", KIND_NAMES[op], code, count, seq, root, r);
 }
 
 static PyMethodDef FastLane_methods[] = {
@@ -1443,7 +1593,8 @@ static PyMethodDef FastLane_methods[] = {
     {"reduce_scatter_from", (PyCFunction)(void (*)(void))FastLane_reduce_scatter_from, METH_FASTCALL,
      "reduce_scatter_from(output, input, op) -> bool"},
     {"barrier", (PyCFunction)(void (*)(void))FastLane_barrier, METH_FASTCALL, "barrier() -> bool"},
-    {"current", (PyCFunction)FastLane_current, METH_NOARGS, "current() -> the running op's description tuple"},
+    {"current", (PyCFunction)FastLane_current, METH_NOARGS,
+     "current() -> the description tuple of the op this lane ran last, or None"},
     {"dlpack_dtypes", (PyCFunction)FastLane_dlpack_dtypes, METH_O,
      "dlpack_dtypes(((code, bits, dtype), ...)): the NumPy dtype of each DLPack dtype read"},
     {"buffer_dtypes", (PyCFunction)FastLane_buffer_dtypes, METH_O,
@@ -1468,9 +1619,6 @@ int nd_lane_is(PyObject *o) { return Py_TYPE(o) == &FastLaneType; }
 
 int nd_lane_add(PyObject *m)
 {
-    if (!(s_closed = PyUnicode_InternFromString("_closed")) || !(s_broken = PyUnicode_InternFromString("broken")) ||
-        !(s_op = PyUnicode_InternFromString("op")))
-        return -1;
     if (!(s_data = PyUnicode_InternFromString("_data")) || !(s_is_neg = PyUnicode_InternFromString("is_neg")) ||
         !(s_is_conj = PyUnicode_InternFromString("is_conj")) ||
         !(s_dlpack = PyUnicode_InternFromString("__dlpack__")) ||

@@ -24,17 +24,25 @@ static PyObject *Counter_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     NdCounter *c = (NdCounter *)type->tp_alloc(type, 0);
     if (c)
-        c->last = (unsigned long long)start - 1;
+        atomic_init(&c->last, (unsigned long long)start - 1);
     return (PyObject *)c;
 }
 
 static PyObject *Counter_next(NdCounter *c) { return PyLong_FromUnsignedLongLong(nd_counter_next(c)); }
 
-static PyObject *Counter_repr(NdCounter *c) { return PyUnicode_FromFormat("Counter(start=%llu)", c->last + 1); }
+static PyObject *Counter_repr(NdCounter *c)
+{
+    return PyUnicode_FromFormat("Counter(start=%llu)", atomic_load(&c->last) + 1);
+}
 
-static PyMemberDef Counter_members[] = {
-    {"last", T_ULONGLONG, offsetof(NdCounter, last), READONLY, "the last number handed out (0: none yet)"},
-    {NULL, 0, 0, 0, NULL},
+static PyObject *Counter_last(NdCounter *c, void *unused)
+{
+    return PyLong_FromUnsignedLongLong(atomic_load(&c->last));
+}
+
+static PyGetSetDef Counter_getset[] = {
+    {"last", (getter)Counter_last, NULL, "the last number handed out (0: none yet)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyTypeObject NdCounterType = {
@@ -45,7 +53,7 @@ PyTypeObject NdCounterType = {
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)Counter_next,
     .tp_repr = (reprfunc)Counter_repr,
-    .tp_members = Counter_members,
+    .tp_getset = Counter_getset,
     .tp_doc = "Counter(start=1): the numbers start, start + 1, ... (as itertools.count), taken by Python "
               "(next) and by C alike.",
 };
@@ -78,6 +86,7 @@ static PyObject *Ring_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     return (PyObject *)r;
 }
 
+/* (``list`` is written with the GIL only, which the collector holds: C writers leave it alone) */
 static int Ring_traverse(NdRing *r, visitproc visit, void *arg)
 {
     if (r->slots)
@@ -88,6 +97,7 @@ static int Ring_traverse(NdRing *r, visitproc visit, void *arg)
     return 0;
 }
 
+/* (only when the ring is garbage: no C writer holds it then) */
 static int Ring_clear(NdRing *r)
 {
     if (r->slots)
@@ -149,60 +159,109 @@ static PyObject *as_list(NdRing *r, const NdSlot *s)
     return list;
 }
 
-PyObject *nd_ring_entry(NdRing *r, uint64_t n)
+/* entry ``n``'s slot read into ``out`` (its ``list`` a new reference): 1; 0 when the entry is gone.
+ * A seqlock's read: the fields copied between two loads of ``gen``, again if a writer came between;
+ * a writer of ``n`` still at it (it took the number, not yet the slot) is waited for. */
+static int snapshot(NdRing *r, uint64_t n, NdSlot *out)
 {
     NdSlot *s = nd_ring_slot(r, n);
-    if (s->n != n)
+    unsigned k = 0;
+    for (;;) {
+        uint64_t g = atomic_load_explicit(&s->gen, memory_order_acquire);
+        if (g > 2 * n + 1)
+            return 0;
+        if (g == 2 * n) {
+            out->list = s->list, out->c = s->c, out->seq = s->seq, out->count_in = s->count_in;
+            out->count_out = s->count_out, out->t_issued = s->t_issued, out->t_done = s->t_done, out->op = s->op;
+            out->device = s->device, out->dtype = s->dtype, out->root = s->root, out->done = s->done;
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&s->gen, memory_order_relaxed) == g) {
+                /* (``list`` is changed with the GIL only, which the caller holds: it is alive) */
+                Py_XINCREF(out->list);
+                return 1;
+            }
+        }
+        nd_ring_pause(&k);
+    }
+}
+
+PyObject *nd_ring_entry(NdRing *r, uint64_t n)
+{
+    NdSlot snap;
+    if (!snapshot(r, n, &snap))
         return NULL;
-    if (s->list)
-        return Py_NewRef(s->list);
-    PyObject *list = as_list(r, s);
+    if (!snap.c)
+        return snap.list;
+    Py_XDECREF(snap.list);
+    PyObject *list = as_list(r, &snap);
     if (!list)
         return NULL;
-    /* (as_list may have run the garbage collector, whose finalizers may have appended: still ours?) */
-    if (s->n != n) {
+    /* (as_list may have run the garbage collector, whose finalizers may have appended: still ours?
+     * The slot is held only for the swap, no Python code runs meanwhile) */
+    NdSlot *s = nd_ring_slot(r, n);
+    if (!nd_ring_hold(s, 2 * n, 2 * n + 1)) {
         Py_DECREF(list);
         return NULL;
     }
-    if (!s->list)
+    PyObject *old = NULL;
+    if (s->c) {
+        old = s->list; /* (a Python entry a C writer replaced) */
         s->list = Py_NewRef(list);
-    else
+        s->c = 0;
+    } else
         Py_SETREF(list, Py_NewRef(s->list));
+    nd_ring_release(s, n);
+    Py_XDECREF(old);
     return list;
 }
 
 /* append(entry): a Python caller's entry (the oldest drops out of a full ring) */
 static PyObject *Ring_append(NdRing *r, PyObject *entry)
 {
-    uint64_t n = ++r->count;
-    NdSlot *s = nd_ring_slot(r, n);
+    NdSlot *s;
+    uint64_t n = nd_ring_take(r, &s);
     PyObject *old = s->list;
-    s->n = n;
     s->list = Py_NewRef(entry);
+    s->c = 0;
+    nd_ring_release(s, n);
     Py_XDECREF(old);
     Py_RETURN_NONE;
 }
 
 /* copy() -> the entries, oldest first: Python entries themselves, C slots as new 10-lists. The
- * slots are read first, then made into lists (making them may run the garbage collector, whose
- * finalizers may append meanwhile). */
+ * slots are read first (again from the newest count if one was replaced meanwhile by a C writer),
+ * then made into lists (making them may run the garbage collector, whose finalizers may append
+ * meanwhile). */
 static PyObject *Ring_copy(NdRing *r, PyObject *unused)
 {
-    uint64_t count = r->count, len = count < (uint64_t)r->maxlen ? count : (uint64_t)r->maxlen;
-    NdSlot *snap = PyMem_Malloc((len ? len : 1) * sizeof(NdSlot));
-    if (!snap)
-        return PyErr_NoMemory();
-    for (uint64_t i = 0; i < len; i++) {
-        snap[i] = *nd_ring_slot(r, count - len + 1 + i);
-        Py_XINCREF(snap[i].list);
-    }
+    NdSlot *snap = NULL;
+    uint64_t count, len, got, cap = 0;
+    do {
+        count = atomic_load(&r->count);
+        len = count < (uint64_t)r->maxlen ? count : (uint64_t)r->maxlen;
+        if (len > cap || !snap) { /* (the first time, or more entries than the last try saw) */
+            NdSlot *grown = PyMem_Realloc(snap, (len ? len : 1) * sizeof(NdSlot));
+            if (!grown) {
+                PyMem_Free(snap);
+                return PyErr_NoMemory();
+            }
+            snap = grown, cap = len;
+        }
+        for (got = 0; got < len && snapshot(r, count - len + 1 + got, &snap[got]); got++)
+            ;
+        if (got < len) /* (an entry was replaced meanwhile: the ring moved on) */
+            for (uint64_t i = 0; i < got; i++)
+                Py_XDECREF(snap[i].list);
+    } while (got < len);
     PyObject *out = PyList_New((Py_ssize_t)len);
     for (uint64_t i = 0; i < len; i++) {
-        PyObject *e = snap[i].list;
-        if (out && !e)
+        PyObject *e = NULL;
+        if (out && snap[i].c)
             e = as_list(r, &snap[i]);
-        else
+        else if (out) {
+            e = snap[i].list;
             snap[i].list = NULL; /* (the reference moves to ``out``) */
+        }
         if (out && e)
             PyList_SET_ITEM(out, (Py_ssize_t)i, e);
         else {
@@ -229,8 +288,11 @@ static PyObject *Ring_iter(NdRing *r)
 
 static Py_ssize_t Ring_len(NdRing *r)
 {
-    return r->count < (uint64_t)r->maxlen ? (Py_ssize_t)r->count : r->maxlen;
+    uint64_t count = atomic_load(&r->count);
+    return count < (uint64_t)r->maxlen ? (Py_ssize_t)count : r->maxlen;
 }
+
+static PyObject *Ring_count(NdRing *r, void *unused) { return PyLong_FromUnsignedLongLong(atomic_load(&r->count)); }
 
 static PyMethodDef Ring_methods[] = {
     {"append", (PyCFunction)Ring_append, METH_O, "append(entry): the oldest drops out of a full ring"},
@@ -239,8 +301,11 @@ static PyMethodDef Ring_methods[] = {
 };
 static PyMemberDef Ring_members[] = {
     {"maxlen", T_PYSSIZET, offsetof(NdRing, maxlen), READONLY, "how many entries it keeps"},
-    {"count", T_ULONGLONG, offsetof(NdRing, count), READONLY, "entries appended so far"},
     {NULL, 0, 0, 0, NULL},
+};
+static PyGetSetDef Ring_getset[] = {
+    {"count", (getter)Ring_count, NULL, "entries appended so far", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 static PySequenceMethods Ring_as_sequence = {.sq_length = (lenfunc)Ring_len};
 
@@ -255,6 +320,7 @@ PyTypeObject NdRingType = {
     .tp_iter = (getiterfunc)Ring_iter,
     .tp_methods = Ring_methods,
     .tp_members = Ring_members,
+    .tp_getset = Ring_getset,
     .tp_as_sequence = &Ring_as_sequence,
     .tp_doc = "Ring(maxlen): a flight recorder's last maxlen entries, appended by Python (append) and by C "
               "(crecord.h); copy() lists them, oldest first.",

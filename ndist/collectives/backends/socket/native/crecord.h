@@ -2,11 +2,11 @@
  * "Flight recorder"): what a group's ``FlightRecorder`` (collectives/_debug.py) holds once the socket
  * backend handed it these (``FlightRecorder.adopt``), so that the repeated call in C (clane.c's
  * ``core``: FastLane and the C interface) numbers and records an operation without making a Python
- * object.
+ * object, and without the GIL.
  *
  * ``Counter``: an iterator of 1, 2, 3, ... (as ``itertools.count(1)``): Python paths call ``next()``
- * on it, C adds one to ``last`` (``nd_counter_next``); with the GIL either way, so the numbers of a
- * (group, device) are one sequence whoever takes them.
+ * on it, C adds one to ``last`` (``nd_counter_next``); one atomic add either way (C11), so the
+ * numbers of a (group, device) are one sequence whoever takes them, with the GIL or without.
  *
  * ``Ring``: the last ``maxlen`` entries, oldest first. An entry is either a Python caller's list (the
  * 10-list of ``_debug.FIELDS``, appended by ``append`` as to a ``deque(maxlen=...)``, updated in place
@@ -14,15 +14,28 @@
  * ``nd_ring_done``), made into that 10-list when read (``copy``) or when its operation failed
  * (``nd_ring_entry``: the list then takes the slot's place, so the failure hook's updates show). The
  * op, device and dtype of a C slot are indices into the ring's table of objects (``nd_ring_index``;
- * 0 is None), interned with the GIL.
+ * 0 is None), interned with the GIL (a caller without it passes indices it interned before).
  *
- * An entry is numbered ``n`` (1, 2, ...: how many were appended up to it) and lives in slot
- * ``(n - 1) % maxlen`` until the entry ``n + maxlen`` replaces it; a slot that no longer holds ``n``
- * is gone, as a list pushed out of a deque. Everything here runs with the GIL held. */
+ * An entry is numbered ``n`` (1, 2, ...: how many were appended up to it, ``count``, one atomic add)
+ * and lives in slot ``(n - 1) % maxlen`` until the entry ``n + maxlen`` replaces it; a slot that no
+ * longer holds ``n`` is gone, as a list pushed out of a deque.
+ *
+ * Who runs what: ``nd_ring_issue`` and ``nd_ring_done`` need no GIL (the C core calls them with or
+ * without it); everything else (``append``, ``copy``, ``nd_ring_entry``, the interning, the
+ * garbage collector's visits) runs with the GIL. A slot's ``gen`` orders them (C11 atomics): 2n
+ * when entry n is whole (0: none yet), 2n + 1 while a writer or an update holds it. A writer of
+ * entry n waits for the slot's previous entry (n - maxlen, or none) to be whole and takes the slot
+ * by compare-and-swap (so two writers maxlen apart, and an update of the old entry, never mix);
+ * an update of entry n (its end time, its list) takes 2n -> 2n + 1 the same way; a reader copies
+ * the fields between two loads of ``gen`` and tries again when they differ (a seqlock). A slot's
+ * ``list`` (an owned reference) is written only with the GIL: a C writer leaves the Python entry
+ * it replaces there, flagged as a C slot (``c``), and the next writer with the GIL drops it. */
 #ifndef NDIST_NATIVE_CRECORD_H
 #define NDIST_NATIVE_CRECORD_H
 
 #include <Python.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -32,12 +45,13 @@ enum { RF_SEQ, RF_OP, RF_DEVICE, RF_DTYPE, RF_COUNT_IN, RF_COUNT_OUT, RF_ROOT, R
 
 typedef struct {
     PyObject_HEAD
-    unsigned long long last; /* the last number handed out */
+    _Atomic unsigned long long last; /* the last number handed out */
 } NdCounter;
 
 typedef struct {
-    uint64_t n;     /* the entry held (0: none yet) */
-    PyObject *list; /* a Python entry (owned), or NULL: the fields below */
+    _Atomic uint64_t gen; /* 2n: entry n whole (0: none yet); 2n + 1: held by its writer or an update */
+    PyObject *list;       /* a Python entry (owned), or NULL; with ``c`` set: one replaced, to drop */
+    int c;                /* the fields below are the entry (a C slot) */
     unsigned long long seq;
     Py_ssize_t count_in, count_out;
     double t_issued, t_done;
@@ -50,8 +64,8 @@ typedef struct {
     PyObject_HEAD
     NdSlot *slots;
     Py_ssize_t maxlen;
-    uint64_t count;  /* entries appended so far */
-    PyObject **objs; /* the objects C slots name: objs[0] is None */
+    _Atomic uint64_t count; /* entries appended so far */
+    PyObject **objs;        /* the objects C slots name: objs[0] is None (with the GIL only) */
     int nobjs, capobjs;
 } NdRing;
 
@@ -65,10 +79,10 @@ static inline double nd_now(void)
     return (double)((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec) / 1e9;
 }
 
-/* the next number of counter ``c`` */
-static inline unsigned long long nd_counter_next(NdCounter *c) { return ++c->last; }
+/* the next number of counter ``c`` (with the GIL or without) */
+static inline unsigned long long nd_counter_next(NdCounter *c) { return atomic_fetch_add(&c->last, 1) + 1; }
 
-/* the index of ``o`` in the ring's objects, added on a first sight; -1 with an error set */
+/* the index of ``o`` in the ring's objects, added on a first sight; -1 with an error set (with the GIL) */
 int nd_ring_intern(NdRing *r, PyObject *o);
 static inline int nd_ring_index(NdRing *r, PyObject *o)
 {
@@ -81,30 +95,72 @@ static inline int nd_ring_index(NdRing *r, PyObject *o)
 /* the slot entry ``n`` lives in */
 static inline NdSlot *nd_ring_slot(NdRing *r, uint64_t n) { return &r->slots[(n - 1) % (uint64_t)r->maxlen]; }
 
-/* a C entry issued now (the oldest drops out of a full ring); its number */
-static inline uint64_t nd_ring_issue(NdRing *r, unsigned long long seq, int op, int device, int dtype,
-                                     Py_ssize_t count_in, Py_ssize_t count_out, int root)
+/* a short wait on another thread's few stores: spin, then give the core away */
+static inline void nd_ring_pause(unsigned *k)
 {
-    uint64_t n = ++r->count;
-    NdSlot *s = nd_ring_slot(r, n);
-    PyObject *old = s->list;
-    *s = (NdSlot){n, NULL, seq, count_in, count_out, nd_now(), 0.0, op, device, dtype, root, 0};
-    Py_XDECREF(old); /* (after the slot is whole: a list's deallocation runs no Python code, but could) */
-    return n;
+    if (++*k > 64)
+        sched_yield();
 }
 
-/* entry ``n`` ended now, when it is still in the ring and a C slot */
-static inline void nd_ring_done(NdRing *r, uint64_t n)
+/* take slot ``s`` from ``from`` (even: an entry whole) to ``to`` (odd: held); 0 when the slot holds
+ * an entry past ``from``'s (it is gone) */
+static inline int nd_ring_hold(NdSlot *s, uint64_t from, uint64_t to)
 {
-    NdSlot *s = nd_ring_slot(r, n);
-    if (s->n == n && !s->list) {
-        s->t_done = nd_now();
-        s->done = 1;
+    unsigned k = 0;
+    for (;;) {
+        uint64_t g = atomic_load_explicit(&s->gen, memory_order_acquire);
+        if (g == from && atomic_compare_exchange_weak_explicit(&s->gen, &g, to, memory_order_acquire,
+                                                               memory_order_relaxed))
+            return 1;
+        if (g > from + 1) /* (a writer never meets this: the entry after its own waits for it) */
+            return 0;
+        nd_ring_pause(&k); /* (the previous entry or an update still writing: a few stores) */
     }
 }
 
+/* the next entry's number, its slot taken (the previous entry whole); ended by nd_ring_release */
+static inline uint64_t nd_ring_take(NdRing *r, NdSlot **sp)
+{
+    uint64_t n = atomic_fetch_add(&r->count, 1) + 1, m = (uint64_t)r->maxlen;
+    NdSlot *s = *sp = nd_ring_slot(r, n);
+    nd_ring_hold(s, n > m ? 2 * (n - m) : 0, 2 * n + 1);
+    return n;
+}
+
+/* slot ``s`` holds entry ``n``, whole */
+static inline void nd_ring_release(NdSlot *s, uint64_t n)
+{
+    atomic_store_explicit(&s->gen, 2 * n, memory_order_release);
+}
+
+/* a C entry issued now (the oldest drops out of a full ring), with the GIL or without; its number */
+static inline uint64_t nd_ring_issue(NdRing *r, unsigned long long seq, int op, int device, int dtype,
+                                     Py_ssize_t count_in, Py_ssize_t count_out, int root)
+{
+    NdSlot *s;
+    uint64_t n = nd_ring_take(r, &s);
+    /* (a Python entry replaced stays in ``list`` until a writer with the GIL drops it) */
+    s->c = 1, s->seq = seq, s->count_in = count_in, s->count_out = count_out, s->t_issued = nd_now();
+    s->t_done = 0.0, s->op = op, s->device = device, s->dtype = dtype, s->root = root, s->done = 0;
+    nd_ring_release(s, n);
+    return n;
+}
+
+/* entry ``n`` ended now, when it is still in the ring and a C slot (with the GIL or without) */
+static inline void nd_ring_done(NdRing *r, uint64_t n)
+{
+    NdSlot *s = nd_ring_slot(r, n);
+    if (!nd_ring_hold(s, 2 * n, 2 * n + 1))
+        return;
+    if (s->c) {
+        s->t_done = nd_now();
+        s->done = 1;
+    }
+    nd_ring_release(s, n);
+}
+
 /* entry ``n`` as its 10-list, which from now on is the ring's entry (a new reference); NULL without an
- * error when the entry is gone, NULL with one on failure */
+ * error when the entry is gone, NULL with one on failure (with the GIL) */
 PyObject *nd_ring_entry(NdRing *r, uint64_t n);
 
 /* crecord.c: add ``Counter`` and ``Ring`` to module ``m``; 0 or -1 with a Python error set */

@@ -5,6 +5,7 @@
 #define NDIST_NATIVE_ENGINES_H
 
 #include <Python.h>
+#include <stdint.h>
 
 /* One op: ``op`` an OP_* code (common.h) of all_reduce, broadcast, all_gather, all_to_all,
  * reduce_scatter or barrier. ``out`` (``outbytes``) is the buffer of all_reduce and broadcast,
@@ -128,17 +129,30 @@ int nd_capi_add(PyObject *m);
 int nd_lane_add(PyObject *m);
 /* ``o`` is a FastLane */
 int nd_lane_is(PyObject *o);
-/* With the GIL: a C interface call (capi.c) on FastLane ``lane``, the group's C core, with the
- * bookkeeping FastLane's own methods do (claim, number, record, the op without the GIL, AVG's
- * finish, the end). ``descr``: op->dtype's NumPy dtype (NULL for a barrier); ``count_in`` /
- * ``count_out``: the record's counts. ND_LANE_NOT_TAKEN: nothing done (a dtype or reduce op
- * the core does not finish, no element, a busy, closed or broken group, a queued job): the
- * Python hooks take the call. 0: done. -1: a Python error set. 1: the op failed, the claim
- * still held: ``*exc`` (the group's exception), ``*entry`` (the recorder's entry or NULL) and
- * ``*seq`` (the lane's number), new references, go to the caller's failure hook, which ends
- * the claim. */
+/* A C interface call (capi.c) on FastLane ``lane``, the group's C core, with the bookkeeping
+ * FastLane's own methods do (claim, number, record, the op, AVG's finish, the end), with the GIL
+ * (``ts`` NULL: released around the op) or without it (``ts``: this thread's Python thread state,
+ * not current; the GIL is taken only for a dtype code's first sight on the lane, for waking the
+ * executor's worker when a job was queued meanwhile, and by the engine's own calls back into
+ * Python, as for the groups' methods). ``dtypes``: NumPy's dtype of each dtype code (a tuple,
+ * None where none: read on a first sight); ``count_in`` / ``count_out``: the record's counts.
+ * ND_LANE_NOT_TAKEN: nothing done (a dtype or reduce op the core does not finish, no element, a
+ * busy, closed or broken group, a queued job): the Python hooks take the call. 0: done. -1: a
+ * Python error, set (with the GIL) or fetched into ``out->err`` (without). 1: the op failed, the
+ * claim still held: ``out`` says how; with the GIL, ``nd_lane_failed`` gives the failure hook's
+ * arguments, and the hook ends the claim. */
 #define ND_LANE_NOT_TAKEN (-2)
-int nd_lane_call(PyObject *lane, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *descr,
-                 PyObject **entry, PyObject **seq, PyObject **exc);
+typedef struct {
+    int rc;                 /* 1: the engine's code for the failure (for nd_group_raise) */
+    uint64_t slot;          /* 1: the recorder's entry */
+    unsigned long long seq; /* 1: the lane's number */
+    PyObject *err[3];       /* -1 without the GIL: the error's type, value and traceback (new references) */
+} NdLaneOut;
+int nd_lane_call(PyObject *lane, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_out, PyObject *dtypes,
+                 PyThreadState *ts, NdLaneOut *out);
+/* With the GIL, after nd_lane_call returned 1: ``*exc`` (the group's exception), ``*entry`` (the
+ * recorder's entry or NULL) and ``*seq`` (the lane's number), new references, for the caller's
+ * failure hook. */
+void nd_lane_failed(PyObject *lane, const NdLaneOut *out, PyObject **exc, PyObject **entry, PyObject **seq);
 
 #endif

@@ -13,12 +13,18 @@
  * NDIST_OK, fills ``*err`` (which may be NULL) with what the Python path would raise for the
  * same call: the status, the exception's class name, the rank it names and its message.
  *
- * The functions may be called without the GIL, from any thread. Each call is numbered and
- * recorded in the group's flight recorder and claims the group's lane as the Python path's
- * repeated call does, so calls through this table and through ``ndist.distributed`` mix on one
- * group in any order; that bookkeeping touches Python objects (the counter, the recorder), so a
- * call holds the GIL briefly before and after the operation, and runs the operation itself
- * without it.
+ * The functions may be called without the GIL, from any thread, and a call that succeeds takes
+ * no GIL: its checks, the claim of the group's lane, its number, its flight-recorder entry and
+ * the operation run in C on C11 atomics, as the Python path's repeated call does them, so calls
+ * through this table and through ``ndist.distributed`` mix on one group in any order, and a
+ * Python thread holding the GIL does not hold a call up. The GIL is taken (PyGILState_Ensure)
+ * only: on a thread's first call when the thread has no Python thread state (one is made and
+ * kept for the thread); on a dtype's first call on the group; when the call fails (its error is
+ * mapped in Python); when an async op was queued on the group meanwhile (its worker is woken);
+ * while the engine calls back into Python (a stall's warning, a signal check on the main
+ * thread); and for every call the engine's C core does not take (a dtype or reduce op it does
+ * not finish in C, no element, a busy, broken or closed group, NDIST_DEBUG=DETAIL), which goes
+ * through Python. A caller that holds the GIL may call too: it is released around the op.
  *
  * Buffers are pointers to ``count`` elements of ``dtype`` (contiguous); ``count`` is the
  * per-rank element count named at each function. ``root`` is a rank of the group (0 .. size-1).
