@@ -91,6 +91,7 @@ def test_extra_flags_reach_the_compiler_and_are_cached_apart(torch_compiled_buil
     from ndist.torch import _compiled
 
     monkeypatch.delenv("NDIST_TORCH_CFLAGS", raising=False)
+    monkeypatch.delenv("NDIST_TORCH_LDFLAGS", raising=False)  # (set in a sanitizer run: docs/native.md)
     plain = _compiled._name()
     monkeypatch.setenv("NDIST_TORCH_CFLAGS", "-DNDIST_PROBE=1")
     assert _compiled._name() != plain and _compiled._flags() == (["-DNDIST_PROBE=1"], [])

@@ -1,6 +1,7 @@
 """A small job over the repeated call in one C call (``_cnative.FastLane``, native/clane.c's
 ``read_arg``) with arrays other than NumPy's: torch CPU tensors (where torch is installed),
-``ndist.Tensor`` and an object known only by DLPack; every op it runs, at 16 B to 300 KiB, three
+``ndist.Tensor``, an object known only by DLPack and buffer-protocol objects (a memoryview, an
+``array.array`` viewing the same bytes); every op it runs, at 16 B to 300 KiB, three
 calls each, with checks. Run by hand under valgrind or a sanitizer build (docs/native.md,
 "Memory safety")."""
 
@@ -25,7 +26,7 @@ class Exported:
 
 
 def wrappers():
-    out = {"ndist.Tensor": ndist.from_numpy, "dlpack": Exported}
+    out = {"ndist.Tensor": ndist.from_numpy, "dlpack": Exported, "memoryview": memoryview}
     try:
         import torch
     except ImportError:
