@@ -94,6 +94,14 @@ def test_uneven_all_reduce_parts_and_large_messages_are_exact(native_tcp):
         out = run_threads(backends, lambda b: _all_reduce(b, data[b.backend.rank].copy()))
         for o in out:
             assert o.tobytes() == expect.tobytes()
+        # the one-phase all_reduce and a reduce to rank 1 (ranks 0 and 1 fold into their own
+        # buffer, rank 2 into the scratch): the same fold
+        small = [d[:1001] for d in data]
+        out = run_threads(backends, lambda b: _all_reduce(b, small[b.backend.rank].copy()))
+        for o in out:
+            assert o.tobytes() == ((small[0] + small[1]) + small[2]).tobytes()
+        out = run_threads(backends, lambda b: _reduce(b, data[b.backend.rank].copy(), 1))
+        assert out[1].tobytes() == expect.tobytes()
     finally:
         _close(backends)
 

@@ -859,8 +859,11 @@ static void trim_scratch(TGroup *g)
     }
 }
 
-/* dst = x_0 (op) x_1 (op) ... in rank order, x_k = src[k]; dst may be one of them (src[0] when
- * it is written first) */
+/* dst = x_0 (op) x_1 (op) ... in rank order, x_k = src[k]; dst may be src[0] or src[1], which
+ * the first step reads before it writes them (the kernels take an output that is an input,
+ * kernels.h; NumPy's fallback too), never a later one. So rank 0 or 1 folds straight into its
+ * own buffer; a rank past them folds into the scratch and copies its result back (at n = 2
+ * over TCP that copy was rank 1's whole part of every large all_reduce) */
 static int fold(TGroup *g, Red *r, char *dst, char **src, size_t count, PyThreadState **save)
 {
     int rc = do_reduce(r, dst, src[0], src[1], count, save);
@@ -901,7 +904,7 @@ static int run_all_reduce(TGroup *g, char *buf, size_t nbytes, Red *r, int rsag,
         }
         if ((rc = phase(g, &s, dl, sv)))
             return rc;
-        char *dst = me == 0 ? buf : src[0]; /* (src[0] is a scratch copy unless it is this rank's own) */
+        char *dst = me < 2 ? buf : src[0]; /* (rank 0 or 1 folds in place: see fold) */
         rc = fold(g, r, dst, src, count, sv);
         if (rc == E_OK && dst != buf)
             memcpy(buf, dst, nbytes);
@@ -927,7 +930,7 @@ static int run_all_reduce(TGroup *g, char *buf, size_t nbytes, Red *r, int rsag,
     }
     if ((rc = phase(g, &s, dl, sv)))
         return rc;
-    char *dst = me == 0 ? buf + off[0] : src[0];
+    char *dst = me < 2 ? buf + off[me] : src[0];
     if ((rc = fold(g, r, dst, src, mine / es, sv)))
         return rc;
     if (dst != buf + off[me])
@@ -964,7 +967,7 @@ static int run_reduce(TGroup *g, char *buf, size_t nbytes, Red *r, int root, dou
     }
     if ((rc = phase(g, &s, dl, sv)))
         return rc;
-    char *dst = me == 0 ? buf : src[0];
+    char *dst = me < 2 ? buf : src[0];
     rc = fold(g, r, dst, src, nbytes / (size_t)r->esize, sv);
     if (rc == E_OK && dst != buf)
         memcpy(buf, dst, nbytes);
