@@ -587,17 +587,24 @@ def _interrupted(rank, size):
 
     eng = C.Engine(_handle())
     if rank == 0:
+        # the rank gets SIGINT as a Python program started from a terminal does (its handler
+        # raising KeyboardInterrupt, the signal not blocked), whatever the process that started
+        # it left: an ignored disposition or a blocked mask survives exec (seen as a missed
+        # signal in CI's full run only); what it inherited is kept for the assertion's message
+        inherited = (signal.getsignal(signal.SIGINT), signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
         t0 = time.monotonic()
         err = eng.all_reduce(np.ones(8))  # rank 1 does not come before the signal
-        return err, time.monotonic() - t0, eng.barrier()
+        return err, time.monotonic() - t0, eng.barrier(), repr(inherited)
     time.sleep(2)
     return None
 
 
 def test_a_signal_on_the_main_thread_interrupts_a_call():
-    (err, took, again), _ = run(_interrupted, 2)
-    assert err is not None and err[0] == 7 and err[3] == "KeyboardInterrupt" and err[2] == 0, err  # INTERRUPTED
+    (err, took, again, inherited), _ = run(_interrupted, 2)
+    assert err is not None and err[0] == 7 and err[3] == "KeyboardInterrupt" and err[2] == 0, (err, inherited)
     assert took < 5, took
     assert again is not None and again[0] == 5, again  # the interrupt broke the group: NDIST_E_BROKEN
 
