@@ -34,7 +34,11 @@ a generated script that maps a host's address to its namespace and runs the
 command there with ``ip netns exec``, and ``MPIR_CVAR_CH4_NETMOD=ucx
 UCX_TLS=tcp,self`` (without ``UCX_TLS``, UCX sees one kernel and uses shared
 memory between the namespaces). No shaping unless ``--delay`` / ``--rate`` are
-given. The ranks reach the driver over a Unix socket (a path crosses network
+given. TCP between the hosts runs the kernel's default congestion control unless
+``--congestion NAME`` sets one on the namespaces' routes; the header names it, and per
+library the TCP segments the hosts retransmitted during its calls (veth hands a packet to
+the receive backlog of the CPU that sent it, so a flow sent from two CPUs can arrive out of
+order, as it does under BBR's pacing here, and TCP retransmits: docs/performance.md). The ranks reach the driver over a Unix socket (a path crosses network
 namespaces). Printed: per op, one row per size with each library's µs per call
 and the ratios ndist/MPICH and ndist/Gloo; per library, the bytes its calls sent
 over the hosts' links (a check that it did cross them) and where its ranks ran.
@@ -158,13 +162,16 @@ def mpich_command(hosts, per_host: int, ssh: Path, worker: list) -> list:
 class HostGroup(RankGroup):
     """One library's ranks on the hosts: ``RankGroup`` (start, requests, stop, kill), and
     the bytes the hosts' links sent while its requests ran (``link_bytes``, against
-    ``buffer_bytes``: calls x bytes per call), read from the interfaces' counters."""
+    ``buffer_bytes``: calls x bytes per call), read from the interfaces' counters, and the
+    TCP segments the hosts sent and retransmitted meanwhile (``tcp_sent``, ``tcp_again``)."""
 
     def __init__(self, hosts, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.hosts = hosts
         self.link_bytes = 0
         self.buffer_bytes = 0
+        self.tcp_sent = 0
+        self.tcp_again = 0
 
     def per_buffer_byte(self) -> float:
         return self.link_bytes / self.buffer_bytes if self.buffer_bytes else 0.0
@@ -175,9 +182,12 @@ class HostGroup(RankGroup):
         return self.per_buffer_byte() >= MIN_LINK_SHARE
 
     def run(self, request: dict) -> list:
-        before = self.hosts.link_bytes()
+        before, segs = self.hosts.link_bytes(), self.hosts.tcp_segments()
         out = super().run(request)
         self.link_bytes += self.hosts.link_bytes() - before
+        after = self.hosts.tcp_segments()
+        self.tcp_sent += after[0] - segs[0]
+        self.tcp_again += after[1] - segs[1]
         self.buffer_bytes += request["nbytes"] * (request["warmup"] + request["iters"] + request["check"])
         return out
 
@@ -227,11 +237,11 @@ def _ratio(v) -> str:
 _LABEL = {NDIST: "ndist", "mpi4py": "MPICH", "torch": "Gloo", "torch:ndist": "torch:ndist"}
 
 
-def report_compare(res, groups: dict, hosts, args, shaping: str) -> str:
+def report_compare(res, groups: dict, hosts, args, shaping: str, congestion: str) -> str:
     cfg = res.config
     libs = cfg.libraries
     out = [f"# multihost --compare: {len(hosts.ns)} hosts x {args.per_host} ranks (network namespaces), "
-           f"host links: {shaping}, {cfg.dtype} {cfg.redop}",
+           f"host links: {shaping}, TCP congestion control {congestion}, {cfg.dtype} {cfg.redop}",
            f"# {cfg.iters} calls per round after {cfg.warmup} warm-up calls, {cfg.rounds} rounds alternated "
            f"between libraries, median of rounds of the slowest rank's mean; us per call",
            f"# load average (1/5/15 min): {'/'.join(map(str, res.load[0]))} at start, "
@@ -251,7 +261,8 @@ def report_compare(res, groups: dict, hosts, args, shaping: str) -> str:
             placed = ", ".join(f"{r}:{info.get('netns', '?').rsplit('-', 1)[-1]}"
                                for r, info in sorted(g.ranks.items()))
             out.append(f"#  {'':<13} ranks on hosts {placed}; host links carried {g.link_bytes / 2**20:.1f} MiB "
-                       f"during its calls ({g.per_buffer_byte():.2f} bytes per buffer byte)")
+                       f"during its calls ({g.per_buffer_byte():.2f} bytes per buffer byte); TCP retransmitted "
+                       f"{g.tcp_again} of {g.tcp_sent} segments")
             if not g.crossed():
                 out.append(f"#  {'':<13} WARNING: less than {MIN_LINK_SHARE} bytes per buffer byte crossed the host "
                            "links: its ranks did not talk over the network (shared memory between namespaces?)")
@@ -299,18 +310,20 @@ def run_compare(args) -> int:
     groups: dict = {}
     with make_hosts(args.hosts, skip) as hosts, tempfile.TemporaryDirectory(prefix="ndist-multihost-") as tmp:
         shaping = hosts.shape(args.delay, args.rate)
+        congestion = hosts.congestion(args.congestion)
         ssh = write_ssh_script(hosts, Path(tmp))
         try:
             res = run_bench(cfg, start=lambda lib: start_group(hosts, args, lib, Path(tmp), ssh, groups))
         except (BenchError, ValueError) as e:
             sys.stderr.write(f"multihost: {e}\n")
             return 3
-        text = report_compare(res, groups, hosts, args, shaping)
+        text = report_compare(res, groups, hosts, args, shaping, congestion)
         if args.json:
             doc = json.loads(to_json(res, ["multihost.py", *sys.argv[1:]]))
             doc["hosts"] = {"count": args.hosts, "per_host": args.per_host, "namespaces": hosts.ns,
-                            "addresses": hosts.addr, "shaping": shaping}
+                            "addresses": hosts.addr, "shaping": shaping, "congestion": congestion}
             doc["link_bytes"] = {lib: {"link": g.link_bytes, "buffers": g.buffer_bytes} for lib, g in groups.items()}
+            doc["tcp_segments"] = {lib: {"sent": g.tcp_sent, "retransmitted": g.tcp_again} for lib, g in groups.items()}
             Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     sys.stdout.write(text)
     return 1 if any(r.wrong > 0 for r in res.rows) or not all(g.crossed() for g in groups.values()) else 0
@@ -323,8 +336,10 @@ def run_algos(args) -> int:
     algos = args.algos.split(",")
     with make_hosts(args.hosts, skip) as hosts, tempfile.TemporaryDirectory() as tmp:
         shaping = hosts.shape(args.delay, args.rate)
+        congestion = hosts.congestion(args.congestion)
         results = {a: _run(hosts, args, a, Path(tmp) / a) for a in algos}
     print(f"# multihost: {args.hosts} hosts x {args.per_host} ranks, {shaping} on every host link, "
+          f"TCP congestion control {congestion}, "
           f"all_reduce float32 SUM, {args.iters} calls x {args.rounds} rounds (median), warm-up {args.warmup}")
     print(f"# NDIST_ALGO: {', '.join(algos)} (auto: two levels across hosts; flat: one level)")
     head = f"{'bytes':>10} " + " ".join(f"{a:>13}" for a in algos)
@@ -350,6 +365,9 @@ def main(argv=None) -> int:
     ap.add_argument("--delay", default=None, help="netem delay on every host's link (each way); default 1ms, "
                                                   "with --compare none")
     ap.add_argument("--rate", default=None, help="netem rate on every host's link; default 1gbit, with --compare none")
+    ap.add_argument("--congestion", default=None, metavar="NAME",
+                    help="TCP congestion control between the hosts (e.g. cubic, bbr; set on the namespaces' "
+                         "routes); default: the kernel's")
     ap.add_argument("--warmup", type=int, default=None, help="untimed calls per size; default 3, with --compare 5")
     ap.add_argument("--iters", type=int, default=None, help="timed calls per round; default 10, with --compare 20")
     ap.add_argument("--rounds", type=int, default=None, help="rounds per size (median); default 3, with --compare 5")
@@ -372,6 +390,10 @@ def main(argv=None) -> int:
     for name in ("delay", "rate"):
         if getattr(args, name) in ("none", "0", ""):
             setattr(args, name, None)
+    offered = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+    if args.congestion is not None and offered.exists() and args.congestion not in offered.read_text().split():
+        ap.error(f"--congestion: expected one of the kernel's TCP congestion controls "
+                 f"({', '.join(offered.read_text().split())}); got {args.congestion!r}")
     if args.hosts < 2 or args.per_host < 1 or args.iters < 1 or args.rounds < 1:
         ap.error(f"hosts >= 2, per-host, iters and rounds >= 1; got {args.hosts}, {args.per_host}, {args.iters}, "
                  f"{args.rounds}")

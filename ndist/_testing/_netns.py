@@ -74,6 +74,41 @@ class Hosts:
         between hosts leaves through one of them)."""
         return sum(self._link(ns, dev, "-s")["stats64"]["tx"]["bytes"] for ns, dev in zip(self.ns, self.veth))
 
+    def congestion(self, name: str | None) -> str:
+        """TCP congestion control ``name`` on the routes between the hosts (``ip route ...
+        congctl``, in every host's namespace: a namespace's own default may only be set to
+        algorithms the machine's ``tcp_allowed_congestion_control`` lists), or, with None,
+        the kernel's default left as it is. Returns what the connections between the
+        hosts use. ``ValueError`` naming ``name`` when the kernel does not offer it.
+
+        Why it matters here: veth delivers a packet into the receive backlog of the CPU that
+        sent it, so segments of one flow sent from two CPUs (the application on one, a pacing
+        timer or an ACK on another, as under BBR) can arrive out of order, which a real NIC's
+        queue keeps in order; TCP then retransmits (``retransmits``)."""
+        default = sh("ip", "netns", "exec", self.ns[0], "cat", "/proc/sys/net/ipv4/tcp_congestion_control").stdout.strip()
+        if name is None:
+            return f"{default} (the kernel's default)"
+        offered = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+        if name not in offered:
+            raise ValueError(f"congestion: expected one of the kernel's TCP congestion controls "
+                             f"({', '.join(offered)}); got {name!r}")
+        for ns, dev, addr in zip(self.ns, self.veth, self.addr):
+            sh("ip", "-n", ns, "route", "replace", addr.rsplit(".", 1)[0] + ".0/24", "dev", dev, "proto", "kernel",
+               "scope", "link", "src", addr, "congctl", name)
+        return f"{name} (route congctl; the kernel's default: {default})"
+
+    def tcp_segments(self) -> tuple:
+        """``(sent, retransmitted)``: TCP segments every host's stack sent so far and those of
+        them it retransmitted, all hosts together (``/proc/net/snmp`` of each namespace)."""
+        sent = again = 0
+        for ns in self.ns:
+            rows = [ln.split() for ln in sh("ip", "netns", "exec", ns, "cat", "/proc/net/snmp").stdout.splitlines()
+                    if ln.startswith("Tcp:")]
+            row = dict(zip(rows[0][1:], rows[1][1:]))
+            sent += int(row["OutSegs"])
+            again += int(row["RetransSegs"])
+        return sent, again
+
     def shape(self, delay: str | None, rate: str | None) -> str:
         """Delay and rate limit on every host's interface (egress): ``tc netem`` where the
         kernel has it, else only the rate, with ``tbf``. Returns what was applied."""

@@ -46,7 +46,7 @@ def test_compare_mpich_and_gloo_across_two_namespaces(tmp_path):
     out = tmp_path / "out.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "multihost.py"), "--compare", "mpi4py,torch",
                         "--hosts", "2", "--per-host", "1", "--sizes", "4K,64K", "--iters", "3", "--warmup", "1",
-                        "--rounds", "2", "--timeout", "60", "--json", str(out)],
+                        "--rounds", "2", "--timeout", "60", "--congestion", "reno", "--json", str(out)],
                        capture_output=True, text=True, timeout=130)
     if r.returncode != 0 and "cannot create a network namespace" in r.stdout + r.stderr:
         pytest.skip(r.stderr.strip())
@@ -62,6 +62,9 @@ def test_compare_mpich_and_gloo_across_two_namespaces(tmp_path):
         assert {k: v["netns"] for k, v in ranks.items()} == {"0": ns[0], "1": ns[1]}, lib
         moved = doc["link_bytes"][lib]
         assert moved["link"] >= 0.25 * moved["buffers"] > 0, (lib, moved)  # over the veth, not shared memory
+        segs = doc["tcp_segments"][lib]  # counted in the hosts' stacks during its calls
+        assert segs["sent"] > 0 and 0 <= segs["retransmitted"] <= segs["sent"], (lib, segs)
+    assert doc["hosts"]["congestion"].startswith("reno (route congctl"), doc["hosts"]
     # the header names the engine that ran, asked after a collective: the native engine over TCP, the
     # default for a group whose peers are on other hosts (the Python engine where it is not built)
     engine = "native" if native_extension() is not None else "python"
@@ -70,6 +73,8 @@ def test_compare_mpich_and_gloo_across_two_namespaces(tmp_path):
     assert "-launcher-exec" in mpich and "UCX_TLS" in mpich and "tcp,self" in mpich
     # the table: one row per size under every op, with both ratios
     text = r.stdout
+    assert "TCP congestion control reno (route congctl" in text.splitlines()[0]
+    assert text.count("TCP retransmitted ") == len(LIBS)
     assert "ndist/MPICH" in text and "ndist/Gloo" in text and "# checked: 30 cells, 0 wrong elements" in text
     for op in OPS:
         lines = text.split(f"# {op}\n", 1)[1].splitlines()

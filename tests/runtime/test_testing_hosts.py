@@ -59,3 +59,55 @@ def test_bad_hosts_arguments_are_refused_before_anything_starts(kw, error, words
     with pytest.raises(error) as info:
         run_ranks(_where, 4, **kw)
     assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def _connected_pair(hosts):
+    """A TCP connection from host 0 to host 1: (client, server side), made inside their namespaces."""
+    import socket
+
+    from ndist._testing._netns import inside
+
+    with inside(hosts.ns[1]):
+        listener = socket.create_server((hosts.addr[1], 0))
+    with inside(hosts.ns[0]):
+        client = socket.create_connection((hosts.addr[1], listener.getsockname()[1]), timeout=10)
+    server, _ = listener.accept()
+    listener.close()
+    return client, server
+
+
+def _congestion_of(sock) -> str:
+    import socket
+
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode()
+
+
+@pytest.mark.timeout(60)
+def test_congestion_control_between_hosts_is_set_on_their_routes_and_segments_are_counted():
+    offered = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+    with make_hosts(2, pytest.skip) as hosts:
+        default = hosts.congestion(None)
+        client, server = _connected_pair(hosts)
+        with client, server:
+            used = _congestion_of(client)
+        assert default == f"{used} (the kernel's default)"
+        # one the namespaces' own default may not be (tcp_allowed_congestion_control) works on the routes
+        other = next(x for x in ("reno", "cubic", "bbr") if x in offered and x != used)
+        assert hosts.congestion(other).startswith(f"{other} (route congctl")
+        sent, again = hosts.tcp_segments()
+        client, server = _connected_pair(hosts)
+        with client, server:
+            assert _congestion_of(client) == _congestion_of(server) == other
+            import threading
+
+            sender = threading.Thread(target=client.sendall, args=(b"x" * (1 << 20),), daemon=True)
+            sender.start()
+            got = 0
+            while got < 1 << 20:
+                got += len(server.recv(1 << 20))
+            sender.join(10)
+        sent2, again2 = hosts.tcp_segments()
+        assert sent2 - sent >= (1 << 20) // 65536 and again2 >= again  # (GSO: up to 64 KiB a segment)
+        with pytest.raises(ValueError) as info:
+            hosts.congestion("no-such-cc")
+        assert "congestion" in str(info.value) and "no-such-cc" in str(info.value) and offered[0] in str(info.value)
