@@ -469,3 +469,64 @@ def test_a_bad_two_level_minimum_is_named(monkeypatch):
     monkeypatch.setenv("NDIST_NATIVE_HOSTS", "mod:0")
     with pytest.raises(ValueError, match=r"NDIST_NATIVE_HOSTS: expected a rank count k >= 1 or 'mod:k', got 'mod:0'"):
         _twolevel.host_split((0, 1))
+
+
+def _cma_ops(b, big: bool):
+    """reduce_scatter, all_to_all (even, and uneven with blocks on both sides of the 16 KiB
+    single-copy minimum) and the two-level all_gather and all_reduce, at 2 hosts x 2 on one
+    machine (every link a Unix socket: every pair may read each other's memory); returns
+    what differs from NumPy's answer and the payloads this rank read by address."""
+    r, n = b.backend.rank, b.backend.size
+    tcp = b.backend._native.g.tcp
+    before, bad = tcp.cma_blocks, []
+    k = 8192 if big else 512  # float32s per part: 32 KiB, or 2 KiB
+    rs = np.zeros(k, np.float32)
+    b.reduce_scatter(rs, [np.arange(k, dtype=np.float32) + r + 10 * j for j in range(n)], ReduceOp.SUM,
+                     blocking=True).wait(30)
+    if not np.array_equal(rs, n * np.arange(k, dtype=np.float32) + n * (n - 1) / 2 + 10 * n * r):
+        bad.append("reduce_scatter")
+    a2a = np.zeros(n * k, np.int32)
+    b.all_to_all_single(a2a, np.arange(n * k, dtype=np.int32) + 1000 * r, blocking=True).wait(30)
+    if not np.array_equal(a2a, np.concatenate([np.arange(r * k, (r + 1) * k, dtype=np.int32) + 1000 * q
+                                               for q in range(n)])):
+        bad.append("all_to_all")
+    send = [k * (1 + (p + r) % 3) // 2 for p in range(n)]  # to rank p: 1, 2 or 3 halves of k float64s
+    recv = [k * (1 + (r + q) % 3) // 2 for q in range(n)]
+    out = np.zeros(sum(recv), np.float64)
+    b.all_to_all_single(out, np.full(sum(send), r, np.float64), out_splits=recv, in_splits=send,
+                        blocking=True).wait(30)
+    if not np.array_equal(out, np.repeat(np.arange(n, dtype=np.float64), recv)):
+        bad.append("all_to_all uneven")
+    ag = np.zeros(n * k, np.int16)
+    b.all_gather_into(ag, np.full(k, r, np.int16), blocking=True).wait(30)
+    if not np.array_equal(ag, np.repeat(np.arange(n, dtype=np.int16), k)):
+        bad.append("all_gather")
+    ar = np.full(k * (32 if big else 1), r + 1, np.int64)  # 2 MiB (the leaders' two phases), or 4 KiB
+    b.all_reduce(ar, ReduceOp.SUM, blocking=True).wait(30)
+    if not (ar == n * (n + 1) // 2).all():
+        bad.append("all_reduce")
+    return bad, tcp.cma_blocks - before
+
+
+@pytest.mark.parametrize("cma_min", ["", "0"], ids=["default", "off"])
+def test_parts_for_a_peer_on_this_host_go_by_address_from_the_single_copy_minimum(monkeypatch, cma_min):
+    """The direct ops' parts (and the leaders' steps, whose leaders share this machine here)
+    for a peer that may read this rank's memory go by address from ``NDIST_NATIVE_CMA_MIN``
+    bytes (16 KiB): each read counts in ``TcpGroup.cma_blocks``. Below it, or with the
+    setting 0, they go through the socket; the results are the same."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
+    monkeypatch.setenv("NDIST_NATIVE_CMA_MIN", cma_min)
+    backends = _up(4)
+    try:
+        assert [b.backend._native.g.tcp.cma_min for b in backends] == [16384 if cma_min == "" else 0] * 4
+        small = run_threads(backends, lambda b: _cma_ops(b, False))
+        assert small == [([], 0)] * 4
+        large = run_threads(backends, lambda b: _cma_ops(b, True))
+        assert [bad for bad, _ in large] == [[]] * 4
+        # every rank reads 3 reduce_scatter parts, 3 all_to_all blocks and 3 uneven ones (the
+        # smallest: 32 KiB); a leader (0, 2) also the other leader's all_gather host block and
+        # its all_reduce part in both phases
+        want = [9 + (3 if r in (0, 2) else 0) for r in range(4)] if cma_min == "" else [0] * 4
+        assert [blocks for _, blocks in large] == want
+    finally:
+        _close(backends)

@@ -369,11 +369,11 @@ class SocketBackend(CollectiveBackend):
         two-level form's same-host group, already attached, whose peers may wait on this
         rank in the set-up barrier: a failure here fails it naming the same cause."""
         deadline = time.monotonic() + self._timeout
-        socks = {}
+        socks, facts = {}, {}
         p = None
         try:
             for p in peers:
-                socks[p] = self._open_link(p, deadline)[0]
+                socks[p], facts[p] = self._open_link(p, deadline)
         except BaseException as err:
             # the peers linked so far may wait on this rank in the set-up: each is told why it
             # fails (the lost notice naming the rank that could not be linked: a timeout
@@ -400,7 +400,7 @@ class SocketBackend(CollectiveBackend):
             raise
         here = _net.machine_of(self._mesh.hostid)  # (ranks sharing this machine's CPUs: whether to spin)
         sharing = 1 + sum(_net.machine_of(self._mesh.peer(p)["hostid"]) == here for p in peers)
-        return _native.attach_tcp(mod, socks, self.rank, self.size, self._timeout, sharing)
+        return _native.attach_tcp(mod, socks, self.rank, self.size, self._timeout, sharing, facts)
 
     def _run_native(self, mod, group, peers) -> None:
         """Run the collectives on native ``group`` (of module ``mod``): the algorithms, the

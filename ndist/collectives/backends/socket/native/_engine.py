@@ -204,16 +204,27 @@ def tcp_spins(sharing: int) -> bool:
     return sharing <= (os.cpu_count() or 1)
 
 
-def attach_tcp(mod, socks: dict, rank: int, size: int, timeout: float, sharing: int | None = None):
+def attach_tcp(mod, socks: dict, rank: int, size: int, timeout: float, sharing: int | None = None,
+               facts: dict | None = None):
     """The C group over the collective links ``socks`` (group rank -> connected socket); it
     takes their descriptors (closing them with itself), the socket objects are detached.
-    ``sharing``: the group's ranks on this machine (``tcp_spins``; None: all of them)."""
+    ``sharing``: the group's ranks on this machine (``tcp_spins``; None: all of them).
+    ``facts``: each link's ``wire._link_facts.Facts`` (group rank -> facts): a payload of at
+    least ``cma_min_bytes()`` to a peer on this host that reads this rank's memory goes by
+    address (ctcp.c, single copy), as the same-host engine's blocks do."""
     fds = [-1] * size
     for p, sock in socks.items():
         fds[p] = sock.detach()
+    cma = [None] * size
+    for p, f in (facts or {}).items():
+        if f is not None and (f.read_pid or f.they_read):
+            cma[p] = (int(f.read_pid or 0), bool(f.they_read))
     try:
         spin = tcp_spins(size if sharing is None else sharing)
-        return mod.TcpGroup(rank, size, fds, timeout, float(os.environ.get(SPIN_ENV, SPIN_US if spin else 0.0)))
+        group = mod.TcpGroup(rank, size, fds, timeout, float(os.environ.get(SPIN_ENV, SPIN_US if spin else 0.0)),
+                             cma)
+        group.cma_min = cma_min_bytes()
+        return group
     except BaseException:
         for fd in fds:
             if fd >= 0:

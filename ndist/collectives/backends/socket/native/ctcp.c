@@ -13,6 +13,15 @@
  *     CLOSE  the sender closed the group (destroy_process_group, exit)
  *     STALL  the sender, idle here, passed a deadline elsewhere waiting on ``code`` (a group
  *            rank, or STALL_GLOBAL + a global rank; STALL_FINAL: it raised naming it)
+ *     DONE   the sender read the payload of this rank's DATA frame of the phase by address
+ *
+ * Single copy: a DATA payload of at least ``cma_min`` bytes for a peer on this host that may
+ * read this rank's memory (``they_read``: the link's facts, which both ends agreed on when
+ * it opened) is not sent: the header carries its address (``addr``), the peer reads it with
+ * ``process_vm_readv`` (cma.h) straight into its destination and answers DONE after its own
+ * DATA frame of the phase to this rank; this rank's phase ends only once that DONE came, so
+ * the caller's buffer is its own again when the op returns. A read that fails (the sender
+ * died) is a lost link (E_LOST) naming the sender.
  *
  * One frame of another format may come too: the mesh's lost notice (the Python engine's ABORT
  * frame, ``wire/_frame.py``), which a rank that could not build or keep the group writes on
@@ -65,21 +74,29 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "cma.h"
 #include "common.h"
 #include "ctcp.h"
 #include "engines.h"
 
 /* ------------------------------------------------------------------ wire */
 #define MAGIC 0x4e445400u /* "NDT" */
-enum { K_DATA = 1, K_FAIL, K_CLOSE, K_STALL };
+enum { K_DATA = 1, K_FAIL, K_CLOSE, K_STALL, K_DONE };
 enum { W_FAILED = 1, W_STALLED, W_MISMATCH };
 
 typedef struct {
     uint32_t kind;  /* MAGIC | K_* */
     int32_t op, dtype, redop, root;
-    int32_t why;    /* FAIL: W_* */
-    int32_t code;   /* FAIL: the rank named; STALL: the notice */
     uint32_t phase; /* DATA: the phase of its op */
+    union {
+        struct {
+            int32_t why;  /* FAIL: W_* */
+            int32_t code; /* FAIL: the rank named; STALL: the notice */
+        };
+        /* DATA: the payload's address in the sender's memory, which the receiver reads
+         * (cma.h) and answers with DONE; 0: the payload follows on the stream */
+        uint64_t addr;
+    };
     uint64_t seq;   /* the op's sequence number on its group (for messages) */
     uint64_t sig;   /* the op's size signature (the buffer of all_reduce / reduce / broadcast) */
     uint64_t esize;
@@ -114,6 +131,15 @@ typedef struct {
     char *iptr;
     size_t ilen, igot, idrain;
     int32_t told;  /* 1 + the peer's STALL code (0: none), cleared by its next DATA frame */
+    /* single copy with a peer on this host (cma.h): ``rpid``, its pid when this rank may read
+     * its memory (0: never); ``they_read``, it may read this rank's. ``oaddr``: the frame being
+     * sent goes by address (its header alone on the stream); ``idone``: this rank awaits the
+     * peer's DONE for it; ``dsend``: a DONE to send the peer (``dh``, ``doff`` of it sent), after
+     * this phase's DATA frame to it */
+    int32_t rpid;
+    int they_read, oaddr, idone, dsend;
+    thdr_t dh;
+    size_t doff;
 } Peer;
 
 typedef struct {
@@ -180,6 +206,10 @@ typedef struct {
     /* the running op's mismatch leaves every stream at the next op's first frame (``keeps``):
      * the group stays usable */
     int keep;
+    /* single copy: a DATA payload of at least cma_min bytes (0: never) to a peer that reads
+     * this rank's memory goes by address; cma_blocks counts the payloads this rank read so */
+    Py_ssize_t cma_min;
+    unsigned long long cma_blocks;
 } TGroup;
 
 /* the group rank of the view's q-th rank */
@@ -205,8 +235,14 @@ static void clear_phase(TGroup *g)
 {
     for (int q = 0; q < g->size; q++) {
         Peer *p = &g->peers[q];
-        p->osend = p->irecv = 0;
+        p->osend = p->irecv = p->idone = p->dsend = 0;
     }
+}
+
+/* a frame to this peer is part sent: nothing else may go on its stream before it ends */
+static int mid_frame(const Peer *p)
+{
+    return (p->osend && p->ooff > 0) || (p->dsend && p->doff > 0);
 }
 
 /* (q: a rank of the view) */
@@ -228,6 +264,15 @@ static void set_send(TGroup *g, int q, const TSig *s, const char *ptr, size_t le
     p->olen = len;
     p->ooff = 0;
     p->osend = 1;
+    /* by address: the peer reads it (single copy) and answers DONE, which ends this rank's
+     * phase with it (the buffer is the caller's again once the op returns) */
+    p->oaddr = len && g->cma_min > 0 && len >= (size_t)g->cma_min && p->they_read;
+    p->oh.addr = p->oaddr ? (uint64_t)(uintptr_t)ptr : 0;
+    if (p->oaddr && !p->irecv) { /* (no read of it is under way between phases) */
+        p->istage = 0;
+        p->ihgot = 0;
+    }
+    p->idone = p->oaddr;
 }
 
 static void set_recv(TGroup *g, int q, char *ptr, size_t len)
@@ -240,15 +285,36 @@ static void set_recv(TGroup *g, int q, char *ptr, size_t len)
     p->irecv = 1;
 }
 
+/* Queue a DONE for peer q, whose payload this rank read by address (or drained, in a
+ * mismatch); it goes after this phase's DATA frame to q. */
+static void queue_done(TGroup *g, Peer *p)
+{
+    memset(&p->dh, 0, sizeof p->dh);
+    p->dh.kind = MAGIC | K_DONE;
+    p->dh.seq = g->seq;
+    p->doff = 0;
+    p->dsend = 1;
+}
+
 /* 1: progress, 0: would block, -1: the connection failed (E_LOST) */
 static int try_send(Peer *p)
 {
     struct iovec iov[2];
     int k = 0;
+    size_t body = p->oaddr ? 0 : p->olen; /* (the payload bytes on the stream) */
+    if (!p->osend) { /* a DONE */
+        ssize_t w = send(p->fd, (char *)&p->dh + p->doff, sizeof(thdr_t) - p->doff, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        p->doff += (size_t)w;
+        if (p->doff == sizeof(thdr_t))
+            p->dsend = 0;
+        return 1;
+    }
     if (p->ooff < sizeof(thdr_t)) {
         iov[k].iov_base = (char *)&p->oh + p->ooff;
         iov[k++].iov_len = sizeof(thdr_t) - p->ooff;
-        if (p->olen) {
+        if (body) {
             iov[k].iov_base = (void *)p->optr;
             iov[k++].iov_len = p->olen;
         }
@@ -264,7 +330,7 @@ static int try_send(Peer *p)
     if (w < 0)
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
     p->ooff += (size_t)w;
-    if (p->ooff == sizeof(thdr_t) + p->olen)
+    if (p->ooff == sizeof(thdr_t) + body)
         p->osend = 0;
     return 1;
 }
@@ -428,20 +494,52 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
             }
             if (kind == K_FAIL)
                 return -peer_failed(g, q);
+            if (kind == K_DONE) { /* it read this rank's payload (it comes after its DATA frame) */
+                if (p->irecv || !p->idone) {
+                    g->err_peer = q;
+                    return -E_LOST; /* (a stream out of step: not this engine's order) */
+                }
+                p->idone = 0;
+                return 1;
+            }
             p->told = 0; /* its next op began: past what it told */
-            if (!*mm && check_data(g, q, s) == E_MISMATCH) {
+            int byaddr = p->ih.addr != 0;
+            if (!p->irecv) { /* a frame where only its DONE was due: another call's (a mismatch) */
+                if (!*mm) {
+                    g->err_peer = q;
+                    memcpy(&g->err_theirs, &p->ih, sizeof p->ih);
+                    g->err_sends = g->err_wants = -1;
+                }
+                *mm = 1;
+                g->keep = 0;
+                p->istage = 2;
+            } else if (!*mm && check_data(g, q, s) == E_MISMATCH) {
                 *mm = 1;
                 g->keep = keeps(g, q, s);
                 p->istage = 2;
-                p->idrain = p->ih.nbytes;
             } else if (*mm) {
                 g->keep = g->keep && keeps(g, q, s);
-                p->istage = p->ih.nbytes != p->ilen ? 2 : 1; /* (a second mismatch: drained too) */
-                p->idrain = p->ih.nbytes;
+                p->istage = p->ih.nbytes != p->ilen || byaddr ? 2 : 1; /* (a second mismatch: drained too) */
             } else
                 p->istage = 1;
+            p->idrain = byaddr ? 0 : p->ih.nbytes; /* (by address: nothing follows on the stream) */
+            if (byaddr) {
+                if (p->istage == 1) { /* read straight into the destination */
+                    int err = p->rpid > 0 ? cma_read(p->rpid, p->iptr, p->ih.addr, p->ilen) : EPERM;
+                    if (err) { /* it died, or its memory is gone: the link is lost */
+                        g->err_peer = q;
+                        return -E_LOST;
+                    }
+                    g->cma_blocks++;
+                }
+                queue_done(g, p); /* (a drained one too: the sender waits for it) */
+                p->irecv = 0;
+                p->istage = 0;
+                return 1;
+            }
             if ((p->istage == 1 && p->ilen == 0) || (p->istage == 2 && p->idrain == 0)) {
                 p->irecv = 0;
+                p->istage = 0;
                 return 1;
             }
             continue;
@@ -456,6 +554,7 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
                 continue;
         }
         p->irecv = 0;
+        p->istage = 0; /* (a DONE may follow) */
         return 1;
     }
 }
@@ -476,7 +575,7 @@ static int peek_end(TGroup *g, int q)
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             return E_OK;
         if (r <= 0) { /* its stream ended (or failed) */
-            if (!p->osend)
+            if (!p->osend && !p->dsend)
                 return E_OK;
             g->err_peer = q;
             return E_LOST;
@@ -500,7 +599,7 @@ static int peek_end(TGroup *g, int q)
             g->keep = 0;
             return E_MISMATCH;
         }
-        if (theirs && (kind == K_DATA || (kind == K_CLOSE && !p->osend)))
+        if (theirs && (kind == K_DATA || kind == K_DONE || (kind == K_CLOSE && !p->osend && !p->dsend)))
             return E_OK;
         if (recv(p->fd, &p->ih, sizeof(thdr_t), MSG_DONTWAIT) != (ssize_t)sizeof(thdr_t))
             return E_OK; /* (cannot be: peeked whole) */
@@ -546,7 +645,7 @@ static void notice_peers(TGroup *g, int32_t code)
     double until = now_s() + FINAL_FRAME_S;
     for (int q = 0; q < g->size; q++) {
         Peer *p = &g->peers[q];
-        if (q == g->rank || p->out_done || (p->osend && p->ooff > 0))
+        if (q == g->rank || p->out_done || mid_frame(p))
             continue;
         thdr_t h;
         memset(&h, 0, sizeof h);
@@ -601,10 +700,10 @@ static int peer_root(TGroup *g, int q, int *final)
 static int waited_peer(TGroup *g)
 {
     for (int q = 0; q < g->size; q++)
-        if (g->peers[q].irecv)
+        if (g->peers[q].irecv || g->peers[q].idone)
             return q;
     for (int q = 0; q < g->size; q++)
-        if (g->peers[q].osend)
+        if (g->peers[q].osend || g->peers[q].dsend)
             return q;
     return -1;
 }
@@ -621,7 +720,7 @@ static int xchg(TGroup *g, const TSig *s, double deadline, PyThreadState **save)
         int pending = 0, moved = 0;
         for (int q = 0; q < n; q++) {
             Peer *p = &g->peers[q];
-            if (p->osend) {
+            if (p->osend || p->dsend) {
                 int r = try_send(p);
                 if (r < 0) {
                     g->err_peer = q;
@@ -629,13 +728,13 @@ static int xchg(TGroup *g, const TSig *s, double deadline, PyThreadState **save)
                 }
                 moved |= r;
             }
-            if (p->irecv) {
+            if (p->irecv || p->idone) {
                 int r = try_recv(g, q, s, &mm);
                 if (r < 0)
                     return -r;
                 moved |= r;
             }
-            pending |= p->osend | p->irecv;
+            pending |= p->osend | p->irecv | p->idone | p->dsend;
         }
         if (moved && slept_at > 0) {
             spin_learn(&g->spin_now_us, g->spin_us, slept_at);
@@ -679,10 +778,11 @@ static int xchg(TGroup *g, const TSig *s, double deadline, PyThreadState **save)
         int k = 0;
         for (int q = 0; q < n; q++) {
             Peer *p = &g->peers[q];
-            if (!p->osend && !p->irecv)
+            int out = p->osend || p->dsend, in = p->irecv || p->idone;
+            if (!out && !in)
                 continue;
             pf[k].fd = p->fd;
-            pf[k].events = (short)((p->osend ? POLLOUT : 0) | (p->irecv ? POLLIN : 0));
+            pf[k].events = (short)((out ? POLLOUT : 0) | (in ? POLLIN : 0));
             pf[k++].revents = 0;
         }
         pf[k].fd = g->efd;
@@ -720,7 +820,7 @@ static int xchg(TGroup *g, const TSig *s, double deadline, PyThreadState **save)
             }
         }
         for (int q = 0; q < n; q++) { /* a peer this rank does not read from now: did it fail? */
-            if (q == g->rank || g->peers[q].irecv)
+            if (q == g->rank || g->peers[q].irecv || g->peers[q].idone)
                 continue;
             int rc = peek_end(g, q);
             if (rc)
@@ -757,7 +857,7 @@ static void send_final(TGroup *g, uint32_t kind, int why, int code)
         Peer *p = &g->peers[q];
         if (q == g->rank || p->fd < 0 || p->out_done)
             continue;
-        if (!(p->osend && p->ooff > 0)) { /* at a boundary: the frame goes whole or not at all */
+        if (!mid_frame(p)) { /* at a boundary: the frame goes whole or not at all */
             thdr_t h;
             memset(&h, 0, sizeof h);
             h.kind = MAGIC | kind;
@@ -772,7 +872,7 @@ static void send_final(TGroup *g, uint32_t kind, int why, int code)
             h.code = code;
             send_header(p->fd, &h, until); /* cut short or not, the stream ends below */
         }
-        p->osend = 0;
+        p->osend = p->dsend = 0;
         shutdown(p->fd, SHUT_WR);
         p->out_done = 1;
     }
@@ -1102,21 +1202,41 @@ static int check_usable(TGroup *g)
     return 0;
 }
 
-static PyObject *raise_err(TGroup *g, int rc)
+/* The op failed after this rank sent payloads by address (``idone``): a peer may be about to
+ * read one, and the caller reuses its buffers once the call raised. Wait, at most 1 s in all,
+ * until each such peer answered DONE, or failed, or its stream ended (its frames before the
+ * DONE read and dropped: the group is broken). Called after break_group, so a peer waiting on
+ * this rank fails instead of waiting on it. Without the GIL, with the sockets claimed. */
+static void await_readers(TGroup *g)
 {
-    if (rc == E_SELF_FAILED)
-        g->err_peer = g->err_cause;
-    if (!(rc == E_MISMATCH && g->keep)) /* (a kept mismatch: every stream at the next op) */
-        break_group(g, rc);
-    else
-        clear_phase(g);
-    release(g);
-    if (rc == E_SIGNAL || (rc == E_PY && PyErr_Occurred()))
-        return NULL; /* the Python exception is set */
-    if (rc == E_PY) {
-        PyErr_NoMemory();
-        return NULL;
+    int any = 0;
+    for (int q = 0; q < g->size; q++)
+        any |= g->peers[q].idone;
+    if (!any)
+        return;
+    int mm = 1; /* (every frame is drained, none compared) */
+    double until = now_s() + 1.0;
+    for (int q = 0; q < g->size; q++) {
+        Peer *p = &g->peers[q];
+        while (p->idone) {
+            int r = try_recv(g, q, &g->cur, &mm);
+            if (r < 0)
+                break;
+            if (r > 0)
+                continue;
+            double left = until - now_s();
+            if (left <= 0)
+                break;
+            struct pollfd pf = {p->fd, POLLIN, 0};
+            poll(&pf, 1, (int)(left * 1e3) + 1);
+        }
+        p->idone = p->irecv = 0;
     }
+}
+
+/* the exception's arguments for error ``rc`` (as recorded), or NULL with a Python error set */
+static PyObject *err_args(TGroup *g, int rc)
+{
     int cause = rc == E_FAILED ? (g->err_cause >= 0 ? g->err_cause : g->err_peer)
               : rc == E_STALLED || rc == E_SELF_FAILED ? g->err_cause : g->err_peer;
     thdr_t *h = &g->err_theirs;
@@ -1128,7 +1248,30 @@ static PyObject *raise_err(TGroup *g, int rc)
         : Py_BuildValue("(iiO)", 0, 0, Py_None);
     if (!detail)
         return NULL;
-    PyObject *args = Py_BuildValue("(siiN)", E_NAMES[rc], g->err_peer, cause, detail);
+    return Py_BuildValue("(siiN)", E_NAMES[rc], g->err_peer, cause, detail);
+}
+
+static PyObject *raise_err(TGroup *g, int rc)
+{
+    if (rc == E_SELF_FAILED)
+        g->err_peer = g->err_cause;
+    int broke = !(rc == E_MISMATCH && g->keep); /* (a kept mismatch: every stream at the next op) */
+    if (broke)
+        break_group(g, rc);
+    else
+        clear_phase(g);
+    /* (its arguments first: await_readers reads on, which may record more) */
+    PyObject *args = rc == E_SIGNAL || rc == E_PY ? NULL : err_args(g, rc);
+    if (broke) {
+        Py_BEGIN_ALLOW_THREADS
+        await_readers(g);
+        Py_END_ALLOW_THREADS
+    }
+    release(g);
+    if (rc == E_SIGNAL || (rc == E_PY && PyErr_Occurred()))
+        return NULL; /* the Python exception is set */
+    if (rc == E_PY)
+        return PyErr_NoMemory();
     if (args) {
         PyErr_SetObject(Error, args);
         Py_DECREF(args);
@@ -1603,7 +1746,8 @@ static PyObject *T_waiting(TGroup *g, PyObject *noargs)
 {
     PyObject *lst = PyList_New(0);
     for (int q = 0; lst && q < g->size; q++) {
-        if (!g->peers[q].irecv && !g->peers[q].osend)
+        Peer *p = &g->peers[q];
+        if (!p->irecv && !p->osend && !p->idone && !p->dsend)
             continue;
         PyObject *v = PyLong_FromLong(q);
         if (!v || PyList_Append(lst, v) < 0) {
@@ -1649,14 +1793,47 @@ static void T_dealloc(TGroup *g)
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
 
-/* TcpGroup(rank, size, fds, timeout, spin_us): ``fds`` holds a connected stream socket's
- * descriptor per peer (-1 for this rank); the group owns them from here (it closes them). */
+/* cma: None, or per group rank None (this rank, or no single copy with it) or (read_pid,
+ * they_read): the pid through which this rank reads that peer's memory (0: it does not) and
+ * whether the peer reads this rank's (the link's facts, which both ends agreed on) */
+static int set_cma(TGroup *g, PyObject *cma)
+{
+    if (cma == NULL || cma == Py_None)
+        return 0;
+    PyObject *fast = PySequence_Fast(cma, "cma: expected a list of (read_pid, they_read) or None per rank");
+    if (!fast)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != g->size) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "cma: expected %d entries", g->size);
+        return -1;
+    }
+    for (int q = 0; q < g->size; q++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(fast, q);
+        int pid = 0, they = 0;
+        if (e != Py_None && (q == g->rank || !PyArg_ParseTuple(e, "ip", &pid, &they))) {
+            Py_DECREF(fast);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "cma[%d]: expected None for this rank", q);
+            return -1;
+        }
+        g->peers[q].rpid = pid > 0 ? pid : 0;
+        g->peers[q].they_read = they;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* TcpGroup(rank, size, fds, timeout, spin_us, cma=None): ``fds`` holds a connected stream
+ * socket's descriptor per peer (-1 for this rank); the group owns them from here (it closes
+ * them). ``cma``: see set_cma. */
 static int T_init(TGroup *g, PyObject *args, PyObject *kw)
 {
-    static char *kws[] = {"rank", "size", "fds", "timeout", "spin_us", NULL};
-    PyObject *fds;
+    static char *kws[] = {"rank", "size", "fds", "timeout", "spin_us", "cma", NULL};
+    PyObject *fds, *cma = NULL;
     g->efd = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiOdd", kws, &g->rank, &g->size, &fds, &g->timeout, &g->spin_us))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiOdd|O", kws, &g->rank, &g->size, &fds, &g->timeout, &g->spin_us,
+                                     &cma))
         return -1;
     if (g->size < 1 || g->rank < 0 || g->rank >= g->size || g->timeout <= 0) {
         PyErr_SetString(PyExc_ValueError, "TcpGroup: expected 0 <= rank < size and a timeout > 0");
@@ -1697,6 +1874,8 @@ static int T_init(TGroup *g, PyObject *args, PyObject *kw)
         g->peers[q].fd = (int)fd;
     }
     Py_DECREF(fast);
+    if (set_cma(g, cma) < 0)
+        return -1;
     for (int q = 0; q < g->size; q++) {
         int fd = g->peers[q].fd;
         if (fd < 0)
@@ -1823,6 +2002,10 @@ static PyMemberDef T_members[] = {
     {"scratch_bytes", T_PYSSIZET, offsetof(TGroup, scratch_len), READONLY,
      "bytes of receive scratch held between ops (above 64 MiB only while ops use it)"},
     {"broken", T_INT, offsetof(TGroup, broken), READONLY, "1 once a failure broke the group (every later op fails)"},
+    {"cma_min", T_PYSSIZET, offsetof(TGroup, cma_min), 0,
+     "a payload of at least this many bytes (0: none) to a peer that reads this rank's memory goes by address"},
+    {"cma_blocks", T_ULONGLONG, offsetof(TGroup, cma_blocks), READONLY,
+     "payloads this rank read from a peer's memory (single copy)"},
     {"on_stall", T_OBJECT, offsetof(TGroup, on_stall), 0,
      "on_stall(peer, word, waited_s, left_s), called with the GIL from a wait of warn_after seconds"},
     {"warn_after", T_DOUBLE, offsetof(TGroup, warn_after), 0, "seconds an op waits before on_stall (0: never)"},
