@@ -39,8 +39,10 @@ def main() -> None:
         c = np.full(nb // 16, 1 + 1j * r, np.complex128)
         dist.all_reduce(c, op=dist.ReduceOp.PRODUCT)  # a NumPy fallback pair
     native = dist.group.WORLD.backend_for("cpu")._native
-    copied = getattr(native.g, "cma_blocks", 0) if native is not None else 0  # (TcpGroup: none)
-    print(f"rank {r}: engine {dist.get_engine()}, {copied} part(s) read with one copy (all_to_all, all_gather, broadcast), all checks passed")
+    g = native.g if native is not None else None
+    copied = sum(getattr(x, "cma_blocks", 0) for x in (g, getattr(g, "local", None), getattr(g, "tcp", None)))
+    kind = type(g).__name__
+    print(f"rank {r}: engine {dist.get_engine()} ({kind}), {copied} part(s) read with one copy, all checks passed")
     dist.destroy_process_group()
 
 
