@@ -24,8 +24,26 @@ def native_tcp(monkeypatch):
     monkeypatch.setenv("NDIST_NATIVE_TCP", "1")
 
 
-def _group(n, timeout=30.0):
-    backends = make_backends(n, "tcp", timeout=timeout)
+@pytest.fixture(params=["tcp", "by-address"])
+def links(request, monkeypatch):
+    """The group's transport: TCP streams, or (``by-address``) the Unix sockets of one host
+    taken for separate hosts (``NDIST_NATIVE_HOSTS=1``), every payload going by address
+    (``NDIST_NATIVE_CMA_MIN=1``: ctcp.c's single copy, answered by DONE frames)."""
+    if request.param == "tcp":
+        return "tcp"
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "1")
+    monkeypatch.setenv("NDIST_NATIVE_CMA_MIN", "1")
+    return "auto"
+
+
+def _by_address(backends, links):
+    """Whether the group's payloads went by address as ``links`` says (reads counted)."""
+    reads = [b.backend._native.g.cma_blocks for b in backends]
+    return all(reads) if links == "auto" else not any(reads)
+
+
+def _group(n, timeout=30.0, transport="tcp"):
+    backends = make_backends(n, transport, timeout=timeout)
     run_threads(backends, lambda b: b.barrier(blocking=True).wait(timeout=30))  # the group up
     return backends
 
@@ -150,13 +168,13 @@ def _reduce(b, x, root):
     return x
 
 
-def test_a_mismatch_of_one_phase_exchanges_keeps_the_group(native_tcp):
+def test_a_mismatch_of_one_phase_exchanges_keeps_the_group(native_tcp, links):
     """All_reduce of 8 against 16 float64 (one phase: each rank sends every other its whole
     buffer and reads one frame from each): both raise naming the other's call, and every
     stream is then at the next op's first frame, so the group goes on, as on one host and
     on the Python engine (docs/errors.md, "A bad argument on one rank only"). Before, the
     mismatch broke the group: the next all_reduce raised it again."""
-    backends = _group(2)
+    backends = _group(2, transport=links)
     try:
         got = {}
 
@@ -175,6 +193,7 @@ def test_a_mismatch_of_one_phase_exchanges_keeps_the_group(native_tcp):
         out = run_threads(backends, lambda b: _all_reduce(b, np.full(8, b.backend.rank + 1.0)))
         assert all(np.all(x == 3.0) for x in out), out
         assert not any(b.backend._native.g.broken for b in backends)
+        assert _by_address(backends, links)
     finally:
         _close(backends)
 
@@ -198,12 +217,12 @@ def _mismatch_then_next(backends, calls):
     return run_threads(backends, run)
 
 
-def test_a_different_op_on_the_other_rank_is_a_mismatch_on_both(native_tcp):
+def test_a_different_op_on_the_other_rank_is_a_mismatch_on_both(native_tcp, links):
     """Rank 1 calls broadcast (it only receives): it finds rank 0's all_reduce frame, and its
     FAIL frame tells rank 0, which waits for rank 1's all_reduce frame. A broadcast receiver
     sends rank 0 nothing, so rank 0's frame to it would be left unread: the group breaks,
     and the next collective raises the first failure again."""
-    backends = _group(2)
+    backends = _group(2, transport=links)
     try:
         got = _mismatch_then_next(backends, [lambda b: _all_reduce(b, np.ones(4)),
                                              lambda b: b.broadcast(np.ones(4), 0, blocking=True).wait(timeout=30)])
@@ -215,11 +234,11 @@ def test_a_different_op_on_the_other_rank_is_a_mismatch_on_both(native_tcp):
         _close(backends)
 
 
-def test_a_mismatch_of_phases_breaks_the_group(native_tcp):
+def test_a_mismatch_of_phases_breaks_the_group(native_tcp, links):
     """What keeps no stream in step breaks the group (every later op raises the first
     failure): a large all_reduce (two phases: reduce-scatter, all-gather) against a small
     one (one phase). Before the mismatch kept a group, the same."""
-    backends = _group(2)
+    backends = _group(2, transport=links)
     try:
         big, small = np.ones(1 << 18, np.float32), np.ones(4, np.float32)  # 1 MiB: reduce-scatter + all-gather
         got = _mismatch_then_next(backends, [lambda b: _all_reduce(b, big), lambda b: _all_reduce(b, small)])
@@ -229,14 +248,14 @@ def test_a_mismatch_of_phases_breaks_the_group(native_tcp):
         _close(backends)
 
 
-def test_one_peers_size_in_an_all_to_all_keeps_the_group(native_tcp):
+def test_one_peers_size_in_an_all_to_all_keeps_the_group(native_tcp, links):
     """An all_to_all whose block from rank 1 to rank 0 has another size than rank 0 expects
     (the same call otherwise: only rank 0 sees it). Rank 0 drains the frame and raises; rank
     1 read what it expected and returns; every stream is at the next op's first frame, so
     the next all_reduce completes on both, as on the Python engine and on one host
     (test_one_sided_errors.py). Before, rank 0's FAIL frame broke the group and rank 1's
     next op raised it."""
-    backends = _group(2)
+    backends = _group(2, transport=links)
     try:
         def a2a(b):
             r = b.backend.rank
@@ -249,6 +268,7 @@ def test_one_peers_size_in_an_all_to_all_keeps_the_group(native_tcp):
         assert got[1][0] is None, got
         assert got[0][1] == got[1][1] == [2.0] * 4, got
         assert not any(b.backend._native.g.broken for b in backends)
+        assert _by_address(backends, links)
     finally:
         _close(backends)
 

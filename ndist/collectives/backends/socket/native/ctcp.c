@@ -19,7 +19,7 @@
  * read this rank's memory (``they_read``: the link's facts, which both ends agreed on when
  * it opened) is not sent: the header carries its address (``addr``), the peer reads it with
  * ``process_vm_readv`` (cma.h) straight into its destination and answers DONE after its own
- * DATA frame of the phase to this rank; this rank's phase ends only once that DONE came, so
+ * DATA frame of the phase to this rank (if any); this rank's phase ends only once that DONE came, so
  * the caller's buffer is its own again when the op returns. A read that fails (the sender
  * died) is a lost link (E_LOST) naming the sender.
  *
@@ -494,13 +494,16 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
             }
             if (kind == K_FAIL)
                 return -peer_failed(g, q);
-            if (kind == K_DONE) { /* it read this rank's payload (it comes after its DATA frame) */
-                if (p->irecv || !p->idone) {
+            if (kind == K_DONE) { /* it read this rank's payload (after its DATA frame of the
+                                    * phase, if its call sends one: a mismatched one may not) */
+                if (!p->idone) {
                     g->err_peer = q;
                     return -E_LOST; /* (a stream out of step: not this engine's order) */
                 }
                 p->idone = 0;
-                return 1;
+                if (!p->irecv)
+                    return 1;
+                continue;
             }
             p->told = 0; /* its next op began: past what it told */
             int byaddr = p->ih.addr != 0;
