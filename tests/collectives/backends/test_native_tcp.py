@@ -273,8 +273,8 @@ def test_one_peers_size_in_an_all_to_all_keeps_the_group(native_tcp, links):
         _close(backends)
 
 
-def test_a_rank_that_never_calls_is_named_in_the_timeout(native_tcp):
-    backends = _group(2, timeout=1.0)
+def test_a_rank_that_never_calls_is_named_in_the_timeout(native_tcp, links):
+    backends = _group(2, timeout=1.0, transport=links)
     try:
         t0 = time.monotonic()
         with pytest.raises(DistTimeoutError, match=r"all_reduce.*timed out; ranks not heard from: \[1\]"):
@@ -284,10 +284,10 @@ def test_a_rank_that_never_calls_is_named_in_the_timeout(native_tcp):
         _close(backends)
 
 
-def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_rank(native_tcp):
+def test_a_loss_told_to_one_rank_wakes_waiters_on_every_rank_naming_the_lost_rank(native_tcp, links):
     # over TCP, rank 2's FAIL frame wakes ranks 0 and 1, which have rank 2's data already and
     # wait on rank 3
-    backends = _group(4, timeout=60.0)
+    backends = _group(4, timeout=60.0, transport=links)
     try:
         check_a_loss_told_to_one_rank_wakes_every_waiter(backends)
     finally:
@@ -304,8 +304,8 @@ def _rank_0_waiting_while(backends, act):
     return got[0]
 
 
-def test_a_rank_that_closes_fails_a_peer_waiting_on_it_naming_it(native_tcp):
-    backends = _group(2, timeout=60.0)
+def test_a_rank_that_closes_fails_a_peer_waiting_on_it_naming_it(native_tcp, links):
+    backends = _group(2, timeout=60.0, transport=links)
     try:
         _kind, rank, msg, _waited = got = _rank_0_waiting_while(backends, backends[1].close)
         assert rank == 1 and "closed the group" in msg, got
@@ -313,7 +313,7 @@ def test_a_rank_that_closes_fails_a_peer_waiting_on_it_naming_it(native_tcp):
         _close(backends)
 
 
-def test_a_peer_whose_stream_ends_is_named(native_tcp):
+def test_a_peer_whose_stream_ends_is_named(native_tcp, links):
     # rank 1's side of its link ends without its close notice (as when its host goes away)
     import socket
 
@@ -323,7 +323,7 @@ def test_a_peer_whose_stream_ends_is_named(native_tcp):
         sock.shutdown(socket.SHUT_RDWR)
         sock.detach()
 
-    backends = _group(2, timeout=60.0)
+    backends = _group(2, timeout=60.0, transport=links)
     try:
         _kind, rank, msg, _waited = got = _rank_0_waiting_while(backends, end_rank_1s_stream)
         assert rank == 1 and "lost connection to rank 1" in msg and "all_reduce" in msg, got
