@@ -427,3 +427,36 @@ def test_a_frame_cut_short_by_a_timeout_is_not_followed_by_a_fail_frame():
     assert 64 < len(got) < 64 + buf.nbytes, len(got)
     assert got[64:] == b"\xab" * (len(got) - 64), "bytes that are not the frame's followed its cut-short payload"
     b.close()
+
+
+def test_a_failed_op_returns_once_a_peer_read_what_it_sent_by_address(native_tcp, monkeypatch):
+    """Rank 0's broadcast sends its buffer by address; its group fails (a loss learnt
+    elsewhere) before rank 1, late, reads it. Rank 0 raises only once rank 1 answered DONE
+    (at most 1 s), so its caller's next write to the buffer cannot reach rank 1, whose
+    broadcast completes with the root's data (the FAIL frame behind the header is for its
+    next op). Before, rank 0 raised at once and rank 1 read what the caller wrote after."""
+    monkeypatch.setenv("NDIST_NATIVE_HOSTS", "1")
+    monkeypatch.setenv("NDIST_NATIVE_CMA_MIN", "1")
+    backends = _group(2, timeout=60.0, transport="auto")
+    data = np.arange(1 << 16, dtype=np.float64)
+
+    def call(b):
+        r = b.backend.rank
+        buf = data.copy() if r == 0 else np.zeros_like(data)
+        if r == 0:
+            threading.Timer(0.1, b.backend._native.g.fail, (1,)).start()
+        else:
+            time.sleep(0.5)
+        try:
+            b.broadcast(buf, 0, blocking=True).wait(timeout=30)
+        except DistError as err:
+            buf[:] = -1  # the caller reuses its buffer once the call raised
+            return err
+        return buf
+
+    try:
+        got = run_threads(backends, call)
+        assert isinstance(got[0], DistError), got[0]
+        assert isinstance(got[1], np.ndarray) and np.array_equal(got[1], data), got[1]
+    finally:
+        _close(backends)
