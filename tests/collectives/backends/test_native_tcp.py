@@ -460,3 +460,49 @@ def test_a_failed_op_returns_once_a_peer_read_what_it_sent_by_address(native_tcp
         assert isinstance(got[1], np.ndarray) and np.array_equal(got[1], data), got[1]
     finally:
         _close(backends)
+
+
+def _by_address_frame(F, addr: int, nbytes: int, seq: int = 0) -> bytes:
+    """A broadcast's DATA header from root 1 (ctcp.c's ``thdr_t``) whose payload is ``nbytes``
+    at ``addr`` in the sender's memory."""
+    import struct
+
+    return struct.pack("<IiiiiIQQQQQ", 0x4E445400 | 1, 3, F.dtype_code(np.dtype(np.float64)), 0, 1, 0, addr, seq,
+                       nbytes, 0, nbytes)
+
+
+def test_a_payload_by_address_is_read_and_answered_and_a_dead_senders_is_a_lost_link():
+    # the C engine alone, over a real socket pair, its peer's pid given as the link's facts:
+    # a header carrying an address in a live process (this one) is read from there and
+    # answered with a DONE frame; one whose sender has died is a lost link naming it
+    import os
+    import socket
+    import struct
+    import subprocess
+    import sys
+
+    from ndist.collectives.backends.socket.native import _engine as native
+    from ndist.collectives.backends.socket.wire import _frame as F
+
+    mod = native.extension()
+    src = np.arange(4, dtype=np.float64) + 0.5
+    for pid, live in ((os.getpid(), True), (None, False)):
+        if pid is None:  # a process that has exited (and been reaped)
+            child = subprocess.Popen([sys.executable, "-c", "pass"])
+            child.wait()
+            pid = child.pid
+        a, b = socket.socketpair()
+        g = mod.TcpGroup(0, 2, [-1, a.detach()], 10.0, 0.0, [None, (pid, False)])
+        b.sendall(_by_address_frame(F, src.ctypes.data, src.nbytes))
+        buf = np.zeros(4)
+        if live:
+            g.broadcast(buf, F.dtype_code(np.dtype(np.float64)), 1)
+            assert np.array_equal(buf, src) and g.cma_blocks == 1
+            done = b.recv(64)
+            assert len(done) == 64 and struct.unpack_from("<I", done)[0] == 0x4E445400 | 5  # DONE
+        else:
+            with pytest.raises(mod.Error) as ei:
+                g.broadcast(buf, F.dtype_code(np.dtype(np.float64)), 1)
+            assert ei.value.args[:2] == ("lost", 1) and g.cma_blocks == 0, ei.value.args
+        b.close()
+        del g
