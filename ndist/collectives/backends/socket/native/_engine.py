@@ -212,6 +212,7 @@ def attach_tcp(mod, socks: dict, rank: int, size: int, timeout: float, sharing: 
     ``facts``: each link's ``wire._link_facts.Facts`` (group rank -> facts): a payload of at
     least ``cma_min_bytes()`` to a peer on this host that reads this rank's memory goes by
     address (ctcp.c, single copy), as the same-host engine's blocks do."""
+    cma_min = cma_min_bytes()  # (a bad setting raises before the group owns the descriptors)
     fds = [-1] * size
     for p, sock in socks.items():
         fds[p] = sock.detach()
@@ -223,7 +224,7 @@ def attach_tcp(mod, socks: dict, rank: int, size: int, timeout: float, sharing: 
         spin = tcp_spins(size if sharing is None else sharing)
         group = mod.TcpGroup(rank, size, fds, timeout, float(os.environ.get(SPIN_ENV, SPIN_US if spin else 0.0)),
                              cma)
-        group.cma_min = cma_min_bytes()
+        group.cma_min = cma_min
         return group
     except BaseException:
         for fd in fds:
