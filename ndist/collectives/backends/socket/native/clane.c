@@ -88,7 +88,25 @@
  *     broke the group (the Python attribute is set before the flag), the core takes nothing:
  *     the Python path runs the call and raises what it raised before (the closed backend's
  *     error, the first failure again). A close or a failure that comes during the claim is the
- *     race it was with the GIL: the op runs on the group and fails there as it would have. */
+ *     race it was with the GIL: the op runs on the group and fails there as it would have.
+ *
+ * Why the GIL-free path has no data race (C11's memory model: ThreadSanitizer checks it, docs/native.md,
+ * "Thread safety"):
+ *   - ``busy`` is the lock of everything a claimant touches without atomics (the group's engine
+ *     state, its ``seq`` for headers, the op's buffers): taken by a sequentially consistent
+ *     compare-and-swap (an acquire) and let go by a sequentially consistent store (a release),
+ *     so each claimant's accesses happen before the next claimant's, whichever thread and
+ *     whether or not it holds the GIL. A Python path that takes the flag (``claim``) and clears
+ *     it (``clear``) goes through the same two operations;
+ *   - what a non-claimant reads while a claimant writes is atomic: these five fields, the
+ *     counter and the flight recorder's ring (crecord.h: relaxed fields in a seqlock, its
+ *     argument there), the C interface's dtype facts (``CodeInfo``: relaxed fields published by
+ *     a release store of ``ready``) and the op described for messages (FastLane's ``cur_*``:
+ *     relaxed fields in a seqlock whose one writer at a time is the claimant, with Boehm's fences:
+ *     the writer's release fence after its odd ``cur_gen``, the reader's acquire fence before
+ *     its second load; ``set_current`` and ``current``);
+ *   - a FastLane's other fields are set by its ``__init__`` before it is handed out (the group's
+ *     lane, the C interface's entry under capi.c's mutex) and only read after. */
 typedef struct {
     PyObject_HEAD
     atomic_int busy;
@@ -320,11 +338,11 @@ typedef struct {
     CodeInfo codes[NCODES]; /* by dtype code, for the C interface's calls */
     /* the last op this lane ran, for ``NativeAlgorithms.desc`` (``current()``): written by the
      * lane's claimant, with or without the GIL, read with it (a seqlock: ``cur_gen`` odd while
-     * written) */
+     * written; the fields relaxed atomics, LaneState says why) */
     atomic_uint cur_gen;
-    int cur_op, cur_code, cur_root, cur_redop;
-    Py_ssize_t cur_count;
-    unsigned long long cur_seq;
+    _Atomic int cur_op, cur_code, cur_root, cur_redop;
+    _Atomic Py_ssize_t cur_count;
+    _Atomic unsigned long long cur_seq;
 } FastLane;
 
 static int FastLane_traverse(FastLane *f, visitproc visit, void *arg)
@@ -1022,8 +1040,8 @@ static inline void set_current(FastLane *f, int kind, int code, Py_ssize_t count
     unsigned g = atomic_load_explicit(&f->cur_gen, memory_order_relaxed);
     atomic_store_explicit(&f->cur_gen, g + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    f->cur_op = kind, f->cur_code = code, f->cur_count = count, f->cur_seq = seq, f->cur_root = root;
-    f->cur_redop = redop;
+    ND_SET(f->cur_op, kind), ND_SET(f->cur_code, code), ND_SET(f->cur_count, count), ND_SET(f->cur_seq, seq);
+    ND_SET(f->cur_root, root), ND_SET(f->cur_redop, redop);
     atomic_store_explicit(&f->cur_gen, g + 2, memory_order_release);
 }
 
@@ -1569,8 +1587,8 @@ static PyObject *FastLane_current(FastLane *f, PyObject *unused)
         unsigned g = atomic_load_explicit(&f->cur_gen, memory_order_acquire);
         if (g & 1)
             continue;
-        op = f->cur_op, code = f->cur_code, count = f->cur_count, seq = f->cur_seq, root = f->cur_root;
-        redop = f->cur_redop;
+        op = ND_GET(f->cur_op), code = ND_GET(f->cur_code), count = ND_GET(f->cur_count);
+        seq = ND_GET(f->cur_seq), root = ND_GET(f->cur_root), redop = ND_GET(f->cur_redop);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&f->cur_gen, memory_order_relaxed) == g)
             break;

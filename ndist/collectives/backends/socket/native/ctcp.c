@@ -103,12 +103,13 @@ typedef struct {
     int fd;
     int out_done; /* this side's stream is shut down: nothing more is sent */
     /* the frame being sent: header, then payload; ``ooff`` counts both */
-    int osend;
+    _Atomic int osend; /* (``irecv`` too: read by another thread's message, ``waiting``; common.h, ND_SET) */
     thdr_t oh;
     const char *optr;
     size_t olen, ooff;
     /* the frame being received: header (``ihgot`` of it), then payload into iptr (igot of ilen) */
-    int irecv, istage; /* istage 0: header, 1: payload, 2: draining a mismatched payload */
+    _Atomic int irecv;
+    int istage; /* 0: header, 1: payload, 2: draining a mismatched payload */
     thdr_t ih;
     size_t ihgot;
     char *iptr;
@@ -145,7 +146,8 @@ typedef struct {
     /* the stall warning: on_stall(peer, word, waited_s, left_s) once an op waited warn_after
      * seconds (0: never), then every WARN_EVERY seconds */
     PyObject *on_stall;
-    double warn_after, warn_at, op_start;
+    double warn_after, warn_at;
+    _Atomic double op_start; /* (read by another thread's message: ``op_start``; common.h, ND_SET) */
     /* the deadline passed: this rank told its peers whom it waits on (``posted``: 1 + that code)
      * and waits until grace_end for the notice of the peer it waits on (the root cause) */
     int in_grace;
@@ -205,7 +207,7 @@ static void clear_phase(TGroup *g)
 {
     for (int q = 0; q < g->size; q++) {
         Peer *p = &g->peers[q];
-        p->osend = p->irecv = 0;
+        ND_SET(p->osend, 0), ND_SET(p->irecv, 0);
     }
 }
 
@@ -227,7 +229,7 @@ static void set_send(TGroup *g, int q, const TSig *s, const char *ptr, size_t le
     p->optr = ptr;
     p->olen = len;
     p->ooff = 0;
-    p->osend = 1;
+    ND_SET(p->osend, 1);
 }
 
 static void set_recv(TGroup *g, int q, char *ptr, size_t len)
@@ -237,7 +239,7 @@ static void set_recv(TGroup *g, int q, char *ptr, size_t len)
     p->ilen = len;
     p->igot = p->ihgot = 0;
     p->istage = 0;
-    p->irecv = 1;
+    ND_SET(p->irecv, 1);
 }
 
 /* 1: progress, 0: would block, -1: the connection failed (E_LOST) */
@@ -265,7 +267,7 @@ static int try_send(Peer *p)
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
     p->ooff += (size_t)w;
     if (p->ooff == sizeof(thdr_t) + p->olen)
-        p->osend = 0;
+        ND_SET(p->osend, 0);
     return 1;
 }
 
@@ -441,7 +443,7 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
             } else
                 p->istage = 1;
             if ((p->istage == 1 && p->ilen == 0) || (p->istage == 2 && p->idrain == 0)) {
-                p->irecv = 0;
+                ND_SET(p->irecv, 0);
                 return 1;
             }
             continue;
@@ -455,7 +457,7 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
             if (p->idrain)
                 continue;
         }
-        p->irecv = 0;
+        ND_SET(p->irecv, 0);
         return 1;
     }
 }
@@ -556,7 +558,7 @@ static void notice_peers(TGroup *g, int32_t code)
         if (off && off < sizeof h) {
             shutdown(p->fd, SHUT_WR);
             p->out_done = 1;
-            p->osend = 0;
+            ND_SET(p->osend, 0);
             g->broken = 1;
         }
     }
@@ -772,7 +774,7 @@ static void send_final(TGroup *g, uint32_t kind, int why, int code)
             h.code = code;
             send_header(p->fd, &h, until); /* cut short or not, the stream ends below */
         }
-        p->osend = 0;
+        ND_SET(p->osend, 0);
         shutdown(p->fd, SHUT_WR);
         p->out_done = 1;
     }
@@ -1170,9 +1172,10 @@ static int op_begin(TGroup *g, double *dl)
     g->posted = 0;
     g->keep = 0;
     g->op_need = 0;
-    g->op_start = now_s();
-    g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;
-    *dl = g->op_start + g->timeout;
+    double start = now_s();
+    ND_SET(g->op_start, start);
+    g->warn_at = g->warn_after > 0 ? start + g->warn_after : 1e300;
+    *dl = start + g->timeout;
     int rc = E_OK;
     if (g->broken && atomic_load(&g->want_fail)) {
         g->err_cause = atomic_load(&g->fail_cause);
@@ -1603,7 +1606,7 @@ static PyObject *T_waiting(TGroup *g, PyObject *noargs)
 {
     PyObject *lst = PyList_New(0);
     for (int q = 0; lst && q < g->size; q++) {
-        if (!g->peers[q].irecv && !g->peers[q].osend)
+        if (!ND_GET(g->peers[q].irecv) && !ND_GET(g->peers[q].osend))
             continue;
         PyObject *v = PyLong_FromLong(q);
         if (!v || PyList_Append(lst, v) < 0) {
@@ -1785,10 +1788,15 @@ bad:
     return -1;
 }
 
+/* (read while an op runs on another thread, for a waiting op's message: an atomic load) */
+static PyObject *T_get_op_start(TGroup *g, void *closure) { return PyFloat_FromDouble(ND_GET(g->op_start)); }
+
 static PyGetSetDef T_getset[] = {
     {"view", (getter)T_get_view, (setter)T_set_view,
      "the group ranks the next ops run among, in their order there (None: all); failures are still watched "
      "and named by group rank. A rank outside it runs no op, and this op's frames must not come to it", NULL},
+    {"op_start", (getter)T_get_op_start, NULL,
+     "when the latest op began (CLOCK_MONOTONIC seconds, as time.monotonic())", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1826,8 +1834,6 @@ static PyMemberDef T_members[] = {
     {"on_stall", T_OBJECT, offsetof(TGroup, on_stall), 0,
      "on_stall(peer, word, waited_s, left_s), called with the GIL from a wait of warn_after seconds"},
     {"warn_after", T_DOUBLE, offsetof(TGroup, warn_after), 0, "seconds an op waits before on_stall (0: never)"},
-    {"op_start", T_DOUBLE, offsetof(TGroup, op_start), READONLY,
-     "when the latest op began (CLOCK_MONOTONIC seconds, as time.monotonic())"},
     {"timeout", T_DOUBLE, offsetof(TGroup, timeout), READONLY, "an op's timeout in seconds"},
     {"spin_us", T_DOUBLE, offsetof(TGroup, spin_us), READONLY, "how long a wait spins before it yields, at first (µs)"},
     {"spin_now_us", T_DOUBLE, offsetof(TGroup, spin_now_us), READONLY,
