@@ -276,16 +276,8 @@ static int run_locked(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_
     PyThreadState *save = PyEval_SaveThread();
     int rc = nd_group_run(h->kind, h->group, op, &save);
     PyEval_RestoreThread(save);
-    if (rc) { /* the exception the group's method raises, for end to map */
-        nd_group_raise(h->kind, h->group, rc);
-        PyObject *type, *tb;
-        PyErr_Fetch(&type, &exc, &tb);
-        PyErr_NormalizeException(&type, &exc, &tb);
-        if (exc && tb)
-            PyException_SetTraceback(exc, tb);
-        Py_XDECREF(type);
-        Py_XDECREF(tb);
-    }
+    if (rc) /* the exception the group's method raises, for end to map */
+        exc = nd_group_exception(h->kind, h->group, rc);
     res = PyObject_CallFunctionObjArgs(h->end, token, exc ? exc : Py_None, NULL);
     if (!res)
         status = err_from_exc(err, "ndist engine (end)");

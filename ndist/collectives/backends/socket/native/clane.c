@@ -1098,14 +1098,7 @@ static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdO
 void nd_lane_failed(PyObject *lane, const NdLaneOut *out, PyObject **exc_p, PyObject **entry_p, PyObject **seq_p)
 {
     FastLane *f = (FastLane *)lane;
-    nd_group_raise(f->kind, f->group, out->rc);
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (value && tb)
-        PyException_SetTraceback(value, tb);
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
+    PyObject *value = nd_group_exception(f->kind, f->group, out->rc);
     PyObject *seq_obj = PyLong_FromUnsignedLongLong(out->seq);
     PyObject *entry = f->ring ? nd_ring_entry(f->ring, out->slot) : NULL;
     if (!seq_obj)

@@ -106,6 +106,11 @@ int red_init(Red *r, int dtype, int redop, Py_ssize_t esize, PyObject *fallback)
  * to release; -1 with a Python error otherwise. */
 int red_args(PyObject *args, const char *fmt, Red *r, Py_buffer *b, int *last);
 
+/* ------------------------------------------------------------------ errors */
+/* With the GIL: the Python error set now, taken as its exception (normalized, its traceback
+ * attached): a new reference, the error indicator cleared; NULL when none was set */
+PyObject *nd_take_exception(void);
+
 /* ------------------------------------------------------------------ buffer arguments */
 int get_buf(PyObject *o, Py_buffer *b, int writable);
 

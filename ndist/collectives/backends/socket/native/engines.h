@@ -7,6 +7,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "common.h"
+
 /* One op: ``op`` an OP_* code (common.h) of all_reduce, broadcast, all_gather, all_to_all,
  * reduce_scatter or barrier. ``out`` (``outbytes``) is the buffer of all_reduce and broadcast,
  * else the output (all_gather, all_to_all: every rank's block; reduce_scatter: this rank's);
@@ -120,6 +122,15 @@ static inline int nd_group_run(int kind, PyObject *o, const NdOp *op, PyThreadSt
 static inline PyObject *nd_group_raise(int kind, PyObject *o, int rc)
 {
     return kind == G_SHM ? nd_shm_raise(o, rc) : kind == G_TCP ? nd_tcp_raise(o, rc) : nd_two_raise(o, rc);
+}
+
+/* With the GIL: the exception the group's method raises for ``rc`` (nd_group_raise), as the
+ * object a failure hook takes (nd_take_exception: a new reference, its traceback attached, the
+ * error indicator cleared) */
+static inline PyObject *nd_group_exception(int kind, PyObject *o, int rc)
+{
+    nd_group_raise(kind, o, rc);
+    return nd_take_exception();
 }
 
 /* capi.c: add the C interface (``_C_API`` and the handle functions) to module ``m``; 0 or -1
