@@ -458,7 +458,8 @@ class SocketBackend(CollectiveBackend):
                 raise ValueError(f"group {name!r}: expected a group on the native engine, got one on the "
                                  f"{self.engine} engine")
             lane = _fast.core(self, nat, self._exec, book, failed)  # (None under DETAIL)
-            self._capi = _capi.Handle(self, nat, book, failed, reduce_op, check_signature, t_done, lane)
+            self._capi = _capi.Handle(self, nat, book, failed, reduce_op, check_signature, t_done, lane,
+                                      self._exec.wake)
         return self._capi.value
 
     def recorder_types(self):

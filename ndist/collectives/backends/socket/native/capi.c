@@ -281,7 +281,13 @@ static int run_locked(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_
     res = PyObject_CallFunctionObjArgs(h->end, token, exc ? exc : Py_None, NULL);
     if (!res)
         status = err_from_exc(err, "ndist engine (end)");
-    else if (res != Py_None && (status = err_from(res, err)) < 0)
+    else if (PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 1) {
+        /* the op ran (NDIST_OK), waking the executor's worker after it failed: reported, as the C
+         * core reports it (clane.c's ``leave``) */
+        PyObject *w = PyTuple_GET_ITEM(res, 0);
+        PyErr_Restore(Py_NewRef(Py_TYPE(w)), Py_NewRef(w), PyException_GetTraceback(w));
+        PyErr_WriteUnraisable(h->end);
+    } else if (res != Py_None && (status = err_from(res, err)) < 0)
         status = err_from_exc(err, "ndist engine (end)");
 out:
     Py_XDECREF(res);

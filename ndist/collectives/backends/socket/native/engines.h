@@ -148,8 +148,10 @@ int nd_lane_is(PyObject *o);
  * Python, as for the groups' methods). ``dtypes``: NumPy's dtype of each dtype code (a tuple,
  * None where none: read on a first sight); ``count_in`` / ``count_out``: the record's counts.
  * ND_LANE_NOT_TAKEN: nothing done (a dtype or reduce op the core does not finish, no element, a
- * busy, closed or broken group, a queued job): the Python hooks take the call. 0: done. -1: a
- * Python error, set (with the GIL) or fetched into ``out->err`` (without). 1: the op failed, the
+ * busy, closed or broken group, a queued job): the Python hooks take the call. 0: done (the op
+ * ran; a failure to wake the executor's worker after it is reported, not returned: clane.c's
+ * ``leave``). -1: a dtype's first sight failed (nothing ran): its Python error, set (with the
+ * GIL) or fetched into ``out->err`` (without). 1: the op failed, the
  * claim still held: ``out`` says how; with the GIL, ``nd_lane_failed`` gives the failure hook's
  * arguments, and the hook ends the claim. */
 #define ND_LANE_NOT_TAKEN (-2)
