@@ -804,6 +804,7 @@ class SocketBackend(CollectiveBackend):
             self._capi.close()  # calls on its handle return NDIST_E_CLOSED
         if self._native is not None:
             self._native.g.close()  # a peer still waiting on this rank fails instead of waiting
+            self._native.lanes.clear()  # its FastLanes go now, not at a collector's pass (each holds the backend)
         if self._nfile is not None:
             self._nfile.unlink()  # peers keep their mappings: what was posted stays readable
         self._peer_segs.clear()
