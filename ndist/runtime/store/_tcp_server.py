@@ -158,7 +158,8 @@ class TCPStoreServer:
                 return True
 
     def close(self) -> None:
-        """Stop accepting, wake every waiter and close every connection. Idempotent."""
+        """Stop accepting, wake every waiter and shut every connection down (its serving thread
+        closes it). Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -174,12 +175,14 @@ class TCPStoreServer:
         with self._conns_lock:
             conns = list(self._conns)
             self._conns.clear()
+        # each connection's serving thread, woken by the shutdown, closes it (``_serve``): a close
+        # here would race that thread's recv, which could then read a descriptor number reused
+        # meanwhile (ThreadSanitizer's report, docs/native.md "Thread safety")
         for c in conns:
             try:
                 c.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            c.close()
         if threading.current_thread() is not self._thread:
             self._thread.join(5)
         log.info("store server on %s:%d closed", self.host, self.port)

@@ -94,8 +94,11 @@ def _selftest(rank, size, library):
     recs = _records()
     gil = None
     if size == 2:
+        folder = os.path.dirname(library)
         gil = (_calls_while_python_holds_the_gil(rank, h, library, GIL_CALLS),
-               _queued_while_a_c_call_runs(rank, h, library, os.path.dirname(library)))
+               _queued_while_a_c_call_runs(rank, h, library, folder),
+               _wake_fails_after_a_call(rank, h, library, folder, "core"),
+               _wake_fails_after_a_call(rank, h, library, folder, "hooks"))
     return rc, why, recs, type(dist.group.WORLD.backend_for("cpu")._native.g).__name__, gil
 
 
@@ -134,6 +137,76 @@ def _queued_while_a_c_call_runs(rank, h, library, folder):
     c.go()
     rc, why = c.join()
     return busy, queued, done, rc, why, x.tolist()
+
+
+class _FailsOnce:
+    """The executor's lock, whose first ``with`` raises (waking the executor's worker fails
+    once: a MemoryError or an exception sent to the thread would), then the lock itself."""
+
+    def __init__(self, lock) -> None:
+        self.lock, self.raised = lock, False
+
+    def __enter__(self):
+        if not self.raised:
+            self.raised = True
+            raise RuntimeError("the wake failed (injected)")
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self.lock.__exit__(*exc)
+
+
+def _wake_fails_after_a_call(rank, h, library, folder, path):
+    """As ``_queued_while_a_c_call_runs``, but waking the executor's worker at the call's end
+    fails once: the call's status is OK and its result valid (the op ran), the wake's error goes
+    to ``sys.unraisablehook``, and the worker is woken once more, so the queued job runs.
+    ``path``: "core" (the C thread of ``capi_test.c``: float64 SUM, which the C core runs) or
+    "hooks" (a Python thread's call through ctypes, without the GIL: uint64 AVG, which the C core
+    leaves to the Python hooks, ``_capi.Handle``). Rank 0: (status, why, the job done, its
+    result, the hooks' call's result, what the hook saw); the others: their result of the call."""
+    import threading
+
+    import ndist.distributed as dist
+
+    flag = os.path.join(folder, f"wake-{path}")
+    x = np.full(64, float(rank + 1))
+    y, op = (np.ones(512), dist.ReduceOp.SUM) if path == "core" else \
+        (np.full(512, 10 * (rank + 1), np.uint64), dist.ReduceOp.AVG)
+    if rank != 0:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        dist.all_reduce(y, op=op)  # (the call's match)
+        dist.all_reduce(x)  # (the async one's)
+        return y.tolist()
+    ex = dist.group.WORLD.backend_for("cpu")._exec
+    if path == "core":
+        c = C.Calls(library, h, 1, 512)
+    else:
+        got = {}
+        t = threading.Thread(target=lambda: got.update(err=C.Engine(h).all_reduce(y, "AVG")))
+        t.start()
+    deadline = time.monotonic() + 60
+    while not ex.state.busy and time.monotonic() < deadline:
+        time.sleep(0.001)
+    work = dist.all_reduce(x, async_op=True)
+    seen = []
+    hook, sys.unraisablehook = sys.unraisablehook, lambda a: seen.append(repr(a.exc_value))
+    lock, ex._lock = ex._lock, _FailsOnce(ex._lock)
+    try:
+        with open(flag, "w"):
+            pass
+        done = work.wait(timeout=30)
+        if path == "core":
+            c.go()
+            rc, why = c.join()
+        else:
+            t.join(60)
+            rc, why = (0, "") if got.get("err") is None else (1, repr(got.get("err")))
+    finally:
+        ex._lock, sys.unraisablehook = lock, hook
+    # (the C thread checks its own result, in C: the group's size everywhere)
+    return rc, why, done, x.tolist(), None if path == "core" else y.tolist(), seen
 
 
 def _calls_while_python_holds_the_gil(rank, h, library, calls):
@@ -193,9 +266,16 @@ def test_the_c_program_passes_on_real_ranks(tmp_path, n, engine):
     # thread holds the GIL throughout, numbered and recorded as ever (the recorder's 64 entries wrapping)
     if n != 2:
         return
-    (held, rc, why, recs), (busy, queued, done, qrc, qwhy, x) = res[0][4]
+    (held, rc, why, recs), (busy, queued, done, qrc, qwhy, x) = res[0][4][:2]
     assert qrc == 0, qwhy
     assert busy and queued == 1 and done and x == [3.0] * 64, (busy, queued, done, x)
+    # a call whose op ran is OK even when waking the worker after it failed (its error reported)
+    for k, path in ((2, "core"), (3, "hooks")):
+        (wrc, wwhy, wdone, wx, wy, seen), theirs = res[0][4][k], res[1][4][k]
+        assert wrc == 0, (path, wwhy)
+        assert wdone and wx == [3.0] * 64, (path, wdone, wx)
+        assert path == "core" or wy == theirs, (wy[:4], theirs[:4])
+        assert len(seen) == 1 and "the wake failed (injected)" in seen[0], (path, seen)
     assert rc == 0, why
     assert held == GIL_CALLS, f"{held} of {GIL_CALLS} calls ran while the GIL was held"
     assert all(r[4][0][3] == recs for r in res) and len(recs) == 64  # (the last 63 calls, the barrier)

@@ -195,13 +195,42 @@ def _uneven(rank, size):
     return got, frames, errors, np.array_equal(after, want), recs, _fast_kind()
 
 
+def _freed_at_destroy(rank, size):
+    """A group's FastLanes (its lane's and its C interface handle's: ``NativeAlgorithms.lanes``)
+    are two however many calls it runs, and go when it is destroyed, without a pass of the cycle
+    collector (each holds the backend, whose algorithms hold it): (lanes, FastLanes left)."""
+    import gc
+
+    import ndist.collectives as col
+    import ndist.distributed as dist
+
+    def alive():
+        return sum(type(o).__name__ == "FastLane" for o in gc.get_objects())
+
+    before = alive()
+    gc.disable()
+    try:
+        g = dist.new_group(list(range(size)))
+        for _ in range(5):
+            dist.all_reduce(np.ones(8), group=g)
+        col.engine_handle(g)
+        col.engine_handle(g)
+        lanes = len(g.backend_for("cpu")._native.lanes)
+        dist.destroy_process_group(g)
+        del g
+        return lanes, alive() - before
+    finally:
+        gc.enable()
+
+
 def _handed_on_and_uneven(rank, size):
-    return _handed_on(rank, size), _uneven(rank, size)
+    return _handed_on(rank, size), _uneven(rank, size), _freed_at_destroy(rank, size)
 
 
 @pytest.mark.timeout(120)
 def test_the_c_lane_runs_uneven_all_to_all_and_hands_on_the_rest_unchanged():
-    """(one job for both: what FastLane hands on, then the uneven all_to_all it runs)"""
+    """(one job for all three: what FastLane hands on, the uneven all_to_all it runs, then a
+    group's FastLanes freed at its destroy)"""
     n = 2
     res = run_ranks(_handed_on_and_uneven, n, timeout=100, env=NATIVE)
     for got, kind in (r[0] for r in res):
@@ -223,3 +252,5 @@ def test_the_c_lane_runs_uneven_all_to_all_and_hands_on_the_rest_unchanged():
         # recorded alike by both paths and on both ranks: the input's and output's element counts
         count_in, count_out = 3 * sum(2 * q + rank + 1 for q in range(n)), 3 * sum(2 * rank + q + 1 for q in range(n))
         assert recs == [("all_to_all_single", "int64", count_in, count_out, None, "completed")] * 5, recs
+    # a group's FastLanes: two, gone once it is destroyed (no collector pass needed)
+    assert [r[2] for r in res] == [(2, 0)] * n, [r[2] for r in res]

@@ -458,7 +458,8 @@ class SocketBackend(CollectiveBackend):
                 raise ValueError(f"group {name!r}: expected a group on the native engine, got one on the "
                                  f"{self.engine} engine")
             lane = _fast.core(self, nat, self._exec, book, failed)  # (None under DETAIL)
-            self._capi = _capi.Handle(self, nat, book, failed, reduce_op, check_signature, t_done, lane)
+            self._capi = _capi.Handle(self, nat, book, failed, reduce_op, check_signature, t_done, lane,
+                                      self._exec.wake)
         return self._capi.value
 
     def recorder_types(self):
@@ -803,6 +804,7 @@ class SocketBackend(CollectiveBackend):
             self._capi.close()  # calls on its handle return NDIST_E_CLOSED
         if self._native is not None:
             self._native.g.close()  # a peer still waiting on this rank fails instead of waiting
+            self._native.lanes.clear()  # its FastLanes go now, not at a collector's pass (each holds the backend)
         if self._nfile is not None:
             self._nfile.unlink()  # peers keep their mappings: what was posted stays readable
         self._peer_segs.clear()

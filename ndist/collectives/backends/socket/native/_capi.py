@@ -18,7 +18,9 @@ through the table and through ``ndist.distributed`` mix on one group:
   the recorder, its dump, a revoked group's ``DistRankFailureError``).
 
 Both return ``None`` / a token, or an error tuple ``(status, rank, usable, type, message)``
-that C copies into the caller's ``ndist_error``.
+that C copies into the caller's ``ndist_error``. ``end`` returns ``(error,)`` when the op ran
+but waking the executor's worker after it failed: the call's status stays ``OK`` (its result is
+valid) and C reports the error (sys.unraisablehook), as the C core does (``clane.c``'s ``leave``).
 """
 
 from __future__ import annotations
@@ -105,10 +107,12 @@ class Handle:
     ``TcpGroup`` or a ``TwoLevelGroup`` (its ``TwoGroup`` is the handle's group);
     ``book``: the public layer's lane book (counter, recorder append or None, DETAIL, group,
     recorder); ``failed``, ``reduce_op``, ``check_signature``, ``t_done``: the public layer's
-    ``_failed``, ``_check.reduce_op``, ``_debug.check_signature`` and ``_debug.T_DONE``."""
+    ``_failed``, ``_check.reduce_op``, ``_debug.check_signature`` and ``_debug.T_DONE``;
+    ``wake``: the executor's ``wake`` (``end``, when leaving the lane could not wake it)."""
 
-    def __init__(self, backend, nat, book, failed, reduce_op, check_signature, t_done: int, lane=None) -> None:
-        self.backend, self.nat = backend, nat
+    def __init__(self, backend, nat, book, failed, reduce_op, check_signature, t_done: int, lane=None,
+                 wake=None) -> None:
+        self.backend, self.nat, self.wake = backend, nat, wake
         self.book, self.failed, self.reduce_op = book, failed, reduce_op
         self.check_signature, self.t_done = check_signature, t_done
         self.size = nat.size
@@ -179,13 +183,31 @@ class Handle:
                 finalize(np.frombuffer(out, dtype), rop, None, self.size)
         except BaseException as e:  # noqa: BLE001
             exc = e
-        finally:
+        if exc is not None:
             self.backend.leave_lane()
-        if exc is None:
-            if entry is not None:
-                entry[self.t_done] = time.time()
-            return None
-        return self._error(exc, entry, seq, None)
+            return self._error(exc, entry, seq, None)
+        try:
+            self.backend.leave_lane()
+        except BaseException as e:  # noqa: BLE001 - the op ran: its status stays OK (``_woken``)
+            woken = self._woken(e)
+        else:
+            woken = None
+        if entry is not None:
+            entry[self.t_done] = time.time()
+        return woken
+
+    def _woken(self, err: BaseException) -> tuple:
+        """After an op that ran, leaving the lane cleared the flag (``Executor.leave`` clears it
+        first) but waking the worker for a queued job failed with ``err``: the worker is woken
+        once more (so that a one-off failure strands no job), and ``(err,)`` goes back to C,
+        which reports it and returns OK (when the second wake fails too, its error, whose
+        context is ``err``)."""
+        if self.wake is not None:
+            try:
+                self.wake()
+            except BaseException as again:  # noqa: BLE001 - reported in err's place, err its context
+                return (again,)
+        return (err,)
 
     def failure(self, err, entry, seq):
         """The C core's failure hook (``capi.c``'s ``run_core``: the op failed, the claim still

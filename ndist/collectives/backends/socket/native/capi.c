@@ -276,20 +276,18 @@ static int run_locked(Held_ *h, NdOp *op, Py_ssize_t count_in, Py_ssize_t count_
     PyThreadState *save = PyEval_SaveThread();
     int rc = nd_group_run(h->kind, h->group, op, &save);
     PyEval_RestoreThread(save);
-    if (rc) { /* the exception the group's method raises, for end to map */
-        nd_group_raise(h->kind, h->group, rc);
-        PyObject *type, *tb;
-        PyErr_Fetch(&type, &exc, &tb);
-        PyErr_NormalizeException(&type, &exc, &tb);
-        if (exc && tb)
-            PyException_SetTraceback(exc, tb);
-        Py_XDECREF(type);
-        Py_XDECREF(tb);
-    }
+    if (rc) /* the exception the group's method raises, for end to map */
+        exc = nd_group_exception(h->kind, h->group, rc);
     res = PyObject_CallFunctionObjArgs(h->end, token, exc ? exc : Py_None, NULL);
     if (!res)
         status = err_from_exc(err, "ndist engine (end)");
-    else if (res != Py_None && (status = err_from(res, err)) < 0)
+    else if (PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 1) {
+        /* the op ran (NDIST_OK), waking the executor's worker after it failed: reported, as the C
+         * core reports it (clane.c's ``leave``) */
+        PyObject *w = PyTuple_GET_ITEM(res, 0);
+        PyErr_Restore(Py_NewRef(Py_TYPE(w)), Py_NewRef(w), PyException_GetTraceback(w));
+        PyErr_WriteUnraisable(h->end);
+    } else if (res != Py_None && (status = err_from(res, err)) < 0)
         status = err_from_exc(err, "ndist engine (end)");
 out:
     Py_XDECREF(res);

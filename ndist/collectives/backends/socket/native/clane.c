@@ -88,7 +88,25 @@
  *     broke the group (the Python attribute is set before the flag), the core takes nothing:
  *     the Python path runs the call and raises what it raised before (the closed backend's
  *     error, the first failure again). A close or a failure that comes during the claim is the
- *     race it was with the GIL: the op runs on the group and fails there as it would have. */
+ *     race it was with the GIL: the op runs on the group and fails there as it would have.
+ *
+ * Why the GIL-free path has no data race (C11's memory model: ThreadSanitizer checks it, docs/native.md,
+ * "Thread safety"):
+ *   - ``busy`` is the lock of everything a claimant touches without atomics (the group's engine
+ *     state, its ``seq`` for headers, the op's buffers): taken by a sequentially consistent
+ *     compare-and-swap (an acquire) and let go by a sequentially consistent store (a release),
+ *     so each claimant's accesses happen before the next claimant's, whichever thread and
+ *     whether or not it holds the GIL. A Python path that takes the flag (``claim``) and clears
+ *     it (``clear``) goes through the same two operations;
+ *   - what a non-claimant reads while a claimant writes is atomic: these five fields, the
+ *     counter and the flight recorder's ring (crecord.h: relaxed fields in a seqlock, its
+ *     argument there), the C interface's dtype facts (``CodeInfo``: relaxed fields published by
+ *     a release store of ``ready``) and the op described for messages (FastLane's ``cur_*``:
+ *     relaxed fields in a seqlock whose one writer at a time is the claimant, with Boehm's fences:
+ *     the writer's release fence after its odd ``cur_gen``, the reader's acquire fence before
+ *     its second load; ``set_current`` and ``current``);
+ *   - a FastLane's other fields are set by its ``__init__`` before it is handed out (the group's
+ *     lane, the C interface's entry under capi.c's mutex) and only read after. */
 typedef struct {
     PyObject_HEAD
     atomic_int busy;
@@ -320,11 +338,11 @@ typedef struct {
     CodeInfo codes[NCODES]; /* by dtype code, for the C interface's calls */
     /* the last op this lane ran, for ``NativeAlgorithms.desc`` (``current()``): written by the
      * lane's claimant, with or without the GIL, read with it (a seqlock: ``cur_gen`` odd while
-     * written) */
+     * written; the fields relaxed atomics, LaneState says why) */
     atomic_uint cur_gen;
-    int cur_op, cur_code, cur_root, cur_redop;
-    Py_ssize_t cur_count;
-    unsigned long long cur_seq;
+    _Atomic int cur_op, cur_code, cur_root, cur_redop;
+    _Atomic Py_ssize_t cur_count;
+    _Atomic unsigned long long cur_seq;
 } FastLane;
 
 static int FastLane_traverse(FastLane *f, visitproc visit, void *arg)
@@ -938,8 +956,15 @@ static PyObject *pass_on(FastLane *f, Arg *a, const char *name, PyObject *const 
 
 /* The flag cleared, and the worker woken when a job was queued meanwhile (Executor.leave; LaneState
  * says why this order): with the GIL (``ts`` NULL) or without it (``ts``: this thread's state; the
- * GIL is taken for the wake only). 0, or -1: the wake's error, set (with the GIL) or in ``out``. */
-static int leave(FastLane *f, PyThreadState *ts, NdLaneOut *out)
+ * GIL is taken for the wake only).
+ * A FastLane method's (``table`` 0, with the GIL): 0, or -1 with the wake's error set, which the
+ * method raises after its op ran, as Executor.leave raises it on the Python path.
+ * A C interface call's (``table`` 1): 0. The call's status is its op's (NDIST_OK: the result is
+ * valid): a wake that fails is not the op's failure. Its error goes to sys.unraisablehook
+ * (PyErr_WriteUnraisable, as the engines' stall notices' do) and the worker is woken once more,
+ * so that a one-off failure (a MemoryError, an exception sent to the thread) strands no queued
+ * job; after a second failure it waits for the group's next op, whose submit wakes it. */
+static int leave(FastLane *f, PyThreadState *ts, int table)
 {
     atomic_store(&f->state->busy, 0);
     if (atomic_load(&f->state->queued) == 0)
@@ -948,10 +973,13 @@ static int leave(FastLane *f, PyThreadState *ts, NdLaneOut *out)
     if (ts)
         st = PyGILState_Ensure();
     PyObject *r = PyObject_CallNoArgs(f->wake);
-    int rc = r ? 0 : -1;
+    if (!r && table) {
+        PyErr_WriteUnraisable(f->wake);
+        if (!(r = PyObject_CallNoArgs(f->wake)))
+            PyErr_WriteUnraisable(f->wake);
+    }
+    int rc = r || table ? 0 : -1;
     Py_XDECREF(r);
-    if (rc && ts)
-        PyErr_Fetch(&out->err[0], &out->err[1], &out->err[2]);
     if (ts)
         PyGILState_Release(st);
     return rc;
@@ -960,8 +988,8 @@ static int leave(FastLane *f, PyThreadState *ts, NdLaneOut *out)
 /* The busy flag, when the backend is open, nothing is queued and the group has no failure, read
  * from ``LaneState`` (C11 atomics: no GIL needed; its comment says why this order keeps the
  * executor's): 1 (claimed), 0 (not: the Python path takes the call), -1 (a broken group's flag let
- * go, and the wake that needed failed: as ``leave``). */
-static int claim_lane(FastLane *f, PyThreadState *ts, NdLaneOut *out)
+ * go, and the wake that needed failed: as ``leave``, whose ``table`` this is). */
+static int claim_lane(FastLane *f, PyThreadState *ts, int table)
 {
     LaneState *s = f->state;
     if (atomic_load(&s->closed) || atomic_load(&s->queued) != 0)
@@ -970,12 +998,12 @@ static int claim_lane(FastLane *f, PyThreadState *ts, NdLaneOut *out)
     if (!atomic_compare_exchange_strong(&s->busy, &zero, 1))
         return 0;
     if (atomic_load(&s->broken)) /* the first failure, raised again by the Python path */
-        return leave(f, ts, out) < 0 ? -1 : 0;
+        return leave(f, ts, table) < 0 ? -1 : 0;
     return 1;
 }
 
 /* the claim of a FastLane method (with the GIL) */
-static inline int claim(FastLane *f) { return claim_lane(f, NULL, NULL); }
+static inline int claim(FastLane *f) { return claim_lane(f, NULL, 0); }
 
 /* AVG's finish on ``count`` elements of wire dtype ``code`` (the codes ``describe`` allows) */
 #define TRUNC_DIV(T)                                                                                           \
@@ -1022,8 +1050,8 @@ static inline void set_current(FastLane *f, int kind, int code, Py_ssize_t count
     unsigned g = atomic_load_explicit(&f->cur_gen, memory_order_relaxed);
     atomic_store_explicit(&f->cur_gen, g + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    f->cur_op = kind, f->cur_code = code, f->cur_count = count, f->cur_seq = seq, f->cur_root = root;
-    f->cur_redop = redop;
+    ND_SET(f->cur_op, kind), ND_SET(f->cur_code, code), ND_SET(f->cur_count, count), ND_SET(f->cur_seq, seq);
+    ND_SET(f->cur_root, root), ND_SET(f->cur_redop, redop);
     atomic_store_explicit(&f->cur_gen, g + 2, memory_order_release);
 }
 
@@ -1034,8 +1062,8 @@ static inline void set_current(FastLane *f, int kind, int code, Py_ssize_t count
  * (``current()``), so it runs with the GIL (``ts`` NULL: released around the op) or without it
  * (``ts``: this thread's state, which the engine restores for a moment to call back into Python,
  * as it does the caller's; ``leave`` takes the GIL to wake the worker). ``di``: the dtype's index
- * in the ring's objects (0 for none).
- * 0: done. -1: the wake failed after the op ran (its error as ``leave`` leaves it). 1: the op
+ * in the ring's objects (0 for none); ``table``: a C interface call's (``leave``).
+ * 0: done. -1: the wake failed after the op ran (a FastLane method's: its error set). 1: the op
  * failed: ``out`` holds the engine's code, the entry and the number, and the claim is still held:
  * the caller takes the GIL, ``nd_lane_failed`` gives the exception, and its hook maps the failure,
  * ends the claim and records it (``_fast.py``'s ``failure``, ``_capi.py``'s ``Handle.failure``).
@@ -1043,7 +1071,7 @@ static inline void set_current(FastLane *f, int kind, int code, Py_ssize_t count
 /* (inlined into both callers: a FastLane method's call costs what it did as one function) */
 static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in,
                                                       Py_ssize_t count_out, int di, int redop, PyThreadState *ts,
-                                                      NdLaneOut *out)
+                                                      int table, NdLaneOut *out)
 {
     /* the lane's number and the flight recorder's entry, in C (crecord.h): no Python object */
     unsigned long long seq = nd_counter_next(f->seqs);
@@ -1070,7 +1098,7 @@ static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdO
         avg_finish(op->out, count_out, op->dtype, f->size);
     if (f->ring)
         nd_ring_done(f->ring, slot);
-    return leave(f, ts, out);
+    return leave(f, ts, table);
 }
 
 /* With the GIL, after ``core`` returned 1: the group's exception (``*exc``), the recorder's entry
@@ -1080,14 +1108,7 @@ static inline __attribute__((always_inline)) int core(FastLane *f, int kind, NdO
 void nd_lane_failed(PyObject *lane, const NdLaneOut *out, PyObject **exc_p, PyObject **entry_p, PyObject **seq_p)
 {
     FastLane *f = (FastLane *)lane;
-    nd_group_raise(f->kind, f->group, out->rc);
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (value && tb)
-        PyException_SetTraceback(value, tb);
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
+    PyObject *value = nd_group_exception(f->kind, f->group, out->rc);
     PyObject *seq_obj = PyLong_FromUnsignedLongLong(out->seq);
     PyObject *entry = f->ring ? nd_ring_entry(f->ring, out->slot) : NULL;
     if (!seq_obj)
@@ -1107,13 +1128,13 @@ static PyObject *run(FastLane *f, int kind, NdOp *op, Py_ssize_t count_in, Py_ss
     if (di < 0) { /* before the op: nothing ran; the claim ends (its error kept) */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
-        if (leave(f, NULL, NULL) < 0)
+        if (leave(f, NULL, 0) < 0)
             PyErr_Clear();
         PyErr_Restore(type, value, tb);
         return NULL;
     }
     NdLaneOut out;
-    int rc = core(f, kind, op, count_in, count_out, di, redop, NULL, &out);
+    int rc = core(f, kind, op, count_in, count_out, di, redop, NULL, 0, &out);
     if (rc == 0)
         Py_RETURN_TRUE;
     if (rc < 0)
@@ -1204,10 +1225,9 @@ int nd_lane_call(PyObject *lane, NdOp *op, Py_ssize_t count_in, Py_ssize_t count
         }
         di = atomic_load_explicit(&c->ridx, memory_order_relaxed);
     }
-    int c = claim_lane(f, ts, out);
-    if (c <= 0)
-        return c < 0 ? -1 : ND_LANE_NOT_TAKEN;
-    return core(f, kind, op, count_in, count_out, di, redop, ts, out);
+    if (claim_lane(f, ts, 1) <= 0) /* (a C interface call's claim: never -1) */
+        return ND_LANE_NOT_TAKEN;
+    return core(f, kind, op, count_in, count_out, di, redop, ts, 1, out);
 }
 
 /* all_reduce(tensor, op) */
@@ -1569,8 +1589,8 @@ static PyObject *FastLane_current(FastLane *f, PyObject *unused)
         unsigned g = atomic_load_explicit(&f->cur_gen, memory_order_acquire);
         if (g & 1)
             continue;
-        op = f->cur_op, code = f->cur_code, count = f->cur_count, seq = f->cur_seq, root = f->cur_root;
-        redop = f->cur_redop;
+        op = ND_GET(f->cur_op), code = ND_GET(f->cur_code), count = ND_GET(f->cur_count);
+        seq = ND_GET(f->cur_seq), root = ND_GET(f->cur_root), redop = ND_GET(f->cur_redop);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&f->cur_gen, memory_order_relaxed) == g)
             break;

@@ -119,7 +119,7 @@ typedef struct {
     double timeout;
     double spin_us;
     double spin_now_us;   /* this rank's spin now: spin_us, longer after sleeps its peer ended soon (wait_ge) */
-    uint64_t piece;
+    _Atomic uint64_t piece; /* (read by another thread's message: ``progress``; common.h, ND_SET) */
     int broken;
     uint64_t op_first;    /* the current op's first piece */
     uint64_t op_pieces;   /* and how many this rank knows it has (1: a mismatch is recoverable) */
@@ -136,7 +136,8 @@ typedef struct {
     /* the stall warning: on_stall(peer, word, waited_s, left_s) once the op waited warn_after
      * seconds (0: never), then every WARN_EVERY seconds */
     PyObject *on_stall;
-    double warn_after, warn_at, op_start;
+    double warn_after, warn_at;
+    _Atomic double op_start; /* (read by another thread's message: ``op_start``; common.h, ND_SET) */
     /* the deadline passed: this rank posted its notice and waits until grace_end for a peer's */
     int in_grace;
     double grace_end;
@@ -495,7 +496,8 @@ static int begin_piece(Group *g, double deadline, PyThreadState **save, uint64_t
         if (rc)
             return rc;
     }
-    uint64_t p = ++g->piece;
+    uint64_t p = ND_GET(g->piece) + 1;
+    ND_SET(g->piece, p);
     if (!g->op_first)
         g->op_first = p;
     if (p > 2) {
@@ -1332,12 +1334,13 @@ static double op_begin(Group *g)
     g->err_sends = g->err_wants = -1;
     g->op_pieces = 1;
     g->addr_piece = 0;
-    g->op_start = now_s();
+    double start = now_s();
+    ND_SET(g->op_start, start);
     g->in_grace = 0;
     if (atomic_load_explicit(&CTL(g, g->rank)->stall_piece, memory_order_relaxed))
         atomic_store(&CTL(g, g->rank)->stall_piece, 0); /* past the op it timed out in */
-    g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;
-    return g->op_start + g->timeout;
+    g->warn_at = g->warn_after > 0 ? start + g->warn_after : 1e300;
+    return start + g->timeout;
 }
 
 #define RUN(call)                                                                                                 \
@@ -1583,7 +1586,7 @@ static PyObject *Group_progress(Group *g, PyObject *noargs)
         }
         PyList_SET_ITEM(lst, q, t);
     }
-    return Py_BuildValue("(KN)", (unsigned long long)g->piece, lst);
+    return Py_BuildValue("(KN)", (unsigned long long)ND_GET(g->piece), lst);
 }
 
 static PyMethodDef Group_methods[] = {
@@ -1610,13 +1613,10 @@ static PyMemberDef Group_members[] = {
     {"seq", T_ULONGLONG, offsetof(Group, seq), 0, "sequence number of the next op (goes into its header)"},
     {"tag", T_INT, offsetof(Group, tag), 0,
      "ORed into the op code of the headers this rank writes and expects (above bit 8: the two-level engine's call)"},
-    {"piece", T_ULONGLONG, offsetof(Group, piece), READONLY, "pieces run so far"},
     {"broken", T_INT, offsetof(Group, broken), READONLY, "1 once a failure broke the group (every later op fails)"},
     {"on_stall", T_OBJECT, offsetof(Group, on_stall), 0,
      "on_stall(peer, word, waited_s, left_s), called with the GIL from a wait of warn_after seconds"},
     {"warn_after", T_DOUBLE, offsetof(Group, warn_after), 0, "seconds an op waits before on_stall (0: never)"},
-    {"op_start", T_DOUBLE, offsetof(Group, op_start), READONLY,
-     "when the latest op began (CLOCK_MONOTONIC seconds, as time.monotonic())"},
     {"timeout", T_DOUBLE, offsetof(Group, timeout), READONLY, "an op's timeout in seconds"},
     {"spin_us", T_DOUBLE, offsetof(Group, spin_us), READONLY, "how long a wait spins before it sleeps, at first (µs)"},
     {"spin_now_us", T_DOUBLE, offsetof(Group, spin_now_us), READONLY,
@@ -1659,10 +1659,21 @@ static int Group_set_watch(Group *g, PyObject *value, void *closure)
     return 0;
 }
 
+/* (read while an op runs on another thread, for a waiting op's message: atomic loads) */
+static PyObject *Group_get_piece(Group *g, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(ND_GET(g->piece));
+}
+
+static PyObject *Group_get_op_start(Group *g, void *closure) { return PyFloat_FromDouble(ND_GET(g->op_start)); }
+
 static PyGetSetDef Group_getset[] = {
     {"watch", (getter)Group_get_watch, (setter)Group_set_watch,
      "a TcpGroup whose failures (a peer's FAIL frame, this op's frame sent direct) end a wait here "
      "(error kind 'news': its TcpGroup.raise_news raises it), or None", NULL},
+    {"piece", (getter)Group_get_piece, NULL, "pieces run so far", NULL},
+    {"op_start", (getter)Group_get_op_start, NULL,
+     "when the latest op began (CLOCK_MONOTONIC seconds, as time.monotonic())", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -36,6 +36,19 @@ int do_reduce(Red *r, char *dst, const char *a, const char *b, size_t count, PyT
 }
 
 
+PyObject *nd_take_exception(void)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value && tb)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
+
 int get_buf(PyObject *o, Py_buffer *b, int writable)
 {
     return PyObject_GetBuffer(o, b, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS);

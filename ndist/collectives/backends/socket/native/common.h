@@ -6,8 +6,18 @@
 #define NDIST_NATIVE_COMMON_H
 
 #include <Python.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
+
+/* A field its owner writes while another thread may read it with no lock between them (the
+ * flight recorder's seqlocks, crecord.h; what a waiting op's messages read of the running op,
+ * ``progress``, ``waiting``, ``op_start``, ``level``): an ``_Atomic`` read or written by itself
+ * with a relaxed load or store (a plain move on x86-64 and AArch64), so that the reader's access
+ * is no data race (C11). The owner's other reads may stay plain (a sequentially consistent load:
+ * also a plain move on x86-64). */
+#define ND_GET(field) atomic_load_explicit(&(field), memory_order_relaxed)
+#define ND_SET(field, v) atomic_store_explicit(&(field), (v), memory_order_relaxed)
 
 /* error kinds raised to Python as _cnative.Error(kind, peer, cause, detail); ND_E_NAMES[kind]
  * is the kind's name there (native/_engine.py maps each to its typed error).
@@ -95,6 +105,11 @@ int red_init(Red *r, int dtype, int redop, Py_ssize_t esize, PyObject *fallback)
  * last is the root). On success r is set up and b holds the buffer, writable, for the caller
  * to release; -1 with a Python error otherwise. */
 int red_args(PyObject *args, const char *fmt, Red *r, Py_buffer *b, int *last);
+
+/* ------------------------------------------------------------------ errors */
+/* With the GIL: the Python error set now, taken as its exception (normalized, its traceback
+ * attached): a new reference, the error indicator cleared; NULL when none was set */
+PyObject *nd_take_exception(void);
 
 /* ------------------------------------------------------------------ buffer arguments */
 int get_buf(PyObject *o, Py_buffer *b, int writable);

@@ -73,7 +73,7 @@ static PyObject *Ring_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     NdRing *r = (NdRing *)type->tp_alloc(type, 0);
     if (!r)
         return NULL;
-    r->slots = PyMem_Calloc((size_t)maxlen, sizeof(NdSlot));
+    r->slots = PyMem_Calloc((size_t)maxlen, sizeof(NdSlot)); /* (zero bytes: every atomic 0) */
     r->objs = PyMem_Malloc(8 * sizeof(PyObject *));
     if (!r->slots || !r->objs) {
         Py_DECREF(r);
@@ -137,13 +137,13 @@ int nd_ring_intern(NdRing *r, PyObject *o)
 }
 
 /* a C slot's 10-list (a new list), or NULL with an error set */
-static PyObject *as_list(NdRing *r, const NdSlot *s)
+static PyObject *as_list(NdRing *r, const NdEntry *s)
 {
     PyObject *items[RF_N] = {
         PyLong_FromUnsignedLongLong(s->seq), Py_NewRef(r->objs[s->op]), Py_NewRef(r->objs[s->device]),
         Py_NewRef(r->objs[s->dtype]), PyLong_FromSsize_t(s->count_in), PyLong_FromSsize_t(s->count_out),
         s->root < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(s->root), PyFloat_FromDouble(s->t_issued),
-        s->done ? PyFloat_FromDouble(s->t_done) : Py_NewRef(Py_None), Py_NewRef(Py_None)};
+        s->t_done != 0.0 ? PyFloat_FromDouble(s->t_done) : Py_NewRef(Py_None), Py_NewRef(Py_None)};
     PyObject *list = NULL;
     int ok = 1;
     for (int i = 0; i < RF_N; i++)
@@ -160,9 +160,10 @@ static PyObject *as_list(NdRing *r, const NdSlot *s)
 }
 
 /* entry ``n``'s slot read into ``out`` (its ``list`` a new reference): 1; 0 when the entry is gone.
- * A seqlock's read: the fields copied between two loads of ``gen``, again if a writer came between;
- * a writer of ``n`` still at it (it took the number, not yet the slot) is waited for. */
-static int snapshot(NdRing *r, uint64_t n, NdSlot *out)
+ * A seqlock's read (crecord.h says why it is race-free): the fields copied, each a relaxed load,
+ * between two loads of ``gen`` and an acquire fence, again if a writer came between; a writer of
+ * ``n`` still at it (it took the number, not yet the slot) is waited for. */
+static int snapshot(NdRing *r, uint64_t n, NdEntry *out)
 {
     NdSlot *s = nd_ring_slot(r, n);
     unsigned k = 0;
@@ -171,9 +172,11 @@ static int snapshot(NdRing *r, uint64_t n, NdSlot *out)
         if (g > 2 * n + 1)
             return 0;
         if (g == 2 * n) {
-            out->list = s->list, out->c = s->c, out->seq = s->seq, out->count_in = s->count_in;
-            out->count_out = s->count_out, out->t_issued = s->t_issued, out->t_done = s->t_done, out->op = s->op;
-            out->device = s->device, out->dtype = s->dtype, out->root = s->root, out->done = s->done;
+            out->list = s->list; /* (with the GIL, as every write of it) */
+            out->c = ND_GET(s->c), out->seq = ND_GET(s->seq), out->count_in = ND_GET(s->count_in);
+            out->count_out = ND_GET(s->count_out), out->t_issued = ND_GET(s->t_issued);
+            out->t_done = ND_GET(s->t_done), out->op = ND_GET(s->op), out->device = ND_GET(s->device);
+            out->dtype = ND_GET(s->dtype), out->root = ND_GET(s->root);
             atomic_thread_fence(memory_order_acquire);
             if (atomic_load_explicit(&s->gen, memory_order_relaxed) == g) {
                 /* (``list`` is changed with the GIL only, which the caller holds: it is alive) */
@@ -187,7 +190,7 @@ static int snapshot(NdRing *r, uint64_t n, NdSlot *out)
 
 PyObject *nd_ring_entry(NdRing *r, uint64_t n)
 {
-    NdSlot snap;
+    NdEntry snap;
     if (!snapshot(r, n, &snap))
         return NULL;
     if (!snap.c)
@@ -204,10 +207,10 @@ PyObject *nd_ring_entry(NdRing *r, uint64_t n)
         return NULL;
     }
     PyObject *old = NULL;
-    if (s->c) {
+    if (ND_GET(s->c)) {
         old = s->list; /* (a Python entry a C writer replaced) */
         s->list = Py_NewRef(list);
-        s->c = 0;
+        ND_SET(s->c, 0);
     } else
         Py_SETREF(list, Py_NewRef(s->list));
     nd_ring_release(s, n);
@@ -222,7 +225,7 @@ static PyObject *Ring_append(NdRing *r, PyObject *entry)
     uint64_t n = nd_ring_take(r, &s);
     PyObject *old = s->list;
     s->list = Py_NewRef(entry);
-    s->c = 0;
+    ND_SET(s->c, 0);
     nd_ring_release(s, n);
     Py_XDECREF(old);
     Py_RETURN_NONE;
@@ -234,13 +237,13 @@ static PyObject *Ring_append(NdRing *r, PyObject *entry)
  * meanwhile). */
 static PyObject *Ring_copy(NdRing *r, PyObject *unused)
 {
-    NdSlot *snap = NULL;
+    NdEntry *snap = NULL;
     uint64_t count, len, got, cap = 0;
     do {
         count = atomic_load(&r->count);
         len = count < (uint64_t)r->maxlen ? count : (uint64_t)r->maxlen;
         if (len > cap || !snap) { /* (the first time, or more entries than the last try saw) */
-            NdSlot *grown = PyMem_Realloc(snap, (len ? len : 1) * sizeof(NdSlot));
+            NdEntry *grown = PyMem_Realloc(snap, (len ? len : 1) * sizeof(NdEntry));
             if (!grown) {
                 PyMem_Free(snap);
                 return PyErr_NoMemory();

@@ -29,7 +29,31 @@
  * an update of entry n (its end time, its list) takes 2n -> 2n + 1 the same way; a reader copies
  * the fields between two loads of ``gen`` and tries again when they differ (a seqlock). A slot's
  * ``list`` (an owned reference) is written only with the GIL: a C writer leaves the Python entry
- * it replaces there, flagged as a C slot (``c``), and the next writer with the GIL drops it. */
+ * it replaces there, flagged as a C slot (``c``), and the next writer with the GIL drops it.
+ *
+ * Why this is race-free by the C11 memory model (no data race, so no undefined behaviour, even
+ * when a reader's copy is torn and thrown away), as Boehm's "Can seqlocks get along with
+ * programming language memory models?" (MSPC 2012) builds a seqlock from fences:
+ *   - every field a reader copies while a writer may write it (``c`` and the entry's numbers) is
+ *     an ``_Atomic`` read and written with relaxed loads and stores (on x86-64 and AArch64 the
+ *     same plain moves as before: no lock, no barrier), so a torn copy is a set of values, each
+ *     one some store's, never a racing access;
+ *   - a holder (``nd_ring_hold``) issues a release fence after its compare-and-swap and before
+ *     its first field store; a reader loads ``gen`` (acquire), copies the fields (relaxed), then
+ *     an acquire fence, then loads ``gen`` again (relaxed). If a copied value came from a store
+ *     of a later holding, that holder's release fence synchronizes with the reader's acquire
+ *     fence, so its odd ``gen`` happens before the second load, which then cannot read the
+ *     first load's value (``gen`` only grows while a slot changes hands): the copy is retried.
+ *     If every value came from stores before the first load's release (``nd_ring_release``), the
+ *     copy is that whole entry;
+ *   - ``gen`` goes back to 2n after an update of entry n (2n -> 2n + 1 -> 2n), so a reader whose
+ *     two loads straddle an update is not told: an update therefore changes one field a C
+ *     writer's reader can see, ``t_done`` (0.0 until the entry ended: ``time.time()`` is never
+ *     0.0 here), and a copy has it from before or after, both true of the entry. (The other
+ *     update, ``nd_ring_entry``'s swap of ``c`` and ``list``, runs with the GIL, as every reader
+ *     does: no reader overlaps it.)
+ *   - ``list`` is read and written with the GIL only; the GIL (a mutex) orders those accesses.
+ * ThreadSanitizer checks it (docs/native.md, "Thread safety"). */
 #ifndef NDIST_NATIVE_CRECORD_H
 #define NDIST_NATIVE_CRECORD_H
 
@@ -38,6 +62,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
+
+#include "common.h" /* (ND_GET, ND_SET: a relaxed atomic access) */
 
 /* the entry's fields by position (_debug.FIELDS) */
 enum { RF_SEQ, RF_OP, RF_DEVICE, RF_DTYPE, RF_COUNT_IN, RF_COUNT_OUT, RF_ROOT, RF_T_ISSUED, RF_T_DONE, RF_ERROR,
@@ -51,14 +77,24 @@ typedef struct {
 typedef struct {
     _Atomic uint64_t gen; /* 2n: entry n whole (0: none yet); 2n + 1: held by its writer or an update */
     PyObject *list;       /* a Python entry (owned), or NULL; with ``c`` set: one replaced, to drop */
-    int c;                /* the fields below are the entry (a C slot) */
+    /* (relaxed atomics: a reader may copy them while a writer writes, see above) */
+    _Atomic int c;        /* the fields below are the entry (a C slot) */
+    _Atomic unsigned long long seq;
+    _Atomic Py_ssize_t count_in, count_out;
+    _Atomic double t_issued, t_done; /* t_done 0.0: not ended yet */
+    _Atomic int op, device, dtype;   /* indices into the ring's objects */
+    _Atomic int root;                /* < 0: None */
+} NdSlot;
+
+/* a slot as a reader copied it (``snapshot``): plain values */
+typedef struct {
+    PyObject *list;
+    int c;
     unsigned long long seq;
     Py_ssize_t count_in, count_out;
     double t_issued, t_done;
-    int op, device, dtype; /* indices into the ring's objects */
-    int root;              /* < 0: None */
-    int done;              /* t_done is set */
-} NdSlot;
+    int op, device, dtype, root;
+} NdEntry;
 
 typedef struct {
     PyObject_HEAD
@@ -110,8 +146,12 @@ static inline int nd_ring_hold(NdSlot *s, uint64_t from, uint64_t to)
     for (;;) {
         uint64_t g = atomic_load_explicit(&s->gen, memory_order_acquire);
         if (g == from && atomic_compare_exchange_weak_explicit(&s->gen, &g, to, memory_order_acquire,
-                                                               memory_order_relaxed))
+                                                               memory_order_relaxed)) {
+            /* (the odd gen before any field store, for a reader's acquire fence: see above; on
+             * x86-64 a compiler barrier only) */
+            atomic_thread_fence(memory_order_release);
             return 1;
+        }
         if (g > from + 1) /* (a writer never meets this: the entry after its own waits for it) */
             return 0;
         nd_ring_pause(&k); /* (the previous entry or an update still writing: a few stores) */
@@ -140,8 +180,9 @@ static inline uint64_t nd_ring_issue(NdRing *r, unsigned long long seq, int op, 
     NdSlot *s;
     uint64_t n = nd_ring_take(r, &s);
     /* (a Python entry replaced stays in ``list`` until a writer with the GIL drops it) */
-    s->c = 1, s->seq = seq, s->count_in = count_in, s->count_out = count_out, s->t_issued = nd_now();
-    s->t_done = 0.0, s->op = op, s->device = device, s->dtype = dtype, s->root = root, s->done = 0;
+    ND_SET(s->c, 1), ND_SET(s->seq, seq), ND_SET(s->count_in, count_in), ND_SET(s->count_out, count_out);
+    ND_SET(s->t_issued, nd_now()), ND_SET(s->t_done, 0.0), ND_SET(s->op, op), ND_SET(s->device, device);
+    ND_SET(s->dtype, dtype), ND_SET(s->root, root);
     nd_ring_release(s, n);
     return n;
 }
@@ -152,10 +193,8 @@ static inline void nd_ring_done(NdRing *r, uint64_t n)
     NdSlot *s = nd_ring_slot(r, n);
     if (!nd_ring_hold(s, 2 * n, 2 * n + 1))
         return;
-    if (s->c) {
-        s->t_done = nd_now();
-        s->done = 1;
-    }
+    if (ND_GET(s->c))
+        ND_SET(s->t_done, nd_now()); /* (the one field an update changes: see above) */
     nd_ring_release(s, n);
 }
 

@@ -120,12 +120,13 @@ typedef struct {
     int fd;
     int out_done; /* this side's stream is shut down: nothing more is sent */
     /* the frame being sent: header, then payload; ``ooff`` counts both */
-    int osend;
+    _Atomic int osend; /* (``irecv`` too: read by another thread's message, ``waiting``; common.h, ND_SET) */
     thdr_t oh;
     const char *optr;
     size_t olen, ooff;
     /* the frame being received: header (``ihgot`` of it), then payload into iptr (igot of ilen) */
-    int irecv, istage; /* istage 0: header, 1: payload, 2: draining a mismatched payload */
+    _Atomic int irecv;
+    int istage; /* 0: header, 1: payload, 2: draining a mismatched payload */
     thdr_t ih;
     size_t ihgot;
     char *iptr;
@@ -137,7 +138,8 @@ typedef struct {
      * peer's DONE for it; ``dsend``: a DONE to send the peer (``dh``, ``doff`` of it sent), after
      * this phase's DATA frame to it */
     int32_t rpid;
-    int they_read, oaddr, idone, dsend;
+    int they_read, oaddr;
+    _Atomic int idone, dsend; /* (read by another thread's message, ``waiting``, as osend) */
     thdr_t dh;
     size_t doff;
 } Peer;
@@ -171,7 +173,8 @@ typedef struct {
     /* the stall warning: on_stall(peer, word, waited_s, left_s) once an op waited warn_after
      * seconds (0: never), then every WARN_EVERY seconds */
     PyObject *on_stall;
-    double warn_after, warn_at, op_start;
+    double warn_after, warn_at;
+    _Atomic double op_start; /* (read by another thread's message: ``op_start``; common.h, ND_SET) */
     /* the deadline passed: this rank told its peers whom it waits on (``posted``: 1 + that code)
      * and waits until grace_end for the notice of the peer it waits on (the root cause) */
     int in_grace;
@@ -235,7 +238,7 @@ static void clear_phase(TGroup *g)
 {
     for (int q = 0; q < g->size; q++) {
         Peer *p = &g->peers[q];
-        p->osend = p->irecv = p->idone = p->dsend = 0;
+        ND_SET(p->osend, 0), ND_SET(p->irecv, 0), ND_SET(p->idone, 0), ND_SET(p->dsend, 0);
     }
 }
 
@@ -263,7 +266,7 @@ static void set_send(TGroup *g, int q, const TSig *s, const char *ptr, size_t le
     p->optr = ptr;
     p->olen = len;
     p->ooff = 0;
-    p->osend = 1;
+    ND_SET(p->osend, 1);
     /* by address: the peer reads it (single copy) and answers DONE, which ends this rank's
      * phase with it (the buffer is the caller's again once the op returns) */
     p->oaddr = len && g->cma_min > 0 && len >= (size_t)g->cma_min && p->they_read;
@@ -272,7 +275,7 @@ static void set_send(TGroup *g, int q, const TSig *s, const char *ptr, size_t le
         p->istage = 0;
         p->ihgot = 0;
     }
-    p->idone = p->oaddr;
+    ND_SET(p->idone, p->oaddr);
 }
 
 static void set_recv(TGroup *g, int q, char *ptr, size_t len)
@@ -282,7 +285,7 @@ static void set_recv(TGroup *g, int q, char *ptr, size_t len)
     p->ilen = len;
     p->igot = p->ihgot = 0;
     p->istage = 0;
-    p->irecv = 1;
+    ND_SET(p->irecv, 1);
 }
 
 /* Queue a DONE for peer q, whose payload this rank read by address (or drained, in a
@@ -293,7 +296,7 @@ static void queue_done(TGroup *g, Peer *p)
     p->dh.kind = MAGIC | K_DONE;
     p->dh.seq = g->seq;
     p->doff = 0;
-    p->dsend = 1;
+    ND_SET(p->dsend, 1);
 }
 
 /* 1: progress, 0: would block, -1: the connection failed (E_LOST) */
@@ -308,7 +311,7 @@ static int try_send(Peer *p)
             return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
         p->doff += (size_t)w;
         if (p->doff == sizeof(thdr_t))
-            p->dsend = 0;
+            ND_SET(p->dsend, 0);
         return 1;
     }
     if (p->ooff < sizeof(thdr_t)) {
@@ -331,7 +334,7 @@ static int try_send(Peer *p)
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
     p->ooff += (size_t)w;
     if (p->ooff == sizeof(thdr_t) + body)
-        p->osend = 0;
+        ND_SET(p->osend, 0);
     return 1;
 }
 
@@ -500,7 +503,7 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
                     g->err_peer = q;
                     return -E_LOST; /* (a stream out of step: not this engine's order) */
                 }
-                p->idone = 0;
+                ND_SET(p->idone, 0);
                 if (!p->irecv)
                     return 1;
                 continue;
@@ -536,12 +539,12 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
                     g->cma_blocks++;
                 }
                 queue_done(g, p); /* (a drained one too: the sender waits for it) */
-                p->irecv = 0;
+                ND_SET(p->irecv, 0);
                 p->istage = 0;
                 return 1;
             }
             if ((p->istage == 1 && p->ilen == 0) || (p->istage == 2 && p->idrain == 0)) {
-                p->irecv = 0;
+                ND_SET(p->irecv, 0);
                 p->istage = 0;
                 return 1;
             }
@@ -556,7 +559,7 @@ static int try_recv(TGroup *g, int q, const TSig *s, int *mm)
             if (p->idrain)
                 continue;
         }
-        p->irecv = 0;
+        ND_SET(p->irecv, 0);
         p->istage = 0; /* (a DONE may follow) */
         return 1;
     }
@@ -658,7 +661,7 @@ static void notice_peers(TGroup *g, int32_t code)
         if (off && off < sizeof h) {
             shutdown(p->fd, SHUT_WR);
             p->out_done = 1;
-            p->osend = 0;
+            ND_SET(p->osend, 0);
             g->broken = 1;
         }
     }
@@ -875,7 +878,7 @@ static void send_final(TGroup *g, uint32_t kind, int why, int code)
             h.code = code;
             send_header(p->fd, &h, until); /* cut short or not, the stream ends below */
         }
-        p->osend = p->dsend = 0;
+        ND_SET(p->osend, 0), ND_SET(p->dsend, 0);
         shutdown(p->fd, SHUT_WR);
         p->out_done = 1;
     }
@@ -1233,7 +1236,7 @@ static void await_readers(TGroup *g)
             struct pollfd pf = {p->fd, POLLIN, 0};
             poll(&pf, 1, (int)(left * 1e3) + 1);
         }
-        p->idone = p->irecv = 0;
+        ND_SET(p->idone, 0), ND_SET(p->irecv, 0);
     }
 }
 
@@ -1316,9 +1319,10 @@ static int op_begin(TGroup *g, double *dl)
     g->posted = 0;
     g->keep = 0;
     g->op_need = 0;
-    g->op_start = now_s();
-    g->warn_at = g->warn_after > 0 ? g->op_start + g->warn_after : 1e300;
-    *dl = g->op_start + g->timeout;
+    double start = now_s();
+    ND_SET(g->op_start, start);
+    g->warn_at = g->warn_after > 0 ? start + g->warn_after : 1e300;
+    *dl = start + g->timeout;
     int rc = E_OK;
     if (g->broken && atomic_load(&g->want_fail)) {
         g->err_cause = atomic_load(&g->fail_cause);
@@ -1750,7 +1754,7 @@ static PyObject *T_waiting(TGroup *g, PyObject *noargs)
     PyObject *lst = PyList_New(0);
     for (int q = 0; lst && q < g->size; q++) {
         Peer *p = &g->peers[q];
-        if (!p->irecv && !p->osend && !p->idone && !p->dsend)
+        if (!ND_GET(p->irecv) && !ND_GET(p->osend) && !ND_GET(p->idone) && !ND_GET(p->dsend))
             continue;
         PyObject *v = PyLong_FromLong(q);
         if (!v || PyList_Append(lst, v) < 0) {
@@ -1967,10 +1971,15 @@ bad:
     return -1;
 }
 
+/* (read while an op runs on another thread, for a waiting op's message: an atomic load) */
+static PyObject *T_get_op_start(TGroup *g, void *closure) { return PyFloat_FromDouble(ND_GET(g->op_start)); }
+
 static PyGetSetDef T_getset[] = {
     {"view", (getter)T_get_view, (setter)T_set_view,
      "the group ranks the next ops run among, in their order there (None: all); failures are still watched "
      "and named by group rank. A rank outside it runs no op, and this op's frames must not come to it", NULL},
+    {"op_start", (getter)T_get_op_start, NULL,
+     "when the latest op began (CLOCK_MONOTONIC seconds, as time.monotonic())", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -2012,8 +2021,6 @@ static PyMemberDef T_members[] = {
     {"on_stall", T_OBJECT, offsetof(TGroup, on_stall), 0,
      "on_stall(peer, word, waited_s, left_s), called with the GIL from a wait of warn_after seconds"},
     {"warn_after", T_DOUBLE, offsetof(TGroup, warn_after), 0, "seconds an op waits before on_stall (0: never)"},
-    {"op_start", T_DOUBLE, offsetof(TGroup, op_start), READONLY,
-     "when the latest op began (CLOCK_MONOTONIC seconds, as time.monotonic())"},
     {"timeout", T_DOUBLE, offsetof(TGroup, timeout), READONLY, "an op's timeout in seconds"},
     {"spin_us", T_DOUBLE, offsetof(TGroup, spin_us), READONLY, "how long a wait spins before it yields, at first (µs)"},
     {"spin_now_us", T_DOUBLE, offsetof(TGroup, spin_now_us), READONLY,

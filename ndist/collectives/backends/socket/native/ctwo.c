@@ -53,7 +53,8 @@ typedef struct {
     Py_ssize_t min, gather_min;
     int tag, view;    /* what the groups carry now (tag -1: not set yet; view 1: the leaders) */
     int failed_local; /* the failing step's group: 1 local, 0 TCP, -1 none (this group's memory) */
-    int level;        /* the running (or last) step's group: 0 none, 1 TCP, 2 local */
+    _Atomic int level; /* the running (or last) step's group: 0 none, 1 TCP, 2 local (read by another
+                        * thread's message, ``level``: common.h, ND_SET) */
     char *spare;      /* reduce's copy, all_gather's blocks in host order */
     size_t spare_len;
     char **bp;        /* 2 * nh: the leaders' exchange blocks */
@@ -71,7 +72,7 @@ static PyTypeObject TwoType;
 /* ------------------------------------------------------------------ steps */
 static int shm(Two *t, const NdOp *op, PyThreadState **sv)
 {
-    t->level = 2;
+    ND_SET(t->level, 2);
     int rc = nd_shm_run(t->local, op, sv);
     if (rc)
         t->failed_local = 1;
@@ -81,7 +82,7 @@ static int shm(Two *t, const NdOp *op, PyThreadState **sv)
 static int tcp(Two *t, const NdOp *op, char **outs, Py_ssize_t *olen, char **ins, Py_ssize_t *ilen,
                PyThreadState **sv)
 {
-    t->level = 1;
+    ND_SET(t->level, 1);
     int rc = nd_tcp_step(t->tcp, op, outs, olen, ins, ilen, sv);
     if (rc)
         t->failed_local = 0;
@@ -90,7 +91,7 @@ static int tcp(Two *t, const NdOp *op, char **outs, Py_ssize_t *olen, char **ins
 
 static int scatter_to(Two *t, int to, char *buf, Py_ssize_t nbytes, int dtype, PyThreadState **sv)
 {
-    t->level = 2;
+    ND_SET(t->level, 2);
     int rc = nd_shm_scatter_to(t->local, to, buf, nbytes, dtype, sv);
     if (rc)
         t->failed_local = 1;
@@ -261,7 +262,7 @@ static int all_gather(Two *t, const NdOp *op, const Py_ssize_t *lens, PyThreadSt
     if (t->local) {
         for (int i = 0; i < t->lsize; i++)
             t->gp[i] = T + toff[first + i], t->ll[i] = len[t->order[first + i]];
-        t->level = 2;
+        ND_SET(t->level, 2);
         int rc = nd_shm_all_gather(t->local, t->gp, t->ll, op->in, op->inbytes, op->dtype, sv);
         if (rc) {
             t->failed_local = 1;
@@ -321,7 +322,7 @@ int nd_two_run(PyObject *o, const NdOp *op, PyThreadState **sv)
 {
     Two *t = (Two *)o;
     t->failed_local = -1;
-    t->level = 0;
+    ND_SET(t->level, 0);
     if (!t->tcp)
         return ND_SHM_BROKEN;
     int root = op->op == OP_BROADCAST || op->op == OP_REDUCE ? op->root : -1;
@@ -346,7 +347,7 @@ int nd_two_all_gather(PyObject *o, const NdOp *op, const Py_ssize_t *lens, PyThr
 {
     Two *t = (Two *)o;
     t->failed_local = -1;
-    t->level = 0;
+    ND_SET(t->level, 0);
     if (!t->tcp)
         return ND_SHM_BROKEN;
     set_tag(t, OP_ALL_GATHER << 8);
@@ -543,7 +544,7 @@ static PyObject *Two_direct(Two *t, PyObject *args)
         return NULL;
     }
     set_tag(t, op << 8 | (root + 1) << 16);
-    t->level = 1;
+    ND_SET(t->level, 1);
     if (view(t, 0))
         return PyErr_NoMemory();
     Py_RETURN_NONE;
@@ -697,7 +698,8 @@ static int Two_init(Two *t, PyObject *args, PyObject *kw)
         goto bad;
     }
     t->min = min, t->gather_min = gather_min;
-    t->tag = -1, t->view = 0, t->level = 0, t->failed_local = -1;
+    t->tag = -1, t->view = 0, t->failed_local = -1;
+    ND_SET(t->level, 0);
     nd_tcp_set_view(tcpg, NULL, 0); /* (every rank: what ``view`` 0 says) */
     Py_DECREF(fast);
     t->local = local == Py_None ? NULL : Py_NewRef(local);
@@ -723,8 +725,15 @@ static PyMethodDef Two_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* (read while an op runs on another thread, for a waiting op's message: an atomic load) */
+static PyObject *Two_get_level(Two *t, void *closure) { return PyLong_FromLong(ND_GET(t->level)); }
+
+static PyGetSetDef Two_getset[] = {
+    {"level", (getter)Two_get_level, NULL, "the running (or last) step's group: 0 none, 1 TCP, 2 local", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMemberDef Two_members[] = {
-    {"level", T_INT, offsetof(Two, level), READONLY, "the running (or last) step's group: 0 none, 1 TCP, 2 local"},
     {"rank", T_INT, offsetof(Two, rank), READONLY, "this rank (the group's numbering)"},
     {"size", T_INT, offsetof(Two, size), READONLY, "the group's size"},
     {NULL, 0, 0, 0, NULL},
@@ -741,6 +750,7 @@ static PyTypeObject TwoType = {
     .tp_clear = (inquiry)Two_clear,
     .tp_methods = Two_methods,
     .tp_members = Two_members,
+    .tp_getset = Two_getset,
     .tp_doc = "One rank's two-level group: a same-host Group and a TcpGroup run as one (see ctwo.c).",
 };
 

@@ -7,6 +7,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "common.h"
+
 /* One op: ``op`` an OP_* code (common.h) of all_reduce, broadcast, all_gather, all_to_all,
  * reduce_scatter or barrier. ``out`` (``outbytes``) is the buffer of all_reduce and broadcast,
  * else the output (all_gather, all_to_all: every rank's block; reduce_scatter: this rank's);
@@ -122,6 +124,15 @@ static inline PyObject *nd_group_raise(int kind, PyObject *o, int rc)
     return kind == G_SHM ? nd_shm_raise(o, rc) : kind == G_TCP ? nd_tcp_raise(o, rc) : nd_two_raise(o, rc);
 }
 
+/* With the GIL: the exception the group's method raises for ``rc`` (nd_group_raise), as the
+ * object a failure hook takes (nd_take_exception: a new reference, its traceback attached, the
+ * error indicator cleared) */
+static inline PyObject *nd_group_exception(int kind, PyObject *o, int rc)
+{
+    nd_group_raise(kind, o, rc);
+    return nd_take_exception();
+}
+
 /* capi.c: add the C interface (``_C_API`` and the handle functions) to module ``m``; 0 or -1
  * with a Python error set */
 int nd_capi_add(PyObject *m);
@@ -137,8 +148,10 @@ int nd_lane_is(PyObject *o);
  * Python, as for the groups' methods). ``dtypes``: NumPy's dtype of each dtype code (a tuple,
  * None where none: read on a first sight); ``count_in`` / ``count_out``: the record's counts.
  * ND_LANE_NOT_TAKEN: nothing done (a dtype or reduce op the core does not finish, no element, a
- * busy, closed or broken group, a queued job): the Python hooks take the call. 0: done. -1: a
- * Python error, set (with the GIL) or fetched into ``out->err`` (without). 1: the op failed, the
+ * busy, closed or broken group, a queued job): the Python hooks take the call. 0: done (the op
+ * ran; a failure to wake the executor's worker after it is reported, not returned: clane.c's
+ * ``leave``). -1: a dtype's first sight failed (nothing ran): its Python error, set (with the
+ * GIL) or fetched into ``out->err`` (without). 1: the op failed, the
  * claim still held: ``out`` says how; with the GIL, ``nd_lane_failed`` gives the failure hook's
  * arguments, and the hook ends the claim. */
 #define ND_LANE_NOT_TAKEN (-2)

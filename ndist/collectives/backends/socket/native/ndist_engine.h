@@ -56,7 +56,8 @@ enum ndist_redop { NDIST_SUM = 1, NDIST_PRODUCT, NDIST_MIN, NDIST_MAX, NDIST_AVG
 
 /* what a call returns; the comment says the exception the Python path raises for it */
 enum ndist_status {
-    NDIST_OK = 0,
+    NDIST_OK = 0,        /* the op ran and its result is valid (a failure to wake the group's async worker
+                          * after it is not the call's: it goes to sys.unraisablehook, docs/native.md) */
     NDIST_E_ARGUMENT,    /* ValueError / TypeError: nothing was sent or numbered, the group stays usable */
     NDIST_E_PEER_LOST,   /* DistNetworkError (DistRankFailureError once the group is revoked): err->rank */
     NDIST_E_TIMEOUT,     /* DistTimeoutError: the message names the ranks not heard from (err->rank -1, as
