@@ -10,8 +10,11 @@ no longer does (the group suffix it writes to a test's node id does not reach th
 The controller collects nothing, so it learns the groups from the test modules themselves: a
 module whose source calls ``one_launch(`` is imported here, and a test whose node id starts
 with such a parameter's id (the parameter nearest the function comes first in the id) is
-scheduled with the other tests of its group. Every other test is a unit of its own; the
-largest units go out first (``LoadScopeScheduling``), then the rest in collection order.
+scheduled with the other tests of its group. A module whose source holds the line
+``XDIST_ONE_WORKER = True`` is one unit: its tests share an expensive module-scoped set-up
+(test_native_kernels.py's compile of the kernels), which each worker would otherwise repeat.
+Every other test is a unit of its own; the largest units go out first
+(``LoadScopeScheduling``), then the rest in collection order.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ import importlib
 import os
 
 from xdist.scheduler import LoadScopeScheduling
+
+
+#: the line that puts all of a module's tests on one worker
+ONE_WORKER = "XDIST_ONE_WORKER = True"
 
 
 def _groups_of(module) -> dict:
@@ -45,15 +52,19 @@ class LaunchScheduling(LoadScopeScheduling):
         super().__init__(config, log)
         self._root = str(config.rootpath)
         self._modules: dict = {}  # node id path -> its {(function, parameter id): group}
+        self._one_worker: dict = {}  # node id path -> whether its tests are one unit
+
+    def _source(self, path: str) -> str:
+        try:
+            with open(os.path.join(self._root, path)) as f:
+                return f.read()
+        except OSError:
+            return ""
 
     def _module_groups(self, path: str) -> dict:
         if path not in self._modules:
             self._modules[path] = {}
-            try:
-                with open(os.path.join(self._root, path)) as f:
-                    uses = "one_launch(" in f.read()
-            except OSError:
-                uses = False
+            uses = "one_launch(" in self._source(path)
             if uses and path.endswith(".py"):
                 try:
                     module = importlib.import_module(path[:-3].replace("/", "."))
@@ -64,6 +75,10 @@ class LaunchScheduling(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         path, _, rest = nodeid.partition("::")
+        if path not in self._one_worker:
+            self._one_worker[path] = any(line.strip() == ONE_WORKER for line in self._source(path).splitlines())
+        if self._one_worker[path]:
+            return path
         name, bracket, params = rest.partition("[")
         if not bracket:
             return nodeid

@@ -4,7 +4,11 @@ Each example is a small program (``torch`` -> ``ndist``, CUDA devices -> CPU)
 run on real processes with ``run_ranks`` at the world size its docstring
 assumes. Each returns, per rank, the ``repr`` of what the docstring displays,
 and the test compares it with the docstring's own output, transcribed below
-(``device='cuda:N'`` removed). Values are always compared; the text is compared
+(``device='cuda:N'`` removed). The examples of one world size run one after
+another in one job (``EXAMPLES``, launched once and cached, on one xdist worker:
+``one_launch``), each test reading its own example's outcome; two run in a job of
+their own: ``monitored_barrier`` (its timeouts) and ``send_object_list`` without a
+barrier (the ranks exit right after it). Values are always compared; the text is compared
 too, except where the docstring's text is not what torch itself prints (marked
 ``exact=False`` with the reason). torch is not needed to run these.
 
@@ -24,9 +28,13 @@ under both names.
 
 from __future__ import annotations
 
+import functools
+import traceback
+
 import pytest
 
 from ndist.testing import run_ranks
+from tests.collectives.collective_launch import one_launch
 
 
 def _values(text: str):
@@ -46,6 +54,56 @@ def run(fn, world_size, *args):
     return run_ranks(fn, world_size, args=args, timeout=120)
 
 
+def _examples_job(rank, world_size, examples):
+    """Every example of ``examples`` (``[(name, body, args)]``) in turn on one group: ``{name:
+    ("ok", what it returned) or ("error", its traceback)}``. A group timeout well inside the
+    job's: an example that fails on one rank leaves the others' call to time out, and the job
+    goes on to the next."""
+    import ndist.distributed as dist
+
+    dist.init_process_group(timeout=30)
+    out = {}
+    for name, body, args in examples:
+        try:
+            out[name] = ("ok", body(rank, world_size, *args))
+        except Exception:  # noqa: BLE001 - the example's test shows it
+            out[name] = ("error", traceback.format_exc())
+    dist.destroy_process_group()
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _job(world_size: int):
+    """The outcome of ``EXAMPLES``' examples of ``world_size`` by rank, or why the job failed."""
+    examples = [(name, body, args) for name, (ws, body, args) in EXAMPLES.items() if ws == world_size]
+    try:
+        return list(run_ranks(_examples_job, world_size, args=(examples,), init=False, timeout=180))
+    except Exception as err:  # noqa: BLE001 - every example's test says it
+        return f"the job of the world size {world_size} examples failed: {type(err).__name__}: {err}"
+
+
+def ran(name: str, world_size: int):
+    """Example ``name``'s result by rank, from its world size's job (run once). Fails with
+    every rank's error in it, and names the examples before it in the job that failed (whose
+    ranks may have left the others out of step: this one's errors may be theirs)."""
+    assert EXAMPLES[name][0] == world_size, (name, world_size)
+    per_rank = _job(world_size)
+    assert not isinstance(per_rank, str), per_rank
+    errors = [f"rank {rank}: {results[name][1]}" for rank, results in enumerate(per_rank)
+              if results[name][0] != "ok"]
+    if errors:
+        names = list(per_rank[0])
+        before = [n for n in names[:names.index(name)] if any(r[n][0] != "ok" for r in per_rank)]
+        blame = f" (examples before it in the same job failed: {before})" if before else ""
+        pytest.fail(f"example {name} failed{blame}:\n" + "\n".join(errors), pytrace=False)
+    return [results[name][1] for results in per_rank]
+
+
+def _launch(world_size: int):
+    """The test's parameter: its world size's job (the tests of one job run on one worker)."""
+    return pytest.mark.parametrize("ws", [one_launch(f"docstrings-{world_size}", world_size, id=f"ws{world_size}")])
+
+
 # ------------------------------------------------------------------ all_reduce
 def _all_reduce_int(rank, ws):
     import ndist
@@ -58,9 +116,10 @@ def _all_reduce_int(rank, ws):
     return [before, repr(tensor)]
 
 
-@pytest.mark.timeout(150)
-def test_all_reduce_int64():
-    check(run(_all_reduce_int, 2), [["tensor([1, 2])", "tensor([4, 6])"], ["tensor([3, 4])", "tensor([4, 6])"]])
+@pytest.mark.timeout(240)
+@_launch(2)
+def test_all_reduce_int64(ws):
+    check(ran("all_reduce_int64", ws), [["tensor([1, 2])", "tensor([4, 6])"], ["tensor([3, 4])", "tensor([4, 6])"]])
 
 
 def _all_reduce_cfloat(rank, ws):
@@ -74,9 +133,10 @@ def _all_reduce_cfloat(rank, ws):
     return [before, repr(tensor)]
 
 
-@pytest.mark.timeout(150)
-def test_all_reduce_cfloat():
-    check(run(_all_reduce_cfloat, 2), [["tensor([1.+1.j, 2.+2.j])", "tensor([4.+4.j, 6.+6.j])"],
+@pytest.mark.timeout(240)
+@_launch(2)
+def test_all_reduce_cfloat(ws):
+    check(ran("all_reduce_cfloat", ws), [["tensor([1.+1.j, 2.+2.j])", "tensor([4.+4.j, 6.+6.j])"],
                                        ["tensor([3.+3.j, 4.+4.j])", "tensor([4.+4.j, 6.+6.j])"]])
 
 
@@ -92,9 +152,10 @@ def _all_gather_int(rank, ws):
     return [first, repr(tensor), repr(tensor_list)]
 
 
-@pytest.mark.timeout(150)
-def test_all_gather_int64():
-    check(run(_all_gather_int, 2), [
+@pytest.mark.timeout(240)
+@_launch(2)
+def test_all_gather_int64(ws):
+    check(ran("all_gather_int64", ws), [
         ["[tensor([0, 0]), tensor([0, 0])]", "tensor([1, 2])", "[tensor([1, 2]), tensor([3, 4])]"],
         ["[tensor([0, 0]), tensor([0, 0])]", "tensor([3, 4])", "[tensor([1, 2]), tensor([3, 4])]"]])
 
@@ -110,11 +171,12 @@ def _all_gather_cfloat(rank, ws):
     return [first, repr(tensor), repr(tensor_list)]
 
 
-@pytest.mark.timeout(150)
-def test_all_gather_cfloat():
+@pytest.mark.timeout(240)
+@_launch(2)
+def test_all_gather_cfloat(ws):
     zeros = "[tensor([0.+0.j, 0.+0.j]), tensor([0.+0.j, 0.+0.j])]"
     gathered = "[tensor([1.+1.j, 2.+2.j]), tensor([3.+3.j, 4.+4.j])]"
-    check(run(_all_gather_cfloat, 2), [[zeros, "tensor([1.+1.j, 2.+2.j])", gathered],
+    check(ran("all_gather_cfloat", ws), [[zeros, "tensor([1.+1.j, 2.+2.j])", gathered],
                                        [zeros, "tensor([3.+3.j, 4.+4.j])", gathered]])
 
 
@@ -132,11 +194,12 @@ def _all_gather_single(rank, world_size, name):
     return [repr(tensor_in), repr(tensor_out), repr(tensor_out2)]
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("name", ["all_gather_single", "all_gather_into_tensor"])
-def test_all_gather_single_concat_and_stack(name):
+@_launch(2)
+def test_all_gather_single_concat_and_stack(ws, name):
     stacked = "tensor([[1, 2],\n        [3, 4]])"
-    check(run(_all_gather_single, 2, name), [["tensor([1, 2])", "tensor([1, 2, 3, 4])", stacked],
+    check(ran(f"all_gather_single[{name}]", ws), [["tensor([1, 2])", "tensor([1, 2, 3, 4])", stacked],
                                              ["tensor([3, 4])", "tensor([1, 2, 3, 4])", stacked]])
 
 
@@ -155,9 +218,10 @@ def _gather(rank, ws):
     return [repr(gather_list)]
 
 
-@pytest.mark.timeout(150)
-def test_gather():
-    check(run(_gather, 2), [["[tensor([1., 1.]), tensor([2., 2.])]"], ["None"]])
+@pytest.mark.timeout(240)
+@_launch(2)
+def test_gather(ws):
+    check(ran("gather", ws), [["[tensor([1., 1.]), tensor([2., 2.])]"], ["None"]])
 
 
 def _scatter(rank, ws):
@@ -176,9 +240,10 @@ def _scatter(rank, ws):
     return [repr(output_tensor)]
 
 
-@pytest.mark.timeout(150)
-def test_scatter():
-    check(run(_scatter, 2), [["tensor([1., 1.])"], ["tensor([5., 5.])"]])
+@pytest.mark.timeout(240)
+@_launch(2)
+def test_scatter(ws):
+    check(ran("scatter", ws), [["tensor([1., 1.])"], ["tensor([5., 5.])"]])
 
 
 # ---------------------------------------- reduce_scatter_single (+ old name)
@@ -199,11 +264,12 @@ def _reduce_scatter_single(rank, world_size, name):
     return shown
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("name", ["reduce_scatter_single", "reduce_scatter_tensor"])
-def test_reduce_scatter_single_concat_and_stack(name):
+@_launch(2)
+def test_reduce_scatter_single_concat_and_stack(ws, name):
     stacked = "tensor([[0, 1],\n        [2, 3]])"
-    check(run(_reduce_scatter_single, 2, name), [
+    check(ran(f"reduce_scatter_single[{name}]", ws), [
         ["tensor([0, 1, 2, 3])", "tensor([0, 2])", stacked, "tensor([0, 2])"],
         ["tensor([0, 1, 2, 3])", "tensor([4, 6])", stacked, "tensor([4, 6])"]])
 
@@ -236,14 +302,15 @@ def _all_to_all_even(rank, world_size, via_scatter):
     return shown + [repr(output)]
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("via_scatter", [False, True], ids=["all_to_all", "scatter_loop"])
-def test_all_to_all_even(via_scatter):
+@_launch(4)
+def test_all_to_all_even(ws, via_scatter):
     inputs = ["[tensor([0]), tensor([1]), tensor([2]), tensor([3])]",
               "[tensor([4]), tensor([5]), tensor([6]), tensor([7])]",
               "[tensor([8]), tensor([9]), tensor([10]), tensor([11])]",
               "[tensor([12]), tensor([13]), tensor([14]), tensor([15])]"]
-    check(run(_all_to_all_even, 4, via_scatter), [[i, o] for i, o in zip(inputs, _EVEN_OUT)])
+    check(ran(f"all_to_all_even[{via_scatter}]", ws), [[i, o] for i, o in zip(inputs, _EVEN_OUT)])
 
 
 _UNEVEN_IN = [[0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 15, 16, 17, 18], [20, 21, 22, 23, 24],
@@ -265,9 +332,10 @@ def _all_to_all_uneven(rank, ws):
     return shown + [repr(output)]
 
 
-@pytest.mark.timeout(150)
-def test_all_to_all_uneven():
-    check(run(_all_to_all_uneven, 4), [
+@pytest.mark.timeout(240)
+@_launch(4)
+def test_all_to_all_uneven(ws):
+    check(ran("all_to_all_uneven", ws), [
         ["[tensor([0, 1]), tensor([2, 3]), tensor([4]), tensor([5])]",
          "[tensor([0, 1]), tensor([10, 11, 12]), tensor([20, 21]), tensor([30, 31])]"],
         ["[tensor([10, 11, 12]), tensor([13, 14]), tensor([15, 16]), tensor([17, 18])]",
@@ -292,10 +360,11 @@ def _all_to_all_cfloat(rank, ws):
     return shown + [repr(output)]
 
 
-@pytest.mark.timeout(150)
-def test_all_to_all_cfloat():
+@pytest.mark.timeout(240)
+@_launch(4)
+def test_all_to_all_cfloat(ws):
     # exact=False: the docstring writes 1+1j where torch prints 1.+1.j
-    check(run(_all_to_all_cfloat, 4), [
+    check(ran("all_to_all_cfloat", ws), [
         ["[tensor([1+1j]), tensor([2+2j]), tensor([3+3j]), tensor([4+4j])]",
          "[tensor([1+1j]), tensor([5+5j]), tensor([9+9j]), tensor([13+13j])]"],
         ["[tensor([5+5j]), tensor([6+6j]), tensor([7+7j]), tensor([8+8j])]",
@@ -321,11 +390,12 @@ def _all_to_all_single_even(rank, world_size, via_scatter):
     return shown + [repr(output)]
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("via_scatter", [False, True], ids=["all_to_all_single", "scatter_loop"])
-def test_all_to_all_single_even(via_scatter):
+@_launch(4)
+def test_all_to_all_single_even(ws, via_scatter):
     # exact=False: torch pads to equal width (tensor([ 8,  9, 10, 11])); the docstring does not
-    check(run(_all_to_all_single_even, 4, via_scatter), [
+    check(ran(f"all_to_all_single_even[{via_scatter}]", ws), [
         ["tensor([0, 1, 2, 3])", "tensor([0, 4, 8, 12])"], ["tensor([4, 5, 6, 7])", "tensor([1, 5, 9, 13])"],
         ["tensor([8, 9, 10, 11])", "tensor([2, 6, 10, 14])"],
         ["tensor([12, 13, 14, 15])", "tensor([3, 7, 11, 15])"]], exact=False)
@@ -342,9 +412,10 @@ def _all_to_all_single_uneven(rank, ws):
     return [repr(output)]
 
 
-@pytest.mark.timeout(150)
-def test_all_to_all_single_uneven():
-    check(run(_all_to_all_single_uneven, 4), [
+@pytest.mark.timeout(240)
+@_launch(4)
+def test_all_to_all_single_uneven(ws):
+    check(ran("all_to_all_single_uneven", ws), [
         ["tensor([ 0,  1, 10, 11, 12, 20, 21, 30, 31])"], ["tensor([ 2,  3, 13, 14, 22, 32, 33])"],
         ["tensor([ 4, 15, 16, 23, 34, 35])"], ["tensor([ 5, 17, 18, 24, 36])"]])
 
@@ -360,9 +431,10 @@ def _all_to_all_single_cfloat(rank, ws):
     return shown + [repr(output)]
 
 
-@pytest.mark.timeout(150)
-def test_all_to_all_single_cfloat():
-    check(run(_all_to_all_single_cfloat, 4), [
+@pytest.mark.timeout(240)
+@_launch(4)
+def test_all_to_all_single_cfloat(ws):
+    check(ran("all_to_all_single_cfloat", ws), [
         ["tensor([1+1j, 2+2j, 3+3j, 4+4j])", "tensor([1+1j, 5+5j, 9+9j, 13+13j])"],
         ["tensor([5+5j, 6+6j, 7+7j, 8+8j])", "tensor([2+2j, 6+6j, 10+10j, 14+14j])"],
         ["tensor([9+9j, 10+10j, 11+11j, 12+12j])", "tensor([3+3j, 7+7j, 11+11j, 15+15j])"],
@@ -421,8 +493,9 @@ def _scatter_object_list(rank, ws):
     # the docstring shows rank 2 ([{1: 2}]); rank i gets objects[i]
     (_scatter_object_list, [["['foo']"], ["[12]"], ["[{1: 2}]"]]),
 ], ids=["broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list"])
-def test_object_collective(body, want):
-    check(run(body, 3), want)
+@_launch(3)
+def test_object_collective(ws, body, want):
+    check(ran(body.__name__, ws), want)
 
 
 def _send_recv_object_list(rank, ws, barrier):
@@ -446,10 +519,11 @@ def test_send_object_list_recv_object_list():
     check(run(_send_recv_object_list, 2, False), [["['foo', 12, {1: 2}]"]] * 2)
 
 
-@pytest.mark.timeout(150)
-def test_send_object_list_recv_object_list_then_barrier():
-    # the same program, with a barrier before the ranks exit
-    check(run(_send_recv_object_list, 2, True), [["['foo', 12, {1: 2}]"]] * 2)
+@pytest.mark.timeout(240)
+@_launch(2)
+def test_send_object_list_recv_object_list_then_barrier(ws):
+    # the same program, with a barrier after it
+    check(ran("send_recv_object_list_then_barrier", ws), [["['foo', 12, {1: 2}]"]] * 2)
 
 
 # ---------------------------------------------------------- batch_isend_irecv
@@ -468,10 +542,11 @@ def _batch_isend_irecv(rank, world_size):
     return [repr(recv_tensor)]
 
 
-@pytest.mark.timeout(150)
-def test_batch_isend_irecv():
+@pytest.mark.timeout(240)
+@_launch(2)
+def test_batch_isend_irecv(ws):
     # exact=False: recv_tensor is float32; the docstring prints it as integers
-    check(run(_batch_isend_irecv, 2), [["tensor([2, 3])"], ["tensor([0, 1])"]], exact=False)
+    check(ran("batch_isend_irecv", ws), [["tensor([2, 3])"], ["tensor([0, 1])"]], exact=False)
 
 
 # ----------------------------------------------------------- all_gather_coalesced
@@ -489,10 +564,11 @@ def _all_gather_coalesced(rank, ws):
     return [repr([[t.tolist() for t in row] for row in output_tensor_lists])]
 
 
-@pytest.mark.timeout(150)
-def test_all_gather_coalesced():
+@pytest.mark.timeout(240)
+@_launch(2)
+def test_all_gather_coalesced(ws):
     both = "[[[[1, 1], [1, 1]], [2], [3, 3]], [[[3, 3], [3, 3]], [5], [1, 1]]]"
-    check(run(_all_gather_coalesced, 2), [[both], [both]])
+    check(ran("all_gather_coalesced", ws), [[both], [both]])
 
 
 # ------------------------------------------------------------------- subgroups
@@ -509,10 +585,11 @@ def _new_subgroups(rank, ws):
     return [repr(tensor)]
 
 
-@pytest.mark.timeout(200)
-def test_new_subgroups():
+@pytest.mark.timeout(240)
+@_launch(8)
+def test_new_subgroups(ws):
     # the docstring prints tensor([28]) for a float tensor; an int64 one prints exactly that
-    check(run(_new_subgroups, 8), [["tensor([28])"]] * 8)
+    check(ran("new_subgroups", ws), [["tensor([28])"]] * 8)
 
 
 def _new_subgroups_by_enumeration(rank, ws):
@@ -526,10 +603,11 @@ def _new_subgroups_by_enumeration(rank, ws):
     return [repr(tensor)]
 
 
-@pytest.mark.timeout(150)
-def test_new_subgroups_by_enumeration():
+@pytest.mark.timeout(240)
+@_launch(4)
+def test_new_subgroups_by_enumeration(ws):
     # exact=False: ones(1) * rank is float (tensor([2.])); the docstring prints tensor([2])
-    check(run(_new_subgroups_by_enumeration, 4), [["tensor([2])"], ["tensor([4])"], ["tensor([2])"],
+    check(ran("new_subgroups_by_enumeration", ws), [["tensor([2])"], ["tensor([4])"], ["tensor([2])"],
                                                   ["tensor([4])"]], exact=False)
 
 
@@ -581,10 +659,40 @@ def _device_mesh(rank, ws):
 
 
 @pytest.mark.timeout(240)
-def test_device_mesh_getitem_and_get_local_rank():
+@_launch(8)
+def test_device_mesh_getitem_and_get_local_rank(ws):
     # DeviceMesh.__getitem__ / get_local_rank docstrings (world size 8): mesh_2d["tp"] on ranks 0-3
     # is [0, 1, 2, 3], on 4-7 [4, 5, 6, 7]; mesh_2d["dp"] on ranks 0, 4 is [0, 4], ...;
     # get_local_rank(mesh_dim=0) is 0 on ranks 0-3, 1 on 4-7; mesh_dim=1 is rank % 4
     expected = [[repr([r // 4 * 4 + i for i in range(4)]), repr([r % 4, r % 4 + 4]), repr([r // 4, r % 4]),
                  repr([r // 4 * 4 + i for i in range(4)])] for r in range(8)]
-    check(run_ranks(_device_mesh, 8, timeout=200), expected)
+    check(ran("device_mesh", ws), expected)
+
+
+#: every example run in a job of its world size: ``{name: (world size, body, args)}``, in the
+#: order they run (the groups they make come last)
+EXAMPLES = {
+    "all_reduce_int64": (2, _all_reduce_int, ()),
+    "all_reduce_cfloat": (2, _all_reduce_cfloat, ()),
+    "all_gather_int64": (2, _all_gather_int, ()),
+    "all_gather_cfloat": (2, _all_gather_cfloat, ()),
+    **{f"all_gather_single[{n}]": (2, _all_gather_single, (n,)) for n in ("all_gather_single", "all_gather_into_tensor")},
+    "gather": (2, _gather, ()),
+    "scatter": (2, _scatter, ()),
+    **{f"reduce_scatter_single[{n}]": (2, _reduce_scatter_single, (n,))
+       for n in ("reduce_scatter_single", "reduce_scatter_tensor")},
+    "all_gather_coalesced": (2, _all_gather_coalesced, ()),
+    "batch_isend_irecv": (2, _batch_isend_irecv, ()),
+    "send_recv_object_list_then_barrier": (2, _send_recv_object_list, (True,)),
+    **{b.__name__: (3, b, ()) for b in (_broadcast_object_list, _all_gather_object, _gather_object,
+                                        _scatter_object_list)},
+    **{f"all_to_all_even[{v}]": (4, _all_to_all_even, (v,)) for v in (False, True)},
+    "all_to_all_uneven": (4, _all_to_all_uneven, ()),
+    "all_to_all_cfloat": (4, _all_to_all_cfloat, ()),
+    **{f"all_to_all_single_even[{v}]": (4, _all_to_all_single_even, (v,)) for v in (False, True)},
+    "all_to_all_single_uneven": (4, _all_to_all_single_uneven, ()),
+    "all_to_all_single_cfloat": (4, _all_to_all_single_cfloat, ()),
+    "new_subgroups_by_enumeration": (4, _new_subgroups_by_enumeration, ()),
+    "device_mesh": (8, _device_mesh, ()),
+    "new_subgroups": (8, _new_subgroups, ()),
+}

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.torch_backend.torch_helpers import run_torch  # noqa: E402
+from tests.torch_backend.torch_helpers import run_torch_and_gloo  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 
@@ -66,16 +66,16 @@ def _count_allreduce():
     return calls
 
 
-def _params(tmp_path, backend, n):
-    return run_torch(_train, n, backend, tmp_path, args=(5,))
+def _params(tmp_path, n):
+    """The trained parameters on "ndist" and on Gloo (one job)."""
+    return run_torch_and_gloo(_train, n, tmp_path, args=(5,), timeout=240)
 
 
 @pytest.mark.every_torch_release
 def test_ddp_two_ranks_bitwise_equal_to_gloo(tmp_path):
     """On the default backend: the compiled one, unless $NDIST_TORCH_COMPILED=0 asks for the
     Python one or no C++ compiler builds it (docs/torch.md, "The compiled backend")."""
-    ours = _params(tmp_path, "ndist", 2)
-    gloo = _params(tmp_path, "gloo", 2)
+    ours, gloo = _params(tmp_path, 2)
     compiled = (os.environ.get("NDIST_TORCH_COMPILED", "auto").strip() != "0"
                 and shutil.which(os.environ.get("CXX", "c++")) is not None)
     for rank in range(2):
@@ -90,8 +90,7 @@ def test_ddp_two_ranks_bitwise_equal_to_gloo(tmp_path):
 
 
 def test_ddp_four_ranks_close_to_gloo_and_equal_across_ranks(tmp_path):
-    ours = _params(tmp_path, "ndist", 4)
-    gloo = _params(tmp_path, "gloo", 4)
+    ours, gloo = _params(tmp_path, 4)
     for rank in range(4):
         for a, b in zip(ours[rank][0], gloo[rank][0]):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

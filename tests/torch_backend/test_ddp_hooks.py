@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.torch_backend.torch_helpers import run_torch  # noqa: E402
+from tests.torch_backend.torch_helpers import run_torch, run_torch_and_gloo  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(400)]
 
@@ -75,10 +75,8 @@ def _check(ours, gloo, world_size):
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_ddp_comm_hooks_complete_and_match_gloo(tmp_path, world_size):
-    ours = run_torch(_train_with_hooks, world_size, "ndist", tmp_path, args=(HOOKS, STEPS), timeout=180,
-                     group_timeout=60)
-    gloo = run_torch(_train_with_hooks, world_size, "gloo", tmp_path, args=(HOOKS, STEPS), timeout=180,
-                     group_timeout=60)
+    ours, gloo = run_torch_and_gloo(_train_with_hooks, world_size, tmp_path, args=(HOOKS, STEPS), timeout=360,
+                                    group_timeout=60)
     _check(ours, gloo, world_size)
     # the weights moved: the hooks reduced real gradients
     assert not torch.equal(ours[0]["powerSGD_hook"][0], ours[0]["allreduce_hook"][0])

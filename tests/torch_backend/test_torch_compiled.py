@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.torch_backend.torch_helpers import run_torch, run_torch_with_victim  # noqa: E402
+from tests.torch_backend.torch_helpers import run_torch, run_torch_and_gloo, run_torch_with_victim  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(600)]
 
@@ -303,8 +303,7 @@ _TWO_LEVELS = {"NDIST_NATIVE_HOSTS": "2", "NDIST_NATIVE_TWO_LEVEL_MIN": "0"}
 
 @pytest.mark.parametrize("world, env", [(2, None), (3, None), (4, _TWO_LEVELS)], ids=["2", "3", "two-levels-4"])
 def test_every_mapped_op_is_bitwise_equal_to_gloo(compiled, tmp_path, world, env):
-    ours = run_torch(_every_op, world, "ndist", tmp_path, env=env)
-    gloo = run_torch(_every_op, world, "gloo", tmp_path)
+    ours, gloo = run_torch_and_gloo(_every_op, world, tmp_path, env=env, timeout=240)
     for rank in range(world):
         results, calls = ours[rank]
         expected, _ = gloo[rank]

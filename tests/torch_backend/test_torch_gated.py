@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.torch_backend.torch_helpers import run_torch  # noqa: E402
+from tests.torch_backend.torch_helpers import run_torch, run_torch_and_gloo  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -72,8 +72,7 @@ def _equal(a, b, key):
 
 @pytest.mark.timeout(300)
 def test_gated_scenarios_match_gloo(tmp_path):
-    ours = run_torch(_gated, 3, "ndist", tmp_path, timeout=240)
-    gloo = run_torch(_gated, 3, "gloo", tmp_path, timeout=240)
+    ours, gloo = run_torch_and_gloo(_gated, 3, tmp_path, timeout=280)
     for rank in range(3):
         assert ours[rank].keys() == gloo[rank].keys()
         for key in ours[rank]:

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.torch_backend.torch_helpers import run_torch  # noqa: E402
+from tests.torch_backend.torch_helpers import run_torch_and_gloo  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 
@@ -247,8 +247,7 @@ _GLOO_LACKS = {"alltoall"}
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_every_list_layout_is_torchs(tmp_path, world_size):
-    ours = run_torch(_layouts, world_size, "ndist", tmp_path)
-    gloo = run_torch(_layouts, world_size, "gloo", tmp_path)
+    ours, gloo = run_torch_and_gloo(_layouts, world_size, tmp_path, timeout=240)
     for rank in range(world_size):
         backend, got = ours[rank]
         assert backend == "ndist"

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.torch_backend.torch_helpers import run_torch  # noqa: E402
+from tests.torch_backend.torch_helpers import run_torch, run_torch_and_gloo  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]
 
@@ -204,8 +204,7 @@ _GLOO_WRONG = {"all_reduce/non_contiguous"}
 
 
 def test_every_op_matches_gloo(tmp_path):
-    ours = run_torch(_ops, 3, "ndist", tmp_path)
-    gloo = run_torch(_ops, 3, "gloo", tmp_path)
+    ours, gloo = run_torch_and_gloo(_ops, 3, tmp_path, timeout=240)
     for rank in range(3):
         assert ours[rank].keys() == gloo[rank].keys()
         for key in ours[rank]:
@@ -254,7 +253,7 @@ def _functional(rank, n):
 
 @pytest.mark.every_torch_release  # (torch finds the group by its name: how, changes by release)
 def test_functional_collectives_match_gloo(tmp_path):
-    ours = run_torch(_functional, 2, "ndist", tmp_path)
+    ours = run_torch(_functional, 2, "ndist", tmp_path)  # (jobs of their own: funcol finds groups by name)
     gloo = run_torch(_functional, 2, "gloo", tmp_path)
     for rank in range(2):
         for key in ours[rank]:

@@ -2,7 +2,8 @@
 processes (``ndist.testing.run_ranks``), each of which joins a torch process
 group on ``backend`` through a FileStore in the test's temporary folder (no
 port), runs ``fn(rank, world_size, *args)`` and destroys the group;
-``run_torch_with_victim`` runs a job one rank of which dies."""
+``run_torch_and_gloo`` runs a function on backend "ndist" and then on Gloo in one job (the
+reference of a comparison); ``run_torch_with_victim`` runs a job one rank of which dies."""
 
 from __future__ import annotations
 
@@ -53,6 +54,27 @@ def run_torch(fn, world_size: int, backend: str, tmp_path, *, args: tuple = (), 
     # (run_ranks removes the run's files once its ranks are gone, and says which it found)
     assert out.shm_left == [], f"shared memory left behind by {backend}: {out.shm_left}"
     return [r for _, r in out]
+
+
+def _entry_on_each(rank, world_size, fn, backends, paths, args, timeout):
+    """``fn`` on each of ``backends`` in turn, in this process: ``{backend: (job prefix, result)}``."""
+    return {backend: _entry(rank, world_size, fn, backend, path, args, timeout)
+            for backend, path in zip(backends, paths)}
+
+
+def run_torch_and_gloo(fn, world_size: int, tmp_path, *, backend: str = "ndist", args: tuple = (),
+                       timeout: float = 180, group_timeout: float = 60, env=None) -> tuple[list, list]:
+    """``(fn's results by rank on backend, on Gloo)``: one job, whose ranks run ``fn`` on
+    ``backend`` (first) and then on Gloo, each between its own ``init_process_group`` and
+    ``destroy_process_group``, as ``run_torch`` runs them: the reference costs no second
+    start of every rank (an interpreter that imports torch). Asserts that the ranks left no
+    shared memory behind."""
+    backends = (backend, "gloo")
+    paths = tuple(os.path.join(str(tmp_path), f"store-{b}-{uuid.uuid4().hex[:8]}") for b in backends)
+    out = run_ranks(_entry_on_each, world_size, args=(fn, backends, paths, tuple(args), group_timeout), init=False,
+                    timeout=timeout, env=env)
+    assert out.shm_left == [], f"shared memory left behind by {backend}: {out.shm_left}"
+    return tuple([r[b][1] for r in out] for b in backends)
 
 
 def run_torch_with_victim(fn, world_size: int, backend: str, tmp_path, victim: int, *, args: tuple = (),

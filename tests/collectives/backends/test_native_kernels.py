@@ -63,6 +63,11 @@ def _codes(name: str, op: ReduceOp) -> tuple[int, int]:
 
 # ---- implementations under test ----
 
+# the module's tests run on one xdist worker (tests/launch_scheduling.py): the ctypes build of
+# the kernels (nd_reduce's "ctypes") is made once, not once per worker
+XDIST_ONE_WORKER = True
+
+
 @pytest.fixture(scope="module", params=["ctypes", "cnative"])
 def nd_reduce(request):
     if request.param == "ctypes":
