@@ -212,6 +212,38 @@ def test_the_executor_keeps_the_facts_the_c_claim_reads():
         ex.close("test over")
 
 
+def _state(compiled: bool):
+    from ndist.collectives.backends.socket.native import _cnative
+
+    return _cnative.LaneState() if compiled else None
+
+
+STATES = pytest.mark.parametrize("compiled", [True, False], ids=["LaneState", "PyState"])
+
+
+@STATES
+def test_the_executor_and_its_backend_read_one_closed_flag(compiled):
+    """``state.closed`` is the only "closed": ``SocketBackend.close`` sets it first, and from
+    then on the executor claims and runs nothing (the C core's claim reads the same flag);
+    ``Executor.close`` sets it too."""
+    from ndist.collectives.backends.socket._executor import Executor
+    from ndist.runtime import DistBackendError, Work
+
+    ex = Executor("t", _state(compiled))
+    ran = []
+    try:
+        ex.state.closed = True  # (what SocketBackend.close does first)
+        assert ex.closed
+        assert ex.claim() == 0 and not ex.run_inline(lambda: ran.append("inline"))
+        work = ex.submit(Work("job", 1), lambda: ran.append("submitted"), blocking=True)
+        assert isinstance(work.exception(), DistBackendError) and not ran, (work.exception(), ran)
+    finally:
+        ex.close("test over")
+    other = Executor("u", _state(compiled))
+    other.close("test over")
+    assert other.closed and other.state.closed
+
+
 def _bad_then_good(rank, size):
     import ndist.distributed as dist
 

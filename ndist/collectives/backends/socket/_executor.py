@@ -9,7 +9,8 @@ The executor also numbers its owner's operations (``number``, ``claim``: the seq
 number every rank's frames and records carry), under the same lock as its queue, so
 the numbers follow the order the operations run in.
 
-Its busy flag, its last sequence number and its queue's length live in a ``state`` object:
+Its busy flag, its last sequence number, its queue's length and its closed flag live in a
+``state`` object:
 the native engine's ``_cnative.LaneState`` (C11 atomics, so that the repeated call in C,
 ``_cnative.FastLane`` and the C interface, takes the same flag and number without this lock
 and without the GIL: docs/architecture.md, "One call, by hand"; native/clane.c's comment says
@@ -18,6 +19,10 @@ test-and-set (``state.claim()``), made after checking the queue is empty and the
 open; the worker claims it before it pops a job, so a claim that sees the queue empty never
 races a job just popped. ``state.queued`` is stored under the lock after each append and pop
 (C reads it for the queue's length), and every number is one ``state.next()``.
+
+``state.closed`` is the one "closed" of the executor and of its owner: ``close`` sets it, and so
+does ``SocketBackend.close`` first of all, so that every claim (Python's and C's) refuses from
+then on; nothing keeps a copy.
 """
 
 from __future__ import annotations
@@ -35,10 +40,10 @@ log = logging.getLogger("ndist.collectives.socket")
 
 
 class PyState:
-    """The executor's busy flag and sequence number in Python (``_cnative.LaneState``'s
-    twin, where nothing was compiled): claimed and numbered only under the executor's lock.
-    ``queued``, ``closed`` and ``broken`` are the facts LaneState holds for C, kept here
-    alike (nothing reads them)."""
+    """The executor's busy flag, sequence number and closed flag in Python
+    (``_cnative.LaneState``'s twin, where nothing was compiled): claimed and numbered only
+    under the executor's lock. ``queued`` and ``broken`` are facts LaneState holds for C,
+    kept here alike (nothing reads them)."""
 
     __slots__ = ("busy", "seq", "queued", "closed", "broken")
 
@@ -80,9 +85,8 @@ class Executor:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._queue: deque = deque()
-        #: the busy flag and the last sequence number (``LaneState`` or ``PyState``)
+        #: the busy flag, the last sequence number and the closed flag (``LaneState`` or ``PyState``)
         self.state = PyState() if state is None else state
-        self._closed = False
         self._thread: threading.Thread | None = None
         self.current: Work | None = None
 
@@ -93,7 +97,8 @@ class Executor:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        """Closed (``close``, or the owner's ``state.closed = True``): nothing is claimed or run any more."""
+        return self.state.closed
 
     def number(self) -> int:
         """The next operation's sequence number (an operation that will be queued or run
@@ -108,7 +113,7 @@ class Executor:
         go through ``submit`` instead (numbering nothing)."""
         with self._lock:
             st = self.state
-            if self._queue or self._closed or not st.claim():
+            if self._queue or st.closed or not st.claim():
                 return 0
             return st.next()
 
@@ -125,14 +130,15 @@ class Executor:
     def run_inline(self, job) -> bool:
         """Run ``job`` on this thread now if nothing is running or queued; False if
         it must be queued instead. ``job``'s exception propagates to the caller."""
+        st = self.state
         with self._lock:  # the condition's lock, without Condition's Python-level __enter__
-            if self._queue or self._closed or not self.state.claim():
+            if self._queue or st.closed or not st.claim():
                 return False
         try:
             job()
         finally:
             with self._lock:
-                self.state.clear()
+                st.clear()
                 if self._queue:
                     self._cond.notify_all()
         return True
@@ -154,16 +160,17 @@ class Executor:
                 self._cond.notify_all()
 
     def submit(self, work: Work, job, blocking: bool) -> Work:
+        st = self.state
         with self._cond:
-            if self._closed:
+            if st.closed:
                 work.fail(DistBackendError(f"{self.name}: backend is closed"))
                 return work
-            inline = blocking and not self._queue and self.state.claim()
+            inline = blocking and not self._queue and st.claim()
             if inline:
                 self.current = work
             else:
                 self._queue.append((work, job))
-                self.state.queued = len(self._queue)  # (C's claim reads it: native/clane.c)
+                st.queued = len(self._queue)  # (C's claim reads it: native/clane.c)
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._loop, name=f"ndist-{self.name}", daemon=True)
                     self._thread.start()
@@ -173,29 +180,30 @@ class Executor:
                 _run(work, job)
             finally:
                 with self._cond:
-                    self.state.clear()
+                    st.clear()
                     self.current = None
                     if self._queue:
                         self._cond.notify_all()
         return work
 
     def _loop(self) -> None:
+        st = self.state
         while True:
             with self._cond:
                 # the flag first, then the job: a claim that sees the queue empty never
                 # races a job popped here but not yet marked
-                while not self._closed and not (self._queue and self.state.claim()):
+                while not st.closed and not (self._queue and st.claim()):
                     self._cond.wait()
-                if self._closed:
+                if st.closed:
                     return
                 work, job = self._queue.popleft()
-                self.state.queued = len(self._queue)
+                st.queued = len(self._queue)
                 self.current = work
             try:
                 _run(work, job)
             finally:
                 with self._cond:
-                    self.state.clear()
+                    st.clear()
                     self.current = None
                     self._cond.notify_all()
 
@@ -210,19 +218,20 @@ class Executor:
     def drain(self, deadline: float) -> bool:
         """Wait until every queued job has run (or ``deadline``, a ``time.monotonic()``
         value, passed); True when idle."""
+        st = self.state
         with self._cond:
-            while self.state.busy or self._queue:
-                if self._closed:
+            while st.busy or self._queue:
+                if st.closed:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._cond.wait(min(left, 0.05))  # (an inline job does not notify)
-            return not (self.state.busy or self._queue)
+            return not (st.busy or self._queue)
 
     def close(self, reason: str) -> None:
         with self._cond:
-            self._closed = True
+            self.state.closed = True
             queued = list(self._queue)
             self._queue.clear()
             self.state.queued = 0

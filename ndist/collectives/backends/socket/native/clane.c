@@ -69,7 +69,8 @@
  *   seq      the backend's last sequence number (``next``: one atomic add, with or without the GIL);
  *   queued   the jobs in the executor's queue, stored by the executor (under its lock) after each
  *            append and pop, and 0 at its close: the queue's length, for C;
- *   closed   set by ``SocketBackend.close`` with its ``_closed``, never cleared;
+ *   closed   the executor's and its backend's one closed flag (``SocketBackend.close`` sets it first,
+ *            ``Executor.close`` too), never cleared;
  *   broken   set when ``NativeAlgorithms.broken`` is (its setter), cleared only where it is.
  *
  * Why the C core's claim (clane.c's ``claim``: closed, queued, the flag, broken, in that order; all
@@ -176,8 +177,8 @@ static PyTypeObject LaneStateType = {
     .tp_new = PyType_GenericNew,
     .tp_methods = LaneState_methods,
     .tp_getset = LaneState_getset,
-    .tp_doc = "An executor's busy flag, sequence number, queue length and its backend's closed and broken "
-              "flags, read and written by Python and by C (FastLane, the C interface) alike.",
+    .tp_doc = "An executor's busy flag, sequence number, queue length and closed flag and its backend's "
+              "broken flag, read and written by Python and by C (FastLane, the C interface) alike.",
 };
 
 /* ------------------------------------------------------------------ NumPy's layout */
