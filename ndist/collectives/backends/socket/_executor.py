@@ -9,8 +9,8 @@ The executor also numbers its owner's operations (``number``, ``claim``: the seq
 number every rank's frames and records carry), under the same lock as its queue, so
 the numbers follow the order the operations run in.
 
-Its busy flag, its last sequence number, its queue's length and its closed flag live in a
-``state`` object:
+Its busy flag, its last sequence number, its queue's length, its closed flag and the number of
+threads waiting in ``drain`` live in a ``state`` object:
 the native engine's ``_cnative.LaneState`` (C11 atomics, so that the repeated call in C,
 ``_cnative.FastLane`` and the C interface, takes the same flag and number without this lock
 and without the GIL: docs/architecture.md, "One call, by hand"; native/clane.c's comment says
@@ -22,7 +22,11 @@ races a job just popped. ``state.queued`` is stored under the lock after each ap
 
 ``state.closed`` is the one "closed" of the executor and of its owner: ``close`` sets it, and so
 does ``SocketBackend.close`` first of all, so that every claim (Python's and C's) refuses from
-then on; nothing keeps a copy.
+then on; nothing keeps a copy. ``state.drainers`` counts the threads waiting in ``drain``
+(changed under the lock): whoever clears the busy flag without the worker's end (``leave``,
+``run_inline``, ``submit``'s inline branch, and C's end of a call, ``native/clane.c``'s
+``leave``) wakes the condition when a job is queued or a thread drains, so ``drain`` waits for
+a notification, never a tick, and a call with nobody draining pays one read.
 """
 
 from __future__ import annotations
@@ -40,12 +44,12 @@ log = logging.getLogger("ndist.collectives.socket")
 
 
 class PyState:
-    """The executor's busy flag, sequence number and closed flag in Python
+    """The executor's busy flag, sequence number, closed flag and drainer count in Python
     (``_cnative.LaneState``'s twin, where nothing was compiled): claimed and numbered only
     under the executor's lock. ``queued`` and ``broken`` are facts LaneState holds for C,
     kept here alike (nothing reads them)."""
 
-    __slots__ = ("busy", "seq", "queued", "closed", "broken")
+    __slots__ = ("busy", "seq", "queued", "closed", "broken", "drainers")
 
     def __init__(self) -> None:
         self.busy = False
@@ -53,6 +57,7 @@ class PyState:
         self.queued = 0
         self.closed = False
         self.broken = False
+        self.drainers = 0
 
     def next(self) -> int:
         """The next sequence number."""
@@ -139,7 +144,7 @@ class Executor:
         finally:
             with self._lock:
                 st.clear()
-                if self._queue:
+                if self._queue or st.drainers:
                     self._cond.notify_all()
         return True
 
@@ -149,13 +154,15 @@ class Executor:
 
         Unlike ``run_inline``'s end, the flag is cleared without the lock (atomic under
         the GIL, and in C), and the lock is taken only to wake the worker when a job is
-        queued: a thread that queued one did so under the lock after seeing the flag
-        set, so before this store, and the check of ``_queue`` that follows the store
-        sees it; a thread that sees the flag clear runs or queues as on an idle
-        executor. (The C core, ``native/clane.c``'s ``leave``, ends its calls the same
-        way, without the GIL: it reads ``state.queued`` and calls ``wake``.)"""
-        self.state.clear()
-        if self._queue:
+        queued or a thread waits in ``drain``: a thread that queued one (or counted itself
+        in ``state.drainers``) did so under the lock after seeing the flag set, so before
+        this store, and the check that follows the store sees it; a thread that sees the
+        flag clear runs or queues as on an idle executor (or returns from ``drain``). (The
+        C core, ``native/clane.c``'s ``leave``, ends its calls the same way, without the
+        GIL: it reads ``state.queued`` and ``state.drainers`` and calls ``wake``.)"""
+        st = self.state
+        st.clear()
+        if self._queue or st.drainers:
             with self._lock:
                 self._cond.notify_all()
 
@@ -182,7 +189,7 @@ class Executor:
                 with self._cond:
                     st.clear()
                     self.current = None
-                    if self._queue:
+                    if self._queue or st.drainers:
                         self._cond.notify_all()
         return work
 
@@ -216,18 +223,25 @@ class Executor:
         return None
 
     def drain(self, deadline: float) -> bool:
-        """Wait until every queued job has run (or ``deadline``, a ``time.monotonic()``
-        value, passed); True when idle."""
+        """Wait until every queued job has run and the flag is clear (or ``deadline``, a
+        ``time.monotonic()`` value, passed, or the executor closed); True when idle. Counted in
+        ``state.drainers`` while it waits, so whoever clears the flag wakes it (``leave``)."""
         st = self.state
         with self._cond:
-            while st.busy or self._queue:
-                if st.closed:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.05))  # (an inline job does not notify)
-            return not (st.busy or self._queue)
+            if not (st.busy or self._queue):
+                return True
+            st.drainers += 1
+            try:
+                while st.busy or self._queue:
+                    if st.closed:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+                return not (st.busy or self._queue)
+            finally:
+                st.drainers -= 1
 
     def close(self, reason: str) -> None:
         with self._cond:
