@@ -13,7 +13,7 @@ The workers below (``--worker``) mark that loop for callgrind themselves (``MARK
 here with the system C compiler against valgrind's ``callgrind.h``): callgrind runs with
 ``--instr-atstart=no --collect-atstart=no`` and the worker starts the instrumentation and
 turns collection on just before the loop and off just after it, in its main thread. The
-other programs (``api``, ``mpi``, ``raw``) run with ``--collect-atstart=no
+other programs (``api``, ``mpi``, ``mpi-memoryview``, ``raw``) run with ``--collect-atstart=no
 --toggle-collect=map_next``: every ``map`` step collected, which is their loop only. (The
 workers did that too until 2026-11-29. ``import torch`` calls ``map`` itself, over tuples,
 lists and generators, while it registers its operators, so ``socket2-torch`` collected ~148 M
@@ -28,6 +28,9 @@ Configs (``--configs``):
   return at once (``api_overhead.py --loop``);
 * ``mpi`` / ``raw``: ndist's mpi backend / mpi4py directly, world size 1 without
   ``mpiexec`` (``mpi_overhead.py --loop``): at one rank nothing is communicated;
+* ``mpi-memoryview``: ``mpi`` with a ``memoryview`` of each of the same buffers
+  (``mpi_overhead.py --wrap memoryview``): the Python lane (``_plain.PlainLane``), which the
+  Python engine runs too, on a buffer-protocol object;
 * ``socket2-torch``: ``socket2`` with torch CPU tensors (``torch.from_numpy`` of the same
   buffers) passed to ndist's own API instead of NumPy arrays;
 * ``socket2-memoryview``: ``socket2`` with a ``memoryview`` of each of the same buffers (an
@@ -79,7 +82,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
        "all_to_all_single_uneven")
-CONFIGS = ("socket2", "socket2-torch", "socket2-memoryview", "capi2", "socket4two", "torch2", "api", "mpi", "raw")
+CONFIGS = ("socket2", "socket2-torch", "socket2-memoryview", "capi2", "socket4two", "torch2", "api", "mpi",
+           "mpi-memoryview", "raw")
 WORKERS = ("socket2", "socket2-torch", "socket2-memoryview", "capi2", "socket4two", "torch2")
 #: each worker config's world size (2 unless named)
 SIZES = {"socket4two": 4}
@@ -288,9 +292,10 @@ def _command(config: str, op: str, loop: int, nbytes: int, marks: str = "") -> l
     if config == "api":
         return [py, str(HERE / "api_overhead.py"), "--loop", str(loop), "--backend", "api", "--op", op,
                 "--bytes", str(nbytes)]
-    if config in ("mpi", "raw"):
+    if config in ("mpi", "mpi-memoryview", "raw"):
         return [py, str(HERE / "mpi_overhead.py"), "--loop", str(loop), "--op", op, "--bytes", str(nbytes),
-                "--side", "ndist" if config == "mpi" else "raw"]
+                "--side", "raw" if config == "raw" else "ndist",
+                *(["--wrap", "memoryview"] if config == "mpi-memoryview" else [])]
     return [py, __file__, "--worker", config, "--rank", "0", "--op", op, "--loop", str(loop),
             "--bytes", str(nbytes), "--marks", marks]
 

@@ -61,11 +61,12 @@ def ndist_calls(dist, rank: int, size: int, nbytes: int, wrap=None) -> dict:
     }
 
 
-def _loop_calls(side: str, dist, comm, MPI, nbytes: int):
-    """The one-op closures of ``--loop``: ndist's public API or raw mpi4py, same buffers."""
+def _loop_calls(side: str, dist, comm, MPI, nbytes: int, wrap=None):
+    """The one-op closures of ``--loop``: ndist's public API (its arrays passed as ``wrap(array)``)
+    or raw mpi4py, same buffers."""
     rank, size = comm.Get_rank(), comm.Get_size()
     if side != "raw":
-        return ndist_calls(dist, rank, size, nbytes)
+        return ndist_calls(dist, rank, size, nbytes, wrap)
     b = _buffers(rank, size, nbytes)
     full, out, part, part_out, k = b["full"], b["out"], b["part"], b["part_out"], b["k"]
     uin, uout, ins, outs = b["uin"], b["uout"], b["ins"], b["outs"]
@@ -91,6 +92,8 @@ def main() -> None:
     parser.add_argument("--op", default="all_reduce", choices=LOOP_OPS)
     parser.add_argument("--side", default="ndist", choices=("ndist", "raw"))
     parser.add_argument("--bytes", type=int, default=4096, help="--loop's buffer size")
+    parser.add_argument("--wrap", choices=("memoryview",), help="--loop, --side ndist: pass a memoryview of "
+                        "each array (an object that only exports the buffer protocol)")
     args = parser.parse_args()
 
     import ndist.distributed as dist
@@ -100,7 +103,7 @@ def main() -> None:
     comm = MPI.COMM_WORLD.Dup()
     rank, size = comm.Get_rank(), comm.Get_size()
     if args.loop:
-        fn = _loop_calls(args.side, dist, comm, MPI, args.bytes)[args.op]
+        fn = _loop_calls(args.side, dist, comm, MPI, args.bytes, memoryview if args.wrap else None)[args.op]
         for _ in range(20):
             fn()
         # every call inside map's next(): --toggle-collect=map_next counts the calls alone

@@ -118,7 +118,12 @@ def buffer_dtype(fmt: str | None, itemsize: int, what: str, name: str) -> np.dty
 
 def _from_buffer(view: memoryview, what: str, name: str) -> np.ndarray:
     """A NumPy array over ``view``'s memory (zero-copy; writable when the buffer is), of the dtype of
-    its format and its shape, any strides."""
+    its format and its shape, any strides. A buffer with suboffsets (PEP 3118's indirect,
+    PIL-style layout: arrays of pointers) is refused, naming ``name``: NumPy cannot view it."""
+    if view.suboffsets:
+        raise TypeError(f"{name}: expected a buffer without suboffsets (one block of memory, any strides), "
+                        f"got {what} with suboffsets {view.suboffsets} (an indirect, PIL-style buffer: copy it "
+                        f"into one block first)")
     dt = buffer_dtype(view.format, view.itemsize, what, name)
     if view.c_contiguous:
         return np.frombuffer(view, dtype=dt).reshape(view.shape)

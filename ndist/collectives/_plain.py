@@ -12,7 +12,8 @@ by hand").
 
 What a method takes (anything else, bad input included, answers False: the general path
 checks everything in its own order and raises its own errors; ``tests/collectives/
-test_repeated.py``): a writable, C-contiguous NumPy array (or ``ndist.Tensor`` over one;
+test_repeated.py``): a writable, C-contiguous NumPy array (or ``ndist.Tensor`` over one, or a
+buffer-protocol object that FastLane reads in C, viewed as ``_convert`` views it: ``_buffer``;
 writable even on ``broadcast``'s root, narrower than the general path), or for two buffers
 both such arrays of one of ``_check.PLAIN_DTYPES``, the same dtype, the output writable and
 C-contiguous, the input C-contiguous, not overlapping (two arrays that each own their memory
@@ -33,6 +34,7 @@ import numpy as np
 from ._backend import Call, Op
 from ._check import PLAIN_DTYPES, PLAIN_OPS, PLAIN_SUM
 from ._common import _failed, run_fields
+from ._convert import BUFFER_FORMATS
 from ._reduce_op import ReduceOp
 
 __all__ = ["PlainLane"]
@@ -55,17 +57,78 @@ def _unwrap(obj):
     return obj._data if mod is not None and type(obj) is mod.Tensor else obj
 
 
+# ------------------------------------------------------------ buffer-protocol objects
+#: a buffer's struct format -> its dtype, as FastLane reads it (native/clane.c, ``buf_arg``): a
+#: format of ``_convert.BUFFER_FORMATS`` with no prefix, '@', '=' or the machine's own order
+_FORMATS = {prefix + code: dt for code, dt in BUFFER_FORMATS.items()
+            for prefix in ("", "@", "=", "<" if sys.byteorder == "little" else ">")}
+_BUILTINS = (_ndarray, list, tuple, dict, str, bytes, int, float, complex)
+_GENERIC = type(object.__getattribute__)  # (a type's own __getattribute__ in Python is a function)
+#: type -> whether ``_buffer`` reads its instances (``_buffer_type``), decided once per type
+_BUFFER_TYPES: dict = {}
+
+
+def _buffer_type(tp) -> bool:
+    """Whether ``_convert.as_array`` reads an instance of ``tp`` through the buffer protocol and
+    ``tp`` answers for its instances, as FastLane's ``classify`` / ``buffer_kind`` decide
+    (native/clane.c): not a NumPy array, a builtin scalar, container or ``bytes``, a torch or
+    CuPy type; none of ``__dlpack__`` with ``__dlpack_device__`` (an ndist.Tensor), the array
+    interfaces; no instance dict, no ``__getattr__`` or Python ``__getattribute__`` (so an
+    instance has no attribute its type lacks). Whether it exports a buffer at all: ``_buffer``
+    asks the instance."""
+    if issubclass(tp, _BUILTINS):
+        return False
+    mod = getattr(tp, "__module__", None)
+    if not isinstance(mod, str) or mod.startswith(("torch", "cupy")):
+        return False
+    if tp.__dictoffset__ != 0 or hasattr(tp, "__getattr__") or type(tp.__getattribute__) is not _GENERIC:
+        return False
+    if hasattr(tp, "__dlpack__") and hasattr(tp, "__dlpack_device__"):
+        return False
+    return not (hasattr(tp, "__array_interface__") or hasattr(tp, "__array_struct__")
+                or hasattr(tp, "__cuda_array_interface__"))
+
+
+def _buffer(obj):
+    """A NumPy array over ``obj``'s memory when it is a buffer-protocol object FastLane would read
+    (``_buffer_type``; the format's dtype at the buffer's item size; C-contiguous), of the buffer's
+    shape, as ``_convert._from_buffer`` views it; else None (the general path decides)."""
+    tp = type(obj)
+    ok = _BUFFER_TYPES.get(tp)
+    if ok is None:
+        if len(_BUFFER_TYPES) >= 64:  # (types made at run time: bounded)
+            _BUFFER_TYPES.clear()
+        ok = _BUFFER_TYPES[tp] = _buffer_type(tp)
+    if not ok:
+        return None
+    try:
+        view = memoryview(obj)
+    except (TypeError, ValueError, BufferError):  # no buffer, a released view, a refusal: the general path's
+        return None
+    dt = _FORMATS.get(view.format)
+    if dt is None or dt.itemsize != view.itemsize or not view.c_contiguous:
+        return None
+    arr = np.frombuffer(view, dt)
+    return arr if view.ndim == 1 else arr.reshape(view.shape)
+
+
+def _array(obj):
+    """``obj``'s NumPy array when it is a Tensor over one or a buffer ``_buffer`` reads; else None."""
+    arr = _unwrap(obj)
+    return arr if type(arr) is _ndarray else _buffer(arr)
+
+
 def _one(tensor):
-    """``tensor``'s array when it is a writable, C-contiguous (aligned) NumPy array or a
-    Tensor over one; else None."""
-    arr = tensor if type(tensor) is _ndarray else _unwrap(tensor)
-    return arr if type(arr) is _ndarray and arr.flags.carray else None
+    """``tensor``'s array when it is a writable, C-contiguous (aligned) NumPy array, a
+    Tensor over one or a buffer viewed as one (``_buffer``); else None."""
+    arr = tensor if type(tensor) is _ndarray else _array(tensor)
+    return arr if arr is not None and arr.flags.carray else None
 
 
 def _two(output, input):
     """``(out, inp, dtype)`` when neither needs staging or a copy (see the module); else None."""
-    o = output if type(output) is _ndarray else _unwrap(output)
-    i = input if type(input) is _ndarray else _unwrap(input)
+    o = output if type(output) is _ndarray else _array(output)
+    i = input if type(input) is _ndarray else _array(input)
     if type(o) is _ndarray and type(i) is _ndarray:
         of, inf, dt = o.flags, i.flags, i.dtype
         if (of.carray and inf.c_contiguous and (o.dtype is dt or o.dtype == dt) and dt in PLAIN_DTYPES

@@ -392,6 +392,20 @@ def _(d, r, n):
     d.reduce_scatter_tensor(bytearray(2), memoryview(bytearray(16)).cast("f"))
 
 
+try:
+    import _testbuffer  # CPython's exporter of every buffer layout (a build may leave it out)
+except ImportError:  # pragma: no cover - present in the CPython builds CI runs
+    _testbuffer = None
+
+if _testbuffer is not None:
+
+    @bad("buffer-suboffsets", TypeError, r"tensor: expected a buffer without suboffsets \(one block of memory, any "
+         r"strides\), got ndarray with suboffsets \(0,\) \(an indirect, PIL-style buffer")
+    def _(d, r, n):
+        d.all_reduce(_testbuffer.ndarray([0] * 4, shape=[4], format="B",
+                                         flags=_testbuffer.ND_PIL | _testbuffer.ND_WRITABLE))
+
+
 def run_cases(dist) -> dict:
     """``{case_id: None or what went wrong}``, on this rank."""
     rank, size = dist.get_rank(), dist.get_world_size()

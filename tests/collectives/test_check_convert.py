@@ -263,6 +263,19 @@ def test_buffer_format_errors_name_the_argument_the_formats_and_the_format():
         as_array(object(), "t")
 
 
+def test_a_buffer_with_suboffsets_is_refused_naming_the_argument():
+    """An indirect (PIL-style) buffer: CPython's ``_testbuffer`` exports one (NumPy cannot)."""
+    tb = pytest.importorskip("_testbuffer")
+    pil = tb.ndarray(list(range(8)), shape=[2, 4], format="f", flags=tb.ND_PIL | tb.ND_WRITABLE)
+    assert memoryview(pil).suboffsets == (0, -1)
+    with pytest.raises(TypeError, match=r"^out: expected a buffer without suboffsets \(one block of memory, any "
+                                        r"strides\), got ndarray with suboffsets \(0, -1\) \(an indirect, "
+                                        r"PIL-style buffer: copy it into one block first\)$"):
+        _check.output(pil, "out")
+    with pytest.raises(TypeError, match=r"^t: expected a buffer without suboffsets .* got memoryview with"):
+        as_array(memoryview(pil), "t")
+
+
 def test_buffer_dtype_takes_the_item_size_of_standard_sizes_and_refuses_a_size_with_no_dtype():
     from ndist.collectives._convert import buffer_dtype
 

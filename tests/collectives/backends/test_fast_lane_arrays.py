@@ -50,6 +50,11 @@ class Sub(np.ndarray):
 
 def _one_c_call(fn) -> bool:
     """``fn()`` ran no Python function of ndist's but in the public functions' file."""
+    return _files(fn) == {"collectives/_api.py"}
+
+
+def _files(fn) -> set:
+    """The files of ndist's (``collectives/_api.py``...) in which ``fn()`` called a Python function."""
     import ndist
 
     pkg = os.path.dirname(ndist.__file__) + os.sep
@@ -64,7 +69,7 @@ def _one_c_call(fn) -> bool:
         fn()
     finally:
         sys.setprofile(None)
-    return seen == {"collectives/_api.py"}
+    return seen
 
 
 def _wrapping(wrap):
@@ -91,7 +96,8 @@ BUFFERS = ("bytearray", "array.array", "memoryview", "mmap")
 def _every_op(dist, make, r, n) -> dict:
     """The six buffer ops (all_to_all_single even and uneven) on objects ``make(k)`` gives with a
     NumPy view of their memory (reset before each call), each called twice (the first teaches the
-    lane the type and dtype), the second traced: ``{op: (result, ran in one C call)}``."""
+    lane the type and dtype), the second traced: ``{op: (result, ran in one C call, ran on the
+    Python lane: _plain.py without the general path's _check.py)}``."""
     (full, wf), (part, wp), (out, wo), (pout, wpo) = make(K * n), make(K), make(K * n), make(K)
     w = {"full": wf, "part": wp, "out": wo, "pout": wpo}
     splits = [K + n - 1 if q == r else K - 1 for q in range(n)]  # (this rank keeps more than it sends)
@@ -113,8 +119,9 @@ def _every_op(dist, make, r, n) -> dict:
         reset()
         call()
         reset()
-        one = _one_c_call(call)
-        res[name] = (result.tolist(), one)
+        files = _files(call)
+        res[name] = (result.tolist(), files == {"collectives/_api.py"},
+                     "collectives/_plain.py" in files and "collectives/_check.py" not in files)
     return res
 
 
@@ -211,10 +218,12 @@ def test_ndist_tensors_and_dlpack_arrays_run_in_one_c_call_with_the_python_engin
         got, ref = native[rank], python[rank]
         assert got.pop("kind") == "FastLane" and ref.pop("kind") == "PlainLane", (got, ref)
         for kind in ("ndist.Tensor", "dlpack") + BUFFERS:
-            for op, (result, one) in got[kind].items():
+            for op, (result, one, _) in got[kind].items():
                 assert one, (rank, kind, op)  # the C lane ran it
                 assert result == ref[kind][op][0], (rank, kind, op, result, ref[kind][op][0])
                 assert not ref[kind][op][1]  # (the Python engine has no C lane)
+                # the Python engine's Python lane (PlainLane) takes what the C lane reads, but DLPack
+                assert ref[kind][op][2] == (kind != "dlpack"), (rank, kind, op, ref[kind][op])
         assert got["ndist.Tensor strided"] is False, got
         assert got["ndarray subclass"] == (True, ref["ndarray subclass"][1]), (got, ref)
         for case in ("read-only dlpack", "legacy dlpack", "other device", "strided dlpack"):
@@ -295,7 +304,7 @@ def test_torch_tensors_run_in_one_c_call_with_the_python_engines_results():
     for rank in range(2):
         got, ref = native[rank], python[rank]
         for kind in ("plain", "parameter"):
-            for op, (result, one) in got[kind].items():
+            for op, (result, one, _) in got[kind].items():
                 assert one, (rank, kind, op)
                 assert result == ref[kind][op][0], (rank, kind, op, result, ref[kind][op][0])
         assert got["storage offset"][:2] == (True, True), got

@@ -212,6 +212,153 @@ def test_the_executor_keeps_the_facts_the_c_claim_reads():
         ex.close("test over")
 
 
+def _state(compiled: bool):
+    from ndist.collectives.backends.socket.native import _cnative
+
+    return _cnative.LaneState() if compiled else None
+
+
+STATES = pytest.mark.parametrize("compiled", [True, False], ids=["LaneState", "PyState"])
+
+
+@STATES
+def test_the_executor_and_its_backend_read_one_closed_flag(compiled):
+    """``state.closed`` is the only "closed": ``SocketBackend.close`` sets it first, and from
+    then on the executor claims and runs nothing (the C core's claim reads the same flag);
+    ``Executor.close`` sets it too."""
+    from ndist.collectives.backends.socket._executor import Executor
+    from ndist.runtime import DistBackendError, Work
+
+    ex = Executor("t", _state(compiled))
+    ran = []
+    try:
+        ex.state.closed = True  # (what SocketBackend.close does first)
+        assert ex.closed
+        assert ex.claim() == 0 and not ex.run_inline(lambda: ran.append("inline"))
+        work = ex.submit(Work("job", 1), lambda: ran.append("submitted"), blocking=True)
+        assert isinstance(work.exception(), DistBackendError) and not ran, (work.exception(), ran)
+    finally:
+        ex.close("test over")
+    other = Executor("u", _state(compiled))
+    other.close("test over")
+    assert other.closed and other.state.closed
+
+
+def _drained(ex, hold):
+    """``ex.drain`` on a thread of its own while ``hold(draining)`` keeps ``ex`` busy and ends
+    its job once a thread drains (``draining()`` is true): (drain's result, the number of
+    times it waited on the executor's condition)."""
+    import threading
+    import time
+
+    wait_code = threading.Condition.wait.__code__
+    waits, result = [], []
+
+    def drainer():
+        def prof(frame, event, arg):
+            if event == "call" and frame.f_code is wait_code:
+                waits.append(1)
+
+        sys.setprofile(prof)
+        try:
+            result.append(ex.drain(time.monotonic() + 60))
+        finally:
+            sys.setprofile(None)
+
+    def draining() -> bool:
+        deadline = time.monotonic() + 30
+        while not ex.state.drainers and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.2)  # (a drain that looked every 50 ms would have looked again by now)
+        return bool(ex.state.drainers)
+
+    t = threading.Thread(target=drainer, daemon=True)
+    hold(t, draining)
+    t.join(30)
+    return result, len(waits)
+
+
+@STATES
+@pytest.mark.parametrize("end", ["leave", "run_inline"])
+def test_drain_is_woken_by_an_inline_job_s_end(compiled, end):
+    """A thread in ``drain`` behind a job run on the caller's thread (the thin lane's
+    ``claim`` / ``leave``, or ``run_inline``) is woken by that job's end: it waits on the
+    condition once, not in ticks."""
+    from ndist.collectives.backends.socket._executor import Executor
+
+    ex = Executor("t", _state(compiled))
+    seen = []
+
+    def hold(t, draining):
+        if end == "leave":
+            assert ex.claim() == 1
+            t.start()
+            seen.append(draining())
+            ex.leave()
+        else:
+            assert ex.run_inline(lambda: (t.start(), seen.append(draining())))
+
+    try:
+        result, waits = _drained(ex, hold)
+    finally:
+        ex.close("test over")
+    assert seen == [True] and result == [True] and waits == 1, (seen, result, waits)
+    assert ex.state.drainers == 0
+
+
+def _drain_behind_a_c_call(rank, size, folder):
+    """Rank 0: a thread's all_reduce holds the lane in FastLane (C, the GIL released: it waits
+    for rank 1, which comes once rank 0's main thread drains the executor). The C core's end
+    wakes the drain: (drain's result, how long it took, the lane's type)."""
+    import os
+    import threading
+    import time
+
+    import ndist.distributed as dist
+
+    flag = os.path.join(folder, "draining")
+    x = np.ones(512, np.float32)
+    dist.all_reduce(x)
+    dist.all_reduce(x)  # (the group's FastLane is made after its first call)
+    if rank == 1:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(0.2)
+        dist.all_reduce(x)
+        return None
+    ex = dist.group.WORLD.backend_for("cpu")._exec
+    lane = type(dist.group.WORLD.fast).__name__
+    t = threading.Thread(target=dist.all_reduce, args=(x,))
+    t.start()
+    deadline = time.monotonic() + 30
+    while not ex.state.busy and time.monotonic() < deadline:
+        time.sleep(0.0005)
+
+    def tell():
+        while not ex.state.drainers and time.monotonic() < deadline:
+            time.sleep(0.001)
+        with open(flag, "w"):
+            pass
+
+    teller = threading.Thread(target=tell)
+    teller.start()
+    t0 = time.monotonic()
+    ok = ex.drain(t0 + 20)
+    took = time.monotonic() - t0
+    t.join(30)
+    teller.join(30)
+    return ok, took, lane, float(x[0])
+
+
+@pytest.mark.timeout(120)
+def test_drain_is_woken_by_the_c_core_s_end(tmp_path):
+    res = run_ranks(_drain_behind_a_c_call, 2, args=(str(tmp_path),), timeout=100, env={"NDIST_ENGINE": "native"})
+    ok, took, lane, value = res[0]
+    assert lane == "FastLane" and ok and value == 8.0, res[0]
+    assert took < 10, took  # (not woken, it would wait out its 20 s)
+
+
 def _bad_then_good(rank, size):
     import ndist.distributed as dist
 

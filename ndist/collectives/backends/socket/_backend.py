@@ -122,8 +122,8 @@ class SocketBackend(CollectiveBackend):
         #: the engine the collectives run on (``_engines.select``: ``Algorithms`` over the
         #: Python engine, or ``NativeAlgorithms``, which is then ``_native`` too)
         self._alg: CollectiveEngine | None = None
-        self._closed = False
-        #: runs the collectives in issue order, and numbers them (``Executor.number`` / ``claim``)
+        #: runs the collectives in issue order, and numbers them (``Executor.number`` / ``claim``);
+        #: its ``state.closed`` is this backend's ``closed``
         self._exec = Executor(f"socket[{ctx.group_name}:{ctx.rank}]",
                               _native.lane_state(ctx.options) if ctx.size > 1 else None)
         self._p2p_exec = Executor(f"socket-p2p[{ctx.group_name}:{ctx.rank}]")
@@ -285,7 +285,9 @@ class SocketBackend(CollectiveBackend):
     # (failure/_losses, failure/_stalls: the groups of one process tell each other)
     @property
     def closed(self) -> bool:
-        return self._closed
+        """Closed (``close``): the executor's ``state.closed``, the one flag, which the C core's
+        claim reads too (``native/clane.c``, ``LaneState``)."""
+        return self._exec.state.closed
 
     def tell_stalled(self, ranks, engine: bool, final: bool) -> None:
         """This process waits on global ``ranks`` (``final``: it raised naming them): this
@@ -448,7 +450,7 @@ class SocketBackend(CollectiveBackend):
         (``native/_capi.Handle``)."""
         if self._capi is None:
             name = self.ctx.group_name
-            if self._closed:
+            if self.closed:
                 raise ValueError(f"group {name!r}: expected a live group, got a destroyed one")
             if self._eng is None:
                 raise ValueError(f"group {name!r}: expected a group that ran a collective (its set-up), got one "
@@ -475,7 +477,7 @@ class SocketBackend(CollectiveBackend):
         once the group runs the native engine (one level or two), None while the engine is not
         chosen yet (ask again later), False for good (the Python engine, closed, a group of
         one)."""
-        if self._closed or self.size == 1:
+        if self.closed or self.size == 1:
             return False
         if self._eng is None:
             return None
@@ -492,7 +494,7 @@ class SocketBackend(CollectiveBackend):
         ex = self._exec
         deadline = time.monotonic() + self._timeout
         while True:
-            if self._closed:
+            if self.closed:
                 raise DistNetworkError(f"{self!r} is closed")
             seq = ex.claim()
             if seq:
@@ -547,10 +549,8 @@ class SocketBackend(CollectiveBackend):
         executor job, and return True; else False (the op then goes through
         ``_submit``). Numbered by the executor (``Executor.claim``), described, and failing
         with the typed errors, as ``_submit``'s job does."""
-        if self._closed:
-            return False
         ex = self._exec
-        seq = ex.claim()
+        seq = ex.claim()  # (0 when closed)
         if not seq:
             return False
         try:
@@ -598,7 +598,7 @@ class SocketBackend(CollectiveBackend):
                     self._peer_died(self.gindex[err.rank])
                 raise
 
-        if self._closed:
+        if self.closed:
             work = Work(name, seq, outputs)
             work.fail(DistNetworkError(f"{self!r} is closed"))
             return work
@@ -753,7 +753,7 @@ class SocketBackend(CollectiveBackend):
     def send(self, call: Call, *, blocking: bool = False) -> Work:
         buf, dst, tag = call.out, call.root, call.tag
         work = Work("send", -1, [])
-        if self._closed:
+        if self.closed:
             work.fail(DistNetworkError(f"{self!r} is closed", rank=self.granks[dst]))
             return work
         # (a blocking send waits too when it is queued behind another send)
@@ -763,7 +763,7 @@ class SocketBackend(CollectiveBackend):
     def recv(self, call: Call, *, blocking: bool = False) -> Work:
         work = Work("recv", -1, None)
         src = call.root
-        if self._closed:
+        if self.closed:
             work.fail(DistNetworkError(f"{self!r} is closed", rank=None if src is None else self.granks[src]))
             return work
         work.pending = lambda: self._p2p.stalls.pending_recv(src, call.tag, work)
@@ -772,10 +772,11 @@ class SocketBackend(CollectiveBackend):
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
-        self._exec.state.closed = True  # (the C core's claim reads this copy: native/clane.c, LaneState)
+        # first: every claim refuses from here on, the C core's too (native/clane.c, LaneState);
+        # the executor fails its queued jobs below (``Executor.close``)
+        self._exec.state.closed = True
         self.failure.closed = True  # (closing: peers end their streams too)
         self._p2p.flush()  # what this rank sent is read before its connections close
         ex = self._exec
@@ -811,7 +812,8 @@ class SocketBackend(CollectiveBackend):
 
     def __del__(self):
         try:
-            if not self._closed:
+            ex = getattr(self, "_exec", None)  # (None: __init__ failed before it)
+            if ex is None or not ex.state.closed:
                 self._seg.close()
                 if self._rings is not None:
                     self._rings.unlink()

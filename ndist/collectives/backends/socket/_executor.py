@@ -9,7 +9,8 @@ The executor also numbers its owner's operations (``number``, ``claim``: the seq
 number every rank's frames and records carry), under the same lock as its queue, so
 the numbers follow the order the operations run in.
 
-Its busy flag, its last sequence number and its queue's length live in a ``state`` object:
+Its busy flag, its last sequence number, its queue's length, its closed flag and the number of
+threads waiting in ``drain`` live in a ``state`` object:
 the native engine's ``_cnative.LaneState`` (C11 atomics, so that the repeated call in C,
 ``_cnative.FastLane`` and the C interface, takes the same flag and number without this lock
 and without the GIL: docs/architecture.md, "One call, by hand"; native/clane.c's comment says
@@ -18,6 +19,14 @@ test-and-set (``state.claim()``), made after checking the queue is empty and the
 open; the worker claims it before it pops a job, so a claim that sees the queue empty never
 races a job just popped. ``state.queued`` is stored under the lock after each append and pop
 (C reads it for the queue's length), and every number is one ``state.next()``.
+
+``state.closed`` is the one "closed" of the executor and of its owner: ``close`` sets it, and so
+does ``SocketBackend.close`` first of all, so that every claim (Python's and C's) refuses from
+then on; nothing keeps a copy. ``state.drainers`` counts the threads waiting in ``drain``
+(changed under the lock): whoever clears the busy flag without the worker's end (``leave``,
+``run_inline``, ``submit``'s inline branch, and C's end of a call, ``native/clane.c``'s
+``leave``) wakes the condition when a job is queued or a thread drains, so ``drain`` waits for
+a notification, never a tick, and a call with nobody draining pays one read.
 """
 
 from __future__ import annotations
@@ -35,12 +44,12 @@ log = logging.getLogger("ndist.collectives.socket")
 
 
 class PyState:
-    """The executor's busy flag and sequence number in Python (``_cnative.LaneState``'s
-    twin, where nothing was compiled): claimed and numbered only under the executor's lock.
-    ``queued``, ``closed`` and ``broken`` are the facts LaneState holds for C, kept here
-    alike (nothing reads them)."""
+    """The executor's busy flag, sequence number, closed flag and drainer count in Python
+    (``_cnative.LaneState``'s twin, where nothing was compiled): claimed and numbered only
+    under the executor's lock. ``queued`` and ``broken`` are facts LaneState holds for C,
+    kept here alike (nothing reads them)."""
 
-    __slots__ = ("busy", "seq", "queued", "closed", "broken")
+    __slots__ = ("busy", "seq", "queued", "closed", "broken", "drainers")
 
     def __init__(self) -> None:
         self.busy = False
@@ -48,6 +57,7 @@ class PyState:
         self.queued = 0
         self.closed = False
         self.broken = False
+        self.drainers = 0
 
     def next(self) -> int:
         """The next sequence number."""
@@ -80,9 +90,8 @@ class Executor:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._queue: deque = deque()
-        #: the busy flag and the last sequence number (``LaneState`` or ``PyState``)
+        #: the busy flag, the last sequence number and the closed flag (``LaneState`` or ``PyState``)
         self.state = PyState() if state is None else state
-        self._closed = False
         self._thread: threading.Thread | None = None
         self.current: Work | None = None
 
@@ -93,7 +102,8 @@ class Executor:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        """Closed (``close``, or the owner's ``state.closed = True``): nothing is claimed or run any more."""
+        return self.state.closed
 
     def number(self) -> int:
         """The next operation's sequence number (an operation that will be queued or run
@@ -108,7 +118,7 @@ class Executor:
         go through ``submit`` instead (numbering nothing)."""
         with self._lock:
             st = self.state
-            if self._queue or self._closed or not st.claim():
+            if self._queue or st.closed or not st.claim():
                 return 0
             return st.next()
 
@@ -125,15 +135,16 @@ class Executor:
     def run_inline(self, job) -> bool:
         """Run ``job`` on this thread now if nothing is running or queued; False if
         it must be queued instead. ``job``'s exception propagates to the caller."""
+        st = self.state
         with self._lock:  # the condition's lock, without Condition's Python-level __enter__
-            if self._queue or self._closed or not self.state.claim():
+            if self._queue or st.closed or not st.claim():
                 return False
         try:
             job()
         finally:
             with self._lock:
-                self.state.clear()
-                if self._queue:
+                st.clear()
+                if self._queue or st.drainers:
                     self._cond.notify_all()
         return True
 
@@ -143,27 +154,30 @@ class Executor:
 
         Unlike ``run_inline``'s end, the flag is cleared without the lock (atomic under
         the GIL, and in C), and the lock is taken only to wake the worker when a job is
-        queued: a thread that queued one did so under the lock after seeing the flag
-        set, so before this store, and the check of ``_queue`` that follows the store
-        sees it; a thread that sees the flag clear runs or queues as on an idle
-        executor. (The C core, ``native/clane.c``'s ``leave``, ends its calls the same
-        way, without the GIL: it reads ``state.queued`` and calls ``wake``.)"""
-        self.state.clear()
-        if self._queue:
+        queued or a thread waits in ``drain``: a thread that queued one (or counted itself
+        in ``state.drainers``) did so under the lock after seeing the flag set, so before
+        this store, and the check that follows the store sees it; a thread that sees the
+        flag clear runs or queues as on an idle executor (or returns from ``drain``). (The
+        C core, ``native/clane.c``'s ``leave``, ends its calls the same way, without the
+        GIL: it reads ``state.queued`` and ``state.drainers`` and calls ``wake``.)"""
+        st = self.state
+        st.clear()
+        if self._queue or st.drainers:
             with self._lock:
                 self._cond.notify_all()
 
     def submit(self, work: Work, job, blocking: bool) -> Work:
+        st = self.state
         with self._cond:
-            if self._closed:
+            if st.closed:
                 work.fail(DistBackendError(f"{self.name}: backend is closed"))
                 return work
-            inline = blocking and not self._queue and self.state.claim()
+            inline = blocking and not self._queue and st.claim()
             if inline:
                 self.current = work
             else:
                 self._queue.append((work, job))
-                self.state.queued = len(self._queue)  # (C's claim reads it: native/clane.c)
+                st.queued = len(self._queue)  # (C's claim reads it: native/clane.c)
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._loop, name=f"ndist-{self.name}", daemon=True)
                     self._thread.start()
@@ -173,29 +187,30 @@ class Executor:
                 _run(work, job)
             finally:
                 with self._cond:
-                    self.state.clear()
+                    st.clear()
                     self.current = None
-                    if self._queue:
+                    if self._queue or st.drainers:
                         self._cond.notify_all()
         return work
 
     def _loop(self) -> None:
+        st = self.state
         while True:
             with self._cond:
                 # the flag first, then the job: a claim that sees the queue empty never
                 # races a job popped here but not yet marked
-                while not self._closed and not (self._queue and self.state.claim()):
+                while not st.closed and not (self._queue and st.claim()):
                     self._cond.wait()
-                if self._closed:
+                if st.closed:
                     return
                 work, job = self._queue.popleft()
-                self.state.queued = len(self._queue)
+                st.queued = len(self._queue)
                 self.current = work
             try:
                 _run(work, job)
             finally:
                 with self._cond:
-                    self.state.clear()
+                    st.clear()
                     self.current = None
                     self._cond.notify_all()
 
@@ -208,21 +223,29 @@ class Executor:
         return None
 
     def drain(self, deadline: float) -> bool:
-        """Wait until every queued job has run (or ``deadline``, a ``time.monotonic()``
-        value, passed); True when idle."""
+        """Wait until every queued job has run and the flag is clear (or ``deadline``, a
+        ``time.monotonic()`` value, passed, or the executor closed); True when idle. Counted in
+        ``state.drainers`` while it waits, so whoever clears the flag wakes it (``leave``)."""
+        st = self.state
         with self._cond:
-            while self.state.busy or self._queue:
-                if self._closed:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.05))  # (an inline job does not notify)
-            return not (self.state.busy or self._queue)
+            if not (st.busy or self._queue):
+                return True
+            st.drainers += 1
+            try:
+                while st.busy or self._queue:
+                    if st.closed:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+                return not (st.busy or self._queue)
+            finally:
+                st.drainers -= 1
 
     def close(self, reason: str) -> None:
         with self._cond:
-            self._closed = True
+            self.state.closed = True
             queued = list(self._queue)
             self._queue.clear()
             self.state.queued = 0

@@ -69,8 +69,12 @@
  *   seq      the backend's last sequence number (``next``: one atomic add, with or without the GIL);
  *   queued   the jobs in the executor's queue, stored by the executor (under its lock) after each
  *            append and pop, and 0 at its close: the queue's length, for C;
- *   closed   set by ``SocketBackend.close`` with its ``_closed``, never cleared;
- *   broken   set when ``NativeAlgorithms.broken`` is (its setter), cleared only where it is.
+ *   closed   the executor's and its backend's one closed flag (``SocketBackend.close`` sets it first,
+ *            ``Executor.close`` too), never cleared;
+ *   broken   set when ``NativeAlgorithms.broken`` is (its setter), cleared only where it is;
+ *   drainers the threads waiting in ``Executor.drain`` (changed under the executor's lock): ``leave``
+ *            wakes them as it wakes the worker, so they wait for a notification, not a tick (the
+ *            same order argument as for ``queued`` below, with the drainer's count for the job's).
  *
  * Why the C core's claim (clane.c's ``claim``: closed, queued, the flag, broken, in that order; all
  * sequentially consistent) keeps the Python executor's order and errors:
@@ -110,7 +114,7 @@
 typedef struct {
     PyObject_HEAD
     atomic_int busy;
-    atomic_int closed, broken, queued;
+    atomic_int closed, broken, queued, drainers;
     _Atomic unsigned long long seq;
 } LaneState;
 
@@ -155,17 +159,22 @@ static int LaneState_set(LaneState *s, PyObject *v, void *off)
     return 0;
 }
 
-static PyObject *LaneState_get_queued(LaneState *s, void *unused) { return PyLong_FromLong(atomic_load(&s->queued)); }
+/* the counts' getters and setters (``closure``: the field's offset) */
+static PyObject *LaneState_get_count(LaneState *s, void *off)
+{
+    return PyLong_FromLong(atomic_load((atomic_int *)((char *)s + (size_t)off)));
+}
 
-static int LaneState_set_queued(LaneState *s, PyObject *v, void *unused)
+static int LaneState_set_count(LaneState *s, PyObject *v, void *off)
 {
     long n = v ? PyLong_AsLong(v) : -1;
     if (n < 0 || n > INT32_MAX) {
         if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "LaneState.queued: expected an int in [0, %d]", INT32_MAX);
+            PyErr_Format(PyExc_ValueError, "LaneState.%s: expected an int in [0, %d]",
+                         (size_t)off == offsetof(LaneState, queued) ? "queued" : "drainers", INT32_MAX);
         return -1;
     }
-    atomic_store(&s->queued, (int)n);
+    atomic_store((atomic_int *)((char *)s + (size_t)off), (int)n);
     return 0;
 }
 
@@ -182,8 +191,10 @@ static PyGetSetDef LaneState_getset[] = {
      (void *)offsetof(LaneState, closed)},
     {"broken", (getter)LaneState_get, (setter)LaneState_set, "the group has a first failure (NativeAlgorithms.broken)",
      (void *)offsetof(LaneState, broken)},
-    {"queued", (getter)LaneState_get_queued, (setter)LaneState_set_queued, "the jobs in the executor's queue",
-     NULL},
+    {"queued", (getter)LaneState_get_count, (setter)LaneState_set_count, "the jobs in the executor's queue",
+     (void *)offsetof(LaneState, queued)},
+    {"drainers", (getter)LaneState_get_count, (setter)LaneState_set_count, "the threads in Executor.drain",
+     (void *)offsetof(LaneState, drainers)},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -194,8 +205,8 @@ static PyTypeObject LaneStateType = {
     .tp_new = PyType_GenericNew,
     .tp_methods = LaneState_methods,
     .tp_getset = LaneState_getset,
-    .tp_doc = "An executor's busy flag, sequence number, queue length and its backend's closed and broken "
-              "flags, read and written by Python and by C (FastLane, the C interface) alike.",
+    .tp_doc = "An executor's busy flag, sequence number, queue length, closed flag and drainer count and "
+              "its backend's broken flag, read and written by Python and by C (FastLane, the C interface) alike.",
 };
 
 /* ------------------------------------------------------------------ NumPy's layout */
@@ -954,9 +965,9 @@ static PyObject *pass_on(FastLane *f, Arg *a, const char *name, PyObject *const 
     return delegate(f, name, args, nargs);
 }
 
-/* The flag cleared, and the worker woken when a job was queued meanwhile (Executor.leave; LaneState
- * says why this order): with the GIL (``ts`` NULL) or without it (``ts``: this thread's state; the
- * GIL is taken for the wake only).
+/* The flag cleared, and the worker (or a thread in ``Executor.drain``) woken when a job was queued
+ * meanwhile (or it waits) (Executor.leave; LaneState says why this order): with the GIL (``ts``
+ * NULL) or without it (``ts``: this thread's state; the GIL is taken for the wake only).
  * A FastLane method's (``table`` 0, with the GIL): 0, or -1 with the wake's error set, which the
  * method raises after its op ran, as Executor.leave raises it on the Python path.
  * A C interface call's (``table`` 1): 0. The call's status is its op's (NDIST_OK: the result is
@@ -967,7 +978,7 @@ static PyObject *pass_on(FastLane *f, Arg *a, const char *name, PyObject *const 
 static int leave(FastLane *f, PyThreadState *ts, int table)
 {
     atomic_store(&f->state->busy, 0);
-    if (atomic_load(&f->state->queued) == 0)
+    if (atomic_load(&f->state->queued) == 0 && atomic_load(&f->state->drainers) == 0)
         return 0;
     PyGILState_STATE st = PyGILState_UNLOCKED;
     if (ts)
