@@ -471,15 +471,15 @@ def test_a_bad_two_level_minimum_is_named(monkeypatch):
         _twolevel.host_split((0, 1))
 
 
-def _cma_ops(b, big: bool):
-    """reduce_scatter, all_to_all (even, and uneven with blocks on both sides of the 16 KiB
-    single-copy minimum) and the two-level all_gather and all_reduce, at 2 hosts x 2 on one
-    machine (every link a Unix socket: every pair may read each other's memory); returns
-    what differs from NumPy's answer and the payloads this rank read by address."""
+def _cma_ops(b, k: int, big: bool):
+    """reduce_scatter, all_to_all (even, and uneven: blocks of 1 to 3 halves of a part) and
+    all_gather with parts of ``k`` float32s, and an all_reduce of 2 MiB (``big``: the two-level
+    one, whose leaders' parts are 1 MiB) or of ``k`` int64s, at 2 hosts x 2 on one machine
+    (every link a Unix socket: every pair may read each other's memory); returns what differs
+    from NumPy's answer and the payloads this rank read by address."""
     r, n = b.backend.rank, b.backend.size
     tcp = b.backend._native.g.tcp
     before, bad = tcp.cma_blocks, []
-    k = 8192 if big else 512  # float32s per part: 32 KiB, or 2 KiB
     rs = np.zeros(k, np.float32)
     b.reduce_scatter(rs, [np.arange(k, dtype=np.float32) + r + 10 * j for j in range(n)], ReduceOp.SUM,
                      blocking=True).wait(30)
@@ -501,32 +501,35 @@ def _cma_ops(b, big: bool):
     b.all_gather_into(ag, np.full(k, r, np.int16), blocking=True).wait(30)
     if not np.array_equal(ag, np.repeat(np.arange(n, dtype=np.int16), k)):
         bad.append("all_gather")
-    ar = np.full(k * (32 if big else 1), r + 1, np.int64)  # 2 MiB (the leaders' two phases), or 4 KiB
+    ar = np.full(1 << 18 if big else k, r + 1, np.int64)  # 2 MiB (the leaders' two phases), or k
     b.all_reduce(ar, ReduceOp.SUM, blocking=True).wait(30)
     if not (ar == n * (n + 1) // 2).all():
         bad.append("all_reduce")
     return bad, tcp.cma_blocks - before
 
 
-@pytest.mark.parametrize("cma_min", ["", "0"], ids=["default", "off"])
-def test_parts_for_a_peer_on_this_host_go_by_address_from_the_single_copy_minimum(monkeypatch, cma_min):
+@pytest.mark.parametrize("cma_min, below, above", [("", 8192, 131072), ("16384", 512, 8192), ("0", 512, 131072)],
+                         ids=["default", "16K", "off"])
+def test_parts_for_a_peer_on_this_host_go_by_address_from_the_single_copy_minimum(monkeypatch, cma_min, below,
+                                                                                   above):
     """The direct ops' parts (and the leaders' steps, whose leaders share this machine here)
     for a peer that may read this rank's memory go by address from ``NDIST_NATIVE_CMA_MIN``
-    bytes (16 KiB): each read counts in ``TcpGroup.cma_blocks``. Below it, or with the
+    bytes, 512 KiB when it is unset (``TCP_CMA_MIN``): each read counts in
+    ``TcpGroup.cma_blocks``. Below it (parts of ``below`` float32s: 32 KiB, 2 KiB), or with the
     setting 0, they go through the socket; the results are the same."""
     monkeypatch.setenv("NDIST_NATIVE_HOSTS", "2")
     monkeypatch.setenv("NDIST_NATIVE_CMA_MIN", cma_min)
     backends = _up(4)
     try:
-        assert [b.backend._native.g.tcp.cma_min for b in backends] == [16384 if cma_min == "" else 0] * 4
-        small = run_threads(backends, lambda b: _cma_ops(b, False))
+        assert [b.backend._native.g.tcp.cma_min for b in backends] == [int(cma_min or 512 << 10)] * 4
+        small = run_threads(backends, lambda b: _cma_ops(b, below, False))
         assert small == [([], 0)] * 4
-        large = run_threads(backends, lambda b: _cma_ops(b, True))
+        large = run_threads(backends, lambda b: _cma_ops(b, above, True))
         assert [bad for bad, _ in large] == [[]] * 4
         # every rank reads 3 reduce_scatter parts, 3 all_to_all blocks and 3 uneven ones (the
-        # smallest: 32 KiB); a leader (0, 2) also the other leader's all_gather host block and
-        # its all_reduce part in both phases
-        want = [9 + (3 if r in (0, 2) else 0) for r in range(4)] if cma_min == "" else [0] * 4
+        # smallest: half a part, at the minimum); a leader (0, 2) also the other leader's
+        # all_gather host block and its all_reduce part in both phases
+        want = [9 + (3 if r in (0, 2) else 0) for r in range(4)] if cma_min != "0" else [0] * 4
         assert [blocks for _, blocks in large] == want
     finally:
         _close(backends)

@@ -38,7 +38,7 @@ from ..wire import _frame as F
 from ..schedules._reduce import ERRVAR, IGNORE_ERRORS, UFUNC, finalize
 from ..wire._segment import SHM_DIR, job_of
 
-__all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "TCP_ENV", "cma_min_bytes", "engine_mode", "module_for",
+__all__ = ["ENGINE_ENV", "SLOT_ENV", "CMA_ENV", "TCP_ENV", "cma_min_bytes", "tcp_cma_min_bytes", "engine_mode", "module_for",
            "extension", "tcp_offer", "TCP_MAX_RANKS", "slot_bytes", "spins", "NativeFile", "NativeAlgorithms", "attach", "attach_tcp", "tcp_spins"]
 
 log = logging.getLogger("ndist.collectives.socket")
@@ -73,6 +73,13 @@ CMA_MIN = 16 << 10
 #: cores: even or slower). An all_gather's parts (every rank reads every peer's) go by
 #: address where the ranks are no more than the cores (4 ranks on 2 cores: 0.92-1.1x).
 BCAST_MANY_MIN = 1 << 20
+#: the TCP engine's payloads to a peer on this host (a Unix socket) go by address from this
+#: many bytes when ``NDIST_NATIVE_CMA_MIN`` is unset (set, it applies to both engines): each
+#: costs a DONE frame back before the sender's phase ends, which at 2 hosts x 2 ranks made
+#: 64 KiB reduce_scatter and all_reduce 1.5x slower from 16 KiB, while from 1 MiB the one copy
+#: gained (reduce_scatter 16 MiB 0.87x, all_to_all 0.90x; docs/perf/s20_mh_2x2_cubic_*.txt);
+#: the Python engine's all_to_all takes the same path from 512 KiB (engine/_algorithms.py)
+TCP_CMA_MIN = 512 << 10
 #: data bytes per slot (a piece): 256 KiB pipelines the large reductions more finely than the
 #: 1 MiB of before (2 ranks, reduce_scatter 1-16 MiB 0.70-0.79x the time, all_reduce 4-16 MiB
 #: 0.85-0.93x; broadcast 4-16 MiB 1.04-1.08x, the other ops even; docs/performance.md in git
@@ -210,9 +217,9 @@ def attach_tcp(mod, socks: dict, rank: int, size: int, timeout: float, sharing: 
     takes their descriptors (closing them with itself), the socket objects are detached.
     ``sharing``: the group's ranks on this machine (``tcp_spins``; None: all of them).
     ``facts``: each link's ``wire._link_facts.Facts`` (group rank -> facts): a payload of at
-    least ``cma_min_bytes()`` to a peer on this host that reads this rank's memory goes by
+    least ``tcp_cma_min_bytes()`` to a peer on this host that reads this rank's memory goes by
     address (ctcp.c, single copy), as the same-host engine's blocks do."""
-    cma_min = cma_min_bytes()  # (a bad setting raises before the group owns the descriptors)
+    cma_min = tcp_cma_min_bytes()  # (a bad setting raises before the group owns the descriptors)
     fds = [-1] * size
     for p, sock in socks.items():
         fds[p] = sock.detach()
@@ -266,6 +273,11 @@ def env_bytes(var: str, default: int, zero: str) -> int:
 def cma_min_bytes() -> int:
     """``NDIST_NATIVE_CMA_MIN`` (bytes; 0 turns the single-copy path off), else ``CMA_MIN``."""
     return env_bytes(CMA_ENV, CMA_MIN, "off")
+
+
+def tcp_cma_min_bytes() -> int:
+    """The TCP engine's: ``NDIST_NATIVE_CMA_MIN`` (bytes; 0 turns it off), else ``TCP_CMA_MIN``."""
+    return env_bytes(CMA_ENV, TCP_CMA_MIN, "off")
 
 
 def _file_bytes(size: int, slot: int) -> int:
